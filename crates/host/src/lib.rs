@@ -1,1 +1,9 @@
-//! placeholder
+//! Host implementations of the `csi-proxy-core` host traits.
+//!
+//! `linux/<group>.rs` and `windows/<group>.rs` hold what each platform does for a group; the
+//! core services above them are the same on both.
+
+#[cfg(target_os = "linux")]
+pub mod linux;
+#[cfg(windows)]
+pub mod windows;

@@ -1,0 +1,4 @@
+//! Transports: Unix sockets (Linux) and named pipes (Windows), both wrapped in the
+//! `:authority` fix that lets upstream Go clients through.
+
+pub mod authority;
