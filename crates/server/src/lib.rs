@@ -2,4 +2,7 @@
 //! group's version-agnostic service from `csi-proxy-core`.
 #![deny(unsafe_code)]
 
+pub mod call;
+pub mod filesystem;
+pub mod status;
 pub mod transport;

@@ -1,0 +1,210 @@
+//! How every RPC runs: host work on the blocking pool, a panic turned into INTERNAL for that
+//! request only, errors turned into statuses, and one log line per request at `-v=4` and above.
+
+use crate::status::to_status;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Instant;
+use tonic::{Code, Response, Status};
+
+static VERBOSITY: AtomicU8 = AtomicU8::new(0);
+
+/// Sets the klog-style verbosity (`-v`); request lines are logged from 4 up.
+pub fn set_verbosity(v: u8) {
+    VERBOSITY.store(v, Ordering::Relaxed);
+}
+
+/// The klog-style verbosity.
+pub fn verbosity() -> u8 {
+    VERBOSITY.load(Ordering::Relaxed)
+}
+
+/// Names one RPC of one group-version, for logs and error messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RpcId {
+    /// API group, e.g. `disk`.
+    pub group: &'static str,
+    /// API version, e.g. `v1beta3`.
+    pub version: &'static str,
+    /// RPC name as on the wire, e.g. `PartitionDisk`.
+    pub method: &'static str,
+}
+
+/// Runs `work` (blocking host work) on tokio's blocking pool and answers the RPC with its result.
+///
+/// Host calls block (syscalls, mkfs, WMI), so they never run on the async workers. A panic inside
+/// `work` is caught by the blocking task and answered with INTERNAL; the daemon keeps serving.
+pub async fn blocking<T, F>(rpc: RpcId, work: F) -> Result<Response<T>, Status>
+where
+    F: FnOnce() -> csi_proxy_core::Result<T> + Send + 'static,
+    T: Send + 'static,
+{
+    let started = Instant::now();
+    let result = match tokio::task::spawn_blocking(work).await {
+        Ok(Ok(v)) => Ok(Response::new(v)),
+        Ok(Err(e)) => Err(to_status(&e)),
+        Err(join) => {
+            let what = if join.is_panic() {
+                panic_message(join.into_panic())
+            } else {
+                "the request was cancelled".to_string()
+            };
+            tracing::error!(
+                group = rpc.group,
+                version = rpc.version,
+                method = rpc.method,
+                "request handler failed: {what}"
+            );
+            Err(Status::new(
+                Code::Internal,
+                format!(
+                    "{} {}: internal error in the handler ({what})",
+                    rpc.group, rpc.method
+                ),
+            ))
+        }
+    };
+    log_request(rpc, started, &result);
+    result
+}
+
+fn log_request<T>(rpc: RpcId, started: Instant, result: &Result<Response<T>, Status>) {
+    let code = match result {
+        Ok(_) => Code::Ok,
+        Err(s) => s.code(),
+    };
+    if verbosity() >= 4 {
+        tracing::info!(
+            group = rpc.group,
+            version = rpc.version,
+            method = rpc.method,
+            duration_ms = started.elapsed().as_secs_f64() * 1e3,
+            code = ?code,
+            "request"
+        );
+    }
+    if let Err(s) = result {
+        if verbosity() >= 2 || code == Code::Internal {
+            tracing::warn!(
+                group = rpc.group,
+                version = rpc.version,
+                method = rpc.method,
+                code = ?code,
+                "request failed: {}",
+                s.message()
+            );
+        }
+    }
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic".to_string()
+    }
+}
+
+/// Defines one unary RPC method of a generated tonic service trait inside an adapter `impl`.
+///
+/// `unary!(group, version_module, rust_fn, "WireName", Req => Resp, |svc, req| body)`: the body
+/// runs on the blocking pool with a clone of `self.svc` and the decoded request and returns
+/// `csi_proxy_core::Result<Resp>`.
+///
+/// The generated traits are `#[async_trait]` traits; this expands to the signature
+/// `async_trait` produces (a boxed `Send` future), so adapter impls can be assembled from macros
+/// (an attribute macro would not see methods produced by inner macro calls).
+#[macro_export]
+#[doc(hidden)]
+macro_rules! unary {
+    ($group:ident, $v:ident, $fn:ident, $method:literal, $req:ident => $resp:ident, |$svc:ident, $r:ident| $body:expr) => {
+        fn $fn<'life0, 'async_trait>(
+            &'life0 self,
+            request: ::tonic::Request<$v::$req>,
+        ) -> ::std::pin::Pin<
+            Box<
+                dyn ::std::future::Future<
+                        Output = ::std::result::Result<::tonic::Response<$v::$resp>, ::tonic::Status>,
+                    > + Send
+                    + 'async_trait,
+            >,
+        >
+        where
+            'life0: 'async_trait,
+            Self: 'async_trait,
+        {
+            #[allow(unused_variables)]
+            let $r = request.into_inner();
+            #[allow(unused_variables)]
+            let $svc = self.svc.clone();
+            Box::pin($crate::call::blocking(
+                $crate::call::RpcId {
+                    group: stringify!($group),
+                    version: stringify!($v),
+                    method: $method,
+                },
+                move || -> ::csi_proxy_core::Result<$v::$resp> { $body },
+            ))
+        }
+    };
+}
+
+/// Declares an adapter struct for one group-version: it holds the group's service and turns
+/// into the generated tonic server.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! adapter {
+    ($(#[$doc:meta])* $name:ident, $svc:ty, $group:ident :: $v:ident :: $server_mod:ident :: $server:ident) => {
+        $(#[$doc])*
+        #[derive(Clone)]
+        pub struct $name {
+            svc: $svc,
+        }
+
+        impl $name {
+            /// An adapter over the group's version-agnostic service.
+            pub fn new(svc: $svc) -> Self {
+                Self { svc }
+            }
+
+            /// The tonic server for this group-version.
+            pub fn into_server(
+                self,
+            ) -> ::csi_proxy_api::$group::$v::$server_mod::$server<Self> {
+                ::csi_proxy_api::$group::$v::$server_mod::$server::new(self)
+            }
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RPC: RpcId = RpcId {
+        group: "filesystem",
+        version: "v1",
+        method: "Mkdir",
+    };
+
+    #[tokio::test]
+    async fn a_panicking_handler_answers_internal_and_the_next_request_works() {
+        let r: Result<Response<()>, Status> = blocking(RPC, || panic!("boom")).await;
+        let s = r.unwrap_err();
+        assert_eq!(s.code(), Code::Internal);
+        assert!(s.message().contains("boom"), "{}", s.message());
+        assert!(s.message().contains("filesystem Mkdir"), "{}", s.message());
+        let ok = blocking(RPC, || Ok(7u32)).await.unwrap();
+        assert_eq!(ok.into_inner(), 7);
+    }
+
+    #[tokio::test]
+    async fn errors_become_their_status() {
+        let r: Result<Response<()>, Status> = blocking(RPC, || {
+            Err(csi_proxy_core::Error::invalid("Mkdir", "\"x\"", "bad"))
+        })
+        .await;
+        assert_eq!(r.unwrap_err().code(), Code::InvalidArgument);
+    }
+}
