@@ -37,7 +37,10 @@ fn compile_one(
     file: &Path,
     out_dir: &Path,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let version = file.file_stem().and_then(|s| s.to_str()).expect("utf-8 version");
+    let version = file
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .expect("utf-8 version");
     println!("cargo:rerun-if-changed={}", file.display());
     let fds = protox::compile([file], [group_dir])?;
     let dest = out_dir.join(group).join(version);
