@@ -1,1 +1,142 @@
-fn main() {}
+//! The csi-proxy daemon.
+
+mod flags;
+
+use csi_proxy_core::filesystem::FilesystemService;
+use csi_proxy_core::paths::{PathPolicy, PathStyle};
+use csi_proxy_server::daemon::{self, Listen};
+use csi_proxy_server::registry::{self, Services};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+fn main() -> ExitCode {
+    let flags = flags::parse();
+    if let Err(e) = init_logging(&flags) {
+        eprintln!("csi-proxy: {e}");
+        return ExitCode::from(2);
+    }
+    csi_proxy_server::call::set_verbosity(flags.verbosity);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("csi-proxy")
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!("cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(flags)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("csi-proxy: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(flags: flags::Flags) -> Result<(), String> {
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), "starting csi-proxy");
+    if flags.windows_service && !cfg!(windows) {
+        return Err("--windows-service is only meaningful on Windows".into());
+    }
+    if !flags.metrics_bind_address.is_empty() {
+        tracing::warn!(
+            address = %flags.metrics_bind_address,
+            "--metrics-bind-address is accepted but metrics are not served by this build yet"
+        );
+    }
+    let policy = PathPolicy::new(PathStyle::native(), &flags.kubelet_path, &flags.working_dirs)
+        .map_err(|e| format!("invalid --kubelet-path/--working-dir: {e}"))?;
+    tracing::info!(roots = ?policy.roots(), require_privacy = flags.require_privacy, "path roots");
+    let services = services(Arc::new(policy));
+    let listen = listen(&flags)?;
+    daemon::serve(registry::endpoints(&services), listen, shutdown_signal())
+        .await
+        .map_err(|e| e.to_string())?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+#[cfg(target_os = "linux")]
+fn services(policy: Arc<PathPolicy>) -> Services {
+    use csi_proxy_host::linux::filesystem::LinuxFilesystemHost;
+    Services {
+        filesystem: FilesystemService::new(Arc::new(LinuxFilesystemHost::new()), policy),
+    }
+}
+
+#[cfg(windows)]
+fn services(policy: Arc<PathPolicy>) -> Services {
+    use csi_proxy_host::windows::filesystem::WindowsFilesystemHost;
+    Services {
+        filesystem: FilesystemService::new(Arc::new(WindowsFilesystemHost::new()), policy),
+    }
+}
+
+#[cfg(unix)]
+fn listen(flags: &flags::Flags) -> Result<Listen, String> {
+    let gid = flags
+        .socket_group
+        .as_deref()
+        .map(csi_proxy_server::transport::unix::resolve_group)
+        .transpose()
+        .map_err(|e| format!("--socket-group: {e}"))?;
+    Ok(Listen::Unix {
+        dir: flags.socket_dir.clone().into(),
+        gid,
+    })
+}
+
+#[cfg(windows)]
+fn listen(flags: &flags::Flags) -> Result<Listen, String> {
+    Ok(Listen::Pipe {
+        sddl: flags
+            .pipe_sddl
+            .clone()
+            .unwrap_or_else(|| csi_proxy_server::transport::pipe::DEFAULT_PIPE_SDDL.to_string()),
+    })
+}
+
+/// Completes on SIGINT or SIGTERM (Unix) or Ctrl-C / console close (Windows).
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+            tracing::error!("cannot install signal handlers; stop with SIGKILL");
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+            _ = int.recv() => tracing::info!("SIGINT received"),
+        }
+    }
+    #[cfg(windows)]
+    {
+        if tokio::signal::ctrl_c().await.is_err() {
+            return std::future::pending().await;
+        }
+        tracing::info!("Ctrl-C received");
+    }
+}
+
+fn init_logging(flags: &flags::Flags) -> Result<(), String> {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("CSI_PROXY_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    match (&flags.log_file, flags.logtostderr) {
+        (Some(path), false) => {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| format!("cannot open --log_file {path}: {e}"))?;
+            builder.with_ansi(false).with_writer(std::sync::Mutex::new(file)).init();
+        }
+        _ => builder.with_writer(std::io::stderr).init(),
+    }
+    Ok(())
+}

@@ -1,0 +1,187 @@
+//! Command-line flags, compatible with upstream's Go `flag` spelling.
+//!
+//! Go accepts `-name`, `--name`, `-name=value` and `-name value`, and bools as `-name` or
+//! `-name=false`. [`go_style`] rewrites single-dash long names to clap's double-dash form before
+//! parsing, so existing service install lines keep working.
+
+use clap::{ArgAction, Parser};
+use std::ffi::OsString;
+
+#[cfg(windows)]
+const DEFAULT_KUBELET_PATH: &str = r"C:\var\lib\kubelet";
+#[cfg(not(windows))]
+const DEFAULT_KUBELET_PATH: &str = "/var/lib/kubelet";
+
+/// csi-proxy: does privileged storage work on the host for CSI node plugins, over gRPC.
+#[derive(Debug, Parser)]
+#[command(name = "csi-proxy", version, about, long_about = None)]
+pub struct Flags {
+    /// The kubelet directory; every path argument must lie inside it or inside a --working-dir.
+    #[arg(long = "kubelet-path", default_value = DEFAULT_KUBELET_PATH, value_name = "DIR")]
+    pub kubelet_path: String,
+
+    /// An extra directory path arguments may lie in (repeatable).
+    #[arg(long = "working-dir", value_name = "DIR", action = ArgAction::Append)]
+    pub working_dirs: Vec<String>,
+
+    /// Directory of the Unix sockets (Linux), one per API group-version.
+    #[arg(long = "socket-dir", default_value = "/run/csi-proxy", value_name = "DIR")]
+    pub socket_dir: String,
+
+    /// Owning group of the Unix sockets (name or gid); the sockets have mode 0660.
+    #[arg(long = "socket-group", value_name = "GROUP")]
+    pub socket_group: Option<String>,
+
+    /// Security descriptor (SDDL) of the named pipes (Windows). Default: SYSTEM and
+    /// Administrators only.
+    #[arg(long = "pipe-sddl", value_name = "SDDL")]
+    pub pipe_sddl: Option<String>,
+
+    /// Run under the Windows Service Control Manager (Windows only).
+    #[arg(long = "windows-service", num_args = 0..=1, default_missing_value = "true",
+          require_equals = true, default_value = "false", value_name = "BOOL")]
+    pub windows_service: bool,
+
+    /// Require SMB encryption for new global mappings (Windows).
+    #[arg(long = "require-privacy", num_args = 0..=1, default_missing_value = "true",
+          require_equals = true, default_value = "true", value_name = "BOOL")]
+    pub require_privacy: bool,
+
+    /// Address to serve Prometheus metrics on (empty: off). Accepted for compatibility; metrics
+    /// are not served by this build yet.
+    #[arg(long = "metrics-bind-address", default_value = "", value_name = "HOST:PORT")]
+    pub metrics_bind_address: String,
+
+    /// Log verbosity (klog levels): 2 logs failed requests, 4 one line per request.
+    #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
+    pub verbosity: u8,
+
+    /// Write logs to this file (used when --logtostderr=false).
+    #[arg(long = "log_file", value_name = "FILE")]
+    pub log_file: Option<String>,
+
+    /// Log to stderr instead of --log_file.
+    #[arg(long = "logtostderr", num_args = 0..=1, default_missing_value = "true",
+          require_equals = true, default_value = "true", value_name = "BOOL")]
+    pub logtostderr: bool,
+
+    /// Accepted for compatibility with upstream's klog flags and ignored.
+    #[arg(long = "alsologtostderr", hide = true, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub alsologtostderr: Option<bool>,
+    /// Accepted for compatibility and ignored.
+    #[arg(long = "log_dir", hide = true)]
+    pub log_dir: Option<String>,
+    /// Accepted for compatibility and ignored.
+    #[arg(long = "log_file_max_size", hide = true)]
+    pub log_file_max_size: Option<u64>,
+    /// Accepted for compatibility and ignored.
+    #[arg(long = "vmodule", hide = true)]
+    pub vmodule: Option<String>,
+    /// Accepted for compatibility and ignored.
+    #[arg(long = "stderrthreshold", hide = true)]
+    pub stderrthreshold: Option<String>,
+    /// Accepted for compatibility and ignored.
+    #[arg(long = "skip_headers", hide = true, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub skip_headers: Option<bool>,
+    /// Accepted for compatibility and ignored.
+    #[arg(long = "one_output", hide = true, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub one_output: Option<bool>,
+}
+
+/// Rewrites Go-style `-long-name[=value]` arguments to `--long-name[=value]`; `-v`, `-v=4`,
+/// `-h` and anything after `--` are left alone.
+pub fn go_style(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    let mut out = Vec::new();
+    let mut rest = false;
+    for (i, a) in args.into_iter().enumerate() {
+        if i == 0 || rest {
+            out.push(a);
+            continue;
+        }
+        let Some(s) = a.to_str() else {
+            out.push(a);
+            continue;
+        };
+        if s == "--" {
+            rest = true;
+            out.push(a);
+            continue;
+        }
+        let name = s.strip_prefix('-').filter(|n| !n.starts_with('-'));
+        match name {
+            Some(n) if n.split('=').next().is_some_and(|k| k.chars().count() > 1) => {
+                out.push(OsString::from(format!("--{n}")));
+            }
+            _ => out.push(a),
+        }
+    }
+    out
+}
+
+/// Parses the process arguments.
+pub fn parse() -> Flags {
+    Flags::parse_from(go_style(std::env::args_os()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Flags {
+        let mut v = vec![OsString::from("csi-proxy")];
+        v.extend(args.iter().map(OsString::from));
+        Flags::try_parse_from(go_style(v)).unwrap()
+    }
+
+    #[test]
+    fn upstream_install_line_parses() {
+        let f = parse(&[
+            "-windows-service",
+            "-log_file=C:\\etc\\kubernetes\\logs\\csi-proxy.log",
+            "-logtostderr=false",
+            "-v=5",
+            "-metrics-bind-address=localhost:8888",
+            "-kubelet-path",
+            "/var/lib/kubelet",
+            "-working-dir=/a",
+            "--working-dir",
+            "/b",
+            "-require-privacy=false",
+        ]);
+        assert!(f.windows_service);
+        assert!(!f.logtostderr);
+        assert_eq!(f.verbosity, 5);
+        assert_eq!(f.metrics_bind_address, "localhost:8888");
+        assert_eq!(f.working_dirs, ["/a", "/b"]);
+        assert!(!f.require_privacy);
+        assert_eq!(
+            f.log_file.as_deref(),
+            Some("C:\\etc\\kubernetes\\logs\\csi-proxy.log")
+        );
+    }
+
+    #[test]
+    fn defaults_match_upstream() {
+        let f = parse(&[]);
+        assert!(f.require_privacy);
+        assert!(f.logtostderr);
+        assert!(!f.windows_service);
+        assert_eq!(f.verbosity, 0);
+        assert_eq!(f.metrics_bind_address, "");
+        assert_eq!(f.kubelet_path, DEFAULT_KUBELET_PATH);
+        assert_eq!(f.socket_dir, "/run/csi-proxy");
+    }
+
+    #[test]
+    fn verbosity_spellings() {
+        assert_eq!(parse(&["-v", "4"]).verbosity, 4);
+        assert_eq!(parse(&["--v=3"]).verbosity, 3);
+        assert_eq!(parse(&["-v=2"]).verbosity, 2);
+    }
+
+    #[test]
+    fn unknown_flags_are_errors() {
+        let v = go_style(["csi-proxy", "-no-such-flag"].map(OsString::from));
+        assert!(Flags::try_parse_from(v).is_err());
+    }
+}

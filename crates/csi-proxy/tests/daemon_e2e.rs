@@ -1,0 +1,360 @@
+//! End-to-end: the real `csi-proxy` binary on Unix sockets in a temp dir, driven with the client
+//! crate the way a CSI driver would.
+#![cfg(target_os = "linux")]
+
+use csi_proxy_client::Connector;
+use csi_proxy_client::filesystem::FilesystemClient;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tonic::Code;
+
+struct Daemon {
+    child: Child,
+    sockets: PathBuf,
+    _dir: tempfile::TempDir,
+    kubelet: PathBuf,
+}
+
+impl Daemon {
+    fn start() -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        let kubelet = dir.path().join("kubelet");
+        std::fs::create_dir_all(&kubelet).unwrap();
+        let sockets = dir.path().join("run");
+        let child = spawn(&sockets, &kubelet);
+        let d = Daemon {
+            child,
+            sockets,
+            _dir: dir,
+            kubelet,
+        };
+        d.wait_ready();
+        d
+    }
+
+    fn connector(&self) -> Connector {
+        Connector::SocketDir(self.sockets.clone())
+    }
+
+    fn wait_ready(&self) {
+        let last = self.sockets.join("csi-proxy-iscsi-v1alpha2.sock");
+        let t = Instant::now();
+        while !last.exists() {
+            assert!(t.elapsed() < Duration::from_secs(20), "daemon did not create its sockets");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    }
+
+    fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let t = Instant::now();
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(t.elapsed() < limit, "daemon did not stop within {limit:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn k(&self, rel: &str) -> String {
+        self.kubelet.join(rel).display().to_string()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn(sockets: &Path, kubelet: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_csi-proxy"))
+        .arg(format!("-kubelet-path={}", kubelet.display()))
+        .arg("--socket-dir")
+        .arg(sockets)
+        .arg("-v=4")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn socket_count(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|r| r.filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".sock")).count())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn all_23_endpoints_answer_and_unimplemented_groups_say_so() {
+    let d = Daemon::start();
+    assert_eq!(socket_count(&d.sockets), 23);
+    for group in csi_proxy_api::GROUPS {
+        for version in csi_proxy_api::versions(group).unwrap() {
+            let ch = d.connector().channel(group, version).await.unwrap();
+            let mut g = tonic::client::Grpc::new(ch);
+            g.ready().await.unwrap();
+            // An RPC every version of the group has, sent as an empty message.
+            let method = match *group {
+                "filesystem" => "PathExists",
+                "disk" => "ListDiskLocations",
+                "volume" => "ListVolumesOnDisk",
+                "smb" => "RemoveSmbGlobalMapping",
+                "system" => "GetBIOSSerialNumber",
+                "iscsi" => "ListTargetPortals",
+                _ => unreachable!(),
+            };
+            let service: String = match *group {
+                "smb" => "Smb".into(),
+                "iscsi" => "Iscsi".into(),
+                g => format!("{}{}", g[..1].to_uppercase(), &g[1..]),
+            };
+            let path = format!("/{version}.{service}/{method}").parse().unwrap();
+            let r: Result<tonic::Response<()>, _> = g
+                .unary(tonic::Request::new(()), path, EmptyCodec)
+                .await;
+            let status = r.expect_err("empty requests are rejected or unimplemented here");
+            // Filesystem answers (an empty path is invalid); other groups' host work lands later.
+            match *group {
+                "filesystem" => assert_eq!(status.code(), Code::InvalidArgument, "{group}/{version}: {status:?}"),
+                // An empty remote path is invalid before any host work.
+                "smb" => assert_eq!(status.code(), Code::InvalidArgument, "{group}/{version}: {status:?}"),
+                "iscsi" | "system" | "disk" | "volume" => {
+                    assert_eq!(status.code(), Code::Unimplemented, "{group}/{version}: {status:?}");
+                    assert!(
+                        status.message().contains(group) && status.message().contains(method),
+                        "{group}/{version}: message names group and RPC: {}",
+                        status.message()
+                    );
+                }
+                _ => unreachable!(),
+            }
+            assert_ne!(status.code(), Code::Unknown);
+            // A service name of another version is not served on this endpoint.
+            let wrong = format!("/v9.{service}/{method}").parse().unwrap();
+            let r: Result<tonic::Response<()>, _> = g.unary(tonic::Request::new(()), wrong, EmptyCodec).await;
+            assert_eq!(r.unwrap_err().code(), Code::Unimplemented);
+        }
+    }
+}
+
+#[tokio::test]
+async fn filesystem_scenarios_of_upstreams_integration_tests_in_every_version() {
+    let d = Daemon::start();
+    for version in ["v1alpha1", "v1beta1", "v1beta2", "v1", "v2alpha1"] {
+        let mut fs = FilesystemClient::connect_version(&d.connector(), version).await.unwrap();
+        let base = d.k(&format!("testdir-{version}"));
+        // PathExists positive: stage dir, pod dir, link pod\rootvol -> stage, then Rmdir both.
+        let stage = format!("{base}/testplugin-a.csi.io/volume1");
+        let pod = format!("{base}/test-pod-id/volumes/kubernetes.io~csi/pvc-test1");
+        fs.mkdir(&stage).await.unwrap();
+        fs.mkdir(&stage).await.unwrap(); // idempotent
+        assert!(Path::new(&stage).is_dir());
+        assert!(fs.path_exists(&stage).await.unwrap());
+        fs.mkdir(&pod).await.unwrap();
+        let rootvol = format!("{pod}/rootvol");
+        fs.create_symlink(&stage, &rootvol).await.unwrap();
+        assert!(fs.path_exists(&rootvol).await.unwrap());
+        assert_eq!(
+            fs.create_symlink(&stage, &rootvol).await.unwrap_err().code(),
+            Code::AlreadyExists
+        );
+        std::fs::write(format!("{stage}/data"), b"keep").unwrap();
+        fs.rmdir(&pod, true).await.unwrap();
+        assert!(!Path::new(&pod).exists());
+        assert_eq!(std::fs::read(format!("{stage}/data")).unwrap(), b"keep", "link target untouched");
+        fs.rmdir(&stage, true).await.unwrap();
+        assert!(!Path::new(&stage).exists());
+        fs.rmdir(&stage, true).await.unwrap(); // missing path with force: success
+
+        // IsMount / IsSymlink.
+        let missing = format!("{base}/missing");
+        assert_eq!(fs.is_symlink(&missing).await.unwrap_err().code(), Code::NotFound);
+        let plain = format!("{base}/plain");
+        fs.mkdir(&plain).await.unwrap();
+        assert!(!fs.is_symlink(&plain).await.unwrap());
+        let tgt = format!("{base}/ln-tgt");
+        let ln = format!("{base}/ln");
+        fs.mkdir(&tgt).await.unwrap();
+        std::os::unix::fs::symlink(&tgt, &ln).unwrap();
+        assert!(fs.is_symlink(&ln).await.unwrap());
+        std::fs::remove_dir(&tgt).unwrap();
+        assert!(!fs.is_symlink(&ln).await.unwrap(), "dangling link is not a mount");
+        assert!(fs.path_exists(&ln).await.unwrap(), "dangling link exists (lstat)");
+
+        // Rmdir without force on a non-empty dir fails and keeps it.
+        let full = format!("{base}/full");
+        fs.mkdir(&format!("{full}/child")).await.unwrap();
+        assert!(fs.rmdir(&full, false).await.is_err());
+        assert!(Path::new(&full).is_dir());
+
+        if version == "v2alpha1" {
+            // RmdirContents keeps the dir, removes children, does not follow links.
+            let root = format!("{base}/rc");
+            for p in ["foo/goo", "foo/bar/baz", "alpha/beta/gamma"] {
+                fs.mkdir(&format!("{root}/{p}")).await.unwrap();
+            }
+            let outside = d.k("outside-target");
+            std::fs::write(&outside, b"x").unwrap();
+            std::os::unix::fs::symlink(&outside, format!("{root}/source")).unwrap();
+            fs.rmdir_contents(&root).await.unwrap();
+            assert!(Path::new(&root).is_dir());
+            assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0);
+            assert!(Path::new(&outside).exists());
+        } else {
+            assert_eq!(fs.rmdir_contents(&base).await.unwrap_err().code(), Code::Unimplemented);
+        }
+        fs.rmdir(&base, true).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn hostile_paths_are_refused_and_nothing_is_touched() {
+    let d = Daemon::start();
+    let outside = d._dir.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("precious"), b"data").unwrap();
+    // A link inside the kubelet dir that leads outside it.
+    std::os::unix::fs::symlink(&outside, d.kubelet.join("escape")).unwrap();
+    let mut fs = FilesystemClient::connect(&d.connector()).await.unwrap();
+    assert_eq!(fs.version(), "v1");
+    let kubelet = d.kubelet.display().to_string();
+    let hostile = [
+        String::new(),
+        "relative/path".into(),
+        outside.display().to_string(),
+        format!("{kubelet}-evil/x"),
+        format!("{kubelet}/../outside"),
+        format!("{kubelet}/a/../../outside"),
+        format!("{kubelet}/escape/newdir"),
+        format!("{kubelet}/escape/precious"),
+        format!("{kubelet}/x\0y"),
+        format!("{kubelet}/{}", "a".repeat(256)),
+        "/etc".into(),
+        "/".into(),
+    ];
+    for p in &hostile {
+        let e = fs.mkdir(p).await.unwrap_err();
+        assert!(
+            matches!(e.code(), Code::InvalidArgument | Code::PermissionDenied),
+            "Mkdir {p:?}: {e:?}"
+        );
+        assert!(e.message().contains("Mkdir"), "message names the operation: {}", e.message());
+        let e = fs.rmdir(p, true).await.unwrap_err();
+        assert!(matches!(e.code(), Code::InvalidArgument | Code::PermissionDenied), "Rmdir {p:?}: {e:?}");
+    }
+    assert!(!d._dir.path().join("kubelet-evil").exists());
+    assert!(!outside.join("newdir").exists());
+    assert_eq!(std::fs::read(outside.join("precious")).unwrap(), b"data");
+    // The root itself can be checked but not removed.
+    assert!(fs.path_exists(&kubelet).await.unwrap());
+    assert_eq!(fs.rmdir(&kubelet, true).await.unwrap_err().code(), Code::PermissionDenied);
+    assert!(d.kubelet.is_dir());
+}
+
+#[tokio::test]
+async fn sigterm_stops_within_5s_and_removes_sockets() {
+    let mut d = Daemon::start();
+    let mut fs = FilesystemClient::connect(&d.connector()).await.unwrap();
+    fs.mkdir(&d.k("a")).await.unwrap();
+    let t = Instant::now();
+    d.signal("-TERM");
+    let status = d.wait_exit(Duration::from_secs(5));
+    assert!(status.success(), "{status:?}");
+    assert!(t.elapsed() < Duration::from_secs(5));
+    assert_eq!(socket_count(&d.sockets), 0, "sockets removed");
+}
+
+#[tokio::test]
+async fn a_second_daemon_fails_clearly_and_a_crashed_ones_sockets_are_reused() {
+    let mut d = Daemon::start();
+    // Second daemon on the same socket dir: exits non-zero, names the problem, first keeps serving.
+    let second = Command::new(env!("CARGO_BIN_EXE_csi-proxy"))
+        .arg(format!("--kubelet-path={}", d.kubelet.display()))
+        .arg(format!("--socket-dir={}", d.sockets.display()))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(err.contains("another csi-proxy"), "{err}");
+    assert_eq!(socket_count(&d.sockets), 23);
+    let mut fs = FilesystemClient::connect(&d.connector()).await.unwrap();
+    assert!(fs.path_exists(&d.k("")).await.unwrap());
+
+    // SIGKILL leaves stale sockets; a new daemon replaces them.
+    d.signal("-KILL");
+    d.wait_exit(Duration::from_secs(5));
+    assert_eq!(socket_count(&d.sockets), 23, "stale sockets left by the crash");
+    d.child = spawn(&d.sockets, &d.kubelet);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut fs = FilesystemClient::connect(&d.connector()).await.unwrap();
+    assert!(fs.path_exists(&d.k("")).await.unwrap());
+}
+
+#[tokio::test]
+async fn clients_made_before_a_restart_keep_working() {
+    let mut d = Daemon::start();
+    let ch = d.connector().lazy_channel("filesystem", "v1");
+    let mut fs = FilesystemClient::from_channel("v1", ch).unwrap();
+    assert!(fs.path_exists(&d.k("")).await.unwrap());
+    d.signal("-TERM");
+    d.wait_exit(Duration::from_secs(5));
+    d.child = spawn(&d.sockets, &d.kubelet);
+    d.wait_ready();
+    // The first call after the restart may race the reconnect; the channel redials by itself.
+    let mut ok = false;
+    for _ in 0..50 {
+        if fs.path_exists(&d.k("")).await.is_ok() {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ok, "the old client works after the restart");
+}
+
+/// A codec that sends and expects empty messages, to reach any RPC without its types.
+#[derive(Default, Clone)]
+struct EmptyCodec;
+
+impl tonic::codec::Codec for EmptyCodec {
+    type Encode = ();
+    type Decode = ();
+    type Encoder = EmptyCodec;
+    type Decoder = EmptyCodec;
+    fn encoder(&mut self) -> Self::Encoder {
+        EmptyCodec
+    }
+    fn decoder(&mut self) -> Self::Decoder {
+        EmptyCodec
+    }
+}
+
+impl tonic::codec::Encoder for EmptyCodec {
+    type Item = ();
+    type Error = tonic::Status;
+    fn encode(&mut self, _: (), _: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for EmptyCodec {
+    type Item = ();
+    type Error = tonic::Status;
+    fn decode(&mut self, _: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<()>, tonic::Status> {
+        Ok(Some(()))
+    }
+}

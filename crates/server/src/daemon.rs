@@ -1,0 +1,226 @@
+//! The daemon: every group-version endpoint in one process, started together, stopped together.
+
+use crate::transport::authority::AuthorityFix;
+use std::future::Future;
+use std::io;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tonic::service::Routes;
+
+/// How long in-flight requests get to finish after a stop is requested.
+pub const GRACE: Duration = Duration::from_secs(4);
+
+/// One served group-version.
+pub struct Endpoint {
+    /// API group, e.g. `disk`.
+    pub group: &'static str,
+    /// API version, e.g. `v1beta3`.
+    pub version: &'static str,
+    /// The single gRPC service answering on this endpoint.
+    pub routes: Routes,
+}
+
+/// Where endpoints listen.
+#[derive(Debug, Clone)]
+pub enum Listen {
+    /// Unix sockets `<dir>/csi-proxy-<group>-<version>.sock`, optionally owned by group `gid`.
+    #[cfg(unix)]
+    Unix {
+        /// The socket directory.
+        dir: std::path::PathBuf,
+        /// Owning group of the sockets.
+        gid: Option<u32>,
+    },
+    /// Named pipes `\\.\pipe\csi-proxy-<group>-<version>` with this security descriptor.
+    #[cfg(windows)]
+    Pipe {
+        /// SDDL string of the pipes' security descriptor.
+        sddl: String,
+    },
+}
+
+/// Why the daemon could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// An endpoint could not be created (another daemon running, bad permissions, ...).
+    #[error("cannot listen for {group} {version}: {source}")]
+    Listen {
+        /// API group.
+        group: &'static str,
+        /// API version.
+        version: &'static str,
+        /// The OS error, with the socket or pipe name.
+        source: io::Error,
+    },
+    /// An endpoint's server failed while running.
+    #[error("the {group} {version} endpoint failed: {message}")]
+    Serve {
+        /// API group.
+        group: &'static str,
+        /// API version.
+        version: &'static str,
+        /// What failed.
+        message: String,
+    },
+}
+
+/// The name a client uses to reach an endpoint: a socket path or a pipe name.
+pub fn endpoint_name(listen: &Listen, group: &str, version: &str) -> String {
+    match listen {
+        #[cfg(unix)]
+        Listen::Unix { dir, .. } => crate::transport::unix::socket_path(dir, group, version)
+            .display()
+            .to_string(),
+        #[cfg(windows)]
+        Listen::Pipe { .. } => format!(r"\\.\pipe\csi-proxy-{group}-{version}"),
+    }
+}
+
+/// Serves every endpoint until `shutdown` completes (or an endpoint fails), then stops them all
+/// within [`GRACE`] and removes the socket files. All listeners are created before anything is
+/// served: if one cannot be created, none is left behind and the error names it.
+pub async fn serve(
+    endpoints: Vec<Endpoint>,
+    listen: Listen,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), DaemonError> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut servers = JoinSet::new();
+    let bound = bind_all(&endpoints, &listen)?;
+    let names: Vec<String> = endpoints
+        .iter()
+        .map(|e| endpoint_name(&listen, e.group, e.version))
+        .collect();
+
+    for (ep, incoming) in endpoints.into_iter().zip(bound) {
+        let mut stop = stop_rx.clone();
+        let (group, version) = (ep.group, ep.version);
+        let router = tonic::transport::Server::builder().add_routes(ep.routes);
+        servers.spawn(async move {
+            let signal = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            let r = match incoming {
+                #[cfg(unix)]
+                Incoming::Unix(l) => {
+                    let stream = tokio_stream::wrappers::UnixListenerStream::new(l);
+                    let stream = tokio_stream::StreamExt::map(stream, |c| c.map(AuthorityFix::new));
+                    router.serve_with_incoming_shutdown(stream, signal).await
+                }
+                #[cfg(windows)]
+                Incoming::Pipe(l) => {
+                    let stream = tokio_stream::StreamExt::map(l.into_incoming(), |c| {
+                        c.map(AuthorityFix::new)
+                    });
+                    router.serve_with_incoming_shutdown(stream, signal).await
+                }
+            };
+            (group, version, r)
+        });
+    }
+    tracing::info!(endpoints = names.len(), "serving");
+
+    let mut failure = None;
+    tokio::select! {
+        () = shutdown => tracing::info!("stop requested"),
+        Some(done) = servers.join_next() => failure = Some(done),
+    }
+    let _ = stop_tx.send(true);
+    let deadline = tokio::time::sleep(GRACE);
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            next = servers.join_next() => match next {
+                Some(done) => { failure.get_or_insert(done); }
+                None => break,
+            },
+            () = &mut deadline => {
+                tracing::warn!(remaining = servers.len(), "requests still running after the grace period; stopping them");
+                servers.abort_all();
+                while servers.join_next().await.is_some() {}
+                break;
+            }
+        }
+    }
+    cleanup(&listen, &names);
+    match failure {
+        Some(Ok((group, version, Err(e)))) => Err(DaemonError::Serve {
+            group,
+            version,
+            message: e.to_string(),
+        }),
+        Some(Err(join)) => Err(DaemonError::Serve {
+            group: "?",
+            version: "?",
+            message: join.to_string(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+enum Incoming {
+    #[cfg(unix)]
+    Unix(tokio::net::UnixListener),
+    #[cfg(windows)]
+    Pipe(crate::transport::pipe::PipeListener),
+}
+
+fn bind_all(endpoints: &[Endpoint], listen: &Listen) -> Result<Vec<Incoming>, DaemonError> {
+    let mut bound = Vec::with_capacity(endpoints.len());
+    let mut created = Vec::new();
+    for ep in endpoints {
+        let err = |source| DaemonError::Listen {
+            group: ep.group,
+            version: ep.version,
+            source,
+        };
+        let r = match listen {
+            #[cfg(unix)]
+            Listen::Unix { dir, gid } => crate::transport::unix::ensure_dir(dir)
+                .and_then(|()| {
+                    let path = crate::transport::unix::socket_path(dir, ep.group, ep.version);
+                    crate::transport::unix::bind(&path, *gid)
+                })
+                .map(Incoming::Unix),
+            #[cfg(windows)]
+            Listen::Pipe { sddl } => crate::transport::pipe::PipeListener::bind(
+                &endpoint_name(listen, ep.group, ep.version),
+                sddl,
+            )
+            .map(Incoming::Pipe),
+        };
+        match r {
+            Ok(i) => {
+                created.push(endpoint_name(listen, ep.group, ep.version));
+                bound.push(i);
+            }
+            Err(e) => {
+                drop(bound);
+                cleanup(listen, &created);
+                return Err(err(e));
+            }
+        }
+    }
+    Ok(bound)
+}
+
+fn cleanup(listen: &Listen, names: &[String]) {
+    match listen {
+        #[cfg(unix)]
+        Listen::Unix { .. } => {
+            for n in names {
+                if let Err(e) = std::fs::remove_file(n) {
+                    if e.kind() != io::ErrorKind::NotFound {
+                        tracing::warn!(socket = %n, "cannot remove socket: {e}");
+                    }
+                }
+            }
+        }
+        #[cfg(windows)]
+        Listen::Pipe { .. } => {
+            // Pipes vanish with their last handle.
+            let _ = names;
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! Unix-socket endpoints: `<socket-dir>/csi-proxy-<group>-<version>.sock`.
+//!
+//! A socket file left by a crashed daemon is replaced; one held by a live daemon is never stolen.
+
+use std::io;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use tokio::net::UnixListener;
+
+/// Mode of every socket: owner and group may connect, nobody else.
+pub const SOCKET_MODE: u32 = 0o660;
+
+/// The socket path of one group-version.
+pub fn socket_path(dir: &Path, group: &str, version: &str) -> PathBuf {
+    dir.join(format!("csi-proxy-{group}-{version}.sock"))
+}
+
+/// Binds a listener at `path` with mode 0660 and, if given, owning group `gid`.
+///
+/// An existing socket file is probed first: if something accepts on it, another daemon is alive
+/// and binding fails with `AddrInUse`; if the connection is refused, the file is stale and is
+/// replaced. A non-socket file at `path` is never removed.
+pub fn bind(path: &Path, gid: Option<u32>) -> io::Result<UnixListener> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => {
+            match std::os::unix::net::UnixStream::connect(path) {
+                Ok(_) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AddrInUse,
+                        format!(
+                            "socket {} is served by a running process (another csi-proxy?); \
+                             stop it first or use another --socket-dir",
+                            path.display()
+                        ),
+                    ));
+                }
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                    tracing::info!(socket = %path.display(), "replacing stale socket file");
+                    std::fs::remove_file(path).or_else(ignore_not_found)?;
+                }
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("probing existing socket {}: {e}", path.display()),
+                    ));
+                }
+            }
+        }
+        Ok(_) => {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!(
+                    "{} exists and is not a socket; refusing to replace it",
+                    path.display()
+                ),
+            ));
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let listener = UnixListener::bind(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("binding {}: {e}", path.display())))?;
+    let restrict = || -> io::Result<()> {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE))?;
+        if let Some(gid) = gid {
+            std::os::unix::fs::chown(path, None, Some(gid))?;
+        }
+        Ok(())
+    };
+    if let Err(e) = restrict() {
+        let _ = std::fs::remove_file(path);
+        return Err(io::Error::new(
+            e.kind(),
+            format!("setting owner/mode of {}: {e}", path.display()),
+        ));
+    }
+    Ok(listener)
+}
+
+/// Creates the socket directory (mode 0755 if new) when it does not exist.
+pub fn ensure_dir(dir: &Path) -> io::Result<()> {
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("socket dir {} is not a directory", dir.display()),
+        )),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(dir)?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Resolves `--socket-group`: a numeric gid or a group name from /etc/group.
+pub fn resolve_group(spec: &str) -> io::Result<u32> {
+    if let Ok(gid) = spec.parse::<u32>() {
+        return Ok(gid);
+    }
+    let groups = std::fs::read_to_string("/etc/group")?;
+    groups
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split(':');
+            let name = f.next()?;
+            let gid = f.nth(1)?.parse::<u32>().ok()?;
+            (name == spec).then_some(gid)
+        })
+        .next()
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("socket group {spec:?} is not a gid and not in /etc/group"),
+            )
+        })
+}
+
+fn ignore_not_found(e: io::Error) -> io::Result<()> {
+    if e.kind() == io::ErrorKind::NotFound {
+        Ok(())
+    } else {
+        Err(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn stale_socket_is_replaced_live_one_is_not_stolen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = socket_path(dir.path(), "disk", "v1");
+        assert!(path.ends_with("csi-proxy-disk-v1.sock"));
+
+        // A stale socket: bound once, listener dropped, file left behind.
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        assert!(path.exists());
+        let live = bind(&path, None).expect("stale socket replaced");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, SOCKET_MODE);
+
+        // A live one: the second bind fails clearly and the socket keeps working.
+        let err = bind(&path, None).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AddrInUse);
+        assert!(err.to_string().contains("another csi-proxy"), "{err}");
+        let accept = tokio::spawn(async move { live.accept().await.map(|_| ()) });
+        tokio::net::UnixStream::connect(&path).await.unwrap();
+        accept.await.unwrap().unwrap();
+    }
+
+    #[test]
+    fn a_regular_file_is_never_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = socket_path(dir.path(), "smb", "v1");
+        std::fs::write(&path, b"data").unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let err = rt.block_on(async { bind(&path, None).unwrap_err() });
+        assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(std::fs::read(&path).unwrap(), b"data");
+    }
+
+    #[test]
+    fn groups_resolve_by_number_and_name() {
+        assert_eq!(resolve_group("1234").unwrap(), 1234);
+        assert_eq!(resolve_group("root").unwrap(), 0);
+        assert!(resolve_group("no-such-group-xyz").is_err());
+    }
+}
