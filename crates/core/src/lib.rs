@@ -2,8 +2,13 @@
 //! policy and the error type. Nothing here calls the OS; `csi-proxy-host` implements the traits.
 #![forbid(unsafe_code)]
 
+pub mod disk;
 pub mod error;
 pub mod filesystem;
+pub mod iscsi;
 pub mod paths;
+pub mod smb;
+pub mod system;
+pub mod volume;
 
 pub use error::{Error, Kind, Result};

@@ -1,9 +1,51 @@
 //! Path confinement: every path argument must lie inside `--kubelet-path` or a `--working-dir`.
 //!
-//! PLACEHOLDER interface; the full rules (design.md §5) are being written.
+//! Upstream only did a case-insensitive string-prefix test (so `…\kubelet-evil` passed, an empty
+//! `--kubelet-path` allowed everything, and any link below a root led anywhere; upstream-behaviour.md
+//! §3.3). Here a path is accepted in two layers (design.md §5):
+//!
+//! 1. [`PathPolicy::check`] is lexical: the path must be well formed for its [`PathStyle`] and lie
+//!    component-wise inside a root. Malformed input is [`Kind::InvalidArgument`]; a well-formed path
+//!    outside every root is [`Kind::PermissionDenied`]. It returns the normalised path, which is what
+//!    the host must operate on.
+//! 2. [`PathPolicy::confine`] and [`PathPolicy::confine_following`] also walk the existing components
+//!    below the root, asking a [`LinkProbe`] about each, so no existing link or mount point leads out.
+//!
+//! Choices worth knowing (each is argued where it is implemented):
+//! - Length limits: POSIX paths are at most [`POSIX_MAX_PATH_BYTES`] (4095) bytes, because Linux's
+//!   `PATH_MAX` of 4096 counts the terminating NUL. Windows paths are at most
+//!   [`WINDOWS_MAX_PATH_UNITS`] (32,763) UTF-16 units, so the `\\?\`-prefixed form the host builds
+//!   stays within Windows' 32,767. Components: 255 bytes / 255 UTF-16 units.
+//! - Windows: repeated `\` and a trailing `\` are normalised away (upstream accepts doubled
+//!   separators and drivers join paths sloppily); a `.` component is refused (it ends in `.`, and
+//!   upstream's own `RemoveAll` refuses such paths). Case-insensitive comparison folds ASCII only:
+//!   it never calls two names equal that NTFS keeps apart (NTFS's upcase table varies by volume and
+//!   Unicode-aware folding would, for example, equate the Kelvin sign with `k`); a non-ASCII root
+//!   spelled in another case is therefore refused, never wrongly accepted.
+//! - Link targets are resolved the way the kernel does (each `..` goes to the parent of the place
+//!   reached so far, after earlier links were followed), not by lexically normalising the target
+//!   text: lexical normalisation of `s/../../x` where `s` is itself a link would skip `s` and let a
+//!   path escape on Linux. Windows evaluates `..` in relative link targets textually, so there a
+//!   `..` that would step back out of a followed link or a mounted volume is refused, because the two
+//!   readings disagree.
+//! - A mounted [`LinkTarget::Volume`] is allowed, and probing continues inside it: a volume's contents
+//!   may be written by a pod, and a link in it to `/etc` must not be followed.
+//! - A missing component (or one below a plain file) ends probing: nothing further exists.
 
 use crate::error::{Error, Kind, Result};
 use std::io;
+
+/// Longest accepted POSIX path in bytes: Linux's `PATH_MAX` (4096) includes the terminating NUL.
+pub const POSIX_MAX_PATH_BYTES: usize = 4095;
+
+/// Longest accepted Windows path in UTF-16 units: 32,767 minus the `\\?\` prefix the host adds.
+pub const WINDOWS_MAX_PATH_UNITS: usize = 32_767 - 4;
+
+/// Longest accepted path component: 255 bytes (POSIX `NAME_MAX`) or 255 UTF-16 units (NTFS).
+pub const MAX_COMPONENT_LEN: usize = 255;
+
+/// How many links one path may pass through before it is refused (Linux's `MAXSYMLINKS`).
+pub const MAX_LINK_HOPS: usize = 40;
 
 /// Which path syntax the policy checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,6 +65,71 @@ impl PathStyle {
             PathStyle::Posix
         }
     }
+
+    /// How many leading components name the filesystem root: none on POSIX, the drive on Windows.
+    fn base(self) -> usize {
+        match self {
+            PathStyle::Posix => 0,
+            PathStyle::Windows => 1,
+        }
+    }
+
+    /// Component equality: exact on POSIX, ASCII case-insensitive on Windows (see module docs).
+    fn same(self, a: &str, b: &str) -> bool {
+        match self {
+            PathStyle::Posix => a == b,
+            PathStyle::Windows => a.eq_ignore_ascii_case(b),
+        }
+    }
+
+    /// Whether `prefix` is a component-wise prefix of `path` (equal counts).
+    fn starts_with<A: AsRef<str>, B: AsRef<str>>(self, path: &[A], prefix: &[B]) -> bool {
+        path.len() >= prefix.len()
+            && path
+                .iter()
+                .zip(prefix)
+                .all(|(a, b)| self.same(a.as_ref(), b.as_ref()))
+    }
+
+    /// Renders absolute components: POSIX `/a/b`; Windows `C:\a\b` (the first component is the
+    /// drive, and the drive alone renders as `C:\`).
+    fn render<S: AsRef<str>>(self, comps: &[S]) -> String {
+        match self {
+            PathStyle::Posix => {
+                let mut s = String::new();
+                for c in comps {
+                    s.push('/');
+                    s.push_str(c.as_ref());
+                }
+                if s.is_empty() {
+                    s.push('/');
+                }
+                s
+            }
+            PathStyle::Windows => {
+                let Some((drive, rest)) = comps.split_first() else {
+                    return String::new();
+                };
+                let mut s = drive.as_ref().to_string();
+                s.push('\\');
+                for (i, c) in rest.iter().enumerate() {
+                    if i > 0 {
+                        s.push('\\');
+                    }
+                    s.push_str(c.as_ref());
+                }
+                s
+            }
+        }
+    }
+
+    /// Splits a client path into normalised components, or says why it is malformed.
+    fn lexical(self, path: &str) -> std::result::Result<Vec<&str>, String> {
+        match self {
+            PathStyle::Posix => posix_lexical(path),
+            PathStyle::Windows => windows_lexical(path),
+        }
+    }
 }
 
 /// What a path component that is a link or mount point leads to.
@@ -39,6 +146,7 @@ pub enum LinkTarget {
 /// Tells the policy what an existing path component is; implemented by each host.
 pub trait LinkProbe {
     /// `Ok(None)` for a plain file/dir or a missing path; `Ok(Some(..))` for a link or mount point.
+    /// A `NotFound` (or `NotADirectory`) error is also read as "nothing further exists".
     fn link_target(&self, path: &str) -> io::Result<Option<LinkTarget>>;
 }
 
@@ -46,15 +154,81 @@ pub trait LinkProbe {
 #[derive(Debug, Clone)]
 pub struct PathPolicy {
     style: PathStyle,
+    /// Normalised roots, as rendered for callers and messages.
     roots: Vec<String>,
+    /// The same roots split into components (Windows: drive first).
+    root_comps: Vec<Vec<String>>,
+}
+
+/// Where a location stands relative to the roots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// A root itself or one of its ancestors: chosen by the admin, never probed.
+    OnRootPath,
+    /// Strictly inside a root (and not on the way to a deeper root): probed.
+    Below,
+    /// Neither: a link led here.
+    Outside,
+}
+
+/// One component of the location reached so far while walking.
+struct Entry {
+    name: String,
+    /// Reached by following a link, or a mount point: on Windows a later `..` must not leave it,
+    /// because Windows would read that `..` textually, against a different parent.
+    sticky: bool,
+}
+
+/// Work still to do while walking.
+enum Step {
+    /// Go into this component; `follow` says whether a link here is resolved.
+    Name { name: String, follow: bool },
+    /// The target of this link is fully walked: the place reached must lie within a root.
+    LinkEnd { link: String, target: String },
+}
+
+/// Where a parsed link target starts.
+#[derive(Debug, PartialEq, Eq)]
+enum Start<'a> {
+    /// At the link's parent directory.
+    Relative,
+    /// At the POSIX filesystem root.
+    Root,
+    /// At the root of this Windows drive (`C:`).
+    Drive(&'a str),
 }
 
 impl PathPolicy {
     /// A policy over `working_dirs` then `kubelet_path` (upstream's order).
+    ///
+    /// Each root must pass the lexical rules of `style` and must not be the filesystem root
+    /// (upstream's empty `--kubelet-path` silently allowed every path); roots are stored normalised.
     pub fn new(style: PathStyle, kubelet_path: &str, working_dirs: &[String]) -> Result<Self> {
-        let mut roots: Vec<String> = working_dirs.to_vec();
-        roots.push(kubelet_path.to_string());
-        Ok(Self { style, roots })
+        let named = working_dirs
+            .iter()
+            .map(|d| ("--working-dir", d.as_str()))
+            .chain(std::iter::once(("--kubelet-path", kubelet_path)));
+        let mut roots = Vec::new();
+        let mut root_comps = Vec::new();
+        for (flag, dir) in named {
+            let comps = style
+                .lexical(dir)
+                .map_err(|why| Error::invalid(flag, shown(dir), why))?;
+            if comps.len() <= style.base() {
+                return Err(Error::invalid(
+                    flag,
+                    shown(dir),
+                    "the filesystem root cannot be an allowed root (it would allow every path)",
+                ));
+            }
+            roots.push(style.render(&comps));
+            root_comps.push(comps.iter().map(|c| c.to_string()).collect());
+        }
+        Ok(Self {
+            style,
+            roots,
+            root_comps,
+        })
     }
 
     /// The path syntax this policy checks.
@@ -62,34 +236,687 @@ impl PathPolicy {
         self.style
     }
 
-    /// The normalised roots.
+    /// The normalised roots: working dirs in order, then the kubelet path.
     pub fn roots(&self) -> &[String] {
         &self.roots
     }
 
     /// Lexical checks only; returns the normalised path.
     pub fn check(&self, op: &str, path: &str) -> Result<String> {
-        if path.is_empty() {
-            return Err(Error::invalid(op, "\"\"", "path is empty"));
-        }
-        if !self.roots.iter().any(|r| path.starts_with(r.as_str())) {
-            return Err(Error::new(
-                Kind::PermissionDenied,
-                op,
-                format!("{path:?}"),
-                "not within the allowed roots",
-            ));
-        }
-        Ok(path.to_string())
+        let (comps, _) = self.lexical_inside(op, path)?;
+        Ok(self.style.render(&comps))
     }
 
     /// Whether a normalised path is one of the roots itself.
+    ///
+    /// Used to protect roots from removal, so it errs towards "yes": it also resolves `.`, `..`,
+    /// repeated separators and (Windows) `/`, trailing dots/spaces and a `\\?\` or `\??\` prefix.
     pub fn is_root(&self, normalized: &str) -> bool {
-        self.roots.iter().any(|r| r == normalized)
+        let Some(comps) = self.loose_components(normalized) else {
+            return false;
+        };
+        self.root_comps
+            .iter()
+            .any(|r| r.len() == comps.len() && self.style.starts_with(&comps, r))
     }
 
-    /// Lexical checks plus no escape through an existing link or mount point.
-    pub fn confine(&self, op: &str, path: &str, _probe: &dyn LinkProbe) -> Result<String> {
-        self.check(op, path)
+    /// Lexical checks plus no escape through an existing link or mount point in an intermediate
+    /// component; the final component is not followed. Returns the normalised path.
+    pub fn confine(&self, op: &str, path: &str, probe: &dyn LinkProbe) -> Result<String> {
+        self.walk(op, path, false, probe)
+            .map(|(normalised, _)| normalised)
+    }
+
+    /// As [`PathPolicy::confine`], but also follows a link at the final component (for operations
+    /// that act on what the path leads to, such as emptying a directory). Returns the resolved
+    /// path; callers protecting roots should test that with [`PathPolicy::is_root`].
+    pub fn confine_following(&self, op: &str, path: &str, probe: &dyn LinkProbe) -> Result<String> {
+        self.walk(op, path, true, probe)
+            .map(|(_, resolved)| resolved)
+    }
+
+    /// The lexical check: normalised components and how many of them are the deepest matching root.
+    fn lexical_inside<'p>(&self, op: &str, path: &'p str) -> Result<(Vec<&'p str>, usize)> {
+        let comps = self
+            .style
+            .lexical(path)
+            .map_err(|why| Error::invalid(op, shown(path), why))?;
+        // The deepest root wins, so that components on the way to an admin-chosen nested root are
+        // not probed (the admin chose that root, links and all).
+        let root_len = self
+            .root_comps
+            .iter()
+            .filter(|r| self.style.starts_with(&comps, r))
+            .map(Vec::len)
+            .max()
+            .ok_or_else(|| {
+                Error::new(
+                    Kind::PermissionDenied,
+                    op,
+                    shown(path),
+                    format!("not within the allowed roots [{}]", self.roots.join(", ")),
+                )
+            })?;
+        Ok((comps, root_len))
+    }
+
+    /// Compares only as many components as the roots have, so deep paths cost no more per step.
+    fn place(&self, loc: &[Entry]) -> Place {
+        let eq = |e: &Entry, r: &String| self.style.same(&e.name, r);
+        let mut below = false;
+        for r in &self.root_comps {
+            if loc.len() <= r.len() {
+                if loc.iter().zip(r).all(|(e, r)| eq(e, r)) {
+                    return Place::OnRootPath;
+                }
+            } else {
+                below |= r.iter().zip(loc).all(|(r, e)| eq(e, r));
+            }
+        }
+        if below { Place::Below } else { Place::Outside }
+    }
+
+    /// Walks the path as the OS would, resolving links, and returns (normalised, resolved).
+    fn walk(
+        &self,
+        op: &str,
+        path: &str,
+        follow_final: bool,
+        probe: &dyn LinkProbe,
+    ) -> Result<(String, String)> {
+        let style = self.style;
+        let (comps, root_len) = self.lexical_inside(op, path)?;
+        let normalised = style.render(&comps);
+        let deny = |cause: String| Error::new(Kind::PermissionDenied, op, shown(path), cause);
+        let roots = || self.roots.join(", ");
+
+        // Components up to the root are not probed: the admin chose the root.
+        let mut stack: Vec<Entry> = comps[..root_len]
+            .iter()
+            .map(|c| Entry {
+                name: c.to_string(),
+                sticky: false,
+            })
+            .collect();
+        let below = &comps[root_len..];
+        let mut steps: Vec<Step> = below
+            .iter()
+            .enumerate()
+            .rev()
+            .map(|(i, c)| Step::Name {
+                name: c.to_string(),
+                follow: i + 1 < below.len() || follow_final,
+            })
+            .collect();
+        // Links whose targets are being walked, innermost last (for messages).
+        let mut links: Vec<(String, String)> = Vec::new();
+        let mut hops = 0usize;
+        let mut probing = true;
+
+        while let Some(step) = steps.pop() {
+            match step {
+                Step::Name { name, follow } => {
+                    // Only link targets contain `.` and `..`; client paths were refused for them.
+                    if name == "." {
+                        continue;
+                    }
+                    if name == ".." {
+                        if stack.len() > style.base() {
+                            let top = stack.last().expect("stack is longer than its base");
+                            if style == PathStyle::Windows && top.sticky {
+                                let (link, target) = links.last().cloned().unwrap_or_default();
+                                return Err(deny(format!(
+                                    "{link:?} is a link to {target:?}, whose '..' steps back out \
+                                     of the link or mount point {:?}; Windows reads that '..' \
+                                     textually, so where it leads cannot be proven",
+                                    style.render(&names(&stack))
+                                )));
+                            }
+                            stack.pop();
+                        }
+                        // `..` from within (or on the way to) a root stays within (or on the way).
+                        continue;
+                    }
+                    stack.push(Entry {
+                        name,
+                        sticky: false,
+                    });
+                    let place = self.place(&stack);
+                    if place == Place::Outside {
+                        // Only a link target can get here: the client path was checked lexically.
+                        let (link, target) = links.last().cloned().unwrap_or_default();
+                        return Err(deny(format!(
+                            "{link:?} is a link to {target:?}, which leads to {:?}, outside the \
+                             allowed roots [{}]",
+                            style.render(&names(&stack)),
+                            roots()
+                        )));
+                    }
+                    if place != Place::Below || !follow || !probing {
+                        continue;
+                    }
+                    let at = style.render(&names(&stack));
+                    match probe.link_target(&at) {
+                        Ok(None) => {}
+                        Ok(Some(LinkTarget::Volume)) => {
+                            if let Some(top) = stack.last_mut() {
+                                top.sticky = true;
+                            }
+                        }
+                        Ok(Some(LinkTarget::Foreign(why))) => {
+                            return Err(deny(format!(
+                                "{at:?} cannot be proven to stay within the allowed roots: {why}"
+                            )));
+                        }
+                        Ok(Some(LinkTarget::Path(target))) => {
+                            hops += 1;
+                            if hops > MAX_LINK_HOPS {
+                                return Err(Error::invalid(
+                                    op,
+                                    shown(path),
+                                    format!(
+                                        "too many levels of links (more than {MAX_LINK_HOPS}; \
+                                         the last was {at:?})"
+                                    ),
+                                ));
+                            }
+                            let (start, tcomps) = parse_target(style, &target).map_err(|why| {
+                                deny(format!(
+                                    "{at:?} is a link to {target:?}, which cannot be resolved \
+                                     safely: {why}"
+                                ))
+                            })?;
+                            stack.pop();
+                            match start {
+                                Start::Relative => {}
+                                Start::Root => stack.clear(),
+                                Start::Drive(d) => {
+                                    stack.clear();
+                                    stack.push(Entry {
+                                        name: d.to_string(),
+                                        sticky: false,
+                                    });
+                                }
+                            }
+                            steps.push(Step::LinkEnd {
+                                link: at.clone(),
+                                target: target.clone(),
+                            });
+                            steps.extend(tcomps.iter().rev().map(|c| Step::Name {
+                                name: c.to_string(),
+                                follow: true,
+                            }));
+                            links.push((at, target));
+                        }
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                            ) =>
+                        {
+                            // Nothing exists from here on, so nothing further can be a link.
+                            probing = false;
+                        }
+                        Err(e) => {
+                            return Err(Error::io(
+                                op,
+                                format!("{} (checking {at:?})", shown(path)),
+                                &e,
+                            ));
+                        }
+                    }
+                }
+                Step::LinkEnd { link, target } => {
+                    links.pop();
+                    if !self.within(&stack) {
+                        return Err(deny(format!(
+                            "{link:?} is a link to {target:?}, which resolves to {:?}, outside \
+                             the allowed roots [{}]",
+                            style.render(&names(&stack)),
+                            roots()
+                        )));
+                    }
+                    if let Some(top) = stack.last_mut() {
+                        top.sticky = true;
+                    }
+                }
+            }
+        }
+        Ok((normalised, style.render(&names(&stack))))
+    }
+
+    /// Whether a location is a root or lies inside one.
+    fn within(&self, loc: &[Entry]) -> bool {
+        self.root_comps.iter().any(|r| {
+            loc.len() >= r.len() && r.iter().zip(loc).all(|(r, e)| self.style.same(&e.name, r))
+        })
+    }
+
+    /// A lenient split for [`PathPolicy::is_root`]; `None` if it is not an absolute path at all.
+    fn loose_components(&self, p: &str) -> Option<Vec<String>> {
+        let mut out: Vec<String> = Vec::new();
+        match self.style {
+            PathStyle::Posix => {
+                let rest = p.strip_prefix('/')?;
+                for c in rest.split('/') {
+                    match c {
+                        "" | "." => {}
+                        ".." => {
+                            out.pop();
+                        }
+                        _ => out.push(c.to_string()),
+                    }
+                }
+            }
+            PathStyle::Windows => {
+                let s = [r"\\?\", r"\??\"]
+                    .iter()
+                    .find_map(|pre| p.strip_prefix(pre))
+                    .unwrap_or(p);
+                let b = s.as_bytes();
+                if b.len() < 2 || !b[0].is_ascii_alphabetic() || b[1] != b':' {
+                    return None;
+                }
+                out.push(s[..2].to_string());
+                for c in s[2..].split(['\\', '/']) {
+                    match c {
+                        "" | "." => {}
+                        ".." => {
+                            if out.len() > 1 {
+                                out.pop();
+                            }
+                        }
+                        // Win32 strips trailing dots and spaces, so `kubelet.` names `kubelet`.
+                        _ => {
+                            let t = c.trim_end_matches(['.', ' ']);
+                            if !t.is_empty() {
+                                out.push(t.to_string());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Some(out)
+    }
+}
+
+fn names(stack: &[Entry]) -> Vec<&str> {
+    stack.iter().map(|e| e.name.as_str()).collect()
+}
+
+/// `{path:?}`, shortened for absurdly long input so an error message stays readable.
+fn shown(path: &str) -> String {
+    const LIMIT: usize = 512;
+    if path.len() <= LIMIT {
+        return format!("{path:?}");
+    }
+    let head: String = path.chars().take(96).collect();
+    format!("{head:?}… ({} bytes)", path.len())
+}
+
+fn posix_lexical(path: &str) -> std::result::Result<Vec<&str>, String> {
+    if path.is_empty() {
+        return Err("path is empty".into());
+    }
+    if path.len() > POSIX_MAX_PATH_BYTES {
+        return Err(format!(
+            "path is {} bytes long; at most {POSIX_MAX_PATH_BYTES} are allowed",
+            path.len()
+        ));
+    }
+    if let Some(c) = path.chars().find(|c| c.is_control()) {
+        return Err(format!("contains the control character {c:?}"));
+    }
+    if !path.starts_with('/') {
+        return Err("not an absolute path (it must start with '/')".into());
+    }
+    let mut comps = Vec::new();
+    for comp in path.split('/') {
+        match comp {
+            "" | "." => {}
+            ".." => return Err("'..' components are not allowed".into()),
+            _ if comp.len() > MAX_COMPONENT_LEN => {
+                return Err(format!(
+                    "component {} is {} bytes long; at most {MAX_COMPONENT_LEN} are allowed",
+                    shown(comp),
+                    comp.len()
+                ));
+            }
+            _ => comps.push(comp),
+        }
+    }
+    Ok(comps)
+}
+
+fn windows_lexical(path: &str) -> std::result::Result<Vec<&str>, String> {
+    if path.is_empty() {
+        return Err("path is empty".into());
+    }
+    // UTF-16 units never outnumber UTF-8 bytes, so short input needs no counting.
+    if path.len() > WINDOWS_MAX_PATH_UNITS {
+        let units = path.encode_utf16().count();
+        if units > WINDOWS_MAX_PATH_UNITS {
+            return Err(format!(
+                "path is {units} UTF-16 units long; at most {WINDOWS_MAX_PATH_UNITS} are allowed"
+            ));
+        }
+    }
+    if let Some(c) = path.chars().find(|c| c.is_control()) {
+        return Err(format!("contains the control character {c:?}"));
+    }
+    if let Some(why) = windows_prefix_problem(path) {
+        return Err(why.into());
+    }
+    if path.contains('/') {
+        return Err("contains '/'; only '\\' separates components".into());
+    }
+    let b = path.as_bytes();
+    if b.len() < 2 || !b[0].is_ascii_alphabetic() || b[1] != b':' {
+        return Err("not an absolute Windows path (it must start with a drive, as in C:\\)".into());
+    }
+    if b.get(2) != Some(&b'\\') {
+        return Err("drive-relative path (the drive must be followed by '\\')".into());
+    }
+    let rest = &path[3..];
+    // Upstream refuses `..` anywhere, even inside a name such as `a..b`; kept for compatibility.
+    if rest.contains("..") {
+        return Err("contains '..'".into());
+    }
+    let mut comps = vec![&path[..2]];
+    // Repeated and trailing separators are normalised away.
+    for comp in rest.split('\\').filter(|c| !c.is_empty()) {
+        if comp == "." {
+            return Err("'.' components are not allowed".into());
+        }
+        if let Some(why) = windows_component_problem(comp) {
+            return Err(why);
+        }
+        comps.push(comp);
+    }
+    Ok(comps)
+}
+
+/// Names the namespace or UNC form a path starts with, if any; all are refused.
+fn windows_prefix_problem(path: &str) -> Option<&'static str> {
+    if let Some(rest) = path.strip_prefix(r"\\?\") {
+        if rest
+            .get(..4)
+            .is_some_and(|p| p.eq_ignore_ascii_case(r"UNC\"))
+        {
+            return Some(r"\\?\UNC\ (extended-length UNC) paths are not accepted");
+        }
+        return Some(r"\\?\ (extended-length) paths are not accepted; the host adds it itself");
+    }
+    if path.starts_with(r"\\.\") {
+        return Some(r"\\.\ (device namespace) paths are not accepted");
+    }
+    if path.starts_with(r"\??\") {
+        return Some(r"\??\ (NT object namespace) paths are not accepted");
+    }
+    if path.starts_with(r"\\") {
+        return Some(r"UNC paths (\\server\share) are not accepted");
+    }
+    if path.starts_with('\\') {
+        return Some(r"rooted paths without a drive (\dir) are not accepted");
+    }
+    None
+}
+
+/// Why a Windows name component is unsafe, if it is. Assumes no separators or control characters.
+fn windows_component_problem(comp: &str) -> Option<String> {
+    if comp.contains(':') {
+        return Some(format!(
+            "component {} contains ':' (alternate data streams are not accepted)",
+            shown(comp)
+        ));
+    }
+    if let Some(ch) = comp
+        .chars()
+        .find(|c| matches!(c, '"' | '*' | '?' | '|' | '<' | '>'))
+    {
+        return Some(format!(
+            "component {} contains {ch:?}, which Windows does not allow in names",
+            shown(comp)
+        ));
+    }
+    let units = comp.encode_utf16().count();
+    if units > MAX_COMPONENT_LEN {
+        return Some(format!(
+            "component {} is {units} UTF-16 units long; at most {MAX_COMPONENT_LEN} are allowed",
+            shown(comp)
+        ));
+    }
+    if comp.ends_with(['.', ' ']) {
+        return Some(format!(
+            "component {} ends with '.' or ' ', which Windows strips (so it names another file)",
+            shown(comp)
+        ));
+    }
+    if let Some(name) = reserved_device_name(comp) {
+        return Some(format!(
+            "component {} is the reserved device name {name}",
+            shown(comp)
+        ));
+    }
+    None
+}
+
+/// The DOS device a component names, if any: Windows maps `CON`, `nul.txt`, `COM1 .log`… to
+/// devices whatever the extension (the part from the first `.`, after trailing spaces are dropped).
+fn reserved_device_name(comp: &str) -> Option<String> {
+    let stem = comp.split('.').next().unwrap_or(comp).trim_end_matches(' ');
+    const PLAIN: [&str; 6] = ["CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$"];
+    if let Some(n) = PLAIN.iter().find(|n| stem.eq_ignore_ascii_case(n)) {
+        return Some(n.to_string());
+    }
+    // COM0-9 and LPT0-9 (0 is listed by current Microsoft docs), plus the superscript digits
+    // ¹ ² ³, which Windows also treats as device numbers.
+    let head = stem.get(..3)?;
+    let prefix = ["COM", "LPT"]
+        .into_iter()
+        .find(|p| head.eq_ignore_ascii_case(p))?;
+    let mut tail = stem[3..].chars();
+    match (tail.next(), tail.next()) {
+        (Some(d @ ('0'..='9' | '¹' | '²' | '³')), None) => Some(format!("{prefix}{d}")),
+        _ => None,
+    }
+}
+
+/// Parses a link target into where it starts and its components (which may include `.`/`..`), or
+/// says why it cannot be followed safely.
+fn parse_target(style: PathStyle, t: &str) -> std::result::Result<(Start<'_>, Vec<&str>), String> {
+    if t.is_empty() {
+        return Err("the target is empty".into());
+    }
+    match style {
+        PathStyle::Posix => {
+            let start = if t.starts_with('/') {
+                Start::Root
+            } else {
+                Start::Relative
+            };
+            Ok((start, t.split('/').filter(|c| !c.is_empty()).collect()))
+        }
+        PathStyle::Windows => {
+            if let Some(c) = t.chars().find(|c| c.is_control()) {
+                return Err(format!("it contains the control character {c:?}"));
+            }
+            let is_sep = |b: Option<&u8>| matches!(b, Some(b'\\' | b'/'));
+            let drive_abs = |s: &str| {
+                let b = s.as_bytes();
+                b.len() >= 2
+                    && b[0].is_ascii_alphabetic()
+                    && b[1] == b':'
+                    && (b.len() == 2 || is_sep(b.get(2)))
+            };
+            let mut s = t;
+            // Junctions store `\??\C:\…`; symlinks may store `\\?\C:\…`. Both name a drive path.
+            for pre in [r"\??\", r"\\?\"] {
+                if let Some(rest) = t.strip_prefix(pre) {
+                    if rest
+                        .get(..4)
+                        .is_some_and(|p| p.eq_ignore_ascii_case(r"UNC\"))
+                    {
+                        return Err("it is a UNC path (a network share)".into());
+                    }
+                    if !drive_abs(rest) {
+                        return Err("it is a device or volume path, not a drive path".into());
+                    }
+                    s = rest;
+                }
+            }
+            let b = s.as_bytes();
+            let (start, rest) = if drive_abs(s) {
+                (Start::Drive(&s[..2]), &s[2..])
+            } else if b.len() >= 2 && b[0].is_ascii_alphabetic() && b[1] == b':' {
+                return Err("it is drive-relative".into());
+            } else if is_sep(b.first()) && is_sep(b.get(1)) {
+                return Err("it is a UNC or device path".into());
+            } else if is_sep(b.first()) {
+                return Err("it is rooted without a drive (its volume is unknown)".into());
+            } else {
+                (Start::Relative, s)
+            };
+            let comps: Vec<&str> = rest.split(['\\', '/']).filter(|c| !c.is_empty()).collect();
+            for c in &comps {
+                if !matches!(*c, "." | "..")
+                    && let Some(why) = windows_component_problem(c)
+                {
+                    return Err(why);
+                }
+            }
+            Ok((start, comps))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reserved_device_names_cover_extensions_case_and_superscripts() {
+        for (comp, name) in [
+            ("CON", "CON"),
+            ("con", "CON"),
+            ("nul.txt", "NUL"),
+            ("NUL .txt", "NUL"),
+            ("Aux.tar.gz", "AUX"),
+            ("prn", "PRN"),
+            ("COM1", "COM1"),
+            ("com0", "COM0"),
+            ("LPT9.log", "LPT9"),
+            ("COM\u{b9}", "COM\u{b9}"),
+            ("lpt\u{b3}.x", "LPT\u{b3}"),
+            ("CONIN$", "CONIN$"),
+            ("conout$.txt", "CONOUT$"),
+        ] {
+            assert_eq!(reserved_device_name(comp).as_deref(), Some(name), "{comp}");
+        }
+        for comp in [
+            "CONSOLE",
+            "COM10",
+            "COM",
+            "LPT",
+            "xCON",
+            "NULL.txt",
+            "COM1x",
+            "con_1",
+            "CONIN",
+            "é",
+            "",
+            "COM\u{b4}",
+        ] {
+            assert_eq!(reserved_device_name(comp), None, "{comp}");
+        }
+    }
+
+    #[test]
+    fn windows_link_targets_parse_to_start_and_components() {
+        let w = PathStyle::Windows;
+        assert_eq!(
+            parse_target(w, r"\??\C:\var\lib").unwrap(),
+            (Start::Drive("C:"), vec!["var", "lib"])
+        );
+        assert_eq!(
+            parse_target(w, r"\\?\d:\csi\").unwrap(),
+            (Start::Drive("d:"), vec!["csi"])
+        );
+        assert_eq!(
+            parse_target(w, r"C:/var/lib").unwrap(),
+            (Start::Drive("C:"), vec!["var", "lib"])
+        );
+        assert_eq!(
+            parse_target(w, r"..\a\.\b").unwrap(),
+            (Start::Relative, vec!["..", "a", ".", "b"])
+        );
+        for bad in [
+            "",
+            r"\??\UNC\srv\share",
+            r"\\?\unc\srv\share",
+            r"\\srv\share",
+            r"//srv/share",
+            r"\\.\PhysicalDrive0",
+            r"\??\Volume{01234567-89ab-cdef-0123-456789abcdef}\",
+            r"\Windows",
+            r"C:Windows",
+            r"C:\x:stream",
+            r"C:\kubelet.\x",
+            r"C:\x\CON",
+            "C:\\x\u{1}",
+            r"C:\a\...\b",
+        ] {
+            assert!(parse_target(w, bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn posix_link_targets_parse_to_start_and_components() {
+        let p = PathStyle::Posix;
+        assert_eq!(
+            parse_target(p, "/etc//x/").unwrap(),
+            (Start::Root, vec!["etc", "x"])
+        );
+        assert_eq!(
+            parse_target(p, "../a/./b").unwrap(),
+            (Start::Relative, vec!["..", "a", ".", "b"])
+        );
+        assert!(parse_target(p, "").is_err());
+    }
+
+    #[test]
+    fn render_round_trips_both_styles() {
+        assert_eq!(PathStyle::Posix.render::<&str>(&[]), "/");
+        assert_eq!(PathStyle::Posix.render(&["a", "b"]), "/a/b");
+        assert_eq!(PathStyle::Windows.render(&["C:"]), "C:\\");
+        assert_eq!(PathStyle::Windows.render(&["C:", "a", "b"]), r"C:\a\b");
+    }
+
+    #[test]
+    fn shown_truncates_only_huge_input() {
+        assert_eq!(shown("/a\"b"), "\"/a\\\"b\"");
+        let long = "x".repeat(5000);
+        let s = shown(&long);
+        assert!(s.ends_with("… (5000 bytes)"), "{s}");
+        assert!(s.len() < 200, "{s}");
+    }
+
+    #[test]
+    fn windows_comparison_folds_ascii_only() {
+        let w = PathStyle::Windows;
+        assert!(w.same("KUBELET", "kubelet"));
+        // The Kelvin sign lowercases to `k` but NTFS keeps it distinct: never equate them.
+        assert!(!w.same("\u{212a}ubelet", "kubelet"));
+        assert!(!w.same("É", "é"));
+        assert!(!PathStyle::Posix.same("Kubelet", "kubelet"));
+    }
+
+    #[test]
+    fn limits_are_the_documented_values() {
+        assert_eq!(POSIX_MAX_PATH_BYTES, 4095);
+        assert_eq!(WINDOWS_MAX_PATH_UNITS, 32_763);
+        assert_eq!(MAX_COMPONENT_LEN, 255);
+        assert_eq!(MAX_LINK_HOPS, 40);
     }
 }

@@ -108,7 +108,11 @@ impl FilesystemService {
     /// RmdirContents: empties the directory, keeps it.
     pub fn rmdir_contents(&self, path: &str) -> Result<()> {
         const OP: &str = "RmdirContents";
-        let p = self.confine(OP, path)?;
+        // Emptying follows a final link, so the link's destination is what must be confined
+        // (and must not be a root).
+        let p = self
+            .policy
+            .confine_following(OP, path, self.host.as_ref())?;
         self.protect_root(OP, &p)?;
         self.host
             .remove_contents(&p)
@@ -121,13 +125,9 @@ impl FilesystemService {
         // Upstream validates the target (the link) first, then the source.
         let link = self.confine(OP, target_path)?;
         let source = self.confine(OP, source_path)?;
-        self.host.create_symlink(&source, &link).map_err(|e| {
-            Error::io(
-                OP,
-                format!("link {link:?} -> {source:?}"),
-                &e,
-            )
-        })
+        self.host
+            .create_symlink(&source, &link)
+            .map_err(|e| Error::io(OP, format!("link {link:?} -> {source:?}"), &e))
     }
 
     /// IsSymlink: true for a link or mount point whose target exists; error on a missing path.

@@ -1,0 +1,231 @@
+//! Disk group: disks by number, their locations and IDs, partitioning and online state.
+//!
+//! [`DiskService`] holds the version-agnostic logic every disk API version is served by; the
+//! [`DiskHost`] trait is the thin OS layer implemented per platform in `csi-proxy-host`.
+//! Semantics follow upstream-behaviour.md §2.1.
+
+use crate::error::{Error, Kind, Result};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The group name used in error messages.
+const GROUP: &str = "disk";
+
+/// Where a disk is attached, as the host reports it. Every field may be empty when the host
+/// does not know it (upstream leaves `bus` empty on most hosts).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DiskLocation {
+    /// Storage adapter (controller) number.
+    pub adapter: String,
+    /// Bus number.
+    pub bus: String,
+    /// Target number.
+    pub target: String,
+    /// Logical unit number; drivers find their disk by it (AzureDisk, EBS).
+    pub lun_id: String,
+}
+
+/// The identifiers of one disk.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DiskIds {
+    /// SCSI VPD page 0x83 device identifier: an ASCII identifier verbatim, a binary one as
+    /// lowercase hex, empty when the disk has none.
+    pub page83: String,
+    /// The disk's serial number, verbatim (may be blanks or end in `.`).
+    pub serial_number: String,
+}
+
+/// OS primitives of the disk group. Disks are named by their OS disk number.
+///
+/// Every method defaults to "not implemented" so a platform can be brought up RPC by RPC; until a
+/// method is overridden its RPC answers UNIMPLEMENTED naming the group and RPC.
+pub trait DiskHost: Send + Sync {
+    /// Every disk's location, keyed by disk number; disks without a parsable location are left out.
+    fn list_disk_locations(&self) -> Result<BTreeMap<u32, DiskLocation>> {
+        Err(Error::unimplemented(GROUP, "ListDiskLocations"))
+    }
+
+    /// Initialises a raw disk (GPT) and creates one maximum-size data partition unless a
+    /// non-reserved partition exists already. Idempotent; never formats.
+    fn partition_disk(&self, disk_number: u32) -> Result<()> {
+        let _ = disk_number;
+        Err(Error::unimplemented(GROUP, "PartitionDisk"))
+    }
+
+    /// Makes the OS re-enumerate its disks.
+    fn rescan(&self) -> Result<()> {
+        Err(Error::unimplemented(GROUP, "Rescan"))
+    }
+
+    /// Every disk's identifiers, keyed by disk number; a failure on any disk fails the call.
+    fn list_disk_ids(&self) -> Result<BTreeMap<u32, DiskIds>> {
+        Err(Error::unimplemented(GROUP, "ListDiskIDs"))
+    }
+
+    /// The disk's size in bytes.
+    fn get_disk_size(&self, disk_number: u32) -> Result<u64> {
+        let _ = disk_number;
+        Err(Error::unimplemented(GROUP, "GetDiskStats"))
+    }
+
+    /// Brings the disk online or offline; already being in that state is success.
+    fn set_disk_online(&self, disk_number: u32, online: bool) -> Result<()> {
+        let _ = (disk_number, online);
+        Err(Error::unimplemented(GROUP, "SetDiskState"))
+    }
+
+    /// Whether the disk is online.
+    fn is_disk_online(&self, disk_number: u32) -> Result<bool> {
+        let _ = disk_number;
+        Err(Error::unimplemented(GROUP, "GetDiskState"))
+    }
+}
+
+/// A host that implements nothing: every disk RPC answers UNIMPLEMENTED. Stands in on platforms
+/// whose host layer is not written yet.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UnimplementedDiskHost;
+
+impl DiskHost for UnimplementedDiskHost {}
+
+/// The version-agnostic disk service every disk API version is served by.
+///
+/// Per-disk serialisation and the data-safety checks (design.md §5) belong here, in front of
+/// the host calls, so that every API version gets them.
+#[derive(Clone)]
+pub struct DiskService {
+    host: Arc<dyn DiskHost>,
+}
+
+impl DiskService {
+    /// A service over `host`.
+    pub fn new(host: Arc<dyn DiskHost>) -> Self {
+        Self { host }
+    }
+
+    /// ListDiskLocations: every disk's location by disk number (empty when there are none).
+    pub fn list_disk_locations(&self) -> Result<BTreeMap<u32, DiskLocation>> {
+        self.host.list_disk_locations()
+    }
+
+    /// PartitionDisk: initialise and partition the disk, idempotently.
+    pub fn partition_disk(&self, disk_number: u32) -> Result<()> {
+        self.host.partition_disk(disk_number)
+    }
+
+    /// Rescan: re-enumerate the host's disks.
+    pub fn rescan(&self) -> Result<()> {
+        self.host.rescan()
+    }
+
+    /// ListDiskIDs: every disk's page 0x83 ID and serial number by disk number.
+    pub fn list_disk_ids(&self) -> Result<BTreeMap<u32, DiskIds>> {
+        self.host.list_disk_ids()
+    }
+
+    /// GetDiskStats: the disk's size in bytes.
+    pub fn get_disk_stats(&self, disk_number: u32) -> Result<u64> {
+        self.host.get_disk_size(disk_number)
+    }
+
+    /// SetDiskState: bring the disk online or offline (idempotent).
+    pub fn set_disk_state(&self, disk_number: u32, is_online: bool) -> Result<()> {
+        self.host.set_disk_online(disk_number, is_online)
+    }
+
+    /// GetDiskState: whether the disk is online.
+    pub fn get_disk_state(&self, disk_number: u32) -> Result<bool> {
+        self.host.is_disk_online(disk_number)
+    }
+
+    /// GetDiskNumberByName (disk v1alpha1): the lowest-numbered disk whose page 0x83 ID equals
+    /// `page83` exactly.
+    pub fn get_disk_number_by_name(&self, page83: &str) -> Result<u32> {
+        const OP: &str = "GetDiskNumberByName";
+        // Disks without a page 0x83 ID report "", so an empty name would pick an arbitrary disk.
+        if page83.is_empty() {
+            return Err(Error::invalid(OP, "disk_name", "must not be empty"));
+        }
+        let ids = self.host.list_disk_ids().map_err(|e| e.context(OP))?;
+        ids.into_iter()
+            .find(|(_, id)| id.page83 == page83)
+            .map(|(number, _)| number)
+            .ok_or_else(|| {
+                Error::new(
+                    Kind::NotFound,
+                    OP,
+                    format!("disk_name {page83:?}"),
+                    "no disk has this page 0x83 ID",
+                )
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct TwoDisks;
+
+    impl DiskHost for TwoDisks {
+        fn list_disk_ids(&self) -> Result<BTreeMap<u32, DiskIds>> {
+            let id = |p: &str| DiskIds {
+                page83: p.into(),
+                serial_number: String::new(),
+            };
+            Ok(BTreeMap::from([
+                (3, id("")),
+                (1, id("pd-a")),
+                (7, id("pd-a")),
+            ]))
+        }
+    }
+
+    fn svc(host: impl DiskHost + 'static) -> DiskService {
+        DiskService::new(Arc::new(host))
+    }
+
+    #[test]
+    fn disk_number_by_name_takes_the_lowest_match() {
+        assert_eq!(svc(TwoDisks).get_disk_number_by_name("pd-a"), Ok(1));
+    }
+
+    #[test]
+    fn disk_number_by_name_not_found_and_empty() {
+        let e = svc(TwoDisks).get_disk_number_by_name("pd-b").unwrap_err();
+        assert_eq!(e.kind(), Kind::NotFound);
+        assert!(
+            e.message().contains("GetDiskNumberByName"),
+            "{}",
+            e.message()
+        );
+        assert!(e.message().contains("pd-b"), "{}", e.message());
+        let e = svc(TwoDisks).get_disk_number_by_name("").unwrap_err();
+        assert_eq!(e.kind(), Kind::InvalidArgument);
+        assert!(e.message().contains("disk_name"), "{}", e.message());
+    }
+
+    #[test]
+    fn an_empty_host_answers_unimplemented_per_rpc() {
+        let s = svc(UnimplementedDiskHost);
+        let results = [
+            ("ListDiskLocations", s.list_disk_locations().map(drop)),
+            ("PartitionDisk", s.partition_disk(1)),
+            ("Rescan", s.rescan()),
+            ("ListDiskIDs", s.list_disk_ids().map(drop)),
+            ("GetDiskStats", s.get_disk_stats(1).map(drop)),
+            ("SetDiskState", s.set_disk_state(1, true)),
+            ("GetDiskState", s.get_disk_state(1).map(drop)),
+            ("ListDiskIDs", s.get_disk_number_by_name("x").map(drop)),
+        ];
+        for (rpc, r) in results {
+            let e = r.unwrap_err();
+            assert_eq!(e.kind(), Kind::Unimplemented);
+            assert!(
+                e.message().contains(&format!("disk {rpc}")),
+                "{}",
+                e.message()
+            );
+        }
+    }
+}

@@ -1,0 +1,383 @@
+//! iSCSI group: target portals, discovery, sessions and the disks they bring.
+//!
+//! [`IscsiService`] holds the version-agnostic logic (portal, IQN and authentication type
+//! validation); the [`IscsiHost`] trait is the OS layer implemented per platform in
+//! `csi-proxy-host` (Windows: the iSCSI initiator; Linux: open-iscsi).
+//!
+//! Secrets: CHAP secrets are [`Secret`]s, whose `Debug` redacts them; none ever enters an error
+//! message or a log line.
+
+use crate::error::{Error, Result};
+pub use crate::smb::Secret;
+use std::fmt;
+use std::sync::Arc;
+
+const GROUP: &str = "iscsi";
+
+/// The port a portal listens on when the request says 0 (upstream's default).
+pub const DEFAULT_PORT: u16 = 3260;
+
+/// A target portal as the client sent it, before validation (the wire `TargetPortal`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RawTargetPortal {
+    /// Host name or IP address.
+    pub address: String,
+    /// 0 means [`DEFAULT_PORT`]; above 65535 is invalid.
+    pub port: u32,
+}
+
+/// A validated target portal.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TargetPortal {
+    /// Host name or IP address, never empty.
+    pub address: String,
+    /// Never 0.
+    pub port: u16,
+}
+
+impl TargetPortal {
+    /// Validates the portal of an `op` request. Upstream crashed the daemon on a missing portal
+    /// and truncated ports above 65535 silently; both are InvalidArgument here.
+    pub fn from_raw(op: &str, raw: Option<&RawTargetPortal>) -> Result<Self> {
+        let Some(raw) = raw else {
+            return Err(Error::invalid(op, "request", "target_portal is missing"));
+        };
+        if raw.address.is_empty() {
+            return Err(Error::invalid(
+                op,
+                "target portal",
+                "target_address is empty",
+            ));
+        }
+        let port = match raw.port {
+            0 => DEFAULT_PORT,
+            p => u16::try_from(p).map_err(|_| {
+                Error::invalid(
+                    op,
+                    format!("target portal {:?}", raw.address),
+                    format!("target_port {p} is out of range (1-65535, 0 for {DEFAULT_PORT})"),
+                )
+            })?,
+        };
+        Ok(Self {
+            address: raw.address.clone(),
+            port,
+        })
+    }
+}
+
+impl fmt::Display for TargetPortal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.address.contains(':') {
+            write!(f, "[{}]:{}", self.address, self.port)
+        } else {
+            write!(f, "{}:{}", self.address, self.port)
+        }
+    }
+}
+
+/// How the initiator authenticates to a target; numbers as on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(i32)]
+pub enum AuthType {
+    /// No authentication.
+    None = 0,
+    /// The target authenticates the initiator.
+    OneWayChap = 1,
+    /// Both authenticate each other (the initiator's secret is set by SetMutualChapSecret).
+    MutualChap = 2,
+}
+
+impl AuthType {
+    /// The type with wire number `n`, if there is one.
+    pub fn from_number(n: i32) -> Option<Self> {
+        match n {
+            0 => Some(Self::None),
+            1 => Some(Self::OneWayChap),
+            2 => Some(Self::MutualChap),
+            _ => None,
+        }
+    }
+}
+
+/// Authentication for one session. `Debug` redacts the secret; hosts must not put it in errors
+/// either.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chap {
+    /// The authentication type.
+    pub auth_type: AuthType,
+    /// CHAP user name (may be empty; passed through as upstream does).
+    pub username: String,
+    /// CHAP secret.
+    pub secret: Secret,
+}
+
+/// A ConnectTarget request, version-agnostic and not yet validated. `Debug` redacts the secret.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConnectTargetRequest {
+    /// The portal the target is reached through; `None` is invalid.
+    pub target_portal: Option<RawTargetPortal>,
+    /// The target's IQN (exact, case-sensitive).
+    pub iqn: String,
+    /// Wire number of the [`AuthType`]; unknown numbers are invalid.
+    pub auth_type: i32,
+    /// CHAP user name.
+    pub chap_username: String,
+    /// CHAP secret.
+    pub chap_secret: Secret,
+}
+
+/// OS primitives of the iSCSI group. Arguments are already validated.
+///
+/// Every method defaults to UNIMPLEMENTED naming the RPC it serves, so a host can be brought up
+/// one RPC at a time. No method may put a CHAP secret into an error.
+pub trait IscsiHost: Send + Sync {
+    /// Registers `portal`; an existing one is success.
+    fn add_target_portal(&self, portal: &TargetPortal) -> Result<()> {
+        let _ = portal;
+        Err(Error::unimplemented(GROUP, "AddTargetPortal"))
+    }
+
+    /// IQNs of the targets known through `portal`; NotFound if the portal is not registered.
+    fn discover_target_portal(&self, portal: &TargetPortal) -> Result<Vec<String>> {
+        let _ = portal;
+        Err(Error::unimplemented(GROUP, "DiscoverTargetPortal"))
+    }
+
+    /// Unregisters `portal`; NotFound if it is not registered.
+    fn remove_target_portal(&self, portal: &TargetPortal) -> Result<()> {
+        let _ = portal;
+        Err(Error::unimplemented(GROUP, "RemoveTargetPortal"))
+    }
+
+    /// Every registered portal.
+    fn list_target_portals(&self) -> Result<Vec<TargetPortal>> {
+        Err(Error::unimplemented(GROUP, "ListTargetPortals"))
+    }
+
+    /// Logs in to target `iqn` through `portal`; an existing session is success.
+    fn connect_target(&self, portal: &TargetPortal, iqn: &str, chap: &Chap) -> Result<()> {
+        let _ = (portal, iqn, chap);
+        Err(Error::unimplemented(GROUP, "ConnectTarget"))
+    }
+
+    /// Logs out of target `iqn`; no session is success, an unknown target is NotFound.
+    fn disconnect_target(&self, portal: &TargetPortal, iqn: &str) -> Result<()> {
+        let _ = (portal, iqn);
+        Err(Error::unimplemented(GROUP, "DisconnectTarget"))
+    }
+
+    /// Disk numbers (as the disk group names disks) of the target's sessions; none when not
+    /// connected.
+    fn get_target_disks(&self, portal: &TargetPortal, iqn: &str) -> Result<Vec<u32>> {
+        let _ = (portal, iqn);
+        Err(Error::unimplemented(GROUP, "GetTargetDisks"))
+    }
+
+    /// Sets the initiator's (node-wide) mutual CHAP secret.
+    fn set_mutual_chap_secret(&self, secret: &Secret) -> Result<()> {
+        let _ = secret;
+        Err(Error::unimplemented(GROUP, "SetMutualChapSecret"))
+    }
+}
+
+/// The version-agnostic iSCSI service every iSCSI API version is served by.
+///
+/// Validation lives here, and so will any session bookkeeping added later.
+#[derive(Clone)]
+pub struct IscsiService {
+    host: Arc<dyn IscsiHost>,
+}
+
+fn require_iqn(op: &str, iqn: &str) -> Result<()> {
+    if iqn.is_empty() {
+        return Err(Error::invalid(op, "target \"\"", "iqn is empty"));
+    }
+    Ok(())
+}
+
+impl IscsiService {
+    /// A service over `host`.
+    pub fn new(host: Arc<dyn IscsiHost>) -> Self {
+        Self { host }
+    }
+
+    /// AddTargetPortal: registers a portal (idempotent).
+    pub fn add_target_portal(&self, portal: Option<&RawTargetPortal>) -> Result<()> {
+        let portal = TargetPortal::from_raw("AddTargetPortal", portal)?;
+        self.host.add_target_portal(&portal)
+    }
+
+    /// DiscoverTargetPortal: the IQNs reachable through a registered portal.
+    pub fn discover_target_portal(&self, portal: Option<&RawTargetPortal>) -> Result<Vec<String>> {
+        let portal = TargetPortal::from_raw("DiscoverTargetPortal", portal)?;
+        self.host.discover_target_portal(&portal)
+    }
+
+    /// RemoveTargetPortal: unregisters a portal.
+    pub fn remove_target_portal(&self, portal: Option<&RawTargetPortal>) -> Result<()> {
+        let portal = TargetPortal::from_raw("RemoveTargetPortal", portal)?;
+        self.host.remove_target_portal(&portal)
+    }
+
+    /// ListTargetPortals: every registered portal.
+    pub fn list_target_portals(&self) -> Result<Vec<TargetPortal>> {
+        self.host.list_target_portals()
+    }
+
+    /// ConnectTarget: logs in to a target (idempotent).
+    pub fn connect_target(&self, req: &ConnectTargetRequest) -> Result<()> {
+        const OP: &str = "ConnectTarget";
+        let portal = TargetPortal::from_raw(OP, req.target_portal.as_ref())?;
+        require_iqn(OP, &req.iqn)?;
+        // Upstream's wording, so the message stays recognisable.
+        let auth_type = AuthType::from_number(req.auth_type).ok_or_else(|| {
+            Error::invalid(
+                OP,
+                format!("target {:?}", req.iqn),
+                format!("invalid authentication type authType={}", req.auth_type),
+            )
+        })?;
+        let chap = Chap {
+            auth_type,
+            username: req.chap_username.clone(),
+            secret: req.chap_secret.clone(),
+        };
+        self.host.connect_target(&portal, &req.iqn, &chap)
+    }
+
+    /// DisconnectTarget: logs out of a target (idempotent when not connected).
+    pub fn disconnect_target(&self, portal: Option<&RawTargetPortal>, iqn: &str) -> Result<()> {
+        const OP: &str = "DisconnectTarget";
+        let portal = TargetPortal::from_raw(OP, portal)?;
+        require_iqn(OP, iqn)?;
+        self.host.disconnect_target(&portal, iqn)
+    }
+
+    /// GetTargetDisks: the disk numbers a connected target brought; empty when not connected.
+    pub fn get_target_disks(
+        &self,
+        portal: Option<&RawTargetPortal>,
+        iqn: &str,
+    ) -> Result<Vec<u32>> {
+        const OP: &str = "GetTargetDisks";
+        let portal = TargetPortal::from_raw(OP, portal)?;
+        require_iqn(OP, iqn)?;
+        self.host.get_target_disks(&portal, iqn)
+    }
+
+    /// SetMutualChapSecret: the initiator's node-wide mutual CHAP secret.
+    pub fn set_mutual_chap_secret(&self, secret: &Secret) -> Result<()> {
+        self.host.set_mutual_chap_secret(secret)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Kind;
+    use std::sync::Mutex;
+
+    fn raw(address: &str, port: u32) -> RawTargetPortal {
+        RawTargetPortal {
+            address: address.into(),
+            port,
+        }
+    }
+
+    #[test]
+    fn portals_default_the_port_and_refuse_bad_ones() {
+        let p = TargetPortal::from_raw("Op", Some(&raw("10.0.0.1", 0))).unwrap();
+        assert_eq!(p.port, 3260);
+        let p = TargetPortal::from_raw("Op", Some(&raw("t", 65535))).unwrap();
+        assert_eq!(p.port, 65535);
+        for bad in [None, Some(raw("10.0.0.1", 65536)), Some(raw("", 3260))] {
+            let e = TargetPortal::from_raw("Op", bad.as_ref()).unwrap_err();
+            assert_eq!(e.kind(), Kind::InvalidArgument, "{bad:?}");
+        }
+        let e = TargetPortal::from_raw("Op", Some(&raw("h", 70000))).unwrap_err();
+        assert!(e.message().contains("70000"), "{}", e.message());
+    }
+
+    #[test]
+    fn portals_display_ipv6_in_brackets() {
+        let p = TargetPortal {
+            address: "fe80::1".into(),
+            port: 3260,
+        };
+        assert_eq!(p.to_string(), "[fe80::1]:3260");
+    }
+
+    #[test]
+    fn auth_types_have_the_wire_numbers() {
+        for t in [AuthType::None, AuthType::OneWayChap, AuthType::MutualChap] {
+            assert_eq!(AuthType::from_number(t as i32), Some(t));
+        }
+        assert_eq!(AuthType::from_number(3), None);
+        assert_eq!(AuthType::from_number(-1), None);
+    }
+
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<(TargetPortal, String, Chap)>>);
+    impl IscsiHost for Recorder {
+        fn connect_target(&self, portal: &TargetPortal, iqn: &str, chap: &Chap) -> Result<()> {
+            self.0
+                .lock()
+                .unwrap()
+                .push((portal.clone(), iqn.into(), chap.clone()));
+            Ok(())
+        }
+    }
+
+    fn connect(auth_type: i32, iqn: &str) -> ConnectTargetRequest {
+        ConnectTargetRequest {
+            target_portal: Some(raw("t", 0)),
+            iqn: iqn.into(),
+            auth_type,
+            chap_username: "u".into(),
+            chap_secret: "chap-s3cret".into(),
+        }
+    }
+
+    #[test]
+    fn connect_validates_before_the_host_and_keeps_the_secret_out_of_errors() {
+        let host = Arc::new(Recorder::default());
+        let svc = IscsiService::new(host.clone());
+        let e = svc.connect_target(&connect(7, "iqn.x")).unwrap_err();
+        assert_eq!(e.kind(), Kind::InvalidArgument);
+        assert!(e.message().contains("authType=7"), "{}", e.message());
+        assert!(!e.message().contains("chap-s3cret"));
+        let e = svc.connect_target(&connect(1, "")).unwrap_err();
+        assert_eq!(e.kind(), Kind::InvalidArgument);
+        assert!(host.0.lock().unwrap().is_empty());
+
+        svc.connect_target(&connect(2, "iqn.x")).unwrap();
+        let calls = host.0.lock().unwrap();
+        let (portal, iqn, chap) = &calls[0];
+        assert_eq!((portal.port, iqn.as_str()), (3260, "iqn.x"));
+        assert_eq!(chap.auth_type, AuthType::MutualChap);
+        assert_eq!(chap.secret.expose(), "chap-s3cret");
+        assert!(!format!("{chap:?}").contains("chap-s3cret"));
+        assert!(!format!("{:?}", connect(1, "i")).contains("chap-s3cret"));
+    }
+
+    #[test]
+    fn a_host_without_overrides_names_group_and_rpc() {
+        struct Bare;
+        impl IscsiHost for Bare {}
+        let svc = IscsiService::new(Arc::new(Bare));
+        let e = svc.list_target_portals().unwrap_err();
+        assert_eq!(e.kind(), Kind::Unimplemented);
+        assert!(
+            e.message().contains("iscsi ListTargetPortals"),
+            "{}",
+            e.message()
+        );
+        let e = svc.set_mutual_chap_secret(&"x".into()).unwrap_err();
+        assert!(
+            e.message().contains("iscsi SetMutualChapSecret"),
+            "{}",
+            e.message()
+        );
+    }
+}

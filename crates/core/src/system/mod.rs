@@ -1,0 +1,186 @@
+//! System group: host facts (BIOS serial number) and host services.
+//!
+//! [`SystemService`] holds the version-agnostic logic (name validation, serial trimming); the
+//! [`SystemHost`] trait is the OS layer implemented per platform in `csi-proxy-host` (Windows:
+//! SMBIOS and the Service Control Manager; Linux: `/sys/class/dmi/id` and systemd).
+
+use crate::error::{Error, Result};
+use std::sync::Arc;
+
+const GROUP: &str = "system";
+
+/// How a service starts; numbers as on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(i32)]
+pub enum StartType {
+    /// Loaded by the boot loader (drivers); upstream also answers 0 for a start mode it does
+    /// not know, so hosts map unknown modes here.
+    Boot = 0,
+    /// Started during kernel initialisation (drivers).
+    System = 1,
+    /// Started at boot.
+    Automatic = 2,
+    /// Started on demand.
+    Manual = 3,
+    /// Cannot be started.
+    Disabled = 4,
+}
+
+/// What a service is doing; numbers as on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(i32)]
+pub enum ServiceStatus {
+    /// A state the host reported that has no number here.
+    Unknown = 0,
+    /// Not running.
+    Stopped = 1,
+    /// Starting.
+    StartPending = 2,
+    /// Stopping.
+    StopPending = 3,
+    /// Running.
+    Running = 4,
+    /// Resuming from pause.
+    ContinuePending = 5,
+    /// Pausing.
+    PausePending = 6,
+    /// Paused.
+    Paused = 7,
+}
+
+/// What GetService reports about a service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceInfo {
+    /// The human-readable name.
+    pub display_name: String,
+    /// How it starts.
+    pub start_type: StartType,
+    /// What it is doing now.
+    pub status: ServiceStatus,
+}
+
+/// OS primitives of the system group. Names are already validated.
+///
+/// Every method defaults to UNIMPLEMENTED naming the RPC it serves, so a host can be brought up
+/// one RPC at a time.
+pub trait SystemHost: Send + Sync {
+    /// The BIOS / SMBIOS system serial number, as the firmware reports it.
+    fn bios_serial_number(&self) -> Result<String> {
+        Err(Error::unimplemented(GROUP, "GetBIOSSerialNumber"))
+    }
+
+    /// The service called `name`; NotFound if there is none.
+    fn get_service(&self, name: &str) -> Result<ServiceInfo> {
+        let _ = name;
+        Err(Error::unimplemented(GROUP, "GetService"))
+    }
+
+    /// Starts `name` and waits until it runs (upstream: 30 s); already running is success.
+    fn start_service(&self, name: &str) -> Result<()> {
+        let _ = name;
+        Err(Error::unimplemented(GROUP, "StartService"))
+    }
+
+    /// Stops `name` and waits until it is stopped (upstream: 30 s); already stopped is success.
+    /// With `force`, running dependents are stopped first; without, they make it fail.
+    fn stop_service(&self, name: &str, force: bool) -> Result<()> {
+        let _ = (name, force);
+        Err(Error::unimplemented(GROUP, "StopService"))
+    }
+}
+
+/// The version-agnostic system service every system API version is served by.
+///
+/// Validation lives here; so will the start/stop wait loop if it moves out of the hosts.
+#[derive(Clone)]
+pub struct SystemService {
+    host: Arc<dyn SystemHost>,
+}
+
+/// Refuses names no host can look up: empty, or with a NUL (which would cut a C string short).
+fn check_name(op: &str, name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::invalid(op, "service \"\"", "service name is empty"));
+    }
+    if name.contains('\0') {
+        return Err(Error::invalid(
+            op,
+            format!("service {name:?}"),
+            "service name contains NUL",
+        ));
+    }
+    Ok(())
+}
+
+impl SystemService {
+    /// A service over `host`.
+    pub fn new(host: Arc<dyn SystemHost>) -> Self {
+        Self { host }
+    }
+
+    /// GetBIOSSerialNumber: the serial without the padding firmware often adds.
+    pub fn get_bios_serial_number(&self) -> Result<String> {
+        Ok(self.host.bios_serial_number()?.trim().to_string())
+    }
+
+    /// GetService: display name, start type and status of a service.
+    pub fn get_service(&self, name: &str) -> Result<ServiceInfo> {
+        check_name("GetService", name)?;
+        self.host.get_service(name)
+    }
+
+    /// StartService: starts a service and waits until it runs (idempotent).
+    pub fn start_service(&self, name: &str) -> Result<()> {
+        check_name("StartService", name)?;
+        self.host.start_service(name)
+    }
+
+    /// StopService: stops a service (and with `force` its dependents) and waits (idempotent).
+    pub fn stop_service(&self, name: &str, force: bool) -> Result<()> {
+        check_name("StopService", name)?;
+        self.host.stop_service(name, force)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Kind;
+
+    struct Padded;
+    impl SystemHost for Padded {
+        fn bios_serial_number(&self) -> Result<String> {
+            Ok("  VMware-56 4d  \r\n".into())
+        }
+    }
+
+    #[test]
+    fn the_serial_is_trimmed() {
+        let svc = SystemService::new(Arc::new(Padded));
+        assert_eq!(svc.get_bios_serial_number().unwrap(), "VMware-56 4d");
+    }
+
+    #[test]
+    fn names_are_checked_before_the_host() {
+        let svc = SystemService::new(Arc::new(Padded));
+        for name in ["", "a\0b"] {
+            let e = svc.start_service(name).unwrap_err();
+            assert_eq!(e.kind(), Kind::InvalidArgument, "{name:?}");
+            let e = svc.stop_service(name, true).unwrap_err();
+            assert_eq!(e.kind(), Kind::InvalidArgument, "{name:?}");
+            let e = svc.get_service(name).unwrap_err();
+            assert_eq!(e.kind(), Kind::InvalidArgument, "{name:?}");
+        }
+        let e = svc.get_service("w32time").unwrap_err();
+        assert_eq!(e.kind(), Kind::Unimplemented);
+        assert!(e.message().contains("system GetService"), "{}", e.message());
+    }
+
+    #[test]
+    fn enums_have_the_wire_numbers() {
+        assert_eq!(StartType::Disabled as i32, 4);
+        assert_eq!(StartType::Boot as i32, 0);
+        assert_eq!(ServiceStatus::Paused as i32, 7);
+        assert_eq!(ServiceStatus::Running as i32, 4);
+    }
+}

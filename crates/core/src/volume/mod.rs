@@ -1,0 +1,439 @@
+//! Volume group: volumes on disks, format, mount, resize, stats.
+//!
+//! [`VolumeService`] holds the version-agnostic logic every volume API version is served by
+//! (empty-argument checks, size validation, path confinement); the [`VolumeHost`] trait is the
+//! thin OS layer implemented per platform in `csi-proxy-host`. Semantics follow
+//! upstream-behaviour.md §2.2.
+//!
+//! Volume IDs are opaque strings the host hands out (`\\?\Volume{GUID}\` on Windows); they must
+//! round-trip byte-exact, so nothing here normalises them.
+
+use crate::error::{Error, Result};
+use crate::filesystem::FilesystemService;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+
+/// The group name used in error messages.
+const GROUP: &str = "volume";
+
+/// The size a volume is resized to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResizeTarget {
+    /// The largest size the partition can grow to (requested as `size_bytes == 0`).
+    Maximum,
+    /// This many bytes (always > 0).
+    Bytes(u64),
+}
+
+/// Capacity of a volume's filesystem.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VolumeStats {
+    /// Total size in bytes.
+    pub total_bytes: u64,
+    /// Bytes in use (total minus free).
+    pub used_bytes: u64,
+}
+
+/// OS primitives of the volume group. Target paths are already confined to the allowed roots;
+/// volume IDs are non-empty and passed verbatim.
+///
+/// Every method defaults to "not implemented" so a platform can be brought up RPC by RPC; until a
+/// method is overridden its RPC answers UNIMPLEMENTED naming the group and RPC.
+pub trait VolumeHost: Send + Sync {
+    /// IDs of the volumes on the disk, in partition order; `partition` `None` means every
+    /// partition. A missing disk or one without volumes yields an empty list.
+    fn list_volumes_on_disk(
+        &self,
+        disk_number: u32,
+        partition: Option<NonZeroU32>,
+    ) -> Result<Vec<String>> {
+        let _ = (disk_number, partition);
+        Err(Error::unimplemented(GROUP, "ListVolumesOnDisk"))
+    }
+
+    /// Mounts the volume at the existing empty directory `target_path`; the same volume already
+    /// mounted there is success.
+    fn mount_volume(&self, volume_id: &str, target_path: &str) -> Result<()> {
+        let _ = (volume_id, target_path);
+        Err(Error::unimplemented(GROUP, "MountVolume"))
+    }
+
+    /// Flushes the volume and removes the mount point at `target_path`, keeping the directory.
+    fn unmount_volume(&self, volume_id: &str, target_path: &str) -> Result<()> {
+        let _ = (volume_id, target_path);
+        Err(Error::unimplemented(GROUP, "UnmountVolume"))
+    }
+
+    /// Whether the volume carries any filesystem; an unknown volume is an error.
+    fn is_volume_formatted(&self, volume_id: &str) -> Result<bool> {
+        let _ = volume_id;
+        Err(Error::unimplemented(GROUP, "IsVolumeFormatted"))
+    }
+
+    /// Quick-formats the volume (NTFS on Windows), unconditionally.
+    fn format_volume(&self, volume_id: &str) -> Result<()> {
+        let _ = volume_id;
+        Err(Error::unimplemented(GROUP, "FormatVolume"))
+    }
+
+    /// Grows the volume's partition and filesystem to `target`; a target below the current size
+    /// plus 100 MiB is a no-op success (upstream's rule, which also makes shrinking a no-op).
+    fn resize_volume(&self, volume_id: &str, target: ResizeTarget) -> Result<()> {
+        let _ = (volume_id, target);
+        Err(Error::unimplemented(GROUP, "ResizeVolume"))
+    }
+
+    /// The volume's filesystem capacity and usage.
+    fn get_volume_stats(&self, volume_id: &str) -> Result<VolumeStats> {
+        let _ = volume_id;
+        Err(Error::unimplemented(GROUP, "GetVolumeStats"))
+    }
+
+    /// The number of the disk holding the volume's (first) partition.
+    fn get_disk_number_from_volume_id(&self, volume_id: &str) -> Result<u32> {
+        let _ = volume_id;
+        Err(Error::unimplemented(GROUP, "GetDiskNumberFromVolumeID"))
+    }
+
+    /// The ID of the volume mounted at `target_path` (or at the mount point a link there leads
+    /// to); an error when it is not a mount point.
+    fn get_volume_id_from_target_path(&self, target_path: &str) -> Result<String> {
+        let _ = target_path;
+        Err(Error::unimplemented(GROUP, "GetVolumeIDFromTargetPath"))
+    }
+
+    /// The ID of the volume `target_path` lives on: its own mount, the nearest mounted ancestor,
+    /// or the volume of the root it is under.
+    fn get_closest_volume_id_from_target_path(&self, target_path: &str) -> Result<String> {
+        let _ = target_path;
+        Err(Error::unimplemented(
+            GROUP,
+            "GetClosestVolumeIDFromTargetPath",
+        ))
+    }
+
+    /// Flushes the volume's write cache to disk.
+    fn write_volume_cache(&self, volume_id: &str) -> Result<()> {
+        let _ = volume_id;
+        Err(Error::unimplemented(GROUP, "WriteVolumeCache"))
+    }
+}
+
+/// A host that implements nothing: every volume RPC answers UNIMPLEMENTED. Stands in on
+/// platforms whose host layer is not written yet.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UnimplementedVolumeHost;
+
+impl VolumeHost for UnimplementedVolumeHost {}
+
+/// The version-agnostic volume service every volume API version is served by.
+///
+/// Per-volume serialisation and the data-safety checks (design.md §5, e.g. refusing to format a
+/// volume that holds data) belong here, in front of the host calls, so every API version gets them.
+#[derive(Clone)]
+pub struct VolumeService {
+    host: Arc<dyn VolumeHost>,
+    fs: FilesystemService,
+}
+
+/// Rejects an empty required string argument, naming the RPC and the field (upstream rejects
+/// these too, before touching the host).
+fn required(op: &str, field: &str, value: &str) -> Result<()> {
+    if value.is_empty() {
+        return Err(Error::invalid(op, field, "must not be empty"));
+    }
+    Ok(())
+}
+
+impl VolumeService {
+    /// A service over `host`; target paths are confined by `fs`'s path policy.
+    pub fn new(host: Arc<dyn VolumeHost>, fs: FilesystemService) -> Self {
+        Self { host, fs }
+    }
+
+    /// Checks that `target_path` is given and confines it to the allowed roots.
+    fn target(&self, op: &str, target_path: &str) -> Result<String> {
+        required(op, "target_path", target_path)?;
+        self.fs.confine(op, target_path)
+    }
+
+    /// ListVolumesOnDisk: volume IDs on the disk; `partition_number == 0` means all partitions.
+    pub fn list_volumes_on_disk(
+        &self,
+        disk_number: u32,
+        partition_number: u32,
+    ) -> Result<Vec<String>> {
+        self.host
+            .list_volumes_on_disk(disk_number, NonZeroU32::new(partition_number))
+    }
+
+    /// MountVolume: mount the volume at `target_path` (confined; the directory must exist).
+    pub fn mount_volume(&self, volume_id: &str, target_path: &str) -> Result<()> {
+        const OP: &str = "MountVolume";
+        required(OP, "volume_id", volume_id)?;
+        let target = self.target(OP, target_path)?;
+        self.host.mount_volume(volume_id, &target)
+    }
+
+    /// UnmountVolume: flush the volume and remove its mount point at `target_path` (confined).
+    pub fn unmount_volume(&self, volume_id: &str, target_path: &str) -> Result<()> {
+        const OP: &str = "UnmountVolume";
+        required(OP, "volume_id", volume_id)?;
+        let target = self.target(OP, target_path)?;
+        self.host.unmount_volume(volume_id, &target)
+    }
+
+    /// IsVolumeFormatted: whether the volume has any filesystem.
+    pub fn is_volume_formatted(&self, volume_id: &str) -> Result<bool> {
+        required("IsVolumeFormatted", "volume_id", volume_id)?;
+        self.host.is_volume_formatted(volume_id)
+    }
+
+    /// FormatVolume: quick-format the volume.
+    pub fn format_volume(&self, volume_id: &str) -> Result<()> {
+        required("FormatVolume", "volume_id", volume_id)?;
+        self.host.format_volume(volume_id)
+    }
+
+    /// ResizeVolume: grow the volume to `size_bytes`; 0 means the maximum, negative is invalid.
+    pub fn resize_volume(&self, volume_id: &str, size_bytes: i64) -> Result<()> {
+        const OP: &str = "ResizeVolume";
+        required(OP, "volume_id", volume_id)?;
+        let target = match u64::try_from(size_bytes) {
+            Ok(0) => ResizeTarget::Maximum,
+            Ok(n) => ResizeTarget::Bytes(n),
+            Err(_) => {
+                return Err(Error::invalid(
+                    OP,
+                    format!("size_bytes {size_bytes}"),
+                    "must not be negative",
+                ));
+            }
+        };
+        self.host.resize_volume(volume_id, target)
+    }
+
+    /// GetVolumeStats: the volume's filesystem capacity and usage.
+    pub fn get_volume_stats(&self, volume_id: &str) -> Result<VolumeStats> {
+        required("GetVolumeStats", "volume_id", volume_id)?;
+        self.host.get_volume_stats(volume_id)
+    }
+
+    /// GetDiskNumberFromVolumeID: the disk holding the volume.
+    pub fn get_disk_number_from_volume_id(&self, volume_id: &str) -> Result<u32> {
+        required("GetDiskNumberFromVolumeID", "volume_id", volume_id)?;
+        self.host.get_disk_number_from_volume_id(volume_id)
+    }
+
+    /// GetVolumeIDFromTargetPath: the volume mounted at `target_path` (confined).
+    pub fn get_volume_id_from_target_path(&self, target_path: &str) -> Result<String> {
+        let target = self.target("GetVolumeIDFromTargetPath", target_path)?;
+        self.host.get_volume_id_from_target_path(&target)
+    }
+
+    /// GetClosestVolumeIDFromTargetPath (volume v2alpha1): the volume `target_path` (confined)
+    /// lives on.
+    pub fn get_closest_volume_id_from_target_path(&self, target_path: &str) -> Result<String> {
+        let target = self.target("GetClosestVolumeIDFromTargetPath", target_path)?;
+        self.host.get_closest_volume_id_from_target_path(&target)
+    }
+
+    /// WriteVolumeCache: flush the volume's write cache.
+    pub fn write_volume_cache(&self, volume_id: &str) -> Result<()> {
+        required("WriteVolumeCache", "volume_id", volume_id)?;
+        self.host.write_volume_cache(volume_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Kind;
+    use crate::filesystem::FilesystemHost;
+    use crate::paths::{LinkProbe, LinkTarget, PathPolicy, PathStyle};
+    use std::io;
+    use std::sync::Mutex;
+
+    /// A filesystem host with nothing on it: only its link probe is used (by confinement).
+    struct NoLinks;
+
+    impl LinkProbe for NoLinks {
+        fn link_target(&self, _: &str) -> io::Result<Option<LinkTarget>> {
+            Ok(None)
+        }
+    }
+
+    impl FilesystemHost for NoLinks {
+        fn path_exists(&self, _: &str) -> io::Result<bool> {
+            Ok(false)
+        }
+        fn mkdir_all(&self, _: &str) -> io::Result<()> {
+            Ok(())
+        }
+        fn remove(&self, _: &str) -> io::Result<()> {
+            Ok(())
+        }
+        fn remove_all(&self, _: &str) -> io::Result<()> {
+            Ok(())
+        }
+        fn remove_contents(&self, _: &str) -> io::Result<()> {
+            Ok(())
+        }
+        fn create_symlink(&self, _: &str, _: &str) -> io::Result<()> {
+            Ok(())
+        }
+        fn is_symlink(&self, _: &str) -> io::Result<bool> {
+            Ok(false)
+        }
+    }
+
+    /// Records the resize target and the paths the host was given.
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<String>>);
+
+    impl VolumeHost for Recorder {
+        fn list_volumes_on_disk(&self, d: u32, p: Option<NonZeroU32>) -> Result<Vec<String>> {
+            self.0.lock().unwrap().push(format!("list {d} {p:?}"));
+            Ok(vec![])
+        }
+        fn resize_volume(&self, id: &str, target: ResizeTarget) -> Result<()> {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("resize {id} {target:?}"));
+            Ok(())
+        }
+        fn mount_volume(&self, id: &str, target: &str) -> Result<()> {
+            self.0.lock().unwrap().push(format!("mount {id} {target}"));
+            Ok(())
+        }
+    }
+
+    fn service(host: Arc<dyn VolumeHost>) -> VolumeService {
+        let policy = PathPolicy::new(PathStyle::Posix, "/var/lib/kubelet", &[]).unwrap();
+        VolumeService::new(
+            host,
+            FilesystemService::new(Arc::new(NoLinks), Arc::new(policy)),
+        )
+    }
+
+    fn calls(r: &Recorder) -> Vec<String> {
+        r.0.lock().unwrap().clone()
+    }
+
+    #[test]
+    fn resize_size_zero_is_maximum_and_negative_is_invalid() {
+        let rec = Arc::new(Recorder::default());
+        let s = service(rec.clone());
+        s.resize_volume("v", 0).unwrap();
+        s.resize_volume("v", 5 << 30).unwrap();
+        let e = s.resize_volume("v", -1).unwrap_err();
+        assert_eq!(e.kind(), Kind::InvalidArgument);
+        assert!(
+            e.message().contains("ResizeVolume size_bytes -1"),
+            "{}",
+            e.message()
+        );
+        assert_eq!(
+            calls(&rec),
+            ["resize v Maximum", "resize v Bytes(5368709120)"]
+        );
+    }
+
+    #[test]
+    fn partition_zero_means_all_partitions() {
+        let rec = Arc::new(Recorder::default());
+        let s = service(rec.clone());
+        s.list_volumes_on_disk(2, 0).unwrap();
+        s.list_volumes_on_disk(2, 3).unwrap();
+        assert_eq!(calls(&rec), ["list 2 None", "list 2 Some(3)"]);
+    }
+
+    #[test]
+    fn empty_arguments_are_rejected_before_the_host() {
+        let rec = Arc::new(Recorder::default());
+        let s = service(rec.clone());
+        let p = "/var/lib/kubelet/plugins/x";
+        let cases = [
+            ("MountVolume volume_id", s.mount_volume("", p)),
+            ("MountVolume target_path", s.mount_volume("v", "")),
+            ("UnmountVolume volume_id", s.unmount_volume("", p)),
+            ("UnmountVolume target_path", s.unmount_volume("v", "")),
+            (
+                "IsVolumeFormatted volume_id",
+                s.is_volume_formatted("").map(drop),
+            ),
+            ("FormatVolume volume_id", s.format_volume("")),
+            ("ResizeVolume volume_id", s.resize_volume("", 0)),
+            ("GetVolumeStats volume_id", s.get_volume_stats("").map(drop)),
+            (
+                "GetDiskNumberFromVolumeID volume_id",
+                s.get_disk_number_from_volume_id("").map(drop),
+            ),
+            (
+                "GetVolumeIDFromTargetPath target_path",
+                s.get_volume_id_from_target_path("").map(drop),
+            ),
+            (
+                "GetClosestVolumeIDFromTargetPath target_path",
+                s.get_closest_volume_id_from_target_path("").map(drop),
+            ),
+            ("WriteVolumeCache volume_id", s.write_volume_cache("")),
+        ];
+        for (want, r) in cases {
+            let e = r.unwrap_err();
+            assert_eq!(e.kind(), Kind::InvalidArgument, "{want}");
+            assert!(e.message().starts_with(want), "{want}: {}", e.message());
+        }
+        assert!(calls(&rec).is_empty());
+    }
+
+    #[test]
+    fn target_paths_are_confined() {
+        let rec = Arc::new(Recorder::default());
+        let s = service(rec.clone());
+        s.mount_volume("v", "/var/lib/kubelet/plugins/x").unwrap();
+        let e = s.mount_volume("v", "/etc").unwrap_err();
+        assert_ne!(e.kind(), Kind::Unimplemented);
+        let e = s.get_volume_id_from_target_path("/etc").unwrap_err();
+        assert_ne!(e.kind(), Kind::Unimplemented, "rejected before the host");
+        assert_eq!(calls(&rec), ["mount v /var/lib/kubelet/plugins/x"]);
+    }
+
+    #[test]
+    fn an_empty_host_answers_unimplemented_per_rpc() {
+        let s = service(Arc::new(UnimplementedVolumeHost));
+        let p = "/var/lib/kubelet/x";
+        let results = [
+            ("ListVolumesOnDisk", s.list_volumes_on_disk(0, 0).map(drop)),
+            ("MountVolume", s.mount_volume("v", p)),
+            ("UnmountVolume", s.unmount_volume("v", p)),
+            ("IsVolumeFormatted", s.is_volume_formatted("v").map(drop)),
+            ("FormatVolume", s.format_volume("v")),
+            ("ResizeVolume", s.resize_volume("v", 0)),
+            ("GetVolumeStats", s.get_volume_stats("v").map(drop)),
+            (
+                "GetDiskNumberFromVolumeID",
+                s.get_disk_number_from_volume_id("v").map(drop),
+            ),
+            (
+                "GetVolumeIDFromTargetPath",
+                s.get_volume_id_from_target_path(p).map(drop),
+            ),
+            (
+                "GetClosestVolumeIDFromTargetPath",
+                s.get_closest_volume_id_from_target_path(p).map(drop),
+            ),
+            ("WriteVolumeCache", s.write_volume_cache("v")),
+        ];
+        for (rpc, r) in results {
+            let e = r.unwrap_err();
+            assert_eq!(e.kind(), Kind::Unimplemented);
+            assert!(
+                e.message().contains(&format!("volume {rpc}")),
+                "{}",
+                e.message()
+            );
+        }
+    }
+}
