@@ -37,6 +37,8 @@ elif [[ -x /usr/lib/wine/wineserver ]]; then
 else
     WINESERVER="$(command -v wineserver || true)"
 fi
+# wine itself looks the server up through this variable too.
+export WINESERVER
 
 CSI_PROXY_SHIM_SRC="$CSI_PROXY_REPO_ROOT/tools/wine-shim"
 CSI_PROXY_SHIM_DLL="$WINEPREFIX/drive_c/windows/system32/bcryptprimitives.dll"

@@ -25,11 +25,26 @@ pub enum FilesystemClient {
 macro_rules! dispatch {
     ($self:ident, |$c:ident, $m:ident| current: $cur:expr, legacy: $legacy:expr) => {
         match $self {
-            FilesystemClient::V2alpha1($c) => { use v2alpha1 as $m; $cur }
-            FilesystemClient::V1($c) => { use v1 as $m; $cur }
-            FilesystemClient::V1beta2($c) => { use v1beta2 as $m; $cur }
-            FilesystemClient::V1beta1($c) => { use v1beta1 as $m; $legacy }
-            FilesystemClient::V1alpha1($c) => { use v1alpha1 as $m; $legacy }
+            FilesystemClient::V2alpha1($c) => {
+                use v2alpha1 as $m;
+                $cur
+            }
+            FilesystemClient::V1($c) => {
+                use v1 as $m;
+                $cur
+            }
+            FilesystemClient::V1beta2($c) => {
+                use v1beta2 as $m;
+                $cur
+            }
+            FilesystemClient::V1beta1($c) => {
+                use v1beta1 as $m;
+                $legacy
+            }
+            FilesystemClient::V1alpha1($c) => {
+                use v1alpha1 as $m;
+                $legacy
+            }
         }
     };
 }
@@ -42,9 +57,13 @@ impl FilesystemClient {
     }
 
     /// Connects to one named version.
-    pub async fn connect_version(connector: &Connector, version: &str) -> Result<Self, ClientError> {
+    pub async fn connect_version(
+        connector: &Connector,
+        version: &str,
+    ) -> Result<Self, ClientError> {
         let ch = connector.channel("filesystem", version).await?;
-        Self::from_channel(version, ch).ok_or_else(|| ClientError::UnknownGroup(format!("filesystem/{version}")))
+        Self::from_channel(version, ch)
+            .ok_or_else(|| ClientError::UnknownGroup(format!("filesystem/{version}")))
     }
 
     /// Wraps a channel to a known version.
@@ -92,7 +111,11 @@ impl FilesystemClient {
     }
 
     /// CreateSymlink (LinkPath in legacy versions): a link at `target_path` to `source_path`.
-    pub async fn create_symlink(&mut self, source_path: &str, target_path: &str) -> Result<(), Status> {
+    pub async fn create_symlink(
+        &mut self,
+        source_path: &str,
+        target_path: &str,
+    ) -> Result<(), Status> {
         let (source_path, target_path) = (source_path.to_string(), target_path.to_string());
         dispatch!(self, |c, m| current: c.create_symlink(m::CreateSymlinkRequest { source_path, target_path }).await.map(drop),
             legacy: c.link_path(m::LinkPathRequest { source_path, target_path }).await.map(drop))
@@ -109,7 +132,9 @@ impl FilesystemClient {
     pub async fn rmdir_contents(&mut self, path: &str) -> Result<(), Status> {
         match self {
             Self::V2alpha1(c) => c
-                .rmdir_contents(v2alpha1::RmdirContentsRequest { path: path.to_string() })
+                .rmdir_contents(v2alpha1::RmdirContentsRequest {
+                    path: path.to_string(),
+                })
                 .await
                 .map(drop),
             other => Err(Status::unimplemented(format!(

@@ -151,7 +151,11 @@ fn dialer(
     tower::service_fn(move |_: Uri| {
         let connector = connector.clone();
         let name = name.clone();
-        async move { open(&connector, &name).await.map(hyper_util::rt::TokioIo::new) }
+        async move {
+            open(&connector, &name)
+                .await
+                .map(hyper_util::rt::TokioIo::new)
+        }
     })
 }
 

@@ -12,3 +12,15 @@ pub mod system;
 pub mod volume;
 
 pub use error::{Error, Kind, Result};
+
+/// A host that implements nothing: every RPC of the disk, volume, SMB, iSCSI and system groups
+/// answers UNIMPLEMENTED naming its group and RPC. Stands in where a platform's host layer for a
+/// group is not written yet.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UnimplementedHost;
+
+impl disk::DiskHost for UnimplementedHost {}
+impl volume::VolumeHost for UnimplementedHost {}
+impl smb::SmbHost for UnimplementedHost {}
+impl iscsi::IscsiHost for UnimplementedHost {}
+impl system::SystemHost for UnimplementedHost {}

@@ -25,7 +25,11 @@ pub struct Flags {
     pub working_dirs: Vec<String>,
 
     /// Directory of the Unix sockets (Linux), one per API group-version.
-    #[arg(long = "socket-dir", default_value = "/run/csi-proxy", value_name = "DIR")]
+    #[arg(
+        long = "socket-dir",
+        default_value = "/run/csi-proxy",
+        value_name = "DIR"
+    )]
     pub socket_dir: String,
 
     /// Owning group of the Unix sockets (name or gid); the sockets have mode 0660.
@@ -49,7 +53,11 @@ pub struct Flags {
 
     /// Address to serve Prometheus metrics on (empty: off). Accepted for compatibility; metrics
     /// are not served by this build yet.
-    #[arg(long = "metrics-bind-address", default_value = "", value_name = "HOST:PORT")]
+    #[arg(
+        long = "metrics-bind-address",
+        default_value = "",
+        value_name = "HOST:PORT"
+    )]
     pub metrics_bind_address: String,
 
     /// Log verbosity (klog levels): 2 logs failed requests, 4 one line per request.

@@ -2,8 +2,14 @@
 
 mod flags;
 
-use csi_proxy_core::filesystem::FilesystemService;
+use csi_proxy_core::UnimplementedHost;
+use csi_proxy_core::disk::DiskService;
+use csi_proxy_core::filesystem::{FilesystemHost, FilesystemService};
+use csi_proxy_core::iscsi::IscsiService;
 use csi_proxy_core::paths::{PathPolicy, PathStyle};
+use csi_proxy_core::smb::SmbService;
+use csi_proxy_core::system::SystemService;
+use csi_proxy_core::volume::VolumeService;
 use csi_proxy_server::daemon::{self, Listen};
 use csi_proxy_server::registry::{self, Services};
 use std::process::ExitCode;
@@ -48,10 +54,14 @@ async fn run(flags: flags::Flags) -> Result<(), String> {
             "--metrics-bind-address is accepted but metrics are not served by this build yet"
         );
     }
-    let policy = PathPolicy::new(PathStyle::native(), &flags.kubelet_path, &flags.working_dirs)
-        .map_err(|e| format!("invalid --kubelet-path/--working-dir: {e}"))?;
+    let policy = PathPolicy::new(
+        PathStyle::native(),
+        &flags.kubelet_path,
+        &flags.working_dirs,
+    )
+    .map_err(|e| format!("invalid --kubelet-path/--working-dir: {e}"))?;
     tracing::info!(roots = ?policy.roots(), require_privacy = flags.require_privacy, "path roots");
-    let services = services(Arc::new(policy));
+    let services = services(Arc::new(policy), flags.require_privacy);
     let listen = listen(&flags)?;
     daemon::serve(registry::endpoints(&services), listen, shutdown_signal())
         .await
@@ -60,20 +70,29 @@ async fn run(flags: flags::Flags) -> Result<(), String> {
     Ok(())
 }
 
-#[cfg(target_os = "linux")]
-fn services(policy: Arc<PathPolicy>) -> Services {
-    use csi_proxy_host::linux::filesystem::LinuxFilesystemHost;
+/// The services of every group over this platform's hosts. Groups whose host work is not
+/// written yet use [`UnimplementedHost`]: their RPCs answer UNIMPLEMENTED naming group and RPC.
+fn services(policy: Arc<PathPolicy>, require_privacy: bool) -> Services {
+    let fs = FilesystemService::new(filesystem_host(), policy);
+    let pending = Arc::new(UnimplementedHost);
     Services {
-        filesystem: FilesystemService::new(Arc::new(LinuxFilesystemHost::new()), policy),
+        disk: DiskService::new(pending.clone()),
+        volume: VolumeService::new(pending.clone(), fs.clone()),
+        smb: SmbService::new(pending.clone(), fs.clone(), require_privacy),
+        system: SystemService::new(pending.clone()),
+        iscsi: IscsiService::new(pending),
+        filesystem: fs,
     }
 }
 
+#[cfg(target_os = "linux")]
+fn filesystem_host() -> Arc<dyn FilesystemHost> {
+    Arc::new(csi_proxy_host::linux::filesystem::LinuxFilesystemHost::new())
+}
+
 #[cfg(windows)]
-fn services(policy: Arc<PathPolicy>) -> Services {
-    use csi_proxy_host::windows::filesystem::WindowsFilesystemHost;
-    Services {
-        filesystem: FilesystemService::new(Arc::new(WindowsFilesystemHost::new()), policy),
-    }
+fn filesystem_host() -> Arc<dyn FilesystemHost> {
+    Arc::new(csi_proxy_host::windows::filesystem::WindowsFilesystemHost::new())
 }
 
 #[cfg(unix)]
@@ -105,7 +124,10 @@ async fn shutdown_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
             tracing::error!("cannot install signal handlers; stop with SIGKILL");
             return std::future::pending().await;
         };
@@ -125,8 +147,11 @@ async fn shutdown_signal() {
 
 fn init_logging(flags: &flags::Flags) -> Result<(), String> {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("CSI_PROXY_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    let filter =
+        EnvFilter::try_from_env("CSI_PROXY_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false);
     match (&flags.log_file, flags.logtostderr) {
         (Some(path), false) => {
             let file = std::fs::OpenOptions::new()
@@ -134,7 +159,10 @@ fn init_logging(flags: &flags::Flags) -> Result<(), String> {
                 .append(true)
                 .open(path)
                 .map_err(|e| format!("cannot open --log_file {path}: {e}"))?;
-            builder.with_ansi(false).with_writer(std::sync::Mutex::new(file)).init();
+            builder
+                .with_ansi(false)
+                .with_writer(std::sync::Mutex::new(file))
+                .init();
         }
         _ => builder.with_writer(std::io::stderr).init(),
     }

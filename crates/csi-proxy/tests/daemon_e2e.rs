@@ -41,7 +41,10 @@ impl Daemon {
         let last = self.sockets.join("csi-proxy-iscsi-v1alpha2.sock");
         let t = Instant::now();
         while !last.exists() {
-            assert!(t.elapsed() < Duration::from_secs(20), "daemon did not create its sockets");
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "daemon did not create its sockets"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -93,7 +96,16 @@ fn spawn(sockets: &Path, kubelet: &Path) -> Child {
 
 fn socket_count(dir: &Path) -> usize {
     std::fs::read_dir(dir)
-        .map(|r| r.filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".sock")).count())
+        .map(|r| {
+            r.filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".sock")
+            })
+            .count()
+        })
         .unwrap_or(0)
 }
 
@@ -122,17 +134,36 @@ async fn all_23_endpoints_answer_and_unimplemented_groups_say_so() {
                 g => format!("{}{}", g[..1].to_uppercase(), &g[1..]),
             };
             let path = format!("/{version}.{service}/{method}").parse().unwrap();
-            let r: Result<tonic::Response<()>, _> = g
-                .unary(tonic::Request::new(()), path, EmptyCodec)
-                .await;
+            let r: Result<tonic::Response<()>, _> =
+                g.unary(tonic::Request::new(()), path, EmptyCodec).await;
             let status = r.expect_err("empty requests are rejected or unimplemented here");
             // Filesystem answers (an empty path is invalid); other groups' host work lands later.
             match *group {
-                "filesystem" => assert_eq!(status.code(), Code::InvalidArgument, "{group}/{version}: {status:?}"),
+                "filesystem" => assert_eq!(
+                    status.code(),
+                    Code::InvalidArgument,
+                    "{group}/{version}: {status:?}"
+                ),
                 // An empty remote path is invalid before any host work.
-                "smb" => assert_eq!(status.code(), Code::InvalidArgument, "{group}/{version}: {status:?}"),
+                // Legacy volume versions take a string disk_id, and "" is not a number.
+                "smb" | "volume"
+                    if *group == "smb"
+                        || version.starts_with("v1alpha")
+                        || *version == "v1beta1"
+                        || *version == "v1beta2" =>
+                {
+                    assert_eq!(
+                        status.code(),
+                        Code::InvalidArgument,
+                        "{group}/{version}: {status:?}"
+                    )
+                }
                 "iscsi" | "system" | "disk" | "volume" => {
-                    assert_eq!(status.code(), Code::Unimplemented, "{group}/{version}: {status:?}");
+                    assert_eq!(
+                        status.code(),
+                        Code::Unimplemented,
+                        "{group}/{version}: {status:?}"
+                    );
                     assert!(
                         status.message().contains(group) && status.message().contains(method),
                         "{group}/{version}: message names group and RPC: {}",
@@ -144,7 +175,9 @@ async fn all_23_endpoints_answer_and_unimplemented_groups_say_so() {
             assert_ne!(status.code(), Code::Unknown);
             // A service name of another version is not served on this endpoint.
             let wrong = format!("/v9.{service}/{method}").parse().unwrap();
-            let r: Result<tonic::Response<()>, _> = g.unary(tonic::Request::new(()), wrong, EmptyCodec).await;
+            g.ready().await.unwrap();
+            let r: Result<tonic::Response<()>, _> =
+                g.unary(tonic::Request::new(()), wrong, EmptyCodec).await;
             assert_eq!(r.unwrap_err().code(), Code::Unimplemented);
         }
     }
@@ -154,7 +187,9 @@ async fn all_23_endpoints_answer_and_unimplemented_groups_say_so() {
 async fn filesystem_scenarios_of_upstreams_integration_tests_in_every_version() {
     let d = Daemon::start();
     for version in ["v1alpha1", "v1beta1", "v1beta2", "v1", "v2alpha1"] {
-        let mut fs = FilesystemClient::connect_version(&d.connector(), version).await.unwrap();
+        let mut fs = FilesystemClient::connect_version(&d.connector(), version)
+            .await
+            .unwrap();
         let base = d.k(&format!("testdir-{version}"));
         // PathExists positive: stage dir, pod dir, link pod\rootvol -> stage, then Rmdir both.
         let stage = format!("{base}/testplugin-a.csi.io/volume1");
@@ -168,20 +203,30 @@ async fn filesystem_scenarios_of_upstreams_integration_tests_in_every_version() 
         fs.create_symlink(&stage, &rootvol).await.unwrap();
         assert!(fs.path_exists(&rootvol).await.unwrap());
         assert_eq!(
-            fs.create_symlink(&stage, &rootvol).await.unwrap_err().code(),
+            fs.create_symlink(&stage, &rootvol)
+                .await
+                .unwrap_err()
+                .code(),
             Code::AlreadyExists
         );
         std::fs::write(format!("{stage}/data"), b"keep").unwrap();
         fs.rmdir(&pod, true).await.unwrap();
         assert!(!Path::new(&pod).exists());
-        assert_eq!(std::fs::read(format!("{stage}/data")).unwrap(), b"keep", "link target untouched");
+        assert_eq!(
+            std::fs::read(format!("{stage}/data")).unwrap(),
+            b"keep",
+            "link target untouched"
+        );
         fs.rmdir(&stage, true).await.unwrap();
         assert!(!Path::new(&stage).exists());
         fs.rmdir(&stage, true).await.unwrap(); // missing path with force: success
 
         // IsMount / IsSymlink.
         let missing = format!("{base}/missing");
-        assert_eq!(fs.is_symlink(&missing).await.unwrap_err().code(), Code::NotFound);
+        assert_eq!(
+            fs.is_symlink(&missing).await.unwrap_err().code(),
+            Code::NotFound
+        );
         let plain = format!("{base}/plain");
         fs.mkdir(&plain).await.unwrap();
         assert!(!fs.is_symlink(&plain).await.unwrap());
@@ -191,8 +236,14 @@ async fn filesystem_scenarios_of_upstreams_integration_tests_in_every_version() 
         std::os::unix::fs::symlink(&tgt, &ln).unwrap();
         assert!(fs.is_symlink(&ln).await.unwrap());
         std::fs::remove_dir(&tgt).unwrap();
-        assert!(!fs.is_symlink(&ln).await.unwrap(), "dangling link is not a mount");
-        assert!(fs.path_exists(&ln).await.unwrap(), "dangling link exists (lstat)");
+        assert!(
+            !fs.is_symlink(&ln).await.unwrap(),
+            "dangling link is not a mount"
+        );
+        assert!(
+            fs.path_exists(&ln).await.unwrap(),
+            "dangling link exists (lstat)"
+        );
 
         // Rmdir without force on a non-empty dir fails and keeps it.
         let full = format!("{base}/full");
@@ -214,7 +265,10 @@ async fn filesystem_scenarios_of_upstreams_integration_tests_in_every_version() 
             assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0);
             assert!(Path::new(&outside).exists());
         } else {
-            assert_eq!(fs.rmdir_contents(&base).await.unwrap_err().code(), Code::Unimplemented);
+            assert_eq!(
+                fs.rmdir_contents(&base).await.unwrap_err().code(),
+                Code::Unimplemented
+            );
         }
         fs.rmdir(&base, true).await.unwrap();
     }
@@ -251,16 +305,26 @@ async fn hostile_paths_are_refused_and_nothing_is_touched() {
             matches!(e.code(), Code::InvalidArgument | Code::PermissionDenied),
             "Mkdir {p:?}: {e:?}"
         );
-        assert!(e.message().contains("Mkdir"), "message names the operation: {}", e.message());
+        assert!(
+            e.message().contains("Mkdir"),
+            "message names the operation: {}",
+            e.message()
+        );
         let e = fs.rmdir(p, true).await.unwrap_err();
-        assert!(matches!(e.code(), Code::InvalidArgument | Code::PermissionDenied), "Rmdir {p:?}: {e:?}");
+        assert!(
+            matches!(e.code(), Code::InvalidArgument | Code::PermissionDenied),
+            "Rmdir {p:?}: {e:?}"
+        );
     }
     assert!(!d._dir.path().join("kubelet-evil").exists());
     assert!(!outside.join("newdir").exists());
     assert_eq!(std::fs::read(outside.join("precious")).unwrap(), b"data");
     // The root itself can be checked but not removed.
     assert!(fs.path_exists(&kubelet).await.unwrap());
-    assert_eq!(fs.rmdir(&kubelet, true).await.unwrap_err().code(), Code::PermissionDenied);
+    assert_eq!(
+        fs.rmdir(&kubelet, true).await.unwrap_err().code(),
+        Code::PermissionDenied
+    );
     assert!(d.kubelet.is_dir());
 }
 
@@ -297,7 +361,11 @@ async fn a_second_daemon_fails_clearly_and_a_crashed_ones_sockets_are_reused() {
     // SIGKILL leaves stale sockets; a new daemon replaces them.
     d.signal("-KILL");
     d.wait_exit(Duration::from_secs(5));
-    assert_eq!(socket_count(&d.sockets), 23, "stale sockets left by the crash");
+    assert_eq!(
+        socket_count(&d.sockets),
+        23,
+        "stale sockets left by the crash"
+    );
     d.child = spawn(&d.sockets, &d.kubelet);
     std::thread::sleep(Duration::from_millis(300));
     let mut fs = FilesystemClient::connect(&d.connector()).await.unwrap();

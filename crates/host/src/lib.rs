@@ -5,5 +5,6 @@
 
 #[cfg(target_os = "linux")]
 pub mod linux;
+pub mod reparse;
 #[cfg(windows)]
 pub mod windows;

@@ -125,7 +125,10 @@ macro_rules! unary {
         ) -> ::std::pin::Pin<
             Box<
                 dyn ::std::future::Future<
-                        Output = ::std::result::Result<::tonic::Response<$v::$resp>, ::tonic::Status>,
+                        Output = ::std::result::Result<
+                            ::tonic::Response<$v::$resp>,
+                            ::tonic::Status,
+                        >,
                     > + Send
                     + 'async_trait,
             >,

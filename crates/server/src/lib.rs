@@ -3,6 +3,13 @@
 #![deny(unsafe_code)]
 
 pub mod call;
+pub mod daemon;
+pub mod disk;
 pub mod filesystem;
+pub mod iscsi;
+pub mod registry;
+pub mod smb;
 pub mod status;
+pub mod system;
 pub mod transport;
+pub mod volume;

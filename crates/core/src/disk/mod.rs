@@ -81,13 +81,6 @@ pub trait DiskHost: Send + Sync {
     }
 }
 
-/// A host that implements nothing: every disk RPC answers UNIMPLEMENTED. Stands in on platforms
-/// whose host layer is not written yet.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct UnimplementedDiskHost;
-
-impl DiskHost for UnimplementedDiskHost {}
-
 /// The version-agnostic disk service every disk API version is served by.
 ///
 /// Per-disk serialisation and the data-safety checks (design.md §5) belong here, in front of
@@ -207,7 +200,7 @@ mod tests {
 
     #[test]
     fn an_empty_host_answers_unimplemented_per_rpc() {
-        let s = svc(UnimplementedDiskHost);
+        let s = svc(crate::UnimplementedHost);
         let results = [
             ("ListDiskLocations", s.list_disk_locations().map(drop)),
             ("PartitionDisk", s.partition_disk(1)),

@@ -119,13 +119,6 @@ pub trait VolumeHost: Send + Sync {
     }
 }
 
-/// A host that implements nothing: every volume RPC answers UNIMPLEMENTED. Stands in on
-/// platforms whose host layer is not written yet.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct UnimplementedVolumeHost;
-
-impl VolumeHost for UnimplementedVolumeHost {}
-
 /// The version-agnostic volume service every volume API version is served by.
 ///
 /// Per-volume serialisation and the data-safety checks (design.md §5, e.g. refusing to format a
@@ -402,7 +395,7 @@ mod tests {
 
     #[test]
     fn an_empty_host_answers_unimplemented_per_rpc() {
-        let s = service(Arc::new(UnimplementedVolumeHost));
+        let s = service(Arc::new(crate::UnimplementedHost));
         let p = "/var/lib/kubelet/x";
         let results = [
             ("ListVolumesOnDisk", s.list_volumes_on_disk(0, 0).map(drop)),

@@ -1,1 +1,3 @@
 //! Linux host implementations.
+pub mod filesystem;
+pub mod mountinfo;

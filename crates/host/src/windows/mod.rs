@@ -1,1 +1,2 @@
 //! Windows host implementations.
+pub mod filesystem;

@@ -2,3 +2,7 @@
 //! `:authority` fix that lets upstream Go clients through.
 
 pub mod authority;
+#[cfg(windows)]
+pub mod pipe;
+#[cfg(unix)]
+pub mod unix;

@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# The csi-proxy test command: installs what the tests need, then lints and tests the workspace
+# for Linux and for Windows (cross-built with mingw, run under wine).
+#
+# Usage: scripts/test.sh [STEP...]
+#
+#   With no STEP, runs every step in order and stops at the first failure:
+#     install         apt packages, rustup components and the Windows target (skipped if present)
+#     wine-setup      wine prefix with the bcryptprimitives.dll shim (scripts/wine-setup.sh)
+#     fmt             cargo fmt --all -- --check
+#     clippy          cargo clippy --workspace --all-targets -- -D warnings
+#     clippy-windows  the same for --target x86_64-pc-windows-gnu
+#     test            cargo test --workspace (Linux; as root, with loop devices and mounts)
+#     test-windows    cargo test --target x86_64-pc-windows-gnu -p csi-proxy-core
+#                     -p csi-proxy-host -p csi-proxy-server, run under wine
+#   With STEPs, runs only those, in the order given.
+#
+# Environment:
+#   SKIP_INSTALL=1   skip the install step (nothing is installed or downloaded)
+#   CI=true          CI mode: cargo runs with --locked and without colour
+#   CSI_PROXY_WINEPREFIX   wine prefix (default $HOME/.csi-proxy-wine)
+#
+# Meant for a Debian 12 machine with rustup and cargo, run as root (the Linux integration tests
+# need root; the install step uses apt-get). Exit status: 0 when every step passed, else 1
+# (2 for a usage error).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+WINDOWS_TARGET=x86_64-pc-windows-gnu
+APT_PACKAGES=(
+    gcc libc6-dev                          # linker for the host target
+    gcc-mingw-w64-x86-64                   # linker for x86_64-pc-windows-gnu, builds the wine shim
+    wine wine64                            # runs the Windows test binaries
+    xfsprogs btrfs-progs e2fsprogs         # mkfs/grow tools used by the Linux volume tests
+    util-linux                             # losetup, mount, flock
+)
+ALL_STEPS=(install wine-setup fmt clippy clippy-windows test test-windows)
+
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
+
+steps=()
+for arg in "$@"; do
+    case "$arg" in
+        -h|--help) usage; exit 0 ;;
+        --list) printf '%s\n' "${ALL_STEPS[@]}"; exit 0 ;;
+        *)
+            if [[ " ${ALL_STEPS[*]} " != *" $arg "* ]]; then
+                echo "test.sh: unknown step '$arg' (steps: ${ALL_STEPS[*]})" >&2
+                exit 2
+            fi
+            steps+=("$arg")
+            ;;
+    esac
+done
+(( ${#steps[@]} )) || steps=("${ALL_STEPS[@]}")
+
+CARGO_FLAGS=()
+if [[ "${CI:-}" == "true" ]]; then
+    CARGO_FLAGS+=(--locked)
+    export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+fi
+export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
+
+# ---------------------------------------------------------------------------------------------
+
+as_root() {
+    if (( EUID == 0 )); then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        echo "test.sh: need root for: $*" >&2
+        return 1
+    fi
+}
+
+step_install() {
+    local missing=() pkg
+    for pkg in "${APT_PACKAGES[@]}"; do
+        if [[ "$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null)" != installed ]]; then
+            missing+=("$pkg")
+        fi
+    done
+    if (( ${#missing[@]} )); then
+        echo "installing: ${missing[*]}"
+        as_root apt-get update
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
+    else
+        echo "apt packages present: ${APT_PACKAGES[*]}"
+    fi
+
+    command -v rustup >/dev/null 2>&1 || { echo "test.sh: rustup is required" >&2; return 1; }
+    local installed
+    installed="$(rustup component list --installed)"
+    local comp
+    for comp in rustfmt clippy; do
+        if ! grep -q "^$comp" <<<"$installed"; then
+            rustup component add "$comp"
+        fi
+    done
+    if ! rustup target list --installed | grep -qx "$WINDOWS_TARGET"; then
+        rustup target add "$WINDOWS_TARGET"
+    fi
+    echo "rust: $(rustc --version); components rustfmt, clippy; target $WINDOWS_TARGET"
+}
+
+step_wine_setup() {
+    "$ROOT/scripts/wine-setup.sh"
+}
+
+step_fmt() {
+    cargo fmt --all -- --check
+}
+
+step_clippy() {
+    cargo clippy "${CARGO_FLAGS[@]}" --workspace --all-targets -- -D warnings
+}
+
+step_clippy_windows() {
+    cargo clippy "${CARGO_FLAGS[@]}" --workspace --all-targets --target "$WINDOWS_TARGET" \
+        -- -D warnings
+}
+
+step_test() {
+    # --no-fail-fast: run every test binary, so one run shows every failure (still exit != 0).
+    cargo test "${CARGO_FLAGS[@]}" --no-fail-fast --workspace
+}
+
+step_test_windows() {
+    # The runner in .cargo/config.toml (scripts/wine-run.sh) runs each test binary under wine.
+    cargo test "${CARGO_FLAGS[@]}" --no-fail-fast --target "$WINDOWS_TARGET" \
+        -p csi-proxy-core -p csi-proxy-host -p csi-proxy-server
+}
+
+# ---------------------------------------------------------------------------------------------
+
+declare -a results=()
+start_all=$SECONDS
+
+fmt_duration() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
+
+summary() {
+    local line
+    echo
+    echo "==================================================================================="
+    echo " csi-proxy test summary ($(fmt_duration $((SECONDS - start_all))) total)"
+    echo "==================================================================================="
+    for line in "${results[@]}"; do
+        echo "  $line"
+    done
+}
+
+for step in "${steps[@]}"; do
+    if [[ "$step" == install && "${SKIP_INSTALL:-}" == 1 ]]; then
+        results+=("$(printf '%-15s %-7s %s' "$step" SKIPPED "(SKIP_INSTALL=1)")")
+        continue
+    fi
+    echo
+    echo "==================================================================================="
+    echo " ==> $step"
+    echo "==================================================================================="
+    t0=$SECONDS
+    # A subshell outside any `||`/`if` context, so that `set -e` applies inside the step.
+    set +e
+    (
+        set -e
+        "step_${step//-/_}"
+    )
+    rc=$?
+    set -e
+    took=$(fmt_duration $((SECONDS - t0)))
+    if (( rc != 0 )); then
+        results+=("$(printf '%-15s %-7s %s' "$step" FAILED "$took (exit $rc)")")
+        summary
+        echo
+        echo "FAILED at step '$step' (exit $rc)"
+        exit 1
+    fi
+    results+=("$(printf '%-15s %-7s %s' "$step" ok "$took")")
+done
+
+summary
+echo
+echo "ALL STEPS PASSED"
