@@ -80,3 +80,56 @@ pub fn descriptors(group: &str) -> Option<&'static [(&'static str, &'static [u8]
         _ => return None,
     })
 }
+
+/// Implements `Debug` for messages that carry secrets, printing `<redacted>` for them.
+macro_rules! redacted_debug {
+    ($($ty:path { $($field:ident),* ; $($secret:ident),* })+) => {
+        $(
+            impl std::fmt::Debug for $ty {
+                fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    let mut d = f.debug_struct(stringify!($ty));
+                    $(d.field(stringify!($field), &self.$field);)*
+                    $(d.field(stringify!($secret), &if self.$secret.is_empty() { "" } else { "<redacted>" });)*
+                    d.finish()
+                }
+            }
+        )+
+    };
+}
+
+redacted_debug! {
+    smb::v1alpha1::NewSmbGlobalMappingRequest { remote_path, local_path, username; password }
+    smb::v1beta1::NewSmbGlobalMappingRequest { remote_path, local_path, username; password }
+    smb::v1beta2::NewSmbGlobalMappingRequest { remote_path, local_path, username; password }
+    smb::v1::NewSmbGlobalMappingRequest { remote_path, local_path, username; password }
+    iscsi::v1alpha1::ConnectTargetRequest { target_portal, iqn, auth_type, chap_username; chap_secret }
+    iscsi::v1alpha2::ConnectTargetRequest { target_portal, iqn, auth_type, chap_username; chap_secret }
+    iscsi::v1alpha2::SetMutualChapSecretRequest { ; mutual_chap_secret }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn secrets_never_show_in_debug() {
+        let r = crate::smb::v1::NewSmbGlobalMappingRequest {
+            remote_path: r"\\srv\share".into(),
+            local_path: String::new(),
+            username: r"DOMAIN\user".into(),
+            password: "hunter2-secret".into(),
+        };
+        let s = format!("{r:?}");
+        assert!(
+            !s.contains("hunter2-secret") && s.contains("<redacted>") && s.contains("DOMAIN"),
+            "{s}"
+        );
+        let c = crate::iscsi::v1alpha2::ConnectTargetRequest {
+            chap_secret: "chap-secret-x".into(),
+            ..Default::default()
+        };
+        assert!(!format!("{c:?}").contains("chap-secret-x"));
+        let m = crate::iscsi::v1alpha2::SetMutualChapSecretRequest {
+            mutual_chap_secret: "mutual-y".into(),
+        };
+        assert!(!format!("{m:?}").contains("mutual-y"));
+    }
+}

@@ -82,17 +82,17 @@ fn log_request<T>(rpc: RpcId, started: Instant, result: &Result<Response<T>, Sta
             "request"
         );
     }
-    if let Err(s) = result {
-        if verbosity() >= 2 || code == Code::Internal {
-            tracing::warn!(
-                group = rpc.group,
-                version = rpc.version,
-                method = rpc.method,
-                code = ?code,
-                "request failed: {}",
-                s.message()
-            );
-        }
+    if let Err(s) = result
+        && (verbosity() >= 2 || code == Code::Internal)
+    {
+        tracing::warn!(
+            group = rpc.group,
+            version = rpc.version,
+            method = rpc.method,
+            code = ?code,
+            "request failed: {}",
+            s.message()
+        );
     }
 }
 

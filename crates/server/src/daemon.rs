@@ -210,10 +210,10 @@ fn cleanup(listen: &Listen, names: &[String]) {
         #[cfg(unix)]
         Listen::Unix { .. } => {
             for n in names {
-                if let Err(e) = std::fs::remove_file(n) {
-                    if e.kind() != io::ErrorKind::NotFound {
-                        tracing::warn!(socket = %n, "cannot remove socket: {e}");
-                    }
+                if let Err(e) = std::fs::remove_file(n)
+                    && e.kind() != io::ErrorKind::NotFound
+                {
+                    tracing::warn!(socket = %n, "cannot remove socket: {e}");
                 }
             }
         }

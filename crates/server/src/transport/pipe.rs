@@ -52,6 +52,9 @@ pub const DEFAULT_PIPE_SDDL: &str = "D:P(A;;GA;;;SY)(A;;GA;;;BA)";
 /// Prefix of every local pipe path.
 const PIPE_PREFIX: &str = r"\\.\pipe\";
 
+/// Attempts to create a further pipe instance before the endpoint gives up (~0.85 s in all).
+const CREATE_ATTEMPTS: u32 = 5;
+
 /// Win32 `ERROR_ACCESS_DENIED`.
 const ERROR_ACCESS_DENIED: i32 = 5;
 /// Win32 `ERROR_PIPE_BUSY`.
@@ -242,12 +245,12 @@ impl PipeListener {
     /// The next instance is created before the connected one is returned, so a client that
     /// arrives while the caller is busy finds an instance waiting instead of `ERROR_PIPE_BUSY`.
     /// A client that connects and goes away before it is accepted is skipped. An error means no
-    /// instance could be created: nobody can connect until a later call succeeds in creating
-    /// one. Cancel-safe: dropping the future loses no connection.
+    /// instance could be created, even after a few retries: nobody can connect until a later
+    /// call succeeds in creating one. Cancel-safe: dropping the future loses no connection.
     pub async fn accept(&mut self) -> io::Result<PipeConn> {
         loop {
             if self.listening.is_none() {
-                self.listening = Some(self.create_next()?);
+                self.listening = Some(self.create_next_retrying().await?);
             }
             let Some(server) = &self.listening else {
                 unreachable!("a listening instance was just created");
@@ -264,7 +267,8 @@ impl PipeListener {
                     self.failures = 0;
                     let connected = self.listening.take().expect("listening instance is set");
                     // Next instance first, then hand out the connected one. If that fails, the
-                    // connected client is still served and the next `accept` retries creation.
+                    // connected client is still served and the next `accept` retries creation
+                    // (and fails only if that does not succeed either).
                     match self.create_next() {
                         Ok(next) => self.listening = Some(next),
                         Err(e) => tracing::error!(
@@ -277,19 +281,13 @@ impl PipeListener {
                 Err(e) => {
                     // Typically ERROR_NO_DATA: the client closed its end before we got to
                     // ConnectNamedPipe. That instance cannot be reused without
-                    // DisconnectNamedPipe; replace it (new one first, so one always listens).
+                    // DisconnectNamedPipe; drop it and listen on a fresh one.
                     self.failures = self.failures.saturating_add(1);
                     tracing::debug!(
                         pipe = %self.path, error = %e,
                         "pipe client went away before it was accepted"
                     );
-                    match self.create_next() {
-                        Ok(next) => self.listening = Some(next),
-                        Err(e) => {
-                            self.listening = None;
-                            return Err(e);
-                        }
-                    }
+                    self.listening = None;
                 }
             }
         }
@@ -304,6 +302,28 @@ impl PipeListener {
     pub fn into_incoming(self) -> Incoming {
         Incoming {
             state: IncomingState::Idle(Box::new(self)),
+        }
+    }
+
+    /// [`Self::create_next`], retried a few times with a growing delay: failing to create an
+    /// instance ends the endpoint, and the usual causes (resource shortages) can pass.
+    async fn create_next_retrying(&self) -> io::Result<NamedPipeServer> {
+        let mut delay = Duration::from_millis(10);
+        let mut attempt = 1;
+        loop {
+            match self.create_next() {
+                Ok(next) => return Ok(next),
+                Err(e) if attempt < CREATE_ATTEMPTS => {
+                    tracing::warn!(
+                        pipe = %self.path, error = %e, attempt,
+                        "cannot create a pipe instance; retrying"
+                    );
+                    tokio::time::sleep(delay).await;
+                    delay *= 4;
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
         }
     }
 
