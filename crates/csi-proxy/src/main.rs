@@ -1,6 +1,8 @@
 //! The csi-proxy daemon.
 
 mod flags;
+#[cfg(windows)]
+mod windows_service;
 
 use csi_proxy_core::UnimplementedHost;
 use csi_proxy_core::disk::DiskService;
@@ -22,28 +24,40 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     csi_proxy_server::call::set_verbosity(flags.verbosity);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("csi-proxy")
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            tracing::error!("cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(flags)) {
+    #[cfg(windows)]
+    if flags.windows_service {
+        return windows_service::run(flags);
+    }
+    match run_until(flags, shutdown_signal()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e}");
             eprintln!("csi-proxy: {e}");
             ExitCode::FAILURE
         }
     }
 }
 
-async fn run(flags: flags::Flags) -> Result<(), String> {
+/// Runs the daemon on a new runtime until `shutdown` completes or an endpoint fails.
+fn run_until(
+    flags: flags::Flags,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("csi-proxy")
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let r = runtime.block_on(run(flags, shutdown));
+    if let Err(e) = &r {
+        tracing::error!("{e}");
+    }
+    r
+}
+
+async fn run(
+    flags: flags::Flags,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), String> {
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "starting csi-proxy");
     if flags.windows_service && !cfg!(windows) {
         return Err("--windows-service is only meaningful on Windows".into());
@@ -63,7 +77,7 @@ async fn run(flags: flags::Flags) -> Result<(), String> {
     tracing::info!(roots = ?policy.roots(), require_privacy = flags.require_privacy, "path roots");
     let services = services(Arc::new(policy), flags.require_privacy);
     let listen = listen(&flags)?;
-    daemon::serve(registry::endpoints(&services), listen, shutdown_signal())
+    daemon::serve(registry::endpoints(&services), listen, shutdown)
         .await
         .map_err(|e| e.to_string())?;
     tracing::info!("stopped");
