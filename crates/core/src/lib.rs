@@ -9,6 +9,8 @@ pub mod iscsi;
 pub mod paths;
 pub mod smb;
 pub mod system;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod volume;
 
 pub use error::{Error, Kind, Result};

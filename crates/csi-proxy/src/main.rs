@@ -4,14 +4,8 @@ mod flags;
 #[cfg(windows)]
 mod windows_service;
 
-use csi_proxy_core::UnimplementedHost;
-use csi_proxy_core::disk::DiskService;
 use csi_proxy_core::filesystem::{FilesystemHost, FilesystemService};
-use csi_proxy_core::iscsi::IscsiService;
 use csi_proxy_core::paths::{PathPolicy, PathStyle};
-use csi_proxy_core::smb::SmbService;
-use csi_proxy_core::system::SystemService;
-use csi_proxy_core::volume::VolumeService;
 use csi_proxy_server::daemon::{self, Listen};
 use csi_proxy_server::registry::{self, Services};
 use std::process::ExitCode;
@@ -85,18 +79,12 @@ async fn run(
 }
 
 /// The services of every group over this platform's hosts. Groups whose host work is not
-/// written yet use [`UnimplementedHost`]: their RPCs answer UNIMPLEMENTED naming group and RPC.
+/// written yet answer UNIMPLEMENTED naming group and RPC.
 fn services(policy: Arc<PathPolicy>, require_privacy: bool) -> Services {
-    let fs = FilesystemService::new(filesystem_host(), policy);
-    let pending = Arc::new(UnimplementedHost);
-    Services {
-        disk: DiskService::new(pending.clone()),
-        volume: VolumeService::new(pending.clone(), fs.clone()),
-        smb: SmbService::new(pending.clone(), fs.clone(), require_privacy),
-        system: SystemService::new(pending.clone()),
-        iscsi: IscsiService::new(pending),
-        filesystem: fs,
-    }
+    Services::with_pending_groups(
+        FilesystemService::new(filesystem_host(), policy),
+        require_privacy,
+    )
 }
 
 #[cfg(target_os = "linux")]

@@ -1,12 +1,14 @@
 //! Which adapter serves which group-version: the list of all endpoints.
 
 use crate::daemon::Endpoint;
+use csi_proxy_core::UnimplementedHost;
 use csi_proxy_core::disk::DiskService;
 use csi_proxy_core::filesystem::FilesystemService;
 use csi_proxy_core::iscsi::IscsiService;
 use csi_proxy_core::smb::SmbService;
 use csi_proxy_core::system::SystemService;
 use csi_proxy_core::volume::VolumeService;
+use std::sync::Arc;
 use tonic::service::Routes;
 
 /// The version-agnostic services behind every endpoint.
@@ -24,6 +26,22 @@ pub struct Services {
     pub system: SystemService,
     /// iSCSI group.
     pub iscsi: IscsiService,
+}
+
+impl Services {
+    /// The filesystem service `fs` plus every other group on [`UnimplementedHost`]: their RPCs
+    /// answer UNIMPLEMENTED naming group and RPC until a platform host is plugged in.
+    pub fn with_pending_groups(fs: FilesystemService, require_privacy: bool) -> Self {
+        let pending = Arc::new(UnimplementedHost);
+        Services {
+            disk: DiskService::new(pending.clone()),
+            volume: VolumeService::new(pending.clone(), fs.clone()),
+            smb: SmbService::new(pending.clone(), fs.clone(), require_privacy),
+            system: SystemService::new(pending.clone()),
+            iscsi: IscsiService::new(pending),
+            filesystem: fs,
+        }
+    }
 }
 
 /// `group_endpoints!(list, service, module, [Adapter => "version", ...])` pushes one endpoint per
@@ -68,53 +86,10 @@ pub fn endpoints(s: &Services) -> Vec<Endpoint> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use csi_proxy_core::UnimplementedHost;
-    use csi_proxy_core::paths::{LinkProbe, LinkTarget, PathPolicy, PathStyle};
-    use std::sync::Arc;
-
-    struct NoFs;
-    impl LinkProbe for NoFs {
-        fn link_target(&self, _: &str) -> std::io::Result<Option<LinkTarget>> {
-            Ok(None)
-        }
-    }
-    impl csi_proxy_core::filesystem::FilesystemHost for NoFs {
-        fn path_exists(&self, _: &str) -> std::io::Result<bool> {
-            Ok(false)
-        }
-        fn mkdir_all(&self, _: &str) -> std::io::Result<()> {
-            Ok(())
-        }
-        fn remove(&self, _: &str) -> std::io::Result<()> {
-            Ok(())
-        }
-        fn remove_all(&self, _: &str) -> std::io::Result<()> {
-            Ok(())
-        }
-        fn remove_contents(&self, _: &str) -> std::io::Result<()> {
-            Ok(())
-        }
-        fn create_symlink(&self, _: &str, _: &str) -> std::io::Result<()> {
-            Ok(())
-        }
-        fn is_symlink(&self, _: &str) -> std::io::Result<bool> {
-            Ok(false)
-        }
-    }
 
     #[test]
     fn every_group_version_of_the_api_has_exactly_one_endpoint() {
-        let policy = PathPolicy::new(PathStyle::Posix, "/var/lib/kubelet", &[]).unwrap();
-        let fs = FilesystemService::new(Arc::new(NoFs), Arc::new(policy));
-        let h = Arc::new(UnimplementedHost);
-        let s = Services {
-            disk: DiskService::new(h.clone()),
-            volume: VolumeService::new(h.clone(), fs.clone()),
-            smb: SmbService::new(h.clone(), fs.clone(), true),
-            system: SystemService::new(h.clone()),
-            iscsi: IscsiService::new(h),
-            filesystem: fs,
-        };
+        let s = Services::with_pending_groups(csi_proxy_core::testing::kubelet_fs(), true);
         let got: Vec<(&str, &str)> = endpoints(&s).iter().map(|e| (e.group, e.version)).collect();
         let mut want = Vec::new();
         for g in csi_proxy_api::GROUPS {

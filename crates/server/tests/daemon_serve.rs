@@ -4,14 +4,8 @@
 
 use csi_proxy_api::filesystem::v1::filesystem_client::FilesystemClient;
 use csi_proxy_api::filesystem::v1::{MkdirRequest, PathExistsRequest};
-use csi_proxy_core::UnimplementedHost;
-use csi_proxy_core::disk::DiskService;
 use csi_proxy_core::filesystem::{FilesystemHost, FilesystemService};
-use csi_proxy_core::iscsi::IscsiService;
 use csi_proxy_core::paths::{LinkProbe, LinkTarget, PathPolicy, PathStyle};
-use csi_proxy_core::smb::SmbService;
-use csi_proxy_core::system::SystemService;
-use csi_proxy_core::volume::VolumeService;
 use csi_proxy_server::daemon::{self, Listen};
 use csi_proxy_server::registry::{self, Services};
 use std::io;
@@ -55,15 +49,7 @@ impl FilesystemHost for PanickyFs {
 fn services() -> Services {
     let policy = PathPolicy::new(PathStyle::Posix, "/var/lib/kubelet", &[]).unwrap();
     let fs = FilesystemService::new(Arc::new(PanickyFs), Arc::new(policy));
-    let h = Arc::new(UnimplementedHost);
-    Services {
-        disk: DiskService::new(h.clone()),
-        volume: VolumeService::new(h.clone(), fs.clone()),
-        smb: SmbService::new(h.clone(), fs.clone(), true),
-        system: SystemService::new(h.clone()),
-        iscsi: IscsiService::new(h),
-        filesystem: fs,
-    }
+    Services::with_pending_groups(fs, true)
 }
 
 #[tokio::test]
@@ -116,5 +102,9 @@ async fn a_panicking_handler_answers_internal_and_the_daemon_keeps_serving() {
         .expect("stops within 5 s")
         .unwrap()
         .unwrap();
-    assert_eq!(std::fs::read_dir(&sockets).unwrap().count(), 0, "sockets removed");
+    assert_eq!(
+        std::fs::read_dir(&sockets).unwrap().count(),
+        0,
+        "sockets removed"
+    );
 }

@@ -8,13 +8,10 @@ use csi_proxy_api::volume::{v1 as vol1, v1alpha1 as vol1alpha1, v1beta1 as vol1b
 use csi_proxy_api::volume::{v1beta2 as vol1beta2, v1beta3 as vol1beta3, v2alpha1 as vol2alpha1};
 use csi_proxy_core::Result;
 use csi_proxy_core::disk::{DiskHost, DiskIds, DiskLocation, DiskService};
-use csi_proxy_core::filesystem::{FilesystemHost, FilesystemService};
-use csi_proxy_core::paths::{LinkProbe, LinkTarget, PathPolicy, PathStyle};
 use csi_proxy_core::volume::{ResizeTarget, VolumeHost, VolumeService, VolumeStats};
 use csi_proxy_server::disk::*;
 use csi_proxy_server::volume::*;
 use std::collections::{BTreeMap, HashMap};
-use std::io;
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 use tonic::{Code, Request, Response, Status};
@@ -173,49 +170,12 @@ impl DiskHost for BareDisks {}
 struct BareVolumes;
 impl VolumeHost for BareVolumes {}
 
-/// A filesystem host with no links anywhere; only confinement uses it.
-struct PlainFs;
-
-impl LinkProbe for PlainFs {
-    fn link_target(&self, _: &str) -> io::Result<Option<LinkTarget>> {
-        Ok(None)
-    }
-}
-
-impl FilesystemHost for PlainFs {
-    fn path_exists(&self, _: &str) -> io::Result<bool> {
-        Ok(true)
-    }
-    fn mkdir_all(&self, _: &str) -> io::Result<()> {
-        Ok(())
-    }
-    fn remove(&self, _: &str) -> io::Result<()> {
-        Ok(())
-    }
-    fn remove_all(&self, _: &str) -> io::Result<()> {
-        Ok(())
-    }
-    fn remove_contents(&self, _: &str) -> io::Result<()> {
-        Ok(())
-    }
-    fn create_symlink(&self, _: &str, _: &str) -> io::Result<()> {
-        Ok(())
-    }
-    fn is_symlink(&self, _: &str) -> io::Result<bool> {
-        Ok(false)
-    }
-}
-
 fn disk_service(host: Arc<dyn DiskHost>) -> DiskService {
     DiskService::new(host)
 }
 
 fn volume_service(host: Arc<dyn VolumeHost>) -> VolumeService {
-    let policy = PathPolicy::new(PathStyle::Posix, "/var/lib/kubelet", &[]).unwrap();
-    VolumeService::new(
-        host,
-        FilesystemService::new(Arc::new(PlainFs), Arc::new(policy)),
-    )
+    VolumeService::new(host, csi_proxy_core::testing::kubelet_fs())
 }
 
 fn ok<T>(r: std::result::Result<Response<T>, Status>) -> T {

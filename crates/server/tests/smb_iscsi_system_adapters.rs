@@ -12,16 +12,13 @@ use csi_proxy_api::smb::v1beta1::smb_server::Smb as _;
 use csi_proxy_api::smb::v1beta2::smb_server::Smb as _;
 use csi_proxy_api::system::v1alpha1 as system_v1alpha1;
 use csi_proxy_api::system::v1alpha1::system_server::System as _;
-use csi_proxy_core::filesystem::{FilesystemHost, FilesystemService};
 use csi_proxy_core::iscsi::{AuthType, Chap, IscsiHost, IscsiService, Secret, TargetPortal};
-use csi_proxy_core::paths::{LinkProbe, LinkTarget, PathPolicy, PathStyle};
 use csi_proxy_core::smb::{SmbHost, SmbMapping, SmbService};
 use csi_proxy_core::system::{ServiceInfo, ServiceStatus, StartType, SystemHost, SystemService};
 use csi_proxy_core::{Error, Kind, Result};
 use csi_proxy_server::iscsi::{IscsiV1alpha1, IscsiV1alpha2};
 use csi_proxy_server::smb::{SmbV1, SmbV1alpha1, SmbV1beta1, SmbV1beta2};
 use csi_proxy_server::system::SystemV1alpha1;
-use std::io;
 use std::sync::{Arc, Mutex};
 use tonic::{Code, Request, Response, Status};
 
@@ -93,39 +90,6 @@ impl<C> Recorder<C> {
 // ---------------------------------------------------------------------------------------------
 // SMB
 
-/// A filesystem host with nothing on it: enough for the path policy.
-struct EmptyFs;
-
-impl LinkProbe for EmptyFs {
-    fn link_target(&self, _: &str) -> io::Result<Option<LinkTarget>> {
-        Ok(None)
-    }
-}
-
-impl FilesystemHost for EmptyFs {
-    fn path_exists(&self, _: &str) -> io::Result<bool> {
-        Ok(false)
-    }
-    fn mkdir_all(&self, _: &str) -> io::Result<()> {
-        Ok(())
-    }
-    fn remove(&self, _: &str) -> io::Result<()> {
-        Ok(())
-    }
-    fn remove_all(&self, _: &str) -> io::Result<()> {
-        Ok(())
-    }
-    fn remove_contents(&self, _: &str) -> io::Result<()> {
-        Ok(())
-    }
-    fn create_symlink(&self, _: &str, _: &str) -> io::Result<()> {
-        Ok(())
-    }
-    fn is_symlink(&self, _: &str) -> io::Result<bool> {
-        Ok(false)
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum SmbCall {
     Map(SmbMapping),
@@ -163,8 +127,7 @@ impl SmbHost for Recorder<SmbCall> {
 }
 
 fn smb_service(host: Arc<dyn SmbHost>) -> SmbService {
-    let policy = PathPolicy::new(PathStyle::Posix, KUBELET, &[]).unwrap();
-    let fs = FilesystemService::new(Arc::new(EmptyFs), Arc::new(policy));
+    let fs = csi_proxy_core::testing::kubelet_fs();
     SmbService::new(host, fs, true)
 }
 

@@ -242,43 +242,8 @@ impl VolumeService {
 mod tests {
     use super::*;
     use crate::Kind;
-    use crate::filesystem::FilesystemHost;
-    use crate::paths::{LinkProbe, LinkTarget, PathPolicy, PathStyle};
-    use std::io;
+
     use std::sync::Mutex;
-
-    /// A filesystem host with nothing on it: only its link probe is used (by confinement).
-    struct NoLinks;
-
-    impl LinkProbe for NoLinks {
-        fn link_target(&self, _: &str) -> io::Result<Option<LinkTarget>> {
-            Ok(None)
-        }
-    }
-
-    impl FilesystemHost for NoLinks {
-        fn path_exists(&self, _: &str) -> io::Result<bool> {
-            Ok(false)
-        }
-        fn mkdir_all(&self, _: &str) -> io::Result<()> {
-            Ok(())
-        }
-        fn remove(&self, _: &str) -> io::Result<()> {
-            Ok(())
-        }
-        fn remove_all(&self, _: &str) -> io::Result<()> {
-            Ok(())
-        }
-        fn remove_contents(&self, _: &str) -> io::Result<()> {
-            Ok(())
-        }
-        fn create_symlink(&self, _: &str, _: &str) -> io::Result<()> {
-            Ok(())
-        }
-        fn is_symlink(&self, _: &str) -> io::Result<bool> {
-            Ok(false)
-        }
-    }
 
     /// Records the resize target and the paths the host was given.
     #[derive(Default)]
@@ -303,11 +268,7 @@ mod tests {
     }
 
     fn service(host: Arc<dyn VolumeHost>) -> VolumeService {
-        let policy = PathPolicy::new(PathStyle::Posix, "/var/lib/kubelet", &[]).unwrap();
-        VolumeService::new(
-            host,
-            FilesystemService::new(Arc::new(NoLinks), Arc::new(policy)),
-        )
+        VolumeService::new(host, crate::testing::kubelet_fs())
     }
 
     fn calls(r: &Recorder) -> Vec<String> {
