@@ -1,6 +1,7 @@
 //! The daemon: every group-version endpoint in one process, started together, stopped together.
 
 use crate::transport::authority::AuthorityFix;
+use crate::transport::deadline::HandshakeDeadline;
 use std::future::Future;
 use std::io;
 use std::time::Duration;
@@ -105,13 +106,15 @@ pub async fn serve(
                 #[cfg(unix)]
                 Incoming::Unix(l) => {
                     let stream = tokio_stream::wrappers::UnixListenerStream::new(l);
-                    let stream = tokio_stream::StreamExt::map(stream, |c| c.map(AuthorityFix::new));
+                    let stream = tokio_stream::StreamExt::map(stream, |c| {
+                        c.map(|c| AuthorityFix::new(HandshakeDeadline::new(c)))
+                    });
                     router.serve_with_incoming_shutdown(stream, signal).await
                 }
                 #[cfg(windows)]
                 Incoming::Pipe(l) => {
                     let stream = tokio_stream::StreamExt::map(l.into_incoming(), |c| {
-                        c.map(AuthorityFix::new)
+                        c.map(|c| AuthorityFix::new(HandshakeDeadline::new(c)))
                     });
                     router.serve_with_incoming_shutdown(stream, signal).await
                 }

@@ -2,6 +2,7 @@
 //! `:authority` fix that lets upstream Go clients through.
 
 pub mod authority;
+pub mod deadline;
 #[cfg(windows)]
 pub mod pipe;
 #[cfg(unix)]
