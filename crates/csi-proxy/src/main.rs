@@ -166,7 +166,11 @@ fn init_logging(flags: &flags::Flags) -> Result<(), String> {
                 .with_writer(std::sync::Mutex::new(file))
                 .init();
         }
-        _ => builder.with_writer(std::io::stderr).init(),
+        _ => {
+            // Colour only for a person at a terminal; service logs and files stay plain text.
+            let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+            builder.with_ansi(ansi).with_writer(std::io::stderr).init()
+        }
     }
     Ok(())
 }

@@ -69,6 +69,10 @@ impl Daemon {
         }
     }
 
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.sockets.with_file_name("daemon.log")).unwrap()
+    }
+
     fn k(&self, rel: &str) -> String {
         self.kubelet.join(rel).display().to_string()
     }
@@ -81,7 +85,13 @@ impl Drop for Daemon {
     }
 }
 
+/// Starts the daemon; its log goes to `<sockets>/../daemon.log` (appended across restarts).
 fn spawn(sockets: &Path, kubelet: &Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(sockets.with_file_name("daemon.log"))
+        .unwrap();
     Command::new(env!("CARGO_BIN_EXE_csi-proxy"))
         .arg(format!("-kubelet-path={}", kubelet.display()))
         .arg("--socket-dir")
@@ -89,7 +99,7 @@ fn spawn(sockets: &Path, kubelet: &Path) -> Child {
         .arg("-v=4")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(log)
         .spawn()
         .unwrap()
 }
@@ -339,6 +349,21 @@ async fn sigterm_stops_within_5s_and_removes_sockets() {
     assert!(status.success(), "{status:?}");
     assert!(t.elapsed() < Duration::from_secs(5));
     assert_eq!(socket_count(&d.sockets), 0, "sockets removed");
+    // At -v=4 every request is one log line with group, version, method, duration and code.
+    let log = d.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("method=\"Mkdir\""))
+        .unwrap_or_else(|| panic!("no request line for Mkdir in:\n{log}"));
+    for field in [
+        "group=\"filesystem\"",
+        "version=\"v1\"",
+        "duration_ms=",
+        "code=Ok",
+    ] {
+        assert!(line.contains(field), "{field} missing in {line}");
+    }
+    assert!(log.contains("SIGTERM received"), "{log}");
 }
 
 #[tokio::test]
