@@ -1,13 +1,13 @@
 //! The csi-proxy daemon.
 
 mod flags;
+mod hosts;
 #[cfg(windows)]
 mod windows_service;
 
-use csi_proxy_core::filesystem::{FilesystemHost, FilesystemService};
 use csi_proxy_core::paths::{PathPolicy, PathStyle};
 use csi_proxy_server::daemon::{self, Listen};
-use csi_proxy_server::registry::{self, Services};
+use csi_proxy_server::registry;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -69,32 +69,13 @@ async fn run(
     )
     .map_err(|e| format!("invalid --kubelet-path/--working-dir: {e}"))?;
     tracing::info!(roots = ?policy.roots(), require_privacy = flags.require_privacy, "path roots");
-    let services = services(Arc::new(policy), flags.require_privacy);
+    let services = hosts::services(Arc::new(policy), &flags);
     let listen = listen(&flags)?;
     daemon::serve(registry::endpoints(&services), listen, shutdown)
         .await
         .map_err(|e| e.to_string())?;
     tracing::info!("stopped");
     Ok(())
-}
-
-/// The services of every group over this platform's hosts. Groups whose host work is not
-/// written yet answer UNIMPLEMENTED naming group and RPC.
-fn services(policy: Arc<PathPolicy>, require_privacy: bool) -> Services {
-    Services::with_pending_groups(
-        FilesystemService::new(filesystem_host(), policy),
-        require_privacy,
-    )
-}
-
-#[cfg(target_os = "linux")]
-fn filesystem_host() -> Arc<dyn FilesystemHost> {
-    Arc::new(csi_proxy_host::linux::filesystem::LinuxFilesystemHost::new())
-}
-
-#[cfg(windows)]
-fn filesystem_host() -> Arc<dyn FilesystemHost> {
-    Arc::new(csi_proxy_host::windows::filesystem::WindowsFilesystemHost::new())
 }
 
 #[cfg(unix)]

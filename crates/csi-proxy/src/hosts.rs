@@ -1,0 +1,51 @@
+//! Which host implementation serves each group on this platform.
+//!
+//! One function per platform; a group whose host is not written yet stays on
+//! [`csi_proxy_core::UnimplementedHost`] and answers UNIMPLEMENTED naming group and RPC.
+
+use crate::flags::Flags;
+use csi_proxy_core::filesystem::FilesystemService;
+use csi_proxy_core::paths::PathPolicy;
+use csi_proxy_server::registry::Services;
+use std::sync::Arc;
+
+/// The services of every group over this platform's hosts.
+pub fn services(policy: Arc<PathPolicy>, flags: &Flags) -> Services {
+    let fs = FilesystemService::new(platform::filesystem(), policy);
+    #[allow(unused_mut)] // groups are plugged in per platform below
+    let mut s = Services::with_pending_groups(fs, flags.require_privacy);
+    platform::plug(&mut s, flags);
+    s
+}
+
+#[cfg(target_os = "linux")]
+mod platform {
+    use super::*;
+    use csi_proxy_core::filesystem::FilesystemHost;
+    use csi_proxy_host::linux;
+
+    pub fn filesystem() -> Arc<dyn FilesystemHost> {
+        Arc::new(linux::filesystem::LinuxFilesystemHost::new())
+    }
+
+    /// Replaces pending groups with the Linux hosts that exist.
+    pub fn plug(s: &mut Services, flags: &Flags) {
+        let _ = (s, flags);
+    }
+}
+
+#[cfg(windows)]
+mod platform {
+    use super::*;
+    use csi_proxy_core::filesystem::FilesystemHost;
+    use csi_proxy_host::windows;
+
+    pub fn filesystem() -> Arc<dyn FilesystemHost> {
+        Arc::new(windows::filesystem::WindowsFilesystemHost::new())
+    }
+
+    /// Replaces pending groups with the Windows hosts that exist.
+    pub fn plug(s: &mut Services, flags: &Flags) {
+        let _ = (s, flags);
+    }
+}
