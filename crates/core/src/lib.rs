@@ -6,6 +6,7 @@ pub mod disk;
 pub mod error;
 pub mod filesystem;
 pub mod iscsi;
+pub mod locks;
 pub mod paths;
 pub mod smb;
 pub mod system;
@@ -21,8 +22,19 @@ pub use error::{Error, Kind, Result};
 #[derive(Debug, Clone, Copy, Default)]
 pub struct UnimplementedHost;
 
-impl disk::DiskHost for UnimplementedHost {}
-impl volume::VolumeHost for UnimplementedHost {}
+impl disk::DiskHost for UnimplementedHost {
+    /// Nothing is ever changed by this host, so no disk needs protecting from it; the RPC itself
+    /// then answers UNIMPLEMENTED.
+    fn disk_usage(&self, _: u32) -> Result<disk::DiskUsage> {
+        Ok(disk::DiskUsage::default())
+    }
+}
+impl volume::VolumeHost for UnimplementedHost {
+    /// As for disks: nothing is changed by this host, so the RPCs answer UNIMPLEMENTED.
+    fn volume_disk(&self, _: &str) -> Result<(u32, disk::DiskUsage)> {
+        Ok((0, disk::DiskUsage::default()))
+    }
+}
 impl smb::SmbHost for UnimplementedHost {}
 impl iscsi::IscsiHost for UnimplementedHost {}
 impl system::SystemHost for UnimplementedHost {}

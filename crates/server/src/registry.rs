@@ -34,7 +34,7 @@ impl Services {
     pub fn with_pending_groups(fs: FilesystemService, require_privacy: bool) -> Self {
         let pending = Arc::new(UnimplementedHost);
         Services {
-            disk: DiskService::new(pending.clone()),
+            disk: DiskService::new(pending.clone(), fs.policy().clone()),
             volume: VolumeService::new(pending.clone(), fs.clone()),
             smb: SmbService::new(pending.clone(), fs.clone(), require_privacy),
             system: SystemService::new(pending.clone()),

@@ -7,7 +7,7 @@ use csi_proxy_api::disk::{v1beta2 as d1beta2, v1beta3 as d1beta3};
 use csi_proxy_api::volume::{v1 as vol1, v1alpha1 as vol1alpha1, v1beta1 as vol1beta1};
 use csi_proxy_api::volume::{v1beta2 as vol1beta2, v1beta3 as vol1beta3, v2alpha1 as vol2alpha1};
 use csi_proxy_core::Result;
-use csi_proxy_core::disk::{DiskHost, DiskIds, DiskLocation, DiskService};
+use csi_proxy_core::disk::{DiskHost, DiskIds, DiskLocation, DiskService, DiskUsage};
 use csi_proxy_core::volume::{ResizeTarget, VolumeHost, VolumeService, VolumeStats};
 use csi_proxy_server::disk::*;
 use csi_proxy_server::volume::*;
@@ -88,6 +88,11 @@ impl DiskHost for FakeDisks {
         self.0.push(format!("IsDiskOnline {disk_number}"));
         Ok(disk_number == 1)
     }
+
+    /// Not logged: the service asks it before every mutating call.
+    fn disk_usage(&self, _: u32) -> Result<DiskUsage> {
+        Ok(DiskUsage::default())
+    }
 }
 
 /// A volume host that answers from the request, so conversions can be checked end to end.
@@ -162,16 +167,30 @@ impl VolumeHost for FakeVolumes {
         self.0.push(format!("WriteVolumeCache {volume_id}"));
         Ok(())
     }
+
+    /// Not logged: the service asks it before every mutating call.
+    fn volume_disk(&self, _: &str) -> Result<(u32, DiskUsage)> {
+        Ok((9, DiskUsage::default()))
+    }
 }
 
-/// Hosts that override nothing: every RPC must answer UNIMPLEMENTED.
+/// Hosts that implement no RPC (only the usage facts the service checks first): every RPC must
+/// answer UNIMPLEMENTED.
 struct BareDisks;
-impl DiskHost for BareDisks {}
+impl DiskHost for BareDisks {
+    fn disk_usage(&self, _: u32) -> Result<DiskUsage> {
+        Ok(DiskUsage::default())
+    }
+}
 struct BareVolumes;
-impl VolumeHost for BareVolumes {}
+impl VolumeHost for BareVolumes {
+    fn volume_disk(&self, _: &str) -> Result<(u32, DiskUsage)> {
+        Ok((9, DiskUsage::default()))
+    }
+}
 
 fn disk_service(host: Arc<dyn DiskHost>) -> DiskService {
-    DiskService::new(host)
+    DiskService::new(host, csi_proxy_core::testing::kubelet_fs().policy().clone())
 }
 
 fn volume_service(host: Arc<dyn VolumeHost>) -> VolumeService {

@@ -5,6 +5,8 @@
 //! Semantics follow upstream-behaviour.md §2.1.
 
 use crate::error::{Error, Kind, Result};
+use crate::locks::lock_disk;
+use crate::paths::PathPolicy;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -33,6 +35,47 @@ pub struct DiskIds {
     pub page83: String,
     /// The disk's serial number, verbatim (may be blanks or end in `.`).
     pub serial_number: String,
+}
+
+/// What the host itself uses a disk for, as far as data safety is concerned (design.md §5).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DiskUsage {
+    /// Where filesystems on the disk, its partitions or devices stacked on them are mounted.
+    pub mount_points: Vec<String>,
+    /// Why the host counts the disk as its own, if it does: it holds the root or boot
+    /// filesystem, active swap, or is a member of a stacked device (LVM, RAID, dm-crypt).
+    pub system_use: Option<String>,
+}
+
+/// Refuses `op` on a disk the host uses for itself: one with a `system_use`, or with a
+/// filesystem mounted anywhere but strictly below an allowed root (the kubelet path or a working
+/// dir, where drivers mount their volumes).
+pub fn refuse_host_disk(
+    op: &str,
+    object: &str,
+    usage: &DiskUsage,
+    roots: &PathPolicy,
+) -> Result<()> {
+    if let Some(why) = &usage.system_use {
+        return Err(Error::new(
+            Kind::FailedPrecondition,
+            op,
+            object,
+            format!("refused: the disk {why}"),
+        ));
+    }
+    let below_a_root = |mp: &str| roots.check(op, mp).is_ok_and(|n| !roots.is_root(&n));
+    if let Some(mp) = usage.mount_points.iter().find(|mp| !below_a_root(mp)) {
+        return Err(Error::new(
+            Kind::FailedPrecondition,
+            op,
+            object,
+            format!(
+                "refused: the disk holds a filesystem mounted at {mp:?}, outside the kubelet path and working dirs"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// OS primitives of the disk group. Disks are named by their OS disk number.
@@ -79,21 +122,45 @@ pub trait DiskHost: Send + Sync {
         let _ = disk_number;
         Err(Error::unimplemented(GROUP, "GetDiskState"))
     }
+
+    /// What the host uses the disk for (see [`DiskUsage`]). Mutating RPCs are refused while this
+    /// is unknown, so a host that cannot tell leaves every disk alone.
+    fn disk_usage(&self, disk_number: u32) -> Result<DiskUsage> {
+        Err(Error::new(
+            Kind::FailedPrecondition,
+            "disk",
+            disk_number,
+            "this host cannot tell whether the disk is in use, so it is not changed",
+        ))
+    }
 }
 
 /// The version-agnostic disk service every disk API version is served by.
 ///
-/// Per-disk serialisation and the data-safety checks (design.md §5) belong here, in front of
-/// the host calls, so that every API version gets them.
+/// Per-disk serialisation and the data-safety checks (design.md §5) live here, in front of the
+/// host calls, so every API version gets them.
 #[derive(Clone)]
 pub struct DiskService {
     host: Arc<dyn DiskHost>,
+    roots: Arc<PathPolicy>,
 }
 
 impl DiskService {
-    /// A service over `host`.
-    pub fn new(host: Arc<dyn DiskHost>) -> Self {
-        Self { host }
+    /// A service over `host`; mounts strictly below `roots` are the drivers' own (not a reason
+    /// to refuse a disk).
+    pub fn new(host: Arc<dyn DiskHost>, roots: Arc<PathPolicy>) -> Self {
+        Self { host, roots }
+    }
+
+    /// Holds the disk and refuses it when the host uses it for itself.
+    fn claim(&self, op: &str, disk_number: u32) -> Result<crate::locks::DiskGuard> {
+        let guard = lock_disk(disk_number);
+        let usage = self
+            .host
+            .disk_usage(disk_number)
+            .map_err(|e| e.context(op))?;
+        refuse_host_disk(op, &format!("disk {disk_number}"), &usage, &self.roots)?;
+        Ok(guard)
     }
 
     /// ListDiskLocations: every disk's location by disk number (empty when there are none).
@@ -103,6 +170,7 @@ impl DiskService {
 
     /// PartitionDisk: initialise and partition the disk, idempotently.
     pub fn partition_disk(&self, disk_number: u32) -> Result<()> {
+        let _held = self.claim("PartitionDisk", disk_number)?;
         self.host.partition_disk(disk_number)
     }
 
@@ -123,6 +191,7 @@ impl DiskService {
 
     /// SetDiskState: bring the disk online or offline (idempotent).
     pub fn set_disk_state(&self, disk_number: u32, is_online: bool) -> Result<()> {
+        let _held = self.claim("SetDiskState", disk_number)?;
         self.host.set_disk_online(disk_number, is_online)
     }
 
@@ -175,7 +244,82 @@ mod tests {
     }
 
     fn svc(host: impl DiskHost + 'static) -> DiskService {
-        DiskService::new(Arc::new(host))
+        DiskService::new(
+            Arc::new(host),
+            crate::testing::kubelet_fs().policy().clone(),
+        )
+    }
+
+    /// Reports a fixed usage and records whether the host was asked to change anything.
+    struct Used(DiskUsage, std::sync::Mutex<Vec<&'static str>>);
+
+    impl DiskHost for Used {
+        fn disk_usage(&self, _: u32) -> Result<DiskUsage> {
+            Ok(self.0.clone())
+        }
+        fn partition_disk(&self, _: u32) -> Result<()> {
+            self.1.lock().unwrap().push("partition");
+            Ok(())
+        }
+        fn set_disk_online(&self, _: u32, _: bool) -> Result<()> {
+            self.1.lock().unwrap().push("state");
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn disks_the_host_uses_are_refused_before_the_host_is_asked() {
+        let mounts = |m: &[&str]| DiskUsage {
+            mount_points: m.iter().map(|s| s.to_string()).collect(),
+            system_use: None,
+        };
+        let refused = [
+            mounts(&["/"]),
+            mounts(&["/var/lib/kubelet/pods/x", "/home"]),
+            mounts(&["/var/lib/kubelet"]), // the root itself is the admin's, not a driver's
+            mounts(&["/var/lib/kubelet-evil/x"]),
+            DiskUsage {
+                mount_points: vec![],
+                system_use: Some("holds active swap".into()),
+            },
+        ];
+        for usage in refused {
+            let host = Arc::new(Used(usage.clone(), Default::default()));
+            let s = DiskService::new(host.clone(), crate::testing::kubelet_fs().policy().clone());
+            for e in [
+                s.partition_disk(7).unwrap_err(),
+                s.set_disk_state(7, false).unwrap_err(),
+            ] {
+                assert_eq!(e.kind(), Kind::FailedPrecondition, "{usage:?}");
+                assert!(e.message().contains("disk 7: refused"), "{}", e.message());
+            }
+            assert!(host.1.lock().unwrap().is_empty(), "{usage:?}");
+        }
+        let host = Arc::new(Used(
+            mounts(&["/var/lib/kubelet/plugins/kubernetes.io/csi/x/globalmount"]),
+            Default::default(),
+        ));
+        let s = DiskService::new(host.clone(), crate::testing::kubelet_fs().policy().clone());
+        s.partition_disk(7).unwrap();
+        s.set_disk_state(7, true).unwrap();
+        assert_eq!(*host.1.lock().unwrap(), ["partition", "state"]);
+    }
+
+    #[test]
+    fn a_host_that_cannot_tell_usage_changes_nothing() {
+        struct Blind;
+        impl DiskHost for Blind {
+            fn partition_disk(&self, _: u32) -> Result<()> {
+                panic!("must not be reached")
+            }
+        }
+        let e = svc(Blind).partition_disk(3).unwrap_err();
+        assert_eq!(e.kind(), Kind::FailedPrecondition);
+        assert!(
+            e.message().starts_with("PartitionDisk: disk 3"),
+            "{}",
+            e.message()
+        );
     }
 
     #[test]

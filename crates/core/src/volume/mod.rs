@@ -8,8 +8,10 @@
 //! Volume IDs are opaque strings the host hands out (`\\?\Volume{GUID}\` on Windows); they must
 //! round-trip byte-exact, so nothing here normalises them.
 
-use crate::error::{Error, Result};
+use crate::disk::{DiskUsage, refuse_host_disk};
+use crate::error::{Error, Kind, Result};
 use crate::filesystem::FilesystemService;
+use crate::locks::{DiskGuard, lock_disk};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
@@ -117,6 +119,18 @@ pub trait VolumeHost: Send + Sync {
         let _ = volume_id;
         Err(Error::unimplemented(GROUP, "WriteVolumeCache"))
     }
+
+    /// The number of the disk holding the volume and what the host uses that disk for, so the
+    /// service can serialise per disk and keep away from the host's own disks. Mutating RPCs are
+    /// refused while this is unknown.
+    fn volume_disk(&self, volume_id: &str) -> Result<(u32, DiskUsage)> {
+        Err(Error::new(
+            Kind::FailedPrecondition,
+            "volume",
+            format!("{volume_id:?}"),
+            "this host cannot tell which disk holds the volume, so it is not changed",
+        ))
+    }
 }
 
 /// The version-agnostic volume service every volume API version is served by.
@@ -144,6 +158,30 @@ impl VolumeService {
         Self { host, fs }
     }
 
+    /// Holds the disk of the volume; with `guard_host_disk`, refuses it when the host uses the disk
+    /// for itself (design.md §5).
+    fn claim(&self, op: &str, volume_id: &str, guard_host_disk: bool) -> Result<DiskGuard> {
+        let (disk, _) = self
+            .host
+            .volume_disk(volume_id)
+            .map_err(|e| e.context(op))?;
+        let guard = lock_disk(disk);
+        if guard_host_disk {
+            // Asked again under the lock: mounts may have changed while waiting.
+            let (_, usage) = self
+                .host
+                .volume_disk(volume_id)
+                .map_err(|e| e.context(op))?;
+            refuse_host_disk(
+                op,
+                &format!("volume {volume_id:?} on disk {disk}"),
+                &usage,
+                self.fs.policy(),
+            )?;
+        }
+        Ok(guard)
+    }
+
     /// Checks that `target_path` is given and confines it to the allowed roots.
     fn target(&self, op: &str, target_path: &str) -> Result<String> {
         required(op, "target_path", target_path)?;
@@ -165,6 +203,7 @@ impl VolumeService {
         const OP: &str = "MountVolume";
         required(OP, "volume_id", volume_id)?;
         let target = self.target(OP, target_path)?;
+        let _held = self.claim(OP, volume_id, true)?;
         self.host.mount_volume(volume_id, &target)
     }
 
@@ -173,6 +212,7 @@ impl VolumeService {
         const OP: &str = "UnmountVolume";
         required(OP, "volume_id", volume_id)?;
         let target = self.target(OP, target_path)?;
+        let _held = self.claim(OP, volume_id, false)?;
         self.host.unmount_volume(volume_id, &target)
     }
 
@@ -185,6 +225,7 @@ impl VolumeService {
     /// FormatVolume: quick-format the volume.
     pub fn format_volume(&self, volume_id: &str) -> Result<()> {
         required("FormatVolume", "volume_id", volume_id)?;
+        let _held = self.claim("FormatVolume", volume_id, true)?;
         self.host.format_volume(volume_id)
     }
 
@@ -203,6 +244,7 @@ impl VolumeService {
                 ));
             }
         };
+        let _held = self.claim(OP, volume_id, true)?;
         self.host.resize_volume(volume_id, target)
     }
 
@@ -234,6 +276,7 @@ impl VolumeService {
     /// WriteVolumeCache: flush the volume's write cache.
     pub fn write_volume_cache(&self, volume_id: &str) -> Result<()> {
         required("WriteVolumeCache", "volume_id", volume_id)?;
+        let _held = self.claim("WriteVolumeCache", volume_id, false)?;
         self.host.write_volume_cache(volume_id)
     }
 }
@@ -241,7 +284,6 @@ impl VolumeService {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Kind;
 
     use std::sync::Mutex;
 
@@ -250,6 +292,19 @@ mod tests {
     struct Recorder(Mutex<Vec<String>>);
 
     impl VolumeHost for Recorder {
+        fn volume_disk(&self, id: &str) -> Result<(u32, DiskUsage)> {
+            let mount_points = match id {
+                "on-root" => vec!["/".to_string()],
+                _ => vec!["/var/lib/kubelet/plugins/x".to_string()],
+            };
+            Ok((
+                1,
+                DiskUsage {
+                    mount_points,
+                    system_use: None,
+                },
+            ))
+        }
         fn list_volumes_on_disk(&self, d: u32, p: Option<NonZeroU32>) -> Result<Vec<String>> {
             self.0.lock().unwrap().push(format!("list {d} {p:?}"));
             Ok(vec![])
@@ -292,6 +347,23 @@ mod tests {
             calls(&rec),
             ["resize v Maximum", "resize v Bytes(5368709120)"]
         );
+    }
+
+    #[test]
+    fn volumes_on_the_hosts_own_disks_are_refused() {
+        let rec = Arc::new(Recorder::default());
+        let s = service(rec.clone());
+        let p = "/var/lib/kubelet/plugins/y";
+        for e in [
+            s.format_volume("on-root").unwrap_err(),
+            s.resize_volume("on-root", 0).unwrap_err(),
+            s.mount_volume("on-root", p).unwrap_err(),
+        ] {
+            assert_eq!(e.kind(), Kind::FailedPrecondition);
+            assert!(e.message().contains("refused"), "{}", e.message());
+            assert!(e.message().contains("\"/\""), "{}", e.message());
+        }
+        assert!(calls(&rec).is_empty());
     }
 
     #[test]
