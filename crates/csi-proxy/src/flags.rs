@@ -36,6 +36,20 @@ pub struct Flags {
     #[arg(long = "socket-group", value_name = "GROUP")]
     pub socket_group: Option<String>,
 
+    /// Directory of the daemon's durable records (Linux): what FormatVolume has done, so a
+    /// retried format can tell its own work from a filesystem it must not touch.
+    #[arg(
+        long = "state-dir",
+        default_value = "/var/lib/csi-proxy",
+        value_name = "DIR"
+    )]
+    pub state_dir: String,
+
+    /// Filesystem FormatVolume creates on Linux: ext4 or xfs.
+    #[arg(long = "format-filesystem", default_value = "ext4", value_name = "TYPE",
+          value_parser = ["ext4", "xfs"])]
+    pub format_filesystem: String,
+
     /// Security descriptor (SDDL) of the named pipes (Windows). Default: SYSTEM and
     /// Administrators only.
     #[arg(long = "pipe-sddl", value_name = "SDDL")]

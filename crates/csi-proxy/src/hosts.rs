@@ -30,7 +30,16 @@ mod platform {
 
     /// Replaces pending groups with the Linux hosts that exist.
     pub fn plug(s: &mut Services, flags: &Flags) {
-        let _ = (s, flags);
+        s.disk = csi_proxy_core::disk::DiskService::new(
+            Arc::new(linux::disk::LinuxDiskHost::new()),
+            s.filesystem.policy().clone(),
+        );
+        // The flag's parser admits only the names FsType knows.
+        let fs_type = flags.format_filesystem.parse().unwrap_or_default();
+        s.volume = csi_proxy_core::volume::VolumeService::new(
+            Arc::new(linux::volume::LinuxVolumeHost::new(&flags.state_dir, fs_type)),
+            s.filesystem.clone(),
+        );
     }
 }
 

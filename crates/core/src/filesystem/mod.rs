@@ -61,6 +61,12 @@ impl FilesystemService {
         self.policy.confine(op, path, self.host.as_ref())
     }
 
+    /// Confines `path` for operation `op`, following a link at the final component too; returns
+    /// where the path leads (for operations that act on the link's destination).
+    pub fn confine_following(&self, op: &str, path: &str) -> Result<String> {
+        self.policy.confine_following(op, path, self.host.as_ref())
+    }
+
     fn protect_root(&self, op: &str, path: &str) -> Result<()> {
         if self.policy.is_root(path) {
             return Err(Error::new(

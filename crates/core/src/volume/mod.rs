@@ -262,14 +262,20 @@ impl VolumeService {
 
     /// GetVolumeIDFromTargetPath: the volume mounted at `target_path` (confined).
     pub fn get_volume_id_from_target_path(&self, target_path: &str) -> Result<String> {
-        let target = self.target("GetVolumeIDFromTargetPath", target_path)?;
+        // Drivers ask through links to mount points (publish paths), so the link is followed;
+        // where it leads must be inside the roots too.
+        const OP: &str = "GetVolumeIDFromTargetPath";
+        required(OP, "target_path", target_path)?;
+        let target = self.fs.confine_following(OP, target_path)?;
         self.host.get_volume_id_from_target_path(&target)
     }
 
     /// GetClosestVolumeIDFromTargetPath (volume v2alpha1): the volume `target_path` (confined)
     /// lives on.
     pub fn get_closest_volume_id_from_target_path(&self, target_path: &str) -> Result<String> {
-        let target = self.target("GetClosestVolumeIDFromTargetPath", target_path)?;
+        const OP: &str = "GetClosestVolumeIDFromTargetPath";
+        required(OP, "target_path", target_path)?;
+        let target = self.fs.confine_following(OP, target_path)?;
         self.host.get_closest_volume_id_from_target_path(&target)
     }
 

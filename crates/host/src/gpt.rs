@@ -1,0 +1,724 @@
+//! GUID Partition Table: parse, plan and serialise, as pure functions over bytes.
+//!
+//! Layout per UEFI 2.10 §5.3: a protective MBR at LBA 0, the primary header at LBA 1 followed by
+//! the partition entry array, and a backup entry array plus backup header at the end of the disk.
+//! Every field is little-endian; GUIDs use the mixed-endian on-disk encoding (first three groups
+//! little-endian). The hosts do the I/O; everything here is unit-tested on byte fixtures.
+
+use std::fmt;
+
+/// Size of the header fields covered by the header CRC (UEFI: HeaderSize, 92 bytes).
+const HEADER_SIZE: u32 = 92;
+/// Number of entries we write (UEFI minimum array size is 16 KiB: 128 × 128 bytes).
+const ENTRIES: u32 = 128;
+/// Size of one entry we write.
+const ENTRY_SIZE: u32 = 128;
+/// Partitions start on a 1 MiB boundary, like every current partitioning tool.
+const ALIGN_BYTES: u64 = 1 << 20;
+
+/// "Linux filesystem data" partition type, `0FC63DAF-8483-4772-8E79-3D69D8477DE4`.
+pub const LINUX_FILESYSTEM: Guid = Guid::from_str_const("0fc63daf-8483-4772-8e79-3d69d8477de4");
+/// "Microsoft basic data" partition type, `EBD0A0A2-B9E5-4433-87C0-68B6B72699C7`.
+pub const BASIC_DATA: Guid = Guid::from_str_const("ebd0a0a2-b9e5-4433-87c0-68b6b72699c7");
+/// "Microsoft reserved" partition type, `E3C9E316-0B5C-4DB8-817D-F92DF00215AE`: not a data
+/// partition (upstream ignores it when deciding whether a disk is partitioned).
+pub const MICROSOFT_RESERVED: Guid = Guid::from_str_const("e3c9e316-0b5c-4db8-817d-f92df00215ae");
+
+/// CRC-32 (IEEE 802.3, reflected, as UEFI requires for GPT headers and entry arrays).
+pub fn crc32(data: &[u8]) -> u32 {
+    const TABLE: [u32; 256] = {
+        let mut t = [0u32; 256];
+        let mut i = 0;
+        while i < 256 {
+            let mut c = i as u32;
+            let mut k = 0;
+            while k < 8 {
+                c = if c & 1 != 0 {
+                    0xEDB8_8320 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
+                k += 1;
+            }
+            t[i] = c;
+            i += 1;
+        }
+        t
+    };
+    let mut c = !0u32;
+    for &b in data {
+        c = TABLE[((c ^ b as u32) & 0xFF) as usize] ^ (c >> 8);
+    }
+    !c
+}
+
+/// A GUID in its on-disk byte order.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Guid(pub [u8; 16]);
+
+impl Guid {
+    /// The all-zero GUID: an unused partition entry.
+    pub const NIL: Guid = Guid([0; 16]);
+
+    /// Parses `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` (any case) at compile time; panics on a
+    /// malformed literal, which only constants use.
+    const fn from_str_const(s: &str) -> Guid {
+        match Guid::parse_bytes(s.as_bytes()) {
+            Some(g) => g,
+            None => panic!("malformed GUID literal"),
+        }
+    }
+
+    /// Parses the canonical text form; `None` when malformed.
+    pub fn parse(s: &str) -> Option<Guid> {
+        Guid::parse_bytes(s.as_bytes())
+    }
+
+    const fn parse_bytes(s: &[u8]) -> Option<Guid> {
+        if s.len() != 36 || s[8] != b'-' || s[13] != b'-' || s[18] != b'-' || s[23] != b'-' {
+            return None;
+        }
+        // Canonical order of the 16 bytes as written in text.
+        let mut text = [0u8; 16];
+        let mut i = 0;
+        let mut n = 0;
+        while i < 36 {
+            if s[i] == b'-' {
+                i += 1;
+                continue;
+            }
+            let (Some(hi), Some(lo)) = (hex(s[i]), hex(s[i + 1])) else {
+                return None;
+            };
+            text[n] = hi << 4 | lo;
+            n += 1;
+            i += 2;
+        }
+        // On disk the first three groups are little-endian.
+        let mut d = text;
+        d[0] = text[3];
+        d[1] = text[2];
+        d[2] = text[1];
+        d[3] = text[0];
+        d[4] = text[5];
+        d[5] = text[4];
+        d[6] = text[7];
+        d[7] = text[6];
+        Some(Guid(d))
+    }
+
+    /// A random (version 4) GUID from 16 random bytes.
+    pub fn from_random(mut bytes: [u8; 16]) -> Guid {
+        // Version and variant bits in text order: byte 6 holds the version, byte 8 the variant;
+        // on disk, text byte 6 is stored at index 7.
+        bytes[7] = (bytes[7] & 0x0F) | 0x40;
+        bytes[8] = (bytes[8] & 0x3F) | 0x80;
+        Guid(bytes)
+    }
+}
+
+const fn hex(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+impl fmt::Display for Guid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = &self.0;
+        write!(
+            f,
+            "{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-",
+            d[3], d[2], d[1], d[0], d[5], d[4], d[7], d[6], d[8], d[9]
+        )?;
+        for b in &d[10..] {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Guid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// One used partition entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partition {
+    /// 1-based partition number (entry index + 1), as the kernel numbers GPT partitions.
+    pub number: u32,
+    /// Partition type.
+    pub type_guid: Guid,
+    /// This partition's unique GUID (the `PARTUUID`).
+    pub unique_guid: Guid,
+    /// First sector.
+    pub first_lba: u64,
+    /// Last sector, inclusive.
+    pub last_lba: u64,
+}
+
+impl Partition {
+    /// Size in sectors.
+    pub fn sectors(&self) -> u64 {
+        self.last_lba - self.first_lba + 1
+    }
+}
+
+/// Why a partition table cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GptError {
+    /// Not enough bytes were read to hold what the header describes.
+    Short(&'static str),
+    /// A field is outside what UEFI allows or what this disk can hold.
+    Invalid(String),
+}
+
+impl fmt::Display for GptError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GptError::Short(what) => write!(f, "GPT truncated: {what}"),
+            GptError::Invalid(why) => write!(f, "GPT invalid: {why}"),
+        }
+    }
+}
+
+/// A parsed GPT (from its primary header).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gpt {
+    /// Logical sector size in bytes.
+    pub sector: u64,
+    /// The disk GUID.
+    pub disk_guid: Guid,
+    /// First sector partitions may use.
+    pub first_usable: u64,
+    /// Last sector partitions may use (from the header; the disk may have grown since).
+    pub last_usable: u64,
+    /// Sector of the backup header, as the primary header records it.
+    pub alternate_lba: u64,
+    /// The raw entry array, `entry_count × entry_size` bytes.
+    entries: Vec<u8>,
+    entry_size: u32,
+    entry_count: u32,
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap_or([0; 4]))
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or([0; 8]))
+}
+
+fn guid_at(b: &[u8], at: usize) -> Guid {
+    Guid(b[at..at + 16].try_into().unwrap_or([0; 16]))
+}
+
+/// Bytes to read from the start of the disk to parse its primary GPT (LBA 0 to the end of a
+/// 16 KiB entry array). Tables with larger arrays report [`GptError::Short`] with the size.
+pub fn head_len(sector: u64) -> usize {
+    (2 * sector + u64::from(ENTRIES * ENTRY_SIZE)) as usize
+}
+
+/// Whether LBA 1 carries the GPT signature.
+pub fn has_signature(head: &[u8], sector: u64) -> bool {
+    let s = sector as usize;
+    head.len() >= s + 8 && &head[s..s + 8] == b"EFI PART"
+}
+
+impl Gpt {
+    /// Parses the primary GPT from `head` (the disk's first bytes, see [`head_len`]);
+    /// `Ok(None)` when LBA 1 has no GPT signature. Checks both CRCs and that every field fits a
+    /// disk of `total_sectors`.
+    pub fn parse(head: &[u8], sector: u64, total_sectors: u64) -> Result<Option<Gpt>, GptError> {
+        if !has_signature(head, sector) {
+            return Ok(None);
+        }
+        let h = &head[sector as usize..];
+        let size = u32_at(h, 12);
+        if !(HEADER_SIZE..=sector as u32).contains(&size) {
+            return Err(GptError::Invalid(format!("header size {size}")));
+        }
+        let mut hdr = h[..size as usize].to_vec();
+        hdr[16..20].fill(0);
+        if crc32(&hdr) != u32_at(h, 16) {
+            return Err(GptError::Invalid("header CRC mismatch".into()));
+        }
+        let my_lba = u64_at(h, 24);
+        let alternate_lba = u64_at(h, 32);
+        let first_usable = u64_at(h, 40);
+        let last_usable = u64_at(h, 48);
+        let entries_lba = u64_at(h, 72);
+        let entry_count = u32_at(h, 80);
+        let entry_size = u32_at(h, 84);
+        if my_lba != 1 {
+            return Err(GptError::Invalid(format!(
+                "primary header claims LBA {my_lba}"
+            )));
+        }
+        if entry_size < 128 || !entry_size.is_power_of_two() || entry_count == 0 {
+            return Err(GptError::Invalid(format!(
+                "{entry_count} entries of {entry_size} bytes"
+            )));
+        }
+        if first_usable > last_usable || last_usable >= total_sectors {
+            return Err(GptError::Invalid(format!(
+                "usable sectors {first_usable}..={last_usable} on a disk of {total_sectors}"
+            )));
+        }
+        let array_len = u64::from(entry_count) * u64::from(entry_size);
+        let start = entries_lba
+            .checked_mul(sector)
+            .ok_or(GptError::Invalid("entry array offset".into()))?;
+        let end = start
+            .checked_add(array_len)
+            .ok_or(GptError::Invalid("entry array size".into()))?;
+        if end > head.len() as u64 {
+            return Err(GptError::Short("entry array beyond the bytes read"));
+        }
+        let entries = head[start as usize..end as usize].to_vec();
+        if crc32(&entries) != u32_at(h, 88) {
+            return Err(GptError::Invalid("entry array CRC mismatch".into()));
+        }
+        let gpt = Gpt {
+            sector,
+            disk_guid: guid_at(h, 56),
+            first_usable,
+            last_usable,
+            alternate_lba,
+            entries,
+            entry_size,
+            entry_count,
+        };
+        for p in gpt.partitions() {
+            if p.first_lba < first_usable || p.last_lba > last_usable || p.first_lba > p.last_lba {
+                return Err(GptError::Invalid(format!(
+                    "partition {} spans {}..={} outside {first_usable}..={last_usable}",
+                    p.number, p.first_lba, p.last_lba
+                )));
+            }
+        }
+        Ok(Some(gpt))
+    }
+
+    /// An empty table for a disk of `total_sectors`.
+    pub fn new(sector: u64, total_sectors: u64, disk_guid: Guid) -> Result<Gpt, GptError> {
+        let array_sectors = u64::from(ENTRIES * ENTRY_SIZE).div_ceil(sector);
+        let first_usable = 2 + array_sectors;
+        let last_usable = last_usable(sector, total_sectors, ENTRIES * ENTRY_SIZE)?;
+        if first_usable > last_usable {
+            return Err(GptError::Invalid(format!(
+                "a disk of {total_sectors} sectors is too small for a GPT"
+            )));
+        }
+        Ok(Gpt {
+            sector,
+            disk_guid,
+            first_usable,
+            last_usable,
+            alternate_lba: total_sectors - 1,
+            entries: vec![0; (ENTRIES * ENTRY_SIZE) as usize],
+            entry_size: ENTRY_SIZE,
+            entry_count: ENTRIES,
+        })
+    }
+
+    /// The used entries, in entry order.
+    pub fn partitions(&self) -> Vec<Partition> {
+        (0..self.entry_count)
+            .filter_map(|i| {
+                let e = &self.entries[(i * self.entry_size) as usize..][..128];
+                let type_guid = guid_at(e, 0);
+                (type_guid != Guid::NIL).then(|| Partition {
+                    number: i + 1,
+                    type_guid,
+                    unique_guid: guid_at(e, 16),
+                    first_lba: u64_at(e, 32),
+                    last_lba: u64_at(e, 40),
+                })
+            })
+            .collect()
+    }
+
+    /// The used entries that hold data: everything but Microsoft reserved partitions.
+    pub fn data_partitions(&self) -> Vec<Partition> {
+        self.partitions()
+            .into_iter()
+            .filter(|p| p.type_guid != MICROSOFT_RESERVED)
+            .collect()
+    }
+
+    /// Adds one partition of `type_guid` spanning the largest free extent, starting on a 1 MiB
+    /// boundary, in the first unused entry. Returns it.
+    pub fn add_max_partition(
+        &mut self,
+        type_guid: Guid,
+        unique_guid: Guid,
+    ) -> Result<Partition, GptError> {
+        let align = (ALIGN_BYTES / self.sector).max(1);
+        let mut used: Vec<(u64, u64)> = self
+            .partitions()
+            .iter()
+            .map(|p| (p.first_lba, p.last_lba))
+            .collect();
+        used.sort_unstable();
+        let mut best: Option<(u64, u64)> = None;
+        let mut cursor = self.first_usable;
+        for (first, last) in used.iter().copied().chain([(self.last_usable + 1, 0)]) {
+            let start = cursor.div_ceil(align) * align;
+            if first > start {
+                let end = first - 1;
+                if best.is_none_or(|(s, e)| end - start > e - s) {
+                    best = Some((start, end));
+                }
+            }
+            cursor = cursor.max(last + 1);
+        }
+        let Some((first_lba, last_lba)) = best else {
+            return Err(GptError::Invalid("no free space for a partition".into()));
+        };
+        let index = (0..self.entry_count)
+            .find(|&i| guid_at(&self.entries, (i * self.entry_size) as usize) == Guid::NIL)
+            .ok_or(GptError::Invalid("every partition entry is used".into()))?;
+        let e = &mut self.entries[(index * self.entry_size) as usize..][..128];
+        e.fill(0);
+        e[0..16].copy_from_slice(&type_guid.0);
+        e[16..32].copy_from_slice(&unique_guid.0);
+        e[32..40].copy_from_slice(&first_lba.to_le_bytes());
+        e[40..48].copy_from_slice(&last_lba.to_le_bytes());
+        Ok(Partition {
+            number: index + 1,
+            type_guid,
+            unique_guid,
+            first_lba,
+            last_lba,
+        })
+    }
+
+    /// Moves the table's end to a disk now `total_sectors` long (the backup header goes to the
+    /// new last sector and the usable range grows with it). Never shrinks below a partition.
+    pub fn relocate_end(&mut self, total_sectors: u64) -> Result<(), GptError> {
+        let last = last_usable(
+            self.sector,
+            total_sectors,
+            self.entry_count * self.entry_size,
+        )?;
+        if let Some(p) = self.partitions().iter().find(|p| p.last_lba > last) {
+            return Err(GptError::Invalid(format!(
+                "partition {} ends at sector {} beyond the disk's last usable sector {last}",
+                p.number, p.last_lba
+            )));
+        }
+        self.last_usable = last;
+        self.alternate_lba = total_sectors - 1;
+        Ok(())
+    }
+
+    /// The last sector partition `number` could end at: the sector before the next partition,
+    /// or the last usable sector.
+    pub fn max_last_lba(&self, number: u32) -> Result<u64, GptError> {
+        let parts = self.partitions();
+        let p = parts
+            .iter()
+            .find(|p| p.number == number)
+            .ok_or_else(|| GptError::Invalid(format!("no partition {number}")))?;
+        Ok(parts
+            .iter()
+            .filter(|q| q.first_lba > p.last_lba)
+            .map(|q| q.first_lba - 1)
+            .min()
+            .unwrap_or(self.last_usable))
+    }
+
+    /// Sets partition `number`'s last sector; it may only grow, up to [`Gpt::max_last_lba`].
+    pub fn grow_partition(&mut self, number: u32, last_lba: u64) -> Result<(), GptError> {
+        let max = self.max_last_lba(number)?;
+        let i = number - 1;
+        let e = &mut self.entries[(i * self.entry_size) as usize..][..128];
+        let current = u64_at(e, 40);
+        if last_lba < current || last_lba > max {
+            return Err(GptError::Invalid(format!(
+                "partition {number} cannot end at sector {last_lba} (now {current}, at most {max})"
+            )));
+        }
+        e[40..48].copy_from_slice(&last_lba.to_le_bytes());
+        Ok(())
+    }
+
+    /// The bytes to write: `(byte offset, bytes)` for the backup array and header at the end of
+    /// the disk, then the protective MBR, primary header and primary array at the start. Writing
+    /// them in this order keeps a valid primary table on disk until the last write.
+    pub fn serialize(&self, total_sectors: u64) -> Vec<(u64, Vec<u8>)> {
+        let s = self.sector as usize;
+        let array = &self.entries;
+        let array_sectors = (array.len() as u64).div_ceil(self.sector);
+        let backup_lba = self.alternate_lba;
+        let backup_array_lba = backup_lba - array_sectors;
+        let header = |my: u64, alt: u64, array_lba: u64| {
+            let mut h = vec![0u8; s];
+            h[0..8].copy_from_slice(b"EFI PART");
+            h[8..12].copy_from_slice(&0x0001_0000u32.to_le_bytes());
+            h[12..16].copy_from_slice(&HEADER_SIZE.to_le_bytes());
+            h[24..32].copy_from_slice(&my.to_le_bytes());
+            h[32..40].copy_from_slice(&alt.to_le_bytes());
+            h[40..48].copy_from_slice(&self.first_usable.to_le_bytes());
+            h[48..56].copy_from_slice(&self.last_usable.to_le_bytes());
+            h[56..72].copy_from_slice(&self.disk_guid.0);
+            h[72..80].copy_from_slice(&array_lba.to_le_bytes());
+            h[80..84].copy_from_slice(&self.entry_count.to_le_bytes());
+            h[84..88].copy_from_slice(&self.entry_size.to_le_bytes());
+            h[88..92].copy_from_slice(&crc32(array).to_le_bytes());
+            let crc = crc32(&h[..HEADER_SIZE as usize]);
+            h[16..20].copy_from_slice(&crc.to_le_bytes());
+            h
+        };
+        let mut padded = array.clone();
+        padded.resize((array_sectors * self.sector) as usize, 0);
+
+        let mut backup = padded.clone();
+        backup.extend(header(backup_lba, 1, backup_array_lba));
+
+        let mut primary = protective_mbr(s, total_sectors);
+        primary.extend(header(1, backup_lba, 2));
+        primary.extend(&padded);
+        vec![(backup_array_lba * self.sector, backup), (0, primary)]
+    }
+}
+
+/// The last usable sector of a disk of `total_sectors` with an entry array of `array_bytes`
+/// mirrored at its end (backup array, then backup header in the last sector).
+fn last_usable(sector: u64, total_sectors: u64, array_bytes: u32) -> Result<u64, GptError> {
+    let array_sectors = u64::from(array_bytes).div_ceil(sector);
+    total_sectors
+        .checked_sub(2 + array_sectors)
+        .ok_or_else(|| GptError::Invalid(format!("a disk of {total_sectors} sectors is too small")))
+}
+
+/// LBA 0 of a GPT disk: one partition of type 0xEE covering the disk (capped at 2³²−1 sectors).
+fn protective_mbr(sector: usize, total_sectors: u64) -> Vec<u8> {
+    let mut m = vec![0u8; sector];
+    let e = &mut m[446..462];
+    e[1..4].copy_from_slice(&[0x00, 0x02, 0x00]); // CHS of LBA 1
+    e[4] = 0xEE;
+    e[5..8].copy_from_slice(&[0xFF, 0xFF, 0xFF]);
+    e[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let size = (total_sectors - 1).min(u64::from(u32::MAX)) as u32;
+    e[12..16].copy_from_slice(&size.to_le_bytes());
+    m[510] = 0x55;
+    m[511] = 0xAA;
+    m
+}
+
+/// One used entry of an MBR partition table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MbrPartition {
+    /// 1-based slot (1–4).
+    pub number: u32,
+    /// Partition type byte.
+    pub kind: u8,
+    /// First sector.
+    pub first_lba: u32,
+    /// Sectors.
+    pub sectors: u32,
+}
+
+/// The used primary entries of an MBR in `lba0` (empty without the 0x55AA signature). A single
+/// entry of type 0xEE is the protective MBR of a GPT disk.
+pub fn mbr_partitions(lba0: &[u8]) -> Vec<MbrPartition> {
+    if lba0.len() < 512 || lba0[510..512] != [0x55, 0xAA] {
+        return Vec::new();
+    }
+    (0..4)
+        .filter_map(|i| {
+            let e = &lba0[446 + 16 * i..][..16];
+            let p = MbrPartition {
+                number: i as u32 + 1,
+                kind: e[4],
+                first_lba: u32_at(e, 8),
+                sectors: u32_at(e, 12),
+            };
+            // Boot status must be 0x00 or 0x80; anything else is a boot sector's code, not a table.
+            (p.kind != 0 && p.sectors != 0 && (e[0] == 0 || e[0] == 0x80)).then_some(p)
+        })
+        .collect()
+}
+
+/// The MBR disk signature (offset 440), which `PARTUUID`s of MBR partitions are built from.
+pub fn mbr_disk_signature(lba0: &[u8]) -> u32 {
+    if lba0.len() < 444 {
+        return 0;
+    }
+    u32_at(lba0, 440)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A disk image in memory with the writes of [`Gpt::serialize`] applied.
+    fn image(total: u64, sector: u64, gpt: &Gpt) -> Vec<u8> {
+        let mut disk = vec![0u8; (total * sector) as usize];
+        for (off, bytes) in gpt.serialize(total) {
+            disk[off as usize..off as usize + bytes.len()].copy_from_slice(&bytes);
+        }
+        disk
+    }
+
+    #[test]
+    fn crc32_matches_the_ieee_check_value() {
+        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+        assert_eq!(crc32(b""), 0);
+    }
+
+    #[test]
+    fn guids_round_trip_in_mixed_endian() {
+        let g = BASIC_DATA;
+        assert_eq!(g.0[..4], [0xA2, 0xA0, 0xD0, 0xEB]);
+        assert_eq!(g.to_string(), "ebd0a0a2-b9e5-4433-87c0-68b6b72699c7");
+        assert_eq!(Guid::parse(&g.to_string().to_uppercase()), Some(g));
+        assert_eq!(Guid::parse("ebd0a0a2-b9e5-4433-87c0-68b6b72699c"), None);
+        assert_eq!(Guid::parse("ebd0a0a2xb9e5-4433-87c0-68b6b72699c7"), None);
+        let r = Guid::from_random([0xFF; 16]).to_string();
+        assert_eq!(&r[14..15], "4", "{r}");
+        assert!(matches!(&r[19..20], "8" | "9" | "a" | "b"), "{r}");
+    }
+
+    #[test]
+    fn a_new_table_with_one_max_partition_parses_back() {
+        for sector in [512u64, 4096] {
+            let total = (64 << 20) / sector; // 64 MiB
+            let mut gpt = Gpt::new(sector, total, Guid([1; 16])).unwrap();
+            let p = gpt
+                .add_max_partition(LINUX_FILESYSTEM, Guid([2; 16]))
+                .unwrap();
+            assert_eq!(p.number, 1);
+            assert_eq!(p.first_lba * sector, 1 << 20, "1 MiB aligned");
+            let array = (128 * 128u64).div_ceil(sector);
+            assert_eq!(
+                p.last_lba,
+                total - 2 - array,
+                "runs to the last usable sector"
+            );
+            let disk = image(total, sector, &gpt);
+            let back = Gpt::parse(&disk[..head_len(sector)], sector, total)
+                .unwrap()
+                .unwrap();
+            assert_eq!(back.partitions(), vec![p.clone()]);
+            assert_eq!(back.disk_guid, Guid([1; 16]));
+            assert_eq!(back.alternate_lba, total - 1);
+            // Protective MBR.
+            let mbr = mbr_partitions(&disk[..512]);
+            assert_eq!(mbr.len(), 1);
+            assert_eq!(mbr[0].kind, 0xEE);
+            // Backup header at the last sector, pointing back at LBA 1 and its own array.
+            let b = &disk[((total - 1) * sector) as usize..];
+            assert_eq!(&b[..8], b"EFI PART");
+            assert_eq!(u64_at(b, 24), total - 1);
+            assert_eq!(u64_at(b, 32), 1);
+            assert_eq!(u64_at(b, 72), total - 1 - array);
+            let mut h = b[..92].to_vec();
+            h[16..20].fill(0);
+            assert_eq!(crc32(&h), u32_at(b, 16));
+        }
+    }
+
+    #[test]
+    fn corruption_is_reported_not_trusted() {
+        let total = 131072;
+        let mut gpt = Gpt::new(512, total, Guid([1; 16])).unwrap();
+        gpt.add_max_partition(LINUX_FILESYSTEM, Guid([2; 16]))
+            .unwrap();
+        let disk = image(total, 512, &gpt);
+        let head = &disk[..head_len(512)];
+        let mut bad = head.to_vec();
+        bad[512 + 48] ^= 1; // last usable
+        assert!(matches!(
+            Gpt::parse(&bad, 512, total),
+            Err(GptError::Invalid(m)) if m.contains("header CRC")
+        ));
+        let mut bad = head.to_vec();
+        bad[1024 + 40] ^= 1; // entry 1 last LBA
+        assert!(matches!(
+            Gpt::parse(&bad, 512, total),
+            Err(GptError::Invalid(m)) if m.contains("entry array CRC")
+        ));
+        assert!(matches!(
+            Gpt::parse(&head[..2000], 512, total),
+            Err(GptError::Short(_))
+        ));
+        // A table claiming more sectors than the disk has.
+        assert!(Gpt::parse(head, 512, 1000).is_err());
+        assert_eq!(Gpt::parse(&vec![0; 4096], 512, total), Ok(None));
+    }
+
+    #[test]
+    fn growing_moves_the_backup_and_extends_the_last_partition() {
+        let small = 131072; // 64 MiB of 512-byte sectors
+        let mut gpt = Gpt::new(512, small, Guid([1; 16])).unwrap();
+        let p = gpt
+            .add_max_partition(LINUX_FILESYSTEM, Guid([2; 16]))
+            .unwrap();
+        let big = small * 2;
+        gpt.relocate_end(big).unwrap();
+        let max = gpt.max_last_lba(1).unwrap();
+        assert_eq!(max, big - 34);
+        gpt.grow_partition(1, max).unwrap();
+        let disk = image(big, 512, &gpt);
+        let back = Gpt::parse(&disk[..head_len(512)], 512, big)
+            .unwrap()
+            .unwrap();
+        let q = &back.partitions()[0];
+        assert_eq!(q.first_lba, p.first_lba, "start never moves");
+        assert_eq!(q.last_lba, big - 34);
+        // Shrinking, or growing into the next partition, is refused.
+        assert!(gpt.grow_partition(1, p.last_lba).is_err());
+        assert!(gpt.grow_partition(1, max + 1).is_err());
+        assert!(gpt.relocate_end(small / 2).is_err());
+    }
+
+    #[test]
+    fn max_partition_takes_the_largest_gap_and_next_partition_bounds_growth() {
+        let total = 262144;
+        let mut gpt = Gpt::new(512, total, Guid([1; 16])).unwrap();
+        // Hand-place a small partition near the end.
+        let e = &mut gpt.entries[128..256];
+        e[0..16].copy_from_slice(&MICROSOFT_RESERVED.0);
+        e[32..40].copy_from_slice(&200000u64.to_le_bytes());
+        e[40..48].copy_from_slice(&200999u64.to_le_bytes());
+        assert!(gpt.data_partitions().is_empty(), "MSR is not data");
+        let p = gpt.add_max_partition(BASIC_DATA, Guid([3; 16])).unwrap();
+        assert_eq!(p.number, 1, "first free entry");
+        assert_eq!((p.first_lba, p.last_lba), (2048, 199999));
+        assert_eq!(gpt.max_last_lba(1).unwrap(), 199999);
+        assert_eq!(gpt.max_last_lba(2).unwrap(), total - 34);
+    }
+
+    #[test]
+    fn mbr_tables_and_boot_sectors_are_told_apart() {
+        let mut lba0 = vec![0u8; 512];
+        assert!(mbr_partitions(&lba0).is_empty());
+        lba0[510] = 0x55;
+        lba0[511] = 0xAA;
+        assert!(mbr_partitions(&lba0).is_empty(), "signature alone");
+        lba0[446 + 16 + 4] = 0x83;
+        lba0[446 + 16 + 8..446 + 16 + 12].copy_from_slice(&2048u32.to_le_bytes());
+        lba0[446 + 16 + 12..446 + 16 + 16].copy_from_slice(&4096u32.to_le_bytes());
+        lba0[440..444].copy_from_slice(&0xDEADBEEFu32.to_le_bytes());
+        assert_eq!(
+            mbr_partitions(&lba0),
+            vec![MbrPartition {
+                number: 2,
+                kind: 0x83,
+                first_lba: 2048,
+                sectors: 4096
+            }]
+        );
+        assert_eq!(mbr_disk_signature(&lba0), 0xDEADBEEF);
+        lba0[446 + 16] = 0x33; // not a boot flag: code, not a table
+        assert!(mbr_partitions(&lba0).is_empty());
+    }
+}

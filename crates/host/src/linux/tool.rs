@@ -1,0 +1,83 @@
+//! Running the filesystem tools (`mkfs.*`, `resize2fs`, `xfs_growfs`, `e2fsck`).
+//!
+//! Linux has no system call that creates or grows an ext4 or xfs filesystem, so these are the
+//! one place the Linux host starts a process. Arguments are never secrets; the child dies with
+//! the daemon so a retry after a crash never races an orphaned mkfs.
+
+use csi_proxy_core::{Error, Kind, Result};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+
+/// What a tool printed when it failed.
+#[derive(Debug)]
+pub struct Failure {
+    /// Exit code, if it exited.
+    pub code: Option<i32>,
+    /// Its standard error and output, trimmed.
+    pub output: String,
+}
+
+/// Runs `program args…` with no input; `Ok(stdout)` on exit 0, `Err(Ok(failure))` on another
+/// exit, `Err(Err(error))` when it could not be started.
+pub fn run(
+    op: &str,
+    object: &str,
+    program: &str,
+    args: &[&str],
+) -> Result<String, Result<Failure>> {
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env("LC_ALL", "C");
+    // SAFETY: the closure only makes one async-signal-safe prctl(2) call in the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            // prctl(PR_SET_PDEATHSIG): the tool gets SIGKILL when the thread that started it
+            // (and so the daemon) dies, instead of running on unseen.
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+                .map_err(std::io::Error::from)
+        });
+    }
+    let out = cmd.output().map_err(|e| {
+        Err(if e.kind() == std::io::ErrorKind::NotFound {
+            Error::new(
+                Kind::FailedPrecondition,
+                op,
+                object,
+                format!("{program} is not installed on this host"),
+            )
+        } else {
+            Error::io(op, object, &e).context(format!("starting {program}"))
+        })
+    })?;
+    if out.status.success() {
+        return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+    }
+    let mut text = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !stdout.trim().is_empty() {
+        if !text.is_empty() {
+            text.push_str(" / ");
+        }
+        text.push_str(stdout.trim());
+    }
+    Err(Ok(Failure {
+        code: out.status.code(),
+        output: text.replace('\n', "; "),
+    }))
+}
+
+/// As [`run`], with a failed exit turned into an error naming the tool, its exit and output.
+pub fn run_checked(op: &str, object: &str, program: &str, args: &[&str]) -> Result<String> {
+    run(op, object, program, args).map_err(|r| match r {
+        Ok(f) => Error::new(
+            Kind::Internal,
+            op,
+            object,
+            format!("{program} failed (exit {:?}): {}", f.code, f.output),
+        ),
+        Err(e) => e,
+    })
+}

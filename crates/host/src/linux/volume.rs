@@ -1,0 +1,972 @@
+//! What the volume group does on Linux: partitions as volumes, mkfs, mount(2), growing the GPT
+//! entry and the filesystem, stats from statvfs or the superblock.
+//!
+//! A volume ID is `diskseq<N>-part<P>-<uuid>`: the disk's diskseq (never reused in a boot), the
+//! partition number, and the partition's unique GUID (GPT) or `<disk signature>-<P>` (MBR); `P`
+//! is 0 for a filesystem on a whole disk, with the filesystem UUID. An ID is resolved by the
+//! proxy itself (no udev) and checked against all three parts, so after a detach it can never
+//! resolve to a different volume, not even after a reboot resets diskseq.
+//!
+//! FormatVolume is retry-safe through an intent record per volume in the state directory: a
+//! filesystem whose UUID matches a completed record of ours is "already done"; one matching a
+//! pending record (the daemon died mid-mkfs) is formatted again; anything else is refused.
+
+use super::block::{self, Blkpg, Disk};
+use super::disk::{io_err, refused};
+use super::mountinfo::{self, MountInfo};
+use super::tool;
+use crate::gpt::{self, Gpt};
+use crate::signatures::{self, Signature};
+use csi_proxy_core::disk::DiskUsage;
+use csi_proxy_core::volume::{ResizeTarget, VolumeHost, VolumeStats};
+use csi_proxy_core::{Error, Kind, Result};
+use std::fs::{self, File};
+use std::io;
+use std::num::NonZeroU32;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+/// Upstream's rule: growth below this is a successful no-op (and so is shrinking).
+const MIN_GROWTH: u64 = 100 << 20;
+/// A filesystem smaller than its partition by more than this is grown to fill it.
+const FS_SLACK: u64 = 1 << 20;
+
+/// The filesystem FormatVolume creates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FsType {
+    /// ext4 (the default).
+    #[default]
+    Ext4,
+    /// xfs.
+    Xfs,
+}
+
+impl FsType {
+    fn name(self) -> &'static str {
+        match self {
+            FsType::Ext4 => "ext4",
+            FsType::Xfs => "xfs",
+        }
+    }
+}
+
+impl FromStr for FsType {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "ext4" => Ok(FsType::Ext4),
+            "xfs" => Ok(FsType::Xfs),
+            _ => Err(format!("unsupported filesystem {s:?} (ext4 or xfs)")),
+        }
+    }
+}
+
+/// The Linux volume host.
+#[derive(Debug, Clone)]
+pub struct LinuxVolumeHost {
+    state_dir: PathBuf,
+    fs_type: FsType,
+}
+
+/// A resolved volume.
+#[derive(Debug, Clone)]
+struct Volume {
+    id: String,
+    disk: Disk,
+    /// Partition number; 0 for a whole-disk filesystem.
+    part: u32,
+    /// Kernel name of the block device holding the filesystem.
+    name: String,
+    dev: (u32, u32),
+    /// The ID's third part: PARTUUID, or the filesystem UUID for a whole disk.
+    uuid: String,
+}
+
+impl Volume {
+    fn node(&self) -> PathBuf {
+        block::node(&self.name)
+    }
+
+    fn mounts<'t>(&self, table: &'t [MountInfo]) -> Vec<&'t MountInfo> {
+        let node = self.node().to_string_lossy().into_owned();
+        table
+            .iter()
+            .filter(|m| (m.major, m.minor) == self.dev || m.source == node)
+            .collect()
+    }
+}
+
+fn shown(id: &str) -> String {
+    format!("volume {id:?}")
+}
+
+fn parse_id(id: &str) -> Option<(u32, u32, &str)> {
+    let rest = id.strip_prefix("diskseq")?;
+    let (n, rest) = rest.split_once("-part")?;
+    let (p, uuid) = rest.split_once('-')?;
+    let digits = |s: &str| !s.is_empty() && s.len() <= 10 && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(n) || !digits(p) || uuid.is_empty() || uuid.len() > 36 {
+        return None;
+    }
+    if !(uuid == "none"
+        || uuid
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase() || b == b'-'))
+    {
+        return None;
+    }
+    Some((n.parse().ok()?, p.parse().ok()?, uuid))
+}
+
+fn read_mountinfo(op: &str) -> Result<Vec<MountInfo>> {
+    mountinfo::read().map_err(|e| Error::io(op, "/proc/self/mountinfo", &e))
+}
+
+/// The third part of a volume ID for partition `part` of `disk` (0: the whole disk).
+fn volume_uuid(op: &str, disk: &Disk, part: u32) -> Result<String> {
+    let f = block::open_read(&block::node(&disk.name)).map_err(|e| io_err(op, disk, "open", &e))?;
+    if part == 0 {
+        let head = block::read_at(&f, 0, signatures::PROBE_LEN)
+            .map_err(|e| io_err(op, disk, "read", &e))?;
+        return Ok(signatures::probe(&head)
+            .and_then(|s| s.uuid)
+            .map_or_else(|| "none".to_string(), |u| signatures::uuid_string(&u)));
+    }
+    let sector = block::sector_size(disk);
+    let head =
+        block::read_at(&f, 0, gpt::head_len(sector)).map_err(|e| io_err(op, disk, "read", &e))?;
+    match Gpt::parse(&head, sector, disk.size / sector) {
+        Ok(Some(t)) => Ok(t
+            .partitions()
+            .into_iter()
+            .find(|p| p.number == part)
+            .map_or_else(|| "none".into(), |p| p.unique_guid.to_string())),
+        _ => Ok(format!("{:08x}-{part:02x}", gpt::mbr_disk_signature(&head))),
+    }
+}
+
+fn make_volume(op: &str, disk: &Disk, part: u32) -> Result<Volume> {
+    if part != 0 && !block::partitions(disk).iter().any(|p| p.number == part) {
+        // Best effort; a partition still unknown is reported below.
+        let _ = block::ensure_partitions(op, disk);
+    }
+    let name = if part == 0 {
+        disk.name.clone()
+    } else {
+        block::partitions(disk)
+            .into_iter()
+            .find(|p| p.number == part)
+            .map(|p| p.name)
+            .ok_or_else(|| {
+                Error::new(
+                    Kind::NotFound,
+                    op,
+                    format!("disk {} ({})", disk.number, disk.name),
+                    format!("no partition {part}"),
+                )
+            })?
+    };
+    let sys = if part == 0 {
+        block::sys_disk(&disk.name)
+    } else {
+        block::sys_disk(&disk.name).join(&name)
+    };
+    let dev = block::dev_numbers(&sys).map_err(|e| io_err(op, disk, "read dev", &e))?;
+    let uuid = volume_uuid(op, disk, part)?;
+    Ok(Volume {
+        id: format!("diskseq{}-part{part}-{uuid}", disk.number),
+        disk: disk.clone(),
+        part,
+        name,
+        dev,
+        uuid,
+    })
+}
+
+/// The ID of the volume a mount's device is, if it is a disk or partition.
+fn id_of_mount(op: &str, m: &MountInfo) -> Result<String> {
+    let (disk, part) = block::whose(m.major, m.minor).ok_or_else(|| {
+        Error::new(
+            Kind::FailedPrecondition,
+            op,
+            format!("{:?}", m.mount_point),
+            format!(
+                "is a {} mount of {:?}, not a volume on a disk",
+                m.fs_type, m.source
+            ),
+        )
+    })?;
+    Ok(make_volume(op, &disk, part)?.id)
+}
+
+/// Opens a directory without following a final link: an `O_PATH` handle that mount(2) and
+/// checks use, so the directory cannot be swapped for a link between check and use.
+fn open_dir_nofollow(path: &Path) -> io::Result<File> {
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags((rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::NOFOLLOW).bits() as i32)
+        .open(path)
+}
+
+/// The path the kernel shows in mountinfo for `path` (links in its parents resolved, the final
+/// component kept as is).
+fn kernel_path(path: &Path) -> io::Result<PathBuf> {
+    match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => Ok(fs::canonicalize(parent)?.join(name)),
+        _ => fs::canonicalize(path),
+    }
+}
+
+/// The intent record of a format, kept so a retried FormatVolume can tell its own work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Intent {
+    fs: String,
+    uuid: String,
+    done: bool,
+}
+
+impl LinuxVolumeHost {
+    /// A volume host keeping its format records under `state_dir` and formatting with `fs_type`.
+    pub fn new(state_dir: impl Into<PathBuf>, fs_type: FsType) -> Self {
+        Self {
+            state_dir: state_dir.into(),
+            fs_type,
+        }
+    }
+
+    fn resolve(&self, op: &str, id: &str) -> Result<Volume> {
+        let (number, part, uuid) = parse_id(id).ok_or_else(|| {
+            Error::invalid(
+                op,
+                shown(id),
+                "not a volume ID of this host (expected diskseq<N>-part<P>-<uuid>, as ListVolumesOnDisk returns)",
+            )
+        })?;
+        let disk = block::disk(op, number).map_err(|e| {
+            Error::new(
+                e.kind(),
+                op,
+                shown(id),
+                format!("disk {number} is not attached (detached, or the host rebooted)"),
+            )
+        })?;
+        let vol = make_volume(op, &disk, part).map_err(|e| {
+            if e.kind() == Kind::NotFound {
+                Error::new(
+                    Kind::NotFound,
+                    op,
+                    shown(id),
+                    format!("disk {number} has no partition {part}"),
+                )
+            } else {
+                e
+            }
+        })?;
+        if vol.uuid != uuid {
+            return Err(Error::new(
+                Kind::NotFound,
+                op,
+                shown(id),
+                format!(
+                    "partition {part} of disk {number} is now a different volume ({})",
+                    vol.id
+                ),
+            ));
+        }
+        Ok(vol)
+    }
+
+    fn intent_path(&self, vol: &Volume) -> PathBuf {
+        self.state_dir.join("format").join(&vol.uuid)
+    }
+
+    fn read_intent(&self, vol: &Volume) -> Option<Intent> {
+        let text = fs::read_to_string(self.intent_path(vol)).ok()?;
+        let field = |k: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
+                .map(str::to_string)
+        };
+        Some(Intent {
+            fs: field("fs")?,
+            uuid: field("uuid")?,
+            done: field("state")? == "done",
+        })
+    }
+
+    /// Writes the record durably (temporary file, fsync, rename, fsync of the directory).
+    fn write_intent(&self, op: &str, vol: &Volume, intent: &Intent) -> Result<()> {
+        let path = self.intent_path(vol);
+        let dir = path.parent().unwrap_or(&self.state_dir).to_path_buf();
+        let err = |e: io::Error| {
+            Error::io(op, shown(&vol.id), &e).context(format!("state dir {}", dir.display()))
+        };
+        fs::create_dir_all(&dir).map_err(err)?;
+        let tmp = dir.join(format!(".{}.tmp", vol.uuid));
+        let body = format!(
+            "fs={}\nuuid={}\nstate={}\nvolume={}\n",
+            intent.fs,
+            intent.uuid,
+            if intent.done { "done" } else { "pending" },
+            vol.id
+        );
+        {
+            let f = File::create(&tmp).map_err(err)?;
+            io::Write::write_all(&mut &f, body.as_bytes()).map_err(err)?;
+            f.sync_all().map_err(err)?;
+        }
+        fs::rename(&tmp, &path).map_err(err)?;
+        File::open(&dir).and_then(|d| d.sync_all()).map_err(err)
+    }
+
+    fn probe(&self, op: &str, vol: &Volume) -> Result<(Option<Signature>, Vec<u8>)> {
+        let f = block::open_read(&vol.node()).map_err(|e| Error::io(op, shown(&vol.id), &e))?;
+        let buf = block::read_at(&f, 0, signatures::PROBE_LEN)
+            .map_err(|e| Error::io(op, shown(&vol.id), &e))?;
+        Ok((signatures::probe(&buf), buf))
+    }
+
+    /// Mounts the volume on a private directory for a tool that needs a mounted filesystem.
+    fn with_temporary_mount<T>(
+        &self,
+        op: &str,
+        vol: &Volume,
+        fs_type: &str,
+        f: impl FnOnce(&Path) -> Result<T>,
+    ) -> Result<T> {
+        let dir = self.state_dir.join("mnt").join(&vol.uuid);
+        let err = |e: io::Error| {
+            Error::io(op, shown(&vol.id), &e).context(format!("temporary mount {}", dir.display()))
+        };
+        fs::create_dir_all(&dir).map_err(err)?;
+        rustix::mount::mount(
+            vol.node(),
+            &dir,
+            fs_type,
+            rustix::mount::MountFlags::empty(),
+            None,
+        )
+        .map_err(|e| err(e.into()))?;
+        let r = f(&dir);
+        let u = rustix::mount::unmount(&dir, rustix::mount::UnmountFlags::empty());
+        let _ = fs::remove_dir(&dir);
+        u.map_err(|e| err(e.into()))?;
+        r
+    }
+
+    fn grow_filesystem(
+        &self,
+        op: &str,
+        vol: &Volume,
+        sig: &Signature,
+        mounted_at: Option<&Path>,
+    ) -> Result<()> {
+        let object = shown(&vol.id);
+        let node = vol.node().to_string_lossy().into_owned();
+        match sig.kind {
+            "ext2" | "ext3" | "ext4" => {
+                let mut r = tool::run(op, &object, "resize2fs", &[&node]);
+                if let Err(Ok(f)) = &r
+                    && mounted_at.is_none()
+                    && f.output.contains("e2fsck -f")
+                {
+                    // resize2fs wants a freshly checked filesystem when it is offline.
+                    match tool::run(op, &object, "e2fsck", &["-f", "-p", &node]) {
+                        Ok(_) => {}
+                        Err(Ok(f)) if f.code == Some(1) => {} // errors corrected
+                        Err(Ok(f)) => {
+                            return Err(Error::new(
+                                Kind::FailedPrecondition,
+                                op,
+                                &object,
+                                format!(
+                                    "e2fsck found problems it could not fix (exit {:?}): {}",
+                                    f.code, f.output
+                                ),
+                            ));
+                        }
+                        Err(Err(e)) => return Err(e),
+                    }
+                    r = tool::run(op, &object, "resize2fs", &[&node]);
+                }
+                match r {
+                    Ok(_) => Ok(()),
+                    Err(Ok(f))
+                        if mounted_at.is_some()
+                            && (f.output.contains("Permission denied")
+                                || f.output.contains("Operation not permitted")) =>
+                    {
+                        Err(Error::new(
+                            Kind::PermissionDenied,
+                            op,
+                            &object,
+                            format!(
+                                "the partition was grown but the mounted ext4 filesystem could not be grown online: {} \
+                                 (growing a mounted ext4 needs CAP_SYS_RESOURCE, which this daemon lacks; \
+                                 unmount the volume and retry, or give the daemon CAP_SYS_RESOURCE)",
+                                f.output
+                            ),
+                        ))
+                    }
+                    Err(Ok(f)) => Err(Error::new(
+                        Kind::Internal,
+                        op,
+                        &object,
+                        format!("resize2fs failed (exit {:?}): {}", f.code, f.output),
+                    )),
+                    Err(Err(e)) => Err(e),
+                }
+            }
+            "xfs" | "btrfs" => {
+                let grow = |mp: &Path| -> Result<()> {
+                    let mp = mp.to_string_lossy();
+                    if sig.kind == "xfs" {
+                        tool::run_checked(op, &object, "xfs_growfs", &["-d", &mp])
+                    } else {
+                        tool::run_checked(
+                            op,
+                            &object,
+                            "btrfs",
+                            &["filesystem", "resize", "max", &mp],
+                        )
+                    }
+                    .map(drop)
+                };
+                match mounted_at {
+                    Some(mp) => grow(mp),
+                    // Both grow only while mounted.
+                    None => self.with_temporary_mount(op, vol, sig.kind, grow),
+                }
+            }
+            other => Err(Error::new(
+                Kind::FailedPrecondition,
+                op,
+                &object,
+                format!("the partition was grown but this host cannot grow a {other} filesystem"),
+            )),
+        }
+    }
+}
+
+impl VolumeHost for LinuxVolumeHost {
+    fn list_volumes_on_disk(
+        &self,
+        number: u32,
+        partition: Option<NonZeroU32>,
+    ) -> Result<Vec<String>> {
+        const OP: &str = "ListVolumesOnDisk";
+        // Upstream: an unknown disk, or one without volumes, is an empty list.
+        let Ok(disk) = block::disk(OP, number) else {
+            return Ok(Vec::new());
+        };
+        // Best effort: listing what the kernel knows beats failing on a disk we cannot open.
+        if let Err(e) = block::ensure_partitions(OP, &disk) {
+            tracing::debug!(disk = number, error = %e, "partition table not synced");
+        }
+        block::partitions(&disk)
+            .into_iter()
+            .filter(|p| partition.is_none_or(|want| want.get() == p.number))
+            .map(|p| make_volume(OP, &disk, p.number).map(|v| v.id))
+            .collect()
+    }
+
+    fn mount_volume(&self, id: &str, target: &str) -> Result<()> {
+        const OP: &str = "MountVolume";
+        let vol = self.resolve(OP, id)?;
+        let object = format!("{} at {target:?}", shown(id));
+        let dir = open_dir_nofollow(Path::new(target)).map_err(|e| match e.raw_os_error() {
+            Some(40) => Error::new(
+                Kind::FailedPrecondition,
+                OP,
+                &object,
+                "target_path is a symbolic link, not a directory",
+            ),
+            Some(2) => Error::new(
+                Kind::FailedPrecondition,
+                OP,
+                &object,
+                "target_path does not exist; create the directory first",
+            ),
+            _ => Error::io(OP, &object, &e),
+        })?;
+        let table = read_mountinfo(OP)?;
+        let kpath = kernel_path(Path::new(target)).map_err(|e| Error::io(OP, &object, &e))?;
+        if let Some(m) = mountinfo::topmost_at(&table, &kpath) {
+            if (m.major, m.minor) == vol.dev {
+                return Ok(()); // the same volume already mounted here: idempotent
+            }
+            return Err(Error::new(
+                Kind::FailedPrecondition,
+                OP,
+                &object,
+                format!(
+                    "another filesystem ({} {:?}) is mounted there",
+                    m.fs_type, m.source
+                ),
+            ));
+        }
+        if fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+            .map_err(|e| Error::io(OP, &object, &e))?
+            .next()
+            .is_some()
+        {
+            return Err(Error::new(
+                Kind::FailedPrecondition,
+                OP,
+                &object,
+                "target_path is not empty",
+            ));
+        }
+        let (sig, _) = self.probe(OP, &vol)?;
+        let Some(sig) = sig else {
+            return Err(Error::new(
+                Kind::FailedPrecondition,
+                OP,
+                &object,
+                "the volume has no filesystem; FormatVolume first",
+            ));
+        };
+        let Some(fs_type) = sig.mount_type else {
+            return Err(Error::new(
+                Kind::FailedPrecondition,
+                OP,
+                &object,
+                format!(
+                    "the volume holds {}, which is not a filesystem this host mounts",
+                    sig.kind
+                ),
+            ));
+        };
+        if let (Some(i), Some(u)) = (self.read_intent(&vol), sig.uuid)
+            && !i.done
+            && i.uuid == signatures::uuid_string(&u)
+        {
+            return Err(Error::new(
+                Kind::FailedPrecondition,
+                OP,
+                &object,
+                "a FormatVolume of this volume was interrupted; call FormatVolume again first",
+            ));
+        }
+        // Mount onto the handle opened above (through its /proc magic link), so the directory
+        // checked is the directory mounted on.
+        let via = format!("/proc/self/fd/{}", dir.as_raw_fd());
+        rustix::mount::mount(
+            vol.node(),
+            via.as_str(),
+            fs_type,
+            rustix::mount::MountFlags::empty(),
+            None,
+        )
+        .map_err(|e| {
+            let e = io::Error::from(e);
+            let kind = match e.raw_os_error() {
+                Some(16) | Some(22) => Kind::FailedPrecondition,
+                _ => csi_proxy_core::error::io_kind(&e),
+            };
+            Error::new(kind, OP, &object, format!("mount {fs_type}: {e}"))
+        })?;
+        tracing::info!(volume = id, target, fs_type, "mounted");
+        Ok(())
+    }
+
+    fn unmount_volume(&self, id: &str, target: &str) -> Result<()> {
+        const OP: &str = "UnmountVolume";
+        if parse_id(id).is_none() {
+            return Err(Error::invalid(
+                OP,
+                shown(id),
+                "not a volume ID of this host",
+            ));
+        }
+        let object = format!("{} at {target:?}", shown(id));
+        let kpath = match kernel_path(Path::new(target)) {
+            Ok(p) => p,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()), // nothing there
+            Err(e) => return Err(Error::io(OP, &object, &e)),
+        };
+        for _ in 0..16 {
+            let table = read_mountinfo(OP)?;
+            let Some(m) = mountinfo::topmost_at(&table, &kpath) else {
+                return Ok(()); // not (or no longer) mounted: success
+            };
+            let vol = self.resolve(OP, id)?;
+            if (m.major, m.minor) != vol.dev {
+                return Err(Error::new(
+                    Kind::FailedPrecondition,
+                    OP,
+                    &object,
+                    format!(
+                        "a different filesystem ({} {:?}) is mounted there; not unmounting it",
+                        m.fs_type, m.source
+                    ),
+                ));
+            }
+            if let Ok(d) = open_dir_nofollow(&kpath) {
+                let _ = rustix::fs::syncfs(&d);
+            }
+            rustix::mount::unmount(&kpath, rustix::mount::UnmountFlags::NOFOLLOW).map_err(|e| {
+                let e = io::Error::from(e);
+                if e.raw_os_error() == Some(16) {
+                    Error::new(
+                        Kind::FailedPrecondition,
+                        OP,
+                        &object,
+                        "the filesystem is busy (open files or a process working in it)",
+                    )
+                } else {
+                    Error::io(OP, &object, &e)
+                }
+            })?;
+            tracing::info!(volume = id, target, "unmounted");
+        }
+        Err(Error::new(
+            Kind::FailedPrecondition,
+            OP,
+            &object,
+            "still mounted after 16 unmounts",
+        ))
+    }
+
+    fn is_volume_formatted(&self, id: &str) -> Result<bool> {
+        const OP: &str = "IsVolumeFormatted";
+        let vol = self.resolve(OP, id)?;
+        Ok(self.probe(OP, &vol)?.0.is_some())
+    }
+
+    fn format_volume(&self, id: &str) -> Result<()> {
+        const OP: &str = "FormatVolume";
+        let vol = self.resolve(OP, id)?;
+        let object = shown(id);
+        if vol.part == 0 {
+            return Err(Error::new(
+                Kind::FailedPrecondition,
+                OP,
+                &object,
+                "a whole-disk volume is never formatted; partition the disk",
+            ));
+        }
+        let table = read_mountinfo(OP)?;
+        if let Some(m) = vol.mounts(&table).first() {
+            return Err(Error::new(
+                Kind::FailedPrecondition,
+                OP,
+                &object,
+                format!(
+                    "the volume is mounted at {:?}; refusing to format it",
+                    m.mount_point
+                ),
+            ));
+        }
+        let (sig, _) = self.probe(OP, &vol)?;
+        let intent = self.read_intent(&vol);
+        if let Some(sig) = &sig {
+            let ours = intent.as_ref().filter(|i| {
+                sig.uuid
+                    .is_some_and(|u| signatures::uuid_string(&u) == i.uuid)
+            });
+            match ours {
+                Some(i) if i.done => return Ok(()), // formatted by an earlier call: idempotent
+                Some(_) => tracing::warn!(
+                    volume = id,
+                    "an earlier FormatVolume was interrupted; formatting again"
+                ),
+                None => {
+                    return Err(Error::new(
+                        Kind::FailedPrecondition,
+                        OP,
+                        &object,
+                        format!(
+                            "the volume already holds {}{}; refusing to format over it",
+                            sig.kind,
+                            sig.uuid
+                                .map(|u| format!(" (UUID {})", signatures::uuid_string(&u)))
+                                .unwrap_or_default()
+                        ),
+                    ));
+                }
+            }
+        }
+        let fs_type = self.fs_type.name();
+        let uuid = match &intent {
+            Some(i) if !i.done && i.fs == fs_type => i.uuid.clone(),
+            _ => {
+                signatures::uuid_string(&block::random16().map_err(|e| Error::io(OP, &object, &e))?)
+            }
+        };
+        let mut record = Intent {
+            fs: fs_type.to_string(),
+            uuid: uuid.clone(),
+            done: false,
+        };
+        self.write_intent(OP, &vol, &record)?;
+        let node = vol.node().to_string_lossy().into_owned();
+        match self.fs_type {
+            FsType::Ext4 => {
+                tool::run_checked(OP, &object, "mkfs.ext4", &["-F", "-q", "-U", &uuid, &node])?
+            }
+            FsType::Xfs => {
+                let m = format!("uuid={uuid}");
+                tool::run_checked(OP, &object, "mkfs.xfs", &["-f", "-q", "-m", &m, &node])?
+            }
+        };
+        File::open(vol.node())
+            .and_then(|f| f.sync_all())
+            .map_err(|e| Error::io(OP, &object, &e))?;
+        record.done = true;
+        self.write_intent(OP, &vol, &record)?;
+        tracing::info!(volume = id, fs_type, uuid, "formatted");
+        Ok(())
+    }
+
+    fn resize_volume(&self, id: &str, target: ResizeTarget) -> Result<()> {
+        const OP: &str = "ResizeVolume";
+        let vol = self.resolve(OP, id)?;
+        let object = shown(id);
+        if vol.part == 0 {
+            return Err(Error::new(
+                Kind::FailedPrecondition,
+                OP,
+                &object,
+                "a whole-disk volume has no partition to grow",
+            ));
+        }
+        let disk = &vol.disk;
+        // Not O_EXCL: the partition may be mounted (online growth); only the table and the
+        // partition's length change, never its start.
+        let file = block::open_write(&block::node(&disk.name), false)
+            .map_err(|e| io_err(OP, disk, "open", &e))?;
+        let sector = block::sector_size(disk);
+        let total = disk.size / sector;
+        let head = block::read_at(&file, 0, gpt::head_len(sector))
+            .map_err(|e| io_err(OP, disk, "read", &e))?;
+        let table = match Gpt::parse(&head, sector, total) {
+            Ok(Some(t)) => t,
+            Ok(None) => {
+                return Err(refused(
+                    OP,
+                    disk,
+                    "not a GPT disk; only GPT partitions are resized",
+                ));
+            }
+            Err(e) => return Err(refused(OP, disk, format!("{e}; not rewriting it"))),
+        };
+        let part = table
+            .partitions()
+            .into_iter()
+            .find(|p| p.number == vol.part)
+            .ok_or_else(|| {
+                Error::new(
+                    Kind::NotFound,
+                    OP,
+                    &object,
+                    "the partition is not in the table",
+                )
+            })?;
+        let mut grown = table.clone();
+        grown
+            .relocate_end(total)
+            .map_err(|e| refused(OP, disk, e))?;
+        let max_last = grown
+            .max_last_lba(vol.part)
+            .map_err(|e| refused(OP, disk, e))?;
+        let max_bytes = (max_last - part.first_lba + 1) * sector;
+        let current = part.sectors() * sector;
+        let want = match target {
+            ResizeTarget::Maximum => max_bytes,
+            ResizeTarget::Bytes(n) if n > max_bytes => {
+                return Err(Error::invalid(
+                    OP,
+                    &object,
+                    format!(
+                        "size_bytes {n} is more than the partition can grow to ({max_bytes} bytes on this disk); Rescan after growing the disk"
+                    ),
+                ));
+            }
+            ResizeTarget::Bytes(n) => n,
+        };
+        let mut table_len = current;
+        if want >= current + MIN_GROWTH {
+            let new_last = part.first_lba + want / sector - 1;
+            grown
+                .grow_partition(vol.part, new_last)
+                .map_err(|e| refused(OP, disk, e))?;
+            for (offset, bytes) in grown.serialize(total) {
+                std::os::unix::fs::FileExt::write_all_at(&file, &bytes, offset)
+                    .map_err(|e| io_err(OP, disk, "write the partition table", &e))?;
+            }
+            file.sync_all()
+                .map_err(|e| io_err(OP, disk, "flush the partition table", &e))?;
+            table_len = (new_last - part.first_lba + 1) * sector;
+            tracing::info!(
+                volume = id,
+                from = current,
+                to = table_len,
+                "partition grown"
+            );
+        }
+        // The kernel's length is brought to the table's: also after a crash between the two.
+        let kernel_len = block::partitions(disk)
+            .into_iter()
+            .find(|p| p.number == vol.part)
+            .map_or(0, |p| p.size);
+        if kernel_len != table_len {
+            block::blkpg(
+                &file,
+                Blkpg::Resize,
+                vol.part,
+                part.first_lba * sector,
+                table_len,
+            )
+            .map_err(|e| {
+                io_err(
+                    OP,
+                    disk,
+                    "tell the kernel the new partition size (BLKPG)",
+                    &e,
+                )
+            })?;
+        }
+        let (sig, buf) = self.probe(OP, &vol)?;
+        let Some(sig) = sig else {
+            return Ok(()); // no filesystem: the partition is all there is to grow
+        };
+        let fs_bytes = signatures::superblock_usage(&buf).map_or(0, |u| u.total_bytes);
+        if fs_bytes == 0 || fs_bytes + FS_SLACK >= table_len {
+            return Ok(());
+        }
+        let table_now = read_mountinfo(OP)?;
+        let mounted_at = vol
+            .mounts(&table_now)
+            .first()
+            .map(|m| m.mount_point.clone());
+        self.grow_filesystem(OP, &vol, &sig, mounted_at.as_deref())?;
+        tracing::info!(volume = id, fs = sig.kind, "filesystem grown");
+        Ok(())
+    }
+
+    fn get_volume_stats(&self, id: &str) -> Result<VolumeStats> {
+        const OP: &str = "GetVolumeStats";
+        let vol = self.resolve(OP, id)?;
+        let object = shown(id);
+        let table = read_mountinfo(OP)?;
+        if let Some(m) = vol.mounts(&table).first() {
+            let s = rustix::fs::statvfs(&m.mount_point)
+                .map_err(|e| Error::io(OP, &object, &e.into()))?;
+            let total = s.f_blocks.saturating_mul(s.f_frsize);
+            let free = s.f_bfree.saturating_mul(s.f_frsize);
+            return Ok(VolumeStats {
+                total_bytes: total,
+                used_bytes: total.saturating_sub(free),
+            });
+        }
+        let (sig, buf) = self.probe(OP, &vol)?;
+        let usage = signatures::superblock_usage(&buf).ok_or_else(|| {
+            let what = sig.map_or("no filesystem".to_string(), |s| {
+                format!("{}, whose size cannot be read unmounted", s.kind)
+            });
+            Error::new(
+                Kind::FailedPrecondition,
+                OP,
+                &object,
+                format!("the volume holds {what}"),
+            )
+        })?;
+        Ok(VolumeStats {
+            total_bytes: usage.total_bytes,
+            used_bytes: usage.total_bytes.saturating_sub(usage.free_bytes),
+        })
+    }
+
+    fn get_disk_number_from_volume_id(&self, id: &str) -> Result<u32> {
+        Ok(self.resolve("GetDiskNumberFromVolumeID", id)?.disk.number)
+    }
+
+    fn get_volume_id_from_target_path(&self, target: &str) -> Result<String> {
+        const OP: &str = "GetVolumeIDFromTargetPath";
+        let object = format!("target_path {target:?}");
+        let path = fs::canonicalize(target).map_err(|e| Error::io(OP, &object, &e))?;
+        let table = read_mountinfo(OP)?;
+        let m = mountinfo::topmost_at(&table, &path)
+            .ok_or_else(|| Error::new(Kind::NotFound, OP, &object, "is not a mount point"))?;
+        id_of_mount(OP, m)
+    }
+
+    fn get_closest_volume_id_from_target_path(&self, target: &str) -> Result<String> {
+        const OP: &str = "GetClosestVolumeIDFromTargetPath";
+        let object = format!("target_path {target:?}");
+        let path = fs::canonicalize(target).map_err(|e| Error::io(OP, &object, &e))?;
+        let table = read_mountinfo(OP)?;
+        // The deepest mount point containing the path; among equals the last (topmost) one.
+        let m = table
+            .iter()
+            .filter(|m| path.starts_with(&m.mount_point))
+            .max_by_key(|m| m.mount_point.components().count())
+            .and_then(|best| mountinfo::topmost_at(&table, &best.mount_point))
+            .ok_or_else(|| {
+                Error::new(Kind::NotFound, OP, &object, "no mount contains this path")
+            })?;
+        id_of_mount(OP, m)
+    }
+
+    fn write_volume_cache(&self, id: &str) -> Result<()> {
+        const OP: &str = "WriteVolumeCache";
+        let vol = self.resolve(OP, id)?;
+        let object = shown(id);
+        let table = read_mountinfo(OP)?;
+        if let Some(m) = vol.mounts(&table).first() {
+            let d = File::open(&m.mount_point).map_err(|e| Error::io(OP, &object, &e))?;
+            rustix::fs::syncfs(&d).map_err(|e| Error::io(OP, &object, &e.into()))?;
+        }
+        // fsync of the block device writes its dirty pages and flushes the device's cache.
+        File::open(vol.node())
+            .and_then(|f| f.sync_all())
+            .map_err(|e| Error::io(OP, &object, &e))
+    }
+
+    fn volume_disk(&self, id: &str) -> Result<(u32, DiskUsage)> {
+        let vol = self.resolve("volume", id)?;
+        Ok((vol.disk.number, block::usage(&vol.disk)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn volume_ids_parse_strictly() {
+        assert_eq!(
+            parse_id("diskseq12-part1-3f2a0c5e-1b2c-4d5e-8f90-a1b2c3d4e5f6"),
+            Some((12, 1, "3f2a0c5e-1b2c-4d5e-8f90-a1b2c3d4e5f6"))
+        );
+        assert_eq!(parse_id("diskseq9-part0-none"), Some((9, 0, "none")));
+        assert_eq!(
+            parse_id("diskseq9-part2-deadbeef-02"),
+            Some((9, 2, "deadbeef-02"))
+        );
+        for bad in [
+            "",
+            "-1",
+            "\\\\?\\Volume{6f1e0b2c-0000-0000-0000-100000000000}\\",
+            "diskseq-part1-ab",
+            "diskseq1-part-ab",
+            "diskseq1-part1-",
+            "diskseq1-part1-ABCD",
+            "diskseq1-part1-../x",
+            "diskseq99999999999-part1-ab",
+            "diskseq1-part1-0123456789abcdef0123456789abcdef01234",
+        ] {
+            assert_eq!(parse_id(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn filesystem_flag_values() {
+        assert_eq!("ext4".parse(), Ok(FsType::Ext4));
+        assert_eq!("xfs".parse(), Ok(FsType::Xfs));
+        assert!("ntfs".parse::<FsType>().is_err());
+    }
+}

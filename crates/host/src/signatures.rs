@@ -1,0 +1,376 @@
+//! Recognising what a block device holds from its first bytes: filesystems, RAID/LVM/crypto
+//! members, swap, partition tables. Pure; the hosts read the bytes.
+//!
+//! Used for data safety: anything recognised here is never formatted over. Offsets and magic
+//! numbers are the ones each format documents (and the ones `blkid` checks).
+
+/// Bytes to read from the start of a device for [`probe`] (covers the ZFS uberblock ring at
+/// 128 KiB of label 0).
+pub const PROBE_LEN: usize = 256 << 10;
+
+/// What was found on a device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signature {
+    /// Short name: `ext4`, `xfs`, `btrfs`, `vfat`, `ntfs`, `swap`, `LVM2_member`, `crypto_LUKS`,
+    /// `gpt`, `dos` (MBR table), …
+    pub kind: &'static str,
+    /// The filesystem type to give `mount(2)`, for filesystems Linux can mount.
+    pub mount_type: Option<&'static str>,
+    /// The filesystem UUID where the format has one at a known place.
+    pub uuid: Option<[u8; 16]>,
+}
+
+fn at(buf: &[u8], off: usize, magic: &[u8]) -> bool {
+    buf.get(off..off + magic.len()) == Some(magic)
+}
+
+fn le16(buf: &[u8], off: usize) -> u16 {
+    buf.get(off..off + 2)
+        .map_or(0, |b| u16::from_le_bytes([b[0], b[1]]))
+}
+
+fn le32(buf: &[u8], off: usize) -> u32 {
+    buf.get(off..off + 4)
+        .map_or(0, |b| u32::from_le_bytes(b.try_into().unwrap_or([0; 4])))
+}
+
+fn le64(buf: &[u8], off: usize) -> u64 {
+    buf.get(off..off + 8)
+        .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+}
+
+fn be32(buf: &[u8], off: usize) -> u32 {
+    buf.get(off..off + 4)
+        .map_or(0, |b| u32::from_be_bytes(b.try_into().unwrap_or([0; 4])))
+}
+
+fn be64(buf: &[u8], off: usize) -> u64 {
+    buf.get(off..off + 8)
+        .map_or(0, |b| u64::from_be_bytes(b.try_into().unwrap_or([0; 8])))
+}
+
+fn uuid(buf: &[u8], off: usize) -> Option<[u8; 16]> {
+    buf.get(off..off + 16)?.try_into().ok()
+}
+
+fn sig(kind: &'static str, mount_type: Option<&'static str>, uuid: Option<[u8; 16]>) -> Signature {
+    Signature {
+        kind,
+        mount_type,
+        uuid,
+    }
+}
+
+/// ext2/3/4 superblock at 1024; magic 0xEF53 at +56 (`s_magic`).
+const EXT_SB: usize = 1024;
+
+/// Recognises the content of a device from its first bytes (ideally [`PROBE_LEN`]; a shorter
+/// buffer only finds what lies within it). `None` means nothing known was found, which is
+/// what an all-zero, never-used device gives.
+pub fn probe(buf: &[u8]) -> Option<Signature> {
+    // Order: formats whose magic sits inside another's reserved area first (LUKS, RAID and LVM
+    // headers can sit in front of data that still looks like a filesystem).
+    if at(buf, 0, b"LUKS\xba\xbe") || at(buf, 0x4000, b"SKUL\xba\xbe") {
+        return Some(sig("crypto_LUKS", None, None));
+    }
+    for off in [0usize, 4096] {
+        if le32(buf, off) == 0xa92b_4efc {
+            return Some(sig("linux_raid_member", None, None));
+        }
+    }
+    for s in 0..4 {
+        if at(buf, s * 512, b"LABELONE") && at(buf, s * 512 + 24, b"LVM2 001") {
+            return Some(sig("LVM2_member", None, None));
+        }
+    }
+    if at(buf, 4096 + 24, &BCACHE_MAGIC) {
+        return Some(sig("bcache", None, None));
+    }
+    if le16(buf, EXT_SB + 56) == 0xEF53 {
+        let compat = le32(buf, EXT_SB + 0x5C);
+        let incompat = le32(buf, EXT_SB + 0x60);
+        // EXTENTS (0x40), 64BIT (0x80) or FLEX_BG (0x200) need ext4; HAS_JOURNAL (0x4) is ext3.
+        let kind = if incompat & (0x40 | 0x80 | 0x200) != 0 {
+            "ext4"
+        } else if compat & 0x4 != 0 {
+            "ext3"
+        } else {
+            "ext2"
+        };
+        // The ext4 driver mounts all three.
+        return Some(sig(kind, Some("ext4"), uuid(buf, EXT_SB + 0x68)));
+    }
+    if at(buf, 0, b"XFSB") {
+        return Some(sig("xfs", Some("xfs"), uuid(buf, 32)));
+    }
+    if at(buf, 65536 + 64, b"_BHRfS_M") {
+        return Some(sig("btrfs", Some("btrfs"), uuid(buf, 65536 + 32)));
+    }
+    if le32(buf, 1024) == 0xF2F5_2010 {
+        return Some(sig("f2fs", Some("f2fs"), None));
+    }
+    if at(buf, 0, b"hsqs") {
+        return Some(sig("squashfs", Some("squashfs"), None));
+    }
+    if at(buf, 3, b"NTFS    ") {
+        return Some(sig("ntfs", Some("ntfs3"), None));
+    }
+    if at(buf, 3, b"EXFAT   ") {
+        return Some(sig("exfat", Some("exfat"), None));
+    }
+    if at(buf, 3, b"ReFS\0\0\0\0") {
+        return Some(sig("refs", None, None));
+    }
+    if at(buf, 3, b"-FVE-FS-") {
+        return Some(sig("BitLocker", None, None));
+    }
+    if le16(buf, 510) == 0xAA55
+        && (at(buf, 54, b"FAT12   ") || at(buf, 54, b"FAT16   ") || at(buf, 82, b"FAT32   "))
+    {
+        return Some(sig("vfat", Some("vfat"), None));
+    }
+    for page in [4096usize, 8192, 16384, 65536] {
+        if at(buf, page - 10, b"SWAPSPACE2") || at(buf, page - 10, b"SWAP-SPACE") {
+            return Some(sig("swap", None, None));
+        }
+    }
+    if at(buf, 32769, b"CD001") {
+        return Some(sig("iso9660", Some("iso9660"), None));
+    }
+    // ZFS label 0: uberblock ring of 1 KiB slots at 128 KiB, magic 0x00bab10c in either order.
+    for slot in 0..128 {
+        let off = (128 << 10) + slot * 1024;
+        let m = le64(buf, off);
+        if m == 0x00ba_b10c || m == 0x0cb1_ba00_0000_0000 {
+            return Some(sig("zfs_member", None, None));
+        }
+    }
+    for sector in [512usize, 4096] {
+        if at(buf, sector, b"EFI PART") {
+            return Some(sig("gpt", None, None));
+        }
+    }
+    if !crate::gpt::mbr_partitions(buf).is_empty() {
+        return Some(sig("dos", None, None));
+    }
+    None
+}
+
+const BCACHE_MAGIC: [u8; 16] = [
+    0xc6, 0x85, 0x73, 0xf6, 0x4e, 0x1a, 0x45, 0xca, 0x82, 0x65, 0xf5, 0x7f, 0x48, 0xba, 0x6d, 0x81,
+];
+
+/// Size and free space of a filesystem, read from its superblock: for volumes that are not
+/// mounted (a mounted one is asked with `statvfs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SuperblockUsage {
+    /// Filesystem size in bytes.
+    pub total_bytes: u64,
+    /// Free bytes as the superblock records them.
+    pub free_bytes: u64,
+}
+
+/// Size and free space from the superblock of an ext2/3/4, xfs or btrfs filesystem; `None` for
+/// other formats.
+pub fn superblock_usage(buf: &[u8]) -> Option<SuperblockUsage> {
+    let s = probe(buf)?;
+    match s.kind {
+        "ext2" | "ext3" | "ext4" => {
+            let block = 1024u64.checked_shl(le32(buf, EXT_SB + 0x18))?;
+            let is64 = le32(buf, EXT_SB + 0x60) & 0x80 != 0;
+            let hi = |off| {
+                if is64 {
+                    u64::from(le32(buf, off)) << 32
+                } else {
+                    0
+                }
+            };
+            let blocks = u64::from(le32(buf, EXT_SB + 0x4)) | hi(EXT_SB + 0x150);
+            let free = u64::from(le32(buf, EXT_SB + 0xC)) | hi(EXT_SB + 0x158);
+            Some(SuperblockUsage {
+                total_bytes: blocks.checked_mul(block)?,
+                free_bytes: free.checked_mul(block)?,
+            })
+        }
+        "xfs" => {
+            let block = u64::from(be32(buf, 4));
+            // An internal log (sb_logstart != 0) lives in the data blocks; statvfs leaves it
+            // out of the size, so do the same to report one number mounted or not.
+            let log = if be64(buf, 48) != 0 {
+                u64::from(be32(buf, 96))
+            } else {
+                0
+            };
+            Some(SuperblockUsage {
+                total_bytes: be64(buf, 8).checked_sub(log)?.checked_mul(block)?,
+                free_bytes: be64(buf, 144).checked_mul(block)?,
+            })
+        }
+        "btrfs" => {
+            let total = le64(buf, 65536 + 0x70);
+            let used = le64(buf, 65536 + 0x78);
+            Some(SuperblockUsage {
+                total_bytes: total,
+                free_bytes: total.saturating_sub(used),
+            })
+        }
+        _ => None,
+    }
+}
+
+/// A filesystem UUID as text (`8-4-4-4-12`, lowercase, bytes in order).
+pub fn uuid_string(u: &[u8; 16]) -> String {
+    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blank() -> Vec<u8> {
+        vec![0u8; PROBE_LEN]
+    }
+
+    fn put(buf: &mut [u8], off: usize, bytes: &[u8]) {
+        buf[off..off + bytes.len()].copy_from_slice(bytes);
+    }
+
+    #[test]
+    fn nothing_on_a_blank_device() {
+        assert_eq!(probe(&blank()), None);
+        assert_eq!(probe(&[]), None);
+        assert_eq!(probe(&[0xFF; 100]), None);
+    }
+
+    /// Writes one format's magic into a blank buffer.
+    type Maker = Box<dyn Fn(&mut Vec<u8>)>;
+
+    #[test]
+    fn every_known_format_is_recognised() {
+        let cases: Vec<(&str, Maker)> = vec![
+            ("ext2", Box::new(|b| put(b, 1024 + 56, &[0x53, 0xEF]))),
+            (
+                "ext3",
+                Box::new(|b| {
+                    put(b, 1024 + 56, &[0x53, 0xEF]);
+                    put(b, 1024 + 0x5C, &4u32.to_le_bytes());
+                }),
+            ),
+            (
+                "ext4",
+                Box::new(|b| {
+                    put(b, 1024 + 56, &[0x53, 0xEF]);
+                    put(b, 1024 + 0x60, &0x40u32.to_le_bytes());
+                }),
+            ),
+            ("xfs", Box::new(|b| put(b, 0, b"XFSB"))),
+            ("btrfs", Box::new(|b| put(b, 65536 + 64, b"_BHRfS_M"))),
+            (
+                "f2fs",
+                Box::new(|b| put(b, 1024, &0xF2F52010u32.to_le_bytes())),
+            ),
+            ("squashfs", Box::new(|b| put(b, 0, b"hsqs"))),
+            ("ntfs", Box::new(|b| put(b, 3, b"NTFS    "))),
+            ("exfat", Box::new(|b| put(b, 3, b"EXFAT   "))),
+            ("refs", Box::new(|b| put(b, 3, b"ReFS\0\0\0\0"))),
+            ("BitLocker", Box::new(|b| put(b, 3, b"-FVE-FS-"))),
+            (
+                "vfat",
+                Box::new(|b| {
+                    put(b, 82, b"FAT32   ");
+                    put(b, 510, &[0x55, 0xAA]);
+                }),
+            ),
+            ("swap", Box::new(|b| put(b, 4096 - 10, b"SWAPSPACE2"))),
+            ("swap", Box::new(|b| put(b, 65536 - 10, b"SWAPSPACE2"))),
+            (
+                "LVM2_member",
+                Box::new(|b| {
+                    put(b, 512, b"LABELONE");
+                    put(b, 512 + 24, b"LVM2 001");
+                }),
+            ),
+            ("crypto_LUKS", Box::new(|b| put(b, 0, b"LUKS\xba\xbe"))),
+            ("crypto_LUKS", Box::new(|b| put(b, 0x4000, b"SKUL\xba\xbe"))),
+            (
+                "linux_raid_member",
+                Box::new(|b| put(b, 4096, &0xa92b4efcu32.to_le_bytes())),
+            ),
+            ("bcache", Box::new(|b| put(b, 4096 + 24, &BCACHE_MAGIC))),
+            ("iso9660", Box::new(|b| put(b, 32769, b"CD001"))),
+            (
+                "zfs_member",
+                Box::new(|b| put(b, (128 << 10) + 5 * 1024, &0x00bab10cu64.to_le_bytes())),
+            ),
+            ("gpt", Box::new(|b| put(b, 512, b"EFI PART"))),
+            (
+                "dos",
+                Box::new(|b| {
+                    put(b, 510, &[0x55, 0xAA]);
+                    put(b, 446 + 4, &[0x83]);
+                    put(b, 446 + 12, &100u32.to_le_bytes());
+                }),
+            ),
+        ];
+        for (want, make) in cases {
+            let mut b = blank();
+            make(&mut b);
+            assert_eq!(probe(&b).map(|s| s.kind), Some(want), "{want}");
+        }
+    }
+
+    #[test]
+    fn ext4_usage_and_uuid_from_the_superblock() {
+        let mut b = blank();
+        put(&mut b, 1024 + 56, &[0x53, 0xEF]);
+        put(&mut b, 1024 + 0x60, &(0x40u32 | 0x80).to_le_bytes());
+        put(&mut b, 1024 + 0x18, &2u32.to_le_bytes()); // 4 KiB blocks
+        put(&mut b, 1024 + 0x4, &1000u32.to_le_bytes());
+        put(&mut b, 1024 + 0x150, &1u32.to_le_bytes()); // + 2^32 blocks
+        put(&mut b, 1024 + 0xC, &250u32.to_le_bytes());
+        put(&mut b, 1024 + 0x68, &[7; 16]);
+        let s = probe(&b).unwrap();
+        assert_eq!(s.mount_type, Some("ext4"));
+        assert_eq!(s.uuid, Some([7; 16]));
+        assert_eq!(
+            superblock_usage(&b),
+            Some(SuperblockUsage {
+                total_bytes: ((1u64 << 32) + 1000) * 4096,
+                free_bytes: 250 * 4096
+            })
+        );
+        // A hostile shift does not overflow.
+        put(&mut b, 1024 + 0x18, &200u32.to_le_bytes());
+        assert_eq!(superblock_usage(&b), None);
+    }
+
+    #[test]
+    fn xfs_usage_is_big_endian() {
+        let mut b = blank();
+        put(&mut b, 0, b"XFSB");
+        put(&mut b, 4, &4096u32.to_be_bytes());
+        put(&mut b, 8, &262144u64.to_be_bytes());
+        put(&mut b, 144, &1000u64.to_be_bytes());
+        put(&mut b, 32, &[9; 16]);
+        assert_eq!(probe(&b).unwrap().uuid, Some([9; 16]));
+        assert_eq!(
+            superblock_usage(&b),
+            Some(SuperblockUsage {
+                total_bytes: 1 << 30,
+                free_bytes: 4096 * 1000
+            })
+        );
+        assert_eq!(
+            uuid_string(&[0xAB; 16]),
+            "abababab-abab-abab-abab-abababababab"
+        );
+    }
+}
