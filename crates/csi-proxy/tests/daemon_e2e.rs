@@ -120,7 +120,7 @@ fn socket_count(dir: &Path) -> usize {
 }
 
 #[tokio::test]
-async fn all_23_endpoints_answer_and_unimplemented_groups_say_so() {
+async fn all_23_endpoints_answer_empty_requests_with_precise_codes() {
     let d = Daemon::start();
     assert_eq!(socket_count(&d.sockets), 23);
     for group in csi_proxy_api::GROUPS {
@@ -128,14 +128,15 @@ async fn all_23_endpoints_answer_and_unimplemented_groups_say_so() {
             let ch = d.connector().channel(group, version).await.unwrap();
             let mut g = tonic::client::Grpc::new(ch);
             g.ready().await.unwrap();
-            // An RPC every version of the group has, sent as an empty message.
+            // An RPC every version of the group has, sent as an empty message: each names an
+            // object, and an empty name is invalid (or, for a disk number, 0 names no disk).
             let method = match *group {
                 "filesystem" => "PathExists",
-                "disk" => "ListDiskLocations",
-                "volume" => "ListVolumesOnDisk",
+                "disk" => "PartitionDisk",
+                "volume" => "IsVolumeFormatted",
                 "smb" => "RemoveSmbGlobalMapping",
-                "system" => "GetBIOSSerialNumber",
-                "iscsi" => "ListTargetPortals",
+                "system" => "GetService",
+                "iscsi" => "DiscoverTargetPortal",
                 _ => unreachable!(),
             };
             let service: String = match *group {
@@ -146,42 +147,20 @@ async fn all_23_endpoints_answer_and_unimplemented_groups_say_so() {
             let path = format!("/{version}.{service}/{method}").parse().unwrap();
             let r: Result<tonic::Response<()>, _> =
                 g.unary(tonic::Request::new(()), path, EmptyCodec).await;
-            let status = r.expect_err("empty requests are rejected or unimplemented here");
-            // Filesystem answers (an empty path is invalid); other groups' host work lands later.
-            match *group {
-                "filesystem" => assert_eq!(
-                    status.code(),
-                    Code::InvalidArgument,
-                    "{group}/{version}: {status:?}"
-                ),
-                // An empty remote path is invalid before any host work.
-                // Legacy volume versions take a string disk_id, and "" is not a number.
-                "smb" | "volume"
-                    if *group == "smb"
-                        || version.starts_with("v1alpha")
-                        || *version == "v1beta1"
-                        || *version == "v1beta2" =>
-                {
-                    assert_eq!(
-                        status.code(),
-                        Code::InvalidArgument,
-                        "{group}/{version}: {status:?}"
-                    )
-                }
-                "iscsi" | "system" | "disk" | "volume" => {
-                    assert_eq!(
-                        status.code(),
-                        Code::Unimplemented,
-                        "{group}/{version}: {status:?}"
-                    );
-                    assert!(
-                        status.message().contains(group) && status.message().contains(method),
-                        "{group}/{version}: message names group and RPC: {}",
-                        status.message()
-                    );
-                }
-                _ => unreachable!(),
-            }
+            let status = r.expect_err("empty requests are rejected");
+            // v1 and v1beta3 take disk numbers; diskseq 0 is never a disk. Older versions take a
+            // string disk ID, and "" is not a number.
+            let want = if *group == "disk" && (*version == "v1" || *version == "v1beta3") {
+                Code::NotFound
+            } else {
+                Code::InvalidArgument
+            };
+            assert_eq!(status.code(), want, "{group}/{version}: {status:?}");
+            assert!(
+                status.message().contains(method),
+                "{group}/{version}: the message names the RPC: {}",
+                status.message()
+            );
             assert_ne!(status.code(), Code::Unknown);
             // A service name of another version is not served on this endpoint.
             let wrong = format!("/v9.{service}/{method}").parse().unwrap();

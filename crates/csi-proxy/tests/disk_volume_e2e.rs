@@ -656,3 +656,433 @@ async fn sixteen_parallel_flows() {
         f.await.unwrap();
     }
 }
+
+/// Every RPC of every older disk and volume version, once each, on real loop disks, checked
+/// against what the host really did.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_older_version_rpc_works_on_real_disks() {
+    use csi_proxy_api::disk::{v1alpha1 as da1, v1beta1 as db1, v1beta2 as db2, v1beta3 as db3};
+    use csi_proxy_api::volume::{v1alpha1 as va1, v1beta1 as vb1, v1beta2 as vb2, v1beta3 as vb3};
+    if !can_use_loop_devices() {
+        return;
+    }
+    let d = Daemon::start(&[]);
+    let mut c = clients(&d).await;
+    let conn = d.connector();
+    let ch = |g: &'static str, v: &'static str| conn.lazy_channel(g, v);
+
+    // Disk v1alpha1: GetDiskNumberByName, ListDiskLocations, PartitionDisk, Rescan.
+    let l1 = LoopDisk::new(d.dir.path(), "a1.img", 64);
+    let n1 = number_of(&mut c, &l1).await;
+    let mut da1c = da1::disk_client::DiskClient::new(ch("disk", "v1alpha1"));
+    let e = da1c
+        .get_disk_number_by_name(da1::GetDiskNumberByNameRequest {
+            disk_name: "no-such-page83".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{}", e.message());
+    let locs = da1c
+        .list_disk_locations(da1::ListDiskLocationsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .disk_locations;
+    assert!(
+        !locs.contains_key(&n1.to_string()),
+        "a loop disk has no SCSI address"
+    );
+    da1c.partition_disk(da1::PartitionDiskRequest {
+        disk_id: n1.to_string(),
+    })
+    .await
+    .unwrap();
+    da1c.rescan(da1::RescanRequest {}).await.unwrap();
+    assert_eq!(c.volumes(n1, 0).await.len(), 1);
+
+    // Disk v1beta1 and v1beta2: string disk IDs, identifiers maps, DiskStats, attach state.
+    let l2 = LoopDisk::new(d.dir.path(), "b1.img", 72);
+    let n2 = number_of(&mut c, &l2).await;
+    let mut db1c = db1::disk_client::DiskClient::new(ch("disk", "v1beta1"));
+    let ids = db1c
+        .list_disk_i_ds(db1::ListDiskIDsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .disk_i_ds;
+    assert_eq!(
+        ids[&n2.to_string()].identifiers["serialNumber"],
+        l2.serial()
+    );
+    let size = db1c
+        .disk_stats(db1::DiskStatsRequest {
+            disk_id: n2.to_string(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .disk_size;
+    assert_eq!(size, 72 * MIB);
+    db1c.list_disk_locations(db1::ListDiskLocationsRequest {})
+        .await
+        .unwrap();
+    db1c.rescan(db1::RescanRequest {}).await.unwrap();
+    db1c.partition_disk(db1::PartitionDiskRequest {
+        disk_id: n2.to_string(),
+    })
+    .await
+    .unwrap();
+    let e = db1c
+        .disk_stats(db1::DiskStatsRequest {
+            disk_id: "not-a-number".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{}", e.message());
+
+    let mut db2c = db2::disk_client::DiskClient::new(ch("disk", "v1beta2"));
+    assert!(
+        db2c.get_attach_state(db2::GetAttachStateRequest {
+            disk_id: n2.to_string()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .is_online
+    );
+    db2c.set_attach_state(db2::SetAttachStateRequest {
+        disk_id: n2.to_string(),
+        is_online: true,
+    })
+    .await
+    .unwrap();
+    db2c.list_disk_i_ds(db2::ListDiskIDsRequest {})
+        .await
+        .unwrap();
+    db2c.list_disk_locations(db2::ListDiskLocationsRequest {})
+        .await
+        .unwrap();
+    db2c.rescan(db2::RescanRequest {}).await.unwrap();
+    db2c.partition_disk(db2::PartitionDiskRequest {
+        disk_id: n2.to_string(),
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        db2c.disk_stats(db2::DiskStatsRequest {
+            disk_id: n2.to_string()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .disk_size,
+        72 * MIB
+    );
+
+    // Disk v1beta3 (the v1 shapes under another package).
+    let mut db3c = db3::disk_client::DiskClient::new(ch("disk", "v1beta3"));
+    let ids = db3c
+        .list_disk_i_ds(db3::ListDiskIDsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .disk_i_ds;
+    assert_eq!(ids[&n2].serial_number, l2.serial());
+    db3c.list_disk_locations(db3::ListDiskLocationsRequest {})
+        .await
+        .unwrap();
+    db3c.partition_disk(db3::PartitionDiskRequest { disk_number: n2 })
+        .await
+        .unwrap();
+    db3c.rescan(db3::RescanRequest {}).await.unwrap();
+    assert_eq!(
+        db3c.get_disk_stats(db3::GetDiskStatsRequest { disk_number: n2 })
+            .await
+            .unwrap()
+            .into_inner()
+            .total_bytes,
+        72 * MIB
+    );
+    db3c.set_disk_state(db3::SetDiskStateRequest {
+        disk_number: n2,
+        is_online: true,
+    })
+    .await
+    .unwrap();
+    assert!(
+        db3c.get_disk_state(db3::GetDiskStateRequest { disk_number: n2 })
+            .await
+            .unwrap()
+            .into_inner()
+            .is_online
+    );
+
+    // Volume v1alpha1 on disk 1: list by string ID, format, mount, resize, dismount.
+    let mut va1c = va1::volume_client::VolumeClient::new(ch("volume", "v1alpha1"));
+    let id1 = va1c
+        .list_volumes_on_disk(va1::ListVolumesOnDiskRequest {
+            disk_id: n1.to_string(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .volume_ids
+        .remove(0);
+    assert!(
+        !va1c
+            .is_volume_formatted(va1::IsVolumeFormattedRequest {
+                volume_id: id1.clone()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .formatted
+    );
+    va1c.format_volume(va1::FormatVolumeRequest {
+        volume_id: id1.clone(),
+    })
+    .await
+    .unwrap();
+    l1.grow_to(200);
+    c.rescan().await;
+    va1c.resize_volume(va1::ResizeVolumeRequest {
+        volume_id: id1.clone(),
+        size: 180 * MIB,
+    })
+    .await
+    .unwrap();
+    assert!(
+        c.stats(&id1).await.0 > 150 * MIB,
+        "grown offline to ~180 MiB"
+    );
+    let p1 = d.k("plugins/old/a1");
+    mkdir(&p1);
+    va1c.mount_volume(va1::MountVolumeRequest {
+        volume_id: id1.clone(),
+        path: p1.clone(),
+    })
+    .await
+    .unwrap();
+    assert!(is_mounted(Path::new(&p1)));
+    va1c.dismount_volume(va1::DismountVolumeRequest {
+        volume_id: id1.clone(),
+        path: p1.clone(),
+    })
+    .await
+    .unwrap();
+    assert!(!is_mounted(Path::new(&p1)));
+
+    // Volume v1beta1 and v1beta2 on disk 2: + disk number, ID from mount, stats, write cache.
+    let mut vb1c = vb1::volume_client::VolumeClient::new(ch("volume", "v1beta1"));
+    let id2 = vb1c
+        .list_volumes_on_disk(vb1::ListVolumesOnDiskRequest {
+            disk_id: n2.to_string(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .volume_ids
+        .remove(0);
+    vb1c.format_volume(vb1::FormatVolumeRequest {
+        volume_id: id2.clone(),
+    })
+    .await
+    .unwrap();
+    assert!(
+        vb1c.is_volume_formatted(vb1::IsVolumeFormattedRequest {
+            volume_id: id2.clone()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .formatted
+    );
+    assert_eq!(
+        vb1c.get_volume_disk_number(vb1::VolumeDiskNumberRequest {
+            volume_id: id2.clone()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .disk_number,
+        i64::from(n2)
+    );
+    let p2 = d.k("plugins/old/b1");
+    mkdir(&p2);
+    vb1c.mount_volume(vb1::MountVolumeRequest {
+        volume_id: id2.clone(),
+        path: p2.clone(),
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        vb1c.get_volume_id_from_mount(vb1::VolumeIdFromMountRequest { mount: p2.clone() })
+            .await
+            .unwrap()
+            .into_inner()
+            .volume_id,
+        id2
+    );
+    let st = vb1c
+        .volume_stats(vb1::VolumeStatsRequest {
+            volume_id: id2.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        st.volume_size > 40 * MIB && st.volume_used_size > 0,
+        "{st:?}"
+    );
+    vb1c.resize_volume(vb1::ResizeVolumeRequest {
+        volume_id: id2.clone(),
+        size: 10 * MIB,
+    })
+    .await
+    .unwrap(); // a shrink request is a no-op
+    let mut vb2c = vb2::volume_client::VolumeClient::new(ch("volume", "v1beta2"));
+    vb2c.write_volume_cache(vb2::WriteVolumeCacheRequest {
+        volume_id: id2.clone(),
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        vb2c.volume_stats(vb2::VolumeStatsRequest {
+            volume_id: id2.clone()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .volume_size,
+        st.volume_size
+    );
+    vb2c.get_volume_disk_number(vb2::VolumeDiskNumberRequest {
+        volume_id: id2.clone(),
+    })
+    .await
+    .unwrap();
+    vb2c.get_volume_id_from_mount(vb2::VolumeIdFromMountRequest { mount: p2.clone() })
+        .await
+        .unwrap();
+    vb2c.list_volumes_on_disk(vb2::ListVolumesOnDiskRequest {
+        disk_id: n2.to_string(),
+    })
+    .await
+    .unwrap();
+    vb2c.is_volume_formatted(vb2::IsVolumeFormattedRequest {
+        volume_id: id2.clone(),
+    })
+    .await
+    .unwrap();
+    vb2c.format_volume(vb2::FormatVolumeRequest {
+        volume_id: id2.clone(),
+    })
+    .await
+    .unwrap_err(); // mounted: refused
+    vb2c.resize_volume(vb2::ResizeVolumeRequest {
+        volume_id: id2.clone(),
+        size: 0,
+    })
+    .await
+    .unwrap();
+    vb2c.dismount_volume(vb2::DismountVolumeRequest {
+        volume_id: id2.clone(),
+        path: p2.clone(),
+    })
+    .await
+    .unwrap();
+    assert!(!is_mounted(Path::new(&p2)));
+    vb2c.mount_volume(vb2::MountVolumeRequest {
+        volume_id: id2.clone(),
+        path: p2.clone(),
+    })
+    .await
+    .unwrap();
+    vb1c.dismount_volume(vb1::DismountVolumeRequest {
+        volume_id: id2.clone(),
+        path: p2.clone(),
+    })
+    .await
+    .unwrap();
+
+    // Volume v1beta3: the v1 shapes.
+    let mut vb3c = vb3::volume_client::VolumeClient::new(ch("volume", "v1beta3"));
+    let ids = vb3c
+        .list_volumes_on_disk(vb3::ListVolumesOnDiskRequest {
+            disk_number: n2,
+            partition_number: 1,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .volume_ids;
+    assert_eq!(ids, [id2.clone()]);
+    assert!(
+        vb3c.is_volume_formatted(vb3::IsVolumeFormattedRequest {
+            volume_id: id2.clone()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .formatted
+    );
+    vb3c.format_volume(vb3::FormatVolumeRequest {
+        volume_id: id2.clone(),
+    })
+    .await
+    .unwrap(); // ours and done: idempotent
+    vb3c.mount_volume(vb3::MountVolumeRequest {
+        volume_id: id2.clone(),
+        target_path: p2.clone(),
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        vb3c.get_volume_id_from_target_path(vb3::GetVolumeIdFromTargetPathRequest {
+            target_path: p2.clone()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .volume_id,
+        id2
+    );
+    assert_eq!(
+        vb3c.get_disk_number_from_volume_id(vb3::GetDiskNumberFromVolumeIdRequest {
+            volume_id: id2.clone()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .disk_number,
+        n2
+    );
+    assert!(
+        vb3c.get_volume_stats(vb3::GetVolumeStatsRequest {
+            volume_id: id2.clone()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .total_bytes
+            > 0
+    );
+    vb3c.resize_volume(vb3::ResizeVolumeRequest {
+        volume_id: id2.clone(),
+        size_bytes: 0,
+    })
+    .await
+    .unwrap();
+    vb3c.write_volume_cache(vb3::WriteVolumeCacheRequest {
+        volume_id: id2.clone(),
+    })
+    .await
+    .unwrap();
+    vb3c.unmount_volume(vb3::UnmountVolumeRequest {
+        volume_id: id2.clone(),
+        target_path: p2.clone(),
+    })
+    .await
+    .unwrap();
+    assert!(!is_mounted(Path::new(&p2)));
+}
