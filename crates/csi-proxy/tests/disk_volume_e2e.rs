@@ -1016,7 +1016,7 @@ async fn every_older_version_rpc_works_on_real_disks() {
         .unwrap()
         .into_inner()
         .volume_ids;
-    assert_eq!(ids, [id2.clone()]);
+    assert_eq!(ids, std::slice::from_ref(&id2));
     assert!(
         vb3c.is_volume_formatted(vb3::IsVolumeFormattedRequest {
             volume_id: id2.clone()
