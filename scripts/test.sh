@@ -13,6 +13,9 @@
 #     test            cargo test --workspace (Linux; as root, with loop devices and mounts)
 #     test-windows    cargo test --target x86_64-pc-windows-gnu -p csi-proxy-core
 #                     -p csi-proxy-host -p csi-proxy-server, run under wine
+#     fuzz-smoke      the fuzz corpus and regressions replayed (cargo test in fuzz/), then each
+#                     cargo-fuzz target for FUZZ_SMOKE_SECONDS (default 20) on stable
+#                     (scripts/fuzz.sh; installs cargo-fuzz if missing)
 #   With STEPs, runs only those, in the order given.
 #
 # Environment:
@@ -35,8 +38,10 @@ APT_PACKAGES=(
     wine wine64                            # runs the Windows test binaries
     xfsprogs btrfs-progs e2fsprogs         # mkfs/grow tools used by the Linux volume tests
     util-linux                             # losetup, mount, flock
+    tgt                                    # userspace iSCSI target (tgtd) for the iSCSI tests
+    open-iscsi                             # iscsiadm: iSCSI login tests (run where iscsi_tcp exists)
 )
-ALL_STEPS=(install wine-setup fmt clippy clippy-windows test test-windows)
+ALL_STEPS=(install wine-setup fmt clippy clippy-windows test test-windows fuzz-smoke)
 
 usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
 
@@ -132,6 +137,14 @@ step_test_windows() {
     # The runner in .cargo/config.toml (scripts/wine-run.sh) runs each test binary under wine.
     cargo test "${CARGO_FLAGS[@]}" --no-fail-fast --target "$WINDOWS_TARGET" \
         -p csi-proxy-core -p csi-proxy-host -p csi-proxy-server
+}
+
+step_fuzz_smoke() {
+    # The fuzz crate is its own workspace (libFuzzer needs nightly flags, which fuzz.sh enables
+    # on stable with RUSTC_BOOTSTRAP=1). The smoke run works on a copy of the corpus, and an
+    # unoptimised build (FUZZ_DEV=1) keeps its build time to a few minutes.
+    cargo test "${CARGO_FLAGS[@]}" --manifest-path fuzz/Cargo.toml
+    FUZZ_CORPUS_RO=1 FUZZ_DEV="${FUZZ_DEV:-1}" "$ROOT/scripts/fuzz.sh" "${FUZZ_SMOKE_SECONDS:-20}"
 }
 
 # ---------------------------------------------------------------------------------------------

@@ -373,6 +373,10 @@ impl PathPolicy {
                                 )));
                             }
                             stack.pop();
+                            // Back at a place that exists: probe again. Windows reads the `..`
+                            // of a link target textually (`m\..\evil` is `evil` even when `m`
+                            // is missing or a file), so what follows must still be probed.
+                            probing = true;
                         }
                         // `..` from within (or on the way to) a root stays within (or on the way).
                         continue;

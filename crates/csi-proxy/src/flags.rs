@@ -60,13 +60,18 @@ pub struct Flags {
           require_equals = true, default_value = "false", value_name = "BOOL")]
     pub windows_service: bool,
 
+    /// A host service StartService/StopService may act on (repeatable; case-insensitive).
+    /// Without it every service may be started and stopped, as upstream allows.
+    #[arg(long = "allowed-service", value_name = "NAME", action = ArgAction::Append)]
+    pub allowed_services: Vec<String>,
+
     /// Require SMB encryption for new global mappings (Windows).
     #[arg(long = "require-privacy", num_args = 0..=1, default_missing_value = "true",
           require_equals = true, default_value = "true", value_name = "BOOL")]
     pub require_privacy: bool,
 
-    /// Address to serve Prometheus metrics on (empty: off). Accepted for compatibility; metrics
-    /// are not served by this build yet.
+    /// Address (host:port, or :port for all interfaces) to serve Prometheus metrics on
+    /// `/metrics`; empty: off.
     #[arg(
         long = "metrics-bind-address",
         default_value = "",
@@ -180,6 +185,13 @@ mod tests {
             f.log_file.as_deref(),
             Some("C:\\etc\\kubernetes\\logs\\csi-proxy.log")
         );
+    }
+
+    #[test]
+    fn allowed_service_is_repeatable_in_go_spelling() {
+        let f = parse(&["-allowed-service=W32Time", "--allowed-service", "csiproxy"]);
+        assert_eq!(f.allowed_services, ["W32Time", "csiproxy"]);
+        assert!(parse(&[]).allowed_services.is_empty());
     }
 
     #[test]

@@ -15,6 +15,9 @@ pub fn services(policy: Arc<PathPolicy>, flags: &Flags) -> Services {
     #[allow(unused_mut)] // groups are plugged in per platform below
     let mut s = Services::with_pending_groups(fs, flags.require_privacy);
     platform::plug(&mut s, flags);
+    // On every platform, whichever system host is plugged in: Start/Stop only on the allowed
+    // services when --allowed-service is given.
+    s.system = s.system.with_allowed_services(&flags.allowed_services);
     s
 }
 
@@ -30,14 +33,32 @@ mod platform {
 
     /// Replaces pending groups with the Linux hosts that exist.
     pub fn plug(s: &mut Services, flags: &Flags) {
+        // SMB mounts and iSCSI bookkeeping live beside the sockets (`/run/csi-proxy/{smb,iscsi}`
+        // by default): daemon-owned, kept across daemon restarts, gone with a reboot like the
+        // mounts and sessions themselves.
+        let state = std::path::Path::new(&flags.socket_dir);
+        s.smb = csi_proxy_core::smb::SmbService::new(
+            Arc::new(linux::smb::LinuxSmbHost::new(state.join("smb"))),
+            s.filesystem.clone(),
+            flags.require_privacy,
+        );
+        s.iscsi = csi_proxy_core::iscsi::IscsiService::new(Arc::new(
+            linux::iscsi::LinuxIscsiHost::new(state.join("iscsi")),
+        ));
         s.disk = csi_proxy_core::disk::DiskService::new(
             Arc::new(linux::disk::LinuxDiskHost::new()),
             s.filesystem.policy().clone(),
         );
+        s.system = csi_proxy_core::system::SystemService::new(Arc::new(
+            linux::system::LinuxSystemHost::new(),
+        ));
         // The flag's parser admits only the names FsType knows.
         let fs_type = flags.format_filesystem.parse().unwrap_or_default();
         s.volume = csi_proxy_core::volume::VolumeService::new(
-            Arc::new(linux::volume::LinuxVolumeHost::new(&flags.state_dir, fs_type)),
+            Arc::new(linux::volume::LinuxVolumeHost::new(
+                &flags.state_dir,
+                fs_type,
+            )),
             s.filesystem.clone(),
         );
     }
@@ -55,6 +76,25 @@ mod platform {
 
     /// Replaces pending groups with the Windows hosts that exist.
     pub fn plug(s: &mut Services, flags: &Flags) {
-        let _ = (s, flags);
+        let _ = flags;
+        s.system = csi_proxy_core::system::SystemService::new(Arc::new(
+            windows::system::WindowsSystemHost::new(),
+        ));
+        s.smb = csi_proxy_core::smb::SmbService::new(
+            Arc::new(windows::smb::WindowsSmbHost::new()),
+            s.filesystem.clone(),
+            flags.require_privacy,
+        );
+        s.disk = csi_proxy_core::disk::DiskService::new(
+            Arc::new(windows::disk::WindowsDiskHost::new()),
+            s.filesystem.policy().clone(),
+        );
+        s.volume = csi_proxy_core::volume::VolumeService::new(
+            Arc::new(windows::volume::WindowsVolumeHost::new()),
+            s.filesystem.clone(),
+        );
+        s.iscsi = csi_proxy_core::iscsi::IscsiService::new(Arc::new(
+            windows::iscsi::WindowsIscsiHost::new(),
+        ));
     }
 }

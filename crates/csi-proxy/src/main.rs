@@ -56,11 +56,16 @@ async fn run(
     if flags.windows_service && !cfg!(windows) {
         return Err("--windows-service is only meaningful on Windows".into());
     }
+    // Empty = off: nothing listens. Bound before the endpoints, as upstream does, so a bad
+    // address fails start-up instead of leaving a daemon without the metrics it was asked for.
     if !flags.metrics_bind_address.is_empty() {
-        tracing::warn!(
-            address = %flags.metrics_bind_address,
-            "--metrics-bind-address is accepted but metrics are not served by this build yet"
-        );
+        let listener = csi_proxy_server::metrics::bind(&flags.metrics_bind_address)
+            .await
+            .map_err(|e| format!("--metrics-bind-address: {e}"))?;
+        if let Ok(addr) = listener.local_addr() {
+            tracing::info!(address = %addr, "serving metrics on /metrics");
+        }
+        tokio::spawn(csi_proxy_server::metrics::serve(listener));
     }
     let policy = PathPolicy::new(
         PathStyle::native(),
@@ -135,7 +140,9 @@ fn init_logging(flags: &flags::Flags) -> Result<(), String> {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false);
-    match (&flags.log_file, flags.logtostderr) {
+    // A service's stderr goes nowhere, so under --windows-service a --log_file is written even
+    // when --logtostderr was left at its default.
+    match (&flags.log_file, flags.logtostderr && !flags.windows_service) {
         (Some(path), false) => {
             let file = std::fs::OpenOptions::new()
                 .create(true)

@@ -85,6 +85,10 @@ fn service_main(_args: Vec<OsString>) {
     );
     let result = crate::run_until(flags, async move {
         let _ = stop_rx.wait_for(|s| *s).await;
+        // The SCM is told the stop is under way at once (SERVICE_STOP_PENDING with a wait hint
+        // longer than the daemon's grace period); the endpoints then close and the final
+        // SERVICE_STOPPED follows when every listener has ended.
+        report(ServiceState::StopPending, ServiceControlAccept::empty(), 0);
     });
     // ERROR_SERVICE_SPECIFIC_ERROR would need a second code; a generic failure code (1) tells
     // the SCM the service failed so its recovery actions (`sc.exe failure`) apply.

@@ -4,9 +4,12 @@
 //! core services above them are the same on both.
 
 pub mod gpt;
+pub mod iscsi_discovery;
 #[cfg(target_os = "linux")]
 pub mod linux;
 pub mod reparse;
 pub mod signatures;
+pub mod smb_scan;
 #[cfg(windows)]
 pub mod windows;
+pub mod windows_data;

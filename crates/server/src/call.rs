@@ -39,6 +39,7 @@ where
     T: Send + 'static,
 {
     let started = Instant::now();
+    let in_flight = crate::metrics::InFlight::start(rpc);
     let result = match tokio::task::spawn_blocking(work).await {
         Ok(Ok(v)) => Ok(Response::new(v)),
         Ok(Err(e)) => Err(to_status(&e)),
@@ -63,6 +64,11 @@ where
             ))
         }
     };
+    let code = match &result {
+        Ok(_) => Code::Ok,
+        Err(s) => s.code(),
+    };
+    in_flight.finish(code);
     log_request(rpc, started, &result);
     result
 }

@@ -9,8 +9,10 @@
 
 use crate::error::{Error, Kind, Result};
 use crate::filesystem::FilesystemService;
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::hash::{BuildHasher, Hash, Hasher, RandomState};
+use std::sync::{Arc, Mutex};
 
 const GROUP: &str = "smb";
 const NEW: &str = "NewSmbGlobalMapping";
@@ -127,8 +129,34 @@ impl RemotePath {
                 format!("{op}: remote path {remote:?} is invalid: not a server share"),
             ));
         }
+        // Stricter than upstream: a `.`/`..` component would let a link escape the share (on
+        // Linux the link leads into a local mount directory), and control characters are never
+        // part of a server, share or directory name.
+        if path.split('\\').any(|c| matches!(c, "." | "..")) {
+            return Err(Error::with_message(
+                Kind::InvalidArgument,
+                format!(
+                    "{op}: remote path {remote:?} is invalid: \".\" and \"..\" components are not allowed"
+                ),
+            ));
+        }
+        if path.chars().any(char::is_control) {
+            return Err(Error::with_message(
+                Kind::InvalidArgument,
+                format!("{op}: remote path {remote:?} is invalid: it contains a control character"),
+            ));
+        }
         let root = format!("\\\\{server}\\{share}").to_lowercase();
         Ok(Self { path, root })
+    }
+
+    /// The non-empty components after server and share (the directory inside the share).
+    pub fn sub_components(&self) -> Vec<&str> {
+        self.path
+            .split('\\')
+            .filter(|c| !c.is_empty())
+            .skip(2)
+            .collect()
     }
 }
 
@@ -143,13 +171,43 @@ pub struct SmbMapping {
     pub require_privacy: bool,
 }
 
-/// OS primitives of the SMB group. Arguments are already validated.
+/// What the host knows about the node-wide mapping of one share root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MappingState {
+    /// The host cannot tell (a host that only implements the create/remove primitives); the
+    /// manager then creates (which must accept an existing healthy mapping) and removes blindly.
+    Unknown,
+    /// No mapping of this root exists.
+    Absent,
+    /// A mapping exists.
+    Present(MappingInfo),
+}
+
+/// Facts about an existing mapping, as the host sees them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MappingInfo {
+    /// Its status is OK and the share root answers (Windows: `Status == 0` and the root is
+    /// accessible; Linux: the cifs mount answers `statfs` in time).
+    pub healthy: bool,
+    /// The status as the host names it (`OK`, `Disconnected`, `Unavailable`, `not answering`),
+    /// for messages and logs.
+    pub status: String,
+    /// The user the mapping was made as, when the host records it (`None`: unknown).
+    pub username: Option<String>,
+}
+
+/// OS primitives of the SMB group. Arguments are already validated; the decisions (reuse,
+/// replace, conflict handling, keep while used) are [`SmbService`]'s.
 ///
-/// Every method defaults to UNIMPLEMENTED naming the RPC it serves, so a host can be brought up
-/// one RPC at a time. No method may put a password into an error.
+/// The primitives default to UNIMPLEMENTED naming the RPC they serve; the queries default to
+/// "cannot tell" answers so a host can be brought up one piece at a time. No method may put a
+/// password into an error.
 pub trait SmbHost: Send + Sync {
-    /// Makes sure `mapping.root` is mapped node-wide with these credentials; an existing
-    /// healthy mapping of the root is success.
+    /// Creates the node-wide mapping of `mapping.root` with these credentials.
+    ///
+    /// AlreadyExists when the host refuses because a mapping of this root exists, or because the
+    /// server already has a connection made with other credentials (Windows error 1219: one set
+    /// of credentials per server and session).
     fn new_smb_global_mapping(&self, mapping: &SmbMapping) -> Result<()> {
         let _ = mapping;
         Err(Error::unimplemented(GROUP, NEW))
@@ -162,24 +220,150 @@ pub trait SmbHost: Send + Sync {
         Err(Error::unimplemented(GROUP, NEW))
     }
 
-    /// Removes the node-wide mapping of `root`; NotFound when there is none (upstream is not
-    /// idempotent here). Links to it are left alone.
+    /// Removes the node-wide mapping of `root` (forcibly: open handles are closed); NotFound when
+    /// there is none. Links to it are left alone.
     fn remove_smb_global_mapping(&self, root: &str) -> Result<()> {
         let _ = root;
         Err(Error::unimplemented(GROUP, REMOVE))
     }
+
+    /// The state of the mapping of `root` (lower-cased `\\server\share`).
+    fn smb_global_mapping(&self, root: &str) -> Result<MappingState> {
+        let _ = root;
+        Ok(MappingState::Unknown)
+    }
+
+    /// The roots of every node-wide mapping (lower-cased `\\server\share`), whatever its state.
+    fn smb_global_mappings(&self) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
+
+    /// The links under `scan_roots` (the allowed roots: kubelet path and working dirs) that lead
+    /// into the mapping of `root`; derived from what is on disk, so nothing is lost when the
+    /// daemon restarts. A host that cannot scan reports none.
+    fn smb_mapping_users(&self, root: &str, scan_roots: &[String]) -> Result<Vec<String>> {
+        let _ = (root, scan_roots);
+        Ok(Vec::new())
+    }
 }
 
-/// The version-agnostic SMB service every SMB API version is served by.
+/// What the manager does with the mapping a NewSmbGlobalMapping needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Nothing is mapped (or the host cannot tell): create.
+    Create,
+    /// A healthy mapping with the same credentials exists: use it.
+    Reuse,
+    /// A mapping exists but must be removed and made again, for this reason.
+    Replace(String),
+}
+
+/// Credentials as far as the manager may remember them: a keyed hash, never the password.
+type Fingerprint = u64;
+
+/// Decides what to do with `state` for a request made with `requested` credentials, given the
+/// fingerprint of the credentials this daemon last mapped the root with (`None`: not known, e.g.
+/// after a restart or for a mapping made by someone else).
+pub fn decide(
+    state: &MappingState,
+    requested: Option<&SmbCredentials>,
+    requested_fingerprint: Fingerprint,
+    remembered: Option<Fingerprint>,
+) -> Decision {
+    let info = match state {
+        MappingState::Unknown | MappingState::Absent => return Decision::Create,
+        MappingState::Present(info) => info,
+    };
+    if !info.healthy {
+        return Decision::Replace(format!("the existing mapping is {}", info.status));
+    }
+    if let Some(existing) = &info.username {
+        let wanted = requested.map(|c| c.username.as_str()).unwrap_or("");
+        if !existing.eq_ignore_ascii_case(wanted) {
+            return Decision::Replace(format!(
+                "the existing mapping was made as user {existing:?}, this request is for {wanted:?}"
+            ));
+        }
+    }
+    match remembered {
+        Some(fp) if fp != requested_fingerprint => {
+            Decision::Replace("the credentials changed since the mapping was made".into())
+        }
+        _ => Decision::Reuse,
+    }
+}
+
+/// The share root (lower-cased `\\server\share`) a directory link's target leads into, for the
+/// target forms Windows stores: `\\server\share\…`, `\\?\UNC\server\share\…`, `\??\UNC\…`,
+/// `UNC\…` and upstream's `\\?\\\server\share\…`. `None` for anything that is not a UNC path.
+pub fn share_root_of_link_target(target: &str) -> Option<String> {
+    let t = target.replace('/', "\\");
+    let rest = if let Some(r) = t
+        .strip_prefix("\\\\?\\UNC\\")
+        .or_else(|| t.strip_prefix("\\??\\UNC\\"))
+    {
+        r
+    } else if let Some(r) = t.strip_prefix("\\\\?\\\\\\") {
+        r
+    } else if t.starts_with("\\\\?\\") || t.starts_with("\\\\.\\") || t.starts_with("\\??\\") {
+        return None;
+    } else if let Some(r) = t.strip_prefix("\\\\") {
+        r
+    } else if t.len() > 4 && t[..4].eq_ignore_ascii_case("UNC\\") {
+        &t[4..]
+    } else {
+        return None;
+    };
+    let mut parts = rest.split('\\').filter(|c| !c.is_empty());
+    let (server, share) = (parts.next()?, parts.next()?);
+    Some(format!("\\\\{server}\\{share}").to_lowercase())
+}
+
+/// The version-agnostic SMB service every SMB API version is served by, and the mapping
+/// manager: it decides from what the host reports, so a restart loses nothing.
 ///
-/// Validation lives here; so will the mapping manager (reuse a healthy mapping, remap one whose
-/// root became inaccessible, upstream-behaviour.md §2.4 steps 3–5) once the hosts expose the
-/// finer primitives it needs.
+/// * NewSmbGlobalMapping reuses a healthy mapping made with the same credentials, replaces a
+///   disconnected or inaccessible one and one made with other credentials (so a rotated password
+///   takes effect), and treats "already exists" / Windows error 1219 as reuse-or-rebind.
+/// * RemoveSmbGlobalMapping removes the mapping only when no link under the allowed roots still
+///   leads into it, so two volumes on one share do not break each other.
+///
+/// Operations are serialised: a mapping is never removed between another request's mapping and
+/// its link.
 #[derive(Clone)]
 pub struct SmbService {
     host: Arc<dyn SmbHost>,
     fs: FilesystemService,
     require_privacy: bool,
+    manager: Arc<Manager>,
+}
+
+/// The manager's memory: only keyed hashes of the credentials each root was mapped with, under
+/// a key made at start-up and never stored, so nothing here can reveal a password.
+struct Manager {
+    lock: Mutex<HashMap<String, Fingerprint>>,
+    key: RandomState,
+}
+
+impl Manager {
+    fn fingerprint(&self, credentials: Option<&SmbCredentials>) -> Fingerprint {
+        let mut h = self.key.build_hasher();
+        match credentials {
+            None => 0u8.hash(&mut h),
+            Some(c) => {
+                1u8.hash(&mut h);
+                c.username.to_lowercase().hash(&mut h);
+                c.password.expose().hash(&mut h);
+            }
+        }
+        h.finish()
+    }
+}
+
+/// The server part (`\\server`) of a lower-cased share root.
+fn server_of(root: &str) -> &str {
+    let body = root.trim_start_matches('\\');
+    body.split('\\').next().unwrap_or(body)
 }
 
 impl SmbService {
@@ -190,11 +374,15 @@ impl SmbService {
             host,
             fs,
             require_privacy,
+            manager: Arc::new(Manager {
+                lock: Mutex::new(HashMap::new()),
+                key: RandomState::new(),
+            }),
         }
     }
 
-    /// NewSmbGlobalMapping: maps the share root of `remote_path` node-wide, then links
-    /// `local_path` (when given) to the full remote path.
+    /// NewSmbGlobalMapping: makes sure the share root of `remote_path` is mapped node-wide with
+    /// these credentials, then links `local_path` (when given) to the full remote path.
     ///
     /// Unlike upstream, `local_path` is confined before the mapping is made, so a request with a
     /// bad local path leaves nothing behind; the OK/non-OK outcome is the same.
@@ -209,21 +397,155 @@ impl SmbService {
             username: req.username.clone(),
             password: req.password.clone(),
         });
-        self.host.new_smb_global_mapping(&SmbMapping {
-            root: remote.root,
+        let mapping = SmbMapping {
+            root: remote.root.clone(),
             credentials,
             require_privacy: self.require_privacy,
-        })?;
+        };
+        let mut remembered = self
+            .manager
+            .lock
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        self.ensure_mapped(&mapping, &mut remembered)?;
         match local {
             Some(local) => self.host.new_smb_link(&remote.path, &local),
             None => Ok(()),
         }
     }
 
-    /// RemoveSmbGlobalMapping: removes the node-wide mapping of the share root of `remote_path`.
+    /// Reuses, replaces or creates the mapping; called with the manager's lock held.
+    fn ensure_mapped(
+        &self,
+        mapping: &SmbMapping,
+        remembered: &mut HashMap<String, Fingerprint>,
+    ) -> Result<()> {
+        let root = &mapping.root;
+        let fingerprint = self.manager.fingerprint(mapping.credentials.as_ref());
+        let state = self.host.smb_global_mapping(root)?;
+        match decide(
+            &state,
+            mapping.credentials.as_ref(),
+            fingerprint,
+            remembered.get(root).copied(),
+        ) {
+            Decision::Reuse => {
+                return Ok(());
+            }
+            Decision::Replace(why) => {
+                remembered.remove(root);
+                match self.host.remove_smb_global_mapping(root) {
+                    Err(e) if e.kind() != Kind::NotFound => {
+                        return Err(
+                            e.context(format!("{NEW}: replacing the mapping of {root:?} ({why})"))
+                        );
+                    }
+                    _ => {}
+                }
+            }
+            Decision::Create => {}
+        }
+        match self.host.new_smb_global_mapping(mapping) {
+            Ok(()) => {}
+            Err(e) if e.kind() == Kind::AlreadyExists => {
+                self.rebind(mapping, fingerprint, remembered, e)?;
+            }
+            Err(e) => return Err(e),
+        }
+        remembered.insert(root.clone(), fingerprint);
+        Ok(())
+    }
+
+    /// The host refused with "already exists" (a mapping of the root appeared, or Windows error
+    /// 1219: the server has a connection made with other credentials). Reuse what is there if it
+    /// is healthy and made as this user; otherwise remove the stale mapping of this root and
+    /// every unused mapping on the same server, and try once more. Mappings on the same server
+    /// that links still use are never removed: that conflict is FAILED_PRECONDITION.
+    fn rebind(
+        &self,
+        mapping: &SmbMapping,
+        fingerprint: Fingerprint,
+        remembered: &mut HashMap<String, Fingerprint>,
+        refused: Error,
+    ) -> Result<()> {
+        let root = &mapping.root;
+        let state = self.host.smb_global_mapping(root)?;
+        if let MappingState::Present(_) = &state
+            && decide(&state, mapping.credentials.as_ref(), fingerprint, None) == Decision::Reuse
+        {
+            return Ok(());
+        }
+        let server = server_of(root).to_string();
+        let mut in_use = Vec::new();
+        for other in self.host.smb_global_mappings()? {
+            if server_of(&other) != server {
+                continue;
+            }
+            if other != *root {
+                let users = self
+                    .host
+                    .smb_mapping_users(&other, self.fs.policy().roots())?;
+                if !users.is_empty() {
+                    in_use.push(format!("{other:?} ({} links)", users.len()));
+                    continue;
+                }
+            }
+            remembered.remove(&other);
+            match self.host.remove_smb_global_mapping(&other) {
+                Err(e) if e.kind() != Kind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+        match self.host.new_smb_global_mapping(mapping) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == Kind::AlreadyExists => {
+                let why = if in_use.is_empty() {
+                    format!("the host still refuses: {}", e.message())
+                } else {
+                    format!(
+                        "server {server:?} already has mappings made with other credentials that \
+                         links still use: {} (one set of credentials per server, Windows error 1219)",
+                        in_use.join(", ")
+                    )
+                };
+                Err(Error::new(
+                    Kind::FailedPrecondition,
+                    NEW,
+                    format!("mapping {root:?}"),
+                    format!("{why}; first refusal: {}", refused.message()),
+                ))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// RemoveSmbGlobalMapping: removes the node-wide mapping of the share root of `remote_path`,
+    /// unless a link under the allowed roots still leads into it (then it is kept and the call
+    /// succeeds). NotFound when nothing is mapped (upstream is not idempotent here).
     pub fn remove_smb_global_mapping(&self, remote_path: &str) -> Result<()> {
         let remote = RemotePath::parse(REMOVE, remote_path)?;
-        self.host.remove_smb_global_mapping(&remote.root)
+        let root = &remote.root;
+        let mut remembered = self
+            .manager
+            .lock
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if self.host.smb_global_mapping(root)? == MappingState::Absent {
+            return Err(Error::new(
+                Kind::NotFound,
+                REMOVE,
+                format!("mapping {root:?}"),
+                "no such SMB global mapping",
+            ));
+        }
+        let users = self
+            .host
+            .smb_mapping_users(root, self.fs.policy().roots())?;
+        if !users.is_empty() {
+            return Ok(());
+        }
+        remembered.remove(root);
+        self.host.remove_smb_global_mapping(root)
     }
 }
 

@@ -91,10 +91,14 @@ pub trait SystemHost: Send + Sync {
 
 /// The version-agnostic system service every system API version is served by.
 ///
-/// Validation lives here; so will the start/stop wait loop if it moves out of the hosts.
+/// Validation lives here, and the allow-list of services Start/Stop may touch (design.md §5:
+/// upstream lets any client stop any host service).
 #[derive(Clone)]
 pub struct SystemService {
     host: Arc<dyn SystemHost>,
+    /// Services StartService/StopService may act on, lowercased; `None` allows every service
+    /// (upstream's behaviour).
+    allowed: Option<Arc<[String]>>,
 }
 
 /// Refuses names no host can look up: empty, or with a NUL (which would cut a C string short).
@@ -115,7 +119,40 @@ fn check_name(op: &str, name: &str) -> Result<()> {
 impl SystemService {
     /// A service over `host`.
     pub fn new(host: Arc<dyn SystemHost>) -> Self {
-        Self { host }
+        Self {
+            host,
+            allowed: None,
+        }
+    }
+
+    /// Restricts StartService and StopService to the named services (compared
+    /// case-insensitively, as service names are on Windows). An empty list keeps upstream's
+    /// behaviour of allowing every service; GetService is never restricted.
+    pub fn with_allowed_services<I, S>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let list: Vec<String> = names
+            .into_iter()
+            .map(|n| n.as_ref().to_lowercase())
+            .filter(|n| !n.is_empty())
+            .collect();
+        self.allowed = (!list.is_empty()).then(|| list.into());
+        self
+    }
+
+    /// Refuses a service outside the allow-list, before the host is touched.
+    fn check_allowed(&self, op: &str, name: &str) -> Result<()> {
+        match &self.allowed {
+            Some(list) if !list.iter().any(|a| *a == name.to_lowercase()) => Err(Error::new(
+                crate::error::Kind::PermissionDenied,
+                op,
+                format!("service {name:?}"),
+                "not in the services this proxy may start or stop (--allowed-service)",
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// GetBIOSSerialNumber: the serial without the padding firmware often adds.
@@ -132,12 +169,14 @@ impl SystemService {
     /// StartService: starts a service and waits until it runs (idempotent).
     pub fn start_service(&self, name: &str) -> Result<()> {
         check_name("StartService", name)?;
+        self.check_allowed("StartService", name)?;
         self.host.start_service(name)
     }
 
     /// StopService: stops a service (and with `force` its dependents) and waits (idempotent).
     pub fn stop_service(&self, name: &str, force: bool) -> Result<()> {
         check_name("StopService", name)?;
+        self.check_allowed("StopService", name)?;
         self.host.stop_service(name, force)
     }
 }
@@ -174,6 +213,36 @@ mod tests {
         let e = svc.get_service("w32time").unwrap_err();
         assert_eq!(e.kind(), Kind::Unimplemented);
         assert!(e.message().contains("system GetService"), "{}", e.message());
+    }
+
+    #[test]
+    fn the_allow_list_restricts_start_and_stop_only() {
+        let svc = SystemService::new(Arc::new(Padded)).with_allowed_services(["W32Time", ""]);
+        let e = svc.start_service("spooler").unwrap_err();
+        assert_eq!(e.kind(), Kind::PermissionDenied);
+        assert!(
+            e.message().starts_with("StartService service \"spooler\""),
+            "{}",
+            e.message()
+        );
+        let e = svc.stop_service("Spooler", true).unwrap_err();
+        assert_eq!(e.kind(), Kind::PermissionDenied);
+        // Allowed (any case): reaches the host, which does not implement it here.
+        let e = svc.start_service("w32time").unwrap_err();
+        assert_eq!(e.kind(), Kind::Unimplemented);
+        let e = svc.stop_service("W32TIME", false).unwrap_err();
+        assert_eq!(e.kind(), Kind::Unimplemented);
+        // GetService is not restricted.
+        assert_eq!(
+            svc.get_service("spooler").unwrap_err().kind(),
+            Kind::Unimplemented
+        );
+        // An empty list is upstream's behaviour: everything allowed.
+        let open = SystemService::new(Arc::new(Padded)).with_allowed_services(Vec::<String>::new());
+        assert_eq!(
+            open.start_service("spooler").unwrap_err().kind(),
+            Kind::Unimplemented
+        );
     }
 
     #[test]

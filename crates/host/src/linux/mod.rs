@@ -2,6 +2,9 @@
 pub mod block;
 pub mod disk;
 pub mod filesystem;
+pub mod iscsi;
 pub mod mountinfo;
+pub mod smb;
+pub mod system;
 pub mod tool;
 pub mod volume;

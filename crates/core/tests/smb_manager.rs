@@ -1,0 +1,444 @@
+//! The SMB mapping manager's decisions (reuse, replace on disconnect or new credentials, error
+//! 1219, keep while another link uses the share, remove on last) against a fake host that
+//! behaves like Windows' global mappings and records every call.
+
+use csi_proxy_core::filesystem::{FilesystemHost, FilesystemService};
+use csi_proxy_core::paths::{LinkProbe, LinkTarget, PathPolicy, PathStyle};
+use csi_proxy_core::smb::{
+    MappingInfo, MappingState, NewSmbGlobalMappingRequest, SmbHost, SmbMapping, SmbService,
+};
+use csi_proxy_core::{Error, Kind, Result};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::sync::{Arc, Mutex};
+
+const KUBELET: &str = "/var/lib/kubelet";
+const PASSWORD: &str = "Rotate-Me-1!";
+const NEW_PASSWORD: &str = "Rotated-2?";
+
+struct NoLinks;
+impl LinkProbe for NoLinks {
+    fn link_target(&self, _: &str) -> io::Result<Option<LinkTarget>> {
+        Ok(None)
+    }
+}
+impl FilesystemHost for NoLinks {
+    fn path_exists(&self, _: &str) -> io::Result<bool> {
+        Ok(false)
+    }
+    fn mkdir_all(&self, _: &str) -> io::Result<()> {
+        Ok(())
+    }
+    fn remove(&self, _: &str) -> io::Result<()> {
+        Ok(())
+    }
+    fn remove_all(&self, _: &str) -> io::Result<()> {
+        Ok(())
+    }
+    fn remove_contents(&self, _: &str) -> io::Result<()> {
+        Ok(())
+    }
+    fn create_symlink(&self, _: &str, _: &str) -> io::Result<()> {
+        Ok(())
+    }
+    fn is_symlink(&self, _: &str) -> io::Result<bool> {
+        Ok(false)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Call {
+    Create(String, Option<String>),
+    Link(String, String),
+    Remove(String),
+}
+
+#[derive(Debug, Clone)]
+struct Mapping {
+    user: Option<String>,
+    healthy: bool,
+}
+
+/// A Windows-like host: one set of credentials per server (creating a mapping on a server that
+/// has a mapping made as another user fails with "1219", as does creating an existing root);
+/// links are a map from link path to the share root it leads into.
+#[derive(Default)]
+struct Fake {
+    mappings: Mutex<BTreeMap<String, Mapping>>,
+    links: Mutex<BTreeMap<String, String>>,
+    calls: Mutex<Vec<Call>>,
+    /// Whether the host reports the user of a mapping (Linux does, Windows does not).
+    reports_user: bool,
+    /// Roots the host must not be asked to remove (in use by an open handle, say).
+    sticky: Mutex<BTreeSet<String>>,
+}
+
+impl Fake {
+    fn take(&self) -> Vec<Call> {
+        std::mem::take(&mut *self.calls.lock().unwrap())
+    }
+    fn set_healthy(&self, root: &str, healthy: bool) {
+        self.mappings.lock().unwrap().get_mut(root).unwrap().healthy = healthy;
+    }
+    fn mapped(&self) -> Vec<String> {
+        self.mappings.lock().unwrap().keys().cloned().collect()
+    }
+}
+
+fn server(root: &str) -> &str {
+    root.trim_start_matches('\\').split('\\').next().unwrap()
+}
+
+impl SmbHost for Fake {
+    fn new_smb_global_mapping(&self, m: &SmbMapping) -> Result<()> {
+        let user = m.credentials.as_ref().map(|c| c.username.clone());
+        self.calls
+            .lock()
+            .unwrap()
+            .push(Call::Create(m.root.clone(), user.clone()));
+        let mut maps = self.mappings.lock().unwrap();
+        let conflict = maps
+            .iter()
+            .any(|(r, x)| r == &m.root || (server(r) == server(&m.root) && x.user != user));
+        if conflict {
+            return Err(Error::new(
+                Kind::AlreadyExists,
+                "NewSmbGlobalMapping",
+                &m.root,
+                "Multiple connections to a server or shared resource by the same user (1219)",
+            ));
+        }
+        maps.insert(
+            m.root.clone(),
+            Mapping {
+                user,
+                healthy: true,
+            },
+        );
+        Ok(())
+    }
+    fn new_smb_link(&self, remote: &str, local: &str) -> Result<()> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(Call::Link(remote.into(), local.into()));
+        let root = csi_proxy_core::smb::share_root_of_link_target(remote).unwrap();
+        self.links.lock().unwrap().insert(local.into(), root);
+        Ok(())
+    }
+    fn remove_smb_global_mapping(&self, root: &str) -> Result<()> {
+        self.calls.lock().unwrap().push(Call::Remove(root.into()));
+        assert!(
+            !self.sticky.lock().unwrap().contains(root),
+            "removed {root} in use"
+        );
+        match self.mappings.lock().unwrap().remove(root) {
+            Some(_) => Ok(()),
+            None => Err(Error::new(
+                Kind::NotFound,
+                "Remove",
+                root,
+                "no such mapping",
+            )),
+        }
+    }
+    fn smb_global_mapping(&self, root: &str) -> Result<MappingState> {
+        Ok(match self.mappings.lock().unwrap().get(root) {
+            None => MappingState::Absent,
+            Some(m) => MappingState::Present(MappingInfo {
+                healthy: m.healthy,
+                status: if m.healthy { "OK" } else { "Disconnected" }.into(),
+                username: if self.reports_user {
+                    Some(m.user.clone().unwrap_or_default())
+                } else {
+                    None
+                },
+            }),
+        })
+    }
+    fn smb_global_mappings(&self) -> Result<Vec<String>> {
+        Ok(self.mapped())
+    }
+    fn smb_mapping_users(&self, root: &str, scan_roots: &[String]) -> Result<Vec<String>> {
+        assert_eq!(scan_roots, [KUBELET.to_string()]);
+        Ok(self
+            .links
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, r)| *r == root)
+            .map(|(l, _)| l.clone())
+            .collect())
+    }
+}
+
+fn service(host: Arc<Fake>) -> SmbService {
+    let policy = PathPolicy::new(PathStyle::Posix, KUBELET, &[]).unwrap();
+    let fs = FilesystemService::new(Arc::new(NoLinks), Arc::new(policy));
+    SmbService::new(host, fs, true)
+}
+
+fn req(remote: &str, local: &str, user: &str, password: &str) -> NewSmbGlobalMappingRequest {
+    NewSmbGlobalMappingRequest {
+        remote_path: remote.into(),
+        local_path: if local.is_empty() {
+            String::new()
+        } else {
+            format!("{KUBELET}/{local}")
+        },
+        username: user.into(),
+        password: password.into(),
+    }
+}
+
+fn create(root: &str, user: &str) -> Call {
+    Call::Create(root.into(), Some(user.into()))
+}
+
+const ROOT: &str = "\\\\srv\\share";
+
+#[test]
+fn a_healthy_mapping_with_the_same_credentials_is_reused() {
+    let host = Arc::new(Fake::default());
+    let svc = service(host.clone());
+    svc.new_smb_global_mapping(&req("\\\\SRV\\Share\\a", "v1", "dom\\u", PASSWORD))
+        .unwrap();
+    assert_eq!(
+        host.take(),
+        [
+            create(ROOT, "dom\\u"),
+            Call::Link("\\\\SRV\\Share\\a".into(), format!("{KUBELET}/v1"))
+        ]
+    );
+    svc.new_smb_global_mapping(&req("//srv/share/b", "v2", "dom\\u", PASSWORD))
+        .unwrap();
+    assert_eq!(
+        host.take(),
+        [Call::Link(
+            "\\\\srv\\share\\b".into(),
+            format!("{KUBELET}/v2")
+        )],
+        "second volume on the same share reuses the mapping"
+    );
+}
+
+#[test]
+fn a_disconnected_mapping_is_replaced() {
+    let host = Arc::new(Fake::default());
+    let svc = service(host.clone());
+    svc.new_smb_global_mapping(&req(ROOT, "", "u", PASSWORD))
+        .unwrap();
+    host.take();
+    host.set_healthy(ROOT, false);
+    svc.new_smb_global_mapping(&req(ROOT, "", "u", PASSWORD))
+        .unwrap();
+    assert_eq!(host.take(), [Call::Remove(ROOT.into()), create(ROOT, "u")]);
+    assert!(host.mappings.lock().unwrap()[ROOT].healthy);
+}
+
+#[test]
+fn a_rotated_password_replaces_the_mapping_so_it_takes_effect() {
+    let host = Arc::new(Fake::default());
+    let svc = service(host.clone());
+    svc.new_smb_global_mapping(&req(ROOT, "v1", "u", PASSWORD))
+        .unwrap();
+    host.take();
+    svc.new_smb_global_mapping(&req(ROOT, "v2", "u", NEW_PASSWORD))
+        .unwrap();
+    assert_eq!(
+        host.take(),
+        [
+            Call::Remove(ROOT.into()),
+            create(ROOT, "u"),
+            Call::Link(ROOT.into(), format!("{KUBELET}/v2"))
+        ]
+    );
+    // Same new password again: reused.
+    svc.new_smb_global_mapping(&req(ROOT, "", "u", NEW_PASSWORD))
+        .unwrap();
+    assert_eq!(host.take(), []);
+}
+
+#[test]
+fn another_user_replaces_a_mapping_when_the_host_reports_users() {
+    let host = Arc::new(Fake {
+        reports_user: true,
+        ..Fake::default()
+    });
+    // Made before this daemon started (nothing remembered): the reported user decides.
+    host.mappings.lock().unwrap().insert(
+        ROOT.into(),
+        Mapping {
+            user: Some("old".into()),
+            healthy: true,
+        },
+    );
+    let svc = service(host.clone());
+    svc.new_smb_global_mapping(&req(ROOT, "", "OLD", PASSWORD))
+        .unwrap();
+    assert_eq!(host.take(), [], "same user (case-insensitive) is reused");
+    svc.new_smb_global_mapping(&req(ROOT, "", "new", PASSWORD))
+        .unwrap();
+    assert_eq!(
+        host.take(),
+        [Call::Remove(ROOT.into()), create(ROOT, "new")]
+    );
+}
+
+#[test]
+fn after_a_restart_a_healthy_mapping_is_reused_and_users_are_found_on_disk() {
+    let host = Arc::new(Fake::default());
+    let svc = service(host.clone());
+    svc.new_smb_global_mapping(&req(ROOT, "v1", "u", PASSWORD))
+        .unwrap();
+    drop(svc);
+    host.take();
+    let svc = service(host.clone()); // a new daemon: nothing remembered
+    svc.new_smb_global_mapping(&req(ROOT, "v2", "u", PASSWORD))
+        .unwrap();
+    assert_eq!(
+        host.take(),
+        [Call::Link(ROOT.into(), format!("{KUBELET}/v2"))]
+    );
+    host.links.lock().unwrap().remove(&format!("{KUBELET}/v2"));
+    svc.remove_smb_global_mapping(ROOT).unwrap();
+    assert_eq!(host.take(), [], "v1's link still uses the share");
+    assert_eq!(host.mapped(), [ROOT]);
+}
+
+#[test]
+fn error_1219_reuses_a_mapping_that_appeared_or_rebinds_unused_ones() {
+    let host = Arc::new(Fake::default());
+    let svc = service(host.clone());
+    // An unused mapping of another share on the same server, made as another user.
+    svc.new_smb_global_mapping(&req("\\\\srv\\other", "", "alice", PASSWORD))
+        .unwrap();
+    host.take();
+    svc.new_smb_global_mapping(&req(ROOT, "v", "bob", PASSWORD))
+        .unwrap();
+    assert_eq!(
+        host.take(),
+        [
+            create(ROOT, "bob"),
+            Call::Remove("\\\\srv\\other".into()),
+            create(ROOT, "bob"),
+            Call::Link(ROOT.into(), format!("{KUBELET}/v"))
+        ]
+    );
+    assert_eq!(host.mapped(), [ROOT]);
+}
+
+#[test]
+fn error_1219_with_a_used_mapping_of_another_user_is_failed_precondition() {
+    let host = Arc::new(Fake::default());
+    let svc = service(host.clone());
+    svc.new_smb_global_mapping(&req("\\\\srv\\other", "a", "alice", PASSWORD))
+        .unwrap();
+    host.sticky.lock().unwrap().insert("\\\\srv\\other".into());
+    host.take();
+    let e = svc
+        .new_smb_global_mapping(&req(ROOT, "b", "bob", PASSWORD))
+        .unwrap_err();
+    assert_eq!(e.kind(), Kind::FailedPrecondition, "{e}");
+    assert!(e.message().contains("\\\\\\\\srv\\\\other"), "{e}");
+    assert!(e.message().contains("1219"), "{e}");
+    assert!(!e.message().contains(PASSWORD), "{e}");
+    assert_eq!(host.take(), [create(ROOT, "bob"), create(ROOT, "bob")]);
+    assert_eq!(host.mapped(), ["\\\\srv\\other"]);
+}
+
+#[test]
+fn error_1219_from_a_stale_mapping_of_the_same_root_is_rebound() {
+    let host = Arc::new(Fake::default());
+    let svc = service(host.clone());
+    // A mapping the host lists but a query does not see as present (the upstream quirk: a
+    // non-OK mapping makes Create fail with "already exists").
+    host.mappings.lock().unwrap().insert(
+        ROOT.into(),
+        Mapping {
+            user: Some("u".into()),
+            healthy: false,
+        },
+    );
+    svc.new_smb_global_mapping(&req(ROOT, "", "u", PASSWORD))
+        .unwrap();
+    assert_eq!(host.take(), [Call::Remove(ROOT.into()), create(ROOT, "u")]);
+}
+
+#[test]
+fn remove_keeps_a_share_another_link_uses_and_removes_on_last() {
+    let host = Arc::new(Fake::default());
+    let svc = service(host.clone());
+    svc.new_smb_global_mapping(&req("\\\\srv\\share\\a", "v1", "u", PASSWORD))
+        .unwrap();
+    svc.new_smb_global_mapping(&req("\\\\srv\\share\\b", "v2", "u", PASSWORD))
+        .unwrap();
+    host.take();
+    // The driver removes its link, then asks to remove the mapping.
+    host.links.lock().unwrap().remove(&format!("{KUBELET}/v1"));
+    svc.remove_smb_global_mapping("\\\\srv\\share\\a").unwrap();
+    assert_eq!(host.take(), [], "v2 still uses the share");
+    host.links.lock().unwrap().remove(&format!("{KUBELET}/v2"));
+    svc.remove_smb_global_mapping("\\\\SRV\\share\\b").unwrap();
+    assert_eq!(host.take(), [Call::Remove(ROOT.into())]);
+    let e = svc.remove_smb_global_mapping(ROOT).unwrap_err();
+    assert_eq!(e.kind(), Kind::NotFound, "{e}");
+    assert_eq!(host.take(), [], "absent: the host is not asked to remove");
+}
+
+#[test]
+fn malformed_remote_paths_are_invalid_and_reach_no_host() {
+    let host = Arc::new(Fake::default());
+    let svc = service(host.clone());
+    for bad in [
+        "",
+        "srv",
+        "\\\\srv",
+        "\\\\srv\\share\\..\\..\\etc",
+        "//srv/share/./x",
+        "\\\\srv\\sh\nare",
+        "\\\\?\\UNC\\srv\\share",
+    ] {
+        let e = svc
+            .new_smb_global_mapping(&req(bad, "", "u", PASSWORD))
+            .unwrap_err();
+        assert_eq!(e.kind(), Kind::InvalidArgument, "{bad:?}: {e}");
+        let e = svc.remove_smb_global_mapping(bad).unwrap_err();
+        assert_eq!(e.kind(), Kind::InvalidArgument, "{bad:?}: {e}");
+    }
+    let e = svc
+        .new_smb_global_mapping(&req(ROOT, "", "u", PASSWORD))
+        .map(|_| ())
+        .and_then(|_| {
+            let mut r = req(ROOT, "", "u", PASSWORD);
+            r.local_path = "/etc/passwd".into();
+            svc.new_smb_global_mapping(&r)
+        })
+        .unwrap_err();
+    assert_eq!(e.kind(), Kind::PermissionDenied, "{e}");
+    assert_eq!(host.take(), [create(ROOT, "u")]);
+}
+
+#[test]
+fn link_targets_lead_to_their_share_root() {
+    use csi_proxy_core::smb::share_root_of_link_target as root_of;
+    for t in [
+        "\\\\Srv\\Share\\sub\\",
+        "\\\\?\\UNC\\srv\\share\\sub",
+        "\\??\\UNC\\SRV\\share",
+        "UNC\\srv\\share\\x",
+        "\\\\?\\\\\\srv\\share\\sub\\",
+        "//srv/share",
+    ] {
+        assert_eq!(root_of(t).as_deref(), Some(ROOT), "{t}");
+    }
+    for t in [
+        "C:\\x",
+        "\\\\?\\C:\\x",
+        "\\\\srv",
+        "relative\\dir",
+        "\\\\.\\pipe\\x",
+    ] {
+        assert_eq!(root_of(t), None, "{t}");
+    }
+}

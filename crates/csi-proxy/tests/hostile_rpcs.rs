@@ -1,0 +1,127 @@
+//! Hostile input on every RPC of every version, driven from the wire contract, against the real
+//! daemon binary: each gets a precise status (or OK where the input is valid), the daemon keeps
+//! answering, and the host is left as it was.
+#![cfg(target_os = "linux")]
+
+mod common;
+
+use common::{
+    Contract, Daemon, HostSnapshot, Variant, assert_precise, assert_serving, call_raw, put_bytes,
+};
+use std::collections::BTreeMap;
+use std::time::Duration;
+use tonic::Code;
+
+/// The number of RPCs over all 23 group-versions (upstream's API surface).
+const RPC_COUNT: usize = 139;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_rpc_of_every_version_survives_hostile_input() {
+    let contract = Contract::load();
+    assert_eq!(contract.rpcs.len(), RPC_COUNT, "RPCs in the contract");
+    let d = Daemon::start(&[]);
+    // Something for hostile paths to find: a file and a directory inside the kubelet dir.
+    std::fs::create_dir_all(d.kubelet.join("pods/p1")).unwrap();
+    std::fs::write(d.kubelet.join("pods/p1/data"), b"keep").unwrap();
+    let before = HostSnapshot::take(&d.kubelet);
+
+    let mut channels = BTreeMap::new();
+    let mut codes: BTreeMap<String, usize> = BTreeMap::new();
+    let mut calls = 0;
+    for rpc in &contract.rpcs {
+        let key = (rpc.group.clone(), rpc.version.clone());
+        if let std::collections::btree_map::Entry::Vacant(e) = channels.entry(key.clone()) {
+            e.insert(
+                d.connector()
+                    .channel(&rpc.group, &rpc.version)
+                    .await
+                    .unwrap(),
+            );
+        }
+        let ch = &channels[&key];
+        for variant in Variant::ALL {
+            if variant == Variant::InvalidUtf8 && !contract.has_strings(&rpc.input, 0) {
+                continue;
+            }
+            let body = contract.encode(&rpc.input, variant);
+            let what = format!("{}/{} {}", rpc.group, rpc.version, rpc.method);
+            let r = call_raw(ch, &rpc.path, body, Some(Duration::from_secs(30))).await;
+            calls += 1;
+            assert_precise(&rpc.group, &what, variant, &r);
+            let code = r.as_ref().map(|_| Code::Ok).unwrap_or_else(|s| s.code());
+            *codes.entry(format!("{code:?}")).or_default() += 1;
+            if matches!(variant, Variant::LongStrings | Variant::Truncated) {
+                // The heaviest inputs: prove the daemon still answers right after them.
+                assert_serving(&d, &format!("{what} {variant:?}")).await;
+            }
+        }
+    }
+    eprintln!("hostile requests: {calls} over {RPC_COUNT} RPCs; codes {codes:?}");
+    assert_serving(&d, "all hostile requests").await;
+    let after = HostSnapshot::take(&d.kubelet);
+    before.assert_same(&after, "hostile requests");
+    assert_eq!(
+        std::fs::read(d.kubelet.join("pods/p1/data")).unwrap(),
+        b"keep"
+    );
+}
+
+#[tokio::test]
+async fn requests_over_the_message_limit_are_refused_and_the_daemon_keeps_serving() {
+    let d = Daemon::start(&[]);
+    let ch = d.connector().channel("filesystem", "v1").await.unwrap();
+    // 5 MiB: above the 4 MiB default receive limit of the daemon.
+    let mut body = Vec::new();
+    put_bytes(&mut body, 1, &vec![b'a'; 5 << 20]);
+    for _ in 0..3 {
+        let r = call_raw(&ch, "/v1.Filesystem/PathExists", body.clone(), None).await;
+        let s = r.expect_err("an over-limit request is refused");
+        // tonic's server answers OUT_OF_RANGE ("decoded message length too large").
+        assert!(
+            matches!(s.code(), Code::OutOfRange | Code::ResourceExhausted),
+            "{s:?}"
+        );
+        assert_serving(&d, "an over-limit request").await;
+    }
+    // A message just under the limit reaches the handler (and the path check refuses it).
+    let mut body = Vec::new();
+    put_bytes(&mut body, 1, &vec![b'a'; (4 << 20) - 64]);
+    let s = call_raw(&ch, "/v1.Filesystem/PathExists", body, None)
+        .await
+        .expect_err("a 4 MiB path is invalid");
+    assert_eq!(s.code(), Code::InvalidArgument, "{s:?}");
+    assert!(
+        s.message().len() < 4096,
+        "the message does not echo the path"
+    );
+}
+
+#[tokio::test]
+async fn garbage_on_the_socket_does_not_disturb_other_clients() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let d = Daemon::start(&[]);
+    let sock = d.sockets.join("csi-proxy-filesystem-v1.sock");
+    let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let inputs: Vec<Vec<u8>> = vec![
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+        vec![0xff; 4096],
+        [
+            &preface[..],
+            &[
+                0x00, 0x00, 0x04, 0x01, 0x04, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff,
+            ],
+        ]
+        .concat(),
+        // A HEADERS frame announcing 16 MiB - 1: refused from its header.
+        [&preface[..], &[0xff, 0xff, 0xff, 0x01, 0x04, 0, 0, 0, 1]].concat(),
+        preface[..10].to_vec(),
+    ];
+    for input in inputs {
+        let mut s = tokio::net::UnixStream::connect(&sock).await.unwrap();
+        let _ = s.write_all(&input).await;
+        let _ = s.shutdown().await;
+        let mut sink = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut sink)).await;
+        assert_serving(&d, "garbage on the socket").await;
+    }
+}

@@ -1,0 +1,129 @@
+//! `csi-proxy-ctl`: what the daemon sees, for an operator at the node.
+//!
+//! Every listing goes through a running csi-proxy over its sockets or pipes (the client crate),
+//! so it shows exactly what a CSI driver would get. Tables by default, `-o json` for scripts.
+//!
+//! Exit codes: 0 all calls answered; 1 the daemon answered some call with an error (the rest is
+//! still printed); 3 the daemon could not be reached; 2 bad command line.
+
+mod report;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use csi_proxy_client::Connector;
+use report::{Failure, Report};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Inspect a running csi-proxy: disks, volumes, SMB mappings, iSCSI portals and sessions.
+#[derive(Debug, Parser)]
+#[command(name = "csi-proxy-ctl", version)]
+struct Cli {
+    /// Directory of the daemon's Unix sockets (Linux).
+    #[arg(long, global = true, default_value = "/run/csi-proxy")]
+    socket_dir: PathBuf,
+    /// Output format.
+    #[arg(short, long, global = true, value_enum, default_value_t = Output::Table)]
+    output: Output,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Output {
+    /// Aligned columns for people.
+    Table,
+    /// One JSON document on stdout.
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Disks: number, SCSI location, page 83 ID, serial number, size, online.
+    Disks,
+    /// Volumes: ID, disk, partition, filesystem, size, used, mount points.
+    Volumes {
+        /// Only this disk number.
+        #[arg(long)]
+        disk: Option<u32>,
+    },
+    /// SMB global mappings.
+    Smb {
+        #[command(subcommand)]
+        what: SmbCommand,
+    },
+    /// iSCSI portals and sessions.
+    Iscsi {
+        #[command(subcommand)]
+        what: IscsiCommand,
+    },
+    /// The gRPC health of every endpoint (23).
+    Health,
+}
+
+#[derive(Debug, Subcommand)]
+enum SmbCommand {
+    /// Mapped remote shares and where they are mounted.
+    Mappings,
+}
+
+#[derive(Debug, Subcommand)]
+enum IscsiCommand {
+    /// Target portals the initiator knows.
+    Portals,
+    /// Targets on each portal with the disks their sessions expose.
+    Sessions,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let connector = if cfg!(windows) {
+        Connector::Pipes
+    } else {
+        Connector::SocketDir(cli.socket_dir.clone())
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("csi-proxy-ctl: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(run(&cli.command, &connector));
+    match result {
+        Ok(report) => {
+            report.print(cli.output);
+            for e in &report.errors {
+                eprintln!("csi-proxy-ctl: {e}");
+            }
+            if report.errors.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(f) => {
+            eprintln!("csi-proxy-ctl: {f}");
+            ExitCode::from(f.exit_code())
+        }
+    }
+}
+
+async fn run(command: &Command, c: &Connector) -> Result<Report, Failure> {
+    match command {
+        Command::Disks => report::disks(c).await,
+        Command::Volumes { disk } => report::volumes(c, *disk).await,
+        Command::Smb {
+            what: SmbCommand::Mappings,
+        } => report::smb_mappings(c).await,
+        Command::Iscsi {
+            what: IscsiCommand::Portals,
+        } => report::iscsi_portals(c).await,
+        Command::Iscsi {
+            what: IscsiCommand::Sessions,
+        } => report::iscsi_sessions(c).await,
+        Command::Health => report::health(c).await,
+    }
+}

@@ -1,0 +1,715 @@
+//! iSCSI on Linux: portal bookkeeping and SendTargets discovery in-process, sessions through
+//! open-iscsi.
+//!
+//! * Portals live in a state file the daemon owns (`<state dir>/portals`, one `address port` a
+//!   line, replaced atomically), so a daemon restart loses none. Discovery runs the in-process
+//!   client ([`crate::iscsi_discovery`]), so it needs neither `iscsid` nor the kernel initiator.
+//! * ConnectTarget / DisconnectTarget run `iscsiadm` (a child process is acceptable on Linux).
+//!   CHAP secrets never go on its command line: the daemon writes them into the node record file
+//!   itself (mode 0600), which is where open-iscsi keeps them anyway; any output of `iscsiadm`
+//!   that reaches an error message is scrubbed of the secrets first. The node record is deleted
+//!   on DisconnectTarget.
+//! * SetMutualChapSecret keeps the initiator's mutual secret in `<state dir>/mutual-chap`
+//!   (mode 0600); a mutual-CHAP ConnectTarget writes it as the record's `password_in`.
+//! * GetTargetDisks reads sysfs: the block devices under the target's iSCSI session, named by
+//!   their `diskseq` like the disk group names disks.
+
+use crate::iscsi_discovery::{Discovery, pdu::DiscoveredTarget};
+use csi_proxy_core::iscsi::{AuthType, Chap, IscsiHost, Secret, TargetPortal};
+use csi_proxy_core::{Error, Kind, Result};
+use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Where open-iscsi keeps node records (Debian first, then the RHEL layout).
+const NODE_DIRS: [&str; 2] = ["/etc/iscsi/nodes", "/var/lib/iscsi/nodes"];
+/// The initiator's name as open-iscsi configures it.
+const INITIATOR_NAME_FILE: &str = "/etc/iscsi/initiatorname.iscsi";
+/// How long one discovery session may take per step.
+const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long one `iscsiadm` run may take (login retries are limited in the record too).
+const ISCSIADM_TIMEOUT: Duration = Duration::from_secs(90);
+/// `iscsiadm` exit status for "no records / sessions found".
+const ISCSI_ERR_NO_OBJS_FOUND: i32 = 21;
+/// `iscsiadm` exit status for "session already exists".
+const ISCSI_ERR_SESS_EXISTS: i32 = 15;
+
+/// The Linux iSCSI host.
+pub struct LinuxIscsiHost {
+    state_dir: PathBuf,
+    /// Serialises changes of the state files.
+    lock: Mutex<()>,
+}
+
+impl LinuxIscsiHost {
+    /// A host keeping its state under `state_dir` (created 0700 on first write).
+    pub fn new(state_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            state_dir: state_dir.into(),
+            lock: Mutex::new(()),
+        }
+    }
+
+    fn portals_file(&self) -> PathBuf {
+        self.state_dir.join("portals")
+    }
+
+    fn guard(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.lock.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn read_portals(&self, op: &str) -> Result<Vec<TargetPortal>> {
+        let path = self.portals_file();
+        match fs::read_to_string(&path) {
+            Ok(s) => Ok(parse_portals(&s)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(Error::io(
+                op,
+                format!("state file {:?}", path.display()),
+                &e,
+            )),
+        }
+    }
+
+    fn write_portals(&self, op: &str, portals: &[TargetPortal]) -> Result<()> {
+        let text: String = portals
+            .iter()
+            .map(|p| format!("{} {}\n", p.address, p.port))
+            .collect();
+        self.write_state(op, "portals", text.as_bytes())
+    }
+
+    /// Writes a state file atomically with mode 0600 (it may hold a secret).
+    fn write_state(&self, op: &str, name: &str, bytes: &[u8]) -> Result<()> {
+        let dir = &self.state_dir;
+        let object = || format!("state file {:?}", dir.join(name).display());
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| Error::io(op, object(), &e))?;
+        let tmp = dir.join(format!(".{name}.tmp"));
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(|e| Error::io(op, object(), &e))?;
+        f.write_all(bytes)
+            .and_then(|_| f.sync_all())
+            .and_then(|_| fs::rename(&tmp, dir.join(name)))
+            .map_err(|e| Error::io(op, object(), &e))
+    }
+
+    fn require_portal(&self, op: &str, portal: &TargetPortal) -> Result<()> {
+        if self.read_portals(op)?.contains(portal) {
+            Ok(())
+        } else {
+            Err(Error::new(
+                Kind::NotFound,
+                op,
+                format!("portal {portal}"),
+                "no such target portal (AddTargetPortal first)",
+            ))
+        }
+    }
+
+    fn discover(&self, op: &str, portal: &TargetPortal) -> Result<Vec<DiscoveredTarget>> {
+        Discovery {
+            address: portal.address.clone(),
+            port: portal.port,
+            initiator_name: initiator_name(),
+            chap: None,
+            timeout: DISCOVERY_TIMEOUT,
+        }
+        .send_targets()
+        .map_err(|e| {
+            if op == "DiscoverTargetPortal" {
+                e
+            } else {
+                Error::with_message(e.kind(), format!("{op}: {}", e.message()))
+            }
+        })
+    }
+
+    fn mutual_secret(&self, op: &str) -> Result<Option<Secret>> {
+        let path = self.state_dir.join("mutual-chap");
+        match fs::read_to_string(&path) {
+            Ok(s) if s.is_empty() => Ok(None),
+            Ok(s) => Ok(Some(Secret::new(s))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(
+                op,
+                format!("state file {:?}", path.display()),
+                &e,
+            )),
+        }
+    }
+}
+
+/// Parses the portals state file; malformed lines are skipped (the file is ours, so one only
+/// appears after a crash mid-write, which the atomic rename prevents).
+pub fn parse_portals(text: &str) -> Vec<TargetPortal> {
+    text.lines()
+        .filter_map(|l| {
+            let (address, port) = l.trim().rsplit_once(' ')?;
+            let port: u16 = port.parse().ok().filter(|p| *p != 0)?;
+            (!address.is_empty()).then(|| TargetPortal {
+                address: address.to_string(),
+                port,
+            })
+        })
+        .collect()
+}
+
+/// This initiator's iSCSI name: open-iscsi's when configured, else one derived from the host
+/// name (discovery needs a name; sessions always go through open-iscsi's own).
+pub fn initiator_name() -> String {
+    if let Ok(s) = fs::read_to_string(INITIATOR_NAME_FILE) {
+        for line in s.lines() {
+            if let Some(v) = line.trim().strip_prefix("InitiatorName=") {
+                let v = v.trim();
+                if !v.is_empty() {
+                    return v.to_string();
+                }
+            }
+        }
+    }
+    let host = fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_lowercase())
+        .unwrap_or_else(|_| "localhost".into());
+    format!("iqn.2026-01.io.k8s.csi-proxy:{host}")
+}
+
+/// What is missing for sessions (login/logout) on this host, if anything.
+pub fn session_support_missing() -> Option<String> {
+    if find_iscsiadm().is_none() {
+        return Some("iscsiadm (open-iscsi) is not installed".into());
+    }
+    if !Path::new("/sys/module/iscsi_tcp").exists() {
+        return Some(
+            "the kernel iSCSI initiator (module iscsi_tcp) is not loaded; load it with \
+             `modprobe iscsi_tcp`"
+                .into(),
+        );
+    }
+    None
+}
+
+fn find_iscsiadm() -> Option<PathBuf> {
+    ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
+        .iter()
+        .map(|d| Path::new(d).join("iscsiadm"))
+        .find(|p| p.exists())
+}
+
+/// Replaces every occurrence of the non-empty `secrets` in `text`.
+pub fn scrub(text: &str, secrets: &[&str]) -> String {
+    let mut out = text.to_string();
+    for s in secrets.iter().filter(|s| !s.is_empty()) {
+        out = out.replace(s, "<redacted>");
+    }
+    out
+}
+
+/// Refuses values that would break the one-line-per-key record format.
+fn record_value_ok(op: &str, iqn: &str, what: &str, v: &str) -> Result<()> {
+    if v.chars().any(|c| c.is_control()) {
+        return Err(Error::invalid(
+            op,
+            format!("target {iqn:?}"),
+            format!("{what} contains a control character"),
+        ));
+    }
+    Ok(())
+}
+
+/// The node-record lines a login needs: authentication, manual startup, bounded retries.
+pub fn record_settings(
+    chap: &Chap,
+    iqn: &str,
+    mutual: Option<&Secret>,
+) -> Vec<(&'static str, String)> {
+    let mut v = vec![
+        ("node.startup", "manual".to_string()),
+        ("node.session.initial_login_retry_max", "1".to_string()),
+        ("node.conn[0].timeo.login_timeout", "15".to_string()),
+    ];
+    match chap.auth_type {
+        AuthType::None => v.push(("node.session.auth.authmethod", "None".into())),
+        AuthType::OneWayChap | AuthType::MutualChap => {
+            v.push(("node.session.auth.authmethod", "CHAP".into()));
+            v.push(("node.session.auth.username", chap.username.clone()));
+            v.push((
+                "node.session.auth.password",
+                chap.secret.expose().to_string(),
+            ));
+        }
+    }
+    if chap.auth_type == AuthType::MutualChap
+        && let Some(m) = mutual
+    {
+        // The target answers the initiator's challenge under its own name.
+        v.push(("node.session.auth.username_in", iqn.to_string()));
+        v.push(("node.session.auth.password_in", m.expose().to_string()));
+    }
+    v
+}
+
+/// `text` (a node record) with every key of `settings` replaced by its new value.
+pub fn apply_settings(text: &str, settings: &[(&'static str, String)]) -> String {
+    let keys: Vec<&str> = settings.iter().map(|(k, _)| *k).collect();
+    let mut out: String = text
+        .lines()
+        .filter(|l| {
+            let key = l.split('=').next().unwrap_or("").trim();
+            !keys.contains(&key) && !key.starts_with("node.session.auth.")
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    for (k, v) in settings {
+        out.push_str(&format!("{k} = {v}\n"));
+    }
+    out
+}
+
+/// Finds the node record file of `iqn` at `portal` under open-iscsi's node directories.
+fn node_record(iqn: &str, portal: &TargetPortal) -> Option<PathBuf> {
+    let prefixes = [
+        format!("{},{},", portal.address, portal.port),
+        format!("[{}],{},", portal.address, portal.port),
+    ];
+    for dir in NODE_DIRS {
+        let Ok(entries) = fs::read_dir(Path::new(dir).join(iqn)) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !prefixes.iter().any(|p| name.starts_with(p)) {
+                continue;
+            }
+            let path = e.path();
+            if path.is_dir() {
+                // Newer layout: one file per interface; `default` is the one logins use.
+                let f = path.join("default");
+                if f.exists() {
+                    return Some(f);
+                }
+                if let Some(first) = fs::read_dir(&path).ok()?.flatten().next() {
+                    return Some(first.path());
+                }
+            } else {
+                return Some(path);
+            }
+        }
+    }
+    None
+}
+
+/// Output of an `iscsiadm` run.
+struct Run {
+    code: i32,
+    output: String,
+}
+
+/// Runs `iscsiadm args` with a time limit; no secret is ever among `args`.
+fn iscsiadm(op: &str, object: &str, args: &[&str]) -> Result<Run> {
+    let bin = find_iscsiadm().ok_or_else(|| {
+        Error::new(
+            Kind::FailedPrecondition,
+            op,
+            object,
+            "iscsiadm (open-iscsi) is not installed",
+        )
+    })?;
+    let mut child = Command::new(&bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| Error::io(op, object, &e))?;
+    let start = Instant::now();
+    let status = loop {
+        match child.try_wait().map_err(|e| Error::io(op, object, &e))? {
+            Some(s) => break s,
+            None if start.elapsed() > ISCSIADM_TIMEOUT => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(Error::new(
+                    Kind::DeadlineExceeded,
+                    op,
+                    object,
+                    format!(
+                        "iscsiadm {} did not finish within {ISCSIADM_TIMEOUT:?}",
+                        args.join(" ")
+                    ),
+                ));
+            }
+            None => std::thread::sleep(Duration::from_millis(50)),
+        }
+    };
+    let mut output = String::new();
+    if let Some(mut o) = child.stdout.take() {
+        let _ = o.read_to_string(&mut output);
+    }
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut output);
+    }
+    Ok(Run {
+        code: status.code().unwrap_or(-1),
+        output: output.trim().to_string(),
+    })
+}
+
+/// Active sessions as sysfs shows them: (session dir, target name, address, port).
+fn sessions() -> Vec<(PathBuf, String, String, u16)> {
+    let mut out = Vec::new();
+    let Ok(entries) = fs::read_dir("/sys/class/iscsi_session") else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let dir = e.path();
+        let Ok(target) = fs::read_to_string(dir.join("targetname")) else {
+            continue;
+        };
+        // The connection's address lives under the session's device.
+        let (mut addr, mut port) = (String::new(), 0);
+        if let Ok(dev) = fs::read_dir(dir.join("device")) {
+            for c in dev.flatten() {
+                let name = c.file_name().to_string_lossy().into_owned();
+                if !name.starts_with("connection") {
+                    continue;
+                }
+                let conn = c.path().join("iscsi_connection").join(&name);
+                addr = fs::read_to_string(conn.join("persistent_address"))
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string();
+                port = fs::read_to_string(conn.join("persistent_port"))
+                    .ok()
+                    .and_then(|p| p.trim().parse().ok())
+                    .unwrap_or(0);
+            }
+        }
+        out.push((dir, target.trim().to_string(), addr, port));
+    }
+    out
+}
+
+fn session_of(portal: &TargetPortal, iqn: &str) -> Option<PathBuf> {
+    sessions()
+        .into_iter()
+        .find(|(_, t, a, p)| t == iqn && *p == portal.port && same_address(a, &portal.address))
+        .map(|(d, ..)| d)
+}
+
+fn same_address(sysfs: &str, requested: &str) -> bool {
+    use std::net::ToSocketAddrs;
+    if sysfs.eq_ignore_ascii_case(requested) {
+        return true;
+    }
+    // The request may name the portal by host name; sysfs has the address.
+    (requested, 0)
+        .to_socket_addrs()
+        .map(|mut addrs| addrs.any(|a| a.ip().to_string() == sysfs))
+        .unwrap_or(false)
+}
+
+/// Block devices under a session directory, as disk numbers (`diskseq`).
+fn session_disks(session: &Path) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut stack = vec![(session.join("device"), 0)];
+    while let Some((dir, depth)) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let path = e.path();
+            if name == "block" {
+                for b in fs::read_dir(&path).into_iter().flatten().flatten() {
+                    let seq = fs::read_to_string(b.path().join("diskseq"))
+                        .ok()
+                        .and_then(|s| s.trim().parse().ok());
+                    if let Some(n) = seq {
+                        out.push(n);
+                    }
+                }
+            } else if depth < 4
+                && (name.starts_with("target") || name.contains(':'))
+                && e.file_type().map(|t| t.is_dir()).unwrap_or(false)
+            {
+                stack.push((path, depth + 1));
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+impl IscsiHost for LinuxIscsiHost {
+    fn add_target_portal(&self, portal: &TargetPortal) -> Result<()> {
+        const OP: &str = "AddTargetPortal";
+        let _g = self.guard();
+        let mut portals = self.read_portals(OP)?;
+        if portals.contains(portal) {
+            return Ok(());
+        }
+        portals.push(portal.clone());
+        self.write_portals(OP, &portals)?;
+        tracing::info!(portal = %portal, "iSCSI target portal added");
+        Ok(())
+    }
+
+    fn discover_target_portal(&self, portal: &TargetPortal) -> Result<Vec<String>> {
+        const OP: &str = "DiscoverTargetPortal";
+        self.require_portal(OP, portal)?;
+        Ok(self
+            .discover(OP, portal)?
+            .into_iter()
+            .map(|t| t.name)
+            .collect())
+    }
+
+    fn remove_target_portal(&self, portal: &TargetPortal) -> Result<()> {
+        const OP: &str = "RemoveTargetPortal";
+        let _g = self.guard();
+        let mut portals = self.read_portals(OP)?;
+        let before = portals.len();
+        portals.retain(|p| p != portal);
+        if portals.len() == before {
+            return Err(Error::new(
+                Kind::NotFound,
+                OP,
+                format!("portal {portal}"),
+                "no such target portal",
+            ));
+        }
+        self.write_portals(OP, &portals)?;
+        tracing::info!(portal = %portal, "iSCSI target portal removed");
+        Ok(())
+    }
+
+    fn list_target_portals(&self) -> Result<Vec<TargetPortal>> {
+        self.read_portals("ListTargetPortals")
+    }
+
+    fn connect_target(&self, portal: &TargetPortal, iqn: &str, chap: &Chap) -> Result<()> {
+        const OP: &str = "ConnectTarget";
+        let object = format!("target {iqn:?} at portal {portal}");
+        record_value_ok(OP, iqn, "chap_username", &chap.username)?;
+        record_value_ok(OP, iqn, "chap_secret", chap.secret.expose())?;
+        record_value_ok(OP, iqn, "iqn", iqn)?;
+        if !self.discover(OP, portal)?.iter().any(|t| t.name == iqn) {
+            return Err(Error::new(
+                Kind::NotFound,
+                OP,
+                &object,
+                "the portal does not report this target",
+            ));
+        }
+        if let Some(why) = session_support_missing() {
+            return Err(Error::new(Kind::FailedPrecondition, OP, &object, why));
+        }
+        if session_of(portal, iqn).is_some() {
+            return Ok(());
+        }
+        let p = portal.to_string();
+        let mutual = if chap.auth_type == AuthType::MutualChap {
+            let m = self.mutual_secret(OP)?;
+            if m.is_none() {
+                return Err(Error::new(
+                    Kind::FailedPrecondition,
+                    OP,
+                    &object,
+                    "mutual CHAP needs the initiator's secret (SetMutualChapSecret first)",
+                ));
+            }
+            m
+        } else {
+            None
+        };
+        let secrets = [
+            chap.secret.expose(),
+            mutual.as_ref().map(|m| m.expose()).unwrap_or(""),
+        ];
+        let fail = |what: &str, r: &Run| {
+            Error::new(
+                Kind::Unavailable,
+                OP,
+                &object,
+                format!(
+                    "iscsiadm {what} failed (exit {}): {}",
+                    r.code,
+                    scrub(&r.output, &secrets)
+                ),
+            )
+        };
+        let r = iscsiadm(
+            OP,
+            &object,
+            &["-m", "node", "-o", "new", "-T", iqn, "-p", &p],
+        )?;
+        if r.code != 0 {
+            return Err(fail("creating the node record", &r));
+        }
+        let record = node_record(iqn, portal).ok_or_else(|| {
+            Error::new(
+                Kind::Internal,
+                OP,
+                &object,
+                "iscsiadm created no node record where open-iscsi keeps them",
+            )
+        })?;
+        let old = fs::read_to_string(&record)
+            .map_err(|e| Error::io(OP, format!("node record {:?}", record.display()), &e))?;
+        let text = apply_settings(&old, &record_settings(chap, iqn, mutual.as_ref()));
+        let _g = self.guard();
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&record)
+            .map_err(|e| Error::io(OP, format!("node record {:?}", record.display()), &e))?;
+        f.write_all(text.as_bytes())
+            .and_then(|_| f.sync_all())
+            .map_err(|e| Error::io(OP, format!("node record {:?}", record.display()), &e))?;
+        drop(f);
+        let r = iscsiadm(OP, &object, &["-m", "node", "-T", iqn, "-p", &p, "--login"])?;
+        match r.code {
+            0 | ISCSI_ERR_SESS_EXISTS => {
+                tracing::info!(target = %iqn, portal = %portal, "iSCSI session logged in");
+                Ok(())
+            }
+            _ => Err(fail("login", &r)),
+        }
+    }
+
+    fn disconnect_target(&self, portal: &TargetPortal, iqn: &str) -> Result<()> {
+        const OP: &str = "DisconnectTarget";
+        let object = format!("target {iqn:?} at portal {portal}");
+        let has_session = session_of(portal, iqn).is_some();
+        let record = node_record(iqn, portal);
+        if !has_session && record.is_none() {
+            return Ok(());
+        }
+        let p = portal.to_string();
+        if has_session {
+            let r = iscsiadm(
+                OP,
+                &object,
+                &["-m", "node", "-T", iqn, "-p", &p, "--logout"],
+            )?;
+            if r.code != 0 && r.code != ISCSI_ERR_NO_OBJS_FOUND {
+                return Err(Error::new(
+                    Kind::Unavailable,
+                    OP,
+                    &object,
+                    format!("iscsiadm logout failed (exit {}): {}", r.code, r.output),
+                ));
+            }
+            tracing::info!(target = %iqn, portal = %portal, "iSCSI session logged out");
+        }
+        if record.is_some() {
+            // The record holds the CHAP secret: do not keep it past the session.
+            let r = iscsiadm(
+                OP,
+                &object,
+                &["-m", "node", "-o", "delete", "-T", iqn, "-p", &p],
+            )?;
+            if r.code != 0 && r.code != ISCSI_ERR_NO_OBJS_FOUND {
+                return Err(Error::new(
+                    Kind::Unavailable,
+                    OP,
+                    &object,
+                    format!(
+                        "iscsiadm could not delete the node record (exit {}): {}",
+                        r.code, r.output
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn get_target_disks(&self, portal: &TargetPortal, iqn: &str) -> Result<Vec<u32>> {
+        Ok(session_of(portal, iqn)
+            .map(|s| session_disks(&s))
+            .unwrap_or_default())
+    }
+
+    fn set_mutual_chap_secret(&self, secret: &Secret) -> Result<()> {
+        const OP: &str = "SetMutualChapSecret";
+        if secret.expose().chars().any(|c| c.is_control()) {
+            return Err(Error::invalid(
+                OP,
+                "mutual CHAP secret",
+                "it contains a control character",
+            ));
+        }
+        let _g = self.guard();
+        self.write_state(OP, "mutual-chap", secret.expose().as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn portals_state_round_trips_and_skips_junk() {
+        let text = "10.0.0.1 3260\nfe80::1 3261\n\nbad\nx 0\nh 70000\n";
+        let p = parse_portals(text);
+        assert_eq!(p.len(), 2);
+        assert_eq!((p[1].address.as_str(), p[1].port), ("fe80::1", 3261));
+    }
+
+    #[test]
+    fn record_settings_carry_chap_and_replace_old_auth_lines() {
+        let chap = Chap {
+            auth_type: AuthType::MutualChap,
+            username: "user".into(),
+            secret: "S3cret-chap".into(),
+        };
+        let mutual = Secret::new("Mutual-S3cret");
+        let old = "node.name = iqn.x\nnode.session.auth.authmethod = None\nnode.session.auth.password_in = stale\nnode.startup = automatic\n";
+        let new = apply_settings(old, &record_settings(&chap, "iqn.x", Some(&mutual)));
+        assert!(new.starts_with("node.name = iqn.x\n"), "{new}");
+        assert!(
+            !new.contains("stale") && !new.contains("automatic"),
+            "{new}"
+        );
+        for line in [
+            "node.session.auth.authmethod = CHAP",
+            "node.session.auth.username = user",
+            "node.session.auth.password = S3cret-chap",
+            "node.session.auth.username_in = iqn.x",
+            "node.session.auth.password_in = Mutual-S3cret",
+            "node.startup = manual",
+        ] {
+            assert!(new.lines().any(|l| l == line), "{line} missing in {new}");
+        }
+        let none = Chap {
+            auth_type: AuthType::None,
+            username: String::new(),
+            secret: Secret::default(),
+        };
+        let new = apply_settings(&new, &record_settings(&none, "iqn.x", Some(&mutual)));
+        assert!(!new.contains("S3cret"), "{new}");
+    }
+
+    #[test]
+    fn scrub_removes_every_secret() {
+        assert_eq!(
+            scrub("pw=abc and abc, def", &["abc", "", "def"]),
+            "pw=<redacted> and <redacted>, <redacted>"
+        );
+    }
+}

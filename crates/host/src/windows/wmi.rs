@@ -1,0 +1,197 @@
+//! The one WMI thread: every WMI call of the daemon runs here.
+//!
+//! A [`wmi::WMIConnection`] is `!Send` (a COM interface pointer bound to the apartment that
+//! created it), and connecting to a namespace costs a round trip to the WMI service, so one
+//! dedicated thread, started on first use, owns one connection per namespace for the life of the
+//! process. Callers hand it closures with [`with_namespace`] and block until the result comes
+//! back. Calls are therefore serialised; WMI is only used for the few operations Windows has no
+//! documented Win32 call for (volume format, SMB global mappings, iSCSI), which are slow anyway.
+//!
+//! COM is initialised by the `wmi` crate when the first connection is made on this thread: it
+//! joins the process's multithreaded apartment (`CoIncrementMTAUsage`) and sets the default
+//! process security (`CoInitializeSecurity` with impersonation), which WMI requires before
+//! `IWbemLocator::ConnectServer`.
+//!
+//! A closure that panics does not take the thread down: the panic is caught and reported as an
+//! INTERNAL error naming the operation, and the thread serves the next call.
+
+use csi_proxy_core::{Error, Kind, Result};
+use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::{Mutex, OnceLock};
+
+pub use crate::windows_data::wmi_codes::hresult_kind;
+
+/// A unit of work for the WMI thread.
+type Job = Box<dyn FnOnce(&mut Connections) + Send>;
+
+/// The connections the WMI thread holds, by namespace.
+type Connections = HashMap<&'static str, wmi::WMIConnection>;
+
+/// The sending side of the WMI thread's queue, created with the thread.
+static QUEUE: OnceLock<Mutex<Option<SyncSender<Job>>>> = OnceLock::new();
+
+/// How many jobs may wait for the WMI thread before callers block on submission.
+const QUEUE_DEPTH: usize = 64;
+
+/// Runs `f` on the WMI thread with a connection to `namespace` (e.g.
+/// `r"ROOT\Microsoft\Windows\Storage"`), and returns its result.
+///
+/// `op` names the operation for error messages. A namespace that cannot be connected to
+/// (absent on this Windows edition or under Wine) is an error naming `op` and the namespace; a
+/// later call tries to connect again. A panic in `f` is an INTERNAL error.
+pub fn with_namespace<R, F>(op: &'static str, namespace: &'static str, f: F) -> Result<R>
+where
+    R: Send + 'static,
+    F: FnOnce(&wmi::WMIConnection) -> Result<R> + Send + 'static,
+{
+    let (reply_tx, reply_rx) = sync_channel::<Result<R>>(1);
+    let job: Job = Box::new(move |conns: &mut Connections| {
+        let result = run_job(op, namespace, conns, f);
+        // The caller may have gone away (it never does today: it blocks on the reply); nothing
+        // to do then.
+        let _ = reply_tx.send(result);
+    });
+    submit(op, job)?;
+    reply_rx.recv().map_err(|_| {
+        Error::new(
+            Kind::Internal,
+            op,
+            format!("WMI namespace {namespace}"),
+            "the WMI thread ended without answering",
+        )
+    })?
+}
+
+/// Connects if needed and runs `f`, catching a panic.
+fn run_job<R, F>(
+    op: &'static str,
+    namespace: &'static str,
+    conns: &mut Connections,
+    f: F,
+) -> Result<R>
+where
+    F: FnOnce(&wmi::WMIConnection) -> Result<R>,
+{
+    let conn = match conns.entry(namespace) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(v) => {
+            let conn = wmi::WMIConnection::with_namespace_path(namespace)
+                .map_err(|e| wmi_error(op, format!("WMI namespace {namespace}"), &e))?;
+            v.insert(conn)
+        }
+    };
+    match catch_unwind(AssertUnwindSafe(|| f(conn))) {
+        Ok(result) => result,
+        Err(_) => {
+            // The connection may be mid-call in an unknown state; drop it so the next call
+            // reconnects.
+            conns.remove(namespace);
+            Err(Error::new(
+                Kind::Internal,
+                op,
+                format!("WMI namespace {namespace}"),
+                "the WMI call panicked",
+            ))
+        }
+    }
+}
+
+/// Hands `job` to the WMI thread, starting it on first use (and again if it ever died).
+fn submit(op: &'static str, job: Job) -> Result<()> {
+    let slot = QUEUE.get_or_init(|| Mutex::new(None));
+    // A poisoned lock only means another submitter panicked while holding it; the Option
+    // inside is still consistent.
+    let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
+    let mut job = job;
+    for _ in 0..2 {
+        if guard.is_none() {
+            *guard = Some(spawn_thread(op)?);
+        }
+        let Some(tx) = guard.as_ref() else {
+            continue;
+        };
+        match tx.send(job) {
+            Ok(()) => return Ok(()),
+            // The thread is gone (it only ends if its loop panicked outside a job): start a
+            // new one and retry once with the same job.
+            Err(std::sync::mpsc::SendError(back)) => {
+                job = back;
+                *guard = None;
+            }
+        }
+    }
+    Err(Error::new(
+        Kind::Internal,
+        op,
+        "WMI thread",
+        "could not hand the call to the WMI thread",
+    ))
+}
+
+/// Starts the WMI thread and returns its queue.
+fn spawn_thread(op: &'static str) -> Result<SyncSender<Job>> {
+    let (tx, rx) = sync_channel::<Job>(QUEUE_DEPTH);
+    std::thread::Builder::new()
+        .name("csi-proxy-wmi".into())
+        .spawn(move || serve(rx))
+        .map_err(|e| Error::io(op, "WMI thread", &e))?;
+    Ok(tx)
+}
+
+/// The WMI thread's loop: runs jobs until every sender is gone.
+fn serve(rx: Receiver<Job>) {
+    let mut conns = Connections::new();
+    while let Ok(job) = rx.recv() {
+        job(&mut conns);
+    }
+}
+
+/// Maps a WMI/COM error from operation `op` on `object` to an [`Error`], choosing the kind from
+/// the HRESULT (e.g. `WBEM_E_NOT_FOUND` is NOT_FOUND, `WBEM_E_INVALID_NAMESPACE` and
+/// `WBEM_E_INVALID_CLASS` are UNIMPLEMENTED: the provider is absent on this host).
+pub fn wmi_error(op: &str, object: impl std::fmt::Display, err: &wmi::WMIError) -> Error {
+    match err {
+        wmi::WMIError::HResultError { hres } => Error::new(
+            hresult_kind(*hres),
+            op,
+            object,
+            crate::windows_data::wmi_codes::describe_hresult(*hres),
+        ),
+        wmi::WMIError::ResultEmpty => Error::new(Kind::NotFound, op, object, "no WMI object"),
+        other => Error::new(Kind::Internal, op, object, format!("WMI: {other}")),
+    }
+}
+
+/// Reads property `name` of a WMI object, naming `op` and `object` on failure.
+pub fn property(
+    op: &str,
+    object: &str,
+    obj: &wmi::IWbemClassWrapper,
+    name: &str,
+) -> Result<wmi::Variant> {
+    obj.get_property(name)
+        .map_err(|e| wmi_error(op, format!("{object} property {name}"), &e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panicking_job_is_an_internal_error_and_the_thread_survives() {
+        // No WMI namespace is needed to prove the plumbing: an invalid namespace fails to
+        // connect before the closure runs, and is reported with op and namespace.
+        let e = with_namespace("Probe", r"ROOT\NoSuchNamespaceForTests", |_| Ok(1)).unwrap_err();
+        assert!(
+            e.message().starts_with("Probe WMI namespace"),
+            "{}",
+            e.message()
+        );
+        assert_ne!(e.kind(), Kind::Internal, "{}", e.message());
+        // The thread still answers.
+        let e = with_namespace("Again", r"ROOT\NoSuchNamespaceForTests", |_| Ok(1)).unwrap_err();
+        assert!(e.message().starts_with("Again"), "{}", e.message());
+    }
+}

@@ -1,0 +1,530 @@
+//! Disk layouts: parsing and writing `DRIVE_LAYOUT_INFORMATION_EX`, and the partition planning
+//! of PartitionDisk and ResizeVolume.
+//!
+//! Layout (winioctl.h, x64): `DRIVE_LAYOUT_INFORMATION_EX` is `PartitionStyle` u32 @0,
+//! `PartitionCount` u32 @4, a union @8 of `DRIVE_LAYOUT_INFORMATION_MBR` (`Signature` u32,
+//! `CheckSum` u32) and `DRIVE_LAYOUT_INFORMATION_GPT` (`DiskId` GUID @8, `StartingUsableOffset`
+//! i64 @24, `UsableLength` i64 @32, `MaxPartitionCount` u32 @40), then `PartitionEntry` @48: an
+//! array of 144-byte `PARTITION_INFORMATION_EX` (`PartitionStyle` u32 @0, `StartingOffset` i64
+//! @8, `PartitionLength` i64 @16, `PartitionNumber` u32 @24, `RewritePartition` u8 @28,
+//! `IsServicePartition` u8 @29, union @32: GPT `PartitionType` GUID @32, `PartitionId` GUID
+//! @48, `Attributes` u64 @64, `Name` 36 UTF-16 units @72; MBR `PartitionType` u8 @32).
+
+use super::bytes::Le;
+use super::storage::ParseError;
+use super::{Guid, guid};
+
+/// `PARTITION_STYLE_MBR`.
+pub const STYLE_MBR: u32 = 0;
+/// `PARTITION_STYLE_GPT`.
+pub const STYLE_GPT: u32 = 1;
+/// `PARTITION_STYLE_RAW`: the disk has no partition table.
+pub const STYLE_RAW: u32 = 2;
+
+/// GPT type of a Microsoft basic data partition.
+pub const BASIC_DATA: Guid = guid!("{ebd0a0a2-b9e5-4433-87c0-68b6b72699c7}");
+/// GPT type of the Microsoft reserved partition (MSR), which never holds a volume.
+pub const MSR: Guid = guid!("{e3c9e316-0b5c-4db8-817d-f92df00215ae}");
+
+/// `GPT_BASIC_DATA_ATTRIBUTE_NO_DRIVE_LETTER`: the volume gets no drive letter automatically.
+pub const NO_DRIVE_LETTER: u64 = 0x8000_0000_0000_0000;
+
+/// Size of the `DRIVE_LAYOUT_INFORMATION_EX` header before the partition array.
+pub const HEADER_SIZE: usize = 48;
+/// Size of one `PARTITION_INFORMATION_EX`.
+pub const ENTRY_SIZE: usize = 144;
+
+/// Partition starts are aligned to 1 MiB, as Windows aligns new partitions.
+pub const ALIGNMENT: u64 = 1 << 20;
+/// Upstream's ResizeVolume threshold: growing by less than this is a no-op success.
+pub const RESIZE_THRESHOLD: u64 = 100 << 20;
+
+/// One partition of a layout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partition {
+    /// Byte offset on the disk.
+    pub start: u64,
+    /// Length in bytes.
+    pub length: u64,
+    /// `PartitionNumber` (1-based; 0 for an unused MBR slot).
+    pub number: u32,
+    /// GPT partition type; `None` on MBR disks.
+    pub gpt_type: Option<Guid>,
+    /// MBR partition type byte; 0 on GPT disks.
+    pub mbr_type: u8,
+    /// The entry's `PARTITION_INFORMATION_EX` bytes as read, so a layout written back keeps
+    /// every field (GPT partition id, attributes, name) of the partitions it does not change.
+    pub raw: Vec<u8>,
+}
+
+impl Partition {
+    /// Whether this is the Microsoft reserved partition, which the "no data partition yet"
+    /// check ignores (upstream's rule), or an unused MBR slot.
+    pub fn is_reserved(&self) -> bool {
+        self.gpt_type == Some(MSR) || (self.gpt_type.is_none() && self.mbr_type == 0)
+    }
+}
+
+/// A disk's layout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// `PARTITION_STYLE_*`.
+    pub style: u32,
+    /// GPT: the disk GUID.
+    pub disk_id: Guid,
+    /// GPT: first usable byte.
+    pub usable_start: u64,
+    /// GPT: usable bytes from `usable_start`.
+    pub usable_length: u64,
+    /// GPT: how many entries the partition array holds.
+    pub max_partitions: u32,
+    /// The partitions (MBR: the used slots only).
+    pub partitions: Vec<Partition>,
+}
+
+fn nonneg(v: i64, what: &str) -> Result<u64, ParseError> {
+    u64::try_from(v)
+        .map_err(|_| ParseError(format!("DRIVE_LAYOUT_INFORMATION_EX: negative {what}")))
+}
+
+/// One `PARTITION_INFORMATION_EX` (`entry` is exactly [`ENTRY_SIZE`] bytes); `bad` names the
+/// entry in the error when a field cannot be read.
+fn parse_entry(entry: &[u8], bad: &dyn Fn() -> ParseError) -> Result<Partition, ParseError> {
+    let entry = Le(entry);
+    let pstyle = entry.u32(0).ok_or_else(bad)?;
+    Ok(Partition {
+        start: nonneg(entry.i64(8).ok_or_else(bad)?, "StartingOffset")?,
+        length: nonneg(entry.i64(16).ok_or_else(bad)?, "PartitionLength")?,
+        number: entry.u32(24).ok_or_else(bad)?,
+        gpt_type: if pstyle == STYLE_GPT {
+            entry.guid(32)
+        } else {
+            None
+        },
+        mbr_type: if pstyle == STYLE_MBR {
+            entry.u8(32).ok_or_else(bad)?
+        } else {
+            0
+        },
+        raw: entry.0.to_vec(),
+    })
+}
+
+/// Parses the output of `IOCTL_DISK_GET_PARTITION_INFO_EX` (one `PARTITION_INFORMATION_EX`),
+/// as sent to a volume or partition device.
+pub fn parse_partition_info(buf: &[u8]) -> Result<Partition, ParseError> {
+    let bad = || ParseError("PARTITION_INFORMATION_EX: buffer too short".to_string());
+    parse_entry(buf.get(..ENTRY_SIZE).ok_or_else(bad)?, &bad)
+}
+
+/// Parses the output of `IOCTL_DISK_GET_DRIVE_LAYOUT_EX`.
+pub fn parse_drive_layout(buf: &[u8]) -> Result<Layout, ParseError> {
+    const WHAT: &str = "DRIVE_LAYOUT_INFORMATION_EX";
+    let le = Le(buf);
+    let short = || ParseError(format!("{WHAT}: buffer too short"));
+    let style = le.u32(0).ok_or_else(short)?;
+    let count = le.u32(4).ok_or_else(short)?;
+    let mut layout = Layout {
+        style,
+        disk_id: Guid::default(),
+        usable_start: 0,
+        usable_length: 0,
+        max_partitions: 0,
+        partitions: Vec::new(),
+    };
+    if style == STYLE_GPT {
+        layout.disk_id = le.guid(8).ok_or_else(short)?;
+        layout.usable_start = nonneg(le.i64(24).ok_or_else(short)?, "StartingUsableOffset")?;
+        layout.usable_length = nonneg(le.i64(32).ok_or_else(short)?, "UsableLength")?;
+        layout.max_partitions = le.u32(40).ok_or_else(short)?;
+    }
+    for i in 0..count as usize {
+        let at = HEADER_SIZE + i * ENTRY_SIZE;
+        let bad = || {
+            ParseError(format!(
+                "{WHAT}: partition entry {i} of {count} is truncated"
+            ))
+        };
+        let p = parse_entry(le.bytes(at, ENTRY_SIZE).ok_or_else(bad)?, &bad)?;
+        // MBR layouts always list 4 (or a multiple of 4) slots; unused ones have type 0 and
+        // length 0 and are not partitions.
+        if p.gpt_type.is_none() && p.mbr_type == 0 && p.length == 0 {
+            continue;
+        }
+        layout.partitions.push(p);
+    }
+    Ok(layout)
+}
+
+/// A new GPT partition to add to a layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewPartition {
+    /// Byte offset (1 MiB aligned).
+    pub start: u64,
+    /// Length in bytes (a whole number of sectors).
+    pub length: u64,
+}
+
+/// What PartitionDisk has to do on a disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PartitionPlan {
+    /// A data partition exists already: nothing to do (idempotent success).
+    Nothing,
+    /// Add this basic-data partition to the (GPT) layout.
+    Create(NewPartition),
+}
+
+/// Why a disk cannot be partitioned as asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlanError {
+    /// The disk is MBR (PartitionDisk only initialises RAW disks as GPT and never converts).
+    NotGpt,
+    /// No room for a partition.
+    NoSpace,
+    /// The layout or request does not make sense (message says why).
+    Invalid(String),
+}
+
+impl std::fmt::Display for PlanError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PlanError::NotGpt => f.write_str("the disk has an MBR partition table with no data partition; refusing to convert it"),
+            PlanError::NoSpace => f.write_str("no free space for a data partition"),
+            PlanError::Invalid(m) => f.write_str(m),
+        }
+    }
+}
+
+/// The largest free extent of a GPT layout: `(start, end)` in bytes, end exclusive, with start
+/// aligned up to [`ALIGNMENT`] and end aligned down to `sector`.
+fn largest_free(layout: &Layout, sector: u64) -> Option<(u64, u64)> {
+    let usable_end = layout.usable_start.checked_add(layout.usable_length)?;
+    let mut used: Vec<(u64, u64)> = layout
+        .partitions
+        .iter()
+        .filter(|p| p.length > 0)
+        .map(|p| (p.start, p.start.saturating_add(p.length)))
+        .collect();
+    used.sort_unstable();
+    let mut best: Option<(u64, u64)> = None;
+    let mut cursor = layout.usable_start;
+    for (s, e) in used.into_iter().chain([(usable_end, usable_end)]) {
+        let start = cursor.div_ceil(ALIGNMENT) * ALIGNMENT;
+        let end = s.min(usable_end) / sector * sector;
+        if end > start && best.is_none_or(|(bs, be)| end - start > be - bs) {
+            best = Some((start, end));
+        }
+        cursor = cursor.max(e);
+    }
+    best
+}
+
+/// PartitionDisk's plan for a disk whose layout is `layout` (read after any GPT initialisation)
+/// and whose logical sector size is `sector`: nothing when a non-reserved partition exists,
+/// else one basic-data partition over the largest free extent.
+pub fn plan_data_partition(layout: &Layout, sector: u64) -> Result<PartitionPlan, PlanError> {
+    if sector == 0 || !sector.is_power_of_two() {
+        return Err(PlanError::Invalid(format!("bad sector size {sector}")));
+    }
+    if layout.partitions.iter().any(|p| !p.is_reserved()) {
+        return Ok(PartitionPlan::Nothing);
+    }
+    if layout.style != STYLE_GPT {
+        return Err(PlanError::NotGpt);
+    }
+    let (start, end) = largest_free(layout, sector).ok_or(PlanError::NoSpace)?;
+    Ok(PartitionPlan::Create(NewPartition {
+        start,
+        length: end - start,
+    }))
+}
+
+/// The largest size partition `number` can grow to in place: up to the next partition or the
+/// end of the usable area (GPT) / the disk (`disk_length`, MBR), in whole sectors.
+pub fn max_partition_size(
+    layout: &Layout,
+    number: u32,
+    disk_length: u64,
+    sector: u64,
+) -> Result<u64, PlanError> {
+    let p = layout
+        .partitions
+        .iter()
+        .find(|p| p.number == number)
+        .ok_or_else(|| PlanError::Invalid(format!("no partition {number} on the disk")))?;
+    let limit = if layout.style == STYLE_GPT {
+        layout.usable_start.saturating_add(layout.usable_length)
+    } else {
+        disk_length
+    };
+    let next = layout
+        .partitions
+        .iter()
+        .filter(|q| q.start > p.start)
+        .map(|q| q.start)
+        .min()
+        .unwrap_or(limit)
+        .min(limit);
+    let end = next / sector.max(1) * sector.max(1);
+    Ok(end.saturating_sub(p.start).max(p.length))
+}
+
+/// What ResizeVolume does with a partition of `current` bytes that can grow to `maximum`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResizePlan {
+    /// The target is below `current` + 100 MiB (including shrink requests): success, no change.
+    Nothing,
+    /// Grow the partition by this many bytes, then extend the filesystem.
+    Grow(u64),
+}
+
+/// ResizeVolume's decision: `target` `None` means the maximum. A target above the maximum is an
+/// error naming both.
+pub fn plan_resize(
+    current: u64,
+    maximum: u64,
+    target: Option<u64>,
+    sector: u64,
+) -> Result<ResizePlan, PlanError> {
+    let sector = sector.max(1);
+    let target = target.unwrap_or(maximum) / sector * sector;
+    if target < current.saturating_add(RESIZE_THRESHOLD) {
+        return Ok(ResizePlan::Nothing);
+    }
+    if target > maximum {
+        return Err(PlanError::Invalid(format!(
+            "requested size {target} exceeds the maximum {maximum} the partition can grow to"
+        )));
+    }
+    Ok(ResizePlan::Grow(target - current))
+}
+
+/// Writes `layout` plus `new` (a basic-data partition with id `new_id`) as the input of
+/// `IOCTL_DISK_SET_DRIVE_LAYOUT_EX`: every existing entry is kept byte for byte as read (not
+/// rewritten), the new one has `RewritePartition` set so the driver writes it.
+pub fn gpt_layout_with(layout: &Layout, new: NewPartition, new_id: Guid) -> Vec<u8> {
+    let count = layout.partitions.len() + 1;
+    let mut out = vec![0u8; HEADER_SIZE + count * ENTRY_SIZE];
+    out[0..4].copy_from_slice(&STYLE_GPT.to_le_bytes());
+    out[4..8].copy_from_slice(&(count as u32).to_le_bytes());
+    out[8..24].copy_from_slice(&layout.disk_id.0);
+    out[24..32].copy_from_slice(&(layout.usable_start as i64).to_le_bytes());
+    out[32..40].copy_from_slice(&(layout.usable_length as i64).to_le_bytes());
+    out[40..44].copy_from_slice(&layout.max_partitions.to_le_bytes());
+    for (i, p) in layout.partitions.iter().enumerate() {
+        // Existing entries are written back exactly as read, with RewritePartition FALSE.
+        let e = &mut out[HEADER_SIZE + i * ENTRY_SIZE..][..ENTRY_SIZE];
+        e.copy_from_slice(&p.raw);
+        e[28] = 0;
+    }
+    let e = &mut out[HEADER_SIZE + layout.partitions.len() * ENTRY_SIZE..][..ENTRY_SIZE];
+    e[0..4].copy_from_slice(&STYLE_GPT.to_le_bytes());
+    e[8..16].copy_from_slice(&(new.start as i64).to_le_bytes());
+    e[16..24].copy_from_slice(&(new.length as i64).to_le_bytes());
+    // RewritePartition TRUE: this entry is new and must be written; PartitionNumber is
+    // assigned by the driver.
+    e[28] = 1;
+    e[32..48].copy_from_slice(&BASIC_DATA.0);
+    e[48..64].copy_from_slice(&new_id.0);
+    e[64..72].copy_from_slice(&NO_DRIVE_LETTER.to_le_bytes());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+
+    /// A GPT layout as Windows reports a freshly initialised 10 GiB disk (usable area from
+    /// LBA 34 to 33 sectors before the end, 512-byte sectors), with `parts`.
+    fn gpt(parts: &[(u64, u64, u32, Guid)]) -> Vec<u8> {
+        let mut out = vec![0u8; HEADER_SIZE + parts.len() * ENTRY_SIZE];
+        out[0..4].copy_from_slice(&STYLE_GPT.to_le_bytes());
+        out[4..8].copy_from_slice(&(parts.len() as u32).to_le_bytes());
+        out[8..24].copy_from_slice(&guid!("11111111-2222-3333-4444-555555555555").0);
+        out[24..32].copy_from_slice(&(34i64 * 512).to_le_bytes());
+        out[32..40].copy_from_slice(&((10 * GIB - 67 * 512) as i64).to_le_bytes());
+        out[40..44].copy_from_slice(&128u32.to_le_bytes());
+        for (i, (start, len, num, ty)) in parts.iter().enumerate() {
+            let e = &mut out[HEADER_SIZE + i * ENTRY_SIZE..][..ENTRY_SIZE];
+            e[0..4].copy_from_slice(&STYLE_GPT.to_le_bytes());
+            e[8..16].copy_from_slice(&(*start as i64).to_le_bytes());
+            e[16..24].copy_from_slice(&(*len as i64).to_le_bytes());
+            e[24..28].copy_from_slice(&num.to_le_bytes());
+            e[32..48].copy_from_slice(&ty.0);
+        }
+        out
+    }
+
+    #[test]
+    fn parses_a_gpt_layout() {
+        let l = parse_drive_layout(&gpt(&[(17408, 16 * MIB, 1, MSR)])).unwrap();
+        assert_eq!(l.style, STYLE_GPT);
+        assert_eq!(l.usable_start, 17408);
+        assert_eq!(l.max_partitions, 128);
+        assert_eq!(l.partitions.len(), 1);
+        assert!(l.partitions[0].is_reserved());
+        assert_eq!(
+            l.disk_id.to_string(),
+            "11111111-2222-3333-4444-555555555555"
+        );
+    }
+
+    #[test]
+    fn parses_mbr_and_skips_empty_slots() {
+        let mut buf = vec![0u8; HEADER_SIZE + 4 * ENTRY_SIZE];
+        buf[4..8].copy_from_slice(&4u32.to_le_bytes());
+        let e = &mut buf[HEADER_SIZE..][..ENTRY_SIZE];
+        e[8..16].copy_from_slice(&(MIB as i64).to_le_bytes());
+        e[16..24].copy_from_slice(&(GIB as i64).to_le_bytes());
+        e[24..28].copy_from_slice(&1u32.to_le_bytes());
+        e[32] = 0x07; // NTFS
+        let l = parse_drive_layout(&buf).unwrap();
+        assert_eq!(l.style, STYLE_MBR);
+        assert_eq!(l.partitions.len(), 1);
+        assert!(!l.partitions[0].is_reserved());
+        assert_eq!(plan_data_partition(&l, 512), Ok(PartitionPlan::Nothing));
+    }
+
+    #[test]
+    fn truncated_layouts_are_errors_never_panics() {
+        let buf = gpt(&[(17408, 16 * MIB, 1, MSR), (17 * MIB, GIB, 2, BASIC_DATA)]);
+        for n in 0..buf.len() {
+            let _ = parse_drive_layout(&buf[..n]);
+        }
+        assert!(parse_drive_layout(&buf[..HEADER_SIZE + ENTRY_SIZE]).is_err());
+        let mut neg = buf;
+        neg[HEADER_SIZE + 16..HEADER_SIZE + 24].copy_from_slice(&(-1i64).to_le_bytes());
+        assert!(parse_drive_layout(&neg).is_err());
+    }
+
+    #[test]
+    fn empty_gpt_gets_one_aligned_maximum_partition() {
+        let l = parse_drive_layout(&gpt(&[])).unwrap();
+        let PartitionPlan::Create(p) = plan_data_partition(&l, 512).unwrap() else {
+            panic!("expected a partition")
+        };
+        assert_eq!(p.start, MIB);
+        assert_eq!(p.start + p.length, 10 * GIB - 33 * 512);
+        assert_eq!(p.length % 512, 0);
+    }
+
+    #[test]
+    fn msr_only_disk_gets_a_partition_after_the_msr() {
+        let l = parse_drive_layout(&gpt(&[(17408, 16 * MIB, 1, MSR)])).unwrap();
+        let PartitionPlan::Create(p) = plan_data_partition(&l, 4096).unwrap() else {
+            panic!("expected a partition")
+        };
+        assert_eq!(p.start, 17 * MIB);
+        assert_eq!((p.start + p.length) % 4096, 0);
+        assert!(p.start + p.length <= 10 * GIB - 33 * 512);
+    }
+
+    #[test]
+    fn partition_info_is_one_layout_entry() {
+        // IOCTL_DISK_GET_PARTITION_INFO_EX answers one PARTITION_INFORMATION_EX: the same bytes
+        // as an entry of the drive layout.
+        let buf = gpt(&[(17 * MIB, GIB, 2, BASIC_DATA)]);
+        let p = parse_partition_info(&buf[HEADER_SIZE..]).unwrap();
+        assert_eq!((p.start, p.length, p.number), (17 * MIB, GIB, 2));
+        assert_eq!(p.gpt_type, Some(BASIC_DATA));
+        assert!(parse_partition_info(&buf[HEADER_SIZE..HEADER_SIZE + 100]).is_err());
+        let mut neg = buf[HEADER_SIZE..].to_vec();
+        neg[16..24].copy_from_slice(&(-1i64).to_le_bytes());
+        assert!(parse_partition_info(&neg).is_err());
+    }
+
+    #[test]
+    fn a_data_partition_means_nothing_to_do() {
+        let l = parse_drive_layout(&gpt(&[
+            (17408, 16 * MIB, 1, MSR),
+            (17 * MIB, GIB, 2, BASIC_DATA),
+        ]))
+        .unwrap();
+        assert_eq!(plan_data_partition(&l, 512), Ok(PartitionPlan::Nothing));
+        // Any other type counts as data too (e.g. a Linux filesystem partition).
+        let linux = guid!("0fc63daf-8483-4772-8e79-3d69d8477de4");
+        let l = parse_drive_layout(&gpt(&[(MIB, GIB, 1, linux)])).unwrap();
+        assert_eq!(plan_data_partition(&l, 512), Ok(PartitionPlan::Nothing));
+    }
+
+    #[test]
+    fn plan_errors() {
+        let mut l = parse_drive_layout(&gpt(&[])).unwrap();
+        assert!(matches!(
+            plan_data_partition(&l, 0),
+            Err(PlanError::Invalid(_))
+        ));
+        l.usable_length = 1000;
+        assert_eq!(plan_data_partition(&l, 512), Err(PlanError::NoSpace));
+        l.style = STYLE_MBR;
+        assert_eq!(plan_data_partition(&l, 512), Err(PlanError::NotGpt));
+    }
+
+    #[test]
+    fn resize_maximum_and_threshold() {
+        let l = parse_drive_layout(&gpt(&[
+            (17408, 16 * MIB, 1, MSR),
+            (17 * MIB, GIB, 2, BASIC_DATA),
+        ]))
+        .unwrap();
+        let max = max_partition_size(&l, 2, 10 * GIB, 512).unwrap();
+        assert_eq!(17 * MIB + max, 10 * GIB - 33 * 512);
+        assert_eq!(
+            plan_resize(GIB, max, None, 512),
+            Ok(ResizePlan::Grow(max - GIB))
+        );
+        // Below current + 100 MiB (growth of 99 MiB, or a shrink): nothing.
+        assert_eq!(
+            plan_resize(GIB, max, Some(GIB + 99 * MIB), 512),
+            Ok(ResizePlan::Nothing)
+        );
+        assert_eq!(
+            plan_resize(GIB, max, Some(GIB / 2), 512),
+            Ok(ResizePlan::Nothing)
+        );
+        assert_eq!(
+            plan_resize(GIB, max, Some(GIB + 100 * MIB), 512),
+            Ok(ResizePlan::Grow(100 * MIB))
+        );
+        assert!(matches!(
+            plan_resize(GIB, max, Some(20 * GIB), 512),
+            Err(PlanError::Invalid(_))
+        ));
+        // A partition followed by another can grow only up to it.
+        let l = parse_drive_layout(&gpt(&[
+            (MIB, GIB, 1, BASIC_DATA),
+            (3 * GIB, GIB, 2, BASIC_DATA),
+        ]))
+        .unwrap();
+        assert_eq!(
+            max_partition_size(&l, 1, 10 * GIB, 512).unwrap(),
+            3 * GIB - MIB
+        );
+        assert!(max_partition_size(&l, 9, 10 * GIB, 512).is_err());
+    }
+
+    #[test]
+    fn written_layout_round_trips() {
+        let l = parse_drive_layout(&gpt(&[(17408, 16 * MIB, 1, MSR)])).unwrap();
+        let PartitionPlan::Create(p) = plan_data_partition(&l, 512).unwrap() else {
+            panic!("expected a partition")
+        };
+        let id = guid!("aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee");
+        let buf = gpt_layout_with(&l, p, id);
+        assert_eq!(buf.len(), HEADER_SIZE + 2 * ENTRY_SIZE);
+        let back = parse_drive_layout(&buf).unwrap();
+        assert_eq!(back.partitions.len(), 2);
+        assert_eq!(back.partitions[0], l.partitions[0]);
+        assert_eq!(back.partitions[1].gpt_type, Some(BASIC_DATA));
+        assert_eq!(back.partitions[1].start, p.start);
+        assert_eq!(back.usable_length, l.usable_length);
+        let e = &buf[HEADER_SIZE + ENTRY_SIZE..];
+        assert_eq!(e[28], 1, "RewritePartition set on the new entry only");
+        assert_eq!(buf[HEADER_SIZE + 28], 0);
+        assert_eq!(&e[48..64], &id.0);
+        assert_eq!(e[64..72], NO_DRIVE_LETTER.to_le_bytes());
+    }
+}

@@ -1,0 +1,5 @@
+//! Fuzz harnesses for csi-proxy, kept in a library so that the corpus can also be replayed by a
+//! plain `cargo test` (see `tests/corpus.rs`) on the stable toolchain.
+
+pub mod authority;
+pub mod paths;

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Runs the cargo-fuzz targets of fuzz/ on the stable toolchain.
+#
+# Usage: scripts/fuzz.sh [SECONDS] [TARGET...]
+#
+#   SECONDS  how long each target runs (default 30); targets run one after another
+#   TARGET   paths_posix, paths_windows, authority (default: all three)
+#
+# cargo-fuzz needs nightly-only compiler flags (sanitizers, coverage passes); CI machines have
+# only stable, so RUSTC_BOOTSTRAP=1 lets stable accept them. New inputs the fuzzer finds go to
+# fuzz/corpus/<target>/ (the seed corpus kept in the repo); crashes go to
+# fuzz/artifacts/<target>/ and make this script exit 1. Replay one with
+#   RUSTC_BOOTSTRAP=1 cargo +stable fuzz run <target> fuzz/artifacts/<target>/<file>
+# The corpus also replays without libFuzzer: cargo test --manifest-path fuzz/Cargo.toml
+#
+# Environment: FUZZ_JOBS (default 1) parallel libFuzzer jobs per target; FUZZ_CORPUS_RO=1 runs
+# against a temporary copy of the corpus, leaving fuzz/corpus/ unchanged; FUZZ_DEV=1 builds
+# without optimisation (builds in a fraction of the time, runs slower: for CI smoke runs).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT/fuzz"
+
+SECONDS_EACH="${1:-30}"
+shift || true
+TARGETS=("$@")
+(( ${#TARGETS[@]} )) || TARGETS=(paths_posix paths_windows authority)
+
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    echo "fuzz.sh: installing cargo-fuzz"
+    cargo install cargo-fuzz --locked
+fi
+
+export RUSTC_BOOTSTRAP=1
+# The stable toolchain explicitly, even where a nightly is installed as well.
+TOOLCHAIN=(+stable)
+command -v rustup >/dev/null 2>&1 || TOOLCHAIN=()
+
+BUILD=()
+[[ "${FUZZ_DEV:-}" == 1 ]] && BUILD=(--dev)
+
+status=0
+for t in "${TARGETS[@]}"; do
+    corpus="corpus/$t"
+    tmp=""
+    if [[ "${FUZZ_CORPUS_RO:-}" == 1 ]]; then
+        tmp="$(mktemp -d)"
+        cp -r "$corpus/." "$tmp/"
+        corpus="$tmp"
+    fi
+    echo "==> fuzz $t for ${SECONDS_EACH}s"
+    if ! cargo "${TOOLCHAIN[@]}" fuzz run "${BUILD[@]}" "$t" "$corpus" --jobs "${FUZZ_JOBS:-1}" -- \
+        -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1; then
+        echo "fuzz.sh: target $t FAILED (see fuzz/artifacts/$t/)" >&2
+        status=1
+    fi
+    [[ -n "$tmp" ]] && rm -rf "$tmp"
+done
+exit "$status"
