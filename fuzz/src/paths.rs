@@ -21,8 +21,26 @@ use std::io;
 /// Component names the fuzzer picks by index, chosen so that paths meet the roots, each other,
 /// and the forms Windows treats specially.
 const NAMES: &[&str] = &[
-    "a", "..", "gone", "evil", "file", "vol", "far", "b", "kubelet", ".", "x", "KUBELET", "C:",
-    "kubelet.", "CON", "a:b", "\u{212a}ubelet", "var", "lib", "pods",
+    "a",
+    "..",
+    "gone",
+    "evil",
+    "file",
+    "vol",
+    "far",
+    "b",
+    "kubelet",
+    ".",
+    "x",
+    "KUBELET",
+    "C:",
+    "kubelet.",
+    "CON",
+    "a:b",
+    "\u{212a}ubelet",
+    "var",
+    "lib",
+    "pods",
 ];
 
 /// What a name is wherever no explicit node says otherwise, so that the fuzzer can build

@@ -607,7 +607,20 @@ impl VolumeHost for LinuxVolumeHost {
             if let Ok(d) = open_dir_nofollow(&kpath) {
                 let _ = rustix::fs::syncfs(&d);
             }
-            rustix::mount::unmount(&kpath, rustix::mount::UnmountFlags::NOFOLLOW).map_err(|e| {
+            // EBUSY can be transient: a process another request starts at this moment (mkfs for
+            // another disk) briefly holds copies of the daemon's descriptors until its exec
+            // closes them. Retry for up to a second before calling the filesystem busy.
+            let mut tries = 0;
+            let unmounted = loop {
+                match rustix::mount::unmount(&kpath, rustix::mount::UnmountFlags::NOFOLLOW) {
+                    Err(e) if e == rustix::io::Errno::BUSY && tries < 20 => {
+                        tries += 1;
+                        std::thread::sleep(std::time::Duration::from_millis(50));
+                    }
+                    r => break r,
+                }
+            };
+            unmounted.map_err(|e| {
                 let e = io::Error::from(e);
                 if e.raw_os_error() == Some(16) {
                     Error::new(
