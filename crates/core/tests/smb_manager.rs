@@ -2,49 +2,16 @@
 //! 1219, keep while another link uses the share, remove on last) against a fake host that
 //! behaves like Windows' global mappings and records every call.
 
-use csi_proxy_core::filesystem::{FilesystemHost, FilesystemService};
-use csi_proxy_core::paths::{LinkProbe, LinkTarget, PathPolicy, PathStyle};
 use csi_proxy_core::smb::{
     MappingInfo, MappingState, NewSmbGlobalMappingRequest, SmbHost, SmbMapping, SmbService,
 };
 use csi_proxy_core::{Error, Kind, Result};
 use std::collections::{BTreeMap, BTreeSet};
-use std::io;
 use std::sync::{Arc, Mutex};
 
 const KUBELET: &str = "/var/lib/kubelet";
 const PASSWORD: &str = "Rotate-Me-1!";
 const NEW_PASSWORD: &str = "Rotated-2?";
-
-struct NoLinks;
-impl LinkProbe for NoLinks {
-    fn link_target(&self, _: &str) -> io::Result<Option<LinkTarget>> {
-        Ok(None)
-    }
-}
-impl FilesystemHost for NoLinks {
-    fn path_exists(&self, _: &str) -> io::Result<bool> {
-        Ok(false)
-    }
-    fn mkdir_all(&self, _: &str) -> io::Result<()> {
-        Ok(())
-    }
-    fn remove(&self, _: &str) -> io::Result<()> {
-        Ok(())
-    }
-    fn remove_all(&self, _: &str) -> io::Result<()> {
-        Ok(())
-    }
-    fn remove_contents(&self, _: &str) -> io::Result<()> {
-        Ok(())
-    }
-    fn create_symlink(&self, _: &str, _: &str) -> io::Result<()> {
-        Ok(())
-    }
-    fn is_symlink(&self, _: &str) -> io::Result<bool> {
-        Ok(false)
-    }
-}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Call {
@@ -173,9 +140,8 @@ impl SmbHost for Fake {
 }
 
 fn service(host: Arc<Fake>) -> SmbService {
-    let policy = PathPolicy::new(PathStyle::Posix, KUBELET, &[]).unwrap();
-    let fs = FilesystemService::new(Arc::new(NoLinks), Arc::new(policy));
-    SmbService::new(host, fs, true)
+    // Paths confined to /var/lib/kubelet (KUBELET), with no links on the fake filesystem.
+    SmbService::new(host, csi_proxy_core::testing::kubelet_fs(), true)
 }
 
 fn req(remote: &str, local: &str, user: &str, password: &str) -> NewSmbGlobalMappingRequest {
