@@ -100,7 +100,9 @@ pub async fn serve(
         let (group, version) = (ep.group, ep.version);
         let (reporter, routes) = with_health(ep).await;
         health.push(reporter);
-        let router = tonic::transport::Server::builder().add_routes(routes);
+        let router = tonic::transport::Server::builder()
+            .layer(crate::call_deadline::Layer)
+            .add_routes(routes);
         servers.spawn(async move {
             let signal = async move {
                 let _ = stop.wait_for(|s| *s).await;

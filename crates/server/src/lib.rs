@@ -3,6 +3,7 @@
 #![deny(unsafe_code)]
 
 pub mod call;
+pub mod call_deadline;
 pub mod daemon;
 pub mod disk;
 pub mod filesystem;

@@ -1,0 +1,130 @@
+//! A client deadline (`grpc-timeout`) that passes answers `DEADLINE_EXCEEDED`.
+//!
+//! tonic enforces `grpc-timeout` itself but answers `CANCELLED` ("Timeout expired"), and its
+//! timer sits outside every layer a server can add. This layer answers a little earlier
+//! ([`margin`]), so the client gets the code the gRPC spec prescribes (grpc-go and C++ servers
+//! answer it too), and gets it before a tonic client's own timer reports `CANCELLED`.
+//!
+//! The handler's future is dropped; host work already handed to a blocking thread runs to its
+//! end (tokio never aborts a started `spawn_blocking` task), so the host is left in a state a
+//! retry of the same idempotent request completes. Per-disk locks make that retry wait for the
+//! background work instead of racing it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// How much earlier than tonic's own timeout this layer answers a deadline of `t`: early
+/// enough that the answer reaches the client before the client's own timer fires, even on a
+/// loaded node, yet a small part of the deadline.
+/// Never more than half the deadline, so a short deadline still gives the work a chance.
+pub fn margin(t: Duration) -> Duration {
+    (t / 10)
+        .clamp(Duration::from_millis(5), Duration::from_millis(100))
+        .min(t / 2)
+}
+
+/// The tower layer adding [`Deadline`] to an endpoint's service.
+#[derive(Debug, Clone, Copy)]
+pub struct Layer;
+
+impl<S> tower::Layer<S> for Layer {
+    type Service = Deadline<S>;
+    fn layer(&self, inner: S) -> Deadline<S> {
+        Deadline(inner)
+    }
+}
+
+/// Answers `DEADLINE_EXCEEDED` when the request's `grpc-timeout` (less [`margin`]) passes.
+#[derive(Debug, Clone)]
+pub struct Deadline<S>(S);
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<S, B> tower::Service<http::Request<B>> for Deadline<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<S::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let timeout = req
+            .headers()
+            .get("grpc-timeout")
+            .and_then(|v| parse_grpc_timeout(v.as_bytes()));
+        let path = req.uri().path().to_owned();
+        let fut = self.0.call(req);
+        Box::pin(async move {
+            let Some(t) = timeout else {
+                return fut.await;
+            };
+            match tokio::time::timeout(t.saturating_sub(margin(t)), fut).await {
+                Ok(r) => r,
+                Err(_) => {
+                    tracing::debug!(%path, ?t, "client deadline passed");
+                    Ok(tonic::Status::deadline_exceeded(format!(
+                        "{path}: the client's deadline of {t:?} passed before the \
+                         operation finished; work already started completes in the \
+                         background, so a retry can finish it"
+                    ))
+                    .into_http())
+                }
+            }
+        })
+    }
+}
+
+/// `grpc-timeout` (gRPC over HTTP/2 spec): at most 8 ASCII digits and a unit.
+pub fn parse_grpc_timeout(v: &[u8]) -> Option<Duration> {
+    let (unit, digits) = v.split_last()?;
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    Some(match unit {
+        b'H' => Duration::from_secs(n.checked_mul(3600)?),
+        b'M' => Duration::from_secs(n.checked_mul(60)?),
+        b'S' => Duration::from_secs(n),
+        b'm' => Duration::from_millis(n),
+        b'u' => Duration::from_micros(n),
+        b'n' => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeout_values_parse_per_the_spec() {
+        assert_eq!(parse_grpc_timeout(b"1S"), Some(Duration::from_secs(1)));
+        assert_eq!(
+            parse_grpc_timeout(b"250m"),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(
+            parse_grpc_timeout(b"99999999H"),
+            Some(Duration::from_secs(99_999_999 * 3600))
+        );
+        assert_eq!(parse_grpc_timeout(b"5n"), Some(Duration::from_nanos(5)));
+        for bad in [&b""[..], b"S", b"123456789S", b"1x", b"-1S", b"1.5S"] {
+            assert_eq!(parse_grpc_timeout(bad), None, "{bad:?}");
+        }
+        assert_eq!(margin(Duration::from_millis(20)), Duration::from_millis(5));
+        assert_eq!(
+            margin(Duration::from_millis(500)),
+            Duration::from_millis(50)
+        );
+        assert_eq!(margin(Duration::from_secs(30)), Duration::from_millis(100));
+        assert_eq!(margin(Duration::from_millis(4)), Duration::from_millis(2));
+    }
+}
