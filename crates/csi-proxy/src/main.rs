@@ -56,6 +56,15 @@ async fn run(
     if flags.windows_service && !cfg!(windows) {
         return Err("--windows-service is only meaningful on Windows".into());
     }
+    // Each client connection is a descriptor; see csi_proxy_host::linux::limits.
+    #[cfg(target_os = "linux")]
+    match csi_proxy_host::linux::limits::raise_open_file_limit() {
+        Ok((before, after)) if before != after => {
+            tracing::info!(before, after, "raised the open-file limit")
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!("cannot raise the open-file limit: {e}"),
+    }
     // Empty = off: nothing listens. Bound before the endpoints, as upstream does, so a bad
     // address fails start-up instead of leaving a daemon without the metrics it was asked for.
     if !flags.metrics_bind_address.is_empty() {

@@ -38,7 +38,7 @@ where
 /// Checks the status of a call whose deadline `t` passed.
 ///
 /// The daemon answers DEADLINE_EXCEEDED a little before the deadline (a tenth of it, 5 to
-/// 100 ms, at most half of it; the server crate's `call_deadline`). A tonic client also enforces the deadline itself and,
+/// 100 ms, at most half of it; the server crate's `spec_status`). A tonic client also enforces the deadline itself and,
 /// when its own timer wins (short deadlines, or a loaded machine delaying the daemon's answer
 /// past the deadline), reports tonic's CANCELLED "Timeout expired" without waiting for the
 /// daemon; grpc-go clients report DEADLINE_EXCEEDED locally then. `daemon_must_win` is for

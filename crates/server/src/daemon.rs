@@ -1,5 +1,6 @@
 //! The daemon: every group-version endpoint in one process, started together, stopped together.
 
+use crate::transport::accept::AcceptBackoff;
 use crate::transport::authority::AuthorityFix;
 use crate::transport::deadline::HandshakeDeadline;
 use std::future::Future;
@@ -7,6 +8,7 @@ use std::io;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tokio_stream::Stream;
 use tonic::service::Routes;
 
 /// How long in-flight requests get to finish after a stop is requested.
@@ -98,10 +100,11 @@ pub async fn serve(
     for (ep, incoming) in endpoints.into_iter().zip(bound) {
         let mut stop = stop_rx.clone();
         let (group, version) = (ep.group, ep.version);
+        let name = endpoint_name(&listen, group, version);
         let (reporter, routes) = with_health(ep).await;
         health.push(reporter);
         let router = tonic::transport::Server::builder()
-            .layer(crate::call_deadline::Layer)
+            .layer(crate::spec_status::Layer)
             .add_routes(routes);
         servers.spawn(async move {
             let signal = async move {
@@ -110,18 +113,16 @@ pub async fn serve(
             let r = match incoming {
                 #[cfg(unix)]
                 Incoming::Unix(l) => {
-                    let stream = tokio_stream::wrappers::UnixListenerStream::new(l);
-                    let stream = tokio_stream::StreamExt::map(stream, |c| {
-                        c.map(|c| AuthorityFix::new(HandshakeDeadline::new(c)))
-                    });
-                    router.serve_with_incoming_shutdown(stream, signal).await
+                    let accepted = tokio_stream::wrappers::UnixListenerStream::new(l);
+                    router
+                        .serve_with_incoming_shutdown(connections(accepted, name), signal)
+                        .await
                 }
                 #[cfg(windows)]
                 Incoming::Pipe(l) => {
-                    let stream = tokio_stream::StreamExt::map(l.into_incoming(), |c| {
-                        c.map(|c| AuthorityFix::new(HandshakeDeadline::new(c)))
-                    });
-                    router.serve_with_incoming_shutdown(stream, signal).await
+                    router
+                        .serve_with_incoming_shutdown(connections(l.into_incoming(), name), signal)
+                        .await
                 }
             };
             (group, version, r)
@@ -173,6 +174,17 @@ pub async fn serve(
         }),
         _ => Ok(()),
     }
+}
+
+/// An endpoint's accepted connections as served: accept errors pause instead of spinning, a
+/// connection that never starts HTTP/2 is closed, and `:authority` is fixed for Go clients.
+fn connections<C>(
+    accepted: impl Stream<Item = io::Result<C>>,
+    endpoint: String,
+) -> impl Stream<Item = io::Result<AuthorityFix<HandshakeDeadline<C>>>> {
+    tokio_stream::StreamExt::map(AcceptBackoff::new(accepted, endpoint), |c| {
+        c.map(|c| AuthorityFix::new(HandshakeDeadline::new(c)))
+    })
 }
 
 /// The endpoint's routes plus the standard gRPC health service (`grpc.health.v1.Health`),

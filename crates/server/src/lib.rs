@@ -3,7 +3,6 @@
 #![deny(unsafe_code)]
 
 pub mod call;
-pub mod call_deadline;
 pub mod daemon;
 pub mod disk;
 pub mod filesystem;
@@ -11,6 +10,7 @@ pub mod iscsi;
 pub mod metrics;
 pub mod registry;
 pub mod smb;
+pub mod spec_status;
 pub mod status;
 pub mod system;
 pub mod transport;

@@ -327,11 +327,13 @@ fn iscsiadm(op: &str, object: &str, args: &[&str]) -> Result<Run> {
             "iscsiadm (open-iscsi) is not installed",
         )
     })?;
-    let mut child = Command::new(&bin)
-        .args(args)
+    let mut cmd = Command::new(&bin);
+    cmd.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::piped());
+    super::tool::child_setup(&mut cmd);
+    let mut child = cmd
         .spawn()
         .map_err(|e| Error::io(op, object, &e))?;
     let start = Instant::now();

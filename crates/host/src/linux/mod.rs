@@ -3,6 +3,7 @@ pub mod block;
 pub mod disk;
 pub mod filesystem;
 pub mod iscsi;
+pub mod limits;
 pub mod mountinfo;
 pub mod smb;
 pub mod system;

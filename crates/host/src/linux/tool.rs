@@ -31,15 +31,7 @@ pub fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .env("LC_ALL", "C");
-    // SAFETY: the closure only makes one async-signal-safe prctl(2) call in the child.
-    unsafe {
-        cmd.pre_exec(|| {
-            // prctl(PR_SET_PDEATHSIG): the tool gets SIGKILL when the thread that started it
-            // (and so the daemon) dies, instead of running on unseen.
-            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
-                .map_err(std::io::Error::from)
-        });
-    }
+    child_setup(&mut cmd);
     let out = cmd.output().map_err(|e| {
         Err(if e.kind() == std::io::ErrorKind::NotFound {
             Error::new(
@@ -67,6 +59,22 @@ pub fn run(
         code: out.status.code(),
         output: text.replace('\n', "; "),
     }))
+}
+
+/// Prepares `cmd` to start a helper process: it dies with the daemon and gets the open-file
+/// limit the daemon started with ([`super::limits`]).
+pub(crate) fn child_setup(cmd: &mut Command) {
+    // SAFETY: the closure makes only async-signal-safe calls (prctl(2), getrlimit(2),
+    // setrlimit(2) and an atomic load) in the child between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            // prctl(PR_SET_PDEATHSIG): the tool gets SIGKILL when the thread that started it
+            // (and so the daemon) dies, instead of running on unseen.
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+                .map_err(std::io::Error::from)?;
+            super::limits::restore_in_child()
+        });
+    }
 }
 
 /// As [`run`], with a failed exit turned into an error naming the tool, its exit and output.

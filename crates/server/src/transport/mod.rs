@@ -54,6 +54,7 @@ macro_rules! write_through_wrapper {
     };
 }
 
+pub mod accept;
 pub mod authority;
 pub mod deadline;
 #[cfg(windows)]

@@ -1,14 +1,18 @@
-//! A client deadline (`grpc-timeout`) that passes answers `DEADLINE_EXCEEDED`.
+//! Where tonic's answers differ from the gRPC spec, one layer in front of every endpoint sets
+//! them right.
 //!
-//! tonic enforces `grpc-timeout` itself but answers `CANCELLED` ("Timeout expired"), and its
-//! timer sits outside every layer a server can add. This layer answers a little earlier
-//! ([`margin`]), so the client gets the code the gRPC spec prescribes (grpc-go and C++ servers
-//! answer it too), and gets it before a tonic client's own timer reports `CANCELLED`.
-//!
+//! **Deadlines.** tonic enforces `grpc-timeout` itself but answers `CANCELLED` ("Timeout
+//! expired"), and its timer sits outside every layer a server can add. This layer answers
+//! `DEADLINE_EXCEEDED` a little earlier ([`margin`]), the code the spec prescribes (grpc-go and
+//! C++ servers answer it too), before a tonic client's own timer would report `CANCELLED`.
 //! The handler's future is dropped; host work already handed to a blocking thread runs to its
 //! end (tokio never aborts a started `spawn_blocking` task), so the host is left in a state a
 //! retry of the same idempotent request completes. Per-disk locks make that retry wait for the
 //! background work instead of racing it.
+//!
+//! **Over-size requests.** tonic refuses a request message above the receive limit with
+//! `OUT_OF_RANGE`; the spec's status-code table (and every gRPC core implementation) says
+//! `RESOURCE_EXHAUSTED`, which is what clients and their retry policies look for.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -36,7 +40,8 @@ impl<S> tower::Layer<S> for Layer {
     }
 }
 
-/// Answers `DEADLINE_EXCEEDED` when the request's `grpc-timeout` (less [`margin`]) passes.
+/// Answers `DEADLINE_EXCEEDED` when the request's `grpc-timeout` (less [`margin`]) passes, and
+/// `RESOURCE_EXHAUSTED` for a request message over the receive limit.
 #[derive(Debug, Clone)]
 pub struct Deadline<S>(S);
 
@@ -64,10 +69,12 @@ where
         let fut = self.0.call(req);
         Box::pin(async move {
             let Some(t) = timeout else {
-                return fut.await;
+                return fut
+                    .await
+                    .map(|r| over_limit_is_resource_exhausted(&path, r));
             };
             match tokio::time::timeout(t.saturating_sub(margin(t)), fut).await {
-                Ok(r) => r,
+                Ok(r) => r.map(|r| over_limit_is_resource_exhausted(&path, r)),
                 Err(_) => {
                     tracing::debug!(%path, ?t, "client deadline passed");
                     Ok(tonic::Status::deadline_exceeded(format!(
@@ -80,6 +87,44 @@ where
             }
         })
     }
+}
+
+/// What tonic's decoder says (codec/decode.rs) when a request message is over the limit.
+const TONIC_OVER_LIMIT: &str = "Error, decoded message length too large: found ";
+
+/// Turns tonic's `OUT_OF_RANGE` for an over-limit request into `RESOURCE_EXHAUSTED`. tonic
+/// answers it before the handler runs, as a trailers-only response: status in the headers.
+fn over_limit_is_resource_exhausted(
+    path: &str,
+    mut resp: http::Response<tonic::body::Body>,
+) -> http::Response<tonic::body::Body> {
+    if resp.headers().get("grpc-status").map(|v| v.as_bytes()) != Some(b"11") {
+        return resp;
+    }
+    let Some(status) = tonic::Status::from_header_map(resp.headers()) else {
+        return resp;
+    };
+    let Some(found) = status.message().strip_prefix(TONIC_OVER_LIMIT) else {
+        return resp;
+    };
+    // "5242885 bytes, the limit is: 4194304 bytes"
+    let mut numbers = found
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty());
+    let (Some(size), Some(limit)) = (numbers.next(), numbers.next()) else {
+        return resp;
+    };
+    let status = tonic::Status::resource_exhausted(format!(
+        "{path}: the request message of {size} bytes is larger than the daemon's limit of \
+         {limit} bytes"
+    ));
+    let headers = resp.headers_mut();
+    headers.remove("grpc-message");
+    headers.remove("grpc-status-details-bin");
+    if let Err(e) = status.add_header(headers) {
+        tracing::warn!(%path, "cannot rewrite the over-limit status: {e}");
+    }
+    resp
 }
 
 /// `grpc-timeout` (gRPC over HTTP/2 spec): at most 8 ASCII digits and a unit.
@@ -126,5 +171,33 @@ mod tests {
         );
         assert_eq!(margin(Duration::from_secs(30)), Duration::from_millis(100));
         assert_eq!(margin(Duration::from_millis(4)), Duration::from_millis(2));
+    }
+
+    #[test]
+    fn tonics_over_limit_answer_becomes_resource_exhausted_and_nothing_else_changes() {
+        let code_of = |r: &http::Response<tonic::body::Body>| {
+            tonic::Status::from_header_map(r.headers()).unwrap()
+        };
+        let over = tonic::Status::out_of_range(
+            "Error, decoded message length too large: found 5242885 bytes, the limit is: \
+             4194304 bytes",
+        )
+        .into_http();
+        let s = code_of(&over_limit_is_resource_exhausted(
+            "/v1.Filesystem/Mkdir",
+            over,
+        ));
+        assert_eq!(s.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(
+            s.message(),
+            "/v1.Filesystem/Mkdir: the request message of 5242885 bytes is larger than the \
+             daemon's limit of 4194304 bytes"
+        );
+        // Our own OUT_OF_RANGE answers stay as they are.
+        let ours =
+            tonic::Status::out_of_range("disk GetDiskStats: offset past the end").into_http();
+        let s = code_of(&over_limit_is_resource_exhausted("/v1.Disk/X", ours));
+        assert_eq!(s.code(), tonic::Code::OutOfRange);
+        assert_eq!(s.message(), "disk GetDiskStats: offset past the end");
     }
 }
