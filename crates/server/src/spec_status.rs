@@ -10,9 +10,10 @@
 //! retry of the same idempotent request completes. Per-disk locks make that retry wait for the
 //! background work instead of racing it.
 //!
-//! **Over-size requests.** tonic refuses a request message above the receive limit with
-//! `OUT_OF_RANGE`; the spec's status-code table (and every gRPC core implementation) says
-//! `RESOURCE_EXHAUSTED`, which is what clients and their retry policies look for.
+//! **Malformed requests** ([`tonic_answers_per_spec`]): a message over the receive limit is
+//! `RESOURCE_EXHAUSTED` (tonic says `OUT_OF_RANGE`), a unary call without a message is
+//! `UNIMPLEMENTED` (tonic says `INTERNAL`), as the spec's status-code table has them; messages
+//! name the call.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -69,12 +70,10 @@ where
         let fut = self.0.call(req);
         Box::pin(async move {
             let Some(t) = timeout else {
-                return fut
-                    .await
-                    .map(|r| over_limit_is_resource_exhausted(&path, r));
+                return fut.await.map(|r| tonic_answers_per_spec(&path, r));
             };
             match tokio::time::timeout(t.saturating_sub(margin(t)), fut).await {
-                Ok(r) => r.map(|r| over_limit_is_resource_exhausted(&path, r)),
+                Ok(r) => r.map(|r| tonic_answers_per_spec(&path, r)),
                 Err(_) => {
                     tracing::debug!(%path, ?t, "client deadline passed");
                     Ok(tonic::Status::deadline_exceeded(format!(
@@ -91,38 +90,62 @@ where
 
 /// What tonic's decoder says (codec/decode.rs) when a request message is over the limit.
 const TONIC_OVER_LIMIT: &str = "Error, decoded message length too large: found ";
+/// What tonic says (server/grpc.rs) when a unary call's body holds no message at all.
+const TONIC_NO_MESSAGE: &str = "Missing request message.";
+/// How prost's decode errors start (tonic-prost passes them on as INTERNAL).
+const PROST_DECODE: &str = "failed to decode Protobuf message: ";
 
-/// Turns tonic's `OUT_OF_RANGE` for an over-limit request into `RESOURCE_EXHAUSTED`. tonic
-/// answers it before the handler runs, as a trailers-only response: status in the headers.
-fn over_limit_is_resource_exhausted(
+/// Rewrites tonic's answers to malformed requests the way the gRPC spec's status-code table
+/// has them, with messages that name the call. tonic gives these answers before a handler runs,
+/// as trailers-only responses (status in the headers), so the headers are all there is to change.
+///
+/// - a message over the receive limit: `RESOURCE_EXHAUSTED` (tonic: `OUT_OF_RANGE`);
+/// - no request message in a unary call ("request cardinality violation"): `UNIMPLEMENTED`
+///   (tonic: `INTERNAL`);
+/// - bytes that are not the request type's protobuf: `INTERNAL` as the spec has it, now saying
+///   which call.
+fn tonic_answers_per_spec(
     path: &str,
     mut resp: http::Response<tonic::body::Body>,
 ) -> http::Response<tonic::body::Body> {
-    if resp.headers().get("grpc-status").map(|v| v.as_bytes()) != Some(b"11") {
+    let code = resp.headers().get("grpc-status").map(|v| v.as_bytes());
+    if !matches!(code, Some(b"11" | b"13")) {
         return resp;
     }
     let Some(status) = tonic::Status::from_header_map(resp.headers()) else {
         return resp;
     };
-    let Some(found) = status.message().strip_prefix(TONIC_OVER_LIMIT) else {
+    let m = status.message();
+    let fixed = if let Some(found) = m.strip_prefix(TONIC_OVER_LIMIT) {
+        // "5242885 bytes, the limit is: 4194304 bytes"
+        let mut numbers = found
+            .split(|c: char| !c.is_ascii_digit())
+            .filter(|s| !s.is_empty());
+        let (Some(size), Some(limit)) = (numbers.next(), numbers.next()) else {
+            return resp;
+        };
+        tonic::Status::resource_exhausted(format!(
+            "{path}: the request message of {size} bytes is larger than the daemon's limit of \
+             {limit} bytes"
+        ))
+    } else if m == TONIC_NO_MESSAGE && status.code() == tonic::Code::Internal {
+        tonic::Status::unimplemented(format!(
+            "{path}: a unary call takes exactly one request message; the request had none"
+        ))
+    } else if let Some(why) = m.strip_prefix(PROST_DECODE)
+        && status.code() == tonic::Code::Internal
+    {
+        tonic::Status::internal(format!(
+            "{path}: cannot decode the request as this call's protobuf message: {why}"
+        ))
+    } else {
         return resp;
     };
-    // "5242885 bytes, the limit is: 4194304 bytes"
-    let mut numbers = found
-        .split(|c: char| !c.is_ascii_digit())
-        .filter(|s| !s.is_empty());
-    let (Some(size), Some(limit)) = (numbers.next(), numbers.next()) else {
-        return resp;
-    };
-    let status = tonic::Status::resource_exhausted(format!(
-        "{path}: the request message of {size} bytes is larger than the daemon's limit of \
-         {limit} bytes"
-    ));
     let headers = resp.headers_mut();
     headers.remove("grpc-message");
     headers.remove("grpc-status-details-bin");
-    if let Err(e) = status.add_header(headers) {
-        tracing::warn!(%path, "cannot rewrite the over-limit status: {e}");
+    if let Err(e) = fixed.add_header(headers) {
+        tracing::warn!(%path, "cannot rewrite the status of a malformed request: {e}");
     }
     resp
 }
@@ -174,7 +197,7 @@ mod tests {
     }
 
     #[test]
-    fn tonics_over_limit_answer_becomes_resource_exhausted_and_nothing_else_changes() {
+    fn tonics_answers_to_malformed_requests_follow_the_spec_and_ours_stay() {
         let code_of = |r: &http::Response<tonic::body::Body>| {
             tonic::Status::from_header_map(r.headers()).unwrap()
         };
@@ -183,20 +206,32 @@ mod tests {
              4194304 bytes",
         )
         .into_http();
-        let s = code_of(&over_limit_is_resource_exhausted(
-            "/v1.Filesystem/Mkdir",
-            over,
-        ));
+        let s = code_of(&tonic_answers_per_spec("/v1.Filesystem/Mkdir", over));
         assert_eq!(s.code(), tonic::Code::ResourceExhausted);
         assert_eq!(
             s.message(),
             "/v1.Filesystem/Mkdir: the request message of 5242885 bytes is larger than the \
              daemon's limit of 4194304 bytes"
         );
-        // Our own OUT_OF_RANGE answers stay as they are.
+        let none = tonic::Status::internal("Missing request message.").into_http();
+        let s = code_of(&tonic_answers_per_spec("/v1.Disk/X", none));
+        assert_eq!(s.code(), tonic::Code::Unimplemented);
+        assert!(s.message().starts_with("/v1.Disk/X: a unary call"), "{s:?}");
+        let bad = tonic::Status::internal(
+            "failed to decode Protobuf message: invalid string value: data is not UTF-8 encoded",
+        )
+        .into_http();
+        let s = code_of(&tonic_answers_per_spec("/v1.Disk/X", bad));
+        assert_eq!(s.code(), tonic::Code::Internal);
+        assert_eq!(
+            s.message(),
+            "/v1.Disk/X: cannot decode the request as this call's protobuf message: invalid \
+             string value: data is not UTF-8 encoded"
+        );
+        // Our own answers stay as they are.
         let ours =
             tonic::Status::out_of_range("disk GetDiskStats: offset past the end").into_http();
-        let s = code_of(&over_limit_is_resource_exhausted("/v1.Disk/X", ours));
+        let s = code_of(&tonic_answers_per_spec("/v1.Disk/X", ours));
         assert_eq!(s.code(), tonic::Code::OutOfRange);
         assert_eq!(s.message(), "disk GetDiskStats: offset past the end");
     }
