@@ -333,9 +333,30 @@ fn iscsiadm(op: &str, object: &str, args: &[&str]) -> Result<Run> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     super::tool::child_setup(&mut cmd);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| Error::io(op, object, &e))?;
+    let mut child = cmd.spawn().map_err(|e| Error::io(op, object, &e))?;
+    // Read both pipes while it runs: a tool that fills a pipe (64 KiB) would otherwise block
+    // until the time limit kills it.
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_string(&mut text);
+            }
+            text
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
     let start = Instant::now();
     let status = loop {
         match child.try_wait().map_err(|e| Error::io(op, object, &e))? {
@@ -356,13 +377,8 @@ fn iscsiadm(op: &str, object: &str, args: &[&str]) -> Result<Run> {
             None => std::thread::sleep(Duration::from_millis(50)),
         }
     };
-    let mut output = String::new();
-    if let Some(mut o) = child.stdout.take() {
-        let _ = o.read_to_string(&mut output);
-    }
-    if let Some(mut e) = child.stderr.take() {
-        let _ = e.read_to_string(&mut output);
-    }
+    let mut output = stdout.join().unwrap_or_default();
+    output.push_str(&stderr.join().unwrap_or_default());
     Ok(Run {
         code: status.code().unwrap_or(-1),
         output: output.trim().to_string(),
