@@ -82,8 +82,8 @@ mod tests {
         // Raising again changes nothing.
         assert_eq!(raise_open_file_limit().unwrap(), (after, after));
         // A tool started by the daemon gets the limit the daemon started with.
-        let out = crate::linux::tool::run_checked("test", "limits", "sh", &["-c", "ulimit -n"])
-            .unwrap();
+        let out =
+            crate::linux::tool::run_checked("test", "limits", "sh", &["-c", "ulimit -n"]).unwrap();
         assert_eq!(out.trim(), "512");
     }
 }
