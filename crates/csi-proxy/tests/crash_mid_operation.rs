@@ -6,65 +6,23 @@
 
 mod common;
 
-use common::{Daemon, LoopDisk};
+use common::{
+    Daemon, DiskClient, LoopDisk, VolumeClient, partition_one, spawn_format, v1_clients,
+    volumes_on, wait_for_child,
+};
 use csi_proxy_api::disk::v1 as d1;
 use csi_proxy_api::volume::v1;
 use std::path::Path;
-use std::time::{Duration, Instant};
-use tonic::Code;
-use tonic::transport::Channel;
+use std::time::Duration;
 
-type DiskClient = d1::disk_client::DiskClient<Channel>;
-type VolumeClient = v1::volume_client::VolumeClient<Channel>;
-
-async fn clients(d: &Daemon) -> (DiskClient, VolumeClient) {
-    let c = d.connector();
-    (
-        DiskClient::new(c.channel("disk", "v1").await.unwrap()),
-        VolumeClient::new(c.channel("volume", "v1").await.unwrap()),
-    )
-}
-
-/// Waits (up to `limit`) until the daemon has a child process whose name starts with one of
-/// `names` (the external tool doing the work), and says whether one was seen.
-fn wait_for_child(pid: u32, names: &[&str], limit: Duration) -> Option<String> {
-    let t = Instant::now();
-    while t.elapsed() < limit {
-        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-                continue;
-            };
-            // pid (comm) state ppid ...: comm may hold spaces, so split at the last ')'.
-            let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-                continue;
-            };
-            let comm = &stat[open + 1..close];
-            let ppid = stat[close + 1..].split_whitespace().nth(1);
-            if ppid == Some(&pid.to_string()) && names.iter().any(|n| comm.starts_with(n)) {
-                return Some(comm.to_string());
-            }
-        }
-        std::thread::sleep(Duration::from_micros(200));
-    }
-    None
-}
-
-/// Runs `f` until it succeeds, for up to 60 s; only UNAVAILABLE (daemon not up yet) is retried.
-async fn retried<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-{
-    let t = Instant::now();
-    loop {
-        match f().await {
-            Ok(r) => return r.into_inner(),
-            Err(s) if s.code() == Code::Unavailable && t.elapsed() < Duration::from_secs(60) => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(s) => panic!("{what}: the retry after the crash failed: {s:?}"),
-        }
-    }
+async fn total_bytes(vc: &mut VolumeClient, id: &str) -> i64 {
+    vc.get_volume_stats(v1::GetVolumeStatsRequest {
+        volume_id: id.to_string(),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .total_bytes
 }
 
 fn pattern(len: usize, seed: u32) -> Vec<u8> {
@@ -77,12 +35,8 @@ fn pattern(len: usize, seed: u32) -> Vec<u8> {
 async fn sigkill_during_partition_format_and_resize_then_retry_succeeds() {
     let mut d = Daemon::start(&[]);
     let dir = d.dir.path().to_path_buf();
-    let bystander = match LoopDisk::new(&dir, "bystander", 64) {
-        Ok(l) => l,
-        Err(why) => {
-            eprintln!("SKIPPED: loop disks unavailable: {why}");
-            return;
-        }
+    let Some(bystander) = LoopDisk::or_skip(&dir, "bystander", 64) else {
+        return;
     };
     // The bystander holds data the daemon is never asked about: it must stay bit-identical.
     std::fs::write(&bystander.dev, pattern(1 << 20, 7)).unwrap();
@@ -93,33 +47,22 @@ async fn sigkill_during_partition_format_and_resize_then_retry_succeeds() {
     for (i, delay_us) in [0u64, 500, 2000, 8000].into_iter().enumerate() {
         let disk = LoopDisk::new(&dir, &format!("part{i}"), 64).unwrap();
         let n = disk.disk_number();
-        let (mut dc, _) = clients(&d).await;
+        let (mut dc, _) = v1_clients(&d).await;
         let call = tokio::spawn(async move {
             dc.partition_disk(d1::PartitionDiskRequest { disk_number: n })
                 .await
         });
         tokio::time::sleep(Duration::from_micros(delay_us)).await;
-        d.kill9();
-        let interrupted = call.await.unwrap().is_err();
-        d.restart();
-        let (dc, mut vc) = clients(&d).await;
-        retried("PartitionDisk", || {
-            let mut dc = dc.clone();
-            async move {
-                dc.partition_disk(d1::PartitionDiskRequest { disk_number: n })
+        let interrupted = d
+            .kill_restart_retry(call, ("disk", "v1"), "PartitionDisk", |ch| async move {
+                DiskClient::new(ch)
+                    .partition_disk(d1::PartitionDiskRequest { disk_number: n })
                     .await
-            }
-        })
-        .await;
-        let ids = vc
-            .list_volumes_on_disk(v1::ListVolumesOnDiskRequest {
-                disk_number: n,
-                partition_number: 0,
             })
             .await
-            .unwrap()
-            .into_inner()
-            .volume_ids;
+            .is_err();
+        let (_, mut vc) = v1_clients(&d).await;
+        let ids = volumes_on(&mut vc, n).await;
         assert_eq!(
             ids.len(),
             1,
@@ -132,47 +75,22 @@ async fn sigkill_during_partition_format_and_resize_then_retry_succeeds() {
     // --- FormatVolume: killed while mkfs runs.
     let disk = LoopDisk::new(&dir, "victim", 128).unwrap();
     let n = disk.disk_number();
-    let (mut dc, mut vc) = clients(&d).await;
-    dc.partition_disk(d1::PartitionDiskRequest { disk_number: n })
-        .await
-        .unwrap();
-    let id = vc
-        .list_volumes_on_disk(v1::ListVolumesOnDiskRequest {
-            disk_number: n,
-            partition_number: 0,
+    let (mut dc, mut vc) = v1_clients(&d).await;
+    let id = partition_one(&mut dc, &mut vc, n).await;
+    let call = spawn_format(&vc, &id);
+    let seen = wait_for_child(d.child.id(), &["mkfs", "mke2fs"], Duration::from_secs(20)).await;
+    let _ = d
+        .kill_restart_retry(call, ("volume", "v1"), "FormatVolume", |ch| {
+            let volume_id = id.clone();
+            async move {
+                VolumeClient::new(ch)
+                    .format_volume(v1::FormatVolumeRequest { volume_id })
+                    .await
+            }
         })
-        .await
-        .unwrap()
-        .into_inner()
-        .volume_ids
-        .remove(0);
-    let call = {
-        let (mut vc, volume_id) = (vc.clone(), id.clone());
-        tokio::spawn(async move {
-            vc.format_volume(v1::FormatVolumeRequest { volume_id })
-                .await
-        })
-    };
-    let pid = d.child.id();
-    let seen = tokio::task::spawn_blocking(move || {
-        wait_for_child(pid, &["mkfs", "mke2fs"], Duration::from_secs(20))
-    })
-    .await
-    .unwrap();
-    d.kill9();
-    let _ = call.await;
+        .await;
     eprintln!("FormatVolume killed while {seen:?} ran");
-    d.restart();
-    let (_, vc) = clients(&d).await;
-    retried("FormatVolume", || {
-        let (mut vc, volume_id) = (vc.clone(), id.clone());
-        async move {
-            vc.format_volume(v1::FormatVolumeRequest { volume_id })
-                .await
-        }
-    })
-    .await;
-    let mut vc = vc;
+    let (_, mut vc) = v1_clients(&d).await;
     assert!(
         vc.is_volume_formatted(v1::IsVolumeFormattedRequest {
             volume_id: id.clone()
@@ -200,18 +118,11 @@ async fn sigkill_during_partition_format_and_resize_then_retry_succeeds() {
     })
     .await
     .unwrap();
-    let before = vc
-        .get_volume_stats(v1::GetVolumeStatsRequest {
-            volume_id: id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .total_bytes;
+    let before = total_bytes(&mut vc, &id).await;
 
     // --- ResizeVolume: the disk grows; the kill lands while the partition or filesystem grows.
     disk.grow_to(320);
-    let (mut dc, _) = clients(&d).await;
+    let (mut dc, _) = v1_clients(&d).await;
     dc.rescan(d1::RescanRequest {}).await.unwrap();
     let call = {
         let (mut vc, volume_id) = (vc.clone(), id.clone());
@@ -223,41 +134,28 @@ async fn sigkill_during_partition_format_and_resize_then_retry_succeeds() {
             .await
         })
     };
-    let pid = d.child.id();
-    let seen = tokio::task::spawn_blocking(move || {
-        wait_for_child(
-            pid,
-            &["resize2fs", "e2fsck", "xfs_growfs"],
-            Duration::from_secs(20),
-        )
-    })
-    .await
-    .unwrap();
-    d.kill9();
-    let _ = call.await;
-    eprintln!("ResizeVolume killed while {seen:?} ran");
-    d.restart();
-    let (_, vc) = clients(&d).await;
-    retried("ResizeVolume", || {
-        let (mut vc, volume_id) = (vc.clone(), id.clone());
-        async move {
-            vc.resize_volume(v1::ResizeVolumeRequest {
-                volume_id,
-                size_bytes: 0,
-            })
-            .await
-        }
-    })
+    let seen = wait_for_child(
+        d.child.id(),
+        &["resize2fs", "e2fsck", "xfs_growfs"],
+        Duration::from_secs(20),
+    )
     .await;
-    let mut vc = vc;
-    let after = vc
-        .get_volume_stats(v1::GetVolumeStatsRequest {
-            volume_id: id.clone(),
+    let _ = d
+        .kill_restart_retry(call, ("volume", "v1"), "ResizeVolume", |ch| {
+            let volume_id = id.clone();
+            async move {
+                VolumeClient::new(ch)
+                    .resize_volume(v1::ResizeVolumeRequest {
+                        volume_id,
+                        size_bytes: 0,
+                    })
+                    .await
+            }
         })
-        .await
-        .unwrap()
-        .into_inner()
-        .total_bytes;
+        .await;
+    eprintln!("ResizeVolume killed while {seen:?} ran");
+    let (_, mut vc) = v1_clients(&d).await;
+    let after = total_bytes(&mut vc, &id).await;
     assert!(
         after > before + (100 << 20),
         "the filesystem grew: {before} -> {after}"

@@ -2,107 +2,17 @@
 //! crate the way a CSI driver would.
 #![cfg(target_os = "linux")]
 
-use csi_proxy_client::Connector;
+mod common;
+
+use common::{Daemon, call_raw};
 use csi_proxy_client::filesystem::FilesystemClient;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tonic::Code;
 
-struct Daemon {
-    child: Child,
-    sockets: PathBuf,
-    _dir: tempfile::TempDir,
-    kubelet: PathBuf,
-}
-
-impl Daemon {
-    fn start() -> Daemon {
-        let dir = tempfile::tempdir().unwrap();
-        let kubelet = dir.path().join("kubelet");
-        std::fs::create_dir_all(&kubelet).unwrap();
-        let sockets = dir.path().join("run");
-        let child = spawn(&sockets, &kubelet);
-        let d = Daemon {
-            child,
-            sockets,
-            _dir: dir,
-            kubelet,
-        };
-        d.wait_ready();
-        d
-    }
-
-    fn connector(&self) -> Connector {
-        Connector::SocketDir(self.sockets.clone())
-    }
-
-    fn wait_ready(&self) {
-        let last = self.sockets.join("csi-proxy-iscsi-v1alpha2.sock");
-        let t = Instant::now();
-        while !last.exists() {
-            assert!(
-                t.elapsed() < Duration::from_secs(20),
-                "daemon did not create its sockets"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
-    }
-
-    fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
-        let t = Instant::now();
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return s;
-            }
-            assert!(t.elapsed() < limit, "daemon did not stop within {limit:?}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.sockets.with_file_name("daemon.log")).unwrap()
-    }
-
-    fn k(&self, rel: &str) -> String {
-        self.kubelet.join(rel).display().to_string()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts the daemon; its log goes to `<sockets>/../daemon.log` (appended across restarts).
-fn spawn(sockets: &Path, kubelet: &Path) -> Child {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(sockets.with_file_name("daemon.log"))
-        .unwrap();
-    Command::new(env!("CARGO_BIN_EXE_csi-proxy"))
-        .arg(format!("-kubelet-path={}", kubelet.display()))
-        .arg("--socket-dir")
-        .arg(sockets)
-        .arg("-v=4")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
-}
+/// At -v=4 every request is one log line.
+const FLAGS: &[&str] = &["-v=4"];
 
 fn socket_count(dir: &Path) -> usize {
     std::fs::read_dir(dir)
@@ -121,13 +31,11 @@ fn socket_count(dir: &Path) -> usize {
 
 #[tokio::test]
 async fn all_23_endpoints_answer_empty_requests_with_precise_codes() {
-    let d = Daemon::start();
+    let d = Daemon::start(FLAGS);
     assert_eq!(socket_count(&d.sockets), 23);
     for group in csi_proxy_api::GROUPS {
         for version in csi_proxy_api::versions(group).unwrap() {
             let ch = d.connector().channel(group, version).await.unwrap();
-            let mut g = tonic::client::Grpc::new(ch);
-            g.ready().await.unwrap();
             // An RPC every version of the group has, sent as an empty message: each names an
             // object, and an empty name is invalid (or, for a disk number, 0 names no disk).
             let method = match *group {
@@ -144,10 +52,10 @@ async fn all_23_endpoints_answer_empty_requests_with_precise_codes() {
                 "iscsi" => "Iscsi".into(),
                 g => format!("{}{}", g[..1].to_uppercase(), &g[1..]),
             };
-            let path = format!("/{version}.{service}/{method}").parse().unwrap();
-            let r: Result<tonic::Response<()>, _> =
-                g.unary(tonic::Request::new(()), path, EmptyCodec).await;
-            let status = r.expect_err("empty requests are rejected");
+            let path = format!("/{version}.{service}/{method}");
+            let status = call_raw(&ch, &path, Vec::new(), None)
+                .await
+                .expect_err("empty requests are rejected");
             // v1 and v1beta3 take disk numbers; diskseq 0 is never a disk. Older versions take a
             // string disk ID, and "" is not a number.
             let want = if *group == "disk" && (*version == "v1" || *version == "v1beta3") {
@@ -163,10 +71,8 @@ async fn all_23_endpoints_answer_empty_requests_with_precise_codes() {
             );
             assert_ne!(status.code(), Code::Unknown);
             // A service name of another version is not served on this endpoint.
-            let wrong = format!("/v9.{service}/{method}").parse().unwrap();
-            g.ready().await.unwrap();
-            let r: Result<tonic::Response<()>, _> =
-                g.unary(tonic::Request::new(()), wrong, EmptyCodec).await;
+            let wrong = format!("/v9.{service}/{method}");
+            let r = call_raw(&ch, &wrong, Vec::new(), None).await;
             assert_eq!(r.unwrap_err().code(), Code::Unimplemented);
         }
     }
@@ -174,7 +80,7 @@ async fn all_23_endpoints_answer_empty_requests_with_precise_codes() {
 
 #[tokio::test]
 async fn filesystem_scenarios_of_upstreams_integration_tests_in_every_version() {
-    let d = Daemon::start();
+    let d = Daemon::start(FLAGS);
     for version in ["v1alpha1", "v1beta1", "v1beta2", "v1", "v2alpha1"] {
         let mut fs = FilesystemClient::connect_version(&d.connector(), version)
             .await
@@ -265,8 +171,8 @@ async fn filesystem_scenarios_of_upstreams_integration_tests_in_every_version() 
 
 #[tokio::test]
 async fn hostile_paths_are_refused_and_nothing_is_touched() {
-    let d = Daemon::start();
-    let outside = d._dir.path().join("outside");
+    let d = Daemon::start(FLAGS);
+    let outside = d.dir.path().join("outside");
     std::fs::create_dir_all(&outside).unwrap();
     std::fs::write(outside.join("precious"), b"data").unwrap();
     // A link inside the kubelet dir that leads outside it.
@@ -305,7 +211,7 @@ async fn hostile_paths_are_refused_and_nothing_is_touched() {
             "Rmdir {p:?}: {e:?}"
         );
     }
-    assert!(!d._dir.path().join("kubelet-evil").exists());
+    assert!(!d.dir.path().join("kubelet-evil").exists());
     assert!(!outside.join("newdir").exists());
     assert_eq!(std::fs::read(outside.join("precious")).unwrap(), b"data");
     // The root itself can be checked but not removed.
@@ -319,7 +225,7 @@ async fn hostile_paths_are_refused_and_nothing_is_touched() {
 
 #[tokio::test]
 async fn sigterm_stops_within_5s_and_removes_sockets() {
-    let mut d = Daemon::start();
+    let mut d = Daemon::start(FLAGS);
     let mut fs = FilesystemClient::connect(&d.connector()).await.unwrap();
     fs.mkdir(&d.k("a")).await.unwrap();
     let t = Instant::now();
@@ -347,7 +253,7 @@ async fn sigterm_stops_within_5s_and_removes_sockets() {
 
 #[tokio::test]
 async fn a_second_daemon_fails_clearly_and_a_crashed_ones_sockets_are_reused() {
-    let mut d = Daemon::start();
+    let mut d = Daemon::start(FLAGS);
     // Second daemon on the same socket dir: exits non-zero, names the problem, first keeps serving.
     let second = Command::new(env!("CARGO_BIN_EXE_csi-proxy"))
         .arg(format!("--kubelet-path={}", d.kubelet.display()))
@@ -370,22 +276,20 @@ async fn a_second_daemon_fails_clearly_and_a_crashed_ones_sockets_are_reused() {
         23,
         "stale sockets left by the crash"
     );
-    d.child = spawn(&d.sockets, &d.kubelet);
-    std::thread::sleep(Duration::from_millis(300));
+    d.restart();
     let mut fs = FilesystemClient::connect(&d.connector()).await.unwrap();
     assert!(fs.path_exists(&d.k("")).await.unwrap());
 }
 
 #[tokio::test]
 async fn clients_made_before_a_restart_keep_working() {
-    let mut d = Daemon::start();
+    let mut d = Daemon::start(FLAGS);
     let ch = d.connector().lazy_channel("filesystem", "v1");
     let mut fs = FilesystemClient::from_channel("v1", ch).unwrap();
     assert!(fs.path_exists(&d.k("")).await.unwrap());
     d.signal("-TERM");
     d.wait_exit(Duration::from_secs(5));
-    d.child = spawn(&d.sockets, &d.kubelet);
-    d.wait_ready();
+    d.restart();
     // The first call after the restart may race the reconnect; the channel redials by itself.
     let mut ok = false;
     for _ in 0..50 {
@@ -396,37 +300,4 @@ async fn clients_made_before_a_restart_keep_working() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(ok, "the old client works after the restart");
-}
-
-/// A codec that sends and expects empty messages, to reach any RPC without its types.
-#[derive(Default, Clone)]
-struct EmptyCodec;
-
-impl tonic::codec::Codec for EmptyCodec {
-    type Encode = ();
-    type Decode = ();
-    type Encoder = EmptyCodec;
-    type Decoder = EmptyCodec;
-    fn encoder(&mut self) -> Self::Encoder {
-        EmptyCodec
-    }
-    fn decoder(&mut self) -> Self::Decoder {
-        EmptyCodec
-    }
-}
-
-impl tonic::codec::Encoder for EmptyCodec {
-    type Item = ();
-    type Error = tonic::Status;
-    fn encode(&mut self, _: (), _: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), tonic::Status> {
-        Ok(())
-    }
-}
-
-impl tonic::codec::Decoder for EmptyCodec {
-    type Item = ();
-    type Error = tonic::Status;
-    fn decode(&mut self, _: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<()>, tonic::Status> {
-        Ok(Some(()))
-    }
 }

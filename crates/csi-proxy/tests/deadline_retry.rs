@@ -4,7 +4,10 @@
 
 mod common;
 
-use common::{Daemon, LoopDisk, call_raw, put_bytes};
+use common::{
+    Daemon, LoopDisk, VolumeClient, call_raw, partition_one, put_bytes, retry_unavailable,
+    v1_clients, volumes_on,
+};
 use csi_proxy_api::disk::v1 as d1;
 use csi_proxy_api::filesystem::v1 as f1;
 use csi_proxy_api::volume::v1;
@@ -17,22 +20,19 @@ fn with_deadline<T>(msg: T, t: Duration) -> tonic::Request<T> {
     r
 }
 
-/// Retries `f` while it fails (the background work may still hold the object), for up to 30 s.
-async fn retry<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
-{
-    let t = Instant::now();
-    loop {
-        match f().await {
-            Ok(v) => return v,
-            Err(s) if t.elapsed() < Duration::from_secs(30) && s.code() == Code::Unavailable => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(s) => panic!("{what}: the retry failed: {s:?}"),
+/// How long a retry may find the object still held by the work a deadline cut off.
+const RETRY_FOR: Duration = Duration::from_secs(30);
+
+/// FormatVolume, retried while the format a deadline cut off still holds the volume.
+async fn format_retried(vc: &VolumeClient, id: &str) {
+    retry_unavailable("FormatVolume", RETRY_FOR, || {
+        let (mut vc, volume_id) = (vc.clone(), id.to_string());
+        async move {
+            vc.format_volume(v1::FormatVolumeRequest { volume_id })
+                .await
         }
-    }
+    })
+    .await;
 }
 
 /// Checks the status of a call whose deadline `t` passed.
@@ -91,7 +91,7 @@ async fn a_passed_deadline_is_deadline_exceeded_and_a_retry_completes() {
     );
     // The retry, without a deadline, completes (waiting for the work still running, or
     // finishing what it left), and the tree is gone.
-    retry("Rmdir", || {
+    retry_unavailable("Rmdir", RETRY_FOR, || {
         let (mut fs, path) = (fs.clone(), target.clone());
         async move { fs.rmdir(f1::RmdirRequest { path, force: true }).await }
     })
@@ -169,16 +169,10 @@ async fn deadlines_during_disk_work_leave_a_state_the_retry_completes() {
     let gate = wrappers.path().join("gate");
     let path = gated_mkfs(wrappers.path(), &gate);
     let d = Daemon::start_env(&[], &[("PATH", &path)]);
-    let disk = match LoopDisk::new(d.dir.path(), "deadline", 128) {
-        Ok(l) => l,
-        Err(why) => {
-            eprintln!("SKIPPED: loop disks unavailable: {why}");
-            return;
-        }
+    let Some(disk) = LoopDisk::or_skip(d.dir.path(), "deadline", 128) else {
+        return;
     };
-    let c = d.connector();
-    let mut dc = d1::disk_client::DiskClient::new(c.channel("disk", "v1").await.unwrap());
-    let mut vc = v1::volume_client::VolumeClient::new(c.channel("volume", "v1").await.unwrap());
+    let (mut dc, mut vc) = v1_clients(&d).await;
     let n = disk.disk_number();
 
     for t in [1u64, 3, 10] {
@@ -192,7 +186,7 @@ async fn deadlines_during_disk_work_leave_a_state_the_retry_completes() {
             assert_deadline("PartitionDisk", Duration::from_millis(t), &s, false);
         }
     }
-    retry("PartitionDisk", || {
+    retry_unavailable("PartitionDisk", RETRY_FOR, || {
         let mut dc = dc.clone();
         async move {
             dc.partition_disk(d1::PartitionDiskRequest { disk_number: n })
@@ -200,15 +194,7 @@ async fn deadlines_during_disk_work_leave_a_state_the_retry_completes() {
         }
     })
     .await;
-    let ids = vc
-        .list_volumes_on_disk(v1::ListVolumesOnDiskRequest {
-            disk_number: n,
-            partition_number: 0,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .volume_ids;
+    let ids = volumes_on(&mut vc, n).await;
     assert_eq!(ids.len(), 1, "one partition after retries: {ids:?}");
     let id = ids[0].clone();
 
@@ -228,14 +214,7 @@ async fn deadlines_during_disk_work_leave_a_state_the_retry_completes() {
         }
     }
     assert!(exceeded >= 1, "mkfs takes longer than 1 ms");
-    retry("FormatVolume", || {
-        let (mut vc, volume_id) = (vc.clone(), id.clone());
-        async move {
-            vc.format_volume(v1::FormatVolumeRequest { volume_id })
-                .await
-        }
-    })
-    .await;
+    format_retried(&vc, &id).await;
     let formatted = vc
         .is_volume_formatted(v1::IsVolumeFormattedRequest {
             volume_id: id.clone(),
@@ -248,20 +227,7 @@ async fn deadlines_during_disk_work_leave_a_state_the_retry_completes() {
     // A deadline long enough that the daemon's answer always arrives first, on an operation
     // held up for sure (its mkfs waits at the gate): DEADLINE_EXCEEDED comes from the daemon.
     let disk2 = LoopDisk::new(d.dir.path(), "deadline2", 64).unwrap();
-    let n2 = disk2.disk_number();
-    dc.partition_disk(d1::PartitionDiskRequest { disk_number: n2 })
-        .await
-        .unwrap();
-    let id2 = vc
-        .list_volumes_on_disk(v1::ListVolumesOnDiskRequest {
-            disk_number: n2,
-            partition_number: 0,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .volume_ids
-        .remove(0);
+    let id2 = partition_one(&mut dc, &mut vc, disk2.disk_number()).await;
     let t = Duration::from_secs(2);
     std::fs::write(&gate, b"").unwrap();
     let started = Instant::now();
@@ -282,14 +248,7 @@ async fn deadlines_during_disk_work_leave_a_state_the_retry_completes() {
     );
     // The format the deadline cut off goes on in the background once mkfs may run.
     std::fs::remove_file(&gate).unwrap();
-    retry("FormatVolume", || {
-        let (mut vc, volume_id) = (vc.clone(), id2.clone());
-        async move {
-            vc.format_volume(v1::FormatVolumeRequest { volume_id })
-                .await
-        }
-    })
-    .await;
+    format_retried(&vc, &id2).await;
 
     // The filesystem is whole: it mounts and takes data.
     let stage = d.k("plugins/deadline/globalmount");

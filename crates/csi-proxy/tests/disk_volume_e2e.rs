@@ -3,13 +3,13 @@
 //! unstages a volume. Needs root (loop devices, mount); skipped with the reason otherwise.
 #![cfg(target_os = "linux")]
 
-mod support;
+mod common;
 
+use common::{Daemon, LoopDisk, can_use_loop_devices, is_mounted};
 use csi_proxy_api::disk::v1 as d1;
 use csi_proxy_api::volume::{v1 as vol1, v2alpha1 as vol2};
 use d1::disk_client::DiskClient;
 use std::path::Path;
-use support::{Daemon, LoopDisk, can_use_loop_devices, is_mounted};
 use tonic::Code;
 use tonic::transport::Channel;
 use vol1::volume_client::VolumeClient;
@@ -175,7 +175,7 @@ async fn stage_resize_and_unstage_flow_on_xfs() {
         return;
     }
     let d = Daemon::start(&["--format-filesystem", "xfs"]);
-    let l = LoopDisk::new(d.dir.path(), "flow.img", 400);
+    let l = LoopDisk::new(d.dir.path(), "flow", 400).unwrap();
     let mut c = clients(&d).await;
     let n = number_of(&mut c, &l).await;
     assert_eq!(c.disk_size(n).await, 400 * MIB);
@@ -297,7 +297,7 @@ async fn ext4_grows_offline_and_reports_why_online_growth_fails() {
         return;
     }
     let d = Daemon::start(&[]);
-    let l = LoopDisk::new(d.dir.path(), "ext4.img", 200);
+    let l = LoopDisk::new(d.dir.path(), "ext4", 200).unwrap();
     let mut c = clients(&d).await;
     let n = number_of(&mut c, &l).await;
     let id = c.prepare(n).await;
@@ -346,7 +346,7 @@ async fn data_and_the_hosts_disks_are_never_touched() {
     let mut c = clients(&d).await;
 
     // A whole-disk filesystem (no partition table) is not partitioned over.
-    let whole = LoopDisk::new(d.dir.path(), "whole.img", 64);
+    let whole = LoopDisk::new(d.dir.path(), "whole", 64).unwrap();
     whole.run("mkfs.ext4", &["-q", "-F"], &whole.dev);
     let n = number_of(&mut c, &whole).await;
     let (code_, msg) = code(
@@ -362,18 +362,18 @@ async fn data_and_the_hosts_disks_are_never_touched() {
     assert!(c.volumes(n, 0).await.is_empty());
 
     // A partition someone else formatted is not formatted over.
-    let other = LoopDisk::new(d.dir.path(), "other.img", 64);
+    let other = LoopDisk::new(d.dir.path(), "other", 64).unwrap();
     let m = number_of(&mut c, &other).await;
     c.partition(m).await;
     let id = c.volumes(m, 0).await.remove(0);
-    other.run("mkfs.ext4", &["-q", "-F"], &format!("{}p1", other.dev));
+    other.run("mkfs.ext4", &["-q", "-F"], &other.partition(1));
     assert!(c.formatted(&id).await);
     let (code_, msg) = code(c.format(&id).await.map(tonic::Response::new));
     assert_eq!(code_, Code::FailedPrecondition, "{msg}");
     assert!(msg.contains("already holds ext4"), "{msg}");
 
     // A mounted volume is not formatted, even one we formatted.
-    let ours = LoopDisk::new(d.dir.path(), "ours.img", 64);
+    let ours = LoopDisk::new(d.dir.path(), "ours", 64).unwrap();
     let o = number_of(&mut c, &ours).await;
     let oid = c.prepare(o).await;
     let stage = d.k("plugins/s/globalmount");
@@ -383,7 +383,7 @@ async fn data_and_the_hosts_disks_are_never_touched() {
     assert_eq!(code_, Code::FailedPrecondition, "{msg}");
     assert!(msg.contains("mounted"), "{msg}");
     // An unformatted volume is not mounted.
-    let raw = LoopDisk::new(d.dir.path(), "raw.img", 64);
+    let raw = LoopDisk::new(d.dir.path(), "raw", 64).unwrap();
     let r = number_of(&mut c, &raw).await;
     c.partition(r).await;
     let rid = c.volumes(r, 0).await.remove(0);
@@ -480,7 +480,7 @@ async fn concurrent_partitioning_makes_one_partition() {
         return;
     }
     let d = Daemon::start(&[]);
-    let l = LoopDisk::new(d.dir.path(), "race.img", 64);
+    let l = LoopDisk::new(d.dir.path(), "race", 64).unwrap();
     let mut c = clients(&d).await;
     let n = number_of(&mut c, &l).await;
     let calls: Vec<_> = (0..8)
@@ -497,7 +497,7 @@ async fn concurrent_partitioning_makes_one_partition() {
         call.await.unwrap().unwrap();
     }
     assert_eq!(c.volumes(n, 0).await.len(), 1);
-    let parts = std::fs::read_dir(format!("/sys/block/{}", l.dev.trim_start_matches("/dev/")))
+    let parts = std::fs::read_dir(format!("/sys/block/{}", l.name()))
         .unwrap()
         .filter(|e| e.as_ref().unwrap().path().join("partition").exists())
         .count();
@@ -511,7 +511,7 @@ async fn bad_input_gets_precise_statuses() {
         return;
     }
     let d = Daemon::start(&[]);
-    let l = LoopDisk::new(d.dir.path(), "bad.img", 64);
+    let l = LoopDisk::new(d.dir.path(), "bad", 64).unwrap();
     let mut c = clients(&d).await;
     let n = number_of(&mut c, &l).await;
     let missing = u32::MAX - 7;
@@ -618,7 +618,7 @@ async fn sixteen_parallel_flows() {
     }
     let d = Daemon::start(&[]);
     let disks: Vec<LoopDisk> = (0..16)
-        .map(|i| LoopDisk::new(d.dir.path(), &format!("p{i}.img"), 64))
+        .map(|i| LoopDisk::new(d.dir.path(), &format!("p{i}"), 64).unwrap())
         .collect();
     let mut c = clients(&d).await;
     let mut numbers = Vec::new();
@@ -672,7 +672,7 @@ async fn every_older_version_rpc_works_on_real_disks() {
     let ch = |g: &'static str, v: &'static str| conn.lazy_channel(g, v);
 
     // Disk v1alpha1: GetDiskNumberByName, ListDiskLocations, PartitionDisk, Rescan.
-    let l1 = LoopDisk::new(d.dir.path(), "a1.img", 64);
+    let l1 = LoopDisk::new(d.dir.path(), "a1", 64).unwrap();
     let n1 = number_of(&mut c, &l1).await;
     let mut da1c = da1::disk_client::DiskClient::new(ch("disk", "v1alpha1"));
     let e = da1c
@@ -701,7 +701,7 @@ async fn every_older_version_rpc_works_on_real_disks() {
     assert_eq!(c.volumes(n1, 0).await.len(), 1);
 
     // Disk v1beta1 and v1beta2: string disk IDs, identifiers maps, DiskStats, attach state.
-    let l2 = LoopDisk::new(d.dir.path(), "b1.img", 72);
+    let l2 = LoopDisk::new(d.dir.path(), "b1", 72).unwrap();
     let n2 = number_of(&mut c, &l2).await;
     let mut db1c = db1::disk_client::DiskClient::new(ch("disk", "v1beta1"));
     let ids = db1c

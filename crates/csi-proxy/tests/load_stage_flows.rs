@@ -1,16 +1,20 @@
 //! Load: 1,000 client connections held open while 64 stage flows run on 64 loop disks, with one
 //! more disk's FormatVolume frozen mid-way (its mkfs stopped with SIGSTOP) the whole time. Every
 //! flow succeeds, the frozen disk blocks no other disk, and the daemon's memory stays bounded and
-//! returns near idle. Needs root and losetup; skipped with the reason otherwise.
+//! returns near idle. The daemon, started from a soft open-file limit of 1,024, has raised it
+//! itself for the connections. Needs root, losetup and a hard open-file limit above what the load
+//! needs; skipped with the reason otherwise.
 #![cfg(target_os = "linux")]
 
 mod common;
 
-use common::{Daemon, LoopDisk, call_raw, put_bytes};
+use common::{
+    Daemon, LoopDisk, Thaw, call_raw, nofile_limits, partition_one, put_bytes, set_soft_nofile,
+    spawn_format, v1_clients, wait_for_child,
+};
 use csi_proxy_api::disk::v1 as d1;
 use csi_proxy_api::volume::v1;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -18,79 +22,15 @@ use tokio::task::JoinSet;
 
 const CONNECTIONS: usize = 1000;
 const FLOWS: usize = 64;
-
-/// Raises the open-file limit of a process to `n` if it is lower (`prlimit`, util-linux).
-fn raise_nofile(pid: u32, n: u64) -> Result<(), String> {
-    let out = Command::new("prlimit")
-        .args([
-            "--pid",
-            &pid.to_string(),
-            "--nofile",
-            "--raw",
-            "--noheadings",
-            "-o",
-            "SOFT",
-        ])
-        .output()
-        .map_err(|e| format!("prlimit: {e}"))?;
-    let soft: u64 = String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .unwrap_or(0);
-    if soft >= n {
-        return Ok(());
-    }
-    let ok = Command::new("prlimit")
-        .args(["--pid", &pid.to_string(), &format!("--nofile={n}:{n}")])
-        .status()
-        .map_err(|e| format!("prlimit: {e}"))?
-        .success();
-    if ok {
-        Ok(())
-    } else {
-        Err(format!("cannot raise the open-file limit of {pid} to {n}"))
-    }
-}
-
-/// The daemon's direct child whose name starts with `prefix`, if any.
-fn child_named(ppid: u32, prefix: &str) -> Option<u32> {
-    for e in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            continue;
-        };
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        let ppid_field = stat[close + 1..].split_whitespace().nth(1);
-        if ppid_field == Some(&ppid.to_string()) && stat[open + 1..close].starts_with(prefix) {
-            return stat[..open].trim().parse().ok();
-        }
-    }
-    None
-}
-
-fn signal(pid: u32, sig: &str) {
-    let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
-}
-
-/// Continues a stopped process when dropped, so a failing test never leaves mkfs frozen.
-struct Thaw(Option<u32>);
-
-impl Drop for Thaw {
-    fn drop(&mut self) {
-        if let Some(pid) = self.0 {
-            signal(pid, "-CONT");
-        }
-    }
-}
+/// Open files the daemon needs: one per connection, and room for its sockets, loop disks and
+/// the tools it runs.
+const NOFILE_NEEDED: u64 = CONNECTIONS as u64 + 256;
 
 /// Partition, format, mount, write, stat, unmount: the node-stage half of a CSI driver's work.
 /// Returns how many times UnmountVolume answered "busy" before it succeeded.
 async fn stage_flow(d: Arc<Daemon>, n: u32, i: usize) -> Result<u32, String> {
-    let c = d.connector();
     let err = |what: &str, s: tonic::Status| format!("flow {i} (disk {n}) {what}: {s:?}");
-    let mut dc = d1::disk_client::DiskClient::new(c.channel("disk", "v1").await.unwrap());
-    let mut vc = v1::volume_client::VolumeClient::new(c.channel("volume", "v1").await.unwrap());
+    let (mut dc, mut vc) = v1_clients(&d).await;
     dc.partition_disk(d1::PartitionDiskRequest { disk_number: n })
         .await
         .map_err(|s| err("PartitionDisk", s))?;
@@ -237,21 +177,39 @@ async fn settled_rss(d: &Daemon, idle_threads: u64) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousand_connections_and_64_stage_flows_with_one_frozen_disk() {
+    // The daemon starts from the usual soft limit of 1,024 (systemd's, a login shell's), so the
+    // check below sees the daemon's own raise and not a limit it inherited from this shell.
+    let me = std::process::id();
+    let (my_soft, my_hard) = nofile_limits(me).expect("/proc/self/limits");
+    let _ = set_soft_nofile(me, my_soft.min(1024));
     let d = Daemon::start_env(&[], &[("MALLOC_ARENA_MAX", "2")]);
+    let _ = set_soft_nofile(me, my_soft);
     let dir = d.dir.path().to_path_buf();
     // The frozen disk first: if loop disks cannot be made, skip before anything heavy.
-    let frozen = match LoopDisk::new(&dir, "frozen", 64) {
-        Ok(l) => l,
-        Err(why) => {
-            eprintln!("SKIPPED: loop disks unavailable: {why}");
-            return;
-        }
+    let Some(frozen) = LoopDisk::or_skip(&dir, "frozen", 64) else {
+        return;
     };
-    for pid in [std::process::id(), d.child.id()] {
-        if let Err(why) = raise_nofile(pid, 8192) {
-            eprintln!("SKIPPED: {why}");
-            return;
-        }
+    // The daemon raises its soft open-file limit to its hard limit at start-up; with the hard
+    // limit below what the load needs, neither the daemon nor this test can have enough.
+    let (soft, hard) = nofile_limits(d.child.id()).expect("/proc/<daemon>/limits");
+    if hard.min(my_hard) < NOFILE_NEEDED {
+        eprintln!(
+            "SKIPPED: the hard open-file limit (daemon {hard}, test {my_hard}) is below the \
+             {NOFILE_NEEDED} the load needs"
+        );
+        return;
+    }
+    assert!(
+        soft >= NOFILE_NEEDED,
+        "the daemon raised its soft open-file limit for {CONNECTIONS} connections: soft {soft}, \
+         hard {hard}, needed {NOFILE_NEEDED}"
+    );
+    // This process holds the client side of every connection.
+    if my_soft < NOFILE_NEEDED
+        && let Err(why) = set_soft_nofile(me, my_hard.min(8192))
+    {
+        eprintln!("SKIPPED: {why}");
+        return;
     }
     let mut disks = Vec::new();
     for i in 0..FLOWS {
@@ -291,40 +249,13 @@ async fn thousand_connections_and_64_stage_flows_with_one_frozen_disk() {
 
     // Freeze one disk's FormatVolume mid-way: its mkfs is stopped until the flows are done.
     let n = frozen.disk_number();
-    let c = d.connector();
-    let mut dc = d1::disk_client::DiskClient::new(c.channel("disk", "v1").await.unwrap());
-    let mut vc = v1::volume_client::VolumeClient::new(c.channel("volume", "v1").await.unwrap());
-    dc.partition_disk(d1::PartitionDiskRequest { disk_number: n })
+    let (mut dc, mut vc) = v1_clients(&d).await;
+    let frozen_id = partition_one(&mut dc, &mut vc, n).await;
+    let slow = spawn_format(&vc, &frozen_id);
+    let (mkfs, _) = wait_for_child(d.child.id(), &["mkfs", "mke2fs"], Duration::from_secs(20))
         .await
-        .unwrap();
-    let frozen_id = vc
-        .list_volumes_on_disk(v1::ListVolumesOnDiskRequest {
-            disk_number: n,
-            partition_number: 0,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .volume_ids
-        .remove(0);
-    let slow = {
-        let (mut vc, volume_id) = (vc.clone(), frozen_id.clone());
-        tokio::spawn(async move {
-            vc.format_volume(v1::FormatVolumeRequest { volume_id })
-                .await
-        })
-    };
-    let daemon_pid = d.child.id();
-    let mut thaw = Thaw(None);
-    let t = Instant::now();
-    while thaw.0.is_none() && t.elapsed() < Duration::from_secs(20) {
-        thaw.0 = child_named(daemon_pid, "mkfs").or_else(|| child_named(daemon_pid, "mke2fs"));
-        if let Some(pid) = thaw.0 {
-            signal(pid, "-STOP");
-        }
-        tokio::time::sleep(Duration::from_micros(200)).await;
-    }
-    assert!(thaw.0.is_some(), "FormatVolume runs mkfs");
+        .expect("FormatVolume runs mkfs");
+    let thaw = Thaw::stop(mkfs);
 
     // 64 stage flows at once, on the other disks.
     let t1 = Instant::now();

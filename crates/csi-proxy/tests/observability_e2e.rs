@@ -2,65 +2,15 @@
 //! standard gRPC health service on every endpoint.
 #![cfg(target_os = "linux")]
 
-use csi_proxy_client::Connector;
+mod common;
+
+use common::Daemon;
 use csi_proxy_client::filesystem::FilesystemClient;
 use csi_proxy_client::health::{self, HealthError, ServingStatus};
 use std::collections::{BTreeMap, HashSet};
 use std::io::{Read, Write};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-struct Daemon {
-    child: Child,
-    sockets: PathBuf,
-    kubelet: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Daemon {
-    fn start(extra: &[String]) -> Daemon {
-        let dir = tempfile::tempdir().unwrap();
-        let kubelet = dir.path().join("kubelet");
-        std::fs::create_dir_all(&kubelet).unwrap();
-        let sockets = dir.path().join("run");
-        let log = std::fs::File::create(dir.path().join("daemon.log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_csi-proxy"))
-            .arg(format!("-kubelet-path={}", kubelet.display()))
-            .arg("--socket-dir")
-            .arg(&sockets)
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let d = Daemon {
-            child,
-            sockets,
-            kubelet,
-            _dir: dir,
-        };
-        let last = d.sockets.join("csi-proxy-iscsi-v1alpha2.sock");
-        let t = Instant::now();
-        while !last.exists() {
-            assert!(t.elapsed() < Duration::from_secs(20), "no sockets");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        d
-    }
-
-    fn connector(&self) -> Connector {
-        Connector::SocketDir(self.sockets.clone())
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use std::process::Command;
+use std::time::Duration;
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -155,7 +105,7 @@ fn value(samples: &[Sample], name: &str, want: &[(&str, &str)]) -> Option<f64> {
 #[tokio::test]
 async fn metrics_count_real_rpcs_with_codes_and_latency() {
     let port = free_port();
-    let d = Daemon::start(&[format!("--metrics-bind-address=127.0.0.1:{port}")]);
+    let d = Daemon::start(&[&format!("--metrics-bind-address=127.0.0.1:{port}")]);
     let mut fs = FilesystemClient::connect(&d.connector()).await.unwrap();
     let inside = d.kubelet.join("x").display().to_string();
     for _ in 0..3 {
@@ -268,10 +218,10 @@ fn listening_sockets_of(pid: u32) -> usize {
 fn no_metrics_flag_means_nothing_listens() {
     let off = Daemon::start(&[]);
     assert_eq!(listening_sockets_of(off.child.id()), 0);
-    let empty = Daemon::start(&["--metrics-bind-address=".to_string()]);
+    let empty = Daemon::start(&["--metrics-bind-address="]);
     assert_eq!(listening_sockets_of(empty.child.id()), 0);
     // Control: the same check sees the listener when the flag is set.
-    let on = Daemon::start(&[format!("--metrics-bind-address=127.0.0.1:{}", free_port())]);
+    let on = Daemon::start(&[&format!("--metrics-bind-address=127.0.0.1:{}", free_port())]);
     assert_eq!(listening_sockets_of(on.child.id()), 1);
 }
 

@@ -3,15 +3,15 @@
 //! daemon's log and every error message over a failing SMB mapping and a failing CHAP login.
 #![cfg(target_os = "linux")]
 
+mod common;
 #[path = "../../host/tests/iscsi_support/tgt.rs"]
 mod tgt;
 
+use common::Daemon;
 use csi_proxy_api::iscsi::{v1alpha1 as iscsi1, v1alpha2 as iscsi2};
 use csi_proxy_api::smb::v1 as smb1;
-use csi_proxy_client::Connector;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 use tonic::Code;
 
 const SMB_PASSWORD: &str = "E2e-Smb-Pa55,word";
@@ -19,63 +19,15 @@ const CHAP_SECRET: &str = "E2e-Chap-S3cret-1";
 const MUTUAL_SECRET: &str = "E2e-Mutual-S3cret-2";
 const IQN: &str = "iqn.2026-01.test:e2e";
 
-struct Daemon {
-    child: Child,
-    dir: tempfile::TempDir,
+/// Debug logging at the highest level: whatever the daemon can log about a request, the secret
+/// checks read.
+fn start() -> Daemon {
+    Daemon::start_env(&["-v=5"], &[("CSI_PROXY_LOG", "debug")])
 }
 
-impl Daemon {
-    fn start() -> Daemon {
-        let dir = tempfile::tempdir().unwrap();
-        let kubelet = dir.path().join("kubelet");
-        std::fs::create_dir_all(&kubelet).unwrap();
-        let log = std::fs::File::create(dir.path().join("daemon.log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_csi-proxy"))
-            .arg(format!("-kubelet-path={}", kubelet.display()))
-            .arg("--socket-dir")
-            .arg(dir.path().join("run"))
-            .arg("-v=5")
-            .env("CSI_PROXY_LOG", "debug")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let d = Daemon { child, dir };
-        let last = d.sockets().join("csi-proxy-iscsi-v1alpha2.sock");
-        let t = Instant::now();
-        while !last.exists() {
-            assert!(
-                t.elapsed() < Duration::from_secs(20),
-                "daemon did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        d
-    }
-    fn sockets(&self) -> PathBuf {
-        self.dir.path().join("run")
-    }
-    fn kubelet(&self) -> PathBuf {
-        self.dir.path().join("kubelet")
-    }
-    fn connector(&self) -> Connector {
-        Connector::SocketDir(self.sockets())
-    }
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("daemon.log")).unwrap()
-    }
-    async fn iscsi2(&self) -> iscsi2::iscsi_client::IscsiClient<tonic::transport::Channel> {
-        let ch = self.connector().channel("iscsi", "v1alpha2").await.unwrap();
-        iscsi2::iscsi_client::IscsiClient::new(ch)
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+async fn iscsi2(d: &Daemon) -> iscsi2::iscsi_client::IscsiClient<tonic::transport::Channel> {
+    let ch = d.connector().channel("iscsi", "v1alpha2").await.unwrap();
+    iscsi2::iscsi_client::IscsiClient::new(ch)
 }
 
 fn portal2(port: u32) -> Option<iscsi2::TargetPortal> {
@@ -99,8 +51,8 @@ async fn iscsi_portals_discovery_and_sessions_through_the_daemon() {
     }
     let t = tgt::Tgt::start();
     t.add_target(1, IQN);
-    let d = Daemon::start();
-    let mut c = d.iscsi2().await;
+    let d = start();
+    let mut c = iscsi2(&d).await;
     let port = u32::from(t.port);
 
     // A request without a portal is INVALID_ARGUMENT (upstream crashes).
@@ -250,14 +202,14 @@ async fn secrets_stay_out_of_the_log_and_every_error() {
             None
         }
     };
-    let d = Daemon::start();
+    let d = start();
     let mut messages = Vec::new();
 
     // A failing SMB mapping (no cifs here, or no server on 127.0.0.1 where there is).
     let ch = d.connector().channel("smb", "v1").await.unwrap();
     let mut smb = smb1::smb_client::SmbClient::new(ch);
-    let local = d.kubelet().join("pods/p/volumes/v").display().to_string();
-    std::fs::create_dir_all(d.kubelet().join("pods/p/volumes")).unwrap();
+    let local = d.kubelet.join("pods/p/volumes/v").display().to_string();
+    std::fs::create_dir_all(d.kubelet.join("pods/p/volumes")).unwrap();
     for remote in [
         "\\\\127.0.0.1\\share\\dir",
         "//127.0.0.1/share",
@@ -277,7 +229,7 @@ async fn secrets_stay_out_of_the_log_and_every_error() {
     assert_eq!(messages.len(), 3);
 
     // CHAP: a failing login (wrong secret, or no initiator) and a mutual secret.
-    let mut c = d.iscsi2().await;
+    let mut c = iscsi2(&d).await;
     c.set_mutual_chap_secret(iscsi2::SetMutualChapSecretRequest {
         mutual_chap_secret: MUTUAL_SECRET.into(),
     })

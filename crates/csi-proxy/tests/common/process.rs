@@ -1,0 +1,107 @@
+//! The processes around the daemon: the tools it runs (found, stopped, continued) and
+//! open-file limits.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A direct child of `ppid` whose name starts with one of `prefixes`: its pid and name.
+pub fn child_named(ppid: u32, prefixes: &[&str]) -> Option<(u32, String)> {
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...: comm may hold spaces, so split at the last ')'.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let parent = stat[close + 1..].split_whitespace().nth(1);
+        let comm = &stat[open + 1..close];
+        if parent == Some(&ppid.to_string())
+            && prefixes.iter().any(|p| comm.starts_with(p))
+            && let Ok(pid) = stat[..open].trim().parse()
+        {
+            return Some((pid, comm.to_string()));
+        }
+    }
+    None
+}
+
+/// Waits up to `limit` for [`child_named`] to find one. Polls every 200 µs on a blocking
+/// thread, so that a tool that runs for a few milliseconds is still caught while it runs.
+pub async fn wait_for_child(
+    ppid: u32,
+    prefixes: &'static [&'static str],
+    limit: Duration,
+) -> Option<(u32, String)> {
+    tokio::task::spawn_blocking(move || {
+        let t = Instant::now();
+        while t.elapsed() < limit {
+            if let Some(found) = child_named(ppid, prefixes) {
+                return Some(found);
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        None
+    })
+    .await
+    .unwrap()
+}
+
+/// Sends a signal (`-STOP`, `-CONT`, `-TERM`, ...) with kill(1); says whether it was delivered.
+pub fn signal(pid: u32, sig: &str) -> bool {
+    Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A process stopped with SIGSTOP, continued when this drops, so that a failing test never
+/// leaves it frozen.
+pub struct Thaw(pub u32);
+
+impl Thaw {
+    /// Stops `pid` until the returned guard drops.
+    pub fn stop(pid: u32) -> Thaw {
+        let guard = Thaw(pid);
+        signal(pid, "-STOP");
+        guard
+    }
+}
+
+impl Drop for Thaw {
+    fn drop(&mut self) {
+        signal(self.0, "-CONT");
+    }
+}
+
+/// The soft and hard open-file limits of `pid` ("Max open files" in `/proc/<pid>/limits`;
+/// `unlimited` is `u64::MAX`).
+pub fn nofile_limits(pid: u32) -> Option<(u64, u64)> {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).ok()?;
+    let rest = limits
+        .lines()
+        .find_map(|l| l.strip_prefix("Max open files"))?;
+    let mut v = rest.split_whitespace().map(|f| match f {
+        "unlimited" => Some(u64::MAX),
+        n => n.parse().ok(),
+    });
+    Some((v.next()??, v.next()??))
+}
+
+/// Sets the soft open-file limit of `pid` to `soft`, keeping its hard limit (`prlimit`,
+/// util-linux).
+pub fn set_soft_nofile(pid: u32, soft: u64) -> Result<(), String> {
+    let ok = Command::new("prlimit")
+        .args(["--pid", &pid.to_string(), &format!("--nofile={soft}:")])
+        .stderr(Stdio::null())
+        .status()
+        .map_err(|e| format!("prlimit: {e}"))?
+        .success();
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "cannot set the soft open-file limit of {pid} to {soft}"
+        ))
+    }
+}

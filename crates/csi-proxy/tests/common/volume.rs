@@ -1,0 +1,53 @@
+//! The v1 disk and volume steps that several tests start their work with.
+
+use super::daemon::Daemon;
+use csi_proxy_api::disk::v1 as d1;
+use csi_proxy_api::volume::v1;
+use tokio::task::JoinHandle;
+use tonic::transport::Channel;
+
+/// A disk v1 client.
+pub type DiskClient = d1::disk_client::DiskClient<Channel>;
+/// A volume v1 client.
+pub type VolumeClient = v1::volume_client::VolumeClient<Channel>;
+
+/// Disk and volume v1 clients on channels dialled now.
+pub async fn v1_clients(d: &Daemon) -> (DiskClient, VolumeClient) {
+    let c = d.connector();
+    (
+        DiskClient::new(c.channel("disk", "v1").await.unwrap()),
+        VolumeClient::new(c.channel("volume", "v1").await.unwrap()),
+    )
+}
+
+/// The IDs of the volumes on disk `n`.
+pub async fn volumes_on(vc: &mut VolumeClient, n: u32) -> Vec<String> {
+    vc.list_volumes_on_disk(v1::ListVolumesOnDiskRequest {
+        disk_number: n,
+        partition_number: 0,
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .volume_ids
+}
+
+/// PartitionDisk on disk `n`, then the ID of the one volume on it.
+pub async fn partition_one(dc: &mut DiskClient, vc: &mut VolumeClient, n: u32) -> String {
+    dc.partition_disk(d1::PartitionDiskRequest { disk_number: n })
+        .await
+        .unwrap();
+    volumes_on(vc, n).await.remove(0)
+}
+
+/// FormatVolume on a task of its own, for a test that crashes or freezes the daemon meanwhile.
+pub fn spawn_format(
+    vc: &VolumeClient,
+    id: &str,
+) -> JoinHandle<Result<tonic::Response<v1::FormatVolumeResponse>, tonic::Status>> {
+    let (mut vc, volume_id) = (vc.clone(), id.to_string());
+    tokio::spawn(async move {
+        vc.format_volume(v1::FormatVolumeRequest { volume_id })
+            .await
+    })
+}
