@@ -65,6 +65,8 @@ async fn run(
         Ok(_) => {}
         Err(e) => tracing::warn!("cannot raise the open-file limit: {e}"),
     }
+    #[cfg(target_os = "linux")]
+    tokio::spawn(release_memory_when_quiet());
     // Empty = off: nothing listens. Bound before the endpoints, as upstream does, so a bad
     // address fails start-up instead of leaving a daemon without the metrics it was asked for.
     if !flags.metrics_bind_address.is_empty() {
@@ -170,4 +172,27 @@ fn init_logging(flags: &flags::Flags) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// After a burst of requests, once none has started for a whole period, gives the freed heap
+/// back to the system (see `csi_proxy_host::linux::memory`), so the daemon returns near its
+/// idle size instead of staying at its peak.
+#[cfg(target_os = "linux")]
+async fn release_memory_when_quiet() {
+    const PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
+    let mut tick = tokio::time::interval(PERIOD);
+    let (mut seen, mut trimmed_at) = (0, 0);
+    loop {
+        tick.tick().await;
+        let now = csi_proxy_server::call::requests_started();
+        if now == seen && now != trimmed_at {
+            let released =
+                tokio::task::spawn_blocking(csi_proxy_host::linux::memory::release_free_memory)
+                    .await
+                    .unwrap_or(false);
+            tracing::debug!(released, "quiet after requests: freed heap returned");
+            trimmed_at = now;
+        }
+        seen = now;
+    }
 }

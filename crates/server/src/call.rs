@@ -2,11 +2,18 @@
 //! request only, errors turned into statuses, and one log line per request at `-v=4` and above.
 
 use crate::status::to_status;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Instant;
 use tonic::{Code, Response, Status};
 
 static VERBOSITY: AtomicU8 = AtomicU8::new(0);
+static REQUESTS: AtomicU64 = AtomicU64::new(0);
+
+/// How many requests have reached a handler since start: a cheap activity signal for
+/// housekeeping that should wait for quiet moments.
+pub fn requests_started() -> u64 {
+    REQUESTS.load(Ordering::Relaxed)
+}
 
 /// Sets the klog-style verbosity (`-v`); request lines are logged from 4 up.
 pub fn set_verbosity(v: u8) {
@@ -39,6 +46,7 @@ where
     T: Send + 'static,
 {
     let started = Instant::now();
+    REQUESTS.fetch_add(1, Ordering::Relaxed);
     let in_flight = crate::metrics::InFlight::start(rpc);
     let result = match tokio::task::spawn_blocking(work).await {
         Ok(Ok(v)) => Ok(Response::new(v)),

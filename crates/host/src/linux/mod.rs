@@ -4,6 +4,7 @@ pub mod disk;
 pub mod filesystem;
 pub mod iscsi;
 pub mod limits;
+pub mod memory;
 pub mod mountinfo;
 pub mod smb;
 pub mod system;
