@@ -6,7 +6,8 @@
 mod common;
 
 use common::{
-    Contract, Daemon, HostSnapshot, Variant, assert_precise, assert_serving, call_raw, put_bytes,
+    Contract, Daemon, HostSnapshot, PRECISE, Variant, assert_precise, assert_serving, call_raw,
+    call_raw_messages, cpu_time, nofile_limits, open_fds, put_bytes, set_soft_nofile,
 };
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -126,4 +127,77 @@ async fn garbage_on_the_socket_does_not_disturb_other_clients() {
         let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut sink)).await;
         assert_serving(&d, "garbage on the socket").await;
     }
+}
+
+#[tokio::test]
+async fn a_unary_call_without_its_one_message_is_refused_and_names_the_call() {
+    let d = Daemon::start(&[]);
+    let ch = d.connector().channel("filesystem", "v1").await.unwrap();
+    let s = call_raw_messages(&ch, "/v1.Filesystem/PathExists", vec![])
+        .await
+        .expect_err("no request message");
+    // The gRPC status-code table: "request cardinality violation" is UNIMPLEMENTED.
+    assert_eq!(s.code(), Code::Unimplemented, "{s:?}");
+    assert!(s.message().contains("/v1.Filesystem/PathExists"), "{s:?}");
+    // Two messages: the daemon acts on at most one of them, and a second Mkdir never happens.
+    let mut first = Vec::new();
+    put_bytes(&mut first, 1, d.k("pods/first").as_bytes());
+    let mut second = Vec::new();
+    put_bytes(&mut second, 1, d.k("pods/second").as_bytes());
+    let r = call_raw_messages(&ch, "/v1.Filesystem/Mkdir", vec![first, second]).await;
+    eprintln!("two request messages: {r:?}");
+    assert!(
+        !std::path::Path::new(&d.k("pods/second")).exists(),
+        "the second message of a unary call was acted on"
+    );
+    if let Err(s) = &r {
+        assert!(PRECISE.contains(&s.code()), "{s:?}");
+    }
+    assert_serving(&d, "calls with the wrong number of messages").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_out_of_descriptors_pauses_accepts_and_the_daemon_recovers() {
+    let d = Daemon::start(&[]);
+    let pid = d.child.id();
+    let Some((soft, _)) = nofile_limits(pid) else {
+        eprintln!("SKIPPED: cannot read the daemon's open-file limit");
+        return;
+    };
+    // Room for a handful of connections, then EMFILE on every accept.
+    let tight = open_fds(pid) + 4;
+    if let Err(why) = set_soft_nofile(pid, tight) {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let sock = d.sockets.join("csi-proxy-filesystem-v1.sock");
+    let mut held = Vec::new();
+    for _ in 0..32 {
+        // The kernel queues a connection the daemon cannot accept, so connect succeeds.
+        held.push(tokio::net::UnixStream::connect(&sock).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Accepts keep failing for as long as the descriptors are gone. A daemon that retried at
+    // once would burn a core the whole time; one that pauses uses next to nothing.
+    let cpu = cpu_time(pid);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let used = cpu_time(pid) - cpu;
+    assert!(
+        used < Duration::from_millis(500),
+        "the daemon used {used:?} of CPU in 2 s while it could not accept"
+    );
+    assert!(
+        d.log().contains("cannot accept a connection"),
+        "the failed accept is logged; log:\n{}",
+        d.log_tail()
+    );
+    // Descriptors come back: the held connections close and the limit is restored.
+    drop(held);
+    set_soft_nofile(pid, soft).unwrap();
+    assert_serving(&d, "running out of descriptors").await;
+    assert!(
+        d.log().contains("accepting connections again"),
+        "log:\n{}",
+        d.log_tail()
+    );
 }

@@ -105,3 +105,25 @@ pub fn set_soft_nofile(pid: u32, soft: u64) -> Result<(), String> {
         ))
     }
 }
+
+/// CPU time `pid` has used so far, user plus system (`/proc/<pid>/stat`, fields 14 and 15, in
+/// clock ticks of 10 ms on Linux).
+pub fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after_comm = stat.rfind(')').map(|i| &stat[i + 1..]).unwrap_or("");
+    // After "pid (comm)": state is field 3, so utime (14) and stime (15) are the 12th and 13th.
+    let ticks: u64 = after_comm
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|f| f.parse::<u64>().ok())
+        .sum();
+    Duration::from_millis(ticks * 10)
+}
+
+/// How many descriptors `pid` has open.
+pub fn open_fds(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|r| r.count() as u64)
+        .unwrap_or(0)
+}

@@ -65,6 +65,24 @@ pub async fn call_raw(
     g.unary(req, path, RawCodec).await.map(|r| r.into_inner())
 }
 
+/// A call to `path` carrying `messages` as they are, however many: how a client that breaks
+/// the unary contract (no request message, or several) looks to the daemon.
+pub async fn call_raw_messages(
+    ch: &tonic::transport::Channel,
+    path: &str,
+    messages: Vec<Vec<u8>>,
+) -> Result<Vec<u8>, Status> {
+    let mut g = tonic::client::Grpc::new(ch.clone());
+    g.ready()
+        .await
+        .map_err(|e| Status::unavailable(format!("not ready: {e}")))?;
+    let stream = tonic::codegen::tokio_stream::iter(messages);
+    let path = path.parse().expect("valid RPC path");
+    g.client_streaming(tonic::Request::new(stream), path, RawCodec)
+        .await
+        .map(|r| r.into_inner())
+}
+
 /// A cheap request every daemon answers OK: filesystem v1 PathExists on the kubelet dir.
 pub async fn assert_serving(d: &Daemon, what: &str) {
     let ch = d
