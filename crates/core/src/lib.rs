@@ -2,6 +2,7 @@
 //! policy and the error type. Nothing here calls the OS; `csi-proxy-host` implements the traits.
 #![forbid(unsafe_code)]
 
+pub mod deadline;
 pub mod disk;
 pub mod error;
 pub mod filesystem;

@@ -40,7 +40,14 @@ pub struct RpcId {
 ///
 /// Host calls block (syscalls, mkfs, WMI), so they never run on the async workers. A panic inside
 /// `work` is caught by the blocking task and answered with INTERNAL; the daemon keeps serving.
-pub async fn blocking<T, F>(rpc: RpcId, work: F) -> Result<Response<T>, Status>
+///
+/// `deadline` is the caller's ([`deadline_of`]): host work that has not started by then is not
+/// started (see `csi_proxy_core::deadline`).
+pub async fn blocking<T, F>(
+    rpc: RpcId,
+    deadline: Option<Instant>,
+    work: F,
+) -> Result<Response<T>, Status>
 where
     F: FnOnce() -> csi_proxy_core::Result<T> + Send + 'static,
     T: Send + 'static,
@@ -48,6 +55,12 @@ where
     let started = Instant::now();
     REQUESTS.fetch_add(1, Ordering::Relaxed);
     let in_flight = crate::metrics::InFlight::start(rpc);
+    let work = move || {
+        csi_proxy_core::deadline::within(deadline, || {
+            csi_proxy_core::deadline::check(rpc.method, "request")?;
+            work()
+        })
+    };
     let result = match tokio::task::spawn_blocking(work).await {
         Ok(Ok(v)) => Ok(Response::new(v)),
         Ok(Err(e)) => Err(to_status(&e)),
@@ -79,6 +92,16 @@ where
     in_flight.finish(code);
     log_request(rpc, started, &result);
     result
+}
+
+/// When the caller stops waiting for `request`: its `grpc-timeout` from now, less the margin at
+/// which the daemon answers DEADLINE_EXCEEDED ([`crate::spec_status::margin`]).
+pub fn deadline_of<T>(request: &tonic::Request<T>) -> Option<Instant> {
+    let t = request
+        .metadata()
+        .get("grpc-timeout")
+        .and_then(|v| crate::spec_status::parse_grpc_timeout(v.as_bytes()))?;
+    Instant::now().checked_add(t.saturating_sub(crate::spec_status::margin(t)))
 }
 
 fn log_request<T>(rpc: RpcId, started: Instant, result: &Result<Response<T>, Status>) {
@@ -151,6 +174,7 @@ macro_rules! unary {
             'life0: 'async_trait,
             Self: 'async_trait,
         {
+            let deadline = $crate::call::deadline_of(&request);
             #[allow(unused_variables)]
             let $r = request.into_inner();
             #[allow(unused_variables)]
@@ -161,6 +185,7 @@ macro_rules! unary {
                     version: stringify!($v),
                     method: $method,
                 },
+                deadline,
                 move || -> ::csi_proxy_core::Result<$v::$resp> { $body },
             ))
         }
@@ -207,21 +232,35 @@ mod tests {
 
     #[tokio::test]
     async fn a_panicking_handler_answers_internal_and_the_next_request_works() {
-        let r: Result<Response<()>, Status> = blocking(RPC, || panic!("boom")).await;
+        let r: Result<Response<()>, Status> = blocking(RPC, None, || panic!("boom")).await;
         let s = r.unwrap_err();
         assert_eq!(s.code(), Code::Internal);
         assert!(s.message().contains("boom"), "{}", s.message());
         assert!(s.message().contains("filesystem Mkdir"), "{}", s.message());
-        let ok = blocking(RPC, || Ok(7u32)).await.unwrap();
+        let ok = blocking(RPC, None, || Ok(7u32)).await.unwrap();
         assert_eq!(ok.into_inner(), 7);
     }
 
     #[tokio::test]
     async fn errors_become_their_status() {
-        let r: Result<Response<()>, Status> = blocking(RPC, || {
+        let r: Result<Response<()>, Status> = blocking(RPC, None, || {
             Err(csi_proxy_core::Error::invalid("Mkdir", "\"x\"", "bad"))
         })
         .await;
         assert_eq!(r.unwrap_err().code(), Code::InvalidArgument);
+    }
+
+    #[tokio::test]
+    async fn work_whose_deadline_passed_before_it_started_is_not_done() {
+        let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = ran.clone();
+        let past = Instant::now() - std::time::Duration::from_millis(1);
+        let r: Result<Response<()>, Status> = blocking(RPC, Some(past), move || {
+            flag.store(true, Ordering::SeqCst);
+            Ok(())
+        })
+        .await;
+        assert_eq!(r.unwrap_err().code(), Code::DeadlineExceeded);
+        assert!(!ran.load(Ordering::SeqCst));
     }
 }

@@ -154,7 +154,7 @@ impl DiskService {
 
     /// Holds the disk and refuses it when the host uses it for itself.
     fn claim(&self, op: &str, disk_number: u32) -> Result<crate::locks::DiskGuard> {
-        let guard = lock_disk(disk_number);
+        let guard = lock_disk(disk_number, op, &format!("disk {disk_number}"))?;
         let usage = self
             .host
             .disk_usage(disk_number)

@@ -165,7 +165,7 @@ impl VolumeService {
             .host
             .volume_disk(volume_id)
             .map_err(|e| e.context(op))?;
-        let guard = lock_disk(disk);
+        let guard = lock_disk(disk, op, &format!("volume {volume_id:?} on disk {disk}"))?;
         if guard_host_disk {
             // Asked again under the lock: mounts may have changed while waiting.
             let (_, usage) = self
