@@ -7,8 +7,8 @@
 mod common;
 
 use common::{
-    Daemon, DiskClient, LoopDisk, VolumeClient, partition_one, spawn_format, v1_clients,
-    volumes_on, wait_for_child,
+    Daemon, DiskClient, LoopDisk, VolumeClient, hold_first_run, mounts_under, partition_one,
+    spawn_format, v1_clients, volumes_on, wait_for_child,
 };
 use csi_proxy_api::disk::v1 as d1;
 use csi_proxy_api::volume::v1;
@@ -182,4 +182,110 @@ async fn sigkill_during_partition_format_and_resize_then_retry_succeeds() {
         "the bystander disk changed"
     );
     drop(part_disks);
+}
+
+/// An unmounted xfs grows through a private temporary mount under the state dir. A crash while
+/// it is mounted there must not leave the volume stuck: after the restart the retry grows it,
+/// the data is intact, and no private mount is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_while_an_xfs_grows_on_a_private_mount_then_retry_succeeds() {
+    let wrappers = tempfile::tempdir().unwrap();
+    let (path, held) = hold_first_run(wrappers.path(), "xfs_growfs");
+    let mut d = Daemon::start_env(&["--format-filesystem", "xfs"], &[("PATH", &path)]);
+    let dir = d.dir.path().to_path_buf();
+    // xfs needs at least 300 MiB.
+    let Some(disk) = LoopDisk::or_skip(&dir, "xfsgrow", 400) else {
+        return;
+    };
+    let n = disk.disk_number();
+    let (mut dc, mut vc) = v1_clients(&d).await;
+    let id = partition_one(&mut dc, &mut vc, n).await;
+    vc.format_volume(v1::FormatVolumeRequest {
+        volume_id: id.clone(),
+    })
+    .await
+    .unwrap();
+    let stage = d.k("plugins/xfs/globalmount");
+    std::fs::create_dir_all(&stage).unwrap();
+    let data = pattern(4 << 20, 9);
+    vc.mount_volume(v1::MountVolumeRequest {
+        volume_id: id.clone(),
+        target_path: stage.clone(),
+    })
+    .await
+    .unwrap();
+    std::fs::write(Path::new(&stage).join("data.bin"), &data).unwrap();
+    vc.unmount_volume(v1::UnmountVolumeRequest {
+        volume_id: id.clone(),
+        target_path: stage.clone(),
+    })
+    .await
+    .unwrap();
+    let before = total_bytes(&mut vc, &id).await;
+
+    disk.grow_to(700);
+    dc.rescan(d1::RescanRequest {}).await.unwrap();
+    let call = {
+        let (mut vc, volume_id) = (vc.clone(), id.clone());
+        tokio::spawn(async move {
+            vc.resize_volume(v1::ResizeVolumeRequest {
+                volume_id,
+                size_bytes: 0,
+            })
+            .await
+        })
+    };
+    let t = std::time::Instant::now();
+    while !held.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "ResizeVolume never ran xfs_growfs; log:\n{}",
+            d.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let private = d.state.join("mnt");
+    assert!(
+        !mounts_under(&private).is_empty(),
+        "xfs_growfs runs on a private mount under {}",
+        private.display()
+    );
+    d.kill_restart_retry(call, ("volume", "v1"), "ResizeVolume", |ch| {
+        let volume_id = id.clone();
+        async move {
+            VolumeClient::new(ch)
+                .resize_volume(v1::ResizeVolumeRequest {
+                    volume_id,
+                    size_bytes: 0,
+                })
+                .await
+        }
+    })
+    .await
+    .expect_err("the daemon was killed during the call");
+    assert_eq!(
+        mounts_under(&private),
+        Vec::<std::path::PathBuf>::new(),
+        "no private mount is left behind"
+    );
+    let (_, mut vc) = v1_clients(&d).await;
+    let after = total_bytes(&mut vc, &id).await;
+    assert!(
+        after > before + (200 << 20),
+        "the filesystem grew: {before} -> {after}"
+    );
+    vc.mount_volume(v1::MountVolumeRequest {
+        volume_id: id.clone(),
+        target_path: stage.clone(),
+    })
+    .await
+    .unwrap();
+    let read = std::fs::read(Path::new(&stage).join("data.bin")).unwrap();
+    assert!(read == data, "data written before the resize is intact");
+    vc.unmount_volume(v1::UnmountVolumeRequest {
+        volume_id: id.clone(),
+        target_path: stage.clone(),
+    })
+    .await
+    .unwrap();
 }

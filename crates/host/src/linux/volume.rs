@@ -229,10 +229,51 @@ struct Intent {
 
 impl LinuxVolumeHost {
     /// A volume host keeping its format records under `state_dir` and formatting with `fs_type`.
+    ///
+    /// Private temporary mounts a killed daemon left under `<state_dir>/mnt` are unmounted
+    /// first: they would make the volume look mounted outside the allowed roots and refuse the
+    /// very retry that finishes the interrupted operation.
     pub fn new(state_dir: impl Into<PathBuf>, fs_type: FsType) -> Self {
-        Self {
+        let host = Self {
             state_dir: state_dir.into(),
             fs_type,
+        };
+        host.recover_private_mounts();
+        host
+    }
+
+    /// Unmounts what a killed daemon left mounted under `<state_dir>/mnt` (see [`Self::new`]).
+    /// Nothing else uses that directory, so every mount there is ours. A busy one is left and
+    /// logged: never detached lazily, as a filesystem still in use must not vanish under it.
+    fn recover_private_mounts(&self) {
+        let Ok(private) = fs::canonicalize(self.state_dir.join("mnt")) else {
+            return; // never created: nothing to recover
+        };
+        let table = match mountinfo::read() {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!("cannot read the mount table to recover private mounts: {e}");
+                return;
+            }
+        };
+        // Deepest first, in case of stacked mounts.
+        let mut stale: Vec<&Path> = table
+            .iter()
+            .map(|m| m.mount_point.as_path())
+            .filter(|p| p.starts_with(&private) && *p != private)
+            .collect();
+        stale.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+        for dir in stale {
+            match rustix::mount::unmount(dir, rustix::mount::UnmountFlags::NOFOLLOW) {
+                Ok(()) => {
+                    let _ = fs::remove_dir(dir);
+                    tracing::info!(mount = %dir.display(), "unmounted a private mount left by a killed daemon");
+                }
+                Err(e) => tracing::warn!(
+                    mount = %dir.display(),
+                    "cannot unmount a private mount left by a killed daemon: {e}"
+                ),
+            }
         }
     }
 
