@@ -289,3 +289,59 @@ async fn sigkill_while_an_xfs_grows_on_a_private_mount_then_retry_succeeds() {
     .await
     .unwrap();
 }
+
+/// A PartitionDisk cut off between its table writes, at each of them in turn (the writes made
+/// here exactly as the daemon orders them), is finished by the retry: one partition, the
+/// protective MBR in place, and the partition's identity kept once the backup table was out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_table_writes_cut_off_at_each_step_are_finished_by_the_retry() {
+    use csi_proxy_host::gpt::{Gpt, Guid, LINUX_FILESYSTEM};
+    use std::os::unix::fs::FileExt;
+    let d = Daemon::start(&[]);
+    let dir = d.dir.path().to_path_buf();
+    let Some(probe) = LoopDisk::or_skip(&dir, "cut-probe", 16) else {
+        return;
+    };
+    drop(probe);
+    let (sector, total) = (512u64, (64u64 << 20) / 512);
+    let mut table = Gpt::new(sector, total, Guid([0x11; 16])).unwrap();
+    let part_guid = Guid::from_random([0x22; 16]);
+    table
+        .add_max_partition(LINUX_FILESYSTEM, part_guid)
+        .unwrap();
+    let writes = table.serialize(total);
+    for done in 1..writes.len() {
+        let disk = LoopDisk::new(&dir, &format!("cut{done}"), 64).unwrap();
+        {
+            let dev = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&disk.dev)
+                .unwrap();
+            for (off, bytes) in &writes[..done] {
+                dev.write_all_at(bytes, *off).unwrap();
+            }
+            dev.sync_all().unwrap();
+        }
+        let n = disk.disk_number();
+        let (mut dc, mut vc) = v1_clients(&d).await;
+        dc.partition_disk(d1::PartitionDiskRequest { disk_number: n })
+            .await
+            .unwrap_or_else(|s| panic!("retry after {done} of {} writes: {s:?}", writes.len()));
+        let ids = volumes_on(&mut vc, n).await;
+        assert_eq!(ids.len(), 1, "after {done} writes: {ids:?}");
+        assert!(
+            ids[0].ends_with(&part_guid.to_string()),
+            "after {done} writes the table written so far is finished, not replaced: {ids:?}"
+        );
+        let mut lba0 = vec![0u8; 512];
+        std::fs::File::open(&disk.dev)
+            .unwrap()
+            .read_exact_at(&mut lba0, 0)
+            .unwrap();
+        assert_eq!(
+            lba0[450], 0xEE,
+            "after {done} writes: protective MBR in place"
+        );
+        eprintln!("PartitionDisk finished a table cut off after {done} writes");
+    }
+}

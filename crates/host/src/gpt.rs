@@ -230,6 +230,40 @@ pub fn has_signature(head: &[u8], sector: u64) -> bool {
     head.len() >= s + 8 && &head[s..s + 8] == b"EFI PART"
 }
 
+/// Bytes to read from the end of the disk to parse its backup GPT (a 16 KiB entry array and
+/// the header in the last sector); they start at LBA `total_sectors - tail_len / sector`.
+pub fn tail_len(sector: u64) -> usize {
+    (sector + u64::from(ENTRIES * ENTRY_SIZE).div_ceil(sector) * sector) as usize
+}
+
+/// The table a disk holds, and where it was read.
+#[derive(Debug, Clone)]
+pub enum Found {
+    /// The primary table (LBA 1) is valid.
+    Primary(Gpt),
+    /// The primary table is missing or damaged but the backup at the end of the disk is valid:
+    /// what a write of the table that was cut off leaves ([`Gpt::serialize`] writes the backup
+    /// first). Writing this table's [`Gpt::serialize`] restores the primary.
+    Backup(Gpt),
+    /// No GPT at either end.
+    None,
+}
+
+/// Finds the disk's GPT: the primary from `head` ([`head_len`] bytes from LBA 0), else the
+/// backup from `tail` ([`tail_len`] bytes ending at the disk's end). When neither is valid, the
+/// primary's answer is returned (`Found::None`, or its error).
+pub fn find(head: &[u8], tail: &[u8], sector: u64, total_sectors: u64) -> Result<Found, GptError> {
+    let primary = match Gpt::parse(head, sector, total_sectors) {
+        Ok(Some(t)) => return Ok(Found::Primary(t)),
+        Err(GptError::Short(why)) => return Err(GptError::Short(why)),
+        other => other,
+    };
+    match Gpt::parse_backup(tail, sector, total_sectors) {
+        Ok(Some(t)) => Ok(Found::Backup(t)),
+        _ => primary.map(|_| Found::None),
+    }
+}
+
 impl Gpt {
     /// Parses the primary GPT from `head` (the disk's first bytes, see [`head_len`]);
     /// `Ok(None)` when LBA 1 has no GPT signature. Checks both CRCs and that every field fits a
@@ -238,7 +272,40 @@ impl Gpt {
         if !has_signature(head, sector) {
             return Ok(None);
         }
-        let h = &head[sector as usize..];
+        Gpt::from_header(head, 0, 1, sector, total_sectors).map(Some)
+    }
+
+    /// Parses the backup GPT from `tail` (the disk's last [`tail_len`] bytes), as [`Gpt::parse`]
+    /// does the primary. The table returned describes the disk as a primary would (its
+    /// alternate LBA is the backup's own), so that [`Gpt::serialize`] writes both copies.
+    pub fn parse_backup(
+        tail: &[u8],
+        sector: u64,
+        total_sectors: u64,
+    ) -> Result<Option<Gpt>, GptError> {
+        if tail.len() < sector as usize || !tail.len().is_multiple_of(sector as usize) {
+            return Ok(None);
+        }
+        let Some(first_lba) = total_sectors.checked_sub(tail.len() as u64 / sector) else {
+            return Ok(None); // a disk smaller than the bytes read holds no backup there
+        };
+        let last = tail.len() - sector as usize;
+        if &tail[last..last + 8] != b"EFI PART" {
+            return Ok(None);
+        }
+        Gpt::from_header(tail, first_lba, total_sectors - 1, sector, total_sectors).map(Some)
+    }
+
+    /// Parses the header at LBA `my_lba` and its entry array, both inside `buf`, which holds the
+    /// disk's bytes from LBA `buf_lba` on.
+    fn from_header(
+        buf: &[u8],
+        buf_lba: u64,
+        my_lba: u64,
+        sector: u64,
+        total_sectors: u64,
+    ) -> Result<Gpt, GptError> {
+        let h = &buf[((my_lba - buf_lba) * sector) as usize..];
         let size = u32_at(h, 12);
         if !(HEADER_SIZE..=sector as u32).contains(&size) {
             return Err(GptError::Invalid(format!("header size {size}")));
@@ -248,18 +315,29 @@ impl Gpt {
         if crc32(&hdr) != u32_at(h, 16) {
             return Err(GptError::Invalid("header CRC mismatch".into()));
         }
-        let my_lba = u64_at(h, 24);
-        let alternate_lba = u64_at(h, 32);
+        let claimed = u64_at(h, 24);
+        let other = u64_at(h, 32);
         let first_usable = u64_at(h, 40);
         let last_usable = u64_at(h, 48);
         let entries_lba = u64_at(h, 72);
         let entry_count = u32_at(h, 80);
         let entry_size = u32_at(h, 84);
-        if my_lba != 1 {
+        if claimed != my_lba {
             return Err(GptError::Invalid(format!(
-                "primary header claims LBA {my_lba}"
+                "header at LBA {my_lba} claims LBA {claimed}"
             )));
         }
+        // A backup header points back at the primary (LBA 1); the table as a whole is
+        // described from the primary's side.
+        let alternate_lba = if my_lba == 1 {
+            other
+        } else if other == 1 {
+            my_lba
+        } else {
+            return Err(GptError::Invalid(format!(
+                "backup header names LBA {other} as the primary"
+            )));
+        };
         if entry_size < 128 || !entry_size.is_power_of_two() || entry_count == 0 {
             return Err(GptError::Invalid(format!(
                 "{entry_count} entries of {entry_size} bytes"
@@ -272,15 +350,16 @@ impl Gpt {
         }
         let array_len = u64::from(entry_count) * u64::from(entry_size);
         let start = entries_lba
-            .checked_mul(sector)
+            .checked_sub(buf_lba)
+            .and_then(|l| l.checked_mul(sector))
             .ok_or(GptError::Invalid("entry array offset".into()))?;
         let end = start
             .checked_add(array_len)
             .ok_or(GptError::Invalid("entry array size".into()))?;
-        if end > head.len() as u64 {
+        if end > buf.len() as u64 {
             return Err(GptError::Short("entry array beyond the bytes read"));
         }
-        let entries = head[start as usize..end as usize].to_vec();
+        let entries = buf[start as usize..end as usize].to_vec();
         if crc32(&entries) != u32_at(h, 88) {
             return Err(GptError::Invalid("entry array CRC mismatch".into()));
         }
@@ -302,7 +381,7 @@ impl Gpt {
                 )));
             }
         }
-        Ok(Some(gpt))
+        Ok(gpt)
     }
 
     /// An empty table for a disk of `total_sectors`.
@@ -449,9 +528,11 @@ impl Gpt {
         Ok(())
     }
 
-    /// The bytes to write: `(byte offset, bytes)` for the backup array and header at the end of
-    /// the disk, then the protective MBR, primary header and primary array at the start. Writing
-    /// them in this order keeps a valid primary table on disk until the last write.
+    /// The writes, in order: `(byte offset, bytes)`. The backup array and header at the end of
+    /// the disk come first, then the primary array, the primary header and last the protective
+    /// MBR. Whatever write a crash cuts off, the disk is left in a state [`find`] recognises: the
+    /// backup is complete before the primary changes, the primary array is complete before a
+    /// header vouches for it, and LBA 0 announces a GPT only once the primary is whole.
     pub fn serialize(&self, total_sectors: u64) -> Vec<(u64, Vec<u8>)> {
         let s = self.sector as usize;
         let array = &self.entries;
@@ -482,10 +563,12 @@ impl Gpt {
         let mut backup = padded.clone();
         backup.extend(header(backup_lba, 1, backup_array_lba));
 
-        let mut primary = protective_mbr(s, total_sectors);
-        primary.extend(header(1, backup_lba, 2));
-        primary.extend(&padded);
-        vec![(backup_array_lba * self.sector, backup), (0, primary)]
+        vec![
+            (backup_array_lba * self.sector, backup),
+            (2 * self.sector, padded),
+            (self.sector, header(1, backup_lba, 2)),
+            (0, protective_mbr(s, total_sectors)),
+        ]
     }
 }
 
@@ -499,7 +582,7 @@ fn last_usable(sector: u64, total_sectors: u64, array_bytes: u32) -> Result<u64,
 }
 
 /// LBA 0 of a GPT disk: one partition of type 0xEE covering the disk (capped at 2³²−1 sectors).
-fn protective_mbr(sector: usize, total_sectors: u64) -> Vec<u8> {
+pub fn protective_mbr(sector: usize, total_sectors: u64) -> Vec<u8> {
     let mut m = vec![0u8; sector];
     let e = &mut m[446..462];
     e[1..4].copy_from_slice(&[0x00, 0x02, 0x00]); // CHS of LBA 1
@@ -566,6 +649,111 @@ mod tests {
             disk[off as usize..off as usize + bytes.len()].copy_from_slice(&bytes);
         }
         disk
+    }
+
+    /// What [`find`] sees on `disk` (an image of `total` sectors).
+    fn found(disk: &[u8], sector: u64, total: u64) -> Found {
+        let tail = &disk[disk.len() - tail_len(sector)..];
+        find(&disk[..head_len(sector)], tail, sector, total).unwrap()
+    }
+
+    #[test]
+    fn a_table_write_cut_off_after_any_write_leaves_a_table_the_retry_recognises() {
+        for sector in [512u64, 4096] {
+            let total = (64 << 20) / sector;
+            let mut gpt = Gpt::new(sector, total, Guid([1; 16])).unwrap();
+            gpt.add_max_partition(LINUX_FILESYSTEM, Guid([2; 16]))
+                .unwrap();
+            let writes = gpt.serialize(total);
+            assert_eq!(writes.len(), 4);
+            assert_eq!(writes.last().unwrap().0, 0, "LBA 0 is written last");
+            // A fresh disk, cut off after each write.
+            for done in 0..=writes.len() {
+                let mut disk = vec![0u8; (total * sector) as usize];
+                for (off, bytes) in &writes[..done] {
+                    disk[*off as usize..][..bytes.len()].copy_from_slice(bytes);
+                }
+                let f = found(&disk, sector, total);
+                match done {
+                    0 => assert!(matches!(f, Found::None), "{sector}: {f:?}"),
+                    1 | 2 => assert!(
+                        matches!(&f, Found::Backup(t) if *t == gpt),
+                        "{sector} after {done} writes: {f:?}"
+                    ),
+                    _ => assert!(
+                        matches!(&f, Found::Primary(t) if *t == gpt),
+                        "{sector} after {done} writes: {f:?}"
+                    ),
+                }
+                assert_eq!(
+                    mbr_partitions(&disk[..sector as usize]).len(),
+                    usize::from(done == 4),
+                    "the protective MBR comes with the last write"
+                );
+                // Restoring from what was found gives the whole table.
+                if let Found::Backup(t) | Found::Primary(t) = f {
+                    for (off, bytes) in t.serialize(total) {
+                        disk[off as usize..][..bytes.len()].copy_from_slice(&bytes);
+                    }
+                    assert!(matches!(found(&disk, sector, total), Found::Primary(t) if t == gpt));
+                }
+            }
+
+            // A grow of the disk and the partition, cut off after each write.
+            let old = image(total, sector, &gpt);
+            let bigger = total * 2;
+            let mut grown = gpt.clone();
+            grown.relocate_end(bigger).unwrap();
+            let last = grown.max_last_lba(1).unwrap();
+            grown.grow_partition(1, last).unwrap();
+            let writes = grown.serialize(bigger);
+            for done in 0..=writes.len() {
+                let mut disk = old.clone();
+                disk.resize((bigger * sector) as usize, 0);
+                for (off, bytes) in &writes[..done] {
+                    disk[*off as usize..][..bytes.len()].copy_from_slice(bytes);
+                }
+                let f = found(&disk, sector, bigger);
+                match done {
+                    // The old primary still stands; the retry grows again.
+                    0 | 1 => assert!(
+                        matches!(&f, Found::Primary(t) if *t == gpt),
+                        "{sector} grow after {done}: {f:?}"
+                    ),
+                    // New array under the old header: the new backup is the table.
+                    2 => assert!(
+                        matches!(&f, Found::Backup(t) if *t == grown),
+                        "{sector} grow after {done}: {f:?}"
+                    ),
+                    _ => assert!(
+                        matches!(&f, Found::Primary(t) if *t == grown),
+                        "{sector} grow after {done}: {f:?}"
+                    ),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_damaged_backup_or_foreign_bytes_are_not_taken_for_a_table() {
+        let (sector, total) = (512u64, (64u64 << 20) / 512);
+        let mut gpt = Gpt::new(sector, total, Guid([1; 16])).unwrap();
+        gpt.add_max_partition(LINUX_FILESYSTEM, Guid([2; 16]))
+            .unwrap();
+        let writes = gpt.serialize(total);
+        let mut disk = vec![0u8; (total * sector) as usize];
+        let (off, bytes) = &writes[0];
+        disk[*off as usize..][..bytes.len()].copy_from_slice(bytes);
+        // One flipped bit in the backup array: nothing is found.
+        disk[*off as usize + 40] ^= 1;
+        assert!(matches!(found(&disk, sector, total), Found::None));
+        // A damaged primary and no backup: the primary's error.
+        let mut disk = image(total, sector, &gpt);
+        disk[sector as usize + 20] ^= 1;
+        let n = disk.len();
+        disk[n - tail_len(sector)..].fill(0);
+        let tail = &disk[n - tail_len(sector)..];
+        assert!(find(&disk[..head_len(sector)], tail, sector, total).is_err());
     }
 
     #[test]

@@ -167,7 +167,15 @@ impl Drop for LoopDisk {
             for l in mi.lines() {
                 let f: Vec<&str> = l.split(' ').collect();
                 if let Some(pos) = f.iter().position(|x| *x == "-")
-                    && f.get(pos + 2).is_some_and(|s| s.starts_with(&dev))
+                    && f.get(pos + 2).is_some_and(|s| {
+                        // This disk or its partitions (`/dev/loop1p1`), never `/dev/loop12p1`.
+                        s.strip_prefix(dev.as_str()).is_some_and(|rest| {
+                            rest.is_empty()
+                                || rest.strip_prefix('p').is_some_and(|n| {
+                                    !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
+                                })
+                        })
+                    })
                 {
                     let _ = Command::new("umount").args(["-l", f[4]]).status();
                 }

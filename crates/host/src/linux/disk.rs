@@ -79,7 +79,7 @@ impl DiskHost for LinuxDiskHost {
         let head = block::read_at(&file, 0, signatures::PROBE_LEN.max(gpt::head_len(sector)))
             .map_err(|e| io_err(OP, &disk, "read", &e))?;
 
-        let mut table = match Gpt::parse(&head, sector, total) {
+        let mut table = match read_gpt(OP, &disk, &file, &head, sector, total)? {
             Ok(Some(t)) => t,
             Ok(None) => {
                 let mbr = gpt::mbr_partitions(&head);
@@ -135,12 +135,7 @@ impl DiskHost for LinuxDiskHost {
         let part = table
             .add_max_partition(gpt::LINUX_FILESYSTEM, Guid::from_random(guid))
             .map_err(|e| refused(OP, &disk, e))?;
-        for (offset, bytes) in table.serialize(total) {
-            std::os::unix::fs::FileExt::write_all_at(&file, &bytes, offset)
-                .map_err(|e| io_err(OP, &disk, "write the partition table", &e))?;
-        }
-        file.sync_all()
-            .map_err(|e| io_err(OP, &disk, "flush the partition table", &e))?;
+        write_gpt(OP, &disk, &file, &table, total)?;
         tracing::info!(disk = number, name = %disk.name, partuuid = %part.unique_guid, "GPT written");
         block::sync_partitions(
             OP,
@@ -249,4 +244,60 @@ impl DiskHost for LinuxDiskHost {
     fn disk_usage(&self, number: u32) -> Result<DiskUsage> {
         block::usage(&block::disk("disk usage", number)?)
     }
+}
+
+/// Reads the GPT of `disk` (`head`: its first [`gpt::head_len`] bytes), finishing a table write
+/// a crash cut off ([`Gpt::serialize`] orders its writes so that every cut leaves one of these):
+/// a valid backup under a missing or damaged primary is written back as the whole table, and a
+/// valid primary without a protective MBR (LBA 0 still blank) gets one. Answers as
+/// [`Gpt::parse`] does for the table now on disk.
+pub(super) fn read_gpt(
+    op: &str,
+    disk: &Disk,
+    file: &fs::File,
+    head: &[u8],
+    sector: u64,
+    total: u64,
+) -> Result<std::result::Result<Option<Gpt>, GptError>> {
+    let tail_len = gpt::tail_len(sector);
+    let tail = match (total * sector).checked_sub(tail_len as u64) {
+        Some(at) => block::read_at(file, at, tail_len).map_err(|e| io_err(op, disk, "read", &e))?,
+        None => Vec::new(),
+    };
+    match gpt::find(head, &tail, sector, total) {
+        Ok(gpt::Found::Primary(t)) => {
+            if head.len() >= sector as usize && head[..sector as usize].iter().all(|&b| b == 0) {
+                let pmbr = gpt::protective_mbr(sector as usize, total);
+                std::os::unix::fs::FileExt::write_all_at(file, &pmbr, 0)
+                    .map_err(|e| io_err(op, disk, "write the protective MBR", &e))?;
+                file.sync_all()
+                    .map_err(|e| io_err(op, disk, "flush the protective MBR", &e))?;
+                tracing::warn!(disk = %disk.name, "GPT without its protective MBR (an interrupted table write): MBR written");
+            }
+            Ok(Ok(Some(t)))
+        }
+        Ok(gpt::Found::Backup(t)) => {
+            tracing::warn!(disk = %disk.name, "primary GPT missing or damaged, backup valid (an interrupted table write): restoring the primary from the backup");
+            write_gpt(op, disk, file, &t, total)?;
+            Ok(Ok(Some(t)))
+        }
+        Ok(gpt::Found::None) => Ok(Ok(None)),
+        Err(e) => Ok(Err(e)),
+    }
+}
+
+/// Writes `table` to `disk` in [`Gpt::serialize`]'s crash-safe order and flushes it.
+pub(super) fn write_gpt(
+    op: &str,
+    disk: &Disk,
+    file: &fs::File,
+    table: &Gpt,
+    total: u64,
+) -> Result<()> {
+    for (offset, bytes) in table.serialize(total) {
+        std::os::unix::fs::FileExt::write_all_at(file, &bytes, offset)
+            .map_err(|e| io_err(op, disk, "write the partition table", &e))?;
+    }
+    file.sync_all()
+        .map_err(|e| io_err(op, disk, "flush the partition table", &e))
 }

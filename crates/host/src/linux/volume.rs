@@ -796,7 +796,7 @@ impl VolumeHost for LinuxVolumeHost {
         let total = disk.size / sector;
         let head = block::read_at(&file, 0, gpt::head_len(sector))
             .map_err(|e| io_err(OP, disk, "read", &e))?;
-        let table = match Gpt::parse(&head, sector, total) {
+        let table = match super::disk::read_gpt(OP, disk, &file, &head, sector, total)? {
             Ok(Some(t)) => t,
             Ok(None) => {
                 return Err(refused(
@@ -847,12 +847,7 @@ impl VolumeHost for LinuxVolumeHost {
             grown
                 .grow_partition(vol.part, new_last)
                 .map_err(|e| refused(OP, disk, e))?;
-            for (offset, bytes) in grown.serialize(total) {
-                std::os::unix::fs::FileExt::write_all_at(&file, &bytes, offset)
-                    .map_err(|e| io_err(OP, disk, "write the partition table", &e))?;
-            }
-            file.sync_all()
-                .map_err(|e| io_err(OP, disk, "flush the partition table", &e))?;
+            super::disk::write_gpt(OP, disk, &file, &grown, total)?;
             table_len = (new_last - part.first_lba + 1) * sector;
             tracing::info!(
                 volume = id,
