@@ -106,11 +106,29 @@ impl InFlight {
     }
 }
 
+thread_local! {
+    /// Set while a request's handler is dropped because the client's deadline passed.
+    static DEADLINE_PASSED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `drop_handler`, which drops request handlers whose client deadline passed: their
+/// [`InFlight`] counts them as DEADLINE_EXCEEDED.
+pub fn ending_for_deadline(drop_handler: impl FnOnce()) {
+    DEADLINE_PASSED.with(|d| d.set(true));
+    drop_handler();
+    DEADLINE_PASSED.with(|d| d.set(false));
+}
+
 impl Drop for InFlight {
     fn drop(&mut self) {
         if !self.done {
-            self.series
-                .handled(tonic::Code::Cancelled, self.started.elapsed());
+            // Unfinished: the client went away, or its deadline passed (spec_status.rs).
+            let code = if DEADLINE_PASSED.with(std::cell::Cell::get) {
+                tonic::Code::DeadlineExceeded
+            } else {
+                tonic::Code::Cancelled
+            };
+            self.series.handled(code, self.started.elapsed());
         }
     }
 }
@@ -638,6 +656,25 @@ mod tests {
         ));
         assert!(text.contains(
             "grpc_server_handled_total{grpc_code=\"OK\",grpc_method=\"MetricsDropTest\""
+        ));
+    }
+
+    #[test]
+    fn a_request_dropped_for_its_deadline_counts_as_deadline_exceeded() {
+        let rpc = RpcId {
+            group: "system",
+            version: "v1alpha1",
+            method: "MetricsDeadlineTest",
+        };
+        let running = InFlight::start(rpc);
+        ending_for_deadline(|| drop(running));
+        drop(InFlight::start(rpc)); // and afterwards a plain drop is a cancel again
+        let text = render();
+        assert!(text.contains(
+            "grpc_server_handled_total{grpc_code=\"DeadlineExceeded\",grpc_method=\"MetricsDeadlineTest\""
+        ), "{text}");
+        assert!(text.contains(
+            "grpc_server_handled_total{grpc_code=\"Canceled\",grpc_method=\"MetricsDeadlineTest\""
         ));
     }
 

@@ -72,10 +72,14 @@ where
             let Some(t) = timeout else {
                 return fut.await.map(|r| tonic_answers_per_spec(&path, r));
             };
-            match tokio::time::timeout(t.saturating_sub(margin(t)), fut).await {
+            let mut fut = Box::pin(fut);
+            match tokio::time::timeout(t.saturating_sub(margin(t)), &mut fut).await {
                 Ok(r) => r.map(|r| tonic_answers_per_spec(&path, r)),
                 Err(_) => {
                     tracing::debug!(%path, ?t, "client deadline passed");
+                    // Dropping the handler's future here ends its request in the metrics;
+                    // say why, so it is counted as DEADLINE_EXCEEDED, not CANCELLED.
+                    crate::metrics::ending_for_deadline(|| drop(fut));
                     Ok(tonic::Status::deadline_exceeded(format!(
                         "{path}: the client's deadline of {t:?} passed before the \
                          operation finished; work already started completes in the \
