@@ -36,13 +36,9 @@ pub struct Flags {
     #[arg(long = "socket-group", value_name = "GROUP")]
     pub socket_group: Option<String>,
 
-    /// Directory of the daemon's durable records (Linux): what FormatVolume has done, so a
-    /// retried format can tell its own work from a filesystem it must not touch.
-    #[arg(
-        long = "state-dir",
-        default_value = "/var/lib/csi-proxy",
-        value_name = "DIR"
-    )]
+    /// Directory of the daemon's durable records: what FormatVolume has done, so a retried
+    /// format (also after a restart) can tell its own work from a filesystem it must not touch.
+    #[arg(long = "state-dir", default_value = DEFAULT_STATE_DIR, value_name = "DIR")]
     pub state_dir: String,
 
     /// Filesystem FormatVolume creates on Linux: ext4 or xfs.
@@ -149,6 +145,13 @@ pub fn go_style(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
 pub fn parse() -> Flags {
     Flags::parse_from(go_style(std::env::args_os()))
 }
+
+/// Default of `--state-dir`.
+#[cfg(not(windows))]
+const DEFAULT_STATE_DIR: &str = "/var/lib/csi-proxy";
+/// Default of `--state-dir`.
+#[cfg(windows)]
+const DEFAULT_STATE_DIR: &str = r"C:\ProgramData\csi-proxy";
 
 #[cfg(test)]
 mod tests {

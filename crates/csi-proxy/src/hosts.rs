@@ -90,7 +90,7 @@ mod platform {
             s.filesystem.policy().clone(),
         );
         s.volume = csi_proxy_core::volume::VolumeService::new(
-            Arc::new(windows::volume::WindowsVolumeHost::new()),
+            Arc::new(windows::volume::WindowsVolumeHost::new(&flags.state_dir)),
             s.filesystem.clone(),
         );
         s.iscsi = csi_proxy_core::iscsi::IscsiService::new(Arc::new(

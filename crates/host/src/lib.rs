@@ -3,6 +3,7 @@
 //! `linux/<group>.rs` and `windows/<group>.rs` hold what each platform does for a group; the
 //! core services above them are the same on both.
 
+pub mod format_record;
 pub mod gpt;
 pub mod iscsi_discovery;
 #[cfg(target_os = "linux")]

@@ -15,7 +15,7 @@ const UNKNOWN: &str = r"\\?\Volume{00000000-1111-2222-3333-444444444444}\";
 
 #[test]
 fn malformed_ids_are_invalid_before_any_os_call() {
-    let h = WindowsVolumeHost::new();
+    let h = WindowsVolumeHost::new(std::env::temp_dir().join("csi-proxy-test-state"));
     let p = std::env::temp_dir();
     let p = p.to_str().unwrap();
     for id in [
@@ -44,7 +44,7 @@ fn malformed_ids_are_invalid_before_any_os_call() {
 
 #[test]
 fn unknown_volumes_are_not_found() {
-    let h = WindowsVolumeHost::new();
+    let h = WindowsVolumeHost::new(std::env::temp_dir().join("csi-proxy-test-state"));
     let results = [
         h.is_volume_formatted(UNKNOWN).map(drop),
         h.format_volume(UNKNOWN),
@@ -65,7 +65,7 @@ fn unknown_volumes_are_not_found() {
 
 #[test]
 fn a_missing_disk_has_no_volumes() {
-    let h = WindowsVolumeHost::new();
+    let h = WindowsVolumeHost::new(std::env::temp_dir().join("csi-proxy-test-state"));
     assert_eq!(
         h.list_volumes_on_disk(4000, None).unwrap(),
         Vec::<String>::new()
@@ -74,7 +74,7 @@ fn a_missing_disk_has_no_volumes() {
 
 #[test]
 fn the_volume_of_a_directory_is_found_and_a_plain_directory_is_no_mount_point() {
-    let h = WindowsVolumeHost::new();
+    let h = WindowsVolumeHost::new(std::env::temp_dir().join("csi-proxy-test-state"));
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_str().unwrap().to_string();
     let e = h.get_volume_id_from_target_path(&path).unwrap_err();

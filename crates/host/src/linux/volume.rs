@@ -15,6 +15,7 @@ use super::block::{self, Blkpg, Disk};
 use super::disk::{io_err, refused};
 use super::mountinfo::{self, MountInfo};
 use super::tool;
+use crate::format_record::{FormatRecord, FormatRecords};
 use crate::gpt::{self, Gpt};
 use crate::signatures::{self, Signature};
 use csi_proxy_core::disk::DiskUsage;
@@ -219,14 +220,6 @@ fn kernel_path(path: &Path) -> io::Result<PathBuf> {
     }
 }
 
-/// The intent record of a format, kept so a retried FormatVolume can tell its own work.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Intent {
-    fs: String,
-    uuid: String,
-    done: bool,
-}
-
 impl LinuxVolumeHost {
     /// A volume host keeping its format records under `state_dir` and formatting with `fs_type`.
     ///
@@ -319,47 +312,20 @@ impl LinuxVolumeHost {
         Ok(vol)
     }
 
-    fn intent_path(&self, vol: &Volume) -> PathBuf {
-        self.state_dir.join("format").join(&vol.uuid)
+    fn records(&self) -> FormatRecords {
+        FormatRecords::new(self.state_dir.join("format"))
     }
 
-    fn read_intent(&self, vol: &Volume) -> Option<Intent> {
-        let text = fs::read_to_string(self.intent_path(vol)).ok()?;
-        let field = |k: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
-                .map(str::to_string)
-        };
-        Some(Intent {
-            fs: field("fs")?,
-            uuid: field("uuid")?,
-            done: field("state")? == "done",
+    fn read_intent(&self, vol: &Volume) -> Option<FormatRecord> {
+        self.records().read(&vol.uuid)
+    }
+
+    fn write_intent(&self, op: &str, vol: &Volume, record: &FormatRecord) -> Result<()> {
+        let records = self.records();
+        records.write(&vol.uuid, record, &vol.id).map_err(|e| {
+            Error::io(op, shown(&vol.id), &e)
+                .context(format!("state dir {}", records.dir().display()))
         })
-    }
-
-    /// Writes the record durably (temporary file, fsync, rename, fsync of the directory).
-    fn write_intent(&self, op: &str, vol: &Volume, intent: &Intent) -> Result<()> {
-        let path = self.intent_path(vol);
-        let dir = path.parent().unwrap_or(&self.state_dir).to_path_buf();
-        let err = |e: io::Error| {
-            Error::io(op, shown(&vol.id), &e).context(format!("state dir {}", dir.display()))
-        };
-        fs::create_dir_all(&dir).map_err(err)?;
-        let tmp = dir.join(format!(".{}.tmp", vol.uuid));
-        let body = format!(
-            "fs={}\nuuid={}\nstate={}\nvolume={}\n",
-            intent.fs,
-            intent.uuid,
-            if intent.done { "done" } else { "pending" },
-            vol.id
-        );
-        {
-            let f = File::create(&tmp).map_err(err)?;
-            io::Write::write_all(&mut &f, body.as_bytes()).map_err(err)?;
-            f.sync_all().map_err(err)?;
-        }
-        fs::rename(&tmp, &path).map_err(err)?;
-        File::open(&dir).and_then(|d| d.sync_all()).map_err(err)
     }
 
     fn probe(&self, op: &str, vol: &Volume) -> Result<(Option<Signature>, Vec<u8>)> {
@@ -582,7 +548,7 @@ impl VolumeHost for LinuxVolumeHost {
         };
         if let (Some(i), Some(u)) = (self.read_intent(&vol), sig.uuid)
             && !i.done
-            && i.uuid == signatures::uuid_string(&u)
+            && i.id == signatures::uuid_string(&u)
         {
             return Err(Error::new(
                 Kind::FailedPrecondition,
@@ -719,7 +685,7 @@ impl VolumeHost for LinuxVolumeHost {
         if let Some(sig) = &sig {
             let ours = intent.as_ref().filter(|i| {
                 sig.uuid
-                    .is_some_and(|u| signatures::uuid_string(&u) == i.uuid)
+                    .is_some_and(|u| signatures::uuid_string(&u) == i.id)
             });
             match ours {
                 Some(i) if i.done => return Ok(()), // formatted by an earlier call: idempotent
@@ -745,14 +711,14 @@ impl VolumeHost for LinuxVolumeHost {
         }
         let fs_type = self.fs_type.name();
         let uuid = match &intent {
-            Some(i) if !i.done && i.fs == fs_type => i.uuid.clone(),
+            Some(i) if !i.done && i.fs == fs_type => i.id.clone(),
             _ => {
                 signatures::uuid_string(&block::random16().map_err(|e| Error::io(OP, &object, &e))?)
             }
         };
-        let mut record = Intent {
+        let mut record = FormatRecord {
             fs: fs_type.to_string(),
-            uuid: uuid.clone(),
+            id: uuid.clone(),
             done: false,
         };
         self.write_intent(OP, &vol, &record)?;

@@ -17,6 +17,7 @@ use super::disk::{
 };
 use super::win::{OwnedHandle, from_wide, os_error, wide};
 use super::wmi::{property, with_namespace, wmi_error};
+use crate::format_record::{FormatRecord, FormatRecords};
 use crate::reparse::{self, LinkDestination, ReparsePoint};
 use crate::signatures;
 use crate::windows_data::layout::{self, Partition};
@@ -28,10 +29,8 @@ use crate::windows_data::wmi_codes::storage_return;
 use csi_proxy_core::disk::{DiskHost, DiskUsage};
 use csi_proxy_core::volume::{ResizeTarget, VolumeHost, VolumeStats};
 use csi_proxy_core::{Error, Kind, Result};
-use std::collections::BTreeSet;
 use std::ffi::c_void;
 use std::num::NonZeroU32;
-use std::sync::Mutex;
 use windows::Win32::Foundation::{
     ERROR_DIR_NOT_EMPTY, ERROR_INVALID_PARAMETER, ERROR_NOT_A_REPARSE_POINT,
     ERROR_UNRECOGNIZED_VOLUME, GENERIC_READ,
@@ -59,21 +58,25 @@ const STORAGE_NAMESPACE: &str = r"ROOT\Microsoft\Windows\Storage";
 /// links to a mount point is one or two long in practice).
 const MAX_HOPS: usize = 64;
 
-/// Volumes this process formatted: a retried FormatVolume whose first call succeeded (its
-/// answer lost) finds NTFS on a volume listed here and succeeds again instead of refusing.
-static FORMATTED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
-
 /// The Windows volume host.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct WindowsVolumeHost {
-    _private: (),
+    records: FormatRecords,
 }
 
 impl WindowsVolumeHost {
-    /// A host acting on the local volumes.
-    pub fn new() -> Self {
-        Self::default()
+    /// A host acting on the local volumes, keeping its format records under
+    /// `<state_dir>\format` (see [`crate::format_record`]).
+    pub fn new(state_dir: impl AsRef<std::path::Path>) -> Self {
+        Self {
+            records: FormatRecords::new(state_dir.as_ref().join("format")),
+        }
     }
+}
+
+/// A volume serial number as `dir` prints it (`1A2B-3C4D` without the dash).
+fn serial_text(serial: u32) -> String {
+    format!("{serial:08X}")
 }
 
 fn shown(id: &str) -> String {
@@ -156,20 +159,29 @@ fn all_volumes(op: &str) -> Result<Vec<String>> {
     Ok(out)
 }
 
-/// The filesystem name `GetVolumeInformationW` reports for the volume; `None` when Windows
-/// recognises no filesystem on it (it fails with ERROR_UNRECOGNIZED_VOLUME then).
-fn filesystem_name(op: &str, id: &str, v: &VolumeName) -> Result<Option<String>> {
+/// The filesystem name and volume serial number `GetVolumeInformationW` reports for the volume;
+/// `None` when Windows recognises no filesystem on it (RAW).
+fn volume_filesystem(op: &str, id: &str, v: &VolumeName) -> Result<Option<(String, u32)>> {
     let root = wide(&v.guid_path());
     let mut fs = [0u16; 64];
+    let mut serial = 0u32;
     // SAFETY: `root` is the NUL-terminated volume GUID path with its trailing backslash, as the
     // function requires of a root; `fs` is writable for its length (MAX_PATH + 1 is documented
-    // as enough; filesystem names are short, and a longer one fails rather than overflows).
+    // as enough; filesystem names are short, and a longer one fails rather than overflows);
+    // `serial` receives the volume serial number (a DWORD).
     match unsafe {
-        GetVolumeInformationW(PCWSTR(root.as_ptr()), None, None, None, None, Some(&mut fs))
+        GetVolumeInformationW(
+            PCWSTR(root.as_ptr()),
+            None,
+            Some(&mut serial),
+            None,
+            None,
+            Some(&mut fs),
+        )
     } {
         Ok(()) => {
             let n = from_wide(&fs);
-            Ok(names::filesystem_present(&n).then_some(n))
+            Ok(names::filesystem_present(&n).then_some((n, serial)))
         }
         Err(e) if super::win::win32_code(&e) == Some(ERROR_UNRECOGNIZED_VOLUME) => Ok(None),
         Err(e) => Err(os_error(op, shown(id), &e, &[])),
@@ -556,7 +568,7 @@ impl VolumeHost for WindowsVolumeHost {
         const OP: &str = "IsVolumeFormatted";
         let v = name(OP, id)?;
         drop(open_volume(OP, id, &v, false)?);
-        Ok(filesystem_name(OP, id, &v)?.is_some())
+        Ok(volume_filesystem(OP, id, &v)?.is_some())
     }
 
     fn format_volume(&self, id: &str) -> Result<()> {
@@ -573,38 +585,72 @@ impl VolumeHost for WindowsVolumeHost {
                 format!("the volume is mounted at {first:?}; refusing to format it"),
             ));
         }
-        let key = v.guid_path();
-        if let Some(fs) = filesystem_name(OP, id, &v)? {
-            let ours = fs.eq_ignore_ascii_case("NTFS")
-                && FORMATTED
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .contains(&key);
-            if ours {
-                return Ok(()); // formatted by an earlier call of this process: idempotent
+        // The record of an earlier FormatVolume of this volume tells its own work from a
+        // filesystem that must not be touched, also after a daemon restart.
+        let key = v.guid();
+        let record = self.records.read(key);
+        let interrupted = record.as_ref().is_some_and(|r| !r.done);
+        if let Some((fs, serial)) = volume_filesystem(OP, id, &v)? {
+            match &record {
+                Some(r)
+                    if r.done && fs.eq_ignore_ascii_case(&r.fs) && r.id == serial_text(serial) =>
+                {
+                    return Ok(()); // formatted by an earlier call: idempotent
+                }
+                Some(r) if !r.done => tracing::warn!(
+                    volume = id,
+                    "an earlier FormatVolume was interrupted; formatting again"
+                ),
+                _ => {
+                    return Err(Error::new(
+                        Kind::FailedPrecondition,
+                        OP,
+                        &object,
+                        format!("the volume already holds {fs}; refusing to format over it"),
+                    ));
+                }
             }
-            return Err(Error::new(
-                Kind::FailedPrecondition,
-                OP,
-                &object,
-                format!("the volume already holds {fs}; refusing to format over it"),
-            ));
+        } else if !interrupted {
+            // Windows calls the volume RAW; make sure it holds nothing another OS would
+            // recognise (ext4, LUKS, LVM, ...) before writing over it. An interrupted format of
+            // ours may have left a partial NTFS: that one is formatted again.
+            if let Some(sig) = signatures::probe(&read_head(OP, id, &v)?) {
+                return Err(Error::new(
+                    Kind::FailedPrecondition,
+                    OP,
+                    &object,
+                    format!("the volume holds {}; refusing to format over it", sig.kind),
+                ));
+            }
         }
-        // Windows calls the volume RAW; make sure it holds nothing another OS would recognise
-        // (ext4, LUKS, LVM, ...) before writing over it.
-        if let Some(sig) = signatures::probe(&read_head(OP, id, &v)?) {
-            return Err(Error::new(
-                Kind::FailedPrecondition,
-                OP,
-                &object,
-                format!("the volume holds {}; refusing to format over it", sig.kind),
-            ));
-        }
+        let write = |r: &FormatRecord| {
+            self.records.write(key, r, id).map_err(|e| {
+                Error::io(OP, &object, &e)
+                    .context(format!("state dir {}", self.records.dir().display()))
+            })
+        };
+        write(&FormatRecord {
+            fs: "NTFS".into(),
+            id: String::new(),
+            done: false,
+        })?;
         wmi_format(OP, id, &v)?;
-        FORMATTED
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key);
+        let serial = match volume_filesystem(OP, id, &v)? {
+            Some((_, serial)) => serial,
+            None => {
+                return Err(Error::new(
+                    Kind::Internal,
+                    OP,
+                    &object,
+                    "the format reported success but Windows recognises no filesystem on the volume",
+                ));
+            }
+        };
+        write(&FormatRecord {
+            fs: "NTFS".into(),
+            id: serial_text(serial),
+            done: true,
+        })?;
         tracing::info!(volume = id, "formatted NTFS");
         Ok(())
     }

@@ -30,6 +30,11 @@ impl VolumeName {
         })
     }
 
+    /// The GUID text, lower-case, without braces.
+    pub fn guid(&self) -> &str {
+        &self.guid
+    }
+
     /// `\\?\Volume{GUID}\`: the name Win32 volume calls take (SetVolumeMountPointW requires the
     /// trailing backslash).
     pub fn guid_path(&self) -> String {
