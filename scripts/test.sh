@@ -37,6 +37,7 @@ APT_PACKAGES=(
     gcc-mingw-w64-x86-64                   # linker for x86_64-pc-windows-gnu, builds the wine shim
     wine wine64                            # runs the Windows test binaries
     xfsprogs btrfs-progs e2fsprogs         # mkfs/grow tools used by the Linux volume tests
+    dbus-daemon                            # a private bus for the systemd service-control tests
     util-linux                             # losetup, mount, flock
     tgt                                    # userspace iSCSI target (tgtd) for the iSCSI tests
     open-iscsi                             # iscsiadm: iSCSI login tests (run where iscsi_tcp exists)

@@ -1,5 +1,6 @@
 //! Linux host implementations.
 pub mod block;
+pub mod dbus;
 pub mod disk;
 pub mod filesystem;
 pub mod iscsi;
