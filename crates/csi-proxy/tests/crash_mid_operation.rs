@@ -25,6 +25,29 @@ async fn total_bytes(vc: &mut VolumeClient, id: &str) -> i64 {
     .total_bytes
 }
 
+/// Mounts volume `id` on `stage`, runs `f` on the mounted directory, and unmounts it.
+async fn with_mounted<T>(
+    vc: &mut VolumeClient,
+    id: &str,
+    stage: &str,
+    f: impl FnOnce(&Path) -> T,
+) -> T {
+    vc.mount_volume(v1::MountVolumeRequest {
+        volume_id: id.to_string(),
+        target_path: stage.to_string(),
+    })
+    .await
+    .unwrap();
+    let r = f(Path::new(stage));
+    vc.unmount_volume(v1::UnmountVolumeRequest {
+        volume_id: id.to_string(),
+        target_path: stage.to_string(),
+    })
+    .await
+    .unwrap();
+    r
+}
+
 fn pattern(len: usize, seed: u32) -> Vec<u8> {
     (0..len as u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) ^ seed) as u8)
@@ -105,19 +128,10 @@ async fn sigkill_during_partition_format_and_resize_then_retry_succeeds() {
     let stage = d.k("plugins/crash/globalmount");
     std::fs::create_dir_all(&stage).unwrap();
     let data = pattern(8 << 20, 42);
-    vc.mount_volume(v1::MountVolumeRequest {
-        volume_id: id.clone(),
-        target_path: stage.clone(),
+    with_mounted(&mut vc, &id, &stage, |dir| {
+        std::fs::write(dir.join("data.bin"), &data).unwrap();
     })
-    .await
-    .unwrap();
-    std::fs::write(Path::new(&stage).join("data.bin"), &data).unwrap();
-    vc.unmount_volume(v1::UnmountVolumeRequest {
-        volume_id: id.clone(),
-        target_path: stage.clone(),
-    })
-    .await
-    .unwrap();
+    .await;
     let before = total_bytes(&mut vc, &id).await;
 
     // --- ResizeVolume: the disk grows; the kill lands while the partition or filesystem grows.
@@ -160,20 +174,11 @@ async fn sigkill_during_partition_format_and_resize_then_retry_succeeds() {
         after > before + (100 << 20),
         "the filesystem grew: {before} -> {after}"
     );
-    vc.mount_volume(v1::MountVolumeRequest {
-        volume_id: id.clone(),
-        target_path: stage.clone(),
+    with_mounted(&mut vc, &id, &stage, |dir| {
+        let read = std::fs::read(dir.join("data.bin")).unwrap();
+        assert!(read == data, "data written before the resize is intact");
     })
-    .await
-    .unwrap();
-    let read = std::fs::read(Path::new(&stage).join("data.bin")).unwrap();
-    assert!(read == data, "data written before the resize is intact");
-    vc.unmount_volume(v1::UnmountVolumeRequest {
-        volume_id: id.clone(),
-        target_path: stage.clone(),
-    })
-    .await
-    .unwrap();
+    .await;
 
     // Other disks were never touched.
     assert_eq!(
@@ -208,19 +213,10 @@ async fn sigkill_while_an_xfs_grows_on_a_private_mount_then_retry_succeeds() {
     let stage = d.k("plugins/xfs/globalmount");
     std::fs::create_dir_all(&stage).unwrap();
     let data = pattern(4 << 20, 9);
-    vc.mount_volume(v1::MountVolumeRequest {
-        volume_id: id.clone(),
-        target_path: stage.clone(),
+    with_mounted(&mut vc, &id, &stage, |dir| {
+        std::fs::write(dir.join("data.bin"), &data).unwrap();
     })
-    .await
-    .unwrap();
-    std::fs::write(Path::new(&stage).join("data.bin"), &data).unwrap();
-    vc.unmount_volume(v1::UnmountVolumeRequest {
-        volume_id: id.clone(),
-        target_path: stage.clone(),
-    })
-    .await
-    .unwrap();
+    .await;
     let before = total_bytes(&mut vc, &id).await;
 
     disk.grow_to(700);
@@ -274,20 +270,11 @@ async fn sigkill_while_an_xfs_grows_on_a_private_mount_then_retry_succeeds() {
         after > before + (200 << 20),
         "the filesystem grew: {before} -> {after}"
     );
-    vc.mount_volume(v1::MountVolumeRequest {
-        volume_id: id.clone(),
-        target_path: stage.clone(),
+    with_mounted(&mut vc, &id, &stage, |dir| {
+        let read = std::fs::read(dir.join("data.bin")).unwrap();
+        assert!(read == data, "data written before the resize is intact");
     })
-    .await
-    .unwrap();
-    let read = std::fs::read(Path::new(&stage).join("data.bin")).unwrap();
-    assert!(read == data, "data written before the resize is intact");
-    vc.unmount_volume(v1::UnmountVolumeRequest {
-        volume_id: id.clone(),
-        target_path: stage.clone(),
-    })
-    .await
-    .unwrap();
+    .await;
 }
 
 /// A PartitionDisk cut off between its table writes, at each of them in turn (the writes made
