@@ -48,6 +48,31 @@ async fn with_mounted<T>(
     r
 }
 
+/// ResizeVolume to the most the disk allows (`size_bytes` 0), on a client of its own: the call
+/// the tests interrupt and the retry that finishes it.
+async fn grow_to_max(
+    mut vc: VolumeClient,
+    volume_id: String,
+) -> Result<tonic::Response<v1::ResizeVolumeResponse>, tonic::Status> {
+    vc.resize_volume(v1::ResizeVolumeRequest {
+        volume_id,
+        size_bytes: 0,
+    })
+    .await
+}
+
+/// The file written before a resize, whose contents must survive it.
+const DATA: &str = "data.bin";
+
+/// Mounts the volume and checks the file written before the resize still holds `data`.
+async fn assert_data_intact(vc: &mut VolumeClient, id: &str, stage: &str, data: &[u8]) {
+    with_mounted(vc, id, stage, |dir| {
+        let read = std::fs::read(dir.join(DATA)).unwrap();
+        assert!(read == data, "data written before the resize is intact");
+    })
+    .await;
+}
+
 fn pattern(len: usize, seed: u32) -> Vec<u8> {
     (0..len as u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) ^ seed) as u8)
@@ -129,7 +154,7 @@ async fn sigkill_during_partition_format_and_resize_then_retry_succeeds() {
     std::fs::create_dir_all(&stage).unwrap();
     let data = pattern(8 << 20, 42);
     with_mounted(&mut vc, &id, &stage, |dir| {
-        std::fs::write(dir.join("data.bin"), &data).unwrap();
+        std::fs::write(dir.join(DATA), &data).unwrap()
     })
     .await;
     let before = total_bytes(&mut vc, &id).await;
@@ -138,16 +163,7 @@ async fn sigkill_during_partition_format_and_resize_then_retry_succeeds() {
     disk.grow_to(320);
     let (mut dc, _) = v1_clients(&d).await;
     dc.rescan(d1::RescanRequest {}).await.unwrap();
-    let call = {
-        let (mut vc, volume_id) = (vc.clone(), id.clone());
-        tokio::spawn(async move {
-            vc.resize_volume(v1::ResizeVolumeRequest {
-                volume_id,
-                size_bytes: 0,
-            })
-            .await
-        })
-    };
+    let call = tokio::spawn(grow_to_max(vc.clone(), id.clone()));
     let seen = wait_for_child(
         d.child.id(),
         &["resize2fs", "e2fsck", "xfs_growfs"],
@@ -156,15 +172,7 @@ async fn sigkill_during_partition_format_and_resize_then_retry_succeeds() {
     .await;
     let _ = d
         .kill_restart_retry(call, ("volume", "v1"), "ResizeVolume", |ch| {
-            let volume_id = id.clone();
-            async move {
-                VolumeClient::new(ch)
-                    .resize_volume(v1::ResizeVolumeRequest {
-                        volume_id,
-                        size_bytes: 0,
-                    })
-                    .await
-            }
+            grow_to_max(VolumeClient::new(ch), id.clone())
         })
         .await;
     eprintln!("ResizeVolume killed while {seen:?} ran");
@@ -174,11 +182,7 @@ async fn sigkill_during_partition_format_and_resize_then_retry_succeeds() {
         after > before + (100 << 20),
         "the filesystem grew: {before} -> {after}"
     );
-    with_mounted(&mut vc, &id, &stage, |dir| {
-        let read = std::fs::read(dir.join("data.bin")).unwrap();
-        assert!(read == data, "data written before the resize is intact");
-    })
-    .await;
+    assert_data_intact(&mut vc, &id, &stage, &data).await;
 
     // Other disks were never touched.
     assert_eq!(
@@ -214,23 +218,14 @@ async fn sigkill_while_an_xfs_grows_on_a_private_mount_then_retry_succeeds() {
     std::fs::create_dir_all(&stage).unwrap();
     let data = pattern(4 << 20, 9);
     with_mounted(&mut vc, &id, &stage, |dir| {
-        std::fs::write(dir.join("data.bin"), &data).unwrap();
+        std::fs::write(dir.join(DATA), &data).unwrap()
     })
     .await;
     let before = total_bytes(&mut vc, &id).await;
 
     disk.grow_to(700);
     dc.rescan(d1::RescanRequest {}).await.unwrap();
-    let call = {
-        let (mut vc, volume_id) = (vc.clone(), id.clone());
-        tokio::spawn(async move {
-            vc.resize_volume(v1::ResizeVolumeRequest {
-                volume_id,
-                size_bytes: 0,
-            })
-            .await
-        })
-    };
+    let call = tokio::spawn(grow_to_max(vc.clone(), id.clone()));
     let t = std::time::Instant::now();
     while !held.exists() {
         assert!(
@@ -247,15 +242,7 @@ async fn sigkill_while_an_xfs_grows_on_a_private_mount_then_retry_succeeds() {
         private.display()
     );
     d.kill_restart_retry(call, ("volume", "v1"), "ResizeVolume", |ch| {
-        let volume_id = id.clone();
-        async move {
-            VolumeClient::new(ch)
-                .resize_volume(v1::ResizeVolumeRequest {
-                    volume_id,
-                    size_bytes: 0,
-                })
-                .await
-        }
+        grow_to_max(VolumeClient::new(ch), id.clone())
     })
     .await
     .expect_err("the daemon was killed during the call");
@@ -270,11 +257,7 @@ async fn sigkill_while_an_xfs_grows_on_a_private_mount_then_retry_succeeds() {
         after > before + (200 << 20),
         "the filesystem grew: {before} -> {after}"
     );
-    with_mounted(&mut vc, &id, &stage, |dir| {
-        let read = std::fs::read(dir.join("data.bin")).unwrap();
-        assert!(read == data, "data written before the resize is intact");
-    })
-    .await;
+    assert_data_intact(&mut vc, &id, &stage, &data).await;
 }
 
 /// A PartitionDisk cut off between its table writes, at each of them in turn (the writes made
