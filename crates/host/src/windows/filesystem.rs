@@ -271,7 +271,7 @@ fn attribute_tag(h: &Handle) -> io::Result<FILE_ATTRIBUTE_TAG_INFO> {
 /// The raw reparse data of the entry at `path` (`FSCTL_GET_REPARSE_POINT` on a handle opened
 /// with `FILE_FLAG_OPEN_REPARSE_POINT`; the buffer is `MAXIMUM_REPARSE_DATA_BUFFER_SIZE`, the
 /// most the call can return).
-fn reparse_data(path: &[u16]) -> io::Result<Vec<u8>> {
+pub(super) fn reparse_data(path: &[u16]) -> io::Result<Vec<u8>> {
     let h = open(path, FILE_READ_ATTRIBUTES.0, SHARE_ALL, false)?;
     let mut buf = vec![0u8; MAXIMUM_REPARSE_DATA_BUFFER_SIZE as usize];
     let mut returned = 0u32;

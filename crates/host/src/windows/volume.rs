@@ -29,26 +29,20 @@ use crate::windows_data::wmi_codes::storage_return;
 use csi_proxy_core::disk::{DiskHost, DiskUsage};
 use csi_proxy_core::volume::{ResizeTarget, VolumeHost, VolumeStats};
 use csi_proxy_core::{Error, Kind, Result};
-use std::ffi::c_void;
 use std::num::NonZeroU32;
 use windows::Win32::Foundation::{
     ERROR_DIR_NOT_EMPTY, ERROR_INVALID_PARAMETER, ERROR_NOT_A_REPARSE_POINT,
-    ERROR_UNRECOGNIZED_VOLUME, GENERIC_READ,
+    ERROR_UNRECOGNIZED_VOLUME,
 };
 use windows::Win32::Storage::FileSystem::{
-    CreateFileW, DeleteVolumeMountPointW, FILE_ATTRIBUTE_NORMAL, FILE_FLAG_BACKUP_SEMANTICS,
-    FILE_FLAG_OPEN_REPARSE_POINT, FILE_READ_ATTRIBUTES, FILE_SHARE_DELETE, FILE_SHARE_READ,
-    FILE_SHARE_WRITE, FindFirstVolumeW, FindNextVolumeW, FindVolumeClose, FlushFileBuffers,
+    DeleteVolumeMountPointW, FindFirstVolumeW, FindNextVolumeW, FindVolumeClose, FlushFileBuffers,
     GetDiskFreeSpaceExW, GetFileAttributesW, GetVolumeInformationW,
     GetVolumeNameForVolumeMountPointW, GetVolumePathNameW, GetVolumePathNamesForVolumeNameW,
-    INVALID_FILE_ATTRIBUTES, MAXIMUM_REPARSE_DATA_BUFFER_SIZE, OPEN_EXISTING, ReadFile,
-    SetVolumeMountPointW,
+    INVALID_FILE_ATTRIBUTES, ReadFile, SetVolumeMountPointW,
 };
-use windows::Win32::System::IO::DeviceIoControl;
 use windows::Win32::System::Ioctl::{
-    FSCTL_EXTEND_VOLUME, FSCTL_GET_REPARSE_POINT, IOCTL_DISK_GET_LENGTH_INFO,
-    IOCTL_DISK_GET_PARTITION_INFO_EX, IOCTL_DISK_GROW_PARTITION, IOCTL_DISK_UPDATE_DRIVE_SIZE,
-    IOCTL_DISK_UPDATE_PROPERTIES,
+    FSCTL_EXTEND_VOLUME, IOCTL_DISK_GET_LENGTH_INFO, IOCTL_DISK_GET_PARTITION_INFO_EX,
+    IOCTL_DISK_GROW_PARTITION, IOCTL_DISK_UPDATE_DRIVE_SIZE, IOCTL_DISK_UPDATE_PROPERTIES,
 };
 use windows::core::PCWSTR;
 
@@ -253,46 +247,14 @@ fn exists(path: &str) -> bool {
 /// `FSCTL_GET_REPARSE_POINT` on a handle opened with `FILE_FLAG_OPEN_REPARSE_POINT` ("normal
 /// reparse point processing will not occur"), so the link itself is read, not its target.
 fn reparse_point(op: &str, path: &str) -> Result<Option<ReparsePoint>> {
-    let w = wide(path);
-    // SAFETY: `w` is NUL-terminated; FILE_FLAG_BACKUP_SEMANTICS is what lets CreateFileW open a
-    // directory; no security attributes or template.
-    let h = unsafe {
-        CreateFileW(
-            PCWSTR(w.as_ptr()),
-            FILE_READ_ATTRIBUTES.0,
-            FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE,
-            None,
-            OPEN_EXISTING,
-            FILE_FLAG_BACKUP_SEMANTICS | FILE_FLAG_OPEN_REPARSE_POINT,
-            None,
-        )
-    }
-    .map(OwnedHandle)
-    .map_err(|e| os_error(op, format!("target_path {path:?}"), &e, &[]))?;
-    let mut buf = vec![0u8; MAXIMUM_REPARSE_DATA_BUFFER_SIZE as usize];
-    let mut returned = 0u32;
-    // SAFETY: the output buffer is writable for the length passed; the handle is synchronous.
-    let r = unsafe {
-        DeviceIoControl(
-            h.0,
-            FSCTL_GET_REPARSE_POINT,
-            None,
-            0,
-            Some(buf.as_mut_ptr().cast::<c_void>()),
-            buf.len() as u32,
-            Some(&raw mut returned),
-            None,
-        )
-    };
-    match r {
-        Ok(()) => {
-            buf.truncate(returned as usize);
-            reparse::parse(&buf)
-                .map(Some)
-                .map_err(|e| Error::new(Kind::Internal, op, format!("target_path {path:?}"), e))
-        }
-        Err(e) if super::win::win32_code(&e) == Some(ERROR_NOT_A_REPARSE_POINT) => Ok(None),
-        Err(e) => Err(os_error(op, format!("target_path {path:?}"), &e, &[])),
+    let object = || format!("target_path {path:?}");
+    let wide_path: Vec<u16> = path.encode_utf16().collect();
+    match super::filesystem::reparse_data(&wide_path) {
+        Ok(data) => reparse::parse(&data)
+            .map(Some)
+            .map_err(|e| Error::new(Kind::Internal, op, object(), e)),
+        Err(e) if e.raw_os_error() == Some(ERROR_NOT_A_REPARSE_POINT.0 as i32) => Ok(None),
+        Err(e) => Err(Error::io(op, object(), &e)),
     }
 }
 
@@ -366,22 +328,9 @@ fn flush(op: &str, id: &str, v: &VolumeName) -> Result<()> {
 
 /// The first bytes of the volume, for the signature check before formatting.
 fn read_head(op: &str, id: &str, v: &VolumeName) -> Result<Vec<u8>> {
-    let path = wide(&v.device_path());
-    // SAFETY: as `open_device`, read-only; a fresh handle's file pointer is at byte 0, and
-    // PROBE_LEN is a whole number of sectors, as reads from a volume handle must be.
-    let h = unsafe {
-        CreateFileW(
-            PCWSTR(path.as_ptr()),
-            GENERIC_READ.0,
-            FILE_SHARE_READ | FILE_SHARE_WRITE,
-            None,
-            OPEN_EXISTING,
-            FILE_ATTRIBUTE_NORMAL,
-            None,
-        )
-    }
-    .map(OwnedHandle)
-    .map_err(|e| os_error(op, shown(id), &e, &[]))?;
+    // A fresh handle's file pointer is at byte 0, and PROBE_LEN is a whole number of sectors,
+    // as reads from a volume handle must be.
+    let h = open_volume(op, id, v, false)?;
     let mut buf = vec![0u8; signatures::PROBE_LEN];
     let mut got = 0u32;
     // SAFETY: `buf` is writable for its length; synchronous handle, no OVERLAPPED.
