@@ -94,14 +94,14 @@ where
     result
 }
 
-/// When the caller stops waiting for `request`: its `grpc-timeout` from now, less the margin at
-/// which the daemon answers DEADLINE_EXCEEDED ([`crate::spec_status::margin`]).
+/// When the caller stops waiting for `request`: the moment the daemon answers it
+/// DEADLINE_EXCEEDED, as [`crate::spec_status`] recorded it on arrival; `None` without a
+/// `grpc-timeout`.
 pub fn deadline_of<T>(request: &tonic::Request<T>) -> Option<Instant> {
-    let t = request
-        .metadata()
-        .get("grpc-timeout")
-        .and_then(|v| crate::spec_status::parse_grpc_timeout(v.as_bytes()))?;
-    Instant::now().checked_add(t.saturating_sub(crate::spec_status::margin(t)))
+    request
+        .extensions()
+        .get::<crate::spec_status::CallDeadline>()
+        .map(|d| d.0)
 }
 
 fn log_request<T>(rpc: RpcId, started: Instant, result: &Result<Response<T>, Status>) {

@@ -30,6 +30,11 @@ pub fn margin(t: Duration) -> Duration {
         .min(t / 2)
 }
 
+/// When the daemon answers a request DEADLINE_EXCEEDED: its arrival plus its `grpc-timeout`
+/// less [`margin`]. Put in the request's extensions for the handler ([`crate::call::deadline_of`]).
+#[derive(Debug, Clone, Copy)]
+pub struct CallDeadline(pub std::time::Instant);
+
 /// The tower layer adding [`Deadline`] to an endpoint's service.
 #[derive(Debug, Clone, Copy)]
 pub struct Layer;
@@ -61,19 +66,25 @@ where
         self.0.poll_ready(cx)
     }
 
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
         let timeout = req
             .headers()
             .get("grpc-timeout")
             .and_then(|v| parse_grpc_timeout(v.as_bytes()));
+        let answer_in = timeout.map(|t| t.saturating_sub(margin(t)));
+        // The handler's host work learns the same moment (call::deadline_of), measured from the
+        // request's arrival, without parsing the header again.
+        if let Some(d) = answer_in.and_then(|a| std::time::Instant::now().checked_add(a)) {
+            req.extensions_mut().insert(CallDeadline(d));
+        }
         let path = req.uri().path().to_owned();
         let fut = self.0.call(req);
         Box::pin(async move {
-            let Some(t) = timeout else {
+            let (Some(t), Some(answer_in)) = (timeout, answer_in) else {
                 return fut.await.map(|r| tonic_answers_per_spec(&path, r));
             };
             let mut fut = Box::pin(fut);
-            match tokio::time::timeout(t.saturating_sub(margin(t)), &mut fut).await {
+            match tokio::time::timeout(answer_in, &mut fut).await {
                 Ok(r) => r.map(|r| tonic_answers_per_spec(&path, r)),
                 Err(_) => {
                     tracing::debug!(%path, ?t, "client deadline passed");
@@ -238,5 +249,38 @@ mod tests {
         let s = code_of(&tonic_answers_per_spec("/v1.Disk/X", ours));
         assert_eq!(s.code(), tonic::Code::OutOfRange);
         assert_eq!(s.message(), "disk GetDiskStats: offset past the end");
+    }
+
+    #[tokio::test]
+    async fn the_handler_sees_the_moment_the_daemon_answers_deadline_exceeded() {
+        use tower::{Layer as _, Service as _, ServiceExt as _};
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = seen.clone();
+        let mut svc = Layer.layer(tower::service_fn(move |req: http::Request<()>| {
+            record
+                .lock()
+                .unwrap()
+                .push(req.extensions().get::<CallDeadline>().map(|d| d.0));
+            async {
+                Ok::<_, std::convert::Infallible>(http::Response::new(tonic::body::Body::empty()))
+            }
+        }));
+        let before = std::time::Instant::now();
+        let req = http::Request::builder()
+            .header("grpc-timeout", "2S")
+            .body(())
+            .unwrap();
+        svc.ready().await.unwrap().call(req).await.unwrap();
+        svc.ready()
+            .await
+            .unwrap()
+            .call(http::Request::new(()))
+            .await
+            .unwrap();
+        let seen = seen.lock().unwrap();
+        let d = seen[0].expect("a deadline for a request with grpc-timeout");
+        let answer_in = Duration::from_secs(2) - margin(Duration::from_secs(2));
+        assert!(d >= before + answer_in && d <= std::time::Instant::now() + answer_in);
+        assert_eq!(seen[1], None, "no grpc-timeout, no deadline");
     }
 }
