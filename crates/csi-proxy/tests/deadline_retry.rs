@@ -6,7 +6,7 @@ mod common;
 
 use common::{
     Daemon, LoopDisk, VolumeClient, call_raw, partition_one, put_bytes, retry_unavailable,
-    v1_clients, volumes_on,
+    v1_clients, volumes_on, wrap_tool,
 };
 use csi_proxy_api::disk::v1 as d1;
 use csi_proxy_api::filesystem::v1 as f1;
@@ -137,37 +137,17 @@ async fn a_passed_deadline_is_deadline_exceeded_and_a_retry_completes() {
     assert_eq!(r.unwrap(), vec![0x08, 0x01]);
 }
 
-/// Writes `<dir>/mkfs.ext4`, which waits while `gate` exists and then runs the real mkfs.ext4,
-/// and returns a `PATH` that finds it first.
-fn gated_mkfs(dir: &std::path::Path, gate: &std::path::Path) -> String {
-    use std::os::unix::fs::PermissionsExt;
-    let path = std::env::var("PATH").unwrap_or_default();
-    let real = std::env::split_paths(&path)
-        .chain(["/usr/sbin".into(), "/sbin".into()])
-        .map(|d| d.join("mkfs.ext4"))
-        .find(|p| p.is_file())
-        .expect("mkfs.ext4 is installed");
-    let script = dir.join("mkfs.ext4");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\nwhile [ -e '{}' ]; do sleep 0.02; done\nexec '{}' \"$@\"\n",
-            gate.display(),
-            real.display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    format!("{}:{path}:/usr/sbin:/sbin", dir.display())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deadlines_during_disk_work_leave_a_state_the_retry_completes() {
     // mkfs.ext4 goes through a wrapper that waits while a gate file exists: an operation held
     // up for as long as the test wants, whatever the machine's speed.
     let wrappers = tempfile::tempdir().unwrap();
     let gate = wrappers.path().join("gate");
-    let path = gated_mkfs(wrappers.path(), &gate);
+    let path = wrap_tool(
+        wrappers.path(),
+        "mkfs.ext4",
+        &format!("while [ -e '{}' ]; do sleep 0.02; done", gate.display()),
+    );
     let d = Daemon::start_env(&[], &[("PATH", &path)]);
     let Some(disk) = LoopDisk::or_skip(d.dir.path(), "deadline", 128) else {
         return;

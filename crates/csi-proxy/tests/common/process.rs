@@ -128,11 +128,10 @@ pub fn open_fds(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// Writes `<dir>/<tool>`, a wrapper whose first run creates `<dir>/<tool>.held` and then waits
-/// until it is killed (the daemon's tools die with it), while later runs are the real tool.
-/// Returns the `PATH` that finds the wrapper first, and the marker's path: a crash lands inside
-/// the tool for sure, whatever the machine's speed, and the retry after it runs the real one.
-pub fn hold_first_run(dir: &std::path::Path, tool: &str) -> (String, std::path::PathBuf) {
+/// Writes `<dir>/<tool>`, a shell script that runs `before` and then the real tool, and returns
+/// the `PATH` that finds the wrapper first. The daemon runs its tools by name, so a daemon started
+/// with that `PATH` goes through the wrapper: a test can hold a tool back or crash inside it.
+pub fn wrap_tool(dir: &std::path::Path, tool: &str, before: &str) -> String {
     use std::os::unix::fs::PermissionsExt;
     let path = std::env::var("PATH").unwrap_or_default();
     let real = std::env::split_paths(&path)
@@ -140,17 +139,27 @@ pub fn hold_first_run(dir: &std::path::Path, tool: &str) -> (String, std::path::
         .map(|d| d.join(tool))
         .find(|p| p.is_file() && !p.starts_with(dir))
         .unwrap_or_else(|| panic!("{tool} is installed"));
-    let marker = dir.join(format!("{tool}.held"));
     let script = dir.join(tool);
     std::fs::write(
         &script,
-        format!(
-            "#!/bin/sh\nif [ ! -e '{m}' ]; then touch '{m}'; exec sleep 3600; fi\nexec '{r}' \"$@\"\n",
-            m = marker.display(),
-            r = real.display()
-        ),
+        format!("#!/bin/sh\n{before}\nexec '{}' \"$@\"\n", real.display()),
     )
     .unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    (format!("{}:{path}:/usr/sbin:/sbin", dir.display()), marker)
+    format!("{}:{path}:/usr/sbin:/sbin", dir.display())
+}
+
+/// [`wrap_tool`] whose first run creates `<dir>/<tool>.held` and then waits until it is killed
+/// (the daemon's tools die with it), while later runs are the real tool. Returns the `PATH` and
+/// the marker's path: a crash lands inside the tool for sure, whatever the machine's speed, and
+/// the retry after it runs the real one.
+pub fn hold_first_run(dir: &std::path::Path, tool: &str) -> (String, std::path::PathBuf) {
+    let marker = dir.join(format!("{tool}.held"));
+    let m = marker.display();
+    let path = wrap_tool(
+        dir,
+        tool,
+        &format!("if [ ! -e '{m}' ]; then touch '{m}'; exec sleep 3600; fi"),
+    );
+    (path, marker)
 }
