@@ -385,6 +385,22 @@ fn iscsiadm(op: &str, object: &str, args: &[&str]) -> Result<Run> {
     })
 }
 
+/// Runs `iscsiadm args` for an undo step: success, or "no objects found" (what it undoes is
+/// already gone, as after a retry), is OK; any other exit is UNAVAILABLE, `failure` plus the
+/// exit code and output.
+fn iscsiadm_unless_gone(op: &str, object: &str, args: &[&str], failure: &str) -> Result<()> {
+    let r = iscsiadm(op, object, args)?;
+    if r.code != 0 && r.code != ISCSI_ERR_NO_OBJS_FOUND {
+        return Err(Error::new(
+            Kind::Unavailable,
+            op,
+            object,
+            format!("{failure} (exit {}): {}", r.code, r.output),
+        ));
+    }
+    Ok(())
+}
+
 /// Active sessions as sysfs shows them: (session dir, target name, address, port).
 fn sessions() -> Vec<(PathBuf, String, String, u16)> {
     let mut out = Vec::new();
@@ -620,39 +636,22 @@ impl IscsiHost for LinuxIscsiHost {
         }
         let p = portal.to_string();
         if has_session {
-            let r = iscsiadm(
+            iscsiadm_unless_gone(
                 OP,
                 &object,
                 &["-m", "node", "-T", iqn, "-p", &p, "--logout"],
+                "iscsiadm logout failed",
             )?;
-            if r.code != 0 && r.code != ISCSI_ERR_NO_OBJS_FOUND {
-                return Err(Error::new(
-                    Kind::Unavailable,
-                    OP,
-                    &object,
-                    format!("iscsiadm logout failed (exit {}): {}", r.code, r.output),
-                ));
-            }
             tracing::info!(target = %iqn, portal = %portal, "iSCSI session logged out");
         }
         if record.is_some() {
             // The record holds the CHAP secret: do not keep it past the session.
-            let r = iscsiadm(
+            iscsiadm_unless_gone(
                 OP,
                 &object,
                 &["-m", "node", "-o", "delete", "-T", iqn, "-p", &p],
+                "iscsiadm could not delete the node record",
             )?;
-            if r.code != 0 && r.code != ISCSI_ERR_NO_OBJS_FOUND {
-                return Err(Error::new(
-                    Kind::Unavailable,
-                    OP,
-                    &object,
-                    format!(
-                        "iscsiadm could not delete the node record (exit {}): {}",
-                        r.code, r.output
-                    ),
-                ));
-            }
         }
         Ok(())
     }
