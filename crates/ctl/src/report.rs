@@ -3,7 +3,7 @@
 use crate::Output;
 use csi_proxy_client::disk::DiskClient;
 use csi_proxy_client::health;
-use csi_proxy_client::iscsi::IscsiClient;
+use csi_proxy_client::iscsi::{IscsiClient, Portal};
 use csi_proxy_client::volume::VolumeClient;
 use csi_proxy_client::{ClientError, Connector};
 use serde_json::{Map, Value, json};
@@ -361,14 +361,23 @@ pub async fn smb_mappings(c: &Connector) -> Result<Report, Failure> {
     Ok(r)
 }
 
-/// `iscsi portals`: ListTargetPortals.
-pub async fn iscsi_portals(c: &Connector) -> Result<Report, Failure> {
+/// The newest iSCSI client, its API version and the portals it lists: where both iSCSI reports
+/// start.
+async fn iscsi_portal_list(
+    c: &Connector,
+) -> Result<(IscsiClient, &'static str, Vec<Portal>), Failure> {
     let mut i = IscsiClient::connect(c).await.map_err(unreachable)?;
     let v = i.version();
     let portals = i
         .list_target_portals()
         .await
         .map_err(|s| first_call("ListTargetPortals", "iscsi", v, s))?;
+    Ok((i, v, portals))
+}
+
+/// `iscsi portals`: ListTargetPortals.
+pub async fn iscsi_portals(c: &Connector) -> Result<Report, Failure> {
+    let (_, v, portals) = iscsi_portal_list(c).await?;
     let mut r = Report::new("portals", &["address", "port"]);
     r.meta.insert("iscsi_api".into(), json!(v));
     for p in portals {
@@ -380,12 +389,7 @@ pub async fn iscsi_portals(c: &Connector) -> Result<Report, Failure> {
 /// `iscsi sessions`: per portal DiscoverTargetPortal, then GetTargetDisks per target; a target
 /// with disks has a logged-in session.
 pub async fn iscsi_sessions(c: &Connector) -> Result<Report, Failure> {
-    let mut i = IscsiClient::connect(c).await.map_err(unreachable)?;
-    let v = i.version();
-    let portals = i
-        .list_target_portals()
-        .await
-        .map_err(|s| first_call("ListTargetPortals", "iscsi", v, s))?;
+    let (mut i, v, portals) = iscsi_portal_list(c).await?;
     let mut r = Report::new("sessions", &["portal", "iqn", "connected", "disks"]);
     r.meta.insert("iscsi_api".into(), json!(v));
     for p in portals {
