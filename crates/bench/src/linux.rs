@@ -319,8 +319,8 @@ where
     }
 }
 
-/// Rows for one RPC: single-client p50/p99 and n-client p50/p99/throughput, each against the
-/// floor when there is one.
+/// Rows for one RPC: single-client and n-client p50/p99/throughput, each against the floor when
+/// there is one.
 fn rpc_rows(
     rows: &mut Vec<Row>,
     name: &str,
@@ -329,49 +329,28 @@ fn rpc_rows(
     par: &Samples,
     direct: Option<(&Samples, &Samples)>,
 ) {
-    let d = |f: &dyn Fn(&Samples) -> String, s: Option<&Samples>| s.map_or("n/a".to_string(), f);
-    let r = |a: f64, s: Option<&Samples>, f: &dyn Fn(&Samples) -> f64| {
-        s.map_or("-".to_string(), |s| ratio(a, f(s)))
-    };
     let (ds, dp) = (direct.map(|x| x.0), direct.map(|x| x.1));
-    let p50 = |s: &Samples| s.quantile(0.5).as_secs_f64();
-    let p99 = |s: &Samples| s.quantile(0.99).as_secs_f64();
+    load_rows(rows, &format!("{name} 1 client"), seq, ds);
+    load_rows(rows, &format!("{name} {clients} clients"), par, dp);
+}
+
+/// The p50, p99 and throughput rows of one load (`what`: the RPC and its clients).
+fn load_rows(rows: &mut Vec<Row>, what: &str, daemon: &Samples, direct: Option<&Samples>) {
+    for q in [0.5, 0.99] {
+        let secs = |s: &Samples| s.quantile(q).as_secs_f64();
+        rows.push(Row {
+            what: format!("{what} p{}", (q * 100.0).round()),
+            daemon: fmt_d(daemon.quantile(q)),
+            direct: direct.map_or("n/a".into(), |s| fmt_d(s.quantile(q))),
+            ratio: direct.map_or("-".into(), |s| ratio(secs(daemon), secs(s))),
+        });
+    }
     rows.push(Row {
-        what: format!("{name} 1 client p50"),
-        daemon: fmt_d(seq.quantile(0.5)),
-        direct: d(&|s| fmt_d(s.quantile(0.5)), ds),
-        ratio: r(p50(seq), ds, &p50),
-    });
-    rows.push(Row {
-        what: format!("{name} 1 client p99"),
-        daemon: fmt_d(seq.quantile(0.99)),
-        direct: d(&|s| fmt_d(s.quantile(0.99)), ds),
-        ratio: r(p99(seq), ds, &p99),
-    });
-    rows.push(Row {
-        what: format!("{name} 1 client throughput"),
-        daemon: format!("{:.0}/s", seq.throughput()),
-        direct: d(&|s| format!("{:.0}/s", s.throughput()), ds),
+        what: format!("{what} throughput"),
+        daemon: format!("{:.0}/s", daemon.throughput()),
+        direct: direct.map_or("n/a".into(), |s| format!("{:.0}/s", s.throughput())),
         // Inverted so that, as elsewhere, >1 means the daemon costs more than the floor.
-        ratio: ds.map_or("-".into(), |s| ratio(s.throughput(), seq.throughput())),
-    });
-    rows.push(Row {
-        what: format!("{name} {clients} clients p50"),
-        daemon: fmt_d(par.quantile(0.5)),
-        direct: d(&|s| fmt_d(s.quantile(0.5)), dp),
-        ratio: r(p50(par), dp, &p50),
-    });
-    rows.push(Row {
-        what: format!("{name} {clients} clients p99"),
-        daemon: fmt_d(par.quantile(0.99)),
-        direct: d(&|s| fmt_d(s.quantile(0.99)), dp),
-        ratio: r(p99(par), dp, &p99),
-    });
-    rows.push(Row {
-        what: format!("{name} {clients} clients throughput"),
-        daemon: format!("{:.0}/s", par.throughput()),
-        direct: d(&|s| format!("{:.0}/s", s.throughput()), dp),
-        ratio: dp.map_or("-".into(), |s| ratio(s.throughput(), par.throughput())),
+        ratio: direct.map_or("-".into(), |s| ratio(s.throughput(), daemon.throughput())),
     });
 }
 
