@@ -55,6 +55,17 @@ group!(
 /// Every API group, in upstream's endpoint creation order.
 pub const GROUPS: &[&str] = &["filesystem", "disk", "volume", "smb", "system", "iscsi"];
 
+/// The gRPC service name an endpoint serves: `<version>.<Group>`, e.g. `v1.Disk` (upstream's
+/// proto package is the bare version and the service is the capitalised group name).
+pub fn service_name(group: &str, version: &str) -> String {
+    let mut chars = group.chars();
+    let capitalised: String = match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    };
+    format!("{version}.{capitalised}")
+}
+
 /// Versions of a group by name, or `None` for an unknown group.
 pub fn versions(group: &str) -> Option<&'static [&'static str]> {
     Some(match group {

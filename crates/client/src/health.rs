@@ -23,15 +23,7 @@ pub async fn check(
     Ok(ServingStatus::try_from(resp.status).unwrap_or(ServingStatus::Unknown))
 }
 
-/// The gRPC service name of an endpoint: `<version>.<Group>`, e.g. `v1.Disk`.
-pub fn service_name(group: &str, version: &str) -> String {
-    let mut chars = group.chars();
-    let capitalised: String = match chars.next() {
-        Some(first) => first.to_uppercase().chain(chars).collect(),
-        None => String::new(),
-    };
-    format!("{version}.{capitalised}")
-}
+pub use csi_proxy_api::service_name;
 
 /// Why a health check failed.
 #[derive(Debug, thiserror::Error)]

@@ -187,16 +187,7 @@ pub fn smb_mappings() -> u64 {
     u64::try_from(SMB_MAPPINGS.load(Ordering::Relaxed)).unwrap_or(0)
 }
 
-/// The gRPC service name an endpoint serves: `<version>.<Group>`, e.g. `v1.Disk` (upstream's
-/// proto package is the bare version and the service is the capitalised group name).
-pub fn service_name(group: &str, version: &str) -> String {
-    let mut chars = group.chars();
-    let capitalised: String = match chars.next() {
-        Some(first) => first.to_uppercase().chain(chars).collect(),
-        None => String::new(),
-    };
-    format!("{version}.{capitalised}")
-}
+pub use csi_proxy_api::service_name;
 
 /// Renders every metric in the Prometheus text exposition format 0.0.4.
 pub fn render() -> String {
