@@ -8,6 +8,7 @@ pub mod gpt;
 pub mod iscsi_discovery;
 #[cfg(target_os = "linux")]
 pub mod linux;
+pub mod partition_plan;
 pub mod reparse;
 pub mod signatures;
 pub mod smb_scan;

@@ -2,7 +2,8 @@
 //! written in-process, online state through the SCSI device state.
 
 use super::block::{self, Disk};
-use crate::gpt::{self, Gpt, GptError, Guid};
+use crate::gpt::{self, Gpt, Guid};
+use crate::partition_plan::{self, Plan};
 use crate::signatures;
 use csi_proxy_core::disk::{DiskHost, DiskIds, DiskLocation, DiskUsage};
 use csi_proxy_core::{Error, Kind, Result};
@@ -65,7 +66,16 @@ impl DiskHost for LinuxDiskHost {
             return Err(refused(OP, &disk, "the disk is read-only"));
         }
         let path = block::node(&disk.name);
-        // O_EXCL: the kernel refuses while any partition is mounted or otherwise held.
+        // First a look without taking the disk: drivers call PartitionDisk on every stage, and
+        // a partitioned disk whose partition is mounted must answer OK, not EBUSY.
+        let reader = block::open_read(&path)
+            .map_err(|e| io_err(OP, &disk, &format!("open {}", path.display()), &e))?;
+        if let Plan::Partitioned(parts) = plan_for(OP, &disk, &reader)? {
+            return block::sync_partitions(OP, &disk, &reader, &parts);
+        }
+        drop(reader);
+        // A write is due. O_EXCL: the kernel refuses while any partition is mounted or otherwise
+        // held; and the decision is taken again from what the disk holds now.
         let file = block::open_write(&path, true).map_err(|e| match e.raw_os_error() {
             Some(16) => refused(
                 OP,
@@ -76,77 +86,37 @@ impl DiskHost for LinuxDiskHost {
         })?;
         let sector = block::sector_size(&disk);
         let total = disk.size / sector;
-        let head = block::read_at(&file, 0, signatures::PROBE_LEN.max(gpt::head_len(sector)))
-            .map_err(|e| io_err(OP, &disk, "read", &e))?;
-
-        let mut table = match read_gpt(OP, &disk, &file, &head, sector, total)? {
-            Ok(Some(t)) => t,
-            Ok(None) => {
-                let mbr = gpt::mbr_partitions(&head);
-                if mbr.iter().any(|p| p.kind == 0xEE) {
-                    return Err(refused(
-                        OP,
-                        &disk,
-                        "a protective MBR but no readable GPT header; not rewriting a damaged table",
-                    ));
+        let mut table = match plan_for(OP, &disk, &file)? {
+            Plan::Partitioned(parts) => return block::sync_partitions(OP, &disk, &file, &parts),
+            Plan::ProtectiveMbr(t) => {
+                let mbr = gpt::protective_mbr(sector as usize, total);
+                write_ordered(&file, &[(0, mbr)])
+                    .map_err(|e| io_err(OP, &disk, "write the protective MBR", &e))?;
+                tracing::warn!(disk = %disk.name, "GPT without its protective MBR (an interrupted table write): MBR written");
+                return block::sync_partitions(OP, &disk, &file, &byte_extents(&t));
+            }
+            Plan::Write { table, restored } => {
+                if restored {
+                    tracing::warn!(disk = %disk.name, "primary GPT missing or damaged, backup valid and nothing else on the disk (an interrupted table write): restoring the primary from the backup");
                 }
-                if !mbr.is_empty() {
-                    // Partitioned already (MBR): nothing to do, as for a GPT with data partitions.
-                    let parts: Vec<_> = mbr
-                        .iter()
-                        .map(|p| {
-                            (
-                                p.number,
-                                u64::from(p.first_lba) * sector,
-                                u64::from(p.sectors) * sector,
-                            )
-                        })
-                        .collect();
-                    return block::sync_partitions(OP, &disk, &file, &parts);
-                }
-                if let Some(sig) = signatures::probe(&head) {
-                    return Err(refused(
-                        OP,
-                        &disk,
-                        format!(
-                            "the disk holds {} directly, without a partition table; refusing to partition over it",
-                            sig.kind
-                        ),
-                    ));
-                }
+                table
+            }
+            Plan::New => {
                 let guid = block::random16().map_err(|e| io_err(OP, &disk, "random", &e))?;
                 Gpt::new(sector, total, Guid::from_random(guid))
                     .map_err(|e| refused(OP, &disk, e))?
             }
-            Err(GptError::Short(why)) => {
-                return Err(refused(OP, &disk, format!("GPT {why}; not rewriting it")));
-            }
-            Err(e) => return Err(refused(OP, &disk, format!("{e}; not rewriting it"))),
         };
-        let existing = table.data_partitions();
-        if !existing.is_empty() {
-            let parts: Vec<_> = existing
-                .iter()
-                .map(|p| (p.number, p.first_lba * sector, p.sectors() * sector))
-                .collect();
-            return block::sync_partitions(OP, &disk, &file, &parts);
+        if table.data_partitions().is_empty() {
+            let guid = block::random16().map_err(|e| io_err(OP, &disk, "random", &e))?;
+            let part = table
+                .add_max_partition(gpt::LINUX_FILESYSTEM, Guid::from_random(guid))
+                .map_err(|e| refused(OP, &disk, e))?;
+            tracing::info!(disk = number, name = %disk.name, partuuid = %part.unique_guid, "partition added");
         }
-        let guid = block::random16().map_err(|e| io_err(OP, &disk, "random", &e))?;
-        let part = table
-            .add_max_partition(gpt::LINUX_FILESYSTEM, Guid::from_random(guid))
-            .map_err(|e| refused(OP, &disk, e))?;
         write_gpt(OP, &disk, &file, &table, total)?;
-        tracing::info!(disk = number, name = %disk.name, partuuid = %part.unique_guid, "GPT written");
-        block::sync_partitions(
-            OP,
-            &disk,
-            &file,
-            &[(
-                part.number,
-                part.first_lba * sector,
-                part.sectors() * sector,
-            )],
-        )
+        tracing::info!(disk = number, name = %disk.name, "GPT written");
+        block::sync_partitions(OP, &disk, &file, &byte_extents(&table))
     }
 
     fn rescan(&self) -> Result<()> {
@@ -246,47 +216,92 @@ impl DiskHost for LinuxDiskHost {
     }
 }
 
-/// Reads the GPT of `disk` (`head`: its first [`gpt::head_len`] bytes), finishing a table write
-/// a crash cut off ([`Gpt::serialize`] orders its writes so that every cut leaves one of these):
-/// a valid backup under a missing or damaged primary is written back as the whole table, and a
-/// valid primary without a protective MBR (LBA 0 still blank) gets one. Answers as
-/// [`Gpt::parse`] does for the table now on disk.
-pub(super) fn read_gpt(
-    op: &str,
-    disk: &Disk,
-    file: &fs::File,
-    head: &[u8],
-    sector: u64,
-    total: u64,
-) -> Result<std::result::Result<Option<Gpt>, GptError>> {
+/// The bytes a table decision is taken from: the disk's first [`signatures::PROBE_LEN`] bytes
+/// (enough for the primary GPT and every signature the probe knows) and its last
+/// [`gpt::tail_len`] (the backup GPT).
+pub(super) struct Ends {
+    pub head: Vec<u8>,
+    pub tail: Vec<u8>,
+    pub sector: u64,
+    pub total: u64,
+}
+
+/// Reads [`Ends`] of `disk` through `file`.
+pub(super) fn read_ends(op: &str, disk: &Disk, file: &fs::File) -> Result<Ends> {
+    let sector = block::sector_size(disk);
+    let total = disk.size / sector;
+    let head = block::read_at(file, 0, signatures::PROBE_LEN.max(gpt::head_len(sector)))
+        .map_err(|e| io_err(op, disk, "read", &e))?;
     let tail_len = gpt::tail_len(sector);
     let tail = match (total * sector).checked_sub(tail_len as u64) {
         Some(at) => block::read_at(file, at, tail_len).map_err(|e| io_err(op, disk, "read", &e))?,
         None => Vec::new(),
     };
-    match gpt::find(head, &tail, sector, total) {
-        Ok(gpt::Found::Primary(t)) => {
-            if head.len() >= sector as usize && head[..sector as usize].iter().all(|&b| b == 0) {
-                let pmbr = gpt::protective_mbr(sector as usize, total);
-                std::os::unix::fs::FileExt::write_all_at(file, &pmbr, 0)
-                    .map_err(|e| io_err(op, disk, "write the protective MBR", &e))?;
-                file.sync_all()
-                    .map_err(|e| io_err(op, disk, "flush the protective MBR", &e))?;
-                tracing::warn!(disk = %disk.name, "GPT without its protective MBR (an interrupted table write): MBR written");
-            }
-            Ok(Ok(Some(t)))
-        }
-        Ok(gpt::Found::Backup(t)) => {
-            tracing::warn!(disk = %disk.name, "primary GPT missing or damaged, backup valid (an interrupted table write): restoring the primary from the backup");
-            write_gpt(op, disk, file, &t, total)?;
-            Ok(Ok(Some(t)))
-        }
-        Ok(gpt::Found::None) => Ok(Ok(None)),
-        Err(e) => Ok(Err(e)),
+    Ok(Ends {
+        head,
+        tail,
+        sector,
+        total,
+    })
+}
+
+/// What PartitionDisk does to `disk` as it is now ([`partition_plan::plan`]); a refusal is
+/// FAILED_PRECONDITION naming what was found.
+fn plan_for(op: &str, disk: &Disk, file: &fs::File) -> Result<Plan> {
+    let e = read_ends(op, disk, file)?;
+    partition_plan::plan(&e.head, &e.tail, e.sector, e.total).map_err(|why| refused(op, disk, why))
+}
+
+/// A table's data partitions as (number, start, length) in bytes.
+fn byte_extents(table: &Gpt) -> Vec<(u32, u64, u64)> {
+    table
+        .data_partitions()
+        .iter()
+        .map(|p| {
+            (
+                p.number,
+                p.first_lba * table.sector,
+                p.sectors() * table.sector,
+            )
+        })
+        .collect()
+}
+
+/// Where a partition table is written: a disk's device node, or a recorder in tests.
+pub(super) trait TableDevice {
+    /// Writes all of `bytes` at byte `offset`.
+    fn write_all_at(&self, bytes: &[u8], offset: u64) -> std::io::Result<()>;
+    /// Makes every write so far durable: on a block device, fsync writes the dirty pages and
+    /// then flushes the device's volatile cache (fsync(2)).
+    fn flush(&self) -> std::io::Result<()>;
+}
+
+impl TableDevice for fs::File {
+    fn write_all_at(&self, bytes: &[u8], offset: u64) -> std::io::Result<()> {
+        std::os::unix::fs::FileExt::write_all_at(self, bytes, offset)
+    }
+
+    fn flush(&self) -> std::io::Result<()> {
+        self.sync_all()
     }
 }
 
-/// Writes `table` to `disk` in [`Gpt::serialize`]'s crash-safe order and flushes it.
+/// Writes `writes` in their order, each made durable before the next starts: the crash safety of
+/// [`Gpt::serialize`]'s order holds only if the device cannot reorder them, and a page cache
+/// and a volatile disk cache both may.
+pub(super) fn write_ordered(
+    dev: &impl TableDevice,
+    writes: &[(u64, Vec<u8>)],
+) -> std::io::Result<()> {
+    for (offset, bytes) in writes {
+        dev.write_all_at(bytes, *offset)?;
+        dev.flush()?;
+    }
+    Ok(())
+}
+
+/// Writes `table` to `disk` in [`Gpt::serialize`]'s crash-safe order, each write durable before
+/// the next.
 pub(super) fn write_gpt(
     op: &str,
     disk: &Disk,
@@ -294,10 +309,53 @@ pub(super) fn write_gpt(
     table: &Gpt,
     total: u64,
 ) -> Result<()> {
-    for (offset, bytes) in table.serialize(total) {
-        std::os::unix::fs::FileExt::write_all_at(file, &bytes, offset)
-            .map_err(|e| io_err(op, disk, "write the partition table", &e))?;
+    write_ordered(file, &table.serialize(total))
+        .map_err(|e| io_err(op, disk, "write the partition table", &e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    /// Records the calls a table write makes.
+    #[derive(Default)]
+    struct Recorder(RefCell<Vec<String>>);
+
+    impl TableDevice for Recorder {
+        fn write_all_at(&self, bytes: &[u8], offset: u64) -> std::io::Result<()> {
+            self.0
+                .borrow_mut()
+                .push(format!("write {} at {offset}", bytes.len()));
+            Ok(())
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            self.0.borrow_mut().push("flush".into());
+            Ok(())
+        }
     }
-    file.sync_all()
-        .map_err(|e| io_err(op, disk, "flush the partition table", &e))
+
+    #[test]
+    fn every_table_write_is_durable_before_the_next_starts() {
+        let (sector, total) = (512, 131072);
+        let mut t = Gpt::new(sector, total, Guid([1; 16])).unwrap();
+        t.add_max_partition(gpt::LINUX_FILESYSTEM, Guid([2; 16]))
+            .unwrap();
+        let rec = Recorder::default();
+        write_ordered(&rec, &t.serialize(total)).unwrap();
+        let backup_at = (total - 33) * sector;
+        assert_eq!(
+            *rec.0.borrow(),
+            [
+                format!("write {} at {backup_at}", 33 * 512),
+                "flush".into(),
+                format!("write {} at 1024", 32 * 512),
+                "flush".into(),
+                "write 512 at 512".into(),
+                "flush".into(),
+                "write 512 at 0".into(),
+                "flush".into(),
+            ]
+        );
+    }
 }

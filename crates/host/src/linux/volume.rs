@@ -17,6 +17,7 @@ use super::mountinfo::{self, MountInfo};
 use super::tool;
 use crate::format_record::{FormatRecord, FormatRecords};
 use crate::gpt::{self, Gpt};
+use crate::partition_plan;
 use crate::signatures::{self, Signature};
 use csi_proxy_core::disk::DiskUsage;
 use csi_proxy_core::volume::{ResizeTarget, VolumeHost, VolumeStats};
@@ -33,6 +34,9 @@ use std::str::FromStr;
 const MIN_GROWTH: u64 = 100 << 20;
 /// A filesystem smaller than its partition by more than this is grown to fill it.
 const FS_SLACK: u64 = 1 << 20;
+/// The filesystems ResizeVolume grows (see `grow_filesystem`); their sizes are read from the
+/// superblock ([`signatures::superblock_usage`]).
+const GROWABLE: [&str; 5] = ["ext2", "ext3", "ext4", "xfs", "btrfs"];
 
 /// The filesystem FormatVolume creates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -136,16 +140,36 @@ fn volume_uuid(op: &str, disk: &Disk, part: u32) -> Result<String> {
             .map_or_else(|| "none".to_string(), |u| signatures::uuid_string(&u)));
     }
     let sector = block::sector_size(disk);
+    let total = disk.size / sector;
     let head =
         block::read_at(&f, 0, gpt::head_len(sector)).map_err(|e| io_err(op, disk, "read", &e))?;
-    match Gpt::parse(&head, sector, disk.size / sector) {
-        Ok(Some(t)) => Ok(t
+    // Naming reads the backup too when the primary is damaged (a cut-off table write): the
+    // partitions are still the backup's, and an ID must not turn into an MBR-style one meanwhile.
+    let table = match Gpt::parse(&head, sector, total) {
+        Ok(Some(t)) => Some(t),
+        _ if gpt::mbr_partitions(&head).iter().any(|p| p.kind == 0xEE) => {
+            let tail_len = gpt::tail_len(sector);
+            let tail = match (total * sector).checked_sub(tail_len as u64) {
+                Some(at) => {
+                    block::read_at(&f, at, tail_len).map_err(|e| io_err(op, disk, "read", &e))?
+                }
+                None => Vec::new(),
+            };
+            match gpt::find(&head, &tail, sector, total) {
+                Ok(gpt::Found::Primary(t) | gpt::Found::Backup(t)) => Some(t),
+                _ => None,
+            }
+        }
+        _ => None,
+    };
+    Ok(match table {
+        Some(t) => t
             .partitions()
             .into_iter()
             .find(|p| p.number == part)
-            .map_or_else(|| "none".into(), |p| p.unique_guid.to_string())),
-        _ => Ok(format!("{:08x}-{part:02x}", gpt::mbr_disk_signature(&head))),
-    }
+            .map_or_else(|| "none".into(), |p| p.unique_guid.to_string()),
+        None => format!("{:08x}-{part:02x}", gpt::mbr_disk_signature(&head)),
+    })
 }
 
 fn make_volume(op: &str, disk: &Disk, part: u32) -> Result<Volume> {
@@ -753,26 +777,39 @@ impl VolumeHost for LinuxVolumeHost {
                 "a whole-disk volume has no partition to grow",
             ));
         }
+        // What the partition holds decides first: a filesystem this host cannot grow (or whose
+        // size it cannot read) leaves the partition untouched, instead of a grown partition
+        // under an ungrown filesystem and an OK that did nothing.
+        let (sig, buf) = self.probe(OP, &vol)?;
+        let fs_bytes = match &sig {
+            None => None,
+            Some(sig) => Some(
+                signatures::superblock_usage(&buf)
+                    .filter(|_| GROWABLE.contains(&sig.kind))
+                    .map(|u| u.total_bytes)
+                    .ok_or_else(|| {
+                        Error::new(
+                            Kind::FailedPrecondition,
+                            OP,
+                            &object,
+                            format!(
+                                "the volume holds {}; this host grows only ext2/3/4, xfs and btrfs filesystems \
+                                 whose size it reads from their superblock, so nothing was changed",
+                                sig.kind
+                            ),
+                        )
+                    })?,
+            ),
+        };
         let disk = &vol.disk;
         // Not O_EXCL: the partition may be mounted (online growth); only the table and the
         // partition's length change, never its start.
         let file = block::open_write(&block::node(&disk.name), false)
             .map_err(|e| io_err(OP, disk, "open", &e))?;
-        let sector = block::sector_size(disk);
-        let total = disk.size / sector;
-        let head = block::read_at(&file, 0, gpt::head_len(sector))
-            .map_err(|e| io_err(OP, disk, "read", &e))?;
-        let table = match super::disk::read_gpt(OP, disk, &file, &head, sector, total)? {
-            Ok(Some(t)) => t,
-            Ok(None) => {
-                return Err(refused(
-                    OP,
-                    disk,
-                    "not a GPT disk; only GPT partitions are resized",
-                ));
-            }
-            Err(e) => return Err(refused(OP, disk, format!("{e}; not rewriting it"))),
-        };
+        let ends = super::disk::read_ends(OP, disk, &file)?;
+        let (sector, total) = (ends.sector, ends.total);
+        let table = partition_plan::table_to_grow(&ends.head, &ends.tail, sector, total)
+            .map_err(|why| refused(OP, disk, why))?;
         let part = table
             .partitions()
             .into_iter()
@@ -785,6 +822,19 @@ impl VolumeHost for LinuxVolumeHost {
                     "the partition is not in the table",
                 )
             })?;
+        // The entry is checked by its unique GUID, not only its number: the table may have been
+        // rewritten since the ID was resolved.
+        if part.unique_guid.to_string() != vol.uuid {
+            return Err(Error::new(
+                Kind::NotFound,
+                OP,
+                &object,
+                format!(
+                    "partition {} of the table is now a different partition ({})",
+                    vol.part, part.unique_guid
+                ),
+            ));
+        }
         let mut grown = table.clone();
         grown
             .relocate_end(total)
@@ -823,10 +873,23 @@ impl VolumeHost for LinuxVolumeHost {
             );
         }
         // The kernel's length is brought to the table's: also after a crash between the two.
+        // Only ever up: a kernel partition longer than the table's may hold a filesystem that
+        // long (another tool grew it), and BLKPG would cut it off under a mounted filesystem.
         let kernel_len = block::partitions(disk)
             .into_iter()
             .find(|p| p.number == vol.part)
             .map_or(0, |p| p.size);
+        if kernel_len > table_len {
+            return Err(refused(
+                OP,
+                disk,
+                format!(
+                    "the kernel's partition {} is {kernel_len} bytes, longer than the table's {table_len}; \
+                     a partition is never shrunk",
+                    vol.part
+                ),
+            ));
+        }
         if kernel_len != table_len {
             block::blkpg(
                 &file,
@@ -844,12 +907,10 @@ impl VolumeHost for LinuxVolumeHost {
                 )
             })?;
         }
-        let (sig, buf) = self.probe(OP, &vol)?;
-        let Some(sig) = sig else {
+        let (Some(sig), Some(fs_bytes)) = (sig, fs_bytes) else {
             return Ok(()); // no filesystem: the partition is all there is to grow
         };
-        let fs_bytes = signatures::superblock_usage(&buf).map_or(0, |u| u.total_bytes);
-        if fs_bytes == 0 || fs_bytes + FS_SLACK >= table_len {
+        if fs_bytes + FS_SLACK >= table_len {
             return Ok(());
         }
         let table_now = read_mountinfo(OP)?;

@@ -1,0 +1,271 @@
+//! Partition tables that lie or are stale, through the daemon's endpoints on real loop disks:
+//! PartitionDisk never restores a stale backup table over a whole-disk filesystem, a re-stage
+//! while the partition is mounted answers OK, and ResizeVolume never repairs a table, never
+//! grows a partition under a filesystem it cannot grow, and never shrinks a partition. Needs
+//! root (loop devices, mount); skipped with the reason otherwise.
+#![cfg(target_os = "linux")]
+
+mod common;
+
+use common::{Daemon, DiskClient, LoopDisk, VolumeClient, can_use_loop_devices, v1_clients};
+use csi_proxy_api::disk::v1 as d1;
+use csi_proxy_api::volume::v1;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use tonic::Code;
+
+const SECTOR: u64 = 512;
+/// Sectors of a GPT copy as the daemon writes it: a 16 KiB entry array plus its header.
+const GPT_SECTORS: u64 = 33;
+
+fn refusal<T: std::fmt::Debug>(r: Result<T, tonic::Status>) -> String {
+    let s = r.expect_err("expected a refusal");
+    assert_eq!(s.code(), Code::FailedPrecondition, "{}", s.message());
+    s.message().to_string()
+}
+
+fn read(dev: &Path, at: u64, len: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; len];
+    std::fs::File::open(dev)
+        .unwrap()
+        .read_exact_at(&mut buf, at)
+        .unwrap();
+    buf
+}
+
+fn write(dev: &Path, at: u64, bytes: &[u8]) {
+    let f = std::fs::OpenOptions::new().write(true).open(dev).unwrap();
+    f.write_all_at(bytes, at).unwrap();
+    f.sync_all().unwrap();
+}
+
+fn size_of(dev: &Path) -> u64 {
+    let name = dev.file_name().unwrap().to_string_lossy().into_owned();
+    std::fs::read_to_string(format!("/sys/class/block/{name}/size"))
+        .unwrap()
+        .trim()
+        .parse::<u64>()
+        .unwrap()
+        * 512
+}
+
+async fn partition(dc: &mut DiskClient, n: u32) -> Result<(), tonic::Status> {
+    dc.partition_disk(d1::PartitionDiskRequest { disk_number: n })
+        .await
+        .map(drop)
+}
+
+async fn resize(vc: &mut VolumeClient, id: &str, size_bytes: i64) -> Result<(), tonic::Status> {
+    vc.resize_volume(v1::ResizeVolumeRequest {
+        volume_id: id.into(),
+        size_bytes,
+    })
+    .await
+    .map(drop)
+}
+
+/// PartitionDisk, then the one volume's ID.
+async fn partitioned(dc: &mut DiskClient, vc: &mut VolumeClient, n: u32) -> String {
+    common::partition_one(dc, vc, n).await
+}
+
+/// The case: an ext4 made on the whole disk of a disk that once had a GPT keeps the old
+/// backup table at its end. Before, PartitionDisk "repaired" the primary from it over the
+/// filesystem's first sectors and answered OK.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_whole_disk_filesystem_with_a_stale_backup_table_is_never_partitioned_over() {
+    if !can_use_loop_devices() {
+        return;
+    }
+    let d = Daemon::start(&[]);
+    let l = LoopDisk::new(d.dir.path(), "stale", 64).unwrap();
+    let (mut dc, mut vc) = v1_clients(&d).await;
+    let n = l.disk_number();
+    partitioned(&mut dc, &mut vc, n).await;
+    let end = size_of(&l.dev);
+    let backup_at = end - GPT_SECTORS * SECTOR;
+    let backup = read(&l.dev, backup_at, (GPT_SECTORS * SECTOR) as usize);
+    assert_eq!(&backup[backup.len() - 512..][..8], b"EFI PART");
+
+    // The kernel forgets the partition; ext4 goes on the whole disk; whatever mkfs did to the
+    // last sectors, the old backup table is put back there (as a disk image would carry it).
+    l.run("partx", &["-d", "--nr", "1"], &l.dev);
+    l.run("mkfs.ext4", &["-q", "-F"], &l.dev);
+    write(&l.dev, backup_at, &backup);
+    l.run("e2fsck", &["-n", "-f"], &l.dev);
+    let before = l.fingerprint();
+
+    let listed = common::volumes_on(&mut vc, n).await;
+    assert!(
+        listed.iter().all(|id| id.contains("-part0-")),
+        "only the whole-disk filesystem is a volume: {listed:?}"
+    );
+    let msg = refusal(
+        dc.partition_disk(d1::PartitionDiskRequest { disk_number: n })
+            .await,
+    );
+    assert!(
+        msg.contains("PartitionDisk") && msg.contains("ext") && msg.contains("stale"),
+        "{msg}"
+    );
+    assert_eq!(l.fingerprint(), before, "nothing was written to the disk");
+    l.run("e2fsck", &["-n", "-f"], &l.dev);
+}
+
+/// Drivers call PartitionDisk on every NodeStage, also while the volume is staged (kubelet
+/// stages again after a restart): that is an OK no-op, not EBUSY from an exclusive open.
+#[tokio::test(flavor = "multi_thread")]
+async fn re_stage_while_the_partition_is_mounted_is_an_ok_no_op() {
+    if !can_use_loop_devices() {
+        return;
+    }
+    let d = Daemon::start(&[]);
+    let l = LoopDisk::new(d.dir.path(), "restage", 64).unwrap();
+    let (mut dc, mut vc) = v1_clients(&d).await;
+    let n = l.disk_number();
+    let id = partitioned(&mut dc, &mut vc, n).await;
+    vc.format_volume(v1::FormatVolumeRequest {
+        volume_id: id.clone(),
+    })
+    .await
+    .unwrap();
+    let stage = d.k("plugins/kubernetes.io/csi/pv/r/globalmount");
+    std::fs::create_dir_all(&stage).unwrap();
+    vc.mount_volume(v1::MountVolumeRequest {
+        volume_id: id.clone(),
+        target_path: stage.clone(),
+    })
+    .await
+    .unwrap();
+    let before = l.fingerprint();
+
+    partition(&mut dc, n).await.unwrap();
+    partition(&mut dc, n).await.unwrap();
+    assert_eq!(common::volumes_on(&mut vc, n).await, vec![id.clone()]);
+    assert_eq!(l.fingerprint(), before, "nothing was written to the disk");
+
+    vc.unmount_volume(v1::UnmountVolumeRequest {
+        volume_id: id,
+        target_path: stage,
+    })
+    .await
+    .unwrap();
+}
+
+/// A table whose primary copy is damaged is never repaired by ResizeVolume (not even on a disk
+/// in use); PartitionDisk restores it where nothing else is on the disk, and the resize works
+/// after that.
+#[tokio::test(flavor = "multi_thread")]
+async fn resize_never_repairs_a_table_and_partition_disk_restores_a_cut_one() {
+    if !can_use_loop_devices() {
+        return;
+    }
+    let d = Daemon::start(&[]);
+    let l = LoopDisk::new(d.dir.path(), "damaged", 300).unwrap();
+    let (mut dc, mut vc) = v1_clients(&d).await;
+    let n = l.disk_number();
+    let id = partitioned(&mut dc, &mut vc, n).await;
+    vc.format_volume(v1::FormatVolumeRequest {
+        volume_id: id.clone(),
+    })
+    .await
+    .unwrap();
+    // A table write cut off between the primary array and its header: the array no longer
+    // matches the header's CRC.
+    let mut array = read(&l.dev, 2 * SECTOR, 512);
+    array[100] ^= 0xFF;
+    write(&l.dev, 2 * SECTOR, &array);
+    let before = l.fingerprint();
+
+    let msg = refusal(resize(&mut vc, &id, 0).await);
+    assert!(
+        msg.contains("ResizeVolume") && msg.contains("never repairs"),
+        "{msg}"
+    );
+    assert_eq!(l.fingerprint(), before, "ResizeVolume wrote nothing");
+
+    partition(&mut dc, n).await.unwrap();
+    assert_ne!(
+        l.fingerprint(),
+        before,
+        "PartitionDisk restored the primary"
+    );
+    assert_eq!(common::volumes_on(&mut vc, n).await, vec![id.clone()]);
+    resize(&mut vc, &id, 0).await.unwrap();
+    l.run("e2fsck", &["-n", "-f"], &l.partition(1));
+}
+
+/// A filesystem the host cannot grow (or whose size it cannot read) is refused before the
+/// partition changes: before, the partition was grown, the filesystem was not, and the answer
+/// was OK.
+#[tokio::test(flavor = "multi_thread")]
+async fn resize_refuses_a_filesystem_it_cannot_grow_and_changes_nothing() {
+    if !can_use_loop_devices() {
+        return;
+    }
+    let d = Daemon::start(&[]);
+    let l = LoopDisk::new(d.dir.path(), "ntfs", 64).unwrap();
+    let (mut dc, mut vc) = v1_clients(&d).await;
+    let n = l.disk_number();
+    let id = partitioned(&mut dc, &mut vc, n).await;
+    // An NTFS boot sector, as Windows (or mkntfs) writes its OEM ID.
+    let mut boot = vec![0u8; 512];
+    boot[3..11].copy_from_slice(b"NTFS    ");
+    boot[510] = 0x55;
+    boot[511] = 0xAA;
+    write(&l.partition(1), 0, &boot);
+    l.grow_to(300);
+    dc.rescan(d1::RescanRequest {}).await.unwrap();
+    let part_before = size_of(&l.partition(1));
+    let before = l.fingerprint();
+
+    let msg = refusal(resize(&mut vc, &id, 0).await);
+    assert!(
+        msg.contains("ntfs") && msg.contains("nothing was changed"),
+        "{msg}"
+    );
+    assert_eq!(size_of(&l.partition(1)), part_before);
+    assert_eq!(l.fingerprint(), before, "the table was not grown");
+}
+
+/// The kernel's idea of a partition longer than the table's (another tool grew it) is never cut
+/// back with BLKPG: that would shrink a partition under its filesystem.
+#[tokio::test(flavor = "multi_thread")]
+async fn resize_never_shrinks_the_kernels_partition() {
+    if !can_use_loop_devices() {
+        return;
+    }
+    let d = Daemon::start(&[]);
+    let l = LoopDisk::new(d.dir.path(), "shrink", 128).unwrap();
+    let (mut dc, mut vc) = v1_clients(&d).await;
+    let n = l.disk_number();
+    let id = partitioned(&mut dc, &mut vc, n).await;
+    vc.format_volume(v1::FormatVolumeRequest {
+        volume_id: id.clone(),
+    })
+    .await
+    .unwrap();
+    l.grow_to(256);
+    dc.rescan(d1::RescanRequest {}).await.unwrap();
+    let table_len = size_of(&l.partition(1));
+    let start: u64 = std::fs::read_to_string(format!("/sys/class/block/{}p1/start", l.name()))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // The kernel is told of a longer partition than the table holds (resizepart: BLKPG).
+    let longer = table_len / 512 + 2048;
+    let out = std::process::Command::new("resizepart")
+        .arg(&l.dev)
+        .args(["1", &longer.to_string()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(size_of(&l.partition(1)), longer * 512, "start {start}");
+
+    // A growth under 100 MiB writes no table; the table's length is then shorter than the
+    // kernel's.
+    let msg = refusal(resize(&mut vc, &id, (table_len + (10 << 20)) as i64).await);
+    assert!(msg.contains("never shrunk"), "{msg}");
+    assert_eq!(size_of(&l.partition(1)), longer * 512);
+}

@@ -1,0 +1,356 @@
+//! What PartitionDisk and ResizeVolume may do with a disk's partition table, decided from the
+//! disk's first and last bytes alone.
+//!
+//! Pure, so every refusal is tested on byte images, and so PartitionDisk can decide twice: once
+//! from a read-only look (a disk already partitioned is never opened exclusively, so re-staging
+//! while its partition is mounted works) and again from a fresh read under `O_EXCL`, right
+//! before it writes.
+//!
+//! The one write that could destroy data is finishing a cut-off table write, because it puts a
+//! table where the disk's content says there is none. [`Gpt::serialize`] orders a table's writes
+//! so that every cut leaves the start of the disk blank or holding only table structures; so a
+//! repair is allowed only when that is what the start holds (LBA 0 blank or a protective MBR,
+//! LBA 1 blank or a GPT header, and nothing [`signatures::probe`] knows in the bytes it reads).
+//! A whole-disk filesystem that still carries an old backup table at the end fails that test.
+
+use crate::gpt::{self, Found, Gpt, GptError};
+use crate::signatures;
+
+/// What PartitionDisk does to a disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// Partitioned already: the kernel is only told about these partitions
+    /// (number, start and length in bytes). Nothing is written.
+    Partitioned(Vec<(u32, u64, u64)>),
+    /// The GPT is whole but LBA 0 is still blank (a table write cut off before its last
+    /// write): only the protective MBR is written.
+    ProtectiveMbr(Gpt),
+    /// A blank disk: a new GPT with one maximum-size partition is written.
+    New,
+    /// This table is written whole, with one maximum-size partition added if it has no data
+    /// partition: a GPT without data partitions (`restored` false), or a table whose primary
+    /// copy a cut-off write left damaged, restored from its backup (`restored` true).
+    Write {
+        /// The table to write.
+        table: Gpt,
+        /// The table came from the backup copy at the end of the disk.
+        restored: bool,
+    },
+}
+
+/// Decides what PartitionDisk does to a disk whose first bytes are `head` (at least
+/// [`gpt::head_len`], ideally [`signatures::PROBE_LEN`]) and last bytes `tail`
+/// ([`gpt::tail_len`]). `Err` says why the disk is refused.
+pub fn plan(head: &[u8], tail: &[u8], sector: u64, total: u64) -> Result<Plan, String> {
+    match gpt::find(head, tail, sector, total) {
+        Ok(Found::Primary(t)) => {
+            let parts = t.data_partitions();
+            let blank_lba0 = lba0_blank(head, sector);
+            if parts.is_empty() || blank_lba0 {
+                start_holds_only_a_table(head, sector)?;
+            }
+            if parts.is_empty() {
+                return Ok(Plan::Write {
+                    table: t,
+                    restored: false,
+                });
+            }
+            if blank_lba0 {
+                return Ok(Plan::ProtectiveMbr(t));
+            }
+            Ok(Plan::Partitioned(
+                parts
+                    .iter()
+                    .map(|p| (p.number, p.first_lba * sector, p.sectors() * sector))
+                    .collect(),
+            ))
+        }
+        Ok(Found::Backup(t)) => {
+            start_holds_only_a_table(head, sector).map_err(|why| {
+                format!(
+                    "the primary GPT is missing or damaged and a backup GPT is at the end of the disk, \
+                     but {why}; the backup is stale, so the table is not restored over it"
+                )
+            })?;
+            Ok(Plan::Write {
+                table: t,
+                restored: true,
+            })
+        }
+        Ok(Found::None) => {
+            let mbr = gpt::mbr_partitions(head);
+            if mbr.iter().any(|p| p.kind == 0xEE) {
+                return Err(
+                    "a protective MBR but no readable GPT header; not rewriting a damaged table"
+                        .into(),
+                );
+            }
+            if !mbr.is_empty() {
+                return Ok(Plan::Partitioned(
+                    mbr.iter()
+                        .map(|p| {
+                            (
+                                p.number,
+                                u64::from(p.first_lba) * sector,
+                                u64::from(p.sectors) * sector,
+                            )
+                        })
+                        .collect(),
+                ));
+            }
+            if let Some(sig) = signatures::probe(head) {
+                return Err(format!(
+                    "the disk holds {} directly, without a partition table; refusing to partition over it",
+                    sig.kind
+                ));
+            }
+            Ok(Plan::New)
+        }
+        Err(GptError::Short(why)) => Err(format!("GPT {why}; not rewriting it")),
+        Err(e) => Err(format!("{e}; not rewriting it")),
+    }
+}
+
+/// The table ResizeVolume grows: the valid primary GPT, never a repair. A damaged primary is
+/// left for PartitionDisk, which restores it only where that cannot overwrite data. `Err` says
+/// why the disk is refused.
+pub fn table_to_grow(head: &[u8], tail: &[u8], sector: u64, total: u64) -> Result<Gpt, String> {
+    match gpt::find(head, tail, sector, total) {
+        Ok(Found::Primary(t)) => {
+            if !lba0_blank(head, sector) && !lba0_protective(head) {
+                return Err(
+                    "LBA 0 holds an MBR with partitions besides the GPT's (a hybrid MBR); not rewriting it"
+                        .into(),
+                );
+            }
+            Ok(t)
+        }
+        Ok(Found::Backup(_)) => Err(
+            "the primary GPT is missing or damaged (only the backup at the end of the disk is valid); \
+             ResizeVolume never repairs a table: call PartitionDisk, which restores it when nothing \
+             else is on the disk"
+                .into(),
+        ),
+        Ok(Found::None) => Err("not a GPT disk; only GPT partitions are resized".into()),
+        Err(e) => Err(format!("{e}; not rewriting it")),
+    }
+}
+
+/// Whether the disk's first `sector` bytes are all zero.
+fn lba0_blank(head: &[u8], sector: u64) -> bool {
+    head.get(..sector as usize)
+        .is_some_and(|b| b.iter().all(|&x| x == 0))
+}
+
+/// Whether LBA 0 is a protective MBR: one partition entry, of type 0xEE.
+fn lba0_protective(head: &[u8]) -> bool {
+    matches!(gpt::mbr_partitions(head).as_slice(), [p] if p.kind == 0xEE)
+}
+
+/// `Ok` when the start of the disk holds nothing a table write could destroy: LBA 0 blank or a
+/// protective MBR, LBA 1 blank or a GPT header, and no signature [`signatures::probe`] knows
+/// other than a partition table's own. `Err` names what was found.
+fn start_holds_only_a_table(head: &[u8], sector: u64) -> Result<(), String> {
+    if !lba0_blank(head, sector) && !lba0_protective(head) {
+        return Err(if gpt::mbr_partitions(head).is_empty() {
+            "LBA 0 holds data (not a protective MBR)".to_string()
+        } else {
+            "LBA 0 holds an MBR partition table".to_string()
+        });
+    }
+    let s = sector as usize;
+    let lba1 = head.get(s..2 * s).unwrap_or_default();
+    if !lba1.iter().all(|&b| b == 0) && !gpt::has_signature(head, sector) {
+        return Err("LBA 1 holds data (not a GPT header)".into());
+    }
+    match signatures::probe(head) {
+        Some(sig) if !matches!(sig.kind, "gpt" | "dos") => Err(format!(
+            "the disk holds {} at its start{}",
+            sig.kind,
+            sig.uuid
+                .map(|u| format!(" (UUID {})", signatures::uuid_string(&u)))
+                .unwrap_or_default()
+        )),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpt::{Guid, LINUX_FILESYSTEM};
+
+    const SECTOR: u64 = 512;
+    const TOTAL: u64 = (64 << 20) / SECTOR;
+
+    fn table() -> Gpt {
+        let mut t = Gpt::new(SECTOR, TOTAL, Guid([1; 16])).unwrap();
+        t.add_max_partition(LINUX_FILESYSTEM, Guid([2; 16]))
+            .unwrap();
+        t
+    }
+
+    /// A disk image with the first `writes` of `t`'s ordered writes applied.
+    fn disk_with(t: &Gpt, writes: usize) -> Vec<u8> {
+        let mut disk = vec![0u8; (TOTAL * SECTOR) as usize];
+        for (off, bytes) in t.serialize(TOTAL).into_iter().take(writes) {
+            disk[off as usize..][..bytes.len()].copy_from_slice(&bytes);
+        }
+        disk
+    }
+
+    fn plan_of(disk: &[u8]) -> Result<Plan, String> {
+        let head = &disk[..signatures::PROBE_LEN];
+        let tail = &disk[disk.len() - gpt::tail_len(SECTOR)..];
+        plan(head, tail, SECTOR, TOTAL)
+    }
+
+    fn grow_of(disk: &[u8]) -> Result<Gpt, String> {
+        let head = &disk[..signatures::PROBE_LEN];
+        let tail = &disk[disk.len() - gpt::tail_len(SECTOR)..];
+        table_to_grow(head, tail, SECTOR, TOTAL)
+    }
+
+    /// An ext4 superblock magic where mkfs.ext4 puts it on a whole disk.
+    fn put_ext4(disk: &mut [u8]) {
+        disk[1024 + 56..1024 + 58].copy_from_slice(&0xEF53u16.to_le_bytes());
+    }
+
+    #[test]
+    fn a_partitioned_disk_is_only_synced() {
+        let disk = disk_with(&table(), 4);
+        let p = &table().data_partitions()[0];
+        assert_eq!(
+            plan_of(&disk),
+            Ok(Plan::Partitioned(vec![(
+                1,
+                p.first_lba * SECTOR,
+                p.sectors() * SECTOR
+            )]))
+        );
+    }
+
+    #[test]
+    fn every_cut_of_a_table_write_on_a_blank_disk_is_finished() {
+        let t = table();
+        assert_eq!(plan_of(&disk_with(&t, 0)), Ok(Plan::New));
+        for cut in [1, 2] {
+            assert_eq!(
+                plan_of(&disk_with(&t, cut)),
+                Ok(Plan::Write {
+                    table: t.clone(),
+                    restored: true
+                }),
+                "cut after {cut}"
+            );
+        }
+        assert_eq!(plan_of(&disk_with(&t, 3)), Ok(Plan::ProtectiveMbr(t)));
+    }
+
+    #[test]
+    fn a_whole_disk_filesystem_with_a_stale_backup_is_refused() {
+        // The issue's case: mkfs.ext4 on the whole disk of a disk once partitioned; the backup
+        // GPT at the end survived.
+        let mut disk = disk_with(&table(), 4);
+        disk[..SECTOR as usize * 34].fill(0);
+        put_ext4(&mut disk);
+        let why = plan_of(&disk).unwrap_err();
+        assert!(
+            why.contains("ext2") && why.contains("backup is stale"),
+            "{why}"
+        );
+        // xfs puts its magic at byte 0: LBA 0 is not blank.
+        let mut disk = disk_with(&table(), 4);
+        disk[..SECTOR as usize * 34].fill(0);
+        disk[..4].copy_from_slice(b"XFSB");
+        let why = plan_of(&disk).unwrap_err();
+        assert!(why.contains("LBA 0 holds data"), "{why}");
+        // Anything in LBA 1 but a GPT header.
+        let mut disk = disk_with(&table(), 4);
+        disk[..SECTOR as usize * 34].fill(0);
+        disk[SECTOR as usize + 7] = 1;
+        assert!(plan_of(&disk).unwrap_err().contains("LBA 1 holds data"));
+        // A signature deeper in the probed bytes (md 1.2 superblock at 4 KiB).
+        let mut disk = disk_with(&table(), 1);
+        disk[4096..4100].copy_from_slice(&0xa92b_4efcu32.to_le_bytes());
+        assert!(plan_of(&disk).unwrap_err().contains("linux_raid_member"));
+    }
+
+    #[test]
+    fn a_valid_primary_without_its_mbr_is_finished_only_over_nothing_else() {
+        let mut disk = disk_with(&table(), 3);
+        assert!(matches!(plan_of(&disk), Ok(Plan::ProtectiveMbr(_))));
+        disk[4096..4100].copy_from_slice(&0xa92b_4efcu32.to_le_bytes());
+        // The array's CRC now fails: the backup is found, and refused for the signature.
+        assert!(plan_of(&disk).unwrap_err().contains("linux_raid_member"));
+    }
+
+    #[test]
+    fn a_table_without_data_partitions_gets_one() {
+        let empty = Gpt::new(SECTOR, TOTAL, Guid([1; 16])).unwrap();
+        for writes in [3, 4] {
+            assert_eq!(
+                plan_of(&disk_with(&empty, writes)),
+                Ok(Plan::Write {
+                    table: empty.clone(),
+                    restored: false
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn damaged_tables_are_refused() {
+        let mut disk = disk_with(&table(), 4);
+        let n = disk.len();
+        disk[n - gpt::tail_len(SECTOR)..].fill(0);
+        disk[SECTOR as usize + 20] ^= 1; // header CRC
+        assert!(plan_of(&disk).unwrap_err().contains("not rewriting"));
+        // A protective MBR alone.
+        let mut disk = vec![0u8; (TOTAL * SECTOR) as usize];
+        disk[..SECTOR as usize].copy_from_slice(&gpt::protective_mbr(SECTOR as usize, TOTAL));
+        assert!(plan_of(&disk).unwrap_err().contains("protective MBR"));
+    }
+
+    #[test]
+    fn raw_filesystems_are_refused_and_mbr_disks_are_partitioned() {
+        let mut disk = vec![0u8; (TOTAL * SECTOR) as usize];
+        put_ext4(&mut disk);
+        assert!(plan_of(&disk).unwrap_err().contains("directly"));
+        let mut disk = vec![0u8; (TOTAL * SECTOR) as usize];
+        let e = &mut disk[446..462];
+        e[4] = 0x83;
+        e[8..12].copy_from_slice(&2048u32.to_le_bytes());
+        e[12..16].copy_from_slice(&4096u32.to_le_bytes());
+        disk[510] = 0x55;
+        disk[511] = 0xAA;
+        assert_eq!(
+            plan_of(&disk),
+            Ok(Plan::Partitioned(vec![(1, 2048 * SECTOR, 4096 * SECTOR)]))
+        );
+    }
+
+    #[test]
+    fn resize_grows_only_a_whole_primary_and_never_repairs() {
+        let t = table();
+        assert_eq!(grow_of(&disk_with(&t, 4)), Ok(t.clone()));
+        // LBA 0 still blank: the primary is whole; writing the grown table adds the MBR.
+        assert_eq!(grow_of(&disk_with(&t, 3)), Ok(t.clone()));
+        for cut in [1, 2] {
+            let why = grow_of(&disk_with(&t, cut)).unwrap_err();
+            assert!(why.contains("never repairs"), "{why}");
+        }
+        assert!(
+            grow_of(&disk_with(&t, 0))
+                .unwrap_err()
+                .contains("not a GPT")
+        );
+        // A hybrid MBR: partitions besides the 0xEE entry.
+        let mut disk = disk_with(&t, 4);
+        let e = &mut disk[462..478];
+        e[4] = 0x83;
+        e[8..12].copy_from_slice(&2048u32.to_le_bytes());
+        e[12..16].copy_from_slice(&4096u32.to_le_bytes());
+        assert!(grow_of(&disk).unwrap_err().contains("hybrid"));
+    }
+}
