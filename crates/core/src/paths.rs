@@ -243,8 +243,27 @@ impl PathPolicy {
 
     /// Lexical checks only; returns the normalised path.
     pub fn check(&self, op: &str, path: &str) -> Result<String> {
-        let (comps, _) = self.lexical_inside(op, path)?;
+        let path = self.qualified(path);
+        let (comps, _) = self.lexical_inside(op, &path)?;
         Ok(self.style.render(&comps))
+    }
+
+    /// A Windows path rooted without a drive (`\var\lib\kubelet\…`, the form kubelet hands
+    /// drivers as the staging path, and which some drivers pass on unchanged) given the drive of
+    /// `--kubelet-path`: Win32 resolves such a path against the process's current drive, and the
+    /// drive kubelet's own directory is on is the one kubelet meant. UNC and namespace forms
+    /// (`\\…`) are left for the lexical rules to refuse.
+    fn qualified<'p>(&self, path: &'p str) -> std::borrow::Cow<'p, str> {
+        match (self.style, self.root_comps.last()) {
+            (PathStyle::Windows, Some(kubelet))
+                if path.starts_with('\\')
+                    && !path.starts_with(r"\\")
+                    && !path.starts_with(r"\??\") =>
+            {
+                std::borrow::Cow::Owned(format!("{}{path}", kubelet[0]))
+            }
+            _ => std::borrow::Cow::Borrowed(path),
+        }
     }
 
     /// Whether a normalised path is one of the roots itself.
@@ -325,6 +344,7 @@ impl PathPolicy {
         probe: &dyn LinkProbe,
     ) -> Result<(String, String)> {
         let style = self.style;
+        let path = &*self.qualified(path);
         let (comps, root_len) = self.lexical_inside(op, path)?;
         let normalised = style.render(&comps);
         let deny = |cause: String| Error::new(Kind::PermissionDenied, op, shown(path), cause);
@@ -662,6 +682,7 @@ fn windows_prefix_problem(path: &str) -> Option<&'static str> {
         return Some(r"UNC paths (\\server\share) are not accepted");
     }
     if path.starts_with('\\') {
+        // Only reached by roots: client paths are qualified with the kubelet path's drive first.
         return Some(r"rooted paths without a drive (\dir) are not accepted");
     }
     None

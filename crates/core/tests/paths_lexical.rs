@@ -255,6 +255,37 @@ fn posix_legitimate_paths_are_accepted_normalised() {
     assert_accepted(&posix(), &table);
 }
 
+/// Kubelet hands drivers staging paths rooted without a drive; some drivers pass them on as
+/// they are (gce-pd's IsSymlink and MountVolume, azuredisk's unmount). They name the kubelet
+/// path's drive, as Win32 would resolve them against the current drive.
+#[test]
+fn windows_rooted_paths_take_the_kubelet_paths_drive() {
+    let staging =
+        r"\var\lib\kubelet\plugins\kubernetes.io\csi\pd.csi.storage.gke.io\abc\globalmount";
+    let probe = Recorder::default();
+    for (kubelet, want) in [
+        (r"C:\var\lib\kubelet", r"C:\var\lib\kubelet\plugins"),
+        (r"d:\var\lib\kubelet", r"d:\var\lib\kubelet\plugins"),
+    ] {
+        let policy = PathPolicy::new(PathStyle::Windows, kubelet, &[]).unwrap();
+        let got = policy.check("MountVolume", staging).unwrap();
+        assert!(got.starts_with(want), "{got}");
+        assert!(got.ends_with(r"abc\globalmount"), "{got}");
+        assert_eq!(policy.confine("IsSymlink", staging, &probe).unwrap(), got);
+    }
+    let w = windows();
+    for (path, kind) in [
+        (r"\", Kind::PermissionDenied),
+        (r"\Windows\System32", Kind::PermissionDenied),
+        (r"\var\lib\kubelet-evil\x", Kind::PermissionDenied),
+        (r"\var\lib\kubelet\..\..\Windows", Kind::InvalidArgument),
+        (r"\var\lib\kubelet\x:stream", Kind::InvalidArgument),
+    ] {
+        let e = w.check("Mkdir", path).unwrap_err();
+        assert_eq!(e.kind(), kind, "{path}: {e}");
+    }
+}
+
 #[test]
 fn windows_hostile_paths_are_rejected() {
     let mut table = rows(&[
@@ -281,9 +312,7 @@ fn windows_hostile_paths_are_rejected() {
         (r"\\csi-plugin\..\..\..\system32", I),
         ("//server/share", I),
         ("//?/C:/var/lib/kubelet", I),
-        // Rooted and drive-relative.
-        (r"\var\lib\kubelet\x", I),
-        (r"\", I),
+        // Drive-relative (rooted paths are qualified: see the test below).
         (r"C:var\lib\kubelet", I),
         (r"C:", I),
         (r"C:..\x", I),

@@ -18,6 +18,12 @@ use std::sync::Arc;
 /// The group name used in error messages.
 const GROUP: &str = "volume";
 
+/// What every NOT_FOUND answer of GetVolumeIDFromTargetPath says. aws-ebs-csi-driver reads a
+/// failure of that call as "nothing is mounted there" only when its text contains `because it
+/// does not exist` (upstream's PowerShell-era wording); any other text fails its NodeStage and
+/// makes its NodeUnstage of a missing path retry forever.
+pub const NOT_MOUNTED_TEXT: &str = "no volume is mounted there, because it does not exist";
+
 /// The size a volume is resized to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResizeTarget {
@@ -266,8 +272,15 @@ impl VolumeService {
         // where it leads must be inside the roots too.
         const OP: &str = "GetVolumeIDFromTargetPath";
         required(OP, "target_path", target_path)?;
-        let target = self.fs.confine_following(OP, target_path)?;
-        self.host.get_volume_id_from_target_path(&target)
+        self.fs
+            .confine_following(OP, target_path)
+            .and_then(|target| self.host.get_volume_id_from_target_path(&target))
+            .map_err(|e| match e.kind() {
+                Kind::NotFound => {
+                    Error::with_message(e.kind(), format!("{}: {NOT_MOUNTED_TEXT}", e.message()))
+                }
+                _ => e,
+            })
     }
 
     /// GetClosestVolumeIDFromTargetPath (volume v2alpha1): the volume `target_path` (confined)
@@ -430,6 +443,39 @@ mod tests {
         let e = s.get_volume_id_from_target_path("/etc").unwrap_err();
         assert_ne!(e.kind(), Kind::Unimplemented, "rejected before the host");
         assert_eq!(calls(&rec), ["mount v /var/lib/kubelet/plugins/x"]);
+    }
+
+    /// A host with nothing mounted anywhere.
+    struct NothingMounted;
+
+    impl VolumeHost for NothingMounted {
+        fn get_volume_id_from_target_path(&self, target: &str) -> Result<String> {
+            Err(Error::new(
+                Kind::NotFound,
+                "GetVolumeIDFromTargetPath",
+                target,
+                "is not a mount point",
+            ))
+        }
+    }
+
+    #[test]
+    fn not_mounted_answers_carry_the_text_aws_ebs_matches() {
+        let s = service(Arc::new(NothingMounted));
+        let e = s
+            .get_volume_id_from_target_path("/var/lib/kubelet/plugins/x/globalmount")
+            .unwrap_err();
+        assert_eq!(e.kind(), Kind::NotFound);
+        // The driver's test: a regular expression whose second branch is this literal text.
+        assert!(
+            e.message().contains("because it does not exist"),
+            "{}",
+            e.message()
+        );
+        assert!(e.message().contains("is not a mount point"));
+        // Other failures keep their own text: the driver must not take them for "not mounted".
+        let e = s.get_volume_id_from_target_path("/etc").unwrap_err();
+        assert!(!e.message().contains("because it does not exist"));
     }
 
     #[test]
