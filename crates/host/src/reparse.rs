@@ -134,6 +134,28 @@ pub enum LinkDestination {
     Other(String),
 }
 
+/// The Win32 path of what the link at `link` (a drive-absolute path) names directly, whose
+/// existence IsSymlink reports: upstream reads the link and checks its target without following
+/// it further, so a publish link to a staging link is "a link" even while the share behind the
+/// staging link is unreachable. A relative target is taken from the link's parent directory.
+/// `None` for an NT path with no Win32 form (the caller then follows the link instead).
+pub fn direct_target(link: &str, dest: &LinkDestination) -> Option<String> {
+    match dest {
+        LinkDestination::Path(t) => {
+            let b = t.as_bytes();
+            let drive_absolute = b.len() >= 3 && b[0].is_ascii_alphabetic() && &b[1..3] == b":\\";
+            if drive_absolute || t.starts_with(r"\\") {
+                Some(t.clone())
+            } else {
+                let (parent, _) = link.trim_end_matches('\\').rsplit_once('\\')?;
+                Some(format!(r"{parent}\{t}"))
+            }
+        }
+        LinkDestination::Volume(v) => Some(v.clone()),
+        LinkDestination::Other(_) => None,
+    }
+}
+
 /// Converts an absolute NT substitute name into a [`LinkDestination`].
 ///
 /// `\??\C:\x` → `Path("C:\x")`; `\??\UNC\srv\share\x` → `Path("\\srv\share\x")`;
@@ -330,6 +352,34 @@ fn utf16_name(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_links_direct_target_is_named_as_windows_resolves_it() {
+        let link = r"C:\var\lib\kubelet\pods\p\volumes\v\mount";
+        let path = |s: &str| LinkDestination::Path(s.into());
+        let stage = r"C:\var\lib\kubelet\plugins\x\globalmount";
+        assert_eq!(direct_target(link, &path(stage)).as_deref(), Some(stage));
+        assert_eq!(
+            direct_target(link, &path(r"\\srv\share\sub")).as_deref(),
+            Some(r"\\srv\share\sub")
+        );
+        assert_eq!(
+            direct_target(link, &path(r"..\other")).as_deref(),
+            Some(r"C:\var\lib\kubelet\pods\p\volumes\v\..\other")
+        );
+        let vol = r"\\?\Volume{01234567-89ab-cdef-0123-456789abcdef}\";
+        assert_eq!(
+            direct_target(link, &LinkDestination::Volume(vol.into())).as_deref(),
+            Some(vol)
+        );
+        assert_eq!(
+            direct_target(
+                link,
+                &LinkDestination::Other(r"\Device\HarddiskVolume3\x".into())
+            ),
+            None
+        );
+    }
 
     fn utf16(s: &str) -> Vec<u8> {
         s.encode_utf16().flat_map(u16::to_le_bytes).collect()

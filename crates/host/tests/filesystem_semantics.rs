@@ -398,6 +398,26 @@ fn is_symlink_follows_upstream() {
     );
 }
 
+/// Only a link's direct target is checked, as upstream does: a publish link to a staging link
+/// whose own target is gone (an SMB share after a secret rotation) is still a link.
+#[test]
+fn is_symlink_checks_the_direct_target_only() {
+    let t = tmp();
+    let share = t.path().join("share");
+    fs::create_dir(&share).unwrap();
+    let stage = t.path().join("stage");
+    let publish = t.path().join("publish");
+    if !link_or_skip(&share, &stage) || !link_or_skip(&stage, &publish) {
+        return;
+    }
+    fs::remove_dir(&share).unwrap();
+    assert!(!host().is_symlink(s(&stage)).unwrap(), "stage dangles");
+    assert!(
+        host().is_symlink(s(&publish)).unwrap(),
+        "publish leads to the stage link, which exists"
+    );
+}
+
 #[test]
 fn link_target_of_plain_and_missing_paths() {
     let t = tmp();

@@ -389,7 +389,12 @@ fn remove_tree(mounts: &mut Mounts, top: &OpenDir, name: &OsStr) -> io::Result<(
 
 /// A symlink's target exists (following it): stat succeeds.
 fn target_exists(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<bool> {
-    match rustix::fs::statat(dir, name, AtFlags::empty()) {
+    // Only the link's own target is looked at, not followed further (upstream: Readlink then
+    // Lstat): a publish link to a staging link stays "a link" while the share or volume behind
+    // the staging link is unreachable, which is what lets a driver notice and remount.
+    let target = rustix::fs::readlinkat(dir, name, Vec::new())?;
+    // A relative target is relative to the link's directory, as the kernel resolves it.
+    match rustix::fs::statat(dir, target.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
         Ok(_) => Ok(true),
         Err(Errno::NOENT) | Err(Errno::NOTDIR) | Err(Errno::LOOP) => Ok(false),
         Err(e) => Err(e.into()),

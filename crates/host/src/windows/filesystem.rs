@@ -594,24 +594,26 @@ fn target_reachable(path: &[u16]) -> io::Result<bool> {
     // have been denied" (CreateFileW).
     match open(path, 0, SHARE_ALL, true) {
         Ok(_) => Ok(true),
-        Err(e)
-            if [
-                ERROR_FILE_NOT_FOUND,
-                ERROR_PATH_NOT_FOUND,
-                ERROR_NOT_READY,
-                ERROR_BAD_NETPATH,
-                ERROR_BAD_NET_NAME,
-                ERROR_INVALID_NAME,
-                ERROR_UNRECOGNIZED_VOLUME,
-                ERROR_CANT_RESOLVE_FILENAME,
-            ]
-            .into_iter()
-            .any(|c| is_code(&e, c)) =>
-        {
-            Ok(false)
-        }
+        Err(e) if unreachable(&e) => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+/// Errors that mean "nothing is there" for a link's target (a dangling link answers false, not
+/// an error); any other error, such as a logon failure on a share, is reported.
+fn unreachable(e: &io::Error) -> bool {
+    [
+        ERROR_FILE_NOT_FOUND,
+        ERROR_PATH_NOT_FOUND,
+        ERROR_NOT_READY,
+        ERROR_BAD_NETPATH,
+        ERROR_BAD_NET_NAME,
+        ERROR_INVALID_NAME,
+        ERROR_UNRECOGNIZED_VOLUME,
+        ERROR_CANT_RESOLVE_FILENAME,
+    ]
+    .into_iter()
+    .any(|c| is_code(e, c))
 }
 
 impl LinkProbe for WindowsFilesystemHost {
@@ -748,7 +750,19 @@ impl FilesystemHost for WindowsFilesystemHost {
         {
             return Ok(false);
         }
-        target_reachable(&p)
+        let named = read_reparse_point(&p)?
+            .destination()
+            .and_then(|d| reparse::direct_target(path, &d));
+        match named {
+            // GetFileAttributesW does not follow a final link (the entry's own attributes), so
+            // only the link's direct target is looked at, as upstream's Lstat does.
+            Some(target) => match attributes(&wpath(&target)?) {
+                Ok(_) => Ok(true),
+                Err(e) if unreachable(&e) => Ok(false),
+                Err(e) => Err(e),
+            },
+            None => target_reachable(&p),
+        }
     }
 }
 
