@@ -448,6 +448,18 @@ pub fn blkpg(disk: &File, op: Blkpg, number: u32, start: u64, length: u64) -> io
     .map_err(io::Error::from)
 }
 
+/// `BLKGETDISKSEQ`: the diskseq of the disk an open block device (a disk or one of its
+/// partitions) belongs to. A handle keeps naming the device it was opened on, but a loop device
+/// detached and attached again, or a disk number reused by a new disk, gets a new diskseq: this
+/// is how a request notices that the device it resolved is no longer the disk it was asked about.
+pub fn diskseq(dev: &File) -> io::Result<u64> {
+    const BLKGETDISKSEQ: rustix::ioctl::Opcode = rustix::ioctl::opcode::read::<u64>(0x12, 128);
+    // SAFETY: BLKGETDISKSEQ is `_IOR(0x12, 128, __u64)` (include/uapi/linux/fs.h): the kernel
+    // writes one u64, which the Getter provides.
+    unsafe { rustix::ioctl::ioctl(dev, rustix::ioctl::Getter::<BLKGETDISKSEQ, u64>::new()) }
+        .map_err(io::Error::from)
+}
+
 /// `LOOP_SET_CAPACITY`: a loop device picks up a new size of its backing file.
 pub fn loop_set_capacity(dev: &File) -> io::Result<()> {
     const LOOP_SET_CAPACITY: rustix::ioctl::Opcode = 0x4C07;

@@ -87,11 +87,40 @@ struct Volume {
     dev: (u32, u32),
     /// The ID's third part: PARTUUID, or the filesystem UUID for a whole disk.
     uuid: String,
+    /// The volume's block device, opened when the ID was resolved and held for the whole
+    /// request: reads go through it, and its diskseq tells whether the disk is still the one
+    /// resolved (see [`Volume::unchanged`]).
+    file: std::sync::Arc<File>,
 }
 
 impl Volume {
     fn node(&self) -> PathBuf {
         block::node(&self.name)
+    }
+
+    /// Checks, right before and after anything that changes the volume, that it is still the
+    /// volume the request resolved: the held device's disk has the same diskseq (a detach and
+    /// attach in between gives a new one, also when the kernel name and device number are
+    /// reused) and the partition still carries the ID's unique GUID. Tools and mount(2) take a
+    /// device path, so this narrows the window in which a swapped disk could be acted on to the
+    /// moment between the check and the call; a change seen after the call is reported.
+    fn unchanged(&self, op: &str) -> Result<()> {
+        let gone = |why: String| Error::new(Kind::NotFound, op, shown(&self.id), why);
+        let seq = block::diskseq(&self.file).map_err(|e| Error::io(op, shown(&self.id), &e))?;
+        if seq != u64::from(self.disk.number) {
+            return Err(gone(format!(
+                "disk {} was detached or replaced while the request ran (its device now belongs to diskseq {seq})",
+                self.disk.number
+            )));
+        }
+        let uuid = volume_uuid(op, &self.disk, self.part)?;
+        if uuid != self.uuid {
+            return Err(gone(format!(
+                "partition {} of disk {} became a different volume ({uuid}) while the request ran",
+                self.part, self.disk.number
+            )));
+        }
+        Ok(())
     }
 
     fn mounts<'t>(&self, table: &'t [MountInfo]) -> Vec<&'t MountInfo> {
@@ -199,6 +228,7 @@ fn make_volume(op: &str, disk: &Disk, part: u32) -> Result<Volume> {
         block::sys_disk(&disk.name).join(&name)
     };
     let dev = block::dev_numbers(&sys).map_err(|e| io_err(op, disk, "read dev", &e))?;
+    let file = open_volume_device(op, disk, &name, dev)?;
     let uuid = volume_uuid(op, disk, part)?;
     Ok(Volume {
         id: format!("diskseq{}-part{part}-{uuid}", disk.number),
@@ -207,7 +237,36 @@ fn make_volume(op: &str, disk: &Disk, part: u32) -> Result<Volume> {
         name,
         dev,
         uuid,
+        file: std::sync::Arc::new(file),
     })
+}
+
+/// Opens the device node `name` of `disk` and checks that it is the device sysfs described
+/// (`dev`) on the disk asked for: a node can be replaced, and a disk detached, between the sysfs
+/// read and the open.
+fn open_volume_device(op: &str, disk: &Disk, name: &str, dev: (u32, u32)) -> Result<File> {
+    let node = block::node(name);
+    let f = block::open_read(&node)
+        .map_err(|e| io_err(op, disk, &format!("open {}", node.display()), &e))?;
+    let st = rustix::fs::fstat(&f).map_err(|e| io_err(op, disk, "fstat", &e.into()))?;
+    let seq = block::diskseq(&f).map_err(|e| io_err(op, disk, "read the diskseq", &e))?;
+    let rdev = (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev));
+    if rdev != dev || seq != u64::from(disk.number) {
+        return Err(Error::new(
+            Kind::NotFound,
+            op,
+            format!("disk {} ({})", disk.number, disk.name),
+            format!(
+                "{} is now device {}:{} of diskseq {seq}, not the device {}:{} the disk had; it was detached or replaced",
+                node.display(),
+                rdev.0,
+                rdev.1,
+                dev.0,
+                dev.1
+            ),
+        ));
+    }
+    Ok(f)
 }
 
 /// The ID of the volume a mount's device is, if it is a disk or partition.
@@ -353,8 +412,7 @@ impl LinuxVolumeHost {
     }
 
     fn probe(&self, op: &str, vol: &Volume) -> Result<(Option<Signature>, Vec<u8>)> {
-        let f = block::open_read(&vol.node()).map_err(|e| Error::io(op, shown(&vol.id), &e))?;
-        let buf = block::read_at(&f, 0, signatures::PROBE_LEN)
+        let buf = block::read_at(&vol.file, 0, signatures::PROBE_LEN)
             .map_err(|e| Error::io(op, shown(&vol.id), &e))?;
         Ok((signatures::probe(&buf), buf))
     }
@@ -581,6 +639,7 @@ impl VolumeHost for LinuxVolumeHost {
                 "a FormatVolume of this volume was interrupted; call FormatVolume again first",
             ));
         }
+        vol.unchanged(OP)?;
         // Mount onto the handle opened above (through its /proc magic link), so the directory
         // checked is the directory mounted on.
         let via = format!("/proc/self/fd/{}", dir.as_raw_fd());
@@ -599,6 +658,11 @@ impl VolumeHost for LinuxVolumeHost {
             };
             Error::new(kind, OP, &object, format!("mount {fs_type}: {e}"))
         })?;
+        if let Err(e) = vol.unchanged(OP) {
+            // What was mounted is not the volume asked for: take it away again.
+            let _ = rustix::mount::unmount(via.as_str(), rustix::mount::UnmountFlags::empty());
+            return Err(e.context("after mount (unmounted again)"));
+        }
         tracing::info!(volume = id, target, fs_type, "mounted");
         Ok(())
     }
@@ -746,6 +810,7 @@ impl VolumeHost for LinuxVolumeHost {
             done: false,
         };
         self.write_intent(OP, &vol, &record)?;
+        vol.unchanged(OP)?;
         let node = vol.node().to_string_lossy().into_owned();
         match self.fs_type {
             FsType::Ext4 => {
@@ -756,9 +821,11 @@ impl VolumeHost for LinuxVolumeHost {
                 tool::run_checked(OP, &object, "mkfs.xfs", &["-f", "-q", "-m", &m, &node])?
             }
         };
-        File::open(vol.node())
-            .and_then(|f| f.sync_all())
+        vol.file
+            .sync_all()
             .map_err(|e| Error::io(OP, &object, &e))?;
+        vol.unchanged(OP)
+            .map_err(|e| e.context("after mkfs (the format may have reached another device)"))?;
         record.done = true;
         self.write_intent(OP, &vol, &record)?;
         tracing::info!(volume = id, fs_type, uuid, "formatted");
@@ -806,6 +873,18 @@ impl VolumeHost for LinuxVolumeHost {
         // partition's length change, never its start.
         let file = block::open_write(&block::node(&disk.name), false)
             .map_err(|e| io_err(OP, disk, "open", &e))?;
+        vol.unchanged(OP)?;
+        if block::diskseq(&file).ok() != Some(u64::from(disk.number)) {
+            return Err(Error::new(
+                Kind::NotFound,
+                OP,
+                &object,
+                format!(
+                    "disk {} was detached or replaced while the request ran",
+                    disk.number
+                ),
+            ));
+        }
         let ends = super::disk::read_ends(OP, disk, &file)?;
         let (sector, total) = (ends.sector, ends.total);
         let table = partition_plan::table_to_grow(&ends.head, &ends.tail, sector, total)
@@ -918,6 +997,7 @@ impl VolumeHost for LinuxVolumeHost {
             .mounts(&table_now)
             .first()
             .map(|m| m.mount_point.clone());
+        vol.unchanged(OP)?;
         self.grow_filesystem(OP, &vol, &sig, mounted_at.as_deref())?;
         tracing::info!(volume = id, fs = sig.kind, "filesystem grown");
         Ok(())
@@ -997,9 +1077,7 @@ impl VolumeHost for LinuxVolumeHost {
             rustix::fs::syncfs(&d).map_err(|e| Error::io(OP, &object, &e.into()))?;
         }
         // fsync of the block device writes its dirty pages and flushes the device's cache.
-        File::open(vol.node())
-            .and_then(|f| f.sync_all())
-            .map_err(|e| Error::io(OP, &object, &e))
+        vol.file.sync_all().map_err(|e| Error::io(OP, &object, &e))
     }
 
     fn volume_disk(&self, id: &str) -> Result<(u32, DiskUsage)> {
