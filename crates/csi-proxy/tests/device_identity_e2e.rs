@@ -48,7 +48,10 @@ async fn a_disk_swapped_under_a_running_format_is_never_formatted() {
     // The other tenant's disk: partitioned by the daemon too, with an ext4 of its own.
     let b = LoopDisk::new(d.dir.path(), "bystander", 64).unwrap();
     partition_one(&mut dc, &mut vc, b.disk_number()).await;
-    checked("mkfs.ext4", &["-q", "-F", &b.partition(1).display().to_string()]);
+    checked(
+        "mkfs.ext4",
+        &["-q", "-F", &b.partition(1).display().to_string()],
+    );
     checked("losetup", &["-d", &b.dev.display().to_string()]);
     let before = std::fs::read(&b.file).unwrap();
 
@@ -78,7 +81,10 @@ async fn a_disk_swapped_under_a_running_format_is_never_formatted() {
         !took_name,
         "the other disk took the name while the request held the first (answer {answer:?})"
     );
-    assert!(answer.is_ok(), "the resolved disk was formatted: {answer:?}");
+    assert!(
+        answer.is_ok(),
+        "the resolved disk was formatted: {answer:?}"
+    );
     assert_eq!(
         std::fs::read(&b.file).unwrap(),
         before,

@@ -431,6 +431,20 @@ impl Gpt {
             .collect()
     }
 
+    /// The data partitions as (number, start, length), in bytes: what the kernel is told.
+    pub fn data_extents(&self) -> Vec<(u32, u64, u64)> {
+        self.data_partitions()
+            .iter()
+            .map(|p| {
+                (
+                    p.number,
+                    p.first_lba * self.sector,
+                    p.sectors() * self.sector,
+                )
+            })
+            .collect()
+    }
+
     /// Adds one partition of `type_guid` spanning the largest free extent, starting on a 1 MiB
     /// boundary, in the first unused entry. Returns it.
     pub fn add_max_partition(
@@ -626,6 +640,22 @@ pub fn mbr_partitions(lba0: &[u8]) -> Vec<MbrPartition> {
             };
             // Boot status must be 0x00 or 0x80; anything else is a boot sector's code, not a table.
             (p.kind != 0 && p.sectors != 0 && (e[0] == 0 || e[0] == 0x80)).then_some(p)
+        })
+        .collect()
+}
+
+/// The primary MBR partitions of `lba0` that hold data, as (number, start, length) in bytes:
+/// the GPT's protective entry and extended-partition containers (0x05, 0x0F) are left out.
+pub fn mbr_data_extents(lba0: &[u8], sector: u64) -> Vec<(u32, u64, u64)> {
+    mbr_partitions(lba0)
+        .iter()
+        .filter(|p| !matches!(p.kind, 0xEE | 0x05 | 0x0F))
+        .map(|p| {
+            (
+                p.number,
+                u64::from(p.first_lba) * sector,
+                u64::from(p.sectors) * sector,
+            )
         })
         .collect()
 }

@@ -44,12 +44,12 @@ pub enum Plan {
 pub fn plan(head: &[u8], tail: &[u8], sector: u64, total: u64) -> Result<Plan, String> {
     match gpt::find(head, tail, sector, total) {
         Ok(Found::Primary(t)) => {
-            let parts = t.data_partitions();
+            let unpartitioned = t.data_partitions().is_empty();
             let blank_lba0 = lba0_blank(head, sector);
-            if parts.is_empty() || blank_lba0 {
+            if unpartitioned || blank_lba0 {
                 start_holds_only_a_table(head, sector)?;
             }
-            if parts.is_empty() {
+            if unpartitioned {
                 return Ok(Plan::Write {
                     table: t,
                     restored: false,
@@ -58,12 +58,7 @@ pub fn plan(head: &[u8], tail: &[u8], sector: u64, total: u64) -> Result<Plan, S
             if blank_lba0 {
                 return Ok(Plan::ProtectiveMbr(t));
             }
-            Ok(Plan::Partitioned(
-                parts
-                    .iter()
-                    .map(|p| (p.number, p.first_lba * sector, p.sectors() * sector))
-                    .collect(),
-            ))
+            Ok(Plan::Partitioned(t.data_extents()))
         }
         Ok(Found::Backup(t)) => {
             start_holds_only_a_table(head, sector).map_err(|why| {
@@ -86,17 +81,7 @@ pub fn plan(head: &[u8], tail: &[u8], sector: u64, total: u64) -> Result<Plan, S
                 );
             }
             if !mbr.is_empty() {
-                return Ok(Plan::Partitioned(
-                    mbr.iter()
-                        .map(|p| {
-                            (
-                                p.number,
-                                u64::from(p.first_lba) * sector,
-                                u64::from(p.sectors) * sector,
-                            )
-                        })
-                        .collect(),
-                ));
+                return Ok(Plan::Partitioned(gpt::mbr_data_extents(head, sector)));
             }
             if let Some(sig) = signatures::probe(head) {
                 return Err(format!(

@@ -528,22 +528,8 @@ pub fn table_partitions(disk: &Disk, file: &File) -> Vec<(u32, u64, u64)> {
         return Vec::new();
     };
     match crate::gpt::Gpt::parse(&head, sector, disk.size / sector) {
-        Ok(Some(t)) => t
-            .data_partitions()
-            .iter()
-            .map(|p| (p.number, p.first_lba * sector, p.sectors() * sector))
-            .collect(),
-        Ok(None) => crate::gpt::mbr_partitions(&head)
-            .iter()
-            .filter(|p| p.kind != 0xEE && p.kind != 0x05 && p.kind != 0x0F)
-            .map(|p| {
-                (
-                    p.number,
-                    u64::from(p.first_lba) * sector,
-                    u64::from(p.sectors) * sector,
-                )
-            })
-            .collect(),
+        Ok(Some(t)) => t.data_extents(),
+        Ok(None) => crate::gpt::mbr_data_extents(&head, sector),
         Err(_) => Vec::new(),
     }
 }

@@ -93,7 +93,7 @@ impl DiskHost for LinuxDiskHost {
                 write_ordered(&file, &[(0, mbr)])
                     .map_err(|e| io_err(OP, &disk, "write the protective MBR", &e))?;
                 tracing::warn!(disk = %disk.name, "GPT without its protective MBR (an interrupted table write): MBR written");
-                return block::sync_partitions(OP, &disk, &file, &byte_extents(&t));
+                return block::sync_partitions(OP, &disk, &file, &t.data_extents());
             }
             Plan::Write { table, restored } => {
                 if restored {
@@ -116,7 +116,7 @@ impl DiskHost for LinuxDiskHost {
         }
         write_gpt(OP, &disk, &file, &table, total)?;
         tracing::info!(disk = number, name = %disk.name, "GPT written");
-        block::sync_partitions(OP, &disk, &file, &byte_extents(&table))
+        block::sync_partitions(OP, &disk, &file, &table.data_extents())
     }
 
     fn rescan(&self) -> Result<()> {
@@ -232,11 +232,7 @@ pub(super) fn read_ends(op: &str, disk: &Disk, file: &fs::File) -> Result<Ends> 
     let total = disk.size / sector;
     let head = block::read_at(file, 0, signatures::PROBE_LEN.max(gpt::head_len(sector)))
         .map_err(|e| io_err(op, disk, "read", &e))?;
-    let tail_len = gpt::tail_len(sector);
-    let tail = match (total * sector).checked_sub(tail_len as u64) {
-        Some(at) => block::read_at(file, at, tail_len).map_err(|e| io_err(op, disk, "read", &e))?,
-        None => Vec::new(),
-    };
+    let tail = read_tail(op, disk, file)?;
     Ok(Ends {
         head,
         tail,
@@ -245,26 +241,22 @@ pub(super) fn read_ends(op: &str, disk: &Disk, file: &fs::File) -> Result<Ends> 
     })
 }
 
+/// The disk's last [`gpt::tail_len`] bytes, where its backup GPT is (empty on a disk smaller
+/// than that).
+pub(super) fn read_tail(op: &str, disk: &Disk, file: &fs::File) -> Result<Vec<u8>> {
+    let sector = block::sector_size(disk);
+    let len = gpt::tail_len(sector);
+    match (disk.size / sector * sector).checked_sub(len as u64) {
+        Some(at) => block::read_at(file, at, len).map_err(|e| io_err(op, disk, "read", &e)),
+        None => Ok(Vec::new()),
+    }
+}
+
 /// What PartitionDisk does to `disk` as it is now ([`partition_plan::plan`]); a refusal is
 /// FAILED_PRECONDITION naming what was found.
 fn plan_for(op: &str, disk: &Disk, file: &fs::File) -> Result<Plan> {
     let e = read_ends(op, disk, file)?;
     partition_plan::plan(&e.head, &e.tail, e.sector, e.total).map_err(|why| refused(op, disk, why))
-}
-
-/// A table's data partitions as (number, start, length) in bytes.
-fn byte_extents(table: &Gpt) -> Vec<(u32, u64, u64)> {
-    table
-        .data_partitions()
-        .iter()
-        .map(|p| {
-            (
-                p.number,
-                p.first_lba * table.sector,
-                p.sectors() * table.sector,
-            )
-        })
-        .collect()
 }
 
 /// Where a partition table is written: a disk's device node, or a recorder in tests.

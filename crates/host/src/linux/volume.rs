@@ -177,13 +177,7 @@ fn volume_uuid(op: &str, disk: &Disk, part: u32) -> Result<String> {
     let table = match Gpt::parse(&head, sector, total) {
         Ok(Some(t)) => Some(t),
         _ if gpt::mbr_partitions(&head).iter().any(|p| p.kind == 0xEE) => {
-            let tail_len = gpt::tail_len(sector);
-            let tail = match (total * sector).checked_sub(tail_len as u64) {
-                Some(at) => {
-                    block::read_at(&f, at, tail_len).map_err(|e| io_err(op, disk, "read", &e))?
-                }
-                None => Vec::new(),
-            };
+            let tail = super::disk::read_tail(op, disk, &f)?;
             match gpt::find(&head, &tail, sector, total) {
                 Ok(gpt::Found::Primary(t) | gpt::Found::Backup(t)) => Some(t),
                 _ => None,
