@@ -39,9 +39,25 @@ pub enum Plan {
 }
 
 /// Decides what PartitionDisk does to a disk whose first bytes are `head` (at least
-/// [`gpt::head_len`], ideally [`signatures::PROBE_LEN`]) and last bytes `tail`
-/// ([`gpt::tail_len`]). `Err` says why the disk is refused.
+/// [`gpt::head_len`], ideally [`signatures::PROBE_LEN`]) and last bytes `tail` (at least
+/// [`gpt::tail_len`], ideally also [`signatures::TAIL_PROBE_LEN`]). `Err` says why the disk is
+/// refused.
 pub fn plan(head: &[u8], tail: &[u8], sector: u64, total: u64) -> Result<Plan, String> {
+    let plan = plan_from_tables(head, tail, sector, total)?;
+    // A write of a new or restored table also needs the end of the disk free of anything a
+    // member of a RAID keeps there.
+    if matches!(plan, Plan::New | Plan::Write { .. })
+        && let Some(sig) = signatures::probe_tail(tail, total.saturating_mul(sector))
+    {
+        return Err(format!(
+            "the disk holds {} metadata at its end; refusing to write a partition table to it",
+            sig.kind
+        ));
+    }
+    Ok(plan)
+}
+
+fn plan_from_tables(head: &[u8], tail: &[u8], sector: u64, total: u64) -> Result<Plan, String> {
     match gpt::find(head, tail, sector, total) {
         Ok(Found::Primary(t)) => {
             let unpartitioned = t.data_partitions().is_empty();
@@ -186,7 +202,7 @@ mod tests {
 
     fn plan_of(disk: &[u8]) -> Result<Plan, String> {
         let head = &disk[..signatures::PROBE_LEN];
-        let tail = &disk[disk.len() - gpt::tail_len(SECTOR)..];
+        let tail = &disk[disk.len() - signatures::TAIL_PROBE_LEN..];
         plan(head, tail, SECTOR, TOTAL)
     }
 
@@ -199,6 +215,22 @@ mod tests {
     /// An ext4 superblock magic where mkfs.ext4 puts it on a whole disk.
     fn put_ext4(disk: &mut [u8]) {
         disk[1024 + 56..1024 + 58].copy_from_slice(&0xEF53u16.to_le_bytes());
+    }
+
+    #[test]
+    fn a_raid_member_with_its_superblock_at_the_end_is_never_partitioned() {
+        // md 0.90: blank start, superblock 64 KiB-aligned 64 KiB before the end.
+        let mut disk = vec![0u8; (TOTAL * SECTOR) as usize];
+        let at = (disk.len() & !0xFFFF) - 0x10000;
+        disk[at..at + 4].copy_from_slice(&0xa92b_4efcu32.to_le_bytes());
+        let why = plan_of(&disk).unwrap_err();
+        assert!(
+            why.contains("linux_raid_member metadata at its end"),
+            "{why}"
+        );
+        // The same disk without it gets a table.
+        disk[at..at + 4].fill(0);
+        assert_eq!(plan_of(&disk), Ok(Plan::New));
     }
 
     #[test]

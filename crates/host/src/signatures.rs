@@ -134,6 +134,31 @@ pub fn probe(buf: &[u8]) -> Option<Signature> {
             return Some(sig("swap", None, None));
         }
     }
+    if at(buf, 32768, b"JFS1") {
+        return Some(sig("jfs", Some("jfs"), uuid(buf, 32768 + 136)));
+    }
+    // ReiserFS 3.6 and later keep the superblock at 64 KiB, 3.5 at 8 KiB; magic at +52.
+    for base in [65536usize, 8192] {
+        if [&b"ReIsErFs"[..], b"ReIsEr2Fs", b"ReIsEr3Fs", b"ReIsEr4"]
+            .iter()
+            .any(|m| at(buf, base + 52, m))
+        {
+            return Some(sig("reiserfs", None, None));
+        }
+    }
+    // GFS2: metadata header (magic 0x01161970, type 1 = superblock) at 64 KiB.
+    if be32(buf, 65536) == 0x0116_1970 && be32(buf, 65536 + 4) == 1 {
+        return Some(sig("gfs2", None, None));
+    }
+    // OCFS2: the superblock inode is block 2, for every block size the format allows.
+    for block in [512usize, 1024, 2048, 4096] {
+        if at(buf, 2 * block, b"OCFSV2") {
+            return Some(sig("ocfs2", None, None));
+        }
+    }
+    if at(buf, 0, b"bluestore block device") {
+        return Some(sig("ceph_bluestore", None, None));
+    }
     if at(buf, 32769, b"CD001") {
         return Some(sig("iso9660", Some("iso9660"), None));
     }
@@ -154,6 +179,35 @@ pub fn probe(buf: &[u8]) -> Option<Signature> {
         return Some(sig("dos", None, None));
     }
     None
+}
+
+/// Bytes to read from the end of a device for [`probe_tail`]: md's 0.90 superblock lies
+/// between 64 and 128 KiB before the end.
+pub const TAIL_PROBE_LEN: usize = 128 << 10;
+
+/// md RAID superblock magic (`MD_SB_MAGIC`), little-endian in 1.x and on x86 0.90 members.
+const MD_MAGIC: u32 = 0xa92b_4efc;
+
+/// Recognises what a device keeps at its end, where [`probe`] does not look: md RAID 0.90 and
+/// 1.0 members (a 1.0 member's data starts at sector 0, and an array's first sectors may be
+/// blank). `tail` is the device's last bytes (ideally [`TAIL_PROBE_LEN`]) and `device_len` its
+/// length in bytes; a shorter tail only finds what lies within it.
+pub fn probe_tail(tail: &[u8], device_len: u64) -> Option<Signature> {
+    let tail_start = device_len.checked_sub(tail.len() as u64)?;
+    let rel = |abs: u64| usize::try_from(abs.checked_sub(tail_start)?).ok();
+    // 0.90: a 64 KiB block, 64 KiB-aligned, at least 64 KiB before the end.
+    let md090 = (device_len & !0xFFFF).checked_sub(0x1_0000);
+    // 1.0: 8 KiB before the end, rounded down to 4 KiB; `super_offset` (le64 at +128) in
+    // sectors names that very place.
+    let md10 = (device_len / 512).checked_sub(16).map(|s| (s & !7) * 512);
+    let found090 = md090.and_then(rel).is_some_and(|o| {
+        (le32(tail, o) == MD_MAGIC && le32(tail, o + 4) == 0)
+            || (be32(tail, o) == MD_MAGIC && be32(tail, o + 4) == 0)
+    });
+    let found10 = md10.zip(md10.and_then(rel)).is_some_and(|(abs, o)| {
+        le32(tail, o) == MD_MAGIC && le32(tail, o + 4) == 1 && le64(tail, o + 128) == abs / 512
+    });
+    (found090 || found10).then(|| sig("linux_raid_member", None, None))
 }
 
 const BCACHE_MAGIC: [u8; 16] = [
@@ -244,6 +298,40 @@ mod tests {
     }
 
     #[test]
+    fn md_members_are_found_at_the_end_of_a_device() {
+        let len: u64 = (100 << 20) + 5 * 512; // not a multiple of 4 KiB or 64 KiB
+        let blank_tail = vec![0u8; TAIL_PROBE_LEN];
+        assert_eq!(probe_tail(&blank_tail, len), None);
+        let tail_start = len - TAIL_PROBE_LEN as u64;
+        // 0.90: 64 KiB-aligned, 64 KiB before the end.
+        let mut t = blank_tail.clone();
+        let at090 = ((len & !0xFFFF) - 0x10000 - tail_start) as usize;
+        put(&mut t, at090, &0xa92b4efcu32.to_le_bytes());
+        assert_eq!(
+            probe_tail(&t, len).map(|s| s.kind),
+            Some("linux_raid_member")
+        );
+        // 1.0: 8 KiB before the end rounded down to 4 KiB, naming its own sector.
+        let abs10 = ((len / 512 - 16) & !7) * 512;
+        let mut t = blank_tail.clone();
+        let o = (abs10 - tail_start) as usize;
+        put(&mut t, o, &0xa92b4efcu32.to_le_bytes());
+        put(&mut t, o + 4, &1u32.to_le_bytes());
+        put(&mut t, o + 128, &(abs10 / 512).to_le_bytes());
+        assert_eq!(
+            probe_tail(&t, len).map(|s| s.kind),
+            Some("linux_raid_member")
+        );
+        // A 1.x superblock naming another offset is not a 1.0 member at the end.
+        put(&mut t, o + 128, &8u64.to_le_bytes());
+        assert_eq!(probe_tail(&t, len), None);
+        // Short or oversized inputs never panic.
+        assert_eq!(probe_tail(&t, 10), None);
+        assert_eq!(probe_tail(&[], len), None);
+        assert_eq!(probe_tail(&[0xFF; 100], 100), None);
+    }
+
+    #[test]
     fn nothing_on_a_blank_device() {
         assert_eq!(probe(&blank()), None);
         assert_eq!(probe(&[]), None);
@@ -306,6 +394,22 @@ mod tests {
             ),
             ("bcache", Box::new(|b| put(b, 4096 + 24, &BCACHE_MAGIC))),
             ("iso9660", Box::new(|b| put(b, 32769, b"CD001"))),
+            ("jfs", Box::new(|b| put(b, 32768, b"JFS1"))),
+            ("reiserfs", Box::new(|b| put(b, 65536 + 52, b"ReIsEr2Fs"))),
+            ("reiserfs", Box::new(|b| put(b, 8192 + 52, b"ReIsErFs"))),
+            (
+                "gfs2",
+                Box::new(|b| {
+                    put(b, 65536, &0x01161970u32.to_be_bytes());
+                    put(b, 65536 + 4, &1u32.to_be_bytes());
+                }),
+            ),
+            ("ocfs2", Box::new(|b| put(b, 2 * 4096, b"OCFSV2"))),
+            ("ocfs2", Box::new(|b| put(b, 2 * 1024, b"OCFSV2"))),
+            (
+                "ceph_bluestore",
+                Box::new(|b| put(b, 0, b"bluestore block device")),
+            ),
             (
                 "zfs_member",
                 Box::new(|b| put(b, (128 << 10) + 5 * 1024, &0x00bab10cu64.to_le_bytes())),

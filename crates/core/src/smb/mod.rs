@@ -87,6 +87,10 @@ pub struct SmbCredentials {
     pub password: Secret,
 }
 
+/// Characters refused in a remote path's server and share names (Microsoft's list of characters
+/// a share name may not contain, which also covers every server name form).
+pub const SHARE_ROOT_FORBIDDEN: &str = "\"/[]:|<>+=;,?*";
+
 /// A remote path after validation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RemotePath {
@@ -145,6 +149,24 @@ impl RemotePath {
                 Kind::InvalidArgument,
                 format!("{op}: remote path {remote:?} is invalid: it contains a control character"),
             ));
+        }
+        // Windows refuses these characters in share names, and none appears in a DNS, NetBIOS
+        // or IP server name; on Linux the root becomes the cifs mount data, where `,` starts a
+        // new mount option and `=` gives it a value: letting them through would let whoever
+        // writes a volume's source (a pod author, for inline volumes) set mount options.
+        for (what, name) in [("server", server), ("share", share)] {
+            if let Some(c) = name
+                .chars()
+                .find(|c| SHARE_ROOT_FORBIDDEN.contains(*c) || c.is_whitespace())
+            {
+                return Err(Error::with_message(
+                    Kind::InvalidArgument,
+                    format!(
+                        "{op}: remote path {remote:?} is invalid: the {what} name contains {c:?}, \
+                         which no SMB {what} name may contain"
+                    ),
+                ));
+            }
         }
         let root = format!("\\\\{server}\\{share}").to_lowercase();
         Ok(Self { path, root })
@@ -605,6 +627,30 @@ mod tests {
             "{}",
             e.message()
         );
+    }
+
+    #[test]
+    fn server_and_share_names_cannot_carry_mount_options() {
+        for remote in [
+            "\\\\srv\\x,file_mode=0777",
+            "\\\\srv,ip=10.0.0.1\\share",
+            "//srv/share=1",
+            "\\\\srv\\a;b",
+            "\\\\srv\\a b",
+            "\\\\[::1]\\share",
+        ] {
+            let e = RemotePath::parse("NewSmbGlobalMapping", remote).unwrap_err();
+            assert_eq!(e.kind(), Kind::InvalidArgument, "{remote}");
+            assert!(e.message().contains("which no SMB"), "{}", e.message());
+        }
+        // Names real drivers use stay valid, and the directory part is not restricted.
+        for remote in [
+            "\\\\account.file.core.windows.net\\pvc-1\\dir,with=odd;chars",
+            "//10.0.0.4/share$",
+            "\\\\smb-server_1\\data-01",
+        ] {
+            RemotePath::parse("NewSmbGlobalMapping", remote).unwrap();
+        }
     }
 
     #[test]

@@ -356,6 +356,12 @@ pub fn read_at(file: &File, offset: u64, len: usize) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// The length in bytes of the device `file` is open on (lseek(2) to `SEEK_END`, which block
+/// devices answer with their size; reads here use pread, so the moved offset is never used).
+pub fn len(file: &File) -> io::Result<u64> {
+    Ok(rustix::fs::seek(file, rustix::fs::SeekFrom::End(0))?)
+}
+
 /// Opens a device node for reading.
 pub fn open_read(path: &Path) -> io::Result<File> {
     File::open(path)

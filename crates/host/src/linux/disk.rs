@@ -241,11 +241,13 @@ pub(super) fn read_ends(op: &str, disk: &Disk, file: &fs::File) -> Result<Ends> 
     })
 }
 
-/// The disk's last [`gpt::tail_len`] bytes, where its backup GPT is (empty on a disk smaller
-/// than that).
+/// The disk's last bytes, whole sectors: its backup GPT ([`gpt::tail_len`]) and whatever
+/// [`signatures::probe_tail`] looks for (empty on a disk smaller than that).
 pub(super) fn read_tail(op: &str, disk: &Disk, file: &fs::File) -> Result<Vec<u8>> {
     let sector = block::sector_size(disk);
-    let len = gpt::tail_len(sector);
+    let len = gpt::tail_len(sector)
+        .max(signatures::TAIL_PROBE_LEN)
+        .next_multiple_of(sector as usize);
     match (disk.size / sector * sector).checked_sub(len as u64) {
         Some(at) => block::read_at(file, at, len).map_err(|e| io_err(op, disk, "read", &e)),
         None => Ok(Vec::new()),

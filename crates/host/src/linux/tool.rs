@@ -57,8 +57,20 @@ pub fn run(
     }
     Err(Ok(Failure {
         code: out.status.code(),
-        output: text.replace('\n', "; "),
+        output: reason(&text),
     }))
+}
+
+/// What a failed tool said, on one line: its lines joined with "; ", without the usage text
+/// some tools print after the reason (mkfs.xfs's is 28 lines; a status message carries only the
+/// reason).
+fn reason(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("usage:"))
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Prepares `cmd` to start a helper process: it dies with the daemon and gets the open-file
@@ -88,4 +100,15 @@ pub fn run_checked(op: &str, object: &str, program: &str, args: &[&str]) -> Resu
         ),
         Err(e) => e,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_failure_keeps_the_reason_and_drops_the_usage_text() {
+        let out = "Filesystem must be larger than 300MB.\nUsage: mkfs.xfs\n/* blocksize */\t[-b size=num]\n";
+        assert_eq!(super::reason(out), "Filesystem must be larger than 300MB.");
+        assert_eq!(super::reason("a\n\n  b  \n"), "a; b");
+        assert_eq!(super::reason(""), "");
+    }
 }

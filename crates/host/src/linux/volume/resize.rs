@@ -1,0 +1,298 @@
+//! ResizeVolume on Linux: grow the GPT entry (never shrink, never repair), tell the kernel, grow
+//! the filesystem.
+
+use super::*;
+
+impl LinuxVolumeHost {
+    pub(super) fn resize(&self, id: &str, target: ResizeTarget) -> Result<()> {
+        const OP: &str = "ResizeVolume";
+        let vol = self.resolve(OP, id)?;
+        let object = shown(id);
+        if vol.part == 0 {
+            return Err(Error::new(
+                Kind::FailedPrecondition,
+                OP,
+                &object,
+                "a whole-disk volume has no partition to grow",
+            ));
+        }
+        // What the partition holds decides first: a filesystem this host cannot grow (or whose
+        // size it cannot read) leaves the partition untouched, instead of a grown partition
+        // under an ungrown filesystem and an OK that did nothing.
+        let (sig, buf) = self.probe(OP, &vol)?;
+        let fs_bytes = match &sig {
+            None => None,
+            Some(sig) => Some(
+                signatures::superblock_usage(&buf)
+                    .filter(|_| GROWABLE.contains(&sig.kind))
+                    .map(|u| u.total_bytes)
+                    .ok_or_else(|| {
+                        Error::new(
+                            Kind::FailedPrecondition,
+                            OP,
+                            &object,
+                            format!(
+                                "the volume holds {}; this host grows only ext2/3/4, xfs and btrfs filesystems \
+                                 whose size it reads from their superblock, so nothing was changed",
+                                sig.kind
+                            ),
+                        )
+                    })?,
+            ),
+        };
+        let disk = &vol.disk;
+        // Not O_EXCL: the partition may be mounted (online growth); only the table and the
+        // partition's length change, never its start.
+        let file = block::open_write(&block::node(&disk.name), false)
+            .map_err(|e| io_err(OP, disk, "open", &e))?;
+        vol.unchanged(OP)?;
+        if block::diskseq(&file).ok() != Some(u64::from(disk.number)) {
+            return Err(Error::new(
+                Kind::NotFound,
+                OP,
+                &object,
+                format!(
+                    "disk {} was detached or replaced while the request ran",
+                    disk.number
+                ),
+            ));
+        }
+        let ends = crate::linux::disk::read_ends(OP, disk, &file)?;
+        let (sector, total) = (ends.sector, ends.total);
+        let table = partition_plan::table_to_grow(&ends.head, &ends.tail, sector, total)
+            .map_err(|why| refused(OP, disk, why))?;
+        let part = table
+            .partitions()
+            .into_iter()
+            .find(|p| p.number == vol.part)
+            .ok_or_else(|| {
+                Error::new(
+                    Kind::NotFound,
+                    OP,
+                    &object,
+                    "the partition is not in the table",
+                )
+            })?;
+        // The entry is checked by its unique GUID, not only its number: the table may have been
+        // rewritten since the ID was resolved.
+        if part.unique_guid.to_string() != vol.uuid {
+            return Err(Error::new(
+                Kind::NotFound,
+                OP,
+                &object,
+                format!(
+                    "partition {} of the table is now a different partition ({})",
+                    vol.part, part.unique_guid
+                ),
+            ));
+        }
+        let mut grown = table.clone();
+        grown
+            .relocate_end(total)
+            .map_err(|e| refused(OP, disk, e))?;
+        let max_last = grown
+            .max_last_lba(vol.part)
+            .map_err(|e| refused(OP, disk, e))?;
+        let max_bytes = (max_last - part.first_lba + 1) * sector;
+        let current = part.sectors() * sector;
+        let want = match target {
+            ResizeTarget::Maximum => max_bytes,
+            ResizeTarget::Bytes(n) if n > max_bytes => {
+                return Err(Error::invalid(
+                    OP,
+                    &object,
+                    format!(
+                        "size_bytes {n} is more than the partition can grow to ({max_bytes} bytes on this disk); Rescan after growing the disk"
+                    ),
+                ));
+            }
+            ResizeTarget::Bytes(n) => n,
+        };
+        let mut table_len = current;
+        if want >= current + MIN_GROWTH {
+            let new_last = part.first_lba + want / sector - 1;
+            grown
+                .grow_partition(vol.part, new_last)
+                .map_err(|e| refused(OP, disk, e))?;
+            crate::linux::disk::write_gpt(OP, disk, &file, &grown, total)?;
+            table_len = (new_last - part.first_lba + 1) * sector;
+            tracing::info!(
+                volume = id,
+                from = current,
+                to = table_len,
+                "partition grown"
+            );
+        }
+        // The kernel's length is brought to the table's: also after a crash between the two.
+        // Only ever up: a kernel partition longer than the table's may hold a filesystem that
+        // long (another tool grew it), and BLKPG would cut it off under a mounted filesystem.
+        let kernel_len = block::partitions(disk)
+            .into_iter()
+            .find(|p| p.number == vol.part)
+            .map_or(0, |p| p.size);
+        if kernel_len > table_len {
+            return Err(refused(
+                OP,
+                disk,
+                format!(
+                    "the kernel's partition {} is {kernel_len} bytes, longer than the table's {table_len}; \
+                     a partition is never shrunk",
+                    vol.part
+                ),
+            ));
+        }
+        if kernel_len != table_len {
+            block::blkpg(
+                &file,
+                Blkpg::Resize,
+                vol.part,
+                part.first_lba * sector,
+                table_len,
+            )
+            .map_err(|e| {
+                io_err(
+                    OP,
+                    disk,
+                    "tell the kernel the new partition size (BLKPG)",
+                    &e,
+                )
+            })?;
+        }
+        let (Some(sig), Some(fs_bytes)) = (sig, fs_bytes) else {
+            return Ok(()); // no filesystem: the partition is all there is to grow
+        };
+        if fs_bytes + FS_SLACK >= table_len {
+            return Ok(());
+        }
+        let table_now = read_mountinfo(OP)?;
+        let mounted_at = vol
+            .mounts(&table_now)
+            .first()
+            .map(|m| m.mount_point.clone());
+        vol.unchanged(OP)?;
+        self.grow_filesystem(OP, &vol, &sig, mounted_at.as_deref())?;
+        tracing::info!(volume = id, fs = sig.kind, "filesystem grown");
+        Ok(())
+    }
+
+    fn grow_filesystem(
+        &self,
+        op: &str,
+        vol: &Volume,
+        sig: &Signature,
+        mounted_at: Option<&Path>,
+    ) -> Result<()> {
+        let object = shown(&vol.id);
+        let node = vol.node().to_string_lossy().into_owned();
+        match sig.kind {
+            "ext2" | "ext3" | "ext4" => {
+                let mut r = tool::run(op, &object, "resize2fs", &[&node]);
+                if let Err(Ok(f)) = &r
+                    && mounted_at.is_none()
+                    && f.output.contains("e2fsck -f")
+                {
+                    // resize2fs wants a freshly checked filesystem when it is offline.
+                    match tool::run(op, &object, "e2fsck", &["-f", "-p", &node]) {
+                        Ok(_) => {}
+                        Err(Ok(f)) if f.code == Some(1) => {} // errors corrected
+                        Err(Ok(f)) => {
+                            return Err(Error::new(
+                                Kind::FailedPrecondition,
+                                op,
+                                &object,
+                                format!(
+                                    "e2fsck found problems it could not fix (exit {:?}): {}",
+                                    f.code, f.output
+                                ),
+                            ));
+                        }
+                        Err(Err(e)) => return Err(e),
+                    }
+                    r = tool::run(op, &object, "resize2fs", &[&node]);
+                }
+                match r {
+                    Ok(_) => Ok(()),
+                    Err(Ok(f))
+                        if mounted_at.is_some()
+                            && (f.output.contains("Permission denied")
+                                || f.output.contains("Operation not permitted")) =>
+                    {
+                        Err(Error::new(
+                            Kind::PermissionDenied,
+                            op,
+                            &object,
+                            format!(
+                                "the partition was grown but the mounted ext4 filesystem could not be grown online: {} \
+                                 (growing a mounted ext4 needs CAP_SYS_RESOURCE, which this daemon lacks; \
+                                 unmount the volume and retry, or give the daemon CAP_SYS_RESOURCE)",
+                                f.output
+                            ),
+                        ))
+                    }
+                    Err(Ok(f)) => Err(Error::new(
+                        Kind::Internal,
+                        op,
+                        &object,
+                        format!("resize2fs failed (exit {:?}): {}", f.code, f.output),
+                    )),
+                    Err(Err(e)) => Err(e),
+                }
+            }
+            "xfs" | "btrfs" => {
+                let grow = |mp: &Path| -> Result<()> {
+                    let mp = mp.to_string_lossy();
+                    if sig.kind == "xfs" {
+                        tool::run_checked(op, &object, "xfs_growfs", &["-d", &mp])
+                    } else {
+                        tool::run_checked(
+                            op,
+                            &object,
+                            "btrfs",
+                            &["filesystem", "resize", "max", &mp],
+                        )
+                    }
+                    .map(drop)
+                };
+                match mounted_at {
+                    Some(mp) => grow(mp),
+                    // Both grow only while mounted.
+                    None => self.with_temporary_mount(op, vol, sig.kind, grow),
+                }
+            }
+            other => Err(Error::new(
+                Kind::FailedPrecondition,
+                op,
+                &object,
+                format!("the partition was grown but this host cannot grow a {other} filesystem"),
+            )),
+        }
+    }
+
+    /// Mounts the volume on a private directory for a tool that needs a mounted filesystem.
+    fn with_temporary_mount<T>(
+        &self,
+        op: &str,
+        vol: &Volume,
+        fs_type: &str,
+        f: impl FnOnce(&Path) -> Result<T>,
+    ) -> Result<T> {
+        let dir = self.state_dir.join("mnt").join(&vol.uuid);
+        let err = |e: io::Error| {
+            Error::io(op, shown(&vol.id), &e).context(format!("temporary mount {}", dir.display()))
+        };
+        fs::create_dir_all(&dir).map_err(err)?;
+        rustix::mount::mount(
+            vol.node(),
+            &dir,
+            fs_type,
+            rustix::mount::MountFlags::empty(),
+            None,
+        )
+        .map_err(|e| err(e.into()))?;
+        let r = f(&dir);
+        let u = rustix::mount::unmount(&dir, rustix::mount::UnmountFlags::empty());
+        let _ = fs::remove_dir(&dir);
+        u.map_err(|e| err(e.into()))?;
+        r
+    }
+}
