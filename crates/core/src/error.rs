@@ -98,11 +98,18 @@ impl Error {
 /// Maps an OS error to the kind a client can act on.
 pub fn io_kind(err: &io::Error) -> Kind {
     use io::ErrorKind as E;
+    // ENXIO and ENODEV: the device behind a node or handle is gone (detached meanwhile).
+    #[cfg(unix)]
+    if matches!(err.raw_os_error(), Some(6 | 19)) {
+        return Kind::NotFound;
+    }
     match err.kind() {
         E::NotFound => Kind::NotFound,
         E::PermissionDenied | E::ReadOnlyFilesystem => Kind::PermissionDenied,
         E::AlreadyExists => Kind::AlreadyExists,
-        E::InvalidInput | E::InvalidFilename | E::InvalidData => Kind::InvalidArgument,
+        // InvalidData is what the host read being malformed (a mount table, a device's
+        // answer), not the request: the caller cannot fix it, so it is not INVALID_ARGUMENT.
+        E::InvalidInput | E::InvalidFilename => Kind::InvalidArgument,
         E::DirectoryNotEmpty
         | E::NotADirectory
         | E::IsADirectory
@@ -113,8 +120,9 @@ pub fn io_kind(err: &io::Error) -> Kind {
         | E::FileTooLarge
         | E::TooManyLinks
         | E::ExecutableFileBusy => Kind::FailedPrecondition,
-        E::TimedOut => Kind::DeadlineExceeded,
-        E::Interrupted | E::WouldBlock | E::OutOfMemory => Kind::Unavailable,
+        // An OS call timing out (ETIMEDOUT: a device, a server) is worth a retry; the caller's
+        // own deadline is DEADLINE_EXCEEDED, decided where the deadline is known.
+        E::TimedOut | E::Interrupted | E::WouldBlock | E::OutOfMemory => Kind::Unavailable,
         E::Unsupported => Kind::Unimplemented,
         _ => Kind::Internal,
     }
@@ -135,6 +143,40 @@ mod tests {
         assert!(e.message().starts_with("Mkdir \"/x\": "), "{}", e.message());
         let e = Error::io("Rmdir", "\"/y\"", &io::Error::from_raw_os_error(39));
         assert_eq!(e.kind(), Kind::FailedPrecondition, "ENOTEMPTY on Linux");
+    }
+
+    #[test]
+    fn errors_map_to_what_the_caller_can_do() {
+        let kind = |e: io::Error| io_kind(&e);
+        assert_eq!(kind(io::ErrorKind::InvalidData.into()), Kind::Internal);
+        assert_eq!(kind(io::ErrorKind::TimedOut.into()), Kind::Unavailable);
+        assert_eq!(
+            kind(io::ErrorKind::InvalidInput.into()),
+            Kind::InvalidArgument
+        );
+        #[cfg(unix)]
+        {
+            assert_eq!(
+                kind(io::Error::from_raw_os_error(6)),
+                Kind::NotFound,
+                "ENXIO"
+            );
+            assert_eq!(
+                kind(io::Error::from_raw_os_error(19)),
+                Kind::NotFound,
+                "ENODEV"
+            );
+            assert_eq!(
+                kind(io::Error::from_raw_os_error(110)),
+                Kind::Unavailable,
+                "ETIMEDOUT"
+            );
+            assert_eq!(
+                kind(io::Error::from_raw_os_error(16)),
+                Kind::FailedPrecondition,
+                "EBUSY"
+            );
+        }
     }
 
     #[test]

@@ -218,7 +218,14 @@ impl VolumeService {
         const OP: &str = "UnmountVolume";
         required(OP, "volume_id", volume_id)?;
         let target = self.target(OP, target_path)?;
-        let _held = self.claim(OP, volume_id, false)?;
+        // A volume that cannot be found (its disk was detached by force) may still have a stale
+        // mount on the target: the host decides whether what is there is that mount. With the
+        // disk gone, there is no disk to hold.
+        let _held = match self.claim(OP, volume_id, false) {
+            Ok(held) => Some(held),
+            Err(e) if e.kind() == Kind::NotFound => None,
+            Err(e) => return Err(e),
+        };
         self.host.unmount_volume(volume_id, &target)
     }
 

@@ -92,14 +92,28 @@ pub(crate) fn child_setup(cmd: &mut Command) {
 /// As [`run`], with a failed exit turned into an error naming the tool, its exit and output.
 pub fn run_checked(op: &str, object: &str, program: &str, args: &[&str]) -> Result<String> {
     run(op, object, program, args).map_err(|r| match r {
-        Ok(f) => Error::new(
-            Kind::Internal,
-            op,
-            object,
-            format!("{program} failed (exit {:?}): {}", f.code, f.output),
-        ),
+        Ok(f) => f.error(op, object, program),
         Err(e) => e,
     })
+}
+
+impl Failure {
+    /// The error for this failure of `program`: FAILED_PRECONDITION when the tool found the
+    /// device busy (another process has it open or mounted: the caller can act on that),
+    /// INTERNAL otherwise.
+    pub fn error(&self, op: &str, object: &str, program: &str) -> Error {
+        let kind = if self.output.contains("Device or resource busy") {
+            Kind::FailedPrecondition
+        } else {
+            Kind::Internal
+        };
+        Error::new(
+            kind,
+            op,
+            object,
+            format!("{program} failed (exit {:?}): {}", self.code, self.output),
+        )
+    }
 }
 
 #[cfg(test)]

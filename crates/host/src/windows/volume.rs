@@ -785,7 +785,7 @@ impl VolumeHost for WindowsVolumeHost {
     }
 
     fn volume_disk(&self, id: &str) -> Result<(u32, DiskUsage)> {
-        const OP: &str = "volume";
+        const OP: &str = "locating";
         let v = name(OP, id)?;
         let h = open_volume(OP, id, &v, false)?;
         let disk = first_disk(OP, id, &h)?;

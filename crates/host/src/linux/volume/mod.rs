@@ -547,7 +547,7 @@ impl VolumeHost for LinuxVolumeHost {
     }
 
     fn volume_disk(&self, id: &str) -> Result<(u32, DiskUsage)> {
-        let vol = self.resolve("volume", id)?;
+        let vol = self.resolve("locating", id)?;
         Ok((vol.disk.number, block::usage(&vol.disk)?))
     }
 }

@@ -26,7 +26,7 @@ impl LinuxVolumeHost {
         let table = read_mountinfo(OP)?;
         let kpath = kernel_path(Path::new(target)).map_err(|e| Error::io(OP, &object, &e))?;
         if let Some(m) = mountinfo::topmost_at(&table, &kpath) {
-            if (m.major, m.minor) == vol.dev {
+            if !vol.mounts(std::slice::from_ref(m)).is_empty() {
                 return Ok(()); // the same volume already mounted here: idempotent
             }
             return Err(Error::new(
@@ -130,9 +130,8 @@ impl LinuxVolumeHost {
             let Some(m) = mountinfo::topmost_at(&table, &kpath) else {
                 return Ok(()); // not (or no longer) mounted: success
             };
-            let vol = self.resolve(OP, id)?;
-            if (m.major, m.minor) != vol.dev {
-                return Err(Error::new(
+            let other = || {
+                Error::new(
                     Kind::FailedPrecondition,
                     OP,
                     &object,
@@ -140,7 +139,37 @@ impl LinuxVolumeHost {
                         "a different filesystem ({} {:?}) is mounted there; not unmounting it",
                         m.fs_type, m.source
                     ),
-                ));
+                )
+            };
+            match self.resolve(OP, id) {
+                Ok(vol) if vol.mounts(std::slice::from_ref(m)).is_empty() => return Err(other()),
+                Ok(_) => {}
+                // The volume is gone (its disk was detached by force, or replaced): what is
+                // mounted there is its stale mount only when the device it came from is gone
+                // too. Left, it would keep the target busy for kubelet forever.
+                Err(e) if e.kind() == Kind::NotFound => {
+                    if !is_stale_device_mount(m) {
+                        return Err(Error::new(
+                            Kind::FailedPrecondition,
+                            OP,
+                            &object,
+                            format!(
+                                "the volume cannot be found ({}), and what is mounted there ({} {:?}) is not a \
+                                 mount of a detached device; not unmounting it",
+                                e.message(),
+                                m.fs_type,
+                                m.source
+                            ),
+                        ));
+                    }
+                    tracing::warn!(
+                        volume = id,
+                        target,
+                        source = m.source,
+                        "the volume is gone; unmounting its stale mount"
+                    );
+                }
+                Err(e) => return Err(e),
             }
             if let Ok(d) = open_dir_nofollow(&kpath) {
                 let _ = rustix::fs::syncfs(&d);
@@ -180,4 +209,14 @@ impl LinuxVolumeHost {
             "still mounted after 16 unmounts",
         ))
     }
+}
+
+/// Whether `m` is the mount of a block device that is gone: its source is a device node under
+/// `/dev` that no longer exists, and no attached block device has its device number. A mount of
+/// anything else (tmpfs, a bind, an attached device) is never taken for one.
+fn is_stale_device_mount(m: &MountInfo) -> bool {
+    let source = Path::new(&m.source);
+    source.starts_with("/dev/")
+        && !source.exists()
+        && !Path::new(&format!("/sys/dev/block/{}:{}", m.major, m.minor)).exists()
 }

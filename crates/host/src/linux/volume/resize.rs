@@ -195,6 +195,9 @@ impl LinuxVolumeHost {
                     match tool::run(op, &object, "e2fsck", &["-f", "-p", &node]) {
                         Ok(_) => {}
                         Err(Ok(f)) if f.code == Some(1) => {} // errors corrected
+                        Err(Ok(f)) if f.output.contains("Device or resource busy") => {
+                            return Err(f.error(op, &object, "e2fsck"));
+                        }
                         Err(Ok(f)) => {
                             return Err(Error::new(
                                 Kind::FailedPrecondition,
@@ -229,12 +232,7 @@ impl LinuxVolumeHost {
                             ),
                         ))
                     }
-                    Err(Ok(f)) => Err(Error::new(
-                        Kind::Internal,
-                        op,
-                        &object,
-                        format!("resize2fs failed (exit {:?}): {}", f.code, f.output),
-                    )),
+                    Err(Ok(f)) => Err(f.error(op, &object, "resize2fs")),
                     Err(Err(e)) => Err(e),
                 }
             }
