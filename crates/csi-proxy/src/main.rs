@@ -56,6 +56,8 @@ async fn run(
     if flags.windows_service && !cfg!(windows) {
         return Err("--windows-service is only meaningful on Windows".into());
     }
+    #[cfg(target_os = "linux")]
+    csi_proxy_host::linux::namespace::check_host_mount_namespace()?;
     // Each client connection is a descriptor; see csi_proxy_host::linux::limits.
     #[cfg(target_os = "linux")]
     match csi_proxy_host::linux::limits::raise_open_file_limit() {

@@ -236,20 +236,47 @@ async fn sigkill_while_an_xfs_grows_on_a_private_mount_then_retry_succeeds() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let private = d.state.join("mnt");
-    assert!(
-        !mounts_under(&private).is_empty(),
-        "xfs_growfs runs on a private mount under {}",
+    let temporary = |private: &Path| -> Vec<std::path::PathBuf> {
+        mounts_under(private)
+            .into_iter()
+            .filter(|p| p != private)
+            .collect()
+    };
+    assert_eq!(
+        temporary(&private).len(),
+        1,
+        "xfs_growfs runs on a temporary mount under {}",
         private.display()
     );
+    // The directory is a private mount (no "shared:" peer group), the temporary mount inside
+    // it nosuid, nodev and noexec.
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line_of = |p: &Path| {
+        let p = p.to_str().unwrap().to_string();
+        table
+            .lines()
+            .filter(|l| l.split(' ').nth(4) == Some(p.as_str()))
+            .next_back()
+            .unwrap_or_else(|| panic!("{p} in {table}"))
+            .to_string()
+    };
+    let dir_line = line_of(&private);
+    let sep = dir_line.find(" - ").unwrap();
+    assert!(!dir_line[..sep].contains("shared:"), "{dir_line}");
+    let tmp_line = line_of(&temporary(&private)[0]);
+    let opts = tmp_line.split(' ').nth(5).unwrap();
+    for o in ["nosuid", "nodev", "noexec"] {
+        assert!(opts.split(',').any(|x| x == o), "{o} in {tmp_line}");
+    }
     d.kill_restart_retry(call, ("volume", "v1"), "ResizeVolume", |ch| {
         grow_to_max(VolumeClient::new(ch), id.clone())
     })
     .await
     .expect_err("the daemon was killed during the call");
     assert_eq!(
-        mounts_under(&private),
+        temporary(&private),
         Vec::<std::path::PathBuf>::new(),
-        "no private mount is left behind"
+        "no temporary mount is left behind"
     );
     let (_, mut vc) = v1_clients(&d).await;
     let after = total_bytes(&mut vc, &id).await;

@@ -158,3 +158,137 @@ async fn a_busy_device_during_offline_growth_is_a_precondition_and_the_retry_fin
         .into_inner();
     assert!(stats.total_bytes > 300 << 20, "{stats:?}");
 }
+
+/// One mount with an empty source (two spaces in a row in /proc/self/mountinfo) anywhere on the
+/// host made the mount table unreadable, and every RPC that reads it INVALID_ARGUMENT.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_mount_with_an_empty_source_does_not_break_the_mount_table() {
+    if !common::is_root() {
+        eprintln!("SKIPPED: mounting needs root");
+        return;
+    }
+    let d = Daemon::start(&[]);
+    let (_, mut vc) = v1_clients(&d).await;
+    let odd = d.dir.path().join("empty-source");
+    std::fs::create_dir_all(&odd).unwrap();
+    sh("mount", &["-t", "tmpfs", "", odd.to_str().unwrap()]);
+    let plain = d.k("plugins/x/not-a-mount");
+    std::fs::create_dir_all(&plain).unwrap();
+    let s = vc
+        .get_volume_id_from_target_path(v1::GetVolumeIdFromTargetPathRequest { target_path: plain })
+        .await
+        .unwrap_err();
+    sh("umount", &[odd.to_str().unwrap()]);
+    assert_eq!(s.code(), Code::NotFound, "{}", s.message());
+    assert!(
+        s.message().contains("is not a mount point"),
+        "{}",
+        s.message()
+    );
+}
+
+/// A stop request (SIGTERM: what systemd sends the main process with `KillMode=mixed`) lets a
+/// running tool finish instead of cutting it off: the daemon stays until mkfs is done, the
+/// format is recorded complete, and the retry after the restart is the OK no-op.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stop_request_lets_a_running_tool_finish() {
+    if !can_use_loop_devices() {
+        return;
+    }
+    let wrappers = tempfile::tempdir().unwrap();
+    let release = wrappers.path().join("release");
+    let marker = wrappers.path().join("mkfs.held");
+    let path = common::wrap_tool(
+        wrappers.path(),
+        "mkfs.ext4",
+        &format!(
+            "touch '{}'; while [ ! -e '{}' ]; do sleep 0.05; done",
+            marker.display(),
+            release.display()
+        ),
+    );
+    let mut d = Daemon::start_env(&[], &[("PATH", &path)]);
+    let (mut dc, mut vc) = v1_clients(&d).await;
+    let l = LoopDisk::new(d.dir.path(), "stopfinish", 64).unwrap();
+    let id = common::partition_one(&mut dc, &mut vc, l.disk_number()).await;
+    let call = common::spawn_format(&vc, &id);
+    while !marker.exists() {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    d.signal("-TERM");
+    // Past the daemon's grace period for requests, it still waits for the tool.
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    assert!(
+        d.alive(),
+        "the daemon waits for mkfs; log:\n{}",
+        d.log_tail()
+    );
+    std::fs::write(&release, b"").unwrap();
+    d.wait_exit(std::time::Duration::from_secs(60));
+    let _ = call.await;
+    d.restart();
+    let (_, mut vc) = v1_clients(&d).await;
+    let formatted = vc
+        .is_volume_formatted(v1::IsVolumeFormattedRequest {
+            volume_id: id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .formatted;
+    assert!(formatted, "mkfs ran to its end");
+    vc.format_volume(v1::FormatVolumeRequest { volume_id: id })
+        .await
+        .unwrap();
+}
+
+/// A service unit with `PrivateMounts=` (or `ProtectSystem=`, …) runs the daemon in a mount
+/// namespace of its own, where every mount it makes is invisible to kubelet. Before, it started
+/// and MountVolume answered OK into directories kubelet saw empty; now it refuses to start.
+#[test]
+fn the_daemon_refuses_to_start_outside_the_hosts_mount_namespace() {
+    if !common::is_root() {
+        eprintln!("SKIPPED: unshare -m needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = dir.path().join("kubelet");
+    std::fs::create_dir_all(&kubelet).unwrap();
+    let mut out = Command::new("unshare")
+        .args(["-m", "--propagation", "private"])
+        .arg(env!("CARGO_BIN_EXE_csi-proxy"))
+        .arg(format!("--kubelet-path={}", kubelet.display()))
+        .arg(format!("--socket-dir={}", dir.path().join("run").display()))
+        .arg(format!(
+            "--state-dir={}",
+            dir.path().join("state").display()
+        ))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A daemon that starts anyway would serve forever: stop it and fail, rather than hang.
+    let t = std::time::Instant::now();
+    while out.try_wait().unwrap().is_none() {
+        if t.elapsed() > std::time::Duration::from_secs(30) {
+            let _ = out.kill();
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = out.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "it must not start: {stderr}");
+    assert!(
+        stderr.contains("mount namespace of its own") && stderr.contains("PrivateMounts="),
+        "{stderr}"
+    );
+    assert!(
+        !dir.path().join("run").exists()
+            || std::fs::read_dir(dir.path().join("run"))
+                .unwrap()
+                .next()
+                .is_none(),
+        "no socket was created"
+    );
+}

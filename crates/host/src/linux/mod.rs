@@ -7,6 +7,7 @@ pub mod iscsi;
 pub mod limits;
 pub mod memory;
 pub mod mountinfo;
+pub mod namespace;
 pub mod smb;
 pub mod system;
 pub mod tool;

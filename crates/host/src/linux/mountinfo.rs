@@ -102,22 +102,24 @@ fn text_field(field: &[u8]) -> String {
 }
 
 /// Parses one line (without its newline).
+///
+/// Fields are separated by single spaces and may be empty (a mount whose source is the empty
+/// string shows as two spaces in a row); the separator is the first " - ", which no field can
+/// hold since the kernel escapes spaces in paths.
 pub fn parse_line(line: &[u8]) -> Result<MountInfo, ParseError> {
     let err = |reason| ParseError { line: 1, reason };
-    let fields: Vec<&[u8]> = line
-        .split(|&b| b == b' ')
-        .filter(|f| !f.is_empty())
-        .collect();
-    let sep = fields
-        .iter()
-        .position(|f| *f == b"-")
-        .ok_or(err("no \"-\" separator"))?;
-    if sep < 6 {
+    let sep = line
+        .windows(3)
+        .position(|w| w == b" - ")
+        .ok_or(err("no \" - \" separator"))?;
+    let fields: Vec<&[u8]> = line[..sep].split(|&b| b == b' ').collect();
+    if fields.len() < 6 {
         return Err(err("fewer than 6 fields before the separator"));
     }
-    if fields.len() < sep + 4 {
+    let after: Vec<&[u8]> = line[sep + 3..].splitn(3, |&b| b == b' ').collect();
+    let [fs_type, source, super_options] = after[..] else {
         return Err(err("fewer than 3 fields after the separator"));
-    }
+    };
     let number = |f: &[u8], what| {
         std::str::from_utf8(f)
             .ok()
@@ -139,10 +141,14 @@ pub fn parse_line(line: &[u8]) -> Result<MountInfo, ParseError> {
         root: path_field(fields[3]),
         mount_point: path_field(fields[4]),
         mount_options: text_field(fields[5]),
-        optional_fields: fields[6..sep].iter().map(|f| text_field(f)).collect(),
-        fs_type: text_field(fields[sep + 1]),
-        source: text_field(fields[sep + 2]),
-        super_options: text_field(fields[sep + 3]),
+        optional_fields: fields[6..]
+            .iter()
+            .filter(|f| !f.is_empty())
+            .map(|f| text_field(f))
+            .collect(),
+        fs_type: text_field(fs_type),
+        source: text_field(source),
+        super_options: text_field(super_options),
     })
 }
 
@@ -270,6 +276,23 @@ mod tests {
         assert!(parse_line(b"1 2 34 / /x rw - ext4 /dev/x rw").is_err());
         let e = parse(b"22 1 8:1 / / rw - ext4 /dev/sda1 rw\nbad\n").unwrap_err();
         assert_eq!(e.line, 2);
+    }
+
+    /// `mount -t tmpfs "" /x` gives an empty source: two spaces in a row. Before, the fields
+    /// after the separator shifted, the line failed, and with it the whole table.
+    #[test]
+    fn empty_fields_are_kept() {
+        let m = parse_line(b"50 22 0:60 / /x rw,relatime shared:9 - tmpfs  rw,size=4k").unwrap();
+        assert_eq!(m.fs_type, "tmpfs");
+        assert_eq!(m.source, "");
+        assert_eq!(m.super_options, "rw,size=4k");
+        assert_eq!(m.optional_fields, vec!["shared:9".to_string()]);
+        let t = parse(b"22 1 8:1 / / rw - ext4 /dev/sda1 rw\n50 22 0:60 / /x rw - tmpfs  rw\n")
+            .unwrap();
+        assert_eq!(t.len(), 2);
+        // No optional fields at all.
+        let m = parse_line(b"1 2 3:4 / /x rw - ext4 /dev/x rw").unwrap();
+        assert!(m.optional_fields.is_empty());
     }
 
     #[test]

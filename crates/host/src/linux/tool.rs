@@ -1,12 +1,15 @@
 //! Running the filesystem tools (`mkfs.*`, `resize2fs`, `xfs_growfs`, `e2fsck`).
 //!
 //! Linux has no system call that creates or grows an ext4 or xfs filesystem, so these are the
-//! one place the Linux host starts a process. Arguments are never secrets; the child dies with
-//! the daemon so a retry after a crash never races an orphaned mkfs.
+//! one place the Linux host starts a process. Arguments are never secrets. A tool dies with the
+//! daemon when the daemon dies (a retry after a crash never races an orphaned mkfs); a daemon
+//! asked to stop waits for running tools instead (see README, "Stopping").
 
 use csi_proxy_core::{Error, Kind, Result};
+use std::io::Read;
 use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 /// What a tool printed when it failed.
 #[derive(Debug)]
@@ -17,13 +20,37 @@ pub struct Failure {
     pub output: String,
 }
 
-/// Runs `program args…` with no input; `Ok(stdout)` on exit 0, `Err(Ok(failure))` on another
-/// exit, `Err(Err(error))` when it could not be started.
+/// How long `program` may run before it is stopped. `None`: never stopped, because cutting it
+/// off can damage the filesystem it works on (an offline resize2fs moving metadata, an e2fsck
+/// repairing it); the disk stays held until it ends, and a stopping daemon waits for it.
+/// The others are safe to stop: an interrupted mkfs is redone from its pending record,
+/// xfs_growfs and btrfs resize commit in kernel transactions, blkid only reads.
+pub fn time_limit(program: &str) -> Option<Duration> {
+    match program {
+        "resize2fs" | "e2fsck" => None,
+        "blkid" => Some(Duration::from_secs(60)),
+        _ => Some(Duration::from_secs(20 * 60)),
+    }
+}
+
+/// Runs `program args…` with no input, for at most its [`time_limit`]; `Ok(stdout)` on exit
+/// 0, `Err(Ok(failure))` on another exit, `Err(Err(error))` when it could not be started or
+/// ran past its limit (UNAVAILABLE: it was stopped, a retry starts over).
 pub fn run(
     op: &str,
     object: &str,
     program: &str,
     args: &[&str],
+) -> Result<String, Result<Failure>> {
+    run_limited(op, object, program, args, time_limit(program))
+}
+
+fn run_limited(
+    op: &str,
+    object: &str,
+    program: &str,
+    args: &[&str],
+    limit: Option<Duration>,
 ) -> Result<String, Result<Failure>> {
     let mut cmd = Command::new(program);
     cmd.args(args)
@@ -32,7 +59,7 @@ pub fn run(
         .stderr(Stdio::piped())
         .env("LC_ALL", "C");
     child_setup(&mut cmd);
-    let out = cmd.output().map_err(|e| {
+    let mut child = cmd.spawn().map_err(|e| {
         Err(if e.kind() == std::io::ErrorKind::NotFound {
             Error::new(
                 Kind::FailedPrecondition,
@@ -44,21 +71,82 @@ pub fn run(
             Error::io(op, object, &e).context(format!("starting {program}"))
         })
     })?;
-    if out.status.success() {
-        return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+    // Both pipes are drained while the tool runs, so a chatty tool never blocks on a full pipe.
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let status = wait(&mut child, limit).map_err(|e| {
+        Err(match limit {
+            Some(limit) if e.kind() == std::io::ErrorKind::TimedOut => Error::new(
+                Kind::Unavailable,
+                op,
+                object,
+                format!(
+                    "{program} did not finish within {} s and was stopped; nothing was \
+                     reported done, a retry starts it again",
+                    limit.as_secs()
+                ),
+            ),
+            _ => Error::io(op, object, &e).context(format!("waiting for {program}")),
+        })
+    })?;
+    let stdout = stdout.join().unwrap_or_default();
+    let stderr = stderr.join().unwrap_or_default();
+    if status.success() {
+        return Ok(String::from_utf8_lossy(&stdout).into_owned());
     }
-    let mut text = String::from_utf8_lossy(&out.stderr).trim().to_string();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut text = String::from_utf8_lossy(&stderr).trim().to_string();
+    let stdout = String::from_utf8_lossy(&stdout);
     if !stdout.trim().is_empty() {
         if !text.is_empty() {
-            text.push_str(" / ");
+            text.push('\n');
         }
         text.push_str(stdout.trim());
     }
     Err(Ok(Failure {
-        code: out.status.code(),
+        code: status.code(),
         output: reason(&text),
     }))
+}
+
+/// Waits for `child`; past `limit` it is killed, reaped, and `TimedOut` returned. Polls with a
+/// growing interval (up to 100 ms): a tool's run is far longer than the first intervals.
+fn wait(child: &mut Child, limit: Option<Duration>) -> std::io::Result<ExitStatus> {
+    let Some(limit) = limit else {
+        return child.wait();
+    };
+    let start = Instant::now();
+    let mut pause = Duration::from_millis(2);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        if start.elapsed() >= limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        std::thread::sleep(pause.min(limit.saturating_sub(start.elapsed())));
+        pause = (pause * 2).min(Duration::from_millis(100));
+    }
 }
 
 /// What a failed tool said, on one line: its lines joined with "; ", without the usage text
@@ -124,5 +212,42 @@ mod tests {
         assert_eq!(super::reason(out), "Filesystem must be larger than 300MB.");
         assert_eq!(super::reason("a\n\n  b  \n"), "a; b");
         assert_eq!(super::reason(""), "");
+    }
+
+    #[test]
+    fn a_tool_past_its_limit_is_stopped_and_reported_unavailable() {
+        let t = std::time::Instant::now();
+        let e = super::run_limited(
+            "Op",
+            "thing",
+            "sleep",
+            &["30"],
+            Some(std::time::Duration::from_millis(200)),
+        )
+        .unwrap_err()
+        .unwrap_err();
+        assert_eq!(e.kind(), csi_proxy_core::Kind::Unavailable);
+        assert!(
+            e.message().contains("sleep did not finish within"),
+            "{}",
+            e.message()
+        );
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(25),
+            "it was stopped, not waited for"
+        );
+        // Within its limit, output and exit code come back as before.
+        let out = super::run_limited(
+            "Op",
+            "thing",
+            "sh",
+            &["-c", "echo hi; echo oops >&2; exit 3"],
+            Some(std::time::Duration::from_secs(30)),
+        )
+        .unwrap_err()
+        .unwrap();
+        assert_eq!(out.code, Some(3));
+        assert_eq!(out.output, "oops; hi");
+        assert_eq!(super::time_limit("resize2fs"), None, "never cut off");
     }
 }

@@ -279,14 +279,11 @@ impl LinuxVolumeHost {
             Error::io(op, shown(&vol.id), &e).context(format!("temporary mount {}", dir.display()))
         };
         fs::create_dir_all(&dir).map_err(err)?;
-        rustix::mount::mount(
-            vol.node(),
-            &dir,
-            fs_type,
-            rustix::mount::MountFlags::empty(),
-            None,
-        )
-        .map_err(|e| err(e.into()))?;
+        // Only the tool works in it: nothing on it is run, opened as a device or set-uid.
+        let flags = rustix::mount::MountFlags::NOSUID
+            | rustix::mount::MountFlags::NODEV
+            | rustix::mount::MountFlags::NOEXEC;
+        rustix::mount::mount(vol.node(), &dir, fs_type, flags, None).map_err(|e| err(e.into()))?;
         let r = f(&dir);
         let u = rustix::mount::unmount(&dir, rustix::mount::UnmountFlags::empty());
         let _ = fs::remove_dir(&dir);
