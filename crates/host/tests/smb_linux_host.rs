@@ -129,3 +129,22 @@ fn mapping_needs_cifs_and_never_shows_the_password() {
     }
     assert!(host.smb_global_mappings().unwrap().is_empty());
 }
+
+/// Mapped shares are mounted with the node's credentials: the directory holding them is root's
+/// alone, also when an older version left it 0755.
+#[test]
+fn the_mount_directory_is_root_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("smb");
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let _host = LinuxSmbHost::new(&base);
+    assert_eq!(mode(&base), 0o700);
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let _host = LinuxSmbHost::new(&base);
+    assert_eq!(
+        mode(&base),
+        0o700,
+        "an existing 0755 directory is made private"
+    );
+}

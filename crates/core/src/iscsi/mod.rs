@@ -7,7 +7,8 @@
 //! Secrets: CHAP secrets are [`Secret`]s, whose `Debug` redacts them; none ever enters an error
 //! message or a log line.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Kind, Result};
+use crate::locks::lock_disk;
 pub use crate::smb::Secret;
 use std::fmt;
 use std::sync::Arc;
@@ -179,6 +180,15 @@ pub trait IscsiHost: Send + Sync {
         let _ = secret;
         Err(Error::unimplemented(GROUP, "SetMutualChapSecret"))
     }
+
+    /// Why disk `number`, brought by a session, is in use (mounted, stacked on, held open), or
+    /// `None` when logging out cannot take anything from under a user. The default is `None`:
+    /// for hosts whose logout refuses a busy session by itself (Windows answers
+    /// `ISDSC_DEVICE_BUSY_ON_SESSION`).
+    fn target_disk_in_use(&self, number: u32) -> Result<Option<String>> {
+        let _ = number;
+        Ok(None)
+    }
 }
 
 /// The version-agnostic iSCSI service every iSCSI API version is served by.
@@ -189,9 +199,43 @@ pub struct IscsiService {
     host: Arc<dyn IscsiHost>,
 }
 
+/// The longest iSCSI name, in bytes (RFC 3720, 3.2.6.1).
+const IQN_MAX: usize = 223;
+
+/// An iSCSI name as RFC 3720 (3.2.6.3) writes them: `iqn.`, `eui.` or `naa.` and then letters,
+/// digits, `-`, `.` and `:` (also `_` and upper case, which some targets use). Hosts use the
+/// name in node-record paths and tool arguments, so nothing else gets through.
 fn require_iqn(op: &str, iqn: &str) -> Result<()> {
     if iqn.is_empty() {
         return Err(Error::invalid(op, "target \"\"", "iqn is empty"));
+    }
+    let object = format!("target {iqn:?}");
+    let prefixed = ["iqn.", "eui.", "naa."]
+        .iter()
+        .any(|p| iqn.get(..4).is_some_and(|h| h.eq_ignore_ascii_case(p)));
+    if !prefixed || iqn.len() == 4 {
+        return Err(Error::invalid(
+            op,
+            &object,
+            "not an iSCSI name (expected iqn.…, eui.… or naa.…)",
+        ));
+    }
+    if iqn.len() > IQN_MAX {
+        return Err(Error::invalid(
+            op,
+            &object,
+            format!("an iSCSI name has at most {IQN_MAX} bytes"),
+        ));
+    }
+    if let Some(c) = iqn
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | ':' | '_')))
+    {
+        return Err(Error::invalid(
+            op,
+            &object,
+            format!("an iSCSI name cannot contain {c:?}"),
+        ));
     }
     Ok(())
 }
@@ -251,6 +295,29 @@ impl IscsiService {
         const OP: &str = "DisconnectTarget";
         let portal = TargetPortal::from_raw(OP, portal)?;
         require_iqn(OP, iqn)?;
+        let object = format!("target {iqn:?} at portal {portal}");
+        // The session's disks are held for the logout, in ascending order (as anything holding
+        // several does), and none may be in use: a logout under a mounted filesystem loses
+        // what it has not written yet.
+        let mut disks = self.host.get_target_disks(&portal, iqn)?;
+        disks.sort_unstable();
+        disks.dedup();
+        let mut held = Vec::with_capacity(disks.len());
+        for &n in &disks {
+            held.push(lock_disk(n, OP, &object)?);
+        }
+        for &n in &disks {
+            if let Some(why) = self.host.target_disk_in_use(n)? {
+                return Err(Error::new(
+                    Kind::FailedPrecondition,
+                    OP,
+                    &object,
+                    format!(
+                        "disk {n} of the session {why}; unmount its volumes before logging out"
+                    ),
+                ));
+            }
+        }
         self.host.disconnect_target(&portal, iqn)
     }
 
@@ -379,5 +446,78 @@ mod tests {
             "{}",
             e.message()
         );
+    }
+
+    /// A session with disks 7 and 3; disk 7 is mounted.
+    #[derive(Default)]
+    struct Session {
+        logged_out: Mutex<bool>,
+        mounted: Mutex<bool>,
+    }
+    impl IscsiHost for Session {
+        fn get_target_disks(&self, _: &TargetPortal, _: &str) -> Result<Vec<u32>> {
+            Ok(vec![900_007, 900_003])
+        }
+        fn target_disk_in_use(&self, n: u32) -> Result<Option<String>> {
+            Ok((n == 900_007 && *self.mounted.lock().unwrap())
+                .then(|| "is mounted at \"/var/lib/kubelet/x\"".to_string()))
+        }
+        fn disconnect_target(&self, _: &TargetPortal, _: &str) -> Result<()> {
+            *self.logged_out.lock().unwrap() = true;
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_session_whose_disks_are_in_use_is_never_logged_out() {
+        let host = Arc::new(Session::default());
+        *host.mounted.lock().unwrap() = true;
+        let svc = IscsiService::new(host.clone());
+        let e = svc
+            .disconnect_target(Some(&raw("t", 0)), "iqn.2026-01.test:a")
+            .unwrap_err();
+        assert_eq!(e.kind(), Kind::FailedPrecondition);
+        assert!(
+            e.message().contains("DisconnectTarget")
+                && e.message()
+                    .contains("disk 900007 of the session is mounted"),
+            "{}",
+            e.message()
+        );
+        assert!(!*host.logged_out.lock().unwrap());
+        // Once unmounted, the logout goes ahead, and the disks were released after it.
+        *host.mounted.lock().unwrap() = false;
+        svc.disconnect_target(Some(&raw("t", 0)), "iqn.2026-01.test:a")
+            .unwrap();
+        assert!(*host.logged_out.lock().unwrap());
+        drop(lock_disk(900_007, "test", "disk").unwrap());
+    }
+
+    #[test]
+    fn iscsi_names_are_checked_before_the_host_sees_them() {
+        let svc = IscsiService::new(Arc::new(Session::default()));
+        for bad in [
+            "../../etc",
+            "iqn.2026-01.test:a/../../b",
+            "target1",
+            "iqn.",
+            "iqn.2026-01.test:a b",
+            "iqn.2026-01.test:a\n",
+        ] {
+            let e = svc.disconnect_target(Some(&raw("t", 0)), bad).unwrap_err();
+            assert_eq!(e.kind(), Kind::InvalidArgument, "{bad:?}");
+            assert!(e.message().contains("DisconnectTarget"), "{}", e.message());
+        }
+        let long = format!("iqn.2026-01.test:{}", "a".repeat(250));
+        assert!(svc.disconnect_target(Some(&raw("t", 0)), &long).is_err());
+        for good in [
+            "iqn.2026-01.test:e2e",
+            "iqn.1991-05.com.microsoft:node-1-target",
+            "eui.02004567A425678D",
+            "naa.52004567BA64678D",
+            "iqn.2000-01.com.synology:NAS.Target-1.abc_def",
+        ] {
+            svc.disconnect_target(Some(&raw("t", 0)), good).unwrap();
+        }
     }
 }

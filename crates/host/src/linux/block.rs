@@ -240,6 +240,26 @@ pub fn usage(disk: &Disk) -> Result<DiskUsage> {
     })
 }
 
+/// Why `disk` is in use, or `None`: a filesystem on it (or on a device stacked on it) is
+/// mounted, it backs swap or a stacked device, or something holds it open exclusively (an
+/// `O_EXCL` open of the whole disk fails with EBUSY while any of its partitions is claimed).
+pub fn in_use(disk: &Disk) -> Result<Option<String>> {
+    let usage = usage(disk)?;
+    if let Some(why) = usage.system_use {
+        return Ok(Some(why));
+    }
+    if !usage.mount_points.is_empty() {
+        return Ok(Some(format!("is mounted at {:?}", usage.mount_points)));
+    }
+    match open_write(&node(&disk.name), true) {
+        Err(e) if e.raw_os_error() == Some(16) => Ok(Some(
+            "is held open exclusively (by a mount in another namespace, a stacked device or a process)"
+                .into(),
+        )),
+        _ => Ok(None),
+    }
+}
+
 /// SCSI `H:C:T:L` of a disk, from the name of its `device` link target.
 pub fn scsi_address(disk: &Disk) -> Option<[String; 4]> {
     let dev = fs::canonicalize(sys_disk(&disk.name).join("device")).ok()?;

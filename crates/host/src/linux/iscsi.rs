@@ -662,6 +662,14 @@ impl IscsiHost for LinuxIscsiHost {
             .unwrap_or_default())
     }
 
+    fn target_disk_in_use(&self, number: u32) -> Result<Option<String>> {
+        match super::block::disk("DisconnectTarget", number) {
+            Ok(disk) => super::block::in_use(&disk),
+            Err(e) if e.kind() == Kind::NotFound => Ok(None), // gone already: nothing to take
+            Err(e) => Err(e),
+        }
+    }
+
     fn set_mutual_chap_secret(&self, secret: &Secret) -> Result<()> {
         const OP: &str = "SetMutualChapSecret";
         if secret.expose().chars().any(|c| c.is_control()) {

@@ -113,9 +113,24 @@ pub fn cifs_missing() -> Option<String> {
 }
 
 impl LinuxSmbHost {
-    /// A host mounting shares under `base` (created 0755 on first use).
+    /// A host mounting shares under `base`, which is made (or made again) mode 0700 now and
+    /// before each mapping: a mapping is mounted with the node's credentials for the share, so
+    /// only root may reach its files there (pods reach them through kubelet's bind mounts).
     pub fn new(base: impl Into<PathBuf>) -> Self {
-        Self { base: base.into() }
+        let host = Self { base: base.into() };
+        if let Err(e) = host.private_base() {
+            tracing::warn!(dir = %host.base.display(), "cannot make the SMB mount directory private: {e}");
+        }
+        host
+    }
+
+    fn private_base(&self) -> std::io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.base)?;
+        fs::set_permissions(&self.base, fs::Permissions::from_mode(0o700))
     }
 
     /// Where the mapping of `root` is mounted.
@@ -203,10 +218,16 @@ impl SmbHost for LinuxSmbHost {
         let data = mount_data(mapping, &ip).map_err(|why| Error::invalid(NEW, &object, why))?;
         let data = CString::new(data)
             .map_err(|_| Error::invalid(NEW, &object, "a credential contains a NUL character"))?;
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o755)
-            .create(&dir)
+        self.private_base()
+            .and_then(|()| {
+                fs::DirBuilder::new().mode(0o700).create(&dir).or_else(|e| {
+                    if e.kind() == std::io::ErrorKind::AlreadyExists {
+                        Ok(())
+                    } else {
+                        Err(e)
+                    }
+                })
+            })
             .map_err(|e| Error::io(NEW, format!("mount directory {:?}", dir.display()), &e))?;
         let source = format!("//{}", body.replace('\\', "/"));
         rustix::mount::mount(
