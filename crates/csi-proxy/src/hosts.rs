@@ -18,6 +18,10 @@ pub fn services(policy: Arc<PathPolicy>, flags: &Flags) -> Services {
     // On every platform, whichever system host is plugged in: Start/Stop only on the allowed
     // services when --allowed-service is given.
     s.system = s.system.with_allowed_services(&flags.allowed_services);
+    // On Linux no service at all without the flag: upstream's allow-everything is for Windows.
+    if cfg!(target_os = "linux") && flags.allowed_services.iter().all(|n| n.is_empty()) {
+        s.system = s.system.allowing_no_service();
+    }
     s
 }
 

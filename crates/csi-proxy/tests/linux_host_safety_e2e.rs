@@ -292,3 +292,76 @@ fn the_daemon_refuses_to_start_outside_the_hosts_mount_namespace() {
         "no socket was created"
     );
 }
+
+/// Rmdir(force) of a pod directory with a secret tmpfs mounted inside: before, the tmpfs was
+/// unmounted and the directory removed; now it is refused and nothing is removed. The mount
+/// point itself is still unmounted by Rmdir (drivers remove their staging path that way).
+#[tokio::test(flavor = "multi_thread")]
+async fn rmdir_never_unmounts_what_is_mounted_below_the_path() {
+    if !common::is_root() {
+        eprintln!("SKIPPED: mounting needs root");
+        return;
+    }
+    use csi_proxy_api::filesystem::v1 as fs1;
+    let d = Daemon::start(&[]);
+    let ch = d.connector().channel("filesystem", "v1").await.unwrap();
+    let c = fs1::filesystem_client::FilesystemClient::new(ch);
+    let pod = d.k("pods/uid-1");
+    let secret = format!("{pod}/volumes/kubernetes.io~secret/token");
+    std::fs::create_dir_all(&secret).unwrap();
+    sh("mount", &["-t", "tmpfs", "tmpfs", &secret]);
+    std::fs::write(format!("{secret}/token"), b"s3cret").unwrap();
+    std::fs::write(format!("{pod}/other"), b"x").unwrap();
+    let rmdir = |path: String| {
+        let mut c = c.clone();
+        async move {
+            c.rmdir(fs1::RmdirRequest { path, force: true })
+                .await
+                .map(drop)
+        }
+    };
+    let s = rmdir(pod.clone()).await.unwrap_err();
+    assert_eq!(s.code(), Code::FailedPrecondition, "{}", s.message());
+    assert!(
+        s.message().contains("Rmdir") && s.message().contains("never unmounts"),
+        "{}",
+        s.message()
+    );
+    assert!(is_mounted(Path::new(&secret)), "the secret stays mounted");
+    assert_eq!(std::fs::read(format!("{secret}/token")).unwrap(), b"s3cret");
+    assert!(
+        Path::new(&format!("{pod}/other")).exists(),
+        "nothing removed"
+    );
+
+    rmdir(secret.clone()).await.unwrap();
+    assert!(!is_mounted(Path::new(&secret)));
+    rmdir(pod.clone()).await.unwrap();
+    assert!(!Path::new(&pod).exists());
+}
+
+/// On Linux, Start/StopService touch no unit unless --allowed-service names it, and never a
+/// unit that is not a service (`reboot.target` would reboot the node).
+#[tokio::test(flavor = "multi_thread")]
+async fn service_control_is_off_by_default_and_targets_are_never_started() {
+    use csi_proxy_api::system::v1alpha1 as sys;
+    for (flags, name, why) in [
+        (vec![], "reboot.target", "unless --allowed-service names it"),
+        (vec![], "kubelet", "unless --allowed-service names it"),
+        (
+            vec!["--allowed-service=reboot.target"],
+            "reboot.target",
+            "only .service units",
+        ),
+    ] {
+        let d = Daemon::start(&flags);
+        let ch = d.connector().channel("system", "v1alpha1").await.unwrap();
+        let mut c = sys::system_client::SystemClient::new(ch);
+        let s = c
+            .start_service(sys::StartServiceRequest { name: name.into() })
+            .await
+            .unwrap_err();
+        assert_eq!(s.code(), Code::PermissionDenied, "{name}: {}", s.message());
+        assert!(s.message().contains(why), "{name}: {}", s.message());
+    }
+}

@@ -102,8 +102,11 @@ fn snapshot(dir: &Path) -> Vec<(PathBuf, String)> {
     out
 }
 
+/// Rmdir(force) of a mount point itself unmounts it (what drivers do with their staging path);
+/// of a directory with a mount below it refuses, removing nothing: what is mounted inside
+/// belongs to someone else (kubelet's subPath binds, secret tmpfs, other drivers' volumes).
 #[test]
-fn rmdir_force_unmounts_a_bind_mount_and_keeps_its_source() {
+fn rmdir_force_unmounts_the_path_itself_never_a_mount_below_it() {
     let Some(mut mounts) = Mounts::new() else {
         return;
     };
@@ -119,10 +122,19 @@ fn rmdir_force_unmounts_a_bind_mount_and_keeps_its_source() {
     }
     assert!(stage.join("keep").exists());
     assert!(host().is_symlink(s(&stage)).unwrap());
+    write(&root.join("sibling"), "s");
 
+    let e = host().remove_all(s(&root)).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::ResourceBusy, "{e}");
+    assert!(e.to_string().contains("never unmounts"), "{e}");
+    assert!(mounted_at(&stage), "a mount below the path stays");
+    assert!(root.join("sibling").exists(), "nothing was removed");
+
+    host().remove_all(s(&stage)).unwrap();
+    assert!(!mounted_at(&stage));
+    assert!(!stage.exists());
     host().remove_all(s(&root)).unwrap();
     assert!(!root.exists());
-    assert!(!mounted_at(&stage));
     assert_eq!(
         snapshot(&outside),
         before,
@@ -152,8 +164,8 @@ fn tmpfs_is_a_volume_and_is_unmounted_by_rmdir_force() {
     assert!(!host().is_symlink(s(&vol.join("d"))).unwrap());
     assert_eq!(host().link_target(s(&vol.join("d"))).unwrap(), None);
 
-    host().remove_all(s(&t.path().join("root"))).unwrap();
-    assert!(!t.path().join("root").exists());
+    host().remove_all(s(&vol)).unwrap();
+    assert!(!vol.exists());
     assert!(!mounted_at(&vol));
 }
 
@@ -198,18 +210,19 @@ fn busy_mount_is_not_detached_and_nothing_is_deleted() {
     write(&root.join("sibling"), "s");
     let held = fs::File::open(vol.join("open-file")).unwrap();
 
-    let e = host().remove_all(s(&root)).unwrap_err();
+    let e = host().remove_all(s(&vol)).unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::ResourceBusy, "{e}");
     assert!(mounted_at(&vol), "still mounted: never detached lazily");
     assert_eq!(fs::read_to_string(vol.join("open-file")).unwrap(), "in use");
-    assert!(!root.join("sibling").exists(), "siblings are still removed");
 
     let e = host().remove(s(&vol)).unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::ResourceBusy, "{e}");
     let e = host().remove_contents(s(&root)).unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::ResourceBusy, "{e}");
+    assert!(root.join("sibling").exists(), "nothing was removed");
 
     drop(held);
+    host().remove_all(s(&vol)).unwrap();
     host().remove_all(s(&root)).unwrap();
     assert!(!root.exists());
 }
@@ -231,16 +244,19 @@ fn nested_mounts_are_busy_not_deleted() {
     if mounts.bind(&outside, &inner).is_none() {
         return;
     }
-    let e = host().remove_all(s(&root)).unwrap_err();
-    assert_eq!(e.kind(), io::ErrorKind::ResourceBusy, "{e}");
+    for top in [&root, &outer] {
+        let e = host().remove_all(s(top)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::ResourceBusy, "{e}");
+    }
     assert!(mounted_at(&outer) && mounted_at(&inner));
     assert_eq!(
         fs::read_to_string(outside.join("keep")).unwrap(),
         "precious"
     );
 
-    // Once the inner mount is gone by itself, the rest goes.
+    // Once the inner mount is gone by itself, the outer mount point and the rest go.
     rustix::mount::unmount(&inner, UnmountFlags::empty()).unwrap();
+    host().remove_all(s(&outer)).unwrap();
     host().remove_all(s(&root)).unwrap();
     assert!(!root.exists());
     assert_eq!(
@@ -263,14 +279,15 @@ fn stacked_mounts_are_all_unmounted() {
         return;
     }
     write(&m.join("on-top"), "tmpfs");
-    host().remove_all(s(&root)).unwrap();
-    assert!(!root.exists());
+    host().remove_all(s(&m)).unwrap();
+    assert!(!m.exists());
     assert!(!mounted_at(&m));
     assert_eq!(snapshot(&outside).len(), 1);
 }
 
+/// RmdirContents never unmounts what is inside the directory: it refuses, removing nothing.
 #[test]
-fn rmdir_contents_unmounts_children_and_keeps_sources() {
+fn rmdir_contents_never_unmounts_what_is_inside() {
     let Some(mut mounts) = Mounts::new() else {
         return;
     };
@@ -282,6 +299,11 @@ fn rmdir_contents_unmounts_children_and_keeps_sources() {
     if mounts.bind(&outside, &dir.join("mnt")).is_none() {
         return;
     }
+    let e = host().remove_contents(s(&dir)).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::ResourceBusy, "{e}");
+    assert!(mounted_at(&dir.join("mnt")), "the mount inside stays");
+    assert!(dir.join("plain").join("f").exists(), "nothing was removed");
+    host().remove_all(s(&dir.join("mnt"))).unwrap();
     host().remove_contents(s(&dir)).unwrap();
     assert!(dir.is_dir());
     assert_eq!(fs::read_dir(&dir).unwrap().count(), 0);
@@ -349,8 +371,8 @@ fn file_mount_points_are_unmounted_not_written() {
         "a mounted file counts"
     );
     assert_eq!(host().link_target(s(&target)).unwrap(), None);
-    host().remove_all(s(&root)).unwrap();
-    assert!(!root.exists());
+    host().remove_all(s(&target)).unwrap();
+    assert!(!target.exists());
     assert_eq!(fs::read_to_string(&source).unwrap(), "block data");
 
     // remove() without force does the same for a file mount point.

@@ -544,6 +544,29 @@ fn unknown_and_invalid_names_are_refused() {
     assert_eq!(fake.lock().unwrap().calls.values().sum::<u32>(), 3);
 }
 
+/// `reboot.target` is a unit name systemd accepts; starting it reboots the node. Only services
+/// are started or stopped, and the refusal comes before systemd is asked anything.
+#[test]
+fn units_other_than_services_are_never_started_or_stopped() {
+    let Some((_bus, fake, host)) = setup() else {
+        return;
+    };
+    for name in ["reboot.target", "var-lib-kubelet.mount", "docker.socket"] {
+        for e in [
+            host.start_service(name).unwrap_err(),
+            host.stop_service(name, true).unwrap_err(),
+        ] {
+            assert_eq!(e.kind(), Kind::PermissionDenied, "{name}: {}", e.message());
+            assert!(
+                e.message().contains("only .service units"),
+                "{}",
+                e.message()
+            );
+        }
+    }
+    assert_eq!(fake.lock().unwrap().calls.values().sum::<u32>(), 0);
+}
+
 #[test]
 fn an_unreachable_bus_or_absent_systemd_fails_the_precondition() {
     let Some(bus) = Bus::start() else {

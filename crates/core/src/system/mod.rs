@@ -142,9 +142,22 @@ impl SystemService {
         self
     }
 
+    /// Lets StartService and StopService touch no service at all (the Linux default without
+    /// `--allowed-service`: drivers there have no use for them, and a unit can stop the node).
+    pub fn allowing_no_service(mut self) -> Self {
+        self.allowed = Some(Arc::from(Vec::new()));
+        self
+    }
+
     /// Refuses a service outside the allow-list, before the host is touched.
     fn check_allowed(&self, op: &str, name: &str) -> Result<()> {
         match &self.allowed {
+            Some(list) if list.is_empty() => Err(Error::new(
+                crate::error::Kind::PermissionDenied,
+                op,
+                format!("service {name:?}"),
+                "this proxy starts and stops no service unless --allowed-service names it",
+            )),
             Some(list) if !list.iter().any(|a| *a == name.to_lowercase()) => Err(Error::new(
                 crate::error::Kind::PermissionDenied,
                 op,
@@ -241,6 +254,19 @@ mod tests {
         let open = SystemService::new(Arc::new(Padded)).with_allowed_services(Vec::<String>::new());
         assert_eq!(
             open.start_service("spooler").unwrap_err().kind(),
+            Kind::Unimplemented
+        );
+        // None allowed (Linux without --allowed-service): refused before the host.
+        let none = SystemService::new(Arc::new(Padded)).allowing_no_service();
+        let e = none.stop_service("kubelet", false).unwrap_err();
+        assert_eq!(e.kind(), Kind::PermissionDenied);
+        assert!(
+            e.message().contains("unless --allowed-service names it"),
+            "{}",
+            e.message()
+        );
+        assert_eq!(
+            none.get_service("kubelet").unwrap_err().kind(),
             Kind::Unimplemented
         );
     }

@@ -7,12 +7,17 @@
 //!   `O_NOFOLLOW | O_DIRECTORY`, `unlinkat`, `statx` with `AT_SYMLINK_NOFOLLOW`), and before
 //!   descending into a directory it checks that the directory it opened is the one it examined
 //!   and is not a mount root, so a concurrent rename/symlink/mount swap cannot redirect it.
-//! * A mount point met by `remove_all`/`remove_contents`/`remove` is unmounted with a plain
-//!   `umount2(…, UMOUNT_NOFOLLOW)` (never `MNT_DETACH`, never `MNT_FORCE`) and then removed,
-//!   which is what Windows' `RemoveDirectory` does to a volume mount point. Files can be mount
-//!   points too (a raw block volume is a device bind-mounted on a file) and are handled alike.
-//!   If the unmount fails (`EBUSY`: files open, nested mounts) the error is returned and nothing
-//!   under the mount point is touched.
+//! * The path `remove_all`/`remove` is given may itself be a mount point: it is unmounted with
+//!   a plain `umount2(…, UMOUNT_NOFOLLOW)` (never `MNT_DETACH`, never `MNT_FORCE`) and then
+//!   removed, which is what Windows' `RemoveDirectory` does to a volume mount point (drivers
+//!   Rmdir their staging mount point). Files can be mount points too (a raw block volume is a
+//!   device bind-mounted on a file) and are handled alike. If the unmount fails (`EBUSY`: files
+//!   open, nested mounts) the error is returned and nothing under the mount point is touched.
+//! * Mounts *below* that path are someone else's (kubelet's subPath binds, secret tmpfs, other
+//!   drivers' volumes): `remove_all` and `remove_contents` never unmount them. They refuse
+//!   (`ResourceBusy`, naming them) before removing anything, and a mount that appears during
+//!   the removal stops it there. Stricter than upstream, whose recursive removal on Windows
+//!   removes nested mount points too.
 //! * Mount points are recognised by `statx`'s `STATX_ATTR_MOUNT_ROOT` (Linux ≥ 5.8). On older
 //!   kernels a different `st_dev` or mount ID from the parent, or an entry in
 //!   `/proc/self/mountinfo` ([`super::mountinfo`]), counts as a mount point.
@@ -262,7 +267,12 @@ enum Step {
 /// Removes `name` in `parent` if it is not a non-empty directory; otherwise opens it for
 /// descent. Symlinks and other non-directories are unlinked; mount points are unmounted and
 /// re-examined (stacked mounts, then the directory underneath).
-fn step(mounts: &mut Mounts, parent: &OpenDir, name: &OsStr) -> io::Result<Step> {
+fn step(
+    mounts: &mut Mounts,
+    parent: &OpenDir,
+    name: &OsStr,
+    may_unmount: bool,
+) -> io::Result<Step> {
     let path = || parent.child_path(name);
     let dirfd = parent.fd.as_fd();
     for _ in 0..MAX_ATTEMPTS {
@@ -274,6 +284,9 @@ fn step(mounts: &mut Mounts, parent: &OpenDir, name: &OsStr) -> io::Result<Step>
         // Directories and files (a raw block volume is a device bind-mounted on a file) can be
         // mount points; symlinks cannot.
         if node.file_type != FileType::Symlink && mounts.is_mount_point(parent, name, &node)? {
+            if !may_unmount {
+                return Err(mounted_below(&[path()]));
+            }
             unmount_at(parent, name).map_err(|e| with_context(e, "unmount", &path()))?;
             mounts.invalidate();
             continue;
@@ -320,6 +333,36 @@ fn step(mounts: &mut Mounts, parent: &OpenDir, name: &OsStr) -> io::Result<Step>
     )))
 }
 
+/// The refusal of a removal that would have to unmount `mounts`, which lie below the path it
+/// was asked to remove.
+fn mounted_below(mounts: &[PathBuf]) -> io::Error {
+    let list: Vec<String> = mounts.iter().map(|p| format!("{}", p.display())).collect();
+    io::Error::new(
+        io::ErrorKind::ResourceBusy,
+        format!(
+            "mount point(s) below it: {}; a removal never unmounts what is mounted inside the \
+             removed directory (it belongs to someone else): unmount it first",
+            list.join(", ")
+        ),
+    )
+}
+
+/// Refuses, before anything is removed, when a mount point lies strictly below `dir` (as the
+/// kernel names it).
+fn refuse_mounts_below(mounts: &mut Mounts, dir: &Path) -> io::Result<()> {
+    let below: Vec<PathBuf> = mounts
+        .table()?
+        .iter()
+        .map(|m| m.mount_point.clone())
+        .filter(|p| p.starts_with(dir) && p != dir)
+        .collect();
+    if below.is_empty() {
+        Ok(())
+    } else {
+        Err(mounted_below(&below))
+    }
+}
+
 /// A directory being emptied.
 struct Frame {
     dir: OpenDir,
@@ -343,8 +386,13 @@ impl Frame {
 /// Removes `name` in `top` and everything below it (iteratively, so depth is not limited by the
 /// thread's stack). After an error the remaining siblings are still removed; the first error is
 /// returned.
-fn remove_tree(mounts: &mut Mounts, top: &OpenDir, name: &OsStr) -> io::Result<()> {
-    let mut stack = match step(mounts, top, name)? {
+fn remove_tree(
+    mounts: &mut Mounts,
+    top: &OpenDir,
+    name: &OsStr,
+    unmount_top: bool,
+) -> io::Result<()> {
+    let mut stack = match step(mounts, top, name, unmount_top)? {
         Step::Gone => return Ok(()),
         Step::Descend(dir) => vec![Frame::new(dir, name)?],
     };
@@ -353,7 +401,7 @@ fn remove_tree(mounts: &mut Mounts, top: &OpenDir, name: &OsStr) -> io::Result<(
             return Ok(());
         };
         if let Some(child) = frame.entries.next() {
-            let next = step(mounts, &frame.dir, &child).and_then(|s| match s {
+            let next = step(mounts, &frame.dir, &child, false).and_then(|s| match s {
                 Step::Gone => Ok(None),
                 Step::Descend(dir) => Frame::new(dir, &child).map(Some),
             });
@@ -545,7 +593,9 @@ impl FilesystemHost for LinuxFilesystemHost {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(e),
         };
-        remove_tree(&mut Mounts::default(), &parent, name)
+        let mut mounts = Mounts::default();
+        refuse_mounts_below(&mut mounts, &parent.child_path(name))?;
+        remove_tree(&mut mounts, &parent, name, true)
     }
 
     fn remove_contents(&self, path: &str) -> io::Result<()> {
@@ -560,9 +610,10 @@ impl FilesystemHost for LinuxFilesystemHost {
             }
         })?;
         let mut mounts = Mounts::default();
+        refuse_mounts_below(&mut mounts, &dir.path)?;
         let mut first_error = None;
         for name in dir.names()? {
-            if let Err(e) = remove_tree(&mut mounts, &dir, &name) {
+            if let Err(e) = remove_tree(&mut mounts, &dir, &name, false) {
                 first_error.get_or_insert(e);
             }
         }

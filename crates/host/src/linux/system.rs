@@ -144,6 +144,22 @@ pub fn unit_name(op: &str, name: &str) -> Result<String> {
     Ok(unit)
 }
 
+/// Start and Stop act on services only: starting another kind of unit can do anything the
+/// unit stands for (`reboot.target` reboots the node, a `.mount` mounts, a `.socket` listens),
+/// which is not what a storage driver's "service" means.
+fn only_services(op: &str, name: &str) -> Result<()> {
+    let unit = unit_name(op, name)?;
+    if unit.ends_with(".service") {
+        return Ok(());
+    }
+    Err(Error::new(
+        Kind::PermissionDenied,
+        op,
+        format!("service {name:?}"),
+        format!("{unit} is not a service unit; only .service units are started or stopped"),
+    ))
+}
+
 /// The wire status of a unit's `ActiveState` (org.freedesktop.systemd1(5): active, reloading,
 /// inactive, failed, activating, deactivating; newer systemd adds more).
 pub fn status(active_state: &str) -> ServiceStatus {
@@ -359,6 +375,7 @@ impl SystemHost for LinuxSystemHost {
     }
 
     fn start_service(&self, name: &str) -> Result<()> {
+        only_services("StartService", name)?;
         let mut s = Session::open(self, "StartService", name)?;
         let (path, load_state) = s.load()?;
         if status(&s.text(&path, "ActiveState")?) == ServiceStatus::Running {
@@ -382,6 +399,7 @@ impl SystemHost for LinuxSystemHost {
     /// Requires=/BindsTo= on it, systemd.unit(5)).
     fn stop_service(&self, name: &str, force: bool) -> Result<()> {
         let _ = force;
+        only_services("StopService", name)?;
         let mut s = Session::open(self, "StopService", name)?;
         let (path, _) = s.load()?;
         if status(&s.text(&path, "ActiveState")?) == ServiceStatus::Stopped {
