@@ -313,21 +313,16 @@ impl LinuxVolumeHost {
             fs_type,
         };
         host.recover_private_mounts();
-        if let Err(e) = host.make_mount_dir_private() {
-            tracing::warn!(
-                dir = %host.state_dir.join("mnt").display(),
-                "cannot make the temporary mount directory a private mount: {e}"
-            );
-        }
         host
     }
 
     /// Makes `<state_dir>/mnt`, where filesystems are mounted for the tools that grow them, a
-    /// mount of its own (a bind onto itself) with private propagation, mode 0700. Mounts under
+    /// mount of its own (a bind onto itself) with private propagation, mode 0700, before the
+    /// first temporary mount (and again before each: it is idempotent). Mounts under
     /// it then never propagate to other mount namespaces (a kubelet or container runtime with a
     /// shared view of the host), where a copy could keep the filesystem busy and, left behind,
     /// make the volume look mounted outside the allowed roots.
-    fn make_mount_dir_private(&self) -> io::Result<()> {
+    pub(super) fn make_mount_dir_private(&self) -> io::Result<()> {
         use std::os::unix::fs::DirBuilderExt;
         let dir = self.state_dir.join("mnt");
         fs::DirBuilder::new()

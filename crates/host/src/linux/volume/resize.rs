@@ -278,6 +278,7 @@ impl LinuxVolumeHost {
         let err = |e: io::Error| {
             Error::io(op, shown(&vol.id), &e).context(format!("temporary mount {}", dir.display()))
         };
+        self.make_mount_dir_private().map_err(err)?;
         fs::create_dir_all(&dir).map_err(err)?;
         // Only the tool works in it: nothing on it is run, opened as a device or set-uid.
         let flags = rustix::mount::MountFlags::NOSUID
