@@ -195,15 +195,7 @@ async fn deadlines_during_disk_work_leave_a_state_the_retry_completes() {
     }
     assert!(exceeded >= 1, "mkfs takes longer than 1 ms");
     format_retried(&vc, &id).await;
-    let formatted = vc
-        .is_volume_formatted(v1::IsVolumeFormattedRequest {
-            volume_id: id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .formatted;
-    assert!(formatted);
+    assert!(common::is_formatted(&mut vc, &id).await);
     // A deadline long enough that the daemon's answer always arrives first, on an operation
     // held up for sure (its mkfs waits at the gate): DEADLINE_EXCEEDED comes from the daemon.
     let disk2 = LoopDisk::new(d.dir.path(), "deadline2", 64).unwrap();

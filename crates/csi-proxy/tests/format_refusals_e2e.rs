@@ -92,15 +92,10 @@ async fn raid_members_with_their_superblock_at_the_end_are_never_formatted_over(
             "{name}: {msg}"
         );
         assert_eq!(l.fingerprint(), before, "{name}: nothing was written");
-        let formatted = vc
-            .is_volume_formatted(v1::IsVolumeFormattedRequest {
-                volume_id: id.clone(),
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .formatted;
-        assert!(formatted, "{name}: a RAID member is not an empty volume");
+        assert!(
+            common::is_formatted(&mut vc, &id).await,
+            "{name}: a RAID member is not an empty volume"
+        );
     }
 }
 

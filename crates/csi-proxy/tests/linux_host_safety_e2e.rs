@@ -228,15 +228,10 @@ async fn a_stop_request_lets_a_running_tool_finish() {
     let _ = call.await;
     d.restart();
     let (_, mut vc) = v1_clients(&d).await;
-    let formatted = vc
-        .is_volume_formatted(v1::IsVolumeFormattedRequest {
-            volume_id: id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .formatted;
-    assert!(formatted, "mkfs ran to its end");
+    assert!(
+        common::is_formatted(&mut vc, &id).await,
+        "mkfs ran to its end"
+    );
     vc.format_volume(v1::FormatVolumeRequest { volume_id: id })
         .await
         .unwrap();

@@ -419,6 +419,8 @@ macro_rules! iscsi_version_test {
                     IscsiCall::List,
                     IscsiCall::Connect(p.clone(), IQN.into(), chap(AuthType::OneWayChap)),
                     IscsiCall::Connect(p.clone(), IQN.into(), chap(AuthType::None)),
+                    // DisconnectTarget looks at the session's disks before logging out.
+                    IscsiCall::Disks(p.clone(), IQN.into()),
                     IscsiCall::Disconnect(p.clone(), IQN.into()),
                     IscsiCall::Disks(p.clone(), IQN.into()),
                 ]

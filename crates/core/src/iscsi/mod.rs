@@ -299,7 +299,12 @@ impl IscsiService {
         // The session's disks are held for the logout, in ascending order (as anything holding
         // several does), and none may be in use: a logout under a mounted filesystem loses
         // what it has not written yet.
-        let mut disks = self.host.get_target_disks(&portal, iqn)?;
+        let mut disks = match self.host.get_target_disks(&portal, iqn) {
+            Ok(disks) => disks,
+            // A host that cannot list a session's disks leaves the check to its logout.
+            Err(e) if e.kind() == Kind::Unimplemented => Vec::new(),
+            Err(e) => return Err(e),
+        };
         disks.sort_unstable();
         disks.dedup();
         let mut held = Vec::with_capacity(disks.len());

@@ -32,6 +32,17 @@ pub async fn volumes_on(vc: &mut VolumeClient, n: u32) -> Vec<String> {
     .volume_ids
 }
 
+/// IsVolumeFormatted of volume `id`.
+pub async fn is_formatted(vc: &mut VolumeClient, id: &str) -> bool {
+    vc.is_volume_formatted(v1::IsVolumeFormattedRequest {
+        volume_id: id.into(),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .formatted
+}
+
 /// PartitionDisk on disk `n`, then the ID of the one volume on it.
 pub async fn partition_one(dc: &mut DiskClient, vc: &mut VolumeClient, n: u32) -> String {
     dc.partition_disk(d1::PartitionDiskRequest { disk_number: n })

@@ -180,17 +180,21 @@ pub(crate) fn child_setup(cmd: &mut Command) {
 /// As [`run`], with a failed exit turned into an error naming the tool, its exit and output.
 pub fn run_checked(op: &str, object: &str, program: &str, args: &[&str]) -> Result<String> {
     run(op, object, program, args).map_err(|r| match r {
-        Ok(f) => f.error(op, object, program),
+        Ok(f) => f.error(op, object, program, &[]),
         Err(e) => e,
     })
 }
 
 impl Failure {
     /// The error for this failure of `program`: FAILED_PRECONDITION when the tool found the
-    /// device busy (another process has it open or mounted: the caller can act on that),
-    /// INTERNAL otherwise.
-    pub fn error(&self, op: &str, object: &str, program: &str) -> Error {
-        let kind = if self.output.contains("Device or resource busy") {
+    /// device busy (another process has it open or mounted) or said one of `preconditions`
+    /// (reasons that lie with the device, which the caller can act on), INTERNAL otherwise.
+    pub fn error(&self, op: &str, object: &str, program: &str, preconditions: &[&str]) -> Error {
+        let kind = if ["Device or resource busy"]
+            .iter()
+            .chain(preconditions)
+            .any(|r| self.output.contains(r))
+        {
             Kind::FailedPrecondition
         } else {
             Kind::Internal

@@ -11,16 +11,8 @@ use super::*;
 impl LinuxVolumeHost {
     pub(super) fn format(&self, id: &str) -> Result<()> {
         const OP: &str = "FormatVolume";
-        let vol = self.resolve(OP, id)?;
+        let vol = self.resolve_partition(OP, id, "is never formatted; partition the disk")?;
         let object = shown(id);
-        if vol.part == 0 {
-            return Err(Error::new(
-                Kind::FailedPrecondition,
-                OP,
-                &object,
-                "a whole-disk volume is never formatted; partition the disk",
-            ));
-        }
         let table = read_mountinfo(OP)?;
         if let Some(m) = vol.mounts(&table).first() {
             return Err(Error::new(
@@ -98,7 +90,7 @@ impl LinuxVolumeHost {
         }
         args.push(&node);
         tool::run(OP, &object, program, &args).map_err(|r| match r {
-            Ok(f) => mkfs_failed(OP, &object, program, &f),
+            Ok(f) => f.error(OP, &object, program, &MKFS_VOLUME_REASONS),
             Err(e) => e,
         })?;
         vol.file
@@ -162,26 +154,12 @@ fn libblkid_finds_nothing(op: &str, object: &str, node: &str, ours: Option<&str>
     }
 }
 
-/// The status of a failed mkfs: what it refuses because of the volume (an existing signature,
-/// a volume too small for the filesystem) is FAILED_PRECONDITION, anything else INTERNAL; the
-/// message is its reason, without the usage text.
-fn mkfs_failed(op: &str, object: &str, program: &str, f: &tool::Failure) -> Error {
-    const VOLUME_REASONS: [&str; 5] = [
-        "must be larger than",
-        "too small",
-        "appears to contain",
-        "contains a",
-        "is mounted",
-    ];
-    let kind = if VOLUME_REASONS.iter().any(|r| f.output.contains(r)) {
-        Kind::FailedPrecondition
-    } else {
-        Kind::Internal
-    };
-    Error::new(
-        kind,
-        op,
-        object,
-        format!("{program} failed (exit {:?}): {}", f.code, f.output),
-    )
-}
+/// What mkfs says when the volume is the reason it refuses (an existing signature, a volume too
+/// small for the filesystem): FAILED_PRECONDITION, not INTERNAL.
+const MKFS_VOLUME_REASONS: [&str; 5] = [
+    "must be larger than",
+    "too small",
+    "appears to contain",
+    "contains a",
+    "is mounted",
+];

@@ -414,6 +414,21 @@ impl LinuxVolumeHost {
         Ok(vol)
     }
 
+    /// As [`Self::resolve`], for operations that need a partition: a whole-disk volume is
+    /// FAILED_PRECONDITION, "a whole-disk volume `why`".
+    fn resolve_partition(&self, op: &str, id: &str, why: &str) -> Result<Volume> {
+        let vol = self.resolve(op, id)?;
+        if vol.part == 0 {
+            return Err(Error::new(
+                Kind::FailedPrecondition,
+                op,
+                shown(id),
+                format!("a whole-disk volume {why}"),
+            ));
+        }
+        Ok(vol)
+    }
+
     fn records(&self) -> FormatRecords {
         FormatRecords::new(self.state_dir.join("format"))
     }

@@ -6,16 +6,8 @@ use super::*;
 impl LinuxVolumeHost {
     pub(super) fn resize(&self, id: &str, target: ResizeTarget) -> Result<()> {
         const OP: &str = "ResizeVolume";
-        let vol = self.resolve(OP, id)?;
+        let vol = self.resolve_partition(OP, id, "has no partition to grow")?;
         let object = shown(id);
-        if vol.part == 0 {
-            return Err(Error::new(
-                Kind::FailedPrecondition,
-                OP,
-                &object,
-                "a whole-disk volume has no partition to grow",
-            ));
-        }
         // What the partition holds decides first: a filesystem this host cannot grow (or whose
         // size it cannot read) leaves the partition untouched, instead of a grown partition
         // under an ungrown filesystem and an OK that did nothing.
@@ -196,7 +188,7 @@ impl LinuxVolumeHost {
                         Ok(_) => {}
                         Err(Ok(f)) if f.code == Some(1) => {} // errors corrected
                         Err(Ok(f)) if f.output.contains("Device or resource busy") => {
-                            return Err(f.error(op, &object, "e2fsck"));
+                            return Err(f.error(op, &object, "e2fsck", &[]));
                         }
                         Err(Ok(f)) => {
                             return Err(Error::new(
@@ -232,7 +224,7 @@ impl LinuxVolumeHost {
                             ),
                         ))
                     }
-                    Err(Ok(f)) => Err(f.error(op, &object, "resize2fs")),
+                    Err(Ok(f)) => Err(f.error(op, &object, "resize2fs", &[])),
                     Err(Err(e)) => Err(e),
                 }
             }
