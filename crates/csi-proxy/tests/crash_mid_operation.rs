@@ -255,8 +255,7 @@ async fn sigkill_while_an_xfs_grows_on_a_private_mount_then_retry_succeeds() {
         let p = p.to_str().unwrap().to_string();
         table
             .lines()
-            .filter(|l| l.split(' ').nth(4) == Some(p.as_str()))
-            .next_back()
+            .rfind(|l| l.split(' ').nth(4) == Some(p.as_str()))
             .unwrap_or_else(|| panic!("{p} in {table}"))
             .to_string()
     };
