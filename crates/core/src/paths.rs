@@ -816,6 +816,13 @@ fn parse_target(style: PathStyle, t: &str) -> std::result::Result<(Start<'_>, Ve
     }
 }
 
+/// Whether `path` is a bare drive-letter root (`D:\` or `D:`): where Windows' mount manager
+/// puts a volume it letters by itself (automount), not a directory someone chose.
+pub fn is_drive_root(path: &str) -> bool {
+    let b = path.as_bytes();
+    matches!(b, [l, b':'] | [l, b':', b'\\'] if l.is_ascii_alphabetic())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,7 @@
 
 use crate::error::{Error, Kind, Result};
 use crate::locks::lock_disk;
-use crate::paths::PathPolicy;
+use crate::paths::{PathPolicy, PathStyle, is_drive_root};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -49,7 +49,7 @@ pub struct DiskUsage {
 
 /// Refuses `op` on a disk the host uses for itself: one with a `system_use`, or with a
 /// filesystem mounted anywhere but strictly below an allowed root (the kubelet path or a working
-/// dir, where drivers mount their volumes).
+/// dir, where drivers mount their volumes) or, on Windows, at a bare drive letter.
 pub fn refuse_host_disk(
     op: &str,
     object: &str,
@@ -65,7 +65,15 @@ pub fn refuse_host_disk(
         ));
     }
     let below_a_root = |mp: &str| roots.check(op, mp).is_ok_and(|n| !roots.is_root(&n));
-    if let Some(mp) = usage.mount_points.iter().find(|mp| !below_a_root(mp)) {
+    // A bare drive letter is what Windows gives any volume it finds (a disk partitioned by
+    // upstream, a restored snapshot): upstream proceeds there, and so does this. The host puts
+    // the disks whose letters matter (system, boot, page file) in `system_use`.
+    let automount = |mp: &str| roots.style() == PathStyle::Windows && is_drive_root(mp);
+    if let Some(mp) = usage
+        .mount_points
+        .iter()
+        .find(|mp| !below_a_root(mp) && !automount(mp))
+    {
         return Err(Error::new(
             Kind::FailedPrecondition,
             op,
@@ -303,6 +311,45 @@ mod tests {
         s.partition_disk(7).unwrap();
         s.set_disk_state(7, true).unwrap();
         assert_eq!(*host.1.lock().unwrap(), ["partition", "state"]);
+    }
+
+    /// A data disk Windows lettered by itself (D:) is a driver's to use, as upstream has it; a
+    /// folder mount outside the roots and the host's own disks stay refused.
+    #[test]
+    fn a_drive_letter_alone_does_not_make_a_windows_disk_the_hosts() {
+        let policy = crate::paths::PathPolicy::new(
+            crate::paths::PathStyle::Windows,
+            r"C:\var\lib\kubelet",
+            &[],
+        )
+        .unwrap();
+        let usage = |m: &[&str], system: Option<&str>| DiskUsage {
+            mount_points: m.iter().map(|s| s.to_string()).collect(),
+            system_use: system.map(str::to_string),
+        };
+        for ok in [
+            usage(&[r"D:\"], None),
+            usage(&["E:", r"C:\var\lib\kubelet\plugins\x\globalmount\"], None),
+        ] {
+            refuse_host_disk("PartitionDisk", "disk 2", &ok, &policy).unwrap();
+        }
+        for refused in [
+            usage(&[r"C:\data\"], None),
+            usage(&[r"D:\"], Some("holds a page file (D:\\pagefile.sys)")),
+            usage(&[r"C:\"], Some("holds the Windows system volume")),
+            usage(&[r"D:\x"], None),
+        ] {
+            let e = refuse_host_disk("PartitionDisk", "disk 2", &refused, &policy).unwrap_err();
+            assert_eq!(e.kind(), Kind::FailedPrecondition, "{refused:?}");
+        }
+        // On Linux a path like "D:" is no drive at all.
+        let linux = crate::testing::kubelet_fs().policy().clone();
+        assert!(
+            refuse_host_disk("PartitionDisk", "disk 2", &usage(&["D:"], None), &linux).is_err()
+        );
+        assert!(crate::paths::is_drive_root("z:"));
+        assert!(!crate::paths::is_drive_root(r"\\?\Volume{x}\"));
+        assert!(!crate::paths::is_drive_root("1:"));
     }
 
     #[test]

@@ -180,7 +180,7 @@ pub(super) fn disk_numbers(op: &str) -> Result<Vec<u32>> {
     Ok(out)
 }
 
-/// The disks holding the Windows directory's volume: the system/boot disks nothing may modify.
+/// The disks holding the Windows system volume (the volume of the system directory).
 pub fn system_disks(op: &str) -> Result<BTreeSet<u32>> {
     let mut dir = [0u16; 260];
     // SAFETY: the buffer is writable for its length; the return is the length copied (0 on
@@ -194,11 +194,17 @@ pub fn system_disks(op: &str) -> Result<BTreeSet<u32>> {
             "GetSystemDirectoryW failed",
         ));
     }
+    disks_of_path(op, &dir[..=n])
+}
+
+/// The disks holding the volume that `path` (NUL-terminated UTF-16, a file or a directory)
+/// lies on.
+fn disks_of_path(op: &str, path: &[u16]) -> Result<BTreeSet<u32>> {
     let mut mount = [0u16; 260];
-    // SAFETY: `dir` is NUL-terminated (GetSystemDirectoryW writes the terminator); `mount` is
-    // writable. GetVolumePathNameW gives the mount point of the volume holding the path.
-    unsafe { GetVolumePathNameW(PCWSTR(dir.as_ptr()), &mut mount) }
-        .map_err(|e| os_error(op, from_wide(&dir), &e, &[]))?;
+    // SAFETY: `path` is NUL-terminated; `mount` is writable. GetVolumePathNameW gives the
+    // mount point of the volume holding the path (documented for files and directories).
+    unsafe { GetVolumePathNameW(PCWSTR(path.as_ptr()), &mut mount) }
+        .map_err(|e| os_error(op, from_wide(path), &e, &[]))?;
     let mut name = [0u16; 64];
     // SAFETY: `mount` is NUL-terminated and ends in '\' as the function requires; `name` has
     // room for "\\?\Volume{GUID}\" (49 units).
@@ -214,6 +220,49 @@ pub fn system_disks(op: &str) -> Result<BTreeSet<u32>> {
     let extents = storage::parse_volume_disk_extents(&out)
         .map_err(|e| Error::new(Kind::Internal, op, device, e))?;
     Ok(extents.into_iter().map(|e| e.disk_number).collect())
+}
+
+/// The page files Windows uses now (`Win32_PageFileUsage.Name`, e.g. `C:\pagefile.sys`), through
+/// the WMI thread: Win32 has no documented call that lists them.
+fn page_files(op: &'static str) -> Result<Vec<String>> {
+    use std::collections::HashMap;
+    super::wmi::with_namespace(op, r"ROOT\CIMV2", move |c| {
+        let rows: Vec<HashMap<String, wmi::Variant>> = c
+            .raw_query("SELECT Name FROM Win32_PageFileUsage")
+            .map_err(|e| super::wmi::wmi_error(op, "Win32_PageFileUsage", &e))?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| match r.get("Name") {
+                Some(wmi::Variant::String(s)) => Some(s.clone()),
+                _ => None,
+            })
+            .collect())
+    })
+}
+
+/// Why disk `disk` holds a page file, if it does. When the page files cannot be listed, a disk
+/// with a drive letter counts as holding one (refused, as before the drive-letter rule), and a
+/// disk without one does not (a page file needs a lettered volume).
+fn page_file_use(op: &'static str, disk: u32, mount_points: &[String]) -> Option<String> {
+    match page_files(op) {
+        Ok(files) => files.into_iter().find_map(|f| {
+            let path = wide(&f);
+            disks_of_path(op, &path)
+                .ok()
+                .filter(|d| d.contains(&disk))
+                .map(|_| format!("holds the page file {f}"))
+        }),
+        Err(e)
+            if mount_points
+                .iter()
+                .any(|m| csi_proxy_core::paths::is_drive_root(m)) =>
+        {
+            Some(format!(
+                "has a drive letter, and the page files cannot be listed to tell whether it holds one ({e})"
+            ))
+        }
+        Err(_) => None,
+    }
 }
 
 /// Refuses `disk` when it holds the system volume.
@@ -376,11 +425,16 @@ impl DiskHost for WindowsDiskHost {
     fn disk_usage(&self, disk_number: u32) -> Result<DiskUsage> {
         const OP: &str = "DiskUsage";
         open_disk(OP, disk_number, false)?;
-        let system_use = system_disks(OP)?
-            .contains(&disk_number)
-            .then(|| "holds the Windows system volume".to_string());
+        let mount_points = mount_points_on(OP, disk_number)?;
+        // A drive letter alone does not make a disk the host's (core's rule), so the disks whose
+        // letters matter are named here: the system volume's and the page files'.
+        let system_use = if system_disks(OP)?.contains(&disk_number) {
+            Some("holds the Windows system volume".to_string())
+        } else {
+            page_file_use(OP, disk_number, &mount_points)
+        };
         Ok(DiskUsage {
-            mount_points: mount_points_on(OP, disk_number)?,
+            mount_points,
             system_use,
         })
     }
