@@ -130,10 +130,13 @@ pub async fn serve(
     }
     tracing::info!(endpoints = names.len(), "serving");
 
+    // An endpoint that ends before a stop request is a failure, also when it ends "cleanly"
+    // (its listener gave up): the daemon must not stop with success and leave a service
+    // manager thinking it was asked to.
     let mut failure = None;
     tokio::select! {
         () = shutdown => tracing::info!("stop requested"),
-        Some(done) = servers.join_next() => failure = Some(done),
+        Some(done) = servers.join_next() => failure = ended(done, true),
     }
     // Health checkers see NOT_SERVING while in-flight requests finish.
     for (reporter, service) in &health {
@@ -149,7 +152,11 @@ pub async fn serve(
     loop {
         tokio::select! {
             next = servers.join_next() => match next {
-                Some(done) => { failure.get_or_insert(done); }
+                Some(done) => {
+                    if failure.is_none() {
+                        failure = ended(done, false);
+                    }
+                }
                 None => break,
             },
             () = &mut deadline => {
@@ -161,18 +168,32 @@ pub async fn serve(
         }
     }
     cleanup(&listen, &names);
-    match failure {
-        Some(Ok((group, version, Err(e)))) => Err(DaemonError::Serve {
+    failure.map_or(Ok(()), Err)
+}
+
+/// What one endpoint's server task ending means for the daemon: its error, a panic, or, before
+/// any stop request (`early`), ending at all. `None`: it stopped because it was asked to.
+fn ended<E: std::fmt::Display>(
+    done: Result<(&'static str, &'static str, Result<(), E>), tokio::task::JoinError>,
+    early: bool,
+) -> Option<DaemonError> {
+    match done {
+        Ok((group, version, Err(e))) => Some(DaemonError::Serve {
             group,
             version,
             message: e.to_string(),
         }),
-        Some(Err(join)) => Err(DaemonError::Serve {
+        Ok((group, version, Ok(()))) if early => Some(DaemonError::Serve {
+            group,
+            version,
+            message: "it stopped accepting connections without a stop request".into(),
+        }),
+        Ok(_) => None,
+        Err(join) => Some(DaemonError::Serve {
             group: "?",
             version: "?",
             message: join.to_string(),
         }),
-        _ => Ok(()),
     }
 }
 
@@ -263,5 +284,33 @@ fn cleanup(listen: &Listen, names: &[String]) {
             // Pipes vanish with their last handle.
             let _ = names;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Before, an endpoint whose listener gave up ended "cleanly", `serve` returned Ok, and the
+    /// Windows service reported STOPPED with exit code 0: service recovery never restarted it.
+    #[test]
+    fn an_endpoint_ending_before_a_stop_request_is_a_failure() {
+        let clean: Result<(&'static str, &'static str, Result<(), String>), _> =
+            Ok(("disk", "v1", Ok(())));
+        let e = ended(clean, true).expect("a failure");
+        assert!(
+            e.to_string().contains("disk v1") && e.to_string().contains("without a stop request"),
+            "{e}"
+        );
+        let clean: Result<(&'static str, &'static str, Result<(), String>), _> =
+            Ok(("disk", "v1", Ok(())));
+        assert!(
+            ended(clean, false).is_none(),
+            "after a stop request it is what was asked"
+        );
+        let failed: Result<(&'static str, &'static str, Result<(), String>), _> =
+            Ok(("volume", "v2alpha1", Err("accept failed".to_string())));
+        let e = ended(failed, false).expect("a failure");
+        assert!(e.to_string().contains("accept failed"), "{e}");
     }
 }

@@ -296,17 +296,19 @@ impl PipeListener {
     /// Turns the listener into a stream of connections for
     /// `tonic::transport::Server::serve_with_incoming`.
     ///
-    /// Every `Ok` item is a connected client. An `Err` item is fatal (no pipe instance could be
-    /// created, so nobody can connect any more) and is the last item: the stream ends after it.
-    /// Per-connection failures are logged and skipped, never yielded.
+    /// Every `Ok` item is a connected client. An `Err` item says no pipe instance could be
+    /// created, even after a few retries; the stream goes on, and the next poll tries again
+    /// (the caller paces it: the daemon pauses accepts after an error, up to a second). The
+    /// stream never ends by itself. Per-connection failures are logged and skipped, never
+    /// yielded.
     pub fn into_incoming(self) -> Incoming {
         Incoming {
             state: IncomingState::Idle(Box::new(self)),
         }
     }
 
-    /// [`Self::create_next`], retried a few times with a growing delay: failing to create an
-    /// instance ends the endpoint, and the usual causes (resource shortages) can pass.
+    /// [`Self::create_next`], retried a few times with a growing delay: the usual causes of a
+    /// failure (resource shortages) pass.
     async fn create_next_retrying(&self) -> io::Result<NamedPipeServer> {
         let mut delay = Duration::from_millis(10);
         let mut attempt = 1;
@@ -471,8 +473,13 @@ impl Stream for Incoming {
                         self.state = IncomingState::Idle(listener);
                         return Poll::Ready(Some(Ok(conn)));
                     }
-                    // Fatal: no instance listens any more. `Done` drops the listener.
-                    Poll::Ready((_, Err(e))) => return Poll::Ready(Some(Err(e))),
+                    // No instance could be created this time: report it and try again on the
+                    // next poll (the daemon's accept back-off paces the retries). Ending the
+                    // stream would end the endpoint for good over a passing shortage.
+                    Poll::Ready((listener, Err(e))) => {
+                        self.state = IncomingState::Idle(listener);
+                        return Poll::Ready(Some(Err(e)));
+                    }
                 },
             }
         }
