@@ -3,7 +3,8 @@
 //! behaves like Windows' global mappings and records every call.
 
 use csi_proxy_core::smb::{
-    MappingInfo, MappingState, NewSmbGlobalMappingRequest, SmbHost, SmbMapping, SmbService,
+    MappingInfo, MappingState, NewSmbGlobalMappingRequest, SmbHost, SmbLinkUse, SmbMapping,
+    SmbService,
 };
 use csi_proxy_core::{Error, Kind, Result};
 use std::collections::{BTreeMap, BTreeSet};
@@ -28,7 +29,7 @@ struct Mapping {
 
 /// A Windows-like host: one set of credentials per server (creating a mapping on a server that
 /// has a mapping made as another user fails with "1219", as does creating an existing root);
-/// links are a map from link path to the share root it leads into.
+/// links are a map from link path to the remote path it leads to.
 #[derive(Default)]
 struct Fake {
     mappings: Mutex<BTreeMap<String, Mapping>>,
@@ -89,8 +90,10 @@ impl SmbHost for Fake {
             .lock()
             .unwrap()
             .push(Call::Link(remote.into(), local.into()));
-        let root = csi_proxy_core::smb::share_root_of_link_target(remote).unwrap();
-        self.links.lock().unwrap().insert(local.into(), root);
+        self.links
+            .lock()
+            .unwrap()
+            .insert(local.into(), remote.into());
         Ok(())
     }
     fn remove_smb_global_mapping(&self, root: &str) -> Result<()> {
@@ -126,15 +129,20 @@ impl SmbHost for Fake {
     fn smb_global_mappings(&self) -> Result<Vec<String>> {
         Ok(self.mapped())
     }
-    fn smb_mapping_users(&self, root: &str, scan_roots: &[String]) -> Result<Vec<String>> {
+    fn smb_mapping_users(&self, root: &str, scan_roots: &[String]) -> Result<Vec<SmbLinkUse>> {
         assert_eq!(scan_roots, [KUBELET.to_string()]);
         Ok(self
             .links
             .lock()
             .unwrap()
             .iter()
-            .filter(|(_, r)| *r == root)
-            .map(|(l, _)| l.clone())
+            .filter(|(_, remote)| {
+                csi_proxy_core::smb::share_root_of_link_target(remote).as_deref() == Some(root)
+            })
+            .map(|(link, remote)| SmbLinkUse {
+                link: link.clone(),
+                remote: remote.clone(),
+            })
             .collect())
     }
 }
@@ -202,6 +210,8 @@ fn a_disconnected_mapping_is_replaced() {
     assert!(host.mappings.lock().unwrap()[ROOT].healthy);
 }
 
+/// Re-staging the only volume on a share with a rotated password replaces the mapping, so the
+/// new password takes effect; the volume's own earlier link does not count as another user.
 #[test]
 fn a_rotated_password_replaces_the_mapping_so_it_takes_effect() {
     let host = Arc::new(Fake::default());
@@ -209,20 +219,96 @@ fn a_rotated_password_replaces_the_mapping_so_it_takes_effect() {
     svc.new_smb_global_mapping(&req(ROOT, "v1", "u", PASSWORD))
         .unwrap();
     host.take();
-    svc.new_smb_global_mapping(&req(ROOT, "v2", "u", NEW_PASSWORD))
+    svc.new_smb_global_mapping(&req(ROOT, "v1", "u", NEW_PASSWORD))
         .unwrap();
     assert_eq!(
         host.take(),
         [
             Call::Remove(ROOT.into()),
             create(ROOT, "u"),
-            Call::Link(ROOT.into(), format!("{KUBELET}/v2"))
+            Call::Link(ROOT.into(), format!("{KUBELET}/v1"))
         ]
     );
     // Same new password again: reused.
     svc.new_smb_global_mapping(&req(ROOT, "", "u", NEW_PASSWORD))
         .unwrap();
     assert_eq!(host.take(), []);
+}
+
+/// Two volumes on one share with different secrets (or a rotation while another volume is
+/// staged): the mapping the other volume uses is reused, never removed under it. Before, it was
+/// removed and made again, closing the other pods' open files.
+#[test]
+fn a_mapping_other_volumes_use_is_never_replaced_under_them() {
+    let host = Arc::new(Fake::default());
+    let svc = service(host.clone());
+    svc.new_smb_global_mapping(&req(ROOT, "v1", "u", PASSWORD))
+        .unwrap();
+    host.take();
+    svc.new_smb_global_mapping(&req("\\\\srv\\share\\b", "v2", "u", NEW_PASSWORD))
+        .unwrap();
+    assert_eq!(
+        host.take(),
+        [Call::Link(
+            "\\\\srv\\share\\b".into(),
+            format!("{KUBELET}/v2")
+        )],
+        "reused as it is"
+    );
+    // Broken and used by others: not replaced under them; the request says why.
+    host.set_healthy(ROOT, false);
+    let e = svc
+        .new_smb_global_mapping(&req(ROOT, "v3", "u", PASSWORD))
+        .unwrap_err();
+    assert_eq!(e.kind(), Kind::FailedPrecondition, "{e}");
+    assert!(e.message().contains("other links use it"), "{e}");
+    assert!(e.message().contains(&format!("{KUBELET}/v1")), "{e}");
+    assert!(!e.message().contains(PASSWORD), "{e}");
+    assert_eq!(host.take(), [], "nothing removed, nothing linked");
+    assert_eq!(host.mapped(), [ROOT]);
+}
+
+/// csi-driver-smb unstages with RemoveSmbGlobalMapping first and the Rmdir of its staging link
+/// second. Before, its own link counted as a user and the mapping (with its credentials) was
+/// never removed.
+#[test]
+fn csi_driver_smb_unstage_order_removes_the_last_volumes_mapping() {
+    let host = Arc::new(Fake::default());
+    let svc = service(host.clone());
+    let a = "\\\\srv\\share\\a";
+    let b = "\\\\srv\\share\\b";
+    svc.new_smb_global_mapping(&req(a, "stage-a", "u", PASSWORD))
+        .unwrap();
+    svc.new_smb_global_mapping(&req(b, "stage-b", "u", PASSWORD))
+        .unwrap();
+    host.take();
+    // Unstage of a: b's link leads elsewhere in the share, so the mapping stays.
+    svc.remove_smb_global_mapping(a).unwrap();
+    host.links
+        .lock()
+        .unwrap()
+        .remove(&format!("{KUBELET}/stage-a"));
+    assert_eq!(host.take(), [], "b still uses the share");
+    // Unstage of b, the last volume: its own link is still there when it asks.
+    svc.remove_smb_global_mapping("//SRV/share/b/").unwrap();
+    host.links
+        .lock()
+        .unwrap()
+        .remove(&format!("{KUBELET}/stage-b"));
+    assert_eq!(host.take(), [Call::Remove(ROOT.into())]);
+    assert!(host.mapped().is_empty());
+
+    // Two volumes on the very same path: the first unstage keeps the mapping.
+    svc.new_smb_global_mapping(&req(a, "x1", "u", PASSWORD))
+        .unwrap();
+    svc.new_smb_global_mapping(&req(a, "x2", "u", PASSWORD))
+        .unwrap();
+    host.take();
+    svc.remove_smb_global_mapping(a).unwrap();
+    host.links.lock().unwrap().remove(&format!("{KUBELET}/x1"));
+    assert_eq!(host.take(), []);
+    svc.remove_smb_global_mapping(a).unwrap();
+    assert_eq!(host.take(), [Call::Remove(ROOT.into())]);
 }
 
 #[test]
@@ -266,8 +352,10 @@ fn after_a_restart_a_healthy_mapping_is_reused_and_users_are_found_on_disk() {
         host.take(),
         [Call::Link(ROOT.into(), format!("{KUBELET}/v2"))]
     );
-    host.links.lock().unwrap().remove(&format!("{KUBELET}/v2"));
+    // v2 unstages (mapping first, link second, as csi-driver-smb does): v1's link is another
+    // user of the same path, found on disk by the new daemon.
     svc.remove_smb_global_mapping(ROOT).unwrap();
+    host.links.lock().unwrap().remove(&format!("{KUBELET}/v2"));
     assert_eq!(host.take(), [], "v1's link still uses the share");
     assert_eq!(host.mapped(), [ROOT]);
 }

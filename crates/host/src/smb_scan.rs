@@ -16,8 +16,11 @@ pub const MAX_DEPTH: usize = 12;
 pub const MAX_ENTRIES: usize = 200_000;
 
 /// Every link under `roots` whose target satisfies `uses` (called with the raw target and the
-/// link's path), as link paths.
-pub fn links_using(roots: &[String], uses: impl Fn(&Path, &Path) -> bool) -> Vec<String> {
+/// link's path), as (link path, raw target), ordered by link path.
+pub fn links_using(
+    roots: &[String],
+    uses: impl Fn(&Path, &Path) -> bool,
+) -> Vec<(String, PathBuf)> {
     let mut found = Vec::new();
     let mut budget = MAX_ENTRIES;
     for root in roots {
@@ -47,7 +50,7 @@ pub fn links_using(roots: &[String], uses: impl Fn(&Path, &Path) -> bool) -> Vec
                     if let Ok(target) = fs::read_link(&path)
                         && uses(&target, &path)
                     {
-                        found.push(path.display().to_string());
+                        found.push((path.display().to_string(), target));
                     }
                 } else if m.is_dir() && depth < MAX_DEPTH && same_filesystem(&meta, &m) {
                     stack.push((path, depth + 1));

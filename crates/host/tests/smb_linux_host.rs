@@ -52,18 +52,24 @@ fn links_lead_into_the_mount_directory_and_are_found_as_users() {
     let users = host
         .smb_mapping_users(ROOT, &[kubelet.display().to_string()])
         .unwrap();
+    let found: Vec<(String, String)> = users.into_iter().map(|u| (u.link, u.remote)).collect();
     assert_eq!(
-        users,
+        found,
         [
-            deep.join("globalmount").display().to_string(),
-            k("pods/p1/volumes/v1"),
-            k("pods/p1/volumes/v2")
-        ]
+            (
+                deep.join("globalmount").display().to_string(),
+                ROOT.to_string()
+            ),
+            (k("pods/p1/volumes/v1"), format!("{ROOT}\\dir\\sub")),
+            (k("pods/p1/volumes/v2"), ROOT.to_string()),
+        ],
+        "each link with the remote path it leads to"
     );
     let others = host
         .smb_mapping_users("\\\\fileserver\\other", &[kubelet.display().to_string()])
         .unwrap();
-    assert_eq!(others, [k("pods/p1/volumes/v3")]);
+    assert_eq!(others.len(), 1);
+    assert_eq!(others[0].link, k("pods/p1/volumes/v3"));
     let none = host
         .smb_mapping_users(ROOT, &[tmp.path().join("missing").display().to_string()])
         .unwrap();

@@ -182,6 +182,16 @@ impl RemotePath {
     }
 }
 
+/// A link under the allowed roots that uses a mapping: where the link is, and the remote path
+/// it leads to as the host reads it back from the link's target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SmbLinkUse {
+    /// The link's path.
+    pub link: String,
+    /// The remote path it leads to (`\\server\share\…`).
+    pub remote: String,
+}
+
 /// What the host is asked to map.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SmbMapping {
@@ -263,7 +273,7 @@ pub trait SmbHost: Send + Sync {
     /// The links under `scan_roots` (the allowed roots: kubelet path and working dirs) that lead
     /// into the mapping of `root`; derived from what is on disk, so nothing is lost when the
     /// daemon restarts. A host that cannot scan reports none.
-    fn smb_mapping_users(&self, root: &str, scan_roots: &[String]) -> Result<Vec<String>> {
+    fn smb_mapping_users(&self, root: &str, scan_roots: &[String]) -> Result<Vec<SmbLinkUse>> {
         let _ = (root, scan_roots);
         Ok(Vec::new())
     }
@@ -315,10 +325,11 @@ pub fn decide(
     }
 }
 
-/// The share root (lower-cased `\\server\share`) a directory link's target leads into, for the
-/// target forms Windows stores: `\\server\share\…`, `\\?\UNC\server\share\…`, `\??\UNC\…`,
-/// `UNC\…` and upstream's `\\?\\\server\share\…`. `None` for anything that is not a UNC path.
-pub fn share_root_of_link_target(target: &str) -> Option<String> {
+/// The remote path (`\\server\share\…`, `\`-separated, original case, no trailing `\`) a
+/// directory link's target leads to, for the target forms Windows stores: `\\server\share\…`,
+/// `\\?\UNC\server\share\…`, `\??\UNC\…`, `UNC\…` and upstream's `\\?\\\server\share\…`.
+/// `None` for anything that is not a UNC path with a server and a share.
+pub fn remote_of_link_target(target: &str) -> Option<String> {
     let t = target.replace('/', "\\");
     let rest = if let Some(r) = t
         .strip_prefix("\\\\?\\UNC\\")
@@ -336,9 +347,24 @@ pub fn share_root_of_link_target(target: &str) -> Option<String> {
     } else {
         return None;
     };
-    let mut parts = rest.split('\\').filter(|c| !c.is_empty());
+    let parts: Vec<&str> = rest.split('\\').filter(|c| !c.is_empty()).collect();
+    (parts.len() >= 2).then(|| format!("\\\\{}", parts.join("\\")))
+}
+
+/// The share root (lower-cased `\\server\share`) a directory link's target leads into
+/// ([`remote_of_link_target`]).
+pub fn share_root_of_link_target(target: &str) -> Option<String> {
+    let remote = remote_of_link_target(target)?;
+    let mut parts = remote.trim_start_matches('\\').split('\\');
     let (server, share) = (parts.next()?, parts.next()?);
     Some(format!("\\\\{server}\\{share}").to_lowercase())
+}
+
+/// Whether two remote paths (or two link paths) name the same place: case-insensitive, as SMB
+/// and Windows names are; `/` and `\`, and trailing separators, alike.
+pub fn same_remote(a: &str, b: &str) -> bool {
+    let norm = |p: &str| p.replace('/', "\\").trim_end_matches('\\').to_lowercase();
+    norm(a) == norm(b)
 }
 
 /// The version-agnostic SMB service every SMB API version is served by, and the mapping
@@ -346,9 +372,12 @@ pub fn share_root_of_link_target(target: &str) -> Option<String> {
 ///
 /// * NewSmbGlobalMapping reuses a healthy mapping made with the same credentials, replaces a
 ///   disconnected or inaccessible one and one made with other credentials (so a rotated password
-///   takes effect), and treats "already exists" / Windows error 1219 as reuse-or-rebind.
-/// * RemoveSmbGlobalMapping removes the mapping only when no link under the allowed roots still
-///   leads into it, so two volumes on one share do not break each other.
+///   takes effect) when no other volume's link uses it, reuses a healthy one that others use
+///   whatever its credentials (as upstream), and treats "already exists" / Windows error 1219 as
+///   reuse-or-rebind.
+/// * RemoveSmbGlobalMapping removes the mapping unless another volume's link still leads into
+///   it (see `keep_for`: csi-driver-smb asks before removing its own staging link), so two
+///   volumes on one share do not break each other.
 ///
 /// Operations are serialised: a mapping is never removed between another request's mapping and
 /// its link.
@@ -380,6 +409,21 @@ impl Manager {
         }
         h.finish()
     }
+}
+
+/// Whether a RemoveSmbGlobalMapping of `remote` keeps the mapping that `users` use.
+///
+/// csi-driver-smb unstages by removing the mapping first and its staging link second, so the
+/// caller's own link still exists when it asks: a link leading to exactly `remote` is taken for
+/// it. The mapping is kept while any link leads elsewhere in the share (another volume) or more
+/// than one leads to `remote` (two volumes on the same path). Decided from the links on disk,
+/// so it holds across daemon restarts.
+fn keep_for(users: &[SmbLinkUse], remote: &str) -> bool {
+    let own = users
+        .iter()
+        .filter(|u| same_remote(&u.remote, remote))
+        .count();
+    own > 1 || users.len() > own
 }
 
 /// The server part (`\\server`) of a lower-cased share root.
@@ -429,17 +473,20 @@ impl SmbService {
             .lock
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        self.ensure_mapped(&mapping, &mut remembered)?;
+        self.ensure_mapped(&mapping, local.as_deref(), &mut remembered)?;
         match local {
             Some(local) => self.host.new_smb_link(&remote.path, &local),
             None => Ok(()),
         }
     }
 
-    /// Reuses, replaces or creates the mapping; called with the manager's lock held.
+    /// Reuses, replaces or creates the mapping; called with the manager's lock held. `own_link`
+    /// is the request's local path: its link (from an earlier stage of the same volume) is
+    /// about to be made again, so it does not count as another user of the mapping.
     fn ensure_mapped(
         &self,
         mapping: &SmbMapping,
+        own_link: Option<&str>,
         remembered: &mut HashMap<String, Fingerprint>,
     ) -> Result<()> {
         let root = &mapping.root;
@@ -455,6 +502,38 @@ impl SmbService {
                 return Ok(());
             }
             Decision::Replace(why) => {
+                // Removing a mapping closes every handle opened through it: never under other
+                // volumes' links. A healthy one is reused as it is, whatever credentials made
+                // it (as upstream does); a broken one cannot be, so the request waits.
+                let others: Vec<String> = self
+                    .host
+                    .smb_mapping_users(root, self.fs.policy().roots())?
+                    .into_iter()
+                    .map(|u| u.link)
+                    .filter(|l| own_link.is_none_or(|own| !same_remote(l, own)))
+                    .collect();
+                if !others.is_empty() {
+                    if let MappingState::Present(info) = &state
+                        && info.healthy
+                    {
+                        tracing::info!(
+                            root = %root,
+                            users = others.len(),
+                            "reusing a mapping made with other credentials, since other links use it ({why})"
+                        );
+                        return Ok(());
+                    }
+                    return Err(Error::new(
+                        Kind::FailedPrecondition,
+                        NEW,
+                        format!("mapping {root:?}"),
+                        format!(
+                            "it must be made again ({why}) but other links use it: {}; \
+                             not removed under them",
+                            others.join(", ")
+                        ),
+                    ));
+                }
                 remembered.remove(root);
                 match self.host.remove_smb_global_mapping(root) {
                     Err(e) if e.kind() != Kind::NotFound => {
@@ -542,8 +621,8 @@ impl SmbService {
     }
 
     /// RemoveSmbGlobalMapping: removes the node-wide mapping of the share root of `remote_path`,
-    /// unless a link under the allowed roots still leads into it (then it is kept and the call
-    /// succeeds). NotFound when nothing is mapped (upstream is not idempotent here).
+    /// unless another volume's link under the allowed roots still leads into it (then it is kept
+    /// and the call succeeds). NotFound when nothing is mapped (upstream is not idempotent here).
     pub fn remove_smb_global_mapping(&self, remote_path: &str) -> Result<()> {
         let remote = RemotePath::parse(REMOVE, remote_path)?;
         let root = &remote.root;
@@ -563,7 +642,7 @@ impl SmbService {
         let users = self
             .host
             .smb_mapping_users(root, self.fs.policy().roots())?;
-        if !users.is_empty() {
+        if keep_for(&users, &remote.path) {
             return Ok(());
         }
         remembered.remove(root);

@@ -10,7 +10,7 @@
 //! `[a-z0-9._-]` percent-encoded, so the mount directory names its root and the host's mount
 //! table is the whole truth about mappings.
 
-use csi_proxy_core::smb::{MappingInfo, MappingState, SmbHost, SmbMapping};
+use csi_proxy_core::smb::{MappingInfo, MappingState, SmbHost, SmbLinkUse, SmbMapping};
 use csi_proxy_core::{Error, Kind, Result};
 use rustix::mount::{MountFlags, UnmountFlags};
 use std::ffi::CString;
@@ -343,16 +343,30 @@ impl SmbHost for LinuxSmbHost {
         Ok(roots)
     }
 
-    fn smb_mapping_users(&self, root: &str, scan_roots: &[String]) -> Result<Vec<String>> {
+    fn smb_mapping_users(&self, root: &str, scan_roots: &[String]) -> Result<Vec<SmbLinkUse>> {
         let dir = self.mount_dir(root);
-        Ok(crate::smb_scan::links_using(scan_roots, |target, link| {
-            let absolute = if target.is_absolute() {
+        let resolved = |target: &Path, link: &Path| {
+            lexical(&if target.is_absolute() {
                 target.to_path_buf()
             } else {
                 link.parent().unwrap_or(Path::new("/")).join(target)
-            };
-            lexical(&absolute).starts_with(&dir)
-        }))
+            })
+        };
+        Ok(
+            crate::smb_scan::links_using(scan_roots, |t, l| resolved(t, l).starts_with(&dir))
+                .into_iter()
+                .map(|(link, target)| {
+                    // The remote path is the root plus the link's path inside the mount.
+                    let inside = resolved(&target, Path::new(&link));
+                    let mut remote = root.to_string();
+                    for c in inside.strip_prefix(&dir).unwrap_or(Path::new("")).iter() {
+                        remote.push('\\');
+                        remote.push_str(&c.to_string_lossy());
+                    }
+                    SmbLinkUse { link, remote }
+                })
+                .collect(),
+        )
     }
 }
 

@@ -14,7 +14,7 @@
 //! PowerShell-era upstream stored, which drivers read back with `readlink`).
 
 use super::wmi::{property, with_namespace, wmi_error};
-use csi_proxy_core::smb::{MappingInfo, MappingState, SmbHost, SmbMapping};
+use csi_proxy_core::smb::{MappingInfo, MappingState, SmbHost, SmbLinkUse, SmbMapping};
 use csi_proxy_core::{Error, Kind, Result};
 use std::time::Duration;
 
@@ -306,11 +306,19 @@ impl SmbHost for WindowsSmbHost {
         Ok(roots)
     }
 
-    fn smb_mapping_users(&self, root: &str, scan_roots: &[String]) -> Result<Vec<String>> {
+    fn smb_mapping_users(&self, root: &str, scan_roots: &[String]) -> Result<Vec<SmbLinkUse>> {
         Ok(crate::smb_scan::links_using(scan_roots, |target, _| {
             csi_proxy_core::smb::share_root_of_link_target(&target.to_string_lossy()).as_deref()
                 == Some(root)
-        }))
+        })
+        .into_iter()
+        .map(|(link, target)| {
+            let target = target.to_string_lossy();
+            let remote = csi_proxy_core::smb::remote_of_link_target(&target)
+                .unwrap_or_else(|| target.into_owned());
+            SmbLinkUse { link, remote }
+        })
+        .collect())
     }
 }
 
