@@ -35,19 +35,9 @@ async fn clients(d: &Daemon) -> Clients {
 
 /// The disk number the daemon gives a loop disk: found by its serial (the backing file).
 async fn number_of(c: &mut Clients, l: &LoopDisk) -> u32 {
-    let ids = c
-        .disk
-        .list_disk_i_ds(d1::ListDiskIDsRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .disk_i_ds;
-    let found: Vec<u32> = ids
-        .iter()
-        .filter(|(_, id)| id.serial_number == l.serial())
-        .map(|(n, _)| *n)
-        .collect();
-    assert_eq!(found.len(), 1, "{:?} in {ids:?}", l.serial());
+    let serial = l.serial();
+    let found = common::disks_by_serial(&mut c.disk, |s| s == serial).await;
+    assert_eq!(found.len(), 1, "{serial:?}: {found:?}");
     found[0]
 }
 

@@ -59,19 +59,8 @@ impl Node {
     /// The disk whose serial number contains `volume` (aws-ebs: the EBS volume ID is in the
     /// NVMe serial; here the loop disk's backing file name).
     async fn disk_of(&mut self, volume: &str) -> u32 {
-        let ids = self
-            .disk
-            .list_disk_i_ds(d1::ListDiskIDsRequest {})
-            .await
-            .unwrap()
-            .into_inner()
-            .disk_i_ds;
-        let found: Vec<u32> = ids
-            .iter()
-            .filter(|(_, id)| id.serial_number.contains(volume))
-            .map(|(n, _)| *n)
-            .collect();
-        assert_eq!(found.len(), 1, "{volume} in {ids:?}");
+        let found = common::disks_by_serial(&mut self.disk, |s| s.contains(volume)).await;
+        assert_eq!(found.len(), 1, "{volume}: {found:?}");
         found[0]
     }
 

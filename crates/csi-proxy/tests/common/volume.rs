@@ -32,6 +32,20 @@ pub async fn volumes_on(vc: &mut VolumeClient, n: u32) -> Vec<String> {
     .volume_ids
 }
 
+/// The numbers of the disks whose serial number satisfies `wanted` (ListDiskIDs, v1).
+pub async fn disks_by_serial(dc: &mut DiskClient, wanted: impl Fn(&str) -> bool) -> Vec<u32> {
+    let ids = dc
+        .list_disk_i_ds(d1::ListDiskIDsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .disk_i_ds;
+    ids.iter()
+        .filter(|(_, id)| wanted(&id.serial_number))
+        .map(|(n, _)| *n)
+        .collect()
+}
+
 /// IsVolumeFormatted of volume `id`.
 pub async fn is_formatted(vc: &mut VolumeClient, id: &str) -> bool {
     vc.is_volume_formatted(v1::IsVolumeFormattedRequest {
