@@ -373,13 +373,23 @@ impl Gpt {
             entry_size,
             entry_count,
         };
-        for p in gpt.partitions() {
+        let mut parts = gpt.partitions();
+        for p in &parts {
             if p.first_lba < first_usable || p.last_lba > last_usable || p.first_lba > p.last_lba {
                 return Err(GptError::Invalid(format!(
                     "partition {} spans {}..={} outside {first_usable}..={last_usable}",
                     p.number, p.first_lba, p.last_lba
                 )));
             }
+        }
+        // Overlapping entries would give two partitions the same sectors: a format of one
+        // destroys the other.
+        parts.sort_by_key(|p| p.first_lba);
+        if let Some(w) = parts.windows(2).find(|w| w[1].first_lba <= w[0].last_lba) {
+            return Err(GptError::Invalid(format!(
+                "partitions {} ({}..={}) and {} ({}..={}) overlap",
+                w[0].number, w[0].first_lba, w[0].last_lba, w[1].number, w[1].first_lba, w[1].last_lba
+            )));
         }
         Ok(gpt)
     }
@@ -871,6 +881,34 @@ mod tests {
         // A table claiming more sectors than the disk has.
         assert!(Gpt::parse(head, 512, 1000).is_err());
         assert_eq!(Gpt::parse(&vec![0; 4096], 512, total), Ok(None));
+    }
+
+    /// Two entries sharing sectors: a format of one would destroy the other, so the table is
+    /// refused, not trusted (before, it parsed and a restore could write it back).
+    #[test]
+    fn overlapping_partitions_are_refused() {
+        let total = 131072;
+        let mut gpt = Gpt::new(512, total, Guid([1; 16])).unwrap();
+        let p = gpt
+            .add_max_partition(LINUX_FILESYSTEM, Guid([2; 16]))
+            .unwrap();
+        let disk = image(total, 512, &gpt);
+        let mut head = disk[..head_len(512)].to_vec();
+        // Entry 2: another partition inside the first one.
+        let e2 = 1024 + 128;
+        head[e2..e2 + 16].copy_from_slice(&LINUX_FILESYSTEM.0);
+        head[e2 + 16..e2 + 32].copy_from_slice(&[3; 16]);
+        head[e2 + 32..e2 + 40].copy_from_slice(&(p.first_lba + 8).to_le_bytes());
+        head[e2 + 40..e2 + 48].copy_from_slice(&(p.first_lba + 100).to_le_bytes());
+        let array = crc32(&head[1024..1024 + 128 * 128]);
+        head[512 + 88..512 + 92].copy_from_slice(&array.to_le_bytes());
+        head[512 + 16..512 + 20].fill(0);
+        let header = crc32(&head[512..512 + 92]);
+        head[512 + 16..512 + 20].copy_from_slice(&header.to_le_bytes());
+        match Gpt::parse(&head, 512, total) {
+            Err(GptError::Invalid(m)) => assert!(m.contains("overlap"), "{m}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
