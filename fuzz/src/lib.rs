@@ -2,4 +2,5 @@
 //! plain `cargo test` (see `tests/corpus.rs`) on the stable toolchain.
 
 pub mod authority;
+pub mod disk_content;
 pub mod paths;

@@ -44,3 +44,10 @@ fn authority_corpus_holds() {
         csi_proxy_fuzz::authority::run(&data);
     }
 }
+
+#[test]
+fn disk_content_corpus_holds() {
+    for data in corpus("disk_content") {
+        csi_proxy_fuzz::disk_content::run(&data);
+    }
+}
