@@ -388,7 +388,12 @@ impl Gpt {
         if let Some(w) = parts.windows(2).find(|w| w[1].first_lba <= w[0].last_lba) {
             return Err(GptError::Invalid(format!(
                 "partitions {} ({}..={}) and {} ({}..={}) overlap",
-                w[0].number, w[0].first_lba, w[0].last_lba, w[1].number, w[1].first_lba, w[1].last_lba
+                w[0].number,
+                w[0].first_lba,
+                w[0].last_lba,
+                w[1].number,
+                w[1].first_lba,
+                w[1].last_lba
             )));
         }
         Ok(gpt)
