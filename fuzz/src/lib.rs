@@ -4,3 +4,4 @@
 pub mod authority;
 pub mod disk_content;
 pub mod paths;
+pub mod wire_text;

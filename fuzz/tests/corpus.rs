@@ -51,3 +51,10 @@ fn disk_content_corpus_holds() {
         csi_proxy_fuzz::disk_content::run(&data);
     }
 }
+
+#[test]
+fn wire_text_corpus_holds() {
+    for data in corpus("wire_text") {
+        csi_proxy_fuzz::wire_text::run(&data);
+    }
+}
