@@ -228,3 +228,38 @@ fn a_silent_peer_times_out() {
     assert_eq!(e.kind(), Kind::DeadlineExceeded, "{e}");
     drop(l);
 }
+
+/// A hostile portal answers the login with a header that claims a 16 MiB data segment (and
+/// then sends data forever): the client refuses at the header, by the stated limit, without
+/// reading or allocating what was claimed.
+#[test]
+fn a_portal_claiming_a_huge_data_segment_is_cut_off_at_the_limit() {
+    use csi_proxy_host::iscsi_discovery::pdu::BHS_LEN;
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let h = std::thread::spawn(move || {
+        let (mut c, _) = l.accept().unwrap();
+        let mut bhs = [0u8; BHS_LEN];
+        let _ = c.read_exact(&mut bhs);
+        let mut b = [0u8; BHS_LEN];
+        b[0] = 0x23; // login response
+        b[5..8].copy_from_slice(&[0xff, 0xff, 0xff]);
+        let _ = c.write_all(&b);
+        // Endless data after it: the client must not wait for it.
+        let junk = vec![0x41u8; 64 << 10];
+        for _ in 0..64 {
+            if c.write_all(&junk).is_err() {
+                break;
+            }
+        }
+    });
+    let e = discovery(port, None).send_targets().unwrap_err();
+    assert!(
+        e.message().contains("exceeds the 65536-byte limit"),
+        "{:?}: {e}",
+        e.kind()
+    );
+    assert_ne!(e.kind(), Kind::Internal, "{e}");
+    h.join().unwrap();
+}
