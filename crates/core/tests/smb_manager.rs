@@ -39,6 +39,8 @@ struct Fake {
     reports_user: bool,
     /// Roots the host must not be asked to remove (in use by an open handle, say).
     sticky: Mutex<BTreeSet<String>>,
+    /// The host cannot tell a mapping's state (MappingState::Unknown), though it lists them.
+    blind: bool,
 }
 
 impl Fake {
@@ -113,6 +115,9 @@ impl SmbHost for Fake {
         }
     }
     fn smb_global_mapping(&self, root: &str) -> Result<MappingState> {
+        if self.blind {
+            return Ok(MappingState::Unknown);
+        }
         Ok(match self.mappings.lock().unwrap().get(root) {
             None => MappingState::Absent,
             Some(m) => MappingState::Present(MappingInfo {
@@ -495,4 +500,40 @@ fn link_targets_lead_to_their_share_root() {
     ] {
         assert_eq!(root_of(t), None, "{t}");
     }
+}
+
+/// A host that cannot tell a mapping's state: Create is refused as "already exists" and the
+/// manager rebinds. Before, it then removed the requested root's mapping without asking who
+/// uses it, closing another volume's open files.
+#[test]
+fn a_rebind_never_removes_the_requested_root_under_another_volume() {
+    let host = Arc::new(Fake {
+        blind: true,
+        ..Fake::default()
+    });
+    let svc = service(host.clone());
+    svc.new_smb_global_mapping(&req(ROOT, "v1", "u", PASSWORD))
+        .unwrap();
+    host.sticky.lock().unwrap().insert(ROOT.into());
+    host.take();
+    let e = svc
+        .new_smb_global_mapping(&req("\\\\srv\\share\\b", "v2", "u", PASSWORD))
+        .unwrap_err();
+    assert_eq!(e.kind(), Kind::FailedPrecondition, "{e}");
+    assert!(e.message().contains("1 links"), "{e}");
+    assert_eq!(host.take(), [create(ROOT, "u"), create(ROOT, "u")]);
+    assert_eq!(host.mapped(), [ROOT]);
+    // The volume's own earlier link does not count: its re-stage rebinds.
+    host.sticky.lock().unwrap().clear();
+    svc.new_smb_global_mapping(&req(ROOT, "v1", "u", PASSWORD))
+        .unwrap();
+    assert_eq!(
+        host.take(),
+        [
+            create(ROOT, "u"),
+            Call::Remove(ROOT.into()),
+            create(ROOT, "u"),
+            Call::Link(ROOT.into(), format!("{KUBELET}/v1"))
+        ]
+    );
 }

@@ -549,7 +549,7 @@ impl SmbService {
         match self.host.new_smb_global_mapping(mapping) {
             Ok(()) => {}
             Err(e) if e.kind() == Kind::AlreadyExists => {
-                self.rebind(mapping, fingerprint, remembered, e)?;
+                self.rebind(mapping, own_link, fingerprint, remembered, e)?;
             }
             Err(e) => return Err(e),
         }
@@ -565,6 +565,7 @@ impl SmbService {
     fn rebind(
         &self,
         mapping: &SmbMapping,
+        own_link: Option<&str>,
         fingerprint: Fingerprint,
         remembered: &mut HashMap<String, Fingerprint>,
         refused: Error,
@@ -582,14 +583,17 @@ impl SmbService {
             if server_of(&other) != server {
                 continue;
             }
-            if other != *root {
-                let users = self
-                    .host
-                    .smb_mapping_users(&other, self.fs.policy().roots())?;
-                if !users.is_empty() {
-                    in_use.push(format!("{other:?} ({} links)", users.len()));
-                    continue;
-                }
+            // The requested root too: whatever made the host refuse, a mapping other volumes'
+            // links use is never removed under them (the request's own link aside).
+            let users = self
+                .host
+                .smb_mapping_users(&other, self.fs.policy().roots())?
+                .into_iter()
+                .filter(|u| other != *root || own_link.is_none_or(|own| !same_remote(&u.link, own)))
+                .count();
+            if users > 0 {
+                in_use.push(format!("{other:?} ({users} links)"));
+                continue;
             }
             remembered.remove(&other);
             match self.host.remove_smb_global_mapping(&other) {
