@@ -18,12 +18,12 @@ use crate::iscsi_discovery::{Discovery, pdu::DiscoveredTarget};
 use csi_proxy_core::iscsi::{AuthType, Chap, IscsiHost, Secret, TargetPortal};
 use csi_proxy_core::{Error, Kind, Result};
 use std::fs;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Where open-iscsi keeps node records (Debian first, then the RHEL layout).
 const NODE_DIRS: [&str; 2] = ["/etc/iscsi/nodes", "/var/lib/iscsi/nodes"];
@@ -333,54 +333,26 @@ fn iscsiadm(op: &str, object: &str, args: &[&str]) -> Result<Run> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     super::tool::child_setup(&mut cmd);
-    let mut child = cmd.spawn().map_err(|e| Error::io(op, object, &e))?;
-    // Read both pipes while it runs: a tool that fills a pipe (64 KiB) would otherwise block
-    // until the time limit kills it.
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            if let Some(mut p) = pipe {
-                let _ = p.read_to_string(&mut text);
-            }
-            text
-        })
-    };
-    let stdout = drain(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let stderr = drain(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let start = Instant::now();
-    let status = loop {
-        match child.try_wait().map_err(|e| Error::io(op, object, &e))? {
-            Some(s) => break s,
-            None if start.elapsed() > ISCSIADM_TIMEOUT => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(Error::new(
-                    Kind::DeadlineExceeded,
-                    op,
-                    object,
-                    format!(
-                        "iscsiadm {} did not finish within {ISCSIADM_TIMEOUT:?}",
-                        args.join(" ")
-                    ),
-                ));
-            }
-            None => std::thread::sleep(Duration::from_millis(50)),
+    let child = cmd.spawn().map_err(|e| Error::io(op, object, &e))?;
+    let done = super::tool::finish(child, Some(ISCSIADM_TIMEOUT)).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::TimedOut {
+            Error::new(
+                Kind::DeadlineExceeded,
+                op,
+                object,
+                format!(
+                    "iscsiadm {} did not finish within {ISCSIADM_TIMEOUT:?}",
+                    args.join(" ")
+                ),
+            )
+        } else {
+            Error::io(op, object, &e)
         }
-    };
-    let mut output = stdout.join().unwrap_or_default();
-    output.push_str(&stderr.join().unwrap_or_default());
+    })?;
+    let mut output = String::from_utf8_lossy(&done.stdout).into_owned();
+    output.push_str(&String::from_utf8_lossy(&done.stderr));
     Ok(Run {
-        code: status.code().unwrap_or(-1),
+        code: done.status.code().unwrap_or(-1),
         output: output.trim().to_string(),
     })
 }

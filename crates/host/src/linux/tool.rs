@@ -59,7 +59,7 @@ fn run_limited(
         .stderr(Stdio::piped())
         .env("LC_ALL", "C");
     child_setup(&mut cmd);
-    let mut child = cmd.spawn().map_err(|e| {
+    let child = cmd.spawn().map_err(|e| {
         Err(if e.kind() == std::io::ErrorKind::NotFound {
             Error::new(
                 Kind::FailedPrecondition,
@@ -71,7 +71,56 @@ fn run_limited(
             Error::io(op, object, &e).context(format!("starting {program}"))
         })
     })?;
-    // Both pipes are drained while the tool runs, so a chatty tool never blocks on a full pipe.
+    let Finished {
+        status,
+        stdout,
+        stderr,
+    } = finish(child, limit).map_err(|e| {
+        Err(match limit {
+            Some(limit) if e.kind() == std::io::ErrorKind::TimedOut => Error::new(
+                Kind::Unavailable,
+                op,
+                object,
+                format!(
+                    "{program} did not finish within {} s and was stopped; nothing was \
+                     reported done, a retry starts it again",
+                    limit.as_secs()
+                ),
+            ),
+            _ => Error::io(op, object, &e).context(format!("waiting for {program}")),
+        })
+    })?;
+    if status.success() {
+        return Ok(String::from_utf8_lossy(&stdout).into_owned());
+    }
+    let mut text = String::from_utf8_lossy(&stderr).trim().to_string();
+    let stdout = String::from_utf8_lossy(&stdout);
+    if !stdout.trim().is_empty() {
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(stdout.trim());
+    }
+    Err(Ok(Failure {
+        code: status.code(),
+        output: reason(&text),
+    }))
+}
+
+/// What a child process left when it ended.
+pub(crate) struct Finished {
+    /// How it ended.
+    pub status: ExitStatus,
+    /// Its standard output.
+    pub stdout: Vec<u8>,
+    /// Its standard error.
+    pub stderr: Vec<u8>,
+}
+
+/// Waits for `child` (started with piped stdout and stderr) for at most `limit`, reading both
+/// pipes while it runs so a chatty process never blocks on a full pipe. Past the limit it is
+/// killed and reaped, and the error is `TimedOut`.
+pub(crate) fn finish(mut child: Child, limit: Option<Duration>) -> std::io::Result<Finished> {
     let drain = |r: Option<Box<dyn Read + Send>>| {
         std::thread::spawn(move || {
             let mut buf = Vec::new();
@@ -93,38 +142,12 @@ fn run_limited(
             .take()
             .map(|r| Box::new(r) as Box<dyn Read + Send>),
     );
-    let status = wait(&mut child, limit).map_err(|e| {
-        Err(match limit {
-            Some(limit) if e.kind() == std::io::ErrorKind::TimedOut => Error::new(
-                Kind::Unavailable,
-                op,
-                object,
-                format!(
-                    "{program} did not finish within {} s and was stopped; nothing was \
-                     reported done, a retry starts it again",
-                    limit.as_secs()
-                ),
-            ),
-            _ => Error::io(op, object, &e).context(format!("waiting for {program}")),
-        })
-    })?;
-    let stdout = stdout.join().unwrap_or_default();
-    let stderr = stderr.join().unwrap_or_default();
-    if status.success() {
-        return Ok(String::from_utf8_lossy(&stdout).into_owned());
-    }
-    let mut text = String::from_utf8_lossy(&stderr).trim().to_string();
-    let stdout = String::from_utf8_lossy(&stdout);
-    if !stdout.trim().is_empty() {
-        if !text.is_empty() {
-            text.push('\n');
-        }
-        text.push_str(stdout.trim());
-    }
-    Err(Ok(Failure {
-        code: status.code(),
-        output: reason(&text),
-    }))
+    let status = wait(&mut child, limit)?;
+    Ok(Finished {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    })
 }
 
 /// Waits for `child`; past `limit` it is killed, reaped, and `TimedOut` returned. Polls with a
