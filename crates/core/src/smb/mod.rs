@@ -480,6 +480,18 @@ impl SmbService {
         }
     }
 
+    /// The links that use the mapping of `root`, but for `own_link` (the request's own local
+    /// path, whose link is about to be made again).
+    fn other_users(&self, root: &str, own_link: Option<&str>) -> Result<Vec<String>> {
+        Ok(self
+            .host
+            .smb_mapping_users(root, self.fs.policy().roots())?
+            .into_iter()
+            .map(|u| u.link)
+            .filter(|l| own_link.is_none_or(|own| !same_remote(l, own)))
+            .collect())
+    }
+
     /// Reuses, replaces or creates the mapping; called with the manager's lock held. `own_link`
     /// is the request's local path: its link (from an earlier stage of the same volume) is
     /// about to be made again, so it does not count as another user of the mapping.
@@ -505,13 +517,7 @@ impl SmbService {
                 // Removing a mapping closes every handle opened through it: never under other
                 // volumes' links. A healthy one is reused as it is, whatever credentials made
                 // it (as upstream does); a broken one cannot be, so the request waits.
-                let others: Vec<String> = self
-                    .host
-                    .smb_mapping_users(root, self.fs.policy().roots())?
-                    .into_iter()
-                    .map(|u| u.link)
-                    .filter(|l| own_link.is_none_or(|own| !same_remote(l, own)))
-                    .collect();
+                let others = self.other_users(root, own_link)?;
                 if !others.is_empty() {
                     if let MappingState::Present(info) = &state
                         && info.healthy
@@ -586,11 +592,8 @@ impl SmbService {
             // The requested root too: whatever made the host refuse, a mapping other volumes'
             // links use is never removed under them (the request's own link aside).
             let users = self
-                .host
-                .smb_mapping_users(&other, self.fs.policy().roots())?
-                .into_iter()
-                .filter(|u| other != *root || own_link.is_none_or(|own| !same_remote(&u.link, own)))
-                .count();
+                .other_users(&other, own_link.filter(|_| other == *root))?
+                .len();
             if users > 0 {
                 in_use.push(format!("{other:?} ({users} links)"));
                 continue;

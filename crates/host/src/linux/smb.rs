@@ -220,13 +220,10 @@ impl SmbHost for LinuxSmbHost {
             .map_err(|_| Error::invalid(NEW, &object, "a credential contains a NUL character"))?;
         self.private_base()
             .and_then(|()| {
-                fs::DirBuilder::new().mode(0o700).create(&dir).or_else(|e| {
-                    if e.kind() == std::io::ErrorKind::AlreadyExists {
-                        Ok(())
-                    } else {
-                        Err(e)
-                    }
-                })
+                fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(&dir)
             })
             .map_err(|e| Error::io(NEW, format!("mount directory {:?}", dir.display()), &e))?;
         let source = format!("//{}", body.replace('\\', "/"));
