@@ -119,11 +119,7 @@ async fn a_busy_device_during_offline_growth_is_a_precondition_and_the_retry_fin
     let (mut dc, mut vc) = v1_clients(&d).await;
     let l = LoopDisk::new(d.dir.path(), "busy", 200).unwrap();
     let id = common::partition_one(&mut dc, &mut vc, l.disk_number()).await;
-    vc.format_volume(v1::FormatVolumeRequest {
-        volume_id: id.clone(),
-    })
-    .await
-    .unwrap();
+    common::format_ok(&mut vc, &id).await;
     l.grow_to(400);
     dc.rescan(d1::RescanRequest {}).await.unwrap();
     let holder = std::fs::OpenOptions::new()

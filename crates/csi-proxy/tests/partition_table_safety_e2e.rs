@@ -64,11 +64,6 @@ async fn resize(vc: &mut VolumeClient, id: &str, size_bytes: i64) -> Result<(), 
     .map(drop)
 }
 
-/// PartitionDisk, then the one volume's ID.
-async fn partitioned(dc: &mut DiskClient, vc: &mut VolumeClient, n: u32) -> String {
-    common::partition_one(dc, vc, n).await
-}
-
 /// The case: an ext4 made on the whole disk of a disk that once had a GPT keeps the old
 /// backup table at its end. Before, PartitionDisk "repaired" the primary from it over the
 /// filesystem's first sectors and answered OK.
@@ -81,7 +76,7 @@ async fn a_whole_disk_filesystem_with_a_stale_backup_table_is_never_partitioned_
     let l = LoopDisk::new(d.dir.path(), "stale", 64).unwrap();
     let (mut dc, mut vc) = v1_clients(&d).await;
     let n = l.disk_number();
-    partitioned(&mut dc, &mut vc, n).await;
+    common::partition_one(&mut dc, &mut vc, n).await;
     let end = size_of(&l.dev);
     let backup_at = end - GPT_SECTORS * SECTOR;
     let backup = read(&l.dev, backup_at, (GPT_SECTORS * SECTOR) as usize);
@@ -123,12 +118,8 @@ async fn re_stage_while_the_partition_is_mounted_is_an_ok_no_op() {
     let l = LoopDisk::new(d.dir.path(), "restage", 64).unwrap();
     let (mut dc, mut vc) = v1_clients(&d).await;
     let n = l.disk_number();
-    let id = partitioned(&mut dc, &mut vc, n).await;
-    vc.format_volume(v1::FormatVolumeRequest {
-        volume_id: id.clone(),
-    })
-    .await
-    .unwrap();
+    let id = common::partition_one(&mut dc, &mut vc, n).await;
+    common::format_ok(&mut vc, &id).await;
     let stage = d.k("plugins/kubernetes.io/csi/pv/r/globalmount");
     std::fs::create_dir_all(&stage).unwrap();
     vc.mount_volume(v1::MountVolumeRequest {
@@ -164,12 +155,8 @@ async fn resize_never_repairs_a_table_and_partition_disk_restores_a_cut_one() {
     let l = LoopDisk::new(d.dir.path(), "damaged", 300).unwrap();
     let (mut dc, mut vc) = v1_clients(&d).await;
     let n = l.disk_number();
-    let id = partitioned(&mut dc, &mut vc, n).await;
-    vc.format_volume(v1::FormatVolumeRequest {
-        volume_id: id.clone(),
-    })
-    .await
-    .unwrap();
+    let id = common::partition_one(&mut dc, &mut vc, n).await;
+    common::format_ok(&mut vc, &id).await;
     // A table write cut off between the primary array and its header: the array no longer
     // matches the header's CRC.
     let mut array = read(&l.dev, 2 * SECTOR, 512);
@@ -207,7 +194,7 @@ async fn resize_refuses_a_filesystem_it_cannot_grow_and_changes_nothing() {
     let l = LoopDisk::new(d.dir.path(), "ntfs", 64).unwrap();
     let (mut dc, mut vc) = v1_clients(&d).await;
     let n = l.disk_number();
-    let id = partitioned(&mut dc, &mut vc, n).await;
+    let id = common::partition_one(&mut dc, &mut vc, n).await;
     // An NTFS boot sector, as Windows (or mkntfs) writes its OEM ID.
     let mut boot = vec![0u8; 512];
     boot[3..11].copy_from_slice(b"NTFS    ");
@@ -239,12 +226,8 @@ async fn resize_never_shrinks_the_kernels_partition() {
     let l = LoopDisk::new(d.dir.path(), "shrink", 128).unwrap();
     let (mut dc, mut vc) = v1_clients(&d).await;
     let n = l.disk_number();
-    let id = partitioned(&mut dc, &mut vc, n).await;
-    vc.format_volume(v1::FormatVolumeRequest {
-        volume_id: id.clone(),
-    })
-    .await
-    .unwrap();
+    let id = common::partition_one(&mut dc, &mut vc, n).await;
+    common::format_ok(&mut vc, &id).await;
     l.grow_to(256);
     dc.rescan(d1::RescanRequest {}).await.unwrap();
     let table_len = size_of(&l.partition(1));

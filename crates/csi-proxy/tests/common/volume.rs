@@ -46,6 +46,15 @@ pub async fn disks_by_serial(dc: &mut DiskClient, wanted: impl Fn(&str) -> bool)
         .collect()
 }
 
+/// FormatVolume of volume `id`, which must succeed.
+pub async fn format_ok(vc: &mut VolumeClient, id: &str) {
+    vc.format_volume(v1::FormatVolumeRequest {
+        volume_id: id.into(),
+    })
+    .await
+    .unwrap();
+}
+
 /// IsVolumeFormatted of volume `id`.
 pub async fn is_formatted(vc: &mut VolumeClient, id: &str) -> bool {
     vc.is_volume_formatted(v1::IsVolumeFormattedRequest {
