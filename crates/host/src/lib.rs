@@ -12,6 +12,5 @@ pub mod partition_plan;
 pub mod reparse;
 pub mod signatures;
 pub mod smb_scan;
-#[cfg(windows)]
 pub mod windows;
 pub mod windows_data;

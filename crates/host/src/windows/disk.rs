@@ -1,68 +1,60 @@
-//! Windows implementation of the disk group ([`DiskHost`]) through storage IOCTLs on
-//! `\\.\PhysicalDriveN`: no WMI, no PowerShell, no child process.
+//! Windows implementation of the disk group ([`DiskHost`]) through storage I/O controls on
+//! `\\.\PhysicalDriveN`: no WMI but for the page-file list, no PowerShell, no child process.
 //!
 //! Disk numbers are the `N` of `\\.\PhysicalDriveN`, which is `STORAGE_DEVICE_NUMBER.DeviceNumber`
-//! and `MSFT_Disk.Number`. The buffers the IOCTLs return are parsed by the pure functions in
-//! [`crate::windows_data`].
+//! and `MSFT_Disk.Number`. All OS access goes through the [`Win32`] seam, so this logic runs
+//! on Linux against the simulated Windows; the buffers are parsed by [`crate::windows_data`].
 //!
 //! Data safety (design.md §5), enforced here as well as in the core service: PartitionDisk never
 //! writes to a disk that has a non-reserved partition, never converts an MBR disk, and refuses the
 //! disk holding the Windows system directory; SetDiskState refuses to take that disk offline.
+//! Whatever cannot be read while deciding whether a disk is in use counts as "in use".
 
-use super::win::{OwnedHandle, from_wide, os_error, wide};
-use crate::windows_data::layout::{self, PartitionPlan, STYLE_RAW};
-use crate::windows_data::{Guid, storage};
+use super::os::{self, Handle, OsError, Win32, code, ioctl, os_error};
+use crate::windows_data::ioctl as io;
+use crate::windows_data::layout::{self, NewEntry, PartitionPlan, STYLE_RAW};
+use crate::windows_data::storage;
 use csi_proxy_core::disk::{DiskHost, DiskIds, DiskLocation, DiskUsage};
 use csi_proxy_core::{Error, Kind, Result};
 use std::collections::{BTreeMap, BTreeSet};
-use std::ffi::c_void;
-use windows::Win32::Devices::DeviceAndDriverInstallation::{
-    CM_LOCATE_DEVNODE_NORMAL, CM_Locate_DevNodeW, CM_REENUMERATE_SYNCHRONOUS,
-    CM_Reenumerate_DevNode, CR_SUCCESS,
-};
-use windows::Win32::Foundation::{
-    ERROR_INSUFFICIENT_BUFFER, ERROR_MORE_DATA, GENERIC_READ, GENERIC_WRITE, WIN32_ERROR,
-};
-use windows::Win32::Storage::FileSystem::{
-    CreateFileW, FILE_ATTRIBUTE_NORMAL, FILE_SHARE_READ, FILE_SHARE_WRITE, FindFirstVolumeW,
-    FindNextVolumeW, FindVolumeClose, GetVolumeNameForVolumeMountPointW, GetVolumePathNameW,
-    GetVolumePathNamesForVolumeNameW, OPEN_EXISTING,
-};
-use windows::Win32::System::IO::DeviceIoControl;
-use windows::Win32::System::Ioctl::{
-    CREATE_DISK, CREATE_DISK_0, CREATE_DISK_GPT, DISK_ATTRIBUTE_OFFLINE, GET_DISK_ATTRIBUTES,
-    IOCTL_DISK_CREATE_DISK, IOCTL_DISK_GET_DISK_ATTRIBUTES, IOCTL_DISK_GET_DRIVE_GEOMETRY_EX,
-    IOCTL_DISK_GET_DRIVE_LAYOUT_EX, IOCTL_DISK_GET_LENGTH_INFO, IOCTL_DISK_SET_DISK_ATTRIBUTES,
-    IOCTL_DISK_SET_DRIVE_LAYOUT_EX, IOCTL_DISK_UPDATE_DRIVE_SIZE, IOCTL_DISK_UPDATE_PROPERTIES,
-    IOCTL_STORAGE_QUERY_PROPERTY, PARTITION_STYLE_GPT, SET_DISK_ATTRIBUTES,
-};
-use windows::Win32::System::SystemInformation::GetSystemDirectoryW;
-use windows::core::{GUID, PCWSTR};
+use std::sync::Arc;
+use std::time::Duration;
 
-/// `IOCTL_SCSI_GET_ADDRESS` (ntddscsi.h): `CTL_CODE(IOCTL_SCSI_BASE, 0x0406, METHOD_BUFFERED,
-/// FILE_ANY_ACCESS)`.
-const IOCTL_SCSI_GET_ADDRESS: u32 = 0x0004_1018;
-/// `IOCTL_VOLUME_GET_VOLUME_DISK_EXTENTS` (ntddvol.h): `CTL_CODE(IOCTL_VOLUME_BASE, 0,
-/// METHOD_BUFFERED, FILE_ANY_ACCESS)`.
-pub(super) const IOCTL_VOLUME_GET_VOLUME_DISK_EXTENTS: u32 = 0x0056_0000;
-/// `STORAGE_PROPERTY_ID`: `StorageDeviceProperty` and `StorageDeviceIdProperty`.
-const STORAGE_DEVICE_PROPERTY: u32 = 0;
-const STORAGE_DEVICE_ID_PROPERTY: u32 = 2;
-/// Disk numbers probed when enumerating. `\\.\PhysicalDriveN` numbers are small and dense in
-/// practice but may have gaps (a detached disk's number is not reused at once), so the scan
-/// does not stop at the first gap.
-const MAX_DISKS: u32 = 256;
+/// How long PartitionDisk waits for the new partition's volume to appear: the volume manager
+/// creates it asynchronously after the layout is written, usually within a second.
+pub const VOLUME_ARRIVAL_LIMIT: Duration = Duration::from_secs(30);
+/// The pause between two looks for the new volume.
+const VOLUME_ARRIVAL_POLL: Duration = Duration::from_millis(100);
 
 /// The Windows disk host.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Clone)]
 pub struct WindowsDiskHost {
-    _private: (),
+    os: Arc<dyn Win32>,
+}
+
+impl std::fmt::Debug for WindowsDiskHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WindowsDiskHost")
+    }
+}
+
+#[cfg(windows)]
+impl Default for WindowsDiskHost {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl WindowsDiskHost {
-    /// A host acting on the local disks.
+    /// A host acting on this machine's disks.
+    #[cfg(windows)]
     pub fn new() -> Self {
-        Self::default()
+        Self::with_os(Arc::new(super::win32::SystemWin32::default()))
+    }
+
+    /// A host acting through `os` (the real Windows, or the simulated one in tests).
+    pub fn with_os(os: Arc<dyn Win32>) -> Self {
+        Self { os }
     }
 }
 
@@ -71,187 +63,109 @@ fn disk_path(n: u32) -> String {
     format!(r"\\.\PhysicalDrive{n}")
 }
 
-/// Opens a device. `write` asks for GENERIC_WRITE too (layout and attribute changes need it);
-/// queries need only GENERIC_READ ("you can use a handle to a device without any access rights
-/// for IOCTLs that need none", but the storage queries here need read).
-pub(super) fn open_device(op: &str, path: &str, write: bool) -> Result<OwnedHandle> {
-    let w = wide(path);
-    let access = if write {
-        GENERIC_READ.0 | GENERIC_WRITE.0
-    } else {
-        GENERIC_READ.0
-    };
-    // SAFETY: `w` is NUL-terminated and outlives the call; sharing read and write lets other
-    // openers (the volume manager, WMI) keep working, as CreateFile documents for physical
-    // disks ("the dwShareMode parameter must have the FILE_SHARE_WRITE flag").
-    unsafe {
-        CreateFileW(
-            PCWSTR(w.as_ptr()),
-            access,
-            FILE_SHARE_READ | FILE_SHARE_WRITE,
-            None,
-            OPEN_EXISTING,
-            FILE_ATTRIBUTE_NORMAL,
-            None,
-        )
-    }
-    .map(OwnedHandle)
-    .map_err(|e| os_error(op, path, &e, &[]))
-}
-
 /// Opens disk `n`, NOT_FOUND naming the disk when there is none.
-pub(super) fn open_disk(op: &str, n: u32, write: bool) -> Result<OwnedHandle> {
-    open_device(op, &disk_path(n), write).map_err(|e| {
+pub(super) fn open_disk<'a>(
+    os: &'a dyn Win32,
+    op: &str,
+    n: u32,
+    write: bool,
+) -> Result<Handle<'a>> {
+    os::open(os, &disk_path(n), write).map_err(|e| {
         if e.kind() == Kind::NotFound {
             Error::new(Kind::NotFound, op, format!("disk {n}"), "no such disk")
         } else {
-            e
+            os_error(op, format!("disk {n}"), &e, &[])
         }
     })
 }
 
-/// Sends `code` with `input`, returning the output, growing the output buffer (from `initial`
-/// bytes) while the driver answers ERROR_INSUFFICIENT_BUFFER or ERROR_MORE_DATA, as the
-/// variable-length outputs (layouts, descriptors, extents) require.
-pub(super) fn ioctl(
-    h: &OwnedHandle,
-    code: u32,
-    input: &[u8],
-    initial: usize,
-) -> windows::core::Result<Vec<u8>> {
-    let mut size = initial.max(8);
-    loop {
-        // u64 storage keeps the output 8-byte aligned like the structures it receives.
-        let mut buf = vec![0u64; size.div_ceil(8)];
-        let mut returned = 0u32;
-        // SAFETY: input and output point to live buffers of the sizes passed; the call is
-        // synchronous (no OVERLAPPED), so nothing outlives it.
-        let r = unsafe {
-            DeviceIoControl(
-                h.0,
-                code,
-                (!input.is_empty()).then_some(input.as_ptr().cast::<c_void>()),
-                u32::try_from(input.len()).unwrap_or(u32::MAX),
-                Some(buf.as_mut_ptr().cast::<c_void>()),
-                u32::try_from(buf.len() * 8).unwrap_or(u32::MAX),
-                Some(&mut returned),
-                None,
-            )
+/// Numbers of the disks present: every device of the disk interface class, by the number its
+/// driver reports. A disk that vanishes while being listed is skipped; any other failure fails
+/// the listing rather than leaving a disk out or inventing one.
+pub(super) fn disk_numbers(os: &dyn Win32, op: &str) -> Result<Vec<u32>> {
+    let interfaces = os
+        .disk_interfaces()
+        .map_err(|e| os_error(op, "disk interfaces", &e, &[]))?;
+    let mut out = BTreeSet::new();
+    for path in interfaces {
+        let h = match os::open(os, &path, false) {
+            Ok(h) => h,
+            Err(e) if e.kind() == Kind::NotFound => continue,
+            Err(e) => return Err(os_error(op, format!("disk device {path}"), &e, &[])),
         };
-        match r {
-            Ok(()) => {
-                // SAFETY: `buf` holds `buf.len() * 8` initialised bytes.
-                let bytes =
-                    unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), buf.len() * 8) };
-                return Ok(bytes[..(returned as usize).min(bytes.len())].to_vec());
-            }
-            Err(e)
-                if matches!(
-                    WIN32_ERROR::from_error(&e),
-                    Some(ERROR_INSUFFICIENT_BUFFER | ERROR_MORE_DATA)
-                ) && size < (1 << 20) =>
-            {
-                size *= 4;
-            }
-            Err(e) => return Err(e),
-        }
+        let raw = ioctl(&h, io::STORAGE_GET_DEVICE_NUMBER, &[], 12)
+            .map_err(|e| os_error(op, format!("disk device {path}"), &e, &[]))?;
+        let (number, _) = storage::parse_device_number(&raw)
+            .map_err(|e| Error::new(Kind::Internal, op, format!("disk device {path}"), e))?;
+        out.insert(number);
     }
-}
-
-/// `STORAGE_PROPERTY_QUERY` for a standard query of `property` (PropertyId u32, QueryType u32
-/// = PropertyStandardQuery 0, AdditionalParameters 1 byte, padded).
-fn property_query(property: u32) -> [u8; 12] {
-    let mut q = [0u8; 12];
-    q[0..4].copy_from_slice(&property.to_le_bytes());
-    q
-}
-
-/// Numbers of the disks present.
-pub(super) fn disk_numbers(op: &str) -> Result<Vec<u32>> {
-    let mut out = Vec::new();
-    for n in 0..MAX_DISKS {
-        match open_device(op, &disk_path(n), false) {
-            Ok(_) => out.push(n),
-            Err(e) if e.kind() == Kind::NotFound => {}
-            // Present but not openable (access denied, busy): still a disk.
-            Err(_) => out.push(n),
-        }
-    }
-    Ok(out)
+    Ok(out.into_iter().collect())
 }
 
 /// The disks holding the Windows system volume (the volume of the system directory).
-pub fn system_disks(op: &str) -> Result<BTreeSet<u32>> {
-    let mut dir = [0u16; 260];
-    // SAFETY: the buffer is writable for its length; the return is the length copied (0 on
-    // failure).
-    let n = unsafe { GetSystemDirectoryW(Some(&mut dir)) } as usize;
-    if n == 0 || n >= dir.len() {
-        return Err(Error::new(
-            Kind::Internal,
-            op,
-            "system directory",
-            "GetSystemDirectoryW failed",
-        ));
-    }
-    disks_of_path(op, &dir[..=n])
+pub fn system_disks(os: &dyn Win32, op: &str) -> Result<BTreeSet<u32>> {
+    let dir = os
+        .system_directory()
+        .map_err(|e| os_error(op, "system directory", &e, &[]))?;
+    disks_of_path(os, op, &dir)
 }
 
-/// The disks holding the volume that `path` (NUL-terminated UTF-16, a file or a directory)
-/// lies on.
-fn disks_of_path(op: &str, path: &[u16]) -> Result<BTreeSet<u32>> {
-    let mut mount = [0u16; 260];
-    // SAFETY: `path` is NUL-terminated; `mount` is writable. GetVolumePathNameW gives the
-    // mount point of the volume holding the path (documented for files and directories).
-    unsafe { GetVolumePathNameW(PCWSTR(path.as_ptr()), &mut mount) }
-        .map_err(|e| os_error(op, from_wide(path), &e, &[]))?;
-    let mut name = [0u16; 64];
-    // SAFETY: `mount` is NUL-terminated and ends in '\' as the function requires; `name` has
-    // room for "\\?\Volume{GUID}\" (49 units).
-    unsafe { GetVolumeNameForVolumeMountPointW(PCWSTR(mount.as_ptr()), &mut name) }
-        .map_err(|e| os_error(op, from_wide(&mount), &e, &[]))?;
-    let volume = from_wide(&name);
-    // The volume device is opened without the trailing backslash (with it, the root directory
-    // of the filesystem would be opened instead).
-    let device = volume.trim_end_matches('\\');
-    let h = open_device(op, device, false)?;
-    let out = ioctl(&h, IOCTL_VOLUME_GET_VOLUME_DISK_EXTENTS, &[], 8 + 24 * 4)
-        .map_err(|e| os_error(op, device, &e, &[]))?;
-    let extents = storage::parse_volume_disk_extents(&out)
-        .map_err(|e| Error::new(Kind::Internal, op, device, e))?;
-    Ok(extents.into_iter().map(|e| e.disk_number).collect())
+/// The volume device `\\.\Volume{GUID}` of a volume GUID path (without the trailing backslash:
+/// with it, `CreateFileW` would open the root directory of the filesystem instead).
+pub(super) fn volume_device(volume: &str) -> String {
+    volume.trim_end_matches('\\').replacen(r"\\?\", r"\\.\", 1)
 }
 
-/// The page files Windows uses now (`Win32_PageFileUsage.Name`, e.g. `C:\pagefile.sys`), through
-/// the WMI thread: Win32 has no documented call that lists them.
-fn page_files(op: &'static str) -> Result<Vec<String>> {
-    use std::collections::HashMap;
-    super::wmi::with_namespace(op, r"ROOT\CIMV2", move |c| {
-        let rows: Vec<HashMap<String, wmi::Variant>> = c
-            .raw_query("SELECT Name FROM Win32_PageFileUsage")
-            .map_err(|e| super::wmi::wmi_error(op, "Win32_PageFileUsage", &e))?;
-        Ok(rows
-            .iter()
-            .filter_map(|r| match r.get("Name") {
-                Some(wmi::Variant::String(s)) => Some(s.clone()),
-                _ => None,
-            })
-            .collect())
-    })
+/// The disk extents of a volume (`IOCTL_VOLUME_GET_VOLUME_DISK_EXTENTS`: "retrieves the
+/// physical location of a specified volume on one or more disks").
+pub(super) fn volume_extents(
+    op: &str,
+    object: &str,
+    h: &Handle<'_>,
+) -> Result<Vec<storage::DiskExtent>> {
+    let out = ioctl(h, io::VOLUME_GET_VOLUME_DISK_EXTENTS, &[], 8 + 24 * 4)
+        .map_err(|e| os_error(op, object, &e, &[]))?;
+    storage::parse_volume_disk_extents(&out).map_err(|e| Error::new(Kind::Internal, op, object, e))
+}
+
+/// The disks holding the volume that `path` (a file or a directory) lies on.
+fn disks_of_path(os: &dyn Win32, op: &str, path: &str) -> Result<BTreeSet<u32>> {
+    let mount = os
+        .volume_path_name(path)
+        .map_err(|e| os_error(op, path, &e, &[]))?;
+    let volume = os
+        .volume_name_for_mount_point(&mount)
+        .map_err(|e| os_error(op, &mount, &e, &[]))?;
+    let device = volume_device(&volume);
+    let h = os::open(os, &device, false).map_err(|e| os_error(op, &device, &e, &[]))?;
+    Ok(volume_extents(op, &device, &h)?
+        .into_iter()
+        .map(|e| e.disk_number)
+        .collect())
 }
 
 /// Why disk `disk` holds a page file, if it does. When the page files cannot be listed, a disk
-/// with a drive letter counts as holding one (refused, as before the drive-letter rule), and a
-/// disk without one does not (a page file needs a lettered volume).
-fn page_file_use(op: &'static str, disk: u32, mount_points: &[String]) -> Option<String> {
-    match page_files(op) {
-        Ok(files) => files.into_iter().find_map(|f| {
-            let path = wide(&f);
-            disks_of_path(op, &path)
-                .ok()
-                .filter(|d| d.contains(&disk))
-                .map(|_| format!("holds the page file {f}"))
-        }),
+/// with a drive letter counts as holding one (refused), and a disk without one does not (a page
+/// file needs a lettered volume).
+fn page_file_use(os: &dyn Win32, op: &str, disk: u32, mount_points: &[String]) -> Option<String> {
+    match os.page_files() {
+        Ok(files) => files
+            .into_iter()
+            .find_map(|f| match disks_of_path(os, op, &f) {
+                Ok(d) if d.contains(&disk) => Some(format!("holds the page file {f}")),
+                Ok(_) => None,
+                // A page file whose disks cannot be told may be on this one.
+                Err(e)
+                    if mount_points
+                        .iter()
+                        .any(|m| csi_proxy_core::paths::is_drive_root(m)) =>
+                {
+                    Some(format!(
+                        "has a drive letter, and the page file {f} cannot be placed ({e})"
+                    ))
+                }
+                Err(_) => None,
+            }),
         Err(e)
             if mount_points
                 .iter()
@@ -266,8 +180,8 @@ fn page_file_use(op: &'static str, disk: u32, mount_points: &[String]) -> Option
 }
 
 /// Refuses `disk` when it holds the system volume.
-fn refuse_system_disk(op: &str, disk: u32) -> Result<()> {
-    if system_disks(op)?.contains(&disk) {
+fn refuse_system_disk(os: &dyn Win32, op: &str, disk: u32) -> Result<()> {
+    if system_disks(os, op)?.contains(&disk) {
         return Err(Error::new(
             Kind::PermissionDenied,
             op,
@@ -279,11 +193,11 @@ fn refuse_system_disk(op: &str, disk: u32) -> Result<()> {
 }
 
 /// The disk's layout and logical sector size.
-pub(super) fn read_layout(op: &str, n: u32, h: &OwnedHandle) -> Result<(layout::Layout, u64)> {
+pub(super) fn read_layout(op: &str, n: u32, h: &Handle<'_>) -> Result<(layout::Layout, u64)> {
     let object = format!("disk {n}");
     let raw = ioctl(
         h,
-        IOCTL_DISK_GET_DRIVE_LAYOUT_EX,
+        io::DISK_GET_DRIVE_LAYOUT_EX,
         &[],
         layout::HEADER_SIZE + 8 * layout::ENTRY_SIZE,
     )
@@ -292,146 +206,134 @@ pub(super) fn read_layout(op: &str, n: u32, h: &OwnedHandle) -> Result<(layout::
         layout::parse_drive_layout(&raw).map_err(|e| Error::new(Kind::Internal, op, &object, e))?;
     // DISK_GEOMETRY_EX: DISK_GEOMETRY (Cylinders i64 @0, MediaType u32 @8, TracksPerCylinder
     // @12, SectorsPerTrack @16, BytesPerSector u32 @20), then DiskSize i64 @24.
-    let geo = ioctl(h, IOCTL_DISK_GET_DRIVE_GEOMETRY_EX, &[], 256)
+    let geo = ioctl(h, io::DISK_GET_DRIVE_GEOMETRY_EX, &[], 256)
         .map_err(|e| os_error(op, &object, &e, &[]))?;
-    let sector = geo
-        .get(20..24)
-        .and_then(|b| b.try_into().ok())
-        .map(u32::from_le_bytes)
+    let sector = io::le_u32(&geo, 20)
         .filter(|s| *s >= 512 && s.is_power_of_two())
         .ok_or_else(|| Error::new(Kind::Internal, op, &object, "bad DISK_GEOMETRY_EX"))?;
     Ok((l, u64::from(sector)))
 }
 
-/// A fresh GUID in in-memory byte order.
-fn new_guid(op: &str) -> Result<Guid> {
-    let g = GUID::new().map_err(|e| os_error(op, "GUID", &e, &[]))?;
-    let mut b = [0u8; 16];
-    b[0..4].copy_from_slice(&g.data1.to_le_bytes());
-    b[4..6].copy_from_slice(&g.data2.to_le_bytes());
-    b[6..8].copy_from_slice(&g.data3.to_le_bytes());
-    b[8..16].copy_from_slice(&g.data4);
-    Ok(Guid(b))
-}
-
 /// The disk's attributes (`GET_DISK_ATTRIBUTES.Attributes`).
-fn disk_attributes(op: &str, n: u32) -> Result<u64> {
-    let h = open_disk(op, n, false)?;
-    let out = ioctl(
-        &h,
-        IOCTL_DISK_GET_DISK_ATTRIBUTES,
-        &[],
-        size_of::<GET_DISK_ATTRIBUTES>(),
-    )
-    .map_err(|e| os_error(op, format!("disk {n}"), &e, &[]))?;
+fn disk_attributes(os: &dyn Win32, op: &str, n: u32) -> Result<u64> {
+    let h = open_disk(os, op, n, false)?;
+    let out = ioctl(&h, io::DISK_GET_DISK_ATTRIBUTES, &[], 16)
+        .map_err(|e| os_error(op, format!("disk {n}"), &e, &[]))?;
     // GET_DISK_ATTRIBUTES: Version u32 @0, Reserved1 u32 @4, Attributes u64 @8.
-    out.get(8..16)
-        .and_then(|b| b.try_into().ok())
-        .map(u64::from_le_bytes)
-        .ok_or_else(|| {
-            Error::new(
-                Kind::Internal,
-                op,
-                format!("disk {n}"),
-                "short GET_DISK_ATTRIBUTES",
-            )
-        })
+    io::le_u64(&out, 8).ok_or_else(|| {
+        Error::new(
+            Kind::Internal,
+            op,
+            format!("disk {n}"),
+            "short GET_DISK_ATTRIBUTES",
+        )
+    })
 }
 
-/// Every mount path (drive letters and mounted folders) of the volumes with an extent on `disk`.
-pub(super) fn mount_points_on(op: &str, disk: u32) -> Result<Vec<String>> {
+/// Whether a failure to read a volume's extents says it is on no disk at all: a removable
+/// drive without media ("the device is not ready") or a device that is not a disk volume
+/// ("incorrect function": a CD-ROM volume). Anything else is unknown.
+fn on_no_disk(e: &OsError) -> bool {
+    matches!(e.code, code::NOT_READY | code::INVALID_FUNCTION)
+}
+
+/// Every mount path (drive letters and mounted folders) of the volumes with an extent on
+/// `disk`. Fails closed: a volume whose disks or mount paths cannot be read is an error, never
+/// "not on this disk", because the answer guards a disk against being written to.
+pub(super) fn mount_points_on(os: &dyn Win32, op: &str, disk: u32) -> Result<Vec<String>> {
     let mut out = Vec::new();
-    let mut name = [0u16; 64];
-    // SAFETY: `name` is writable; the find handle is closed below.
-    let find =
-        unsafe { FindFirstVolumeW(&mut name) }.map_err(|e| os_error(op, "volumes", &e, &[]))?;
-    loop {
-        let volume = from_wide(&name);
-        let device = volume.trim_end_matches('\\');
-        let on_disk = open_device(op, device, false)
-            .ok()
-            .and_then(|h| ioctl(&h, IOCTL_VOLUME_GET_VOLUME_DISK_EXTENTS, &[], 8 + 24 * 4).ok())
-            .and_then(|b| storage::parse_volume_disk_extents(&b).ok())
-            .is_some_and(|x| x.iter().any(|e| e.disk_number == disk));
-        if on_disk {
-            let mut paths = vec![0u16; 1024];
-            let mut len = 0u32;
-            let w = wide(&volume);
-            // SAFETY: `w` is the NUL-terminated volume GUID path with its trailing backslash, as
-            // the function requires; the output is a MULTI_SZ list of mount paths.
-            if unsafe {
-                GetVolumePathNamesForVolumeNameW(PCWSTR(w.as_ptr()), Some(&mut paths), &mut len)
-            }
-            .is_ok()
-            {
-                out.extend(
-                    paths
-                        .split(|&c| c == 0)
-                        .take_while(|p| !p.is_empty())
-                        .map(String::from_utf16_lossy),
-                );
-            }
-        }
-        // SAFETY: `find` is a live find handle; `name` is writable.
-        if unsafe { FindNextVolumeW(find, &mut name) }.is_err() {
-            break;
+    let volumes = os.volumes().map_err(|e| os_error(op, "volumes", &e, &[]))?;
+    for volume in volumes {
+        let device = volume_device(&volume);
+        let context = || format!("telling whether disk {disk} is in use");
+        let h = match os::open(os, &device, false) {
+            Ok(h) => h,
+            // Gone since it was listed.
+            Err(e) if e.kind() == Kind::NotFound => continue,
+            Err(e) => return Err(os_error(op, &volume, &e, &[]).context(context())),
+        };
+        let extents = match ioctl(&h, io::VOLUME_GET_VOLUME_DISK_EXTENTS, &[], 8 + 24 * 4) {
+            Ok(b) => storage::parse_volume_disk_extents(&b)
+                .map_err(|e| Error::new(Kind::Internal, op, &volume, e).context(context()))?,
+            Err(e) if on_no_disk(&e) => continue,
+            Err(e) => return Err(os_error(op, &volume, &e, &[]).context(context())),
+        };
+        if extents.iter().any(|e| e.disk_number == disk) {
+            out.extend(volume_path_names(os, op, &volume)?);
         }
     }
-    // SAFETY: closes the handle FindFirstVolumeW returned, once.
-    let _ = unsafe { FindVolumeClose(find) };
     Ok(out)
 }
 
-/// Asks the Plug and Play manager to re-enumerate the whole device tree: `CM_Locate_DevNodeW`
-/// with no device ID "supplies a device instance handle to the device at the root of the device
-/// tree", and `CM_Reenumerate_DevNode` on it makes every bus driver report its children again,
-/// "attempts to configure and start any child devices that were not configured previously" and
-/// surprise-removes the ones that are gone. `CM_REENUMERATE_SYNCHRONOUS` returns once the
-/// subtree has been re-enumerated (it does not wait for new disks to finish starting, so a new
-/// disk may still appear a moment later, as after upstream's storage cache update).
-fn reenumerate_devices(op: &str) -> Result<()> {
-    let mut root = 0u32;
-    // SAFETY: `root` is a valid out pointer; a null device ID selects the root devnode.
-    let cr = unsafe { CM_Locate_DevNodeW(&raw mut root, PCWSTR::null(), CM_LOCATE_DEVNODE_NORMAL) };
-    if cr != CR_SUCCESS {
-        return Err(Error::new(
-            Kind::Internal,
-            op,
-            "device tree root",
-            format!("CM_Locate_DevNodeW failed with CONFIGRET {}", cr.0),
-        ));
+/// The drive letters and mounted folders of a volume (`GetVolumePathNamesForVolumeNameW`),
+/// asking again with the length it reports while the buffer is too small.
+pub(super) fn volume_path_names(os: &dyn Win32, op: &str, volume: &str) -> Result<Vec<String>> {
+    let mut capacity = 256usize;
+    loop {
+        match os.volume_path_names(volume, capacity) {
+            Ok(names) => return Ok(names),
+            Err(e) if e.code == code::MORE_DATA && capacity < (1 << 20) => {
+                capacity = e.needed.max(capacity * 2).min(1 << 20);
+            }
+            Err(e) => return Err(os_error(op, volume, &e, &[])),
+        }
     }
-    // SAFETY: `root` is the devnode handle just located; the caller needs SeLoadDriverPrivilege,
-    // which the Administrators the daemon runs as hold.
-    let cr = unsafe { CM_Reenumerate_DevNode(root, CM_REENUMERATE_SYNCHRONOUS) };
-    if cr != CR_SUCCESS {
-        // CR_ACCESS_DENIED (0x33) is the documented answer without the privilege.
-        let kind = if cr.0 == 0x33 {
-            Kind::PermissionDenied
-        } else {
-            Kind::Internal
+}
+
+/// Waits (up to [`VOLUME_ARRIVAL_LIMIT`]) until the volume of the partition that starts at
+/// `offset` on `disk` exists and its GUID path resolves: Windows creates the volume
+/// asynchronously after the layout write, and drivers list the disk's volumes right after
+/// PartitionDisk returns.
+fn wait_for_volume(os: &dyn Win32, op: &str, disk: u32, offset: u64) -> Result<String> {
+    let until = os.now() + VOLUME_ARRIVAL_LIMIT;
+    loop {
+        if let Some(v) = volume_at_offset(os, disk, offset) {
+            return Ok(v);
+        }
+        if os.now() >= until {
+            return Err(Error::new(
+                Kind::Unavailable,
+                op,
+                format!("disk {disk}"),
+                format!(
+                    "the new partition's volume did not appear within {} s; call again",
+                    VOLUME_ARRIVAL_LIMIT.as_secs()
+                ),
+            ));
+        }
+        os.sleep(VOLUME_ARRIVAL_POLL);
+    }
+}
+
+/// The GUID path of the volume whose extent starts at `offset` on `disk`, once it resolves.
+fn volume_at_offset(os: &dyn Win32, disk: u32, offset: u64) -> Option<String> {
+    os.volumes().ok()?.into_iter().find(|volume| {
+        let Ok(h) = os::open(os, &volume_device(volume), false) else {
+            return false;
         };
-        return Err(Error::new(
-            kind,
-            op,
-            "device tree",
-            format!("CM_Reenumerate_DevNode failed with CONFIGRET {}", cr.0),
-        ));
-    }
-    Ok(())
+        let on_it = ioctl(&h, io::VOLUME_GET_VOLUME_DISK_EXTENTS, &[], 8 + 24 * 4)
+            .ok()
+            .and_then(|b| storage::parse_volume_disk_extents(&b).ok())
+            .is_some_and(|x| {
+                x.iter()
+                    .any(|e| e.disk_number == disk && e.starting_offset == offset)
+            });
+        on_it && os.volume_name_for_mount_point(volume).is_ok()
+    })
 }
 
 impl DiskHost for WindowsDiskHost {
     fn disk_usage(&self, disk_number: u32) -> Result<DiskUsage> {
         const OP: &str = "DiskUsage";
-        open_disk(OP, disk_number, false)?;
-        let mount_points = mount_points_on(OP, disk_number)?;
+        let os = &*self.os;
+        open_disk(os, OP, disk_number, false)?;
+        let mount_points = mount_points_on(os, OP, disk_number)?;
         // A drive letter alone does not make a disk the host's (core's rule), so the disks whose
         // letters matter are named here: the system volume's and the page files'.
-        let system_use = if system_disks(OP)?.contains(&disk_number) {
+        let system_use = if system_disks(os, OP)?.contains(&disk_number) {
             Some("holds the Windows system volume".to_string())
         } else {
-            page_file_use(OP, disk_number, &mount_points)
+            page_file_use(os, OP, disk_number, &mount_points)
         };
         Ok(DiskUsage {
             mount_points,
@@ -441,20 +343,22 @@ impl DiskHost for WindowsDiskHost {
 
     fn rescan(&self) -> Result<()> {
         const OP: &str = "Rescan";
-        reenumerate_devices(OP)?;
+        let os = &*self.os;
+        os.reenumerate_devices()
+            .map_err(|e| os_error(OP, "device tree", &e, &[]))?;
         // Then every disk re-reads its size and partition table: IOCTL_DISK_UPDATE_DRIVE_SIZE
         // "updates device extension with drive size information for current media" (a disk
         // grown underneath Windows) and IOCTL_DISK_UPDATE_PROPERTIES "invalidates the cached
         // partition table and re-enumerates the device". A disk that cannot be opened (being
         // removed, not ours to open) is skipped: the re-enumeration above still covered it.
-        for n in disk_numbers(OP)? {
-            let Ok(h) = open_disk(OP, n, true) else {
+        for n in disk_numbers(os, OP)? {
+            let Ok(h) = open_disk(os, OP, n, true) else {
                 continue;
             };
-            if let Err(e) = ioctl(&h, IOCTL_DISK_UPDATE_DRIVE_SIZE, &[], 64) {
+            if let Err(e) = ioctl(&h, io::DISK_UPDATE_DRIVE_SIZE, &[], 64) {
                 tracing::debug!(disk = n, "IOCTL_DISK_UPDATE_DRIVE_SIZE: {e}");
             }
-            if let Err(e) = ioctl(&h, IOCTL_DISK_UPDATE_PROPERTIES, &[], 0) {
+            if let Err(e) = ioctl(&h, io::DISK_UPDATE_PROPERTIES, &[], 0) {
                 tracing::debug!(disk = n, "IOCTL_DISK_UPDATE_PROPERTIES: {e}");
             }
         }
@@ -463,15 +367,16 @@ impl DiskHost for WindowsDiskHost {
 
     fn list_disk_locations(&self) -> Result<BTreeMap<u32, DiskLocation>> {
         const OP: &str = "ListDiskLocations";
+        let os = &*self.os;
         let mut out = BTreeMap::new();
-        for n in disk_numbers(OP)? {
-            // Disks that are not SCSI-addressed (NVMe without SCSI translation, virtual disks)
-            // fail IOCTL_SCSI_GET_ADDRESS; upstream leaves disks without a parsable location
-            // out, and so does this.
-            let Ok(h) = open_disk(OP, n, false) else {
+        for n in disk_numbers(os, OP)? {
+            // Disks that are not SCSI-addressed (NVMe without SCSI translation, virtual disks,
+            // Storage Spaces) fail IOCTL_SCSI_GET_ADDRESS; upstream leaves disks without a
+            // parsable location out, and so does this.
+            let Ok(h) = open_disk(os, OP, n, false) else {
                 continue;
             };
-            let Ok(raw) = ioctl(&h, IOCTL_SCSI_GET_ADDRESS, &[], 8) else {
+            let Ok(raw) = ioctl(&h, io::SCSI_GET_ADDRESS, &[], 8) else {
                 continue;
             };
             let Ok(a) = storage::parse_scsi_address(&raw) else {
@@ -481,7 +386,10 @@ impl DiskHost for WindowsDiskHost {
                 n,
                 DiskLocation {
                     adapter: a.port.to_string(),
-                    bus: a.path.to_string(),
+                    // Upstream reads the location from MSFT_Disk.Location
+                    // ("PCIROOT(0)#...#LUN(n)" parsed for Adapter, Target and LUN only) and
+                    // leaves Bus empty; drivers match on LUN and Target.
+                    bus: String::new(),
                     target: a.target.to_string(),
                     lun_id: a.lun.to_string(),
                 },
@@ -492,30 +400,27 @@ impl DiskHost for WindowsDiskHost {
 
     fn list_disk_ids(&self) -> Result<BTreeMap<u32, DiskIds>> {
         const OP: &str = "ListDiskIDs";
+        let os = &*self.os;
         let mut out = BTreeMap::new();
-        for n in disk_numbers(OP)? {
+        for n in disk_numbers(os, OP)? {
             let object = format!("disk {n}");
-            let h = open_disk(OP, n, false)?;
+            let h = open_disk(os, OP, n, false)?;
             // Upstream fails the whole call when any disk fails (e.g. "Incorrect function"
             // from a disk without VPD page 0x83 support); so does this.
-            let ids = ioctl(
-                &h,
-                IOCTL_STORAGE_QUERY_PROPERTY,
-                &property_query(STORAGE_DEVICE_ID_PROPERTY),
-                4096,
-            )
-            .map_err(|e| os_error(OP, &object, &e, &[]).context("IOCTL_STORAGE_QUERY_PROPERTY"))?;
-            let ids = storage::parse_device_id_descriptor(&ids)
+            let query = |property| {
+                ioctl(
+                    &h,
+                    io::STORAGE_QUERY_PROPERTY,
+                    &io::property_query(property),
+                    4096,
+                )
+                .map_err(|e| os_error(OP, &object, &e, &[]).context("IOCTL_STORAGE_QUERY_PROPERTY"))
+            };
+            let ids = storage::parse_device_id_descriptor(&query(io::STORAGE_DEVICE_ID_PROPERTY)?)
                 .map_err(|e| Error::new(Kind::Internal, OP, &object, e))?;
-            let desc = ioctl(
-                &h,
-                IOCTL_STORAGE_QUERY_PROPERTY,
-                &property_query(STORAGE_DEVICE_PROPERTY),
-                1024,
-            )
-            .map_err(|e| os_error(OP, &object, &e, &[]).context("IOCTL_STORAGE_QUERY_PROPERTY"))?;
-            let serial_number = storage::device_descriptor_serial(&desc)
-                .map_err(|e| Error::new(Kind::Internal, OP, &object, e))?;
+            let serial_number =
+                storage::device_descriptor_serial(&query(io::STORAGE_DEVICE_PROPERTY)?)
+                    .map_err(|e| Error::new(Kind::Internal, OP, &object, e))?;
             out.insert(
                 n,
                 DiskIds {
@@ -529,93 +434,68 @@ impl DiskHost for WindowsDiskHost {
 
     fn get_disk_size(&self, disk_number: u32) -> Result<u64> {
         const OP: &str = "GetDiskStats";
-        let h = open_disk(OP, disk_number, false)?;
+        let object = format!("disk {disk_number}");
+        let h = open_disk(&*self.os, OP, disk_number, false)?;
         // GET_LENGTH_INFORMATION: Length i64 @0.
-        let out = ioctl(&h, IOCTL_DISK_GET_LENGTH_INFO, &[], 8)
-            .map_err(|e| os_error(OP, format!("disk {disk_number}"), &e, &[]))?;
-        out.get(0..8)
-            .and_then(|b| b.try_into().ok())
-            .map(i64::from_le_bytes)
-            .and_then(|v| u64::try_from(v).ok())
-            .ok_or_else(|| {
-                Error::new(
-                    Kind::Internal,
-                    OP,
-                    format!("disk {disk_number}"),
-                    "bad length",
-                )
-            })
+        let out = ioctl(&h, io::DISK_GET_LENGTH_INFO, &[], 8)
+            .map_err(|e| os_error(OP, &object, &e, &[]))?;
+        io::le_u64(&out, 0)
+            .filter(|v| i64::try_from(*v).is_ok())
+            .ok_or_else(|| Error::new(Kind::Internal, OP, &object, "bad length"))
     }
 
     fn is_disk_online(&self, disk_number: u32) -> Result<bool> {
-        Ok(disk_attributes("GetDiskState", disk_number)? & DISK_ATTRIBUTE_OFFLINE == 0)
+        Ok(
+            disk_attributes(&*self.os, "GetDiskState", disk_number)? & io::DISK_ATTRIBUTE_OFFLINE
+                == 0,
+        )
     }
 
     fn set_disk_online(&self, disk_number: u32, online: bool) -> Result<()> {
         const OP: &str = "SetDiskState";
-        if (disk_attributes(OP, disk_number)? & DISK_ATTRIBUTE_OFFLINE == 0) == online {
+        let os = &*self.os;
+        if (disk_attributes(os, OP, disk_number)? & io::DISK_ATTRIBUTE_OFFLINE == 0) == online {
             return Ok(());
         }
         if !online {
-            refuse_system_disk(OP, disk_number)?;
+            refuse_system_disk(os, OP, disk_number)?;
         }
-        let h = open_disk(OP, disk_number, true)?;
-        let attrs = SET_DISK_ATTRIBUTES {
-            Version: size_of::<SET_DISK_ATTRIBUTES>() as u32,
-            // Persist: the state survives a reboot, as MSFT_Disk.Online/Offline make it.
-            Persist: true,
-            Attributes: if online { 0 } else { DISK_ATTRIBUTE_OFFLINE },
-            AttributesMask: DISK_ATTRIBUTE_OFFLINE,
-            ..Default::default()
-        };
-        // SAFETY: SET_DISK_ATTRIBUTES is plain data; the byte view lives only for the call.
-        let input = unsafe {
-            std::slice::from_raw_parts(
-                (&raw const attrs).cast::<u8>(),
-                size_of::<SET_DISK_ATTRIBUTES>(),
-            )
-        };
-        ioctl(&h, IOCTL_DISK_SET_DISK_ATTRIBUTES, input, 0)
-            .map_err(|e| os_error(OP, format!("disk {disk_number}"), &e, &[]))?;
+        let h = open_disk(os, OP, disk_number, true)?;
+        ioctl(
+            &h,
+            io::DISK_SET_DISK_ATTRIBUTES,
+            &io::set_offline(!online),
+            0,
+        )
+        .map_err(|e| os_error(OP, format!("disk {disk_number}"), &e, &[]))?;
         Ok(())
     }
 
     fn partition_disk(&self, disk_number: u32) -> Result<()> {
         const OP: &str = "PartitionDisk";
+        let os = &*self.os;
         let object = format!("disk {disk_number}");
-        let h = open_disk(OP, disk_number, true)?;
+        let h = open_disk(os, OP, disk_number, true)?;
         let (mut l, sector) = read_layout(OP, disk_number, &h)?;
         // Idempotent and safe: a disk with any data partition is left alone before anything
         // else is looked at.
         if layout::plan_data_partition(&l, sector) == Ok(PartitionPlan::Nothing) {
             return Ok(());
         }
-        refuse_system_disk(OP, disk_number)?;
+        refuse_system_disk(os, OP, disk_number)?;
+        let guid = || os.new_guid().map_err(|e| os_error(OP, "GUID", &e, &[]));
         if l.style == STYLE_RAW {
-            let create = CREATE_DISK {
-                PartitionStyle: PARTITION_STYLE_GPT,
-                Anonymous: CREATE_DISK_0 {
-                    Gpt: CREATE_DISK_GPT {
-                        DiskId: GUID::new().map_err(|e| os_error(OP, "GUID", &e, &[]))?,
-                        // 128 entries: the GPT minimum (UEFI) and Windows' default.
-                        MaxPartitionCount: 128,
-                    },
-                },
-            };
-            // SAFETY: CREATE_DISK is plain data; the byte view lives only for the call.
-            let input = unsafe {
-                std::slice::from_raw_parts(
-                    (&raw const create).cast::<u8>(),
-                    size_of::<CREATE_DISK>(),
-                )
-            };
             // IOCTL_DISK_CREATE_DISK "initializes a disk and disk partition table"; it only
-            // succeeds on a RAW disk here because the layout was just read as RAW.
-            ioctl(&h, IOCTL_DISK_CREATE_DISK, input, 0)
+            // runs on a RAW disk here because the layout was just read as RAW.
+            ioctl(&h, io::DISK_CREATE_DISK, &io::create_gpt_disk(guid()?), 0)
                 .map_err(|e| os_error(OP, &object, &e, &[]))?;
             (l, _) = read_layout(OP, disk_number, &h)?;
         }
-        let plan = layout::plan_data_partition(&l, sector).map_err(|e| {
+        // A GPT disk with no partition at all gets the Microsoft Reserved partition first, as
+        // Windows' own initialisation makes it; the data partition is then number 2.
+        let msr = layout::msr_entry(&l, sector, guid()?);
+        let planned = msr.as_ref().map_or_else(|| l.clone(), |m| l.with(m));
+        let plan = layout::plan_data_partition(&planned, sector).map_err(|e| {
             let kind = match e {
                 layout::PlanError::NotGpt | layout::PlanError::NoSpace => Kind::FailedPrecondition,
                 layout::PlanError::Invalid(_) => Kind::Internal,
@@ -625,15 +505,26 @@ impl DiskHost for WindowsDiskHost {
         let PartitionPlan::Create(new) = plan else {
             return Ok(());
         };
-        let input = layout::gpt_layout_with(&l, new, new_guid(OP)?);
-        ioctl(&h, IOCTL_DISK_SET_DRIVE_LAYOUT_EX, &input, 0)
-            .map_err(|e| os_error(OP, &object, &e, &[]))?;
+        let entries: Vec<NewEntry> = msr
+            .into_iter()
+            .chain([NewEntry::data(new, guid()?)])
+            .collect();
+        ioctl(
+            &h,
+            io::DISK_SET_DRIVE_LAYOUT_EX,
+            &layout::gpt_layout_with(&l, &entries),
+            0,
+        )
+        .map_err(|e| os_error(OP, &object, &e, &[]))?;
         // "IOCTL_DISK_UPDATE_PROPERTIES: invalidates the cached partition table and re-enumerates
         // the device", so the new partition (and its volume) appear without a rescan. The new
         // entry carries GPT_BASIC_DATA_ATTRIBUTE_NO_DRIVE_LETTER, so no drive letter is
         // assigned (as upstream's AssignDriveLetter=false); nothing is formatted.
-        ioctl(&h, IOCTL_DISK_UPDATE_PROPERTIES, &[], 0)
+        ioctl(&h, io::DISK_UPDATE_PROPERTIES, &[], 0)
             .map_err(|e| os_error(OP, &object, &e, &[]))?;
+        drop(h);
+        let volume = wait_for_volume(os, OP, disk_number, new.start)?;
+        tracing::info!(disk = disk_number, volume, "partitioned");
         Ok(())
     }
 }

@@ -11,17 +11,13 @@
 //! FormatVolume never formats a volume that is mounted anywhere or that carries a filesystem or
 //! any other recognised signature; ResizeVolume only grows, only in place.
 
-use super::disk::{
-    IOCTL_VOLUME_GET_VOLUME_DISK_EXTENTS, WindowsDiskHost, ioctl, open_device, open_disk,
-    read_layout,
-};
-use super::win::{OwnedHandle, from_wide, os_error, wide};
-use super::wmi::{property, with_namespace, wmi_error};
+use super::disk::{WindowsDiskHost, open_disk, read_layout, volume_extents, volume_path_names};
+use super::os::{self, Handle, Win32, code, ioctl, os_error};
 use crate::format_record::{FormatRecord, FormatRecords};
 use crate::reparse::{self, LinkDestination, ReparsePoint};
 use crate::signatures;
+use crate::windows_data::ioctl as io;
 use crate::windows_data::layout::{self, Partition};
-use crate::windows_data::storage::{self, DiskExtent};
 use crate::windows_data::volume::{
     self as names, VolumeName, extend_sectors, mount_point_path, resize_steps,
 };
@@ -30,41 +26,45 @@ use csi_proxy_core::disk::{DiskHost, DiskUsage};
 use csi_proxy_core::volume::{ResizeTarget, VolumeHost, VolumeStats};
 use csi_proxy_core::{Error, Kind, Result};
 use std::num::NonZeroU32;
-use windows::Win32::Foundation::{
-    ERROR_DIR_NOT_EMPTY, ERROR_INVALID_PARAMETER, ERROR_NOT_A_REPARSE_POINT,
-    ERROR_UNRECOGNIZED_VOLUME,
-};
-use windows::Win32::Storage::FileSystem::{
-    DeleteVolumeMountPointW, FindFirstVolumeW, FindNextVolumeW, FindVolumeClose, FlushFileBuffers,
-    GetDiskFreeSpaceExW, GetFileAttributesW, GetVolumeInformationW,
-    GetVolumeNameForVolumeMountPointW, GetVolumePathNameW, GetVolumePathNamesForVolumeNameW,
-    INVALID_FILE_ATTRIBUTES, ReadFile, SetVolumeMountPointW,
-};
-use windows::Win32::System::Ioctl::{
-    FSCTL_EXTEND_VOLUME, IOCTL_DISK_GET_LENGTH_INFO, IOCTL_DISK_GET_PARTITION_INFO_EX,
-    IOCTL_DISK_GROW_PARTITION, IOCTL_DISK_UPDATE_DRIVE_SIZE, IOCTL_DISK_UPDATE_PROPERTIES,
-};
-use windows::core::PCWSTR;
+use std::sync::Arc;
 
-/// The WMI namespace of the Storage Management API (`MSFT_Volume`).
-const STORAGE_NAMESPACE: &str = r"ROOT\Microsoft\Windows\Storage";
 /// Links followed from a target path before giving up (upstream's walk stops at 256; a chain of
 /// links to a mount point is one or two long in practice).
 const MAX_HOPS: usize = 64;
 
 /// The Windows volume host.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct WindowsVolumeHost {
+    os: Arc<dyn Win32>,
     records: FormatRecords,
 }
 
+impl std::fmt::Debug for WindowsVolumeHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WindowsVolumeHost")
+            .field("records", &self.records.dir())
+            .finish()
+    }
+}
+
 impl WindowsVolumeHost {
-    /// A host acting on the local volumes, keeping its format records under
+    /// A host acting on this machine's volumes, keeping its format records under
     /// `<state_dir>\format` (see [`crate::format_record`]).
+    #[cfg(windows)]
     pub fn new(state_dir: impl AsRef<std::path::Path>) -> Self {
+        Self::with_os(Arc::new(super::win32::SystemWin32::default()), state_dir)
+    }
+
+    /// A host acting through `os` (the real Windows, or the simulated one in tests).
+    pub fn with_os(os: Arc<dyn Win32>, state_dir: impl AsRef<std::path::Path>) -> Self {
         Self {
+            os,
             records: FormatRecords::new(state_dir.as_ref().join("format")),
         }
+    }
+
+    fn os(&self) -> &dyn Win32 {
+        &*self.os
     }
 }
 
@@ -90,28 +90,25 @@ fn name(op: &str, id: &str) -> Result<VolumeName> {
 
 /// Opens the volume device `\\.\Volume{GUID}`; NOT_FOUND naming the volume when it does not
 /// exist. Reading, writing and the volume I/O controls all go through this handle.
-fn open_volume(op: &str, id: &str, v: &VolumeName, write: bool) -> Result<OwnedHandle> {
-    open_device(op, &v.device_path(), write).map_err(|e| {
+fn open_volume<'a>(
+    os: &'a dyn Win32,
+    op: &str,
+    id: &str,
+    v: &VolumeName,
+    write: bool,
+) -> Result<Handle<'a>> {
+    os::open(os, &v.device_path(), write).map_err(|e| {
         if e.kind() == Kind::NotFound {
             Error::new(Kind::NotFound, op, shown(id), "no such volume")
         } else {
-            e
+            os_error(op, shown(id), &e, &[])
         }
     })
 }
 
-/// The disk extents of the volume (`IOCTL_VOLUME_GET_VOLUME_DISK_EXTENTS`: "retrieves the
-/// physical location of a specified volume on one or more disks").
-fn extents(op: &str, id: &str, h: &OwnedHandle) -> Result<Vec<DiskExtent>> {
-    let out = ioctl(h, IOCTL_VOLUME_GET_VOLUME_DISK_EXTENTS, &[], 8 + 24 * 4)
-        .map_err(|e| os_error(op, shown(id), &e, &[]))?;
-    storage::parse_volume_disk_extents(&out)
-        .map_err(|e| Error::new(Kind::Internal, op, shown(id), e))
-}
-
 /// The disk number of the volume's first extent.
-fn first_disk(op: &str, id: &str, h: &OwnedHandle) -> Result<u32> {
-    extents(op, id, h)?
+fn first_disk(op: &str, id: &str, h: &Handle<'_>) -> Result<u32> {
+    volume_extents(op, &shown(id), h)?
         .first()
         .map(|e| e.disk_number)
         .ok_or_else(|| {
@@ -126,139 +123,67 @@ fn first_disk(op: &str, id: &str, h: &OwnedHandle) -> Result<u32> {
 
 /// The partition holding a basic volume (`IOCTL_DISK_GET_PARTITION_INFO_EX` sent to the volume
 /// device answers for the partition underneath it).
-fn partition_of(op: &str, id: &str, h: &OwnedHandle) -> Result<Partition> {
-    let out = ioctl(h, IOCTL_DISK_GET_PARTITION_INFO_EX, &[], layout::ENTRY_SIZE)
+fn partition_of(op: &str, id: &str, h: &Handle<'_>) -> Result<Partition> {
+    let out = ioctl(h, io::DISK_GET_PARTITION_INFO_EX, &[], layout::ENTRY_SIZE)
         .map_err(|e| os_error(op, shown(id), &e, &[]))?;
     layout::parse_partition_info(&out).map_err(|e| Error::new(Kind::Internal, op, shown(id), e))
 }
 
-/// Every volume GUID path on the system (`FindFirstVolumeW`/`FindNextVolumeW`, which return
-/// them with the trailing backslash).
-fn all_volumes(op: &str) -> Result<Vec<String>> {
-    let mut out = Vec::new();
-    let mut buf = [0u16; 64];
-    // SAFETY: `buf` is writable for its length (a volume GUID path is 49 units with the NUL).
-    let find =
-        unsafe { FindFirstVolumeW(&mut buf) }.map_err(|e| os_error(op, "volumes", &e, &[]))?;
-    loop {
-        out.push(from_wide(&buf));
-        // SAFETY: `find` is the live handle from FindFirstVolumeW; `buf` is writable. The call
-        // fails with ERROR_NO_MORE_FILES after the last volume.
-        if unsafe { FindNextVolumeW(find, &mut buf) }.is_err() {
-            break;
-        }
-    }
-    // SAFETY: closes the handle FindFirstVolumeW returned, exactly once.
-    let _ = unsafe { FindVolumeClose(find) };
-    Ok(out)
-}
-
 /// The filesystem name and volume serial number `GetVolumeInformationW` reports for the volume;
 /// `None` when Windows recognises no filesystem on it (RAW).
-fn volume_filesystem(op: &str, id: &str, v: &VolumeName) -> Result<Option<(String, u32)>> {
-    let root = wide(&v.guid_path());
-    let mut fs = [0u16; 64];
-    let mut serial = 0u32;
-    // SAFETY: `root` is the NUL-terminated volume GUID path with its trailing backslash, as the
-    // function requires of a root; `fs` is writable for its length (MAX_PATH + 1 is documented
-    // as enough; filesystem names are short, and a longer one fails rather than overflows);
-    // `serial` receives the volume serial number (a DWORD).
-    match unsafe {
-        GetVolumeInformationW(
-            PCWSTR(root.as_ptr()),
-            None,
-            Some(&mut serial),
-            None,
-            None,
-            Some(&mut fs),
-        )
-    } {
-        Ok(()) => {
-            let n = from_wide(&fs);
-            Ok(names::filesystem_present(&n).then_some((n, serial)))
-        }
-        Err(e) if super::win::win32_code(&e) == Some(ERROR_UNRECOGNIZED_VOLUME) => Ok(None),
+fn volume_filesystem(
+    os: &dyn Win32,
+    op: &str,
+    id: &str,
+    v: &VolumeName,
+) -> Result<Option<(String, u32)>> {
+    match os.volume_information(&v.guid_path()) {
+        Ok((n, serial)) => Ok(names::filesystem_present(&n).then_some((n, serial))),
+        Err(e) if e.code == code::UNRECOGNIZED_VOLUME => Ok(None),
         Err(e) => Err(os_error(op, shown(id), &e, &[])),
     }
 }
 
-/// Where the volume is mounted: drive letters and mounted folders
-/// (`GetVolumePathNamesForVolumeNameW`, a MULTI_SZ list).
-fn mount_paths(op: &str, id: &str, v: &VolumeName) -> Result<Vec<String>> {
-    let w = wide(&v.guid_path());
-    let mut size = 1024usize;
-    loop {
-        let mut buf = vec![0u16; size];
-        let mut needed = 0u32;
-        // SAFETY: `w` is NUL-terminated with the trailing backslash the function requires; `buf`
-        // is writable for its length and `needed` receives the required length on
-        // ERROR_MORE_DATA.
-        match unsafe {
-            GetVolumePathNamesForVolumeNameW(PCWSTR(w.as_ptr()), Some(&mut buf), &mut needed)
-        } {
-            Ok(()) => {
-                return Ok(buf
-                    .split(|&c| c == 0)
-                    .take_while(|p| !p.is_empty())
-                    .map(String::from_utf16_lossy)
-                    .collect());
-            }
-            Err(_) if (needed as usize) > size && size < (1 << 20) => size = needed as usize,
-            Err(e) => return Err(os_error(op, shown(id), &e, &[])),
-        }
-    }
+/// The canonical GUID path of the volume named `v`: a volume can have more than one GUID path,
+/// and `GetVolumeNameForVolumeMountPointW` on any of them answers "the first one in the mount
+/// manager's cache", which is also what it answers for the volume's mount points.
+fn canonical(os: &dyn Win32, op: &str, id: &str, v: &VolumeName) -> Result<String> {
+    os.volume_name_for_mount_point(&v.guid_path())
+        .map_err(|e| os_error(op, shown(id), &e, &[]))
 }
 
 /// The volume GUID path of the volume mounted at the directory `dir` (a drive root or a mounted
 /// folder); `None` when `dir` is not a mount point.
-fn volume_at(op: &str, dir: &str) -> Result<Option<String>> {
-    let mp = wide(&mount_point_path(dir));
-    let mut buf = [0u16; 64];
-    // SAFETY: `mp` is NUL-terminated and ends in a backslash as the function requires; `buf`
-    // is writable and 50 units are documented as enough for a volume GUID path.
-    match unsafe { GetVolumeNameForVolumeMountPointW(PCWSTR(mp.as_ptr()), &mut buf) } {
-        Ok(()) => Ok(Some(from_wide(&buf))),
-        Err(e) => {
-            let code = super::win::win32_code(&e);
-            // A directory that is not a mount point fails with ERROR_NOT_A_REPARSE_POINT (or,
-            // for a plain directory on some versions, ERROR_INVALID_PARAMETER); a missing one
-            // with FILE/PATH_NOT_FOUND, which the caller treats separately.
-            if matches!(
-                code,
-                Some(ERROR_NOT_A_REPARSE_POINT | ERROR_INVALID_PARAMETER)
-            ) {
-                Ok(None)
-            } else {
-                Err(os_error(op, format!("{dir:?}"), &e, &[]))
-            }
-        }
+fn volume_at(os: &dyn Win32, op: &str, dir: &str) -> Result<Option<String>> {
+    match os.volume_name_for_mount_point(&mount_point_path(dir)) {
+        Ok(v) => Ok(Some(v)),
+        // A directory that is not a mount point fails with ERROR_NOT_A_REPARSE_POINT (or, for a
+        // plain directory on some versions, ERROR_INVALID_PARAMETER); a missing one with
+        // FILE/PATH_NOT_FOUND, which the callers look at first.
+        Err(e) if matches!(e.code, code::NOT_A_REPARSE_POINT | code::INVALID_PARAMETER) => Ok(None),
+        Err(e) => Err(os_error(op, format!("{dir:?}"), &e, &[])),
     }
 }
 
 /// Whether anything exists at `path` (the entry itself: a link's own attributes).
-fn exists(path: &str) -> bool {
-    let w = wide(path);
-    // SAFETY: `w` is NUL-terminated and outlives the call.
-    let attrs = unsafe { GetFileAttributesW(PCWSTR(w.as_ptr())) };
-    attrs != INVALID_FILE_ATTRIBUTES
+fn exists(os: &dyn Win32, path: &str) -> bool {
+    os.file_attributes(path).is_some()
 }
 
-/// The reparse point at `path`, `None` when `path` is not one. Read with
-/// `FSCTL_GET_REPARSE_POINT` on a handle opened with `FILE_FLAG_OPEN_REPARSE_POINT` ("normal
-/// reparse point processing will not occur"), so the link itself is read, not its target.
-fn reparse_point(op: &str, path: &str) -> Result<Option<ReparsePoint>> {
+/// The reparse point at `path`, `None` when `path` is not one. The link itself is read, not its
+/// target.
+fn reparse_point(os: &dyn Win32, op: &str, path: &str) -> Result<Option<ReparsePoint>> {
     let object = || format!("target_path {path:?}");
-    let wide_path: Vec<u16> = path.encode_utf16().collect();
-    match super::filesystem::reparse_data(&wide_path) {
+    match os.reparse_data(path) {
         Ok(data) => reparse::parse(&data)
             .map(Some)
             .map_err(|e| Error::new(Kind::Internal, op, object(), e)),
-        Err(e) if e.raw_os_error() == Some(ERROR_NOT_A_REPARSE_POINT.0 as i32) => Ok(None),
-        Err(e) => Err(Error::io(op, object(), &e)),
+        Err(e) if e.code == code::NOT_A_REPARSE_POINT => Ok(None),
+        Err(e) => Err(os_error(op, object(), &e, &[])),
     }
 }
 
-/// The directory `link` (at `path`) leads to, as a path: absolute destinations as they are,
+/// The directory a link at `path` leads to, as a path: absolute destinations as they are,
 /// relative ones against the link's parent directory.
 fn follow(path: &str, dest: &str) -> String {
     let b = dest.as_bytes();
@@ -273,11 +198,11 @@ fn follow(path: &str, dest: &str) -> String {
 
 /// The volume mounted at `path`, following symbolic links and junctions that lead to the mount
 /// point; an error when the path (after links) is not a volume mount point.
-fn volume_id_at(op: &str, path: &str) -> Result<String> {
+fn volume_id_at(os: &dyn Win32, op: &str, path: &str) -> Result<String> {
     let object = format!("target_path {path:?}");
     let mut p = path.to_string();
     for _ in 0..MAX_HOPS {
-        if !exists(&p) {
+        if !exists(os, &p) {
             return Err(Error::new(
                 Kind::NotFound,
                 op,
@@ -286,10 +211,10 @@ fn volume_id_at(op: &str, path: &str) -> Result<String> {
             ));
         }
         // A drive root (`C:\`) is a mount point without a reparse point.
-        if let Some(v) = volume_at(op, &p)? {
+        if let Some(v) = volume_at(os, op, &p)? {
             return Ok(v);
         }
-        let Some(rp) = reparse_point(op, &p)? else {
+        let Some(rp) = reparse_point(os, op, &p)? else {
             return Err(Error::new(
                 Kind::NotFound,
                 op,
@@ -320,90 +245,51 @@ fn volume_id_at(op: &str, path: &str) -> Result<String> {
 
 /// Writes the volume's cached data to the disk: `FlushFileBuffers` on a volume handle "flushes
 /// all open files on the volume" and needs a handle with write access (an administrator's).
-fn flush(op: &str, id: &str, v: &VolumeName) -> Result<()> {
-    let h = open_volume(op, id, v, true)?;
-    // SAFETY: `h` is a live handle opened with GENERIC_WRITE.
-    unsafe { FlushFileBuffers(h.0) }.map_err(|e| os_error(op, shown(id), &e, &[]))
+fn flush(os: &dyn Win32, op: &str, id: &str, v: &VolumeName) -> Result<()> {
+    let h = open_volume(os, op, id, v, true)?;
+    os.flush(h.raw())
+        .map_err(|e| os_error(op, shown(id), &e, &[]))
 }
 
-/// The first bytes of the volume, for the signature check before formatting.
-fn read_head(op: &str, id: &str, v: &VolumeName) -> Result<Vec<u8>> {
-    // A fresh handle's file pointer is at byte 0, and PROBE_LEN is a whole number of sectors,
-    // as reads from a volume handle must be.
-    let h = open_volume(op, id, v, false)?;
-    let mut buf = vec![0u8; signatures::PROBE_LEN];
-    let mut got = 0u32;
-    // SAFETY: `buf` is writable for its length; synchronous handle, no OVERLAPPED.
-    unsafe { ReadFile(h.0, Some(&mut buf), Some(&raw mut got), None) }
-        .map_err(|e| os_error(op, shown(id), &e, &[]))?;
-    buf.truncate(got as usize);
-    Ok(buf)
+/// The first bytes of the volume, for the signature check before formatting. A fresh handle's
+/// file pointer is at byte 0, and PROBE_LEN is a whole number of sectors, as reads from a volume
+/// handle must be.
+fn read_head(os: &dyn Win32, op: &str, id: &str, v: &VolumeName) -> Result<Vec<u8>> {
+    let h = open_volume(os, op, id, v, false)?;
+    os.read(h.raw(), signatures::PROBE_LEN)
+        .map_err(|e| os_error(op, shown(id), &e, &[]))
 }
 
-/// Quick-formats the volume NTFS through `MSFT_Volume.Format` on the WMI thread (the Storage
-/// Management API; Windows documents no Win32 format call). Parameters as upstream: NTFS, no
-/// label, quick (Full = false), Force (formats even if the volume is in use; the caller has
-/// checked it is mounted nowhere).
-fn wmi_format(op: &'static str, id: &str, v: &VolumeName) -> Result<()> {
-    const CLASS: &str = "MSFT_Volume";
-    let query = format!(
-        "SELECT * FROM {CLASS} WHERE UniqueId = {}",
-        names::wql_string(&v.guid_path())
-    );
-    let object = shown(id);
-    let code = with_namespace(op, STORAGE_NAMESPACE, move |c| {
-        let rows = c
-            .exec_query(query)
-            .map_err(|e| wmi_error(op, &object, &e))?;
-        let row = rows
-            .into_iter()
-            .next()
-            .ok_or_else(|| {
-                Error::new(
-                    Kind::NotFound,
-                    op,
-                    &object,
-                    "no MSFT_Volume with this UniqueId",
-                )
-            })?
-            .map_err(|e| wmi_error(op, &object, &e))?;
-        let path = row.path().map_err(|e| wmi_error(op, &object, &e))?;
-        let class = c.get_object(CLASS).map_err(|e| wmi_error(op, CLASS, &e))?;
-        let params = class
-            .get_method("Format")
-            .map_err(|e| wmi_error(op, CLASS, &e))?
-            .ok_or_else(|| Error::new(Kind::Unimplemented, op, CLASS, "no Format method"))?
-            .spawn_instance()
-            .map_err(|e| wmi_error(op, CLASS, &e))?;
-        let put = |name: &str, value: wmi::Variant| {
-            params
-                .put_property(name, value)
-                .map_err(|e| wmi_error(op, format!("{CLASS}.Format parameter {name}"), &e))
-        };
-        put("FileSystem", wmi::Variant::String("NTFS".into()))?;
-        put("FileSystemLabel", wmi::Variant::String(String::new()))?;
-        put("Full", wmi::Variant::Bool(false))?;
-        put("Force", wmi::Variant::Bool(true))?;
-        let out = c
-            .exec_method(&path, "Format", Some(&params))
-            .map_err(|e| wmi_error(op, &object, &e))?;
-        match out {
-            None => Ok(0),
-            Some(o) => Ok(match property(op, &object, &o, "ReturnValue")? {
-                wmi::Variant::UI4(n) => n,
-                wmi::Variant::I4(n) => n as u32,
-                _ => 0,
-            }),
+/// Whether a WMI failure means the connection is dead (winmgmt restarted, RPC server gone) and
+/// a fresh connection would answer.
+fn wmi_disconnected(e: &os::OsError) -> bool {
+    matches!(
+        e.code,
+        0x8001_0108 // RPC_E_DISCONNECTED
+            | 0x8007_06BA // RPC_S_SERVER_UNAVAILABLE
+            | 0x8004_1015 // WBEM_E_TRANSPORT_FAILURE
+            | 0x8004_1033 // WBEM_E_SHUTTING_DOWN
+    )
+}
+
+/// Quick-formats the volume NTFS through `MSFT_Volume.Format` (the Storage Management API;
+/// Windows documents no Win32 format call), reconnecting to WMI once when the connection was
+/// dropped. Parameters as upstream: NTFS, no label, quick, Force (the caller has checked the
+/// volume is mounted nowhere).
+fn wmi_format(os: &dyn Win32, op: &str, id: &str, v: &VolumeName) -> Result<()> {
+    let volume = v.guid_path();
+    let code = match os.format_ntfs(&volume) {
+        Err(e) if wmi_disconnected(&e) => {
+            tracing::warn!(volume = id, "WMI connection lost ({e}); connecting again");
+            os.reset_wmi();
+            os.format_ntfs(&volume)
         }
-    })?;
+        other => other,
+    }
+    .map_err(|e| os_error(op, shown(id), &e, &[]).context("MSFT_Volume.Format"))?;
     storage_return(code).map_err(|(kind, why)| {
         Error::new(kind, op, shown(id), format!("MSFT_Volume.Format: {why}"))
     })
-}
-
-/// Sends a fixed-size input with no output.
-fn ioctl_in(h: &OwnedHandle, code: u32, input: &[u8]) -> windows::core::Result<()> {
-    ioctl(h, code, input, 0).map(drop)
 }
 
 impl VolumeHost for WindowsVolumeHost {
@@ -413,17 +299,19 @@ impl VolumeHost for WindowsVolumeHost {
         partition: Option<NonZeroU32>,
     ) -> Result<Vec<String>> {
         const OP: &str = "ListVolumesOnDisk";
+        let os = self.os();
         let mut found: Vec<(u32, String)> = Vec::new();
-        for id in all_volumes(OP)? {
+        let volumes = os.volumes().map_err(|e| os_error(OP, "volumes", &e, &[]))?;
+        for id in volumes {
             let Some(v) = VolumeName::parse(&id) else {
                 continue;
             };
             // Volumes that cannot be opened or have no disk extents (an empty CD drive, a
             // volume being removed) are on no disk.
-            let Ok(h) = open_volume(OP, &id, &v, false) else {
+            let Ok(h) = open_volume(os, OP, &id, &v, false) else {
                 continue;
             };
-            let Ok(ext) = extents(OP, &id, &h) else {
+            let Ok(ext) = volume_extents(OP, &shown(&id), &h) else {
                 continue;
             };
             if !ext.iter().any(|e| e.disk_number == disk) {
@@ -443,10 +331,11 @@ impl VolumeHost for WindowsVolumeHost {
 
     fn mount_volume(&self, id: &str, target: &str) -> Result<()> {
         const OP: &str = "MountVolume";
+        let os = self.os();
         let v = name(OP, id)?;
         let object = format!("{} at {target:?}", shown(id));
-        drop(open_volume(OP, id, &v, false)?);
-        if !exists(target) {
+        drop(open_volume(os, OP, id, &v, false)?);
+        if !exists(os, target) {
             return Err(Error::new(
                 Kind::FailedPrecondition,
                 OP,
@@ -454,8 +343,10 @@ impl VolumeHost for WindowsVolumeHost {
                 "target_path does not exist; create the directory first",
             ));
         }
-        if let Some(current) = volume_at(OP, target)? {
-            if names::same_volume(&current, id) {
+        if let Some(current) = volume_at(os, OP, target)? {
+            // Compared by identity: the volume may have been named by another of its GUID
+            // paths than the one its mount points report.
+            if names::same_volume(&current, &canonical(os, OP, id, &v)?) {
                 return Ok(()); // the same volume already mounted here: idempotent
             }
             return Err(Error::new(
@@ -465,37 +356,36 @@ impl VolumeHost for WindowsVolumeHost {
                 format!("another volume ({current}) is mounted there"),
             ));
         }
-        let mp = wide(&mount_point_path(target));
-        let vol = wide(&v.guid_path());
-        // SAFETY: both strings are NUL-terminated and end in a backslash, as the function
-        // requires ("the string must end with a trailing backslash"). It fails on a directory
-        // that is not empty (ERROR_DIR_NOT_EMPTY), which is how a non-empty target is refused.
-        unsafe { SetVolumeMountPointW(PCWSTR(mp.as_ptr()), PCWSTR(vol.as_ptr())) }.map_err(
-            |e| match super::win::win32_code(&e) {
-                Some(ERROR_DIR_NOT_EMPTY) => Error::new(
+        // SetVolumeMountPointW fails on a directory that is not empty (ERROR_DIR_NOT_EMPTY),
+        // which is how a non-empty target is refused.
+        os.set_volume_mount_point(&mount_point_path(target), &v.guid_path())
+            .map_err(|e| match e.code {
+                code::DIR_NOT_EMPTY => Error::new(
                     Kind::FailedPrecondition,
                     OP,
                     &object,
                     "target_path is not an empty directory",
                 ),
                 _ => os_error(OP, &object, &e, &[]),
-            },
-        )?;
+            })?;
         tracing::info!(volume = id, target, "mounted");
         Ok(())
     }
 
     fn unmount_volume(&self, id: &str, target: &str) -> Result<()> {
         const OP: &str = "UnmountVolume";
+        let os = self.os();
         let v = name(OP, id)?;
         let object = format!("{} at {target:?}", shown(id));
-        if !exists(target) {
+        if !exists(os, target) {
             return Ok(()); // nothing there: nothing mounted
         }
-        let Some(current) = volume_at(OP, target)? else {
+        let Some(current) = volume_at(os, OP, target)? else {
             return Ok(()); // not (or no longer) a mount point: success
         };
-        if !names::same_volume(&current, id) {
+        if !names::same_volume(&current, id)
+            && !names::same_volume(&current, &canonical(os, OP, id, &v)?)
+        {
             return Err(Error::new(
                 Kind::FailedPrecondition,
                 OP,
@@ -503,11 +393,9 @@ impl VolumeHost for WindowsVolumeHost {
                 format!("a different volume ({current}) is mounted there; not unmounting it"),
             ));
         }
-        flush(OP, id, &v)?;
-        let mp = wide(&mount_point_path(target));
-        // SAFETY: NUL-terminated with the trailing backslash the function requires. It removes
-        // the mount point only; the directory stays (drivers remove it with Rmdir).
-        unsafe { DeleteVolumeMountPointW(PCWSTR(mp.as_ptr())) }
+        flush(os, OP, id, &v)?;
+        // Removes the mount point only; the directory stays (drivers remove it with Rmdir).
+        os.delete_volume_mount_point(&mount_point_path(target))
             .map_err(|e| os_error(OP, &object, &e, &[]))?;
         tracing::info!(volume = id, target, "unmounted");
         Ok(())
@@ -515,17 +403,19 @@ impl VolumeHost for WindowsVolumeHost {
 
     fn is_volume_formatted(&self, id: &str) -> Result<bool> {
         const OP: &str = "IsVolumeFormatted";
+        let os = self.os();
         let v = name(OP, id)?;
-        drop(open_volume(OP, id, &v, false)?);
-        Ok(volume_filesystem(OP, id, &v)?.is_some())
+        drop(open_volume(os, OP, id, &v, false)?);
+        Ok(volume_filesystem(os, OP, id, &v)?.is_some())
     }
 
     fn format_volume(&self, id: &str) -> Result<()> {
         const OP: &str = "FormatVolume";
+        let os = self.os();
         let v = name(OP, id)?;
         let object = shown(id);
-        drop(open_volume(OP, id, &v, false)?);
-        let mounted = mount_paths(OP, id, &v)?;
+        drop(open_volume(os, OP, id, &v, false)?);
+        let mounted = volume_path_names(os, OP, &v.guid_path())?;
         if let Some(first) = mounted.first() {
             return Err(Error::new(
                 Kind::FailedPrecondition,
@@ -539,7 +429,7 @@ impl VolumeHost for WindowsVolumeHost {
         let key = v.guid();
         let record = self.records.read(key);
         let interrupted = record.as_ref().is_some_and(|r| !r.done);
-        if let Some((fs, serial)) = volume_filesystem(OP, id, &v)? {
+        if let Some((fs, serial)) = volume_filesystem(os, OP, id, &v)? {
             match &record {
                 Some(r)
                     if r.done && fs.eq_ignore_ascii_case(&r.fs) && r.id == serial_text(serial) =>
@@ -563,7 +453,7 @@ impl VolumeHost for WindowsVolumeHost {
             // Windows calls the volume RAW; make sure it holds nothing another OS would
             // recognise (ext4, LUKS, LVM, ...) before writing over it. An interrupted format of
             // ours may have left a partial NTFS: that one is formatted again.
-            if let Some(sig) = signatures::probe(&read_head(OP, id, &v)?) {
+            if let Some(sig) = signatures::probe(&read_head(os, OP, id, &v)?) {
                 return Err(Error::new(
                     Kind::FailedPrecondition,
                     OP,
@@ -583,8 +473,8 @@ impl VolumeHost for WindowsVolumeHost {
             id: String::new(),
             done: false,
         })?;
-        wmi_format(OP, id, &v)?;
-        let serial = match volume_filesystem(OP, id, &v)? {
+        wmi_format(os, OP, id, &v)?;
+        let serial = match volume_filesystem(os, OP, id, &v)? {
             Some((_, serial)) => serial,
             None => {
                 return Err(Error::new(
@@ -606,10 +496,11 @@ impl VolumeHost for WindowsVolumeHost {
 
     fn resize_volume(&self, id: &str, target: ResizeTarget) -> Result<()> {
         const OP: &str = "ResizeVolume";
+        let os = self.os();
         let v = name(OP, id)?;
         let object = shown(id);
-        let vh = open_volume(OP, id, &v, true)?;
-        let ext = extents(OP, id, &vh)?;
+        let vh = open_volume(os, OP, id, &v, true)?;
+        let ext = volume_extents(OP, &object, &vh)?;
         let [extent] = ext.as_slice() else {
             return Err(Error::new(
                 Kind::FailedPrecondition,
@@ -623,15 +514,15 @@ impl VolumeHost for WindowsVolumeHost {
         };
         let disk = extent.disk_number;
         let part = partition_of(OP, id, &vh)?;
-        let dh = open_disk(OP, disk, true)?;
+        let dh = open_disk(os, OP, disk, true)?;
         let disk_object = format!("disk {disk}");
         // IOCTL_DISK_UPDATE_DRIVE_SIZE "updates the device extension with drive size information
         // for current media" and IOCTL_DISK_UPDATE_PROPERTIES re-reads the partition table: a
         // disk grown underneath Windows (a cloud disk expanded) shows its new size and usable
         // area before the maximum is computed.
-        ioctl(&dh, IOCTL_DISK_UPDATE_DRIVE_SIZE, &[], 64)
+        ioctl(&dh, io::DISK_UPDATE_DRIVE_SIZE, &[], 64)
             .map_err(|e| os_error(OP, &disk_object, &e, &[]))?;
-        ioctl_in(&dh, IOCTL_DISK_UPDATE_PROPERTIES, &[])
+        ioctl(&dh, io::DISK_UPDATE_PROPERTIES, &[], 0)
             .map_err(|e| os_error(OP, &disk_object, &e, &[]))?;
         let (l, sector) = read_layout(OP, disk, &dh)?;
         if l.style != layout::STYLE_GPT {
@@ -643,14 +534,10 @@ impl VolumeHost for WindowsVolumeHost {
             ));
         }
         // GET_LENGTH_INFORMATION: Length i64 @0.
-        let disk_length = ioctl(&dh, IOCTL_DISK_GET_LENGTH_INFO, &[], 8)
+        let disk_length = ioctl(&dh, io::DISK_GET_LENGTH_INFO, &[], 8)
             .ok()
-            .and_then(|b| {
-                b.get(0..8)
-                    .and_then(|b| b.try_into().ok())
-                    .map(i64::from_le_bytes)
-            })
-            .and_then(|n| u64::try_from(n).ok())
+            .and_then(|b| io::le_u64(&b, 0))
+            .filter(|n| i64::try_from(*n).is_ok())
             .ok_or_else(|| Error::new(Kind::Internal, OP, &disk_object, "no disk length"))?;
         let maximum = layout::max_partition_size(&l, part.number, disk_length, sector)
             .map_err(|e| Error::new(Kind::Internal, OP, &object, e))?;
@@ -658,30 +545,31 @@ impl VolumeHost for WindowsVolumeHost {
             ResizeTarget::Maximum => None,
             ResizeTarget::Bytes(n) => Some(n),
         };
-        let mut fs_total = 0u64;
-        let root = wide(&v.guid_path());
-        // SAFETY: the root is the NUL-terminated volume GUID path with its trailing backslash;
-        // only the total is asked for, into a valid u64.
-        let fs_known = unsafe {
-            GetDiskFreeSpaceExW(PCWSTR(root.as_ptr()), None, Some(&raw mut fs_total), None)
-        }
-        .is_ok();
-        if !fs_known {
-            // No filesystem: only the partition is grown (FSCTL_EXTEND_VOLUME on a RAW volume
-            // is accepted but means nothing).
-            fs_total = part.length;
-        }
-        let steps = resize_steps(part.length, maximum, fs_total, wanted, sector)
-            .map_err(|e| Error::new(Kind::FailedPrecondition, OP, &object, e))?;
+        // No filesystem: only the partition is grown (FSCTL_EXTEND_VOLUME on a RAW volume is
+        // accepted but means nothing).
+        let fs_total = os
+            .disk_free_space(&v.guid_path())
+            .ok()
+            .map(|(total, _)| total);
+        let steps = resize_steps(
+            part.length,
+            maximum,
+            fs_total.unwrap_or(part.length),
+            wanted,
+            sector,
+        )
+        .map_err(|e| Error::new(Kind::FailedPrecondition, OP, &object, e))?;
         if steps.grow_partition > 0 {
-            // DISK_GROW_PARTITION: PartitionNumber u32 @0, BytesToGrow i64 @8. The documented
-            // way to enlarge a live partition ("you can grow an active partition, and the
-            // partition can be open for sharing during the operation"); unlike rewriting the
-            // whole layout it touches no other partition.
-            let mut input = [0u8; 16];
-            input[0..4].copy_from_slice(&part.number.to_le_bytes());
-            input[8..16].copy_from_slice(&(steps.grow_partition as i64).to_le_bytes());
-            ioctl_in(&dh, IOCTL_DISK_GROW_PARTITION, &input).map_err(|e| {
+            // The documented way to enlarge a live partition ("you can grow an active
+            // partition, and the partition can be open for sharing during the operation");
+            // unlike rewriting the whole layout it touches no other partition.
+            ioctl(
+                &dh,
+                io::DISK_GROW_PARTITION,
+                &io::grow_partition(part.number, steps.grow_partition),
+                0,
+            )
+            .map_err(|e| {
                 os_error(
                     OP,
                     format!("{disk_object} partition {}", part.number),
@@ -689,14 +577,14 @@ impl VolumeHost for WindowsVolumeHost {
                     &[],
                 )
             })?;
-            let _ = ioctl_in(&dh, IOCTL_DISK_UPDATE_PROPERTIES, &[]);
+            let _ = ioctl(&dh, io::DISK_UPDATE_PROPERTIES, &[], 0);
         }
-        if steps.extend_filesystem && fs_known {
+        if steps.extend_filesystem && fs_total.is_some() {
             let new_length = part.length + steps.grow_partition;
             // FSCTL_EXTEND_VOLUME takes "the total number of sectors that should be in the
             // extended volume" and works on a live, mounted NTFS or ReFS volume.
             let sectors = extend_sectors(new_length, sector as u32) as i64;
-            ioctl_in(&vh, FSCTL_EXTEND_VOLUME, &sectors.to_le_bytes())
+            ioctl(&vh, io::FSCTL_EXTEND_VOLUME, &sectors.to_le_bytes(), 0)
                 .map_err(|e| os_error(OP, &object, &e, &[]).context("FSCTL_EXTEND_VOLUME"))?;
         }
         tracing::info!(volume = id, grown_by = steps.grow_partition, "resized");
@@ -705,23 +593,13 @@ impl VolumeHost for WindowsVolumeHost {
 
     fn get_volume_stats(&self, id: &str) -> Result<VolumeStats> {
         const OP: &str = "GetVolumeStats";
+        let os = self.os();
         let v = name(OP, id)?;
-        drop(open_volume(OP, id, &v, false)?);
-        let root = wide(&v.guid_path());
-        let (mut total, mut free) = (0u64, 0u64);
-        // SAFETY: `root` is NUL-terminated and names the volume's root directory (the GUID path
-        // with its trailing backslash works unmounted too); the outputs are valid u64s. The
-        // total free bytes are asked for, not the caller's quota.
-        unsafe {
-            GetDiskFreeSpaceExW(
-                PCWSTR(root.as_ptr()),
-                None,
-                Some(&raw mut total),
-                Some(&raw mut free),
-            )
-        }
-        .map_err(|e| {
-            if super::win::win32_code(&e) == Some(ERROR_UNRECOGNIZED_VOLUME) {
+        drop(open_volume(os, OP, id, &v, false)?);
+        // The GUID path names the volume's root directory, mounted or not; the total free bytes
+        // are asked for, not the caller's quota.
+        let (total, free) = os.disk_free_space(&v.guid_path()).map_err(|e| {
+            if e.code == code::UNRECOGNIZED_VOLUME {
                 Error::new(
                     Kind::FailedPrecondition,
                     OP,
@@ -741,34 +619,32 @@ impl VolumeHost for WindowsVolumeHost {
     fn get_disk_number_from_volume_id(&self, id: &str) -> Result<u32> {
         const OP: &str = "GetDiskNumberFromVolumeID";
         let v = name(OP, id)?;
-        let h = open_volume(OP, id, &v, false)?;
+        let h = open_volume(self.os(), OP, id, &v, false)?;
         first_disk(OP, id, &h)
     }
 
     fn get_volume_id_from_target_path(&self, target: &str) -> Result<String> {
-        volume_id_at("GetVolumeIDFromTargetPath", target)
+        volume_id_at(self.os(), "GetVolumeIDFromTargetPath", target)
     }
 
     fn get_closest_volume_id_from_target_path(&self, target: &str) -> Result<String> {
         const OP: &str = "GetClosestVolumeIDFromTargetPath";
+        let os = self.os();
         let object = format!("target_path {target:?}");
-        if !exists(target) {
+        if !exists(os, target) {
             return Err(Error::new(Kind::NotFound, OP, &object, "does not exist"));
         }
         // A link (to a mount point or anywhere) at the path itself is followed first, as
         // upstream's walk does.
-        if let Ok(id) = volume_id_at(OP, target) {
+        if let Ok(id) = volume_id_at(os, OP, target) {
             return Ok(id);
         }
-        let w = wide(target);
-        let mut root = vec![0u16; target.len() + 64];
-        // SAFETY: `w` is NUL-terminated; `root` is writable and at least as long as the path
-        // plus a separator, which bounds the answer ("the mount point where the path is
-        // mounted": the deepest mounted folder or drive root above it).
-        unsafe { GetVolumePathNameW(PCWSTR(w.as_ptr()), &mut root) }
+        // "The mount point where the path is mounted": the deepest mounted folder or drive
+        // root above it.
+        let root = os
+            .volume_path_name(target)
             .map_err(|e| os_error(OP, &object, &e, &[]))?;
-        let root = from_wide(&root);
-        volume_at(OP, &root)?.ok_or_else(|| {
+        volume_at(os, OP, &root)?.ok_or_else(|| {
             Error::new(
                 Kind::NotFound,
                 OP,
@@ -781,14 +657,18 @@ impl VolumeHost for WindowsVolumeHost {
     fn write_volume_cache(&self, id: &str) -> Result<()> {
         const OP: &str = "WriteVolumeCache";
         let v = name(OP, id)?;
-        flush(OP, id, &v)
+        flush(self.os(), OP, id, &v)
     }
 
     fn volume_disk(&self, id: &str) -> Result<(u32, DiskUsage)> {
         const OP: &str = "locating";
         let v = name(OP, id)?;
-        let h = open_volume(OP, id, &v, false)?;
+        let h = open_volume(self.os(), OP, id, &v, false)?;
         let disk = first_disk(OP, id, &h)?;
-        Ok((disk, WindowsDiskHost::new().disk_usage(disk)?))
+        drop(h);
+        Ok((
+            disk,
+            WindowsDiskHost::with_os(self.os.clone()).disk_usage(disk)?,
+        ))
     }
 }

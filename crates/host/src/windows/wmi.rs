@@ -15,6 +15,7 @@
 //! A closure that panics does not take the thread down: the panic is caught and reported as an
 //! INTERNAL error naming the operation, and the thread serves the next call.
 
+use super::os::{OsError, Win32Result};
 use csi_proxy_core::{Error, Kind, Result};
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -145,6 +146,37 @@ fn serve(rx: Receiver<Job>) {
     let mut conns = Connections::new();
     while let Ok(job) = rx.recv() {
         job(&mut conns);
+    }
+}
+
+/// Runs `f` on the WMI thread against `namespace`, for the Win32 seam: `f`'s errors stay
+/// [`OsError`]s; a failure to reach the thread or to connect becomes one too.
+pub fn run_in<R, F>(namespace: &'static str, f: F) -> Win32Result<R>
+where
+    R: Send + 'static,
+    F: FnOnce(&wmi::WMIConnection) -> Win32Result<R> + Send + 'static,
+{
+    match with_namespace("WMI", namespace, move |c| Ok(f(c))) {
+        Ok(r) => r,
+        Err(e) => {
+            // The thread or the connection failed: keep the kind readable through a code.
+            let code = match e.kind() {
+                Kind::Unavailable => 0x8001_0108,
+                Kind::PermissionDenied => 0x8007_0005,
+                Kind::NotFound => 0x8004_1002,
+                _ => 0x8000_FFFF,
+            };
+            Err(OsError::with_message(code, e.message()))
+        }
+    }
+}
+
+/// Drops every cached WMI connection, so the next call connects again: after `winmgmt`
+/// restarts, a connection made before answers RPC_E_DISCONNECTED for ever.
+pub fn reset() {
+    let job: Job = Box::new(|conns: &mut Connections| conns.clear());
+    if let Err(e) = submit("WMI reset", job) {
+        tracing::warn!("could not reset the WMI connections: {e}");
     }
 }
 

@@ -299,11 +299,92 @@ pub fn plan_resize(
     Ok(ResizePlan::Grow(target - current))
 }
 
-/// Writes `layout` plus `new` (a basic-data partition with id `new_id`) as the input of
-/// `IOCTL_DISK_SET_DRIVE_LAYOUT_EX`: every existing entry is kept byte for byte as read (not
-/// rewritten), the new one has `RewritePartition` set so the driver writes it.
-pub fn gpt_layout_with(layout: &Layout, new: NewPartition, new_id: Guid) -> Vec<u8> {
-    let count = layout.partitions.len() + 1;
+/// The size of the Microsoft Reserved partition Windows creates on a GPT disk it initialises
+/// (16 MiB since Windows 10 / Server 2016; "Windows and GPT FAQ").
+pub const MSR_SIZE: u64 = 16 << 20;
+
+/// A GPT partition to add to a layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewEntry {
+    /// Byte offset on the disk.
+    pub start: u64,
+    /// Length in bytes.
+    pub length: u64,
+    /// Partition type.
+    pub gpt_type: Guid,
+    /// Unique partition id.
+    pub id: Guid,
+    /// GPT attributes.
+    pub attributes: u64,
+}
+
+impl NewEntry {
+    /// A basic-data partition over `at`, hidden from automount's drive letters
+    /// (GPT_BASIC_DATA_ATTRIBUTE_NO_DRIVE_LETTER, as upstream's `AssignDriveLetter=false`).
+    pub fn data(at: NewPartition, id: Guid) -> Self {
+        Self {
+            start: at.start,
+            length: at.length,
+            gpt_type: BASIC_DATA,
+            id,
+            attributes: NO_DRIVE_LETTER,
+        }
+    }
+
+    /// The entry as a `PARTITION_INFORMATION_EX` with `RewritePartition` set, so the driver
+    /// writes it; `PartitionNumber` is left for the driver to assign.
+    pub fn bytes(&self) -> [u8; ENTRY_SIZE] {
+        let mut e = [0u8; ENTRY_SIZE];
+        e[0..4].copy_from_slice(&STYLE_GPT.to_le_bytes());
+        e[8..16].copy_from_slice(&(self.start as i64).to_le_bytes());
+        e[16..24].copy_from_slice(&(self.length as i64).to_le_bytes());
+        e[28] = 1;
+        e[32..48].copy_from_slice(&self.gpt_type.0);
+        e[48..64].copy_from_slice(&self.id.0);
+        e[64..72].copy_from_slice(&self.attributes.to_le_bytes());
+        e
+    }
+}
+
+/// The Microsoft Reserved partition to create first on a GPT disk with no partition at all, as
+/// Windows' disk initialisation does (Windows expects one on every GPT data disk, and upstream's
+/// data partition is then number 2): 16 MiB at the start of the usable area. `None` when the
+/// disk already has partitions or is not GPT.
+pub fn msr_entry(layout: &Layout, sector: u64, id: Guid) -> Option<NewEntry> {
+    if layout.style != STYLE_GPT || !layout.partitions.is_empty() {
+        return None;
+    }
+    let sector = sector.max(1);
+    let start = layout.usable_start.div_ceil(sector) * sector;
+    (start.checked_add(MSR_SIZE)? <= layout.usable_start.checked_add(layout.usable_length)?)
+        .then_some(NewEntry {
+            start,
+            length: MSR_SIZE,
+            gpt_type: MSR,
+            id,
+            attributes: 0,
+        })
+}
+
+impl Layout {
+    /// This layout as it will be with `entry` added (numbered after the existing partitions),
+    /// for planning the next partition around it.
+    pub fn with(&self, entry: &NewEntry) -> Layout {
+        let mut l = self.clone();
+        let bytes = entry.bytes();
+        if let Ok(mut p) = parse_entry(&bytes, &|| ParseError(String::new())) {
+            p.number = self.partitions.iter().map(|p| p.number).max().unwrap_or(0) + 1;
+            l.partitions.push(p);
+        }
+        l
+    }
+}
+
+/// Writes `layout` plus the `new` entries as the input of `IOCTL_DISK_SET_DRIVE_LAYOUT_EX`:
+/// every existing entry is kept byte for byte as read (not rewritten), the new ones have
+/// `RewritePartition` set so the driver writes them.
+pub fn gpt_layout_with(layout: &Layout, new: &[NewEntry]) -> Vec<u8> {
+    let count = layout.partitions.len() + new.len();
     let mut out = vec![0u8; HEADER_SIZE + count * ENTRY_SIZE];
     out[0..4].copy_from_slice(&STYLE_GPT.to_le_bytes());
     out[4..8].copy_from_slice(&(count as u32).to_le_bytes());
@@ -317,16 +398,10 @@ pub fn gpt_layout_with(layout: &Layout, new: NewPartition, new_id: Guid) -> Vec<
         e.copy_from_slice(&p.raw);
         e[28] = 0;
     }
-    let e = &mut out[HEADER_SIZE + layout.partitions.len() * ENTRY_SIZE..][..ENTRY_SIZE];
-    e[0..4].copy_from_slice(&STYLE_GPT.to_le_bytes());
-    e[8..16].copy_from_slice(&(new.start as i64).to_le_bytes());
-    e[16..24].copy_from_slice(&(new.length as i64).to_le_bytes());
-    // RewritePartition TRUE: this entry is new and must be written; PartitionNumber is
-    // assigned by the driver.
-    e[28] = 1;
-    e[32..48].copy_from_slice(&BASIC_DATA.0);
-    e[48..64].copy_from_slice(&new_id.0);
-    e[64..72].copy_from_slice(&NO_DRIVE_LETTER.to_le_bytes());
+    for (i, n) in new.iter().enumerate() {
+        let at = HEADER_SIZE + (layout.partitions.len() + i) * ENTRY_SIZE;
+        out[at..at + ENTRY_SIZE].copy_from_slice(&n.bytes());
+    }
     out
 }
 
@@ -513,7 +588,7 @@ mod tests {
             panic!("expected a partition")
         };
         let id = guid!("aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee");
-        let buf = gpt_layout_with(&l, p, id);
+        let buf = gpt_layout_with(&l, &[NewEntry::data(p, id)]);
         assert_eq!(buf.len(), HEADER_SIZE + 2 * ENTRY_SIZE);
         let back = parse_drive_layout(&buf).unwrap();
         assert_eq!(back.partitions.len(), 2);
@@ -526,5 +601,30 @@ mod tests {
         assert_eq!(buf[HEADER_SIZE + 28], 0);
         assert_eq!(&e[48..64], &id.0);
         assert_eq!(e[64..72], NO_DRIVE_LETTER.to_le_bytes());
+    }
+
+    #[test]
+    fn an_empty_gpt_gets_a_reserved_partition_first_and_data_second() {
+        let l = parse_drive_layout(&gpt(&[])).unwrap();
+        let msr = msr_entry(&l, 512, Guid::default()).expect("an MSR on an empty GPT");
+        assert_eq!(
+            (msr.start, msr.length, msr.gpt_type),
+            (17408, MSR_SIZE, MSR)
+        );
+        let planned = l.with(&msr);
+        assert_eq!(planned.partitions[0].number, 1);
+        let PartitionPlan::Create(p) = plan_data_partition(&planned, 512).unwrap() else {
+            panic!("expected a partition")
+        };
+        assert!(
+            p.start >= msr.start + MSR_SIZE && p.start % MIB == 0,
+            "{p:?}"
+        );
+        let buf = gpt_layout_with(&l, &[msr, NewEntry::data(p, Guid::default())]);
+        let back = parse_drive_layout(&buf).unwrap();
+        assert_eq!(back.partitions[0].gpt_type, Some(MSR));
+        assert_eq!(back.partitions[1].gpt_type, Some(BASIC_DATA));
+        // A disk with partitions, or an MBR one, gets none.
+        assert_eq!(msr_entry(&planned, 512, Guid::default()), None);
     }
 }

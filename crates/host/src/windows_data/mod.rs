@@ -6,6 +6,7 @@
 //! fixtures. The Windows hosts in `crate::windows` only move these buffers in and out of the OS.
 
 mod bytes;
+pub mod ioctl;
 pub mod iscsi;
 pub mod layout;
 pub mod smbios;

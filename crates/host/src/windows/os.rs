@@ -1,0 +1,308 @@
+//! The Win32 seam: every OS primitive the Windows disk and volume hosts use, as one narrow trait
+//! with plain Rust types.
+//!
+//! The hosts' logic (planning, waiting for Windows to catch up, idempotency, refusals) is written
+//! against [`Win32`] and compiles on every platform. Two implementations exist: the real one
+//! (`super::win32`, Windows only), which makes one documented call per method and nothing else,
+//! and the simulated Windows (`super::sim`), which behaves as Microsoft documents so the logic is
+//! tested on Linux. Shaped after youki's `Syscall` trait (see the design's anchors).
+
+use crate::windows_data::Guid;
+use crate::windows_data::wmi_codes::{describe_hresult, hresult_kind};
+use csi_proxy_core::{Error, Kind};
+use std::fmt;
+use std::time::Duration;
+
+/// Win32 error codes the logic tells apart (winerror.h).
+pub mod code {
+    /// ERROR_INVALID_FUNCTION: the device does not support the request.
+    pub const INVALID_FUNCTION: u32 = 1;
+    /// ERROR_FILE_NOT_FOUND.
+    pub const FILE_NOT_FOUND: u32 = 2;
+    /// ERROR_PATH_NOT_FOUND.
+    pub const PATH_NOT_FOUND: u32 = 3;
+    /// ERROR_ACCESS_DENIED.
+    pub const ACCESS_DENIED: u32 = 5;
+    /// ERROR_INVALID_HANDLE.
+    pub const INVALID_HANDLE: u32 = 6;
+    /// ERROR_NO_MORE_FILES: the end of an enumeration.
+    pub const NO_MORE_FILES: u32 = 18;
+    /// ERROR_WRITE_PROTECT.
+    pub const WRITE_PROTECT: u32 = 19;
+    /// ERROR_NOT_READY: the device is not ready (a disk going offline, a volume arriving).
+    pub const NOT_READY: u32 = 21;
+    /// ERROR_SHARING_VIOLATION.
+    pub const SHARING_VIOLATION: u32 = 32;
+    /// ERROR_FILE_EXISTS.
+    pub const FILE_EXISTS: u32 = 80;
+    /// ERROR_INVALID_PARAMETER.
+    pub const INVALID_PARAMETER: u32 = 87;
+    /// ERROR_INSUFFICIENT_BUFFER: the output buffer is too small for the answer.
+    pub const INSUFFICIENT_BUFFER: u32 = 122;
+    /// ERROR_DIR_NOT_EMPTY.
+    pub const DIR_NOT_EMPTY: u32 = 145;
+    /// ERROR_BUSY.
+    pub const BUSY: u32 = 170;
+    /// ERROR_ALREADY_EXISTS.
+    pub const ALREADY_EXISTS: u32 = 183;
+    /// ERROR_MORE_DATA: more data is available than the buffer holds.
+    pub const MORE_DATA: u32 = 234;
+    /// ERROR_UNRECOGNIZED_VOLUME: no filesystem Windows knows is on the volume (RAW).
+    pub const UNRECOGNIZED_VOLUME: u32 = 1005;
+    /// ERROR_DEVICE_NOT_CONNECTED.
+    pub const DEVICE_NOT_CONNECTED: u32 = 1167;
+    /// ERROR_NOT_A_REPARSE_POINT.
+    pub const NOT_A_REPARSE_POINT: u32 = 4390;
+}
+
+/// A failed OS call: a Win32 error code, or an HRESULT (high bit set) from a COM/WMI call, and
+/// what the OS said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OsError {
+    /// The Win32 error code or the HRESULT, as the OS returned it.
+    pub code: u32,
+    /// With [`code::MORE_DATA`] from a call that reports it: the length the answer needs.
+    pub needed: usize,
+    /// The OS's text.
+    pub message: String,
+}
+
+impl OsError {
+    /// An error with this code and the generic text for it.
+    pub fn new(code: u32) -> Self {
+        Self {
+            code,
+            needed: 0,
+            message: describe(code),
+        }
+    }
+
+    /// An error with this code and text.
+    pub fn with_message(code: u32, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            needed: 0,
+            message: message.into(),
+        }
+    }
+
+    /// Whether this is an HRESULT (a COM or WMI failure) rather than a Win32 error code.
+    pub fn is_hresult(&self) -> bool {
+        self.code & 0x8000_0000 != 0
+    }
+
+    /// The kind a client can act on, as std's Windows error kinds decide it for Win32 codes and
+    /// [`hresult_kind`] for HRESULTs.
+    pub fn kind(&self) -> Kind {
+        if self.is_hresult() {
+            return hresult_kind(self.code as i32);
+        }
+        match self.code {
+            code::FILE_NOT_FOUND | code::PATH_NOT_FOUND | code::DEVICE_NOT_CONNECTED => {
+                Kind::NotFound
+            }
+            code::ACCESS_DENIED | code::WRITE_PROTECT => Kind::PermissionDenied,
+            code::FILE_EXISTS | code::ALREADY_EXISTS => Kind::AlreadyExists,
+            code::INVALID_PARAMETER => Kind::InvalidArgument,
+            code::DIR_NOT_EMPTY | code::BUSY | code::SHARING_VIOLATION => Kind::FailedPrecondition,
+            code::NOT_READY => Kind::Unavailable,
+            code::INVALID_FUNCTION => Kind::Unimplemented,
+            _ => Kind::Internal,
+        }
+    }
+}
+
+impl fmt::Display for OsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_hresult() {
+            // WMI texts (describe_hresult) already carry the HRESULT.
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{} (os error {})", self.message, self.code)
+        }
+    }
+}
+
+/// The generic text of a code, for errors the simulator and the logic make up.
+fn describe(code: u32) -> String {
+    let text = match code {
+        code::INVALID_FUNCTION => "Incorrect function.",
+        code::FILE_NOT_FOUND => "The system cannot find the file specified.",
+        code::PATH_NOT_FOUND => "The system cannot find the path specified.",
+        code::ACCESS_DENIED => "Access is denied.",
+        code::NO_MORE_FILES => "There are no more files.",
+        code::NOT_READY => "The device is not ready.",
+        code::INVALID_PARAMETER => "The parameter is incorrect.",
+        code::INSUFFICIENT_BUFFER => "The data area passed to a system call is too small.",
+        code::DIR_NOT_EMPTY => "The directory is not empty.",
+        code::MORE_DATA => "More data is available.",
+        code::UNRECOGNIZED_VOLUME => "The volume does not contain a recognized file system.",
+        code::NOT_A_REPARSE_POINT => "The file or directory is not a reparse point.",
+        c if c & 0x8000_0000 != 0 => return describe_hresult(c as i32),
+        _ => "The operation failed.",
+    };
+    text.to_string()
+}
+
+/// What a seam call returns.
+pub type Win32Result<T> = std::result::Result<T, OsError>;
+
+/// An open device or file, closed when dropped.
+pub struct Handle<'a> {
+    os: &'a dyn Win32,
+    raw: u64,
+}
+
+impl Handle<'_> {
+    /// The value the seam gave for the open handle.
+    pub fn raw(&self) -> u64 {
+        self.raw
+    }
+}
+
+impl Drop for Handle<'_> {
+    fn drop(&mut self) {
+        self.os.close(self.raw);
+    }
+}
+
+impl fmt::Debug for Handle<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Handle({})", self.raw)
+    }
+}
+
+/// The OS primitives of the Windows disk and volume hosts. Each method is one documented call
+/// (or one documented enumeration idiom) of the real OS; see `super::win32` for which.
+pub trait Win32: Send + Sync {
+    /// `CreateFileW(path, GENERIC_READ [| GENERIC_WRITE], FILE_SHARE_READ | FILE_SHARE_WRITE,
+    /// OPEN_EXISTING)`: a device (`\\.\PhysicalDriveN`, `\\.\Volume{GUID}`, a disk interface
+    /// path). Returns the raw handle value; [`open`] wraps it.
+    fn open_raw(&self, path: &str, write: bool) -> Win32Result<u64>;
+    /// `CloseHandle`.
+    fn close(&self, handle: u64);
+    /// One synchronous `DeviceIoControl` with an output buffer of `out_len` bytes. A short
+    /// buffer fails with ERROR_INSUFFICIENT_BUFFER or ERROR_MORE_DATA, as the driver decides;
+    /// [`ioctl`] grows it.
+    fn device_io_control(
+        &self,
+        handle: u64,
+        code: u32,
+        input: &[u8],
+        out_len: usize,
+    ) -> Win32Result<Vec<u8>>;
+    /// `ReadFile` of `len` bytes at the handle's file pointer (0 on a fresh handle).
+    fn read(&self, handle: u64, len: usize) -> Win32Result<Vec<u8>>;
+    /// `FlushFileBuffers`: on a volume handle, every open file of the volume.
+    fn flush(&self, handle: u64) -> Win32Result<()>;
+    /// `FindFirstVolumeW` / `FindNextVolumeW` / `FindVolumeClose`: every volume's GUID path,
+    /// `\\?\Volume{GUID}\`.
+    fn volumes(&self) -> Win32Result<Vec<String>>;
+    /// `GetVolumeNameForVolumeMountPointW`: the GUID path of the volume mounted at
+    /// `mount_point` (a drive root or mounted folder, with its trailing backslash).
+    fn volume_name_for_mount_point(&self, mount_point: &str) -> Win32Result<String>;
+    /// `GetVolumePathNamesForVolumeNameW` with a buffer of `capacity` UTF-16 units: the drive
+    /// letters and mounted folders of the volume. Too small a buffer fails with
+    /// ERROR_MORE_DATA and [`OsError::needed`] set.
+    fn volume_path_names(&self, volume: &str, capacity: usize) -> Win32Result<Vec<String>>;
+    /// `GetVolumePathNameW`: the mount point (drive root or mounted folder) of the volume that
+    /// holds `path`.
+    fn volume_path_name(&self, path: &str) -> Win32Result<String>;
+    /// `GetVolumeInformationW` on a root: the filesystem name and the volume serial number.
+    fn volume_information(&self, root: &str) -> Win32Result<(String, u32)>;
+    /// `GetDiskFreeSpaceExW` on a root: total and free bytes.
+    fn disk_free_space(&self, root: &str) -> Win32Result<(u64, u64)>;
+    /// `SetVolumeMountPointW`: mounts `volume` at the empty directory `mount_point`.
+    fn set_volume_mount_point(&self, mount_point: &str, volume: &str) -> Win32Result<()>;
+    /// `DeleteVolumeMountPointW`: removes the mount point; the directory stays.
+    fn delete_volume_mount_point(&self, mount_point: &str) -> Win32Result<()>;
+    /// `GetFileAttributesW`: `None` when nothing is at `path` (INVALID_FILE_ATTRIBUTES).
+    fn file_attributes(&self, path: &str) -> Option<u32>;
+    /// `FSCTL_GET_REPARSE_POINT` on `path` opened with `FILE_FLAG_OPEN_REPARSE_POINT`: the
+    /// reparse data of the entry itself.
+    fn reparse_data(&self, path: &str) -> Win32Result<Vec<u8>>;
+    /// `GetSystemDirectoryW`.
+    fn system_directory(&self) -> Win32Result<String>;
+    /// `CoCreateGuid`.
+    fn new_guid(&self) -> Win32Result<Guid>;
+    /// `CM_Get_Device_Interface_ListW(GUID_DEVINTERFACE_DISK, present devices)`: the device
+    /// interface path of every disk present.
+    fn disk_interfaces(&self) -> Win32Result<Vec<String>>;
+    /// `CM_Locate_DevNodeW(root)` then `CM_Reenumerate_DevNode(SYNCHRONOUS)`: the Plug and Play
+    /// manager enumerates the device tree again.
+    fn reenumerate_devices(&self) -> Win32Result<()>;
+    /// WMI `SELECT Name FROM Win32_PageFileUsage`: the page files in use.
+    fn page_files(&self) -> Win32Result<Vec<String>>;
+    /// WMI `MSFT_Volume.Format` (NTFS, no label, quick, Force) of the volume with this
+    /// `UniqueId`: the method's `ReturnValue`.
+    fn format_ntfs(&self, volume: &str) -> Win32Result<u32>;
+    /// Drops the cached WMI connections, so the next WMI call connects again (after `winmgmt`
+    /// restarted, an old connection answers RPC_E_DISCONNECTED for ever).
+    fn reset_wmi(&self);
+    /// Time since an arbitrary start, for deadlines (the simulator's is virtual).
+    fn now(&self) -> Duration;
+    /// `Sleep`: waits while Windows catches up (the simulator advances its clock instead).
+    fn sleep(&self, d: Duration);
+}
+
+/// Opens a device through the seam.
+pub fn open<'a>(os: &'a dyn Win32, path: &str, write: bool) -> Win32Result<Handle<'a>> {
+    os.open_raw(path, write).map(|raw| Handle { os, raw })
+}
+
+/// Sends `code` with `input`, growing the output buffer (from `initial` bytes, up to 1 MiB) while
+/// the driver answers ERROR_INSUFFICIENT_BUFFER or ERROR_MORE_DATA, as variable-length outputs
+/// (layouts, descriptors, extents) require.
+pub fn ioctl(h: &Handle<'_>, code: u32, input: &[u8], initial: usize) -> Win32Result<Vec<u8>> {
+    let mut size = initial.max(8);
+    loop {
+        match h.os.device_io_control(h.raw, code, input, size) {
+            Err(e)
+                if matches!(e.code, code::INSUFFICIENT_BUFFER | code::MORE_DATA)
+                    && size < (1 << 20) =>
+            {
+                size *= 4;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// An [`Error`] for a failed seam call in operation `op` on `object`; `overrides` maps specific
+/// codes to kinds first (e.g. ERROR_DIR_NOT_EMPTY is FAILED_PRECONDITION with its own words).
+pub fn os_error(
+    op: &str,
+    object: impl fmt::Display,
+    e: &OsError,
+    overrides: &[(u32, Kind)],
+) -> Error {
+    let kind = overrides
+        .iter()
+        .find(|(c, _)| *c == e.code)
+        .map_or_else(|| e.kind(), |(_, k)| *k);
+    Error::new(kind, op, object, e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_map_to_the_kinds_clients_act_on() {
+        assert_eq!(OsError::new(code::FILE_NOT_FOUND).kind(), Kind::NotFound);
+        assert_eq!(
+            OsError::new(code::ACCESS_DENIED).kind(),
+            Kind::PermissionDenied
+        );
+        assert_eq!(OsError::new(code::NOT_READY).kind(), Kind::Unavailable);
+        assert_eq!(OsError::new(4242).kind(), Kind::Internal);
+        // WBEM_E_NOT_FOUND is an HRESULT, judged as one.
+        let e = OsError::new(0x8004_1002);
+        assert!(e.is_hresult());
+        assert_eq!(e.kind(), Kind::NotFound);
+        assert!(e.to_string().ends_with("(0x80041002)"), "{e}");
+        let e = os_error("Op", "thing", &OsError::new(code::DIR_NOT_EMPTY), &[]);
+        assert_eq!(e.kind(), Kind::FailedPrecondition);
+        assert!(e.message().starts_with("Op thing"), "{}", e.message());
+    }
+}

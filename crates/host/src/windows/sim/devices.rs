@@ -1,0 +1,372 @@
+//! The simulated storage stack: device names and the I/O controls of disks and volumes, with
+//! the structures laid out as winioctl.h documents them.
+
+use super::{Disk, Open, Part, SECTOR, State, Target};
+use crate::windows::os::{OsError, Win32Result, code};
+use crate::windows_data::Guid;
+use crate::windows_data::ioctl as io;
+use crate::windows_data::layout::{self, ENTRY_SIZE, HEADER_SIZE, STYLE_GPT, STYLE_RAW};
+
+/// The device interface path of disk `n` (`GUID_DEVINTERFACE_DISK`); the number in it is
+/// not the disk number (Windows' are instance IDs), so the logic must ask the device.
+pub(super) fn interface_path(n: u32) -> String {
+    format!(
+        r"\\?\scsi#disk&ven_sim&prod_disk#{:x}&0&00000{n}#{{53f56307-b6bf-11d0-94f2-00a0c91efb8b}}",
+        0x4000 + n * 7
+    )
+}
+
+/// What a device path opens.
+pub(super) fn resolve_device(s: &State, path: &str) -> Option<Target> {
+    let lower = path.to_ascii_lowercase();
+    if let Some(n) = lower.strip_prefix(r"\\.\physicaldrive") {
+        let n: u32 = n.parse().ok()?;
+        return s.disks.contains_key(&n).then_some(Target::Disk(n));
+    }
+    if lower.starts_with(r"\\?\scsi#") {
+        return s
+            .disks
+            .keys()
+            .find(|&&n| interface_path(n).eq_ignore_ascii_case(path))
+            .map(|&n| Target::Disk(n));
+    }
+    // A volume device is `\\.\Volume{GUID}` with no trailing backslash (with one, the root
+    // directory would be opened instead).
+    if lower.starts_with(r"\\.\volume{") && !lower.ends_with('\\') {
+        return s.volume_named(path).map(Target::Volume);
+    }
+    None
+}
+
+/// The partition under volume `v`.
+pub(super) fn partition_of(s: &State, v: usize) -> Option<&Part> {
+    let vol = s.volumes.get(v)?;
+    s.disks
+        .get(&vol.disk)?
+        .parts
+        .iter()
+        .find(|p| p.number == vol.partition)
+}
+
+/// A `PARTITION_INFORMATION_EX` for `p` on a GPT disk.
+fn entry(p: &Part) -> [u8; ENTRY_SIZE] {
+    let mut e = layout::NewEntry {
+        start: p.start,
+        length: p.length,
+        gpt_type: p.gpt_type,
+        id: p.id,
+        attributes: p.attributes,
+    }
+    .bytes();
+    e[24..28].copy_from_slice(&p.number.to_le_bytes());
+    e[28] = 0;
+    e
+}
+
+/// `DRIVE_LAYOUT_INFORMATION_EX` of a disk.
+fn drive_layout(d: &Disk) -> Vec<u8> {
+    let mut out = vec![0u8; HEADER_SIZE + d.parts.len() * ENTRY_SIZE];
+    out[0..4].copy_from_slice(&d.style.to_le_bytes());
+    out[4..8].copy_from_slice(&(d.parts.len() as u32).to_le_bytes());
+    if d.style == STYLE_GPT {
+        out[8..24].copy_from_slice(&d.disk_id.0);
+        out[24..32].copy_from_slice(&(d.usable_start as i64).to_le_bytes());
+        out[32..40].copy_from_slice(&(d.usable_length as i64).to_le_bytes());
+        out[40..44].copy_from_slice(&128u32.to_le_bytes());
+    }
+    for (i, p) in d.parts.iter().enumerate() {
+        out[HEADER_SIZE + i * ENTRY_SIZE..][..ENTRY_SIZE].copy_from_slice(&entry(p));
+    }
+    out
+}
+
+/// `out` if it fits in `out_len` bytes, else the error a short buffer gets.
+fn fit(out: Vec<u8>, out_len: usize, short: u32) -> Win32Result<Vec<u8>> {
+    if out.len() > out_len {
+        Err(OsError::new(short))
+    } else {
+        Ok(out)
+    }
+}
+
+fn le_i64(b: &[u8], at: usize) -> Option<u64> {
+    io::le_u64(b, at).filter(|v| i64::try_from(*v).is_ok())
+}
+
+/// Sends one I/O control to the device behind `open`.
+pub(super) fn ioctl(
+    s: &mut State,
+    open: Open,
+    code_: u32,
+    input: &[u8],
+    out_len: usize,
+) -> Win32Result<Vec<u8>> {
+    let invalid = || OsError::new(code::INVALID_PARAMETER);
+    let needs_write = matches!(
+        code_,
+        io::DISK_SET_DRIVE_LAYOUT_EX
+            | io::DISK_CREATE_DISK
+            | io::DISK_GROW_PARTITION
+            | io::DISK_SET_DISK_ATTRIBUTES
+            | io::DISK_UPDATE_DRIVE_SIZE
+    );
+    if needs_write && !open.write {
+        return Err(OsError::new(code::ACCESS_DENIED));
+    }
+    match open.target {
+        Target::Disk(n) => {
+            let delay = s.arrival_delay;
+            let clock = s.clock;
+            let d = s
+                .disks
+                .get_mut(&n)
+                .ok_or(OsError::new(code::FILE_NOT_FOUND))?;
+            match code_ {
+                io::DISK_GET_DRIVE_LAYOUT_EX => {
+                    fit(drive_layout(d), out_len, code::INSUFFICIENT_BUFFER)
+                }
+                io::DISK_GET_DRIVE_GEOMETRY_EX => {
+                    let mut g = vec![0u8; 32];
+                    g[20..24].copy_from_slice(&(SECTOR as u32).to_le_bytes());
+                    g[24..32].copy_from_slice(&(d.size as i64).to_le_bytes());
+                    fit(g, out_len, code::INSUFFICIENT_BUFFER)
+                }
+                io::DISK_GET_LENGTH_INFO => fit(
+                    d.size.to_le_bytes().to_vec(),
+                    out_len,
+                    code::INSUFFICIENT_BUFFER,
+                ),
+                io::DISK_GET_DISK_ATTRIBUTES => {
+                    let mut a = vec![0u8; 16];
+                    let attrs = if d.offline {
+                        io::DISK_ATTRIBUTE_OFFLINE
+                    } else {
+                        0
+                    };
+                    a[8..16].copy_from_slice(&attrs.to_le_bytes());
+                    fit(a, out_len, code::INSUFFICIENT_BUFFER)
+                }
+                io::DISK_SET_DISK_ATTRIBUTES => {
+                    let attrs = io::le_u64(input, 8).ok_or_else(invalid)?;
+                    let mask = io::le_u64(input, 16).ok_or_else(invalid)?;
+                    if mask & io::DISK_ATTRIBUTE_OFFLINE != 0 {
+                        d.offline = attrs & io::DISK_ATTRIBUTE_OFFLINE != 0;
+                    }
+                    Ok(Vec::new())
+                }
+                io::STORAGE_GET_DEVICE_NUMBER => {
+                    // DeviceType FILE_DEVICE_DISK, DeviceNumber, PartitionNumber -1 (the disk).
+                    let mut b = vec![0u8; 12];
+                    b[0..4].copy_from_slice(&7u32.to_le_bytes());
+                    b[4..8].copy_from_slice(&n.to_le_bytes());
+                    b[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+                    fit(b, out_len, code::INSUFFICIENT_BUFFER)
+                }
+                io::SCSI_GET_ADDRESS => {
+                    let (port, path, target, lun) =
+                        d.scsi.ok_or(OsError::new(code::INVALID_FUNCTION))?;
+                    fit(
+                        vec![8, 0, 0, 0, port, path, target, lun],
+                        out_len,
+                        code::INSUFFICIENT_BUFFER,
+                    )
+                }
+                io::STORAGE_QUERY_PROPERTY => {
+                    let out = match io::le_u32(input, 0).ok_or_else(invalid)? {
+                        io::STORAGE_DEVICE_ID_PROPERTY => device_id_descriptor(&d.page83),
+                        io::STORAGE_DEVICE_PROPERTY => device_descriptor(&d.serial),
+                        _ => return Err(OsError::new(code::INVALID_FUNCTION)),
+                    };
+                    fit(out, out_len, code::INSUFFICIENT_BUFFER)
+                }
+                io::DISK_CREATE_DISK => {
+                    if io::le_u32(input, 0) != Some(STYLE_GPT) {
+                        return Err(invalid());
+                    }
+                    let mut id = [0u8; 16];
+                    id.copy_from_slice(input.get(4..20).ok_or_else(invalid)?);
+                    d.style = STYLE_GPT;
+                    d.disk_id = Guid(id);
+                    // LBA 0 protective MBR, LBA 1 header, 32 sectors of entries; the same at
+                    // the end for the backup.
+                    d.usable_start = 34 * SECTOR;
+                    d.usable_length = d.size - 67 * SECTOR;
+                    d.parts.clear();
+                    Ok(Vec::new())
+                }
+                io::DISK_SET_DRIVE_LAYOUT_EX => {
+                    let new = set_layout(d, input)?;
+                    for number in new {
+                        s.arrivals.push(super::Arrival {
+                            due: clock + delay,
+                            disk: n,
+                            partition: number,
+                        });
+                    }
+                    Ok(Vec::new())
+                }
+                io::DISK_GROW_PARTITION => {
+                    let number = io::le_u32(input, 0).ok_or_else(invalid)?;
+                    let grow = le_i64(input, 8).ok_or_else(invalid)?;
+                    let limit = if d.style == STYLE_GPT {
+                        d.usable_start + d.usable_length
+                    } else {
+                        d.size
+                    };
+                    let p = d
+                        .parts
+                        .iter()
+                        .find(|p| p.number == number)
+                        .ok_or_else(invalid)?;
+                    let end = p.start + p.length + grow;
+                    let next = d
+                        .parts
+                        .iter()
+                        .filter(|q| q.start > p.start)
+                        .map(|q| q.start)
+                        .min()
+                        .unwrap_or(limit);
+                    if end > next.min(limit) {
+                        return Err(invalid());
+                    }
+                    let number = p.number;
+                    if let Some(p) = d.parts.iter_mut().find(|p| p.number == number) {
+                        p.length += grow;
+                    }
+                    Ok(Vec::new())
+                }
+                io::DISK_UPDATE_DRIVE_SIZE => {
+                    if let Some(size) = d.pending_size.take() {
+                        d.size = size;
+                        if d.style == STYLE_GPT {
+                            // Windows moves the backup GPT to the new end of the disk.
+                            d.usable_length = size - 33 * SECTOR - d.usable_start;
+                        }
+                    }
+                    fit(vec![0u8; 32], out_len.max(32), code::INSUFFICIENT_BUFFER)
+                }
+                io::DISK_UPDATE_PROPERTIES => Ok(Vec::new()),
+                _ => Err(OsError::new(code::INVALID_FUNCTION)),
+            }
+        }
+        Target::Volume(v) => match code_ {
+            io::VOLUME_GET_VOLUME_DISK_EXTENTS => {
+                let p = partition_of(s, v).ok_or(OsError::new(code::FILE_NOT_FOUND))?;
+                let mut b = vec![0u8; 32];
+                b[0..4].copy_from_slice(&1u32.to_le_bytes());
+                b[8..12].copy_from_slice(&s.volumes[v].disk.to_le_bytes());
+                b[16..24].copy_from_slice(&(p.start as i64).to_le_bytes());
+                b[24..32].copy_from_slice(&(p.length as i64).to_le_bytes());
+                fit(b, out_len, code::MORE_DATA)
+            }
+            io::DISK_GET_PARTITION_INFO_EX => {
+                let p = partition_of(s, v).ok_or(OsError::new(code::FILE_NOT_FOUND))?;
+                fit(entry(p).to_vec(), out_len, code::INSUFFICIENT_BUFFER)
+            }
+            io::FSCTL_EXTEND_VOLUME => {
+                let sectors = le_i64(input, 0).ok_or_else(invalid)?;
+                let length = partition_of(s, v).map_or(0, |p| p.length);
+                let vol = &mut s.volumes[v];
+                if vol.fs.is_none() {
+                    return Err(OsError::new(code::UNRECOGNIZED_VOLUME));
+                }
+                let bytes = sectors.checked_mul(SECTOR).ok_or_else(invalid)?;
+                if bytes > length || bytes < vol.fs_size {
+                    return Err(invalid());
+                }
+                vol.fs_size = bytes;
+                Ok(Vec::new())
+            }
+            _ => Err(OsError::new(code::INVALID_FUNCTION)),
+        },
+    }
+}
+
+/// Applies an `IOCTL_DISK_SET_DRIVE_LAYOUT_EX` input to a GPT disk: entries without
+/// `RewritePartition` must be the partitions as they are; entries with it are new partitions,
+/// numbered by their position. Returns the new partitions' numbers.
+fn set_layout(d: &mut Disk, input: &[u8]) -> Win32Result<Vec<u32>> {
+    let invalid = || OsError::new(code::INVALID_PARAMETER);
+    if d.style == STYLE_RAW {
+        return Err(OsError::new(code::NOT_READY));
+    }
+    let l = layout::parse_drive_layout(input).map_err(|_| invalid())?;
+    if l.style != STYLE_GPT {
+        return Err(invalid());
+    }
+    let end = d.usable_start + d.usable_length;
+    let mut parts = Vec::new();
+    let mut new = Vec::new();
+    for (i, p) in l.partitions.iter().enumerate() {
+        let number = i as u32 + 1;
+        let rewrite = p.raw.get(28).copied().unwrap_or(0) != 0;
+        let gpt_type = p.gpt_type.ok_or_else(invalid)?;
+        let id = p
+            .raw
+            .get(48..64)
+            .and_then(|b| b.try_into().ok())
+            .map(Guid)
+            .ok_or_else(invalid)?;
+        let attributes = io::le_u64(&p.raw, 64).ok_or_else(invalid)?;
+        let q = Part {
+            number,
+            start: p.start,
+            length: p.length,
+            gpt_type,
+            id,
+            attributes,
+        };
+        if !rewrite
+            && !d
+                .parts
+                .iter()
+                .any(|e| e.start == q.start && e.length == q.length && e.id == q.id)
+        {
+            return Err(invalid());
+        }
+        if q.start < d.usable_start || q.start + q.length > end || !q.start.is_multiple_of(SECTOR) {
+            return Err(invalid());
+        }
+        if parts
+            .iter()
+            .any(|o: &Part| q.start < o.start + o.length && o.start < q.start + q.length)
+        {
+            return Err(invalid());
+        }
+        if rewrite {
+            new.push(number);
+        }
+        parts.push(q);
+    }
+    d.parts = parts;
+    Ok(new)
+}
+
+/// A `STORAGE_DEVICE_ID_DESCRIPTOR` with one ASCII identifier associated with the device.
+fn device_id_descriptor(id: &str) -> Vec<u8> {
+    let value = id.as_bytes();
+    let mut b = vec![0u8; 12 + 16 + value.len()];
+    let size = b.len() as u32;
+    b[0..4].copy_from_slice(&1u32.to_le_bytes());
+    b[4..8].copy_from_slice(&size.to_le_bytes());
+    b[8..12].copy_from_slice(&1u32.to_le_bytes());
+    b[12..16].copy_from_slice(&2u32.to_le_bytes()); // StorageIdCodeSetAscii
+    b[16..20].copy_from_slice(&8u32.to_le_bytes()); // StorageIdTypeScsiNameString
+    b[20..22].copy_from_slice(&(value.len() as u16).to_le_bytes());
+    b[22..24].copy_from_slice(&0u16.to_le_bytes());
+    b[24..28].copy_from_slice(&0u32.to_le_bytes()); // StorageIdAssocDevice
+    b[28..].copy_from_slice(value);
+    b
+}
+
+/// A `STORAGE_DEVICE_DESCRIPTOR` whose serial number is `serial`.
+fn device_descriptor(serial: &str) -> Vec<u8> {
+    let mut b = vec![0u8; 40];
+    b[24..28].copy_from_slice(&40u32.to_le_bytes());
+    b.extend_from_slice(serial.as_bytes());
+    b.push(0);
+    let size = b.len() as u32;
+    b[0..4].copy_from_slice(&1u32.to_le_bytes());
+    b[4..8].copy_from_slice(&size.to_le_bytes());
+    b
+}

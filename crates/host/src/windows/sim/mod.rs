@@ -1,0 +1,797 @@
+//! The simulated Windows: a stateful, in-memory [`Win32`] that behaves the way Microsoft
+//! documents the calls the disk and volume hosts make, including the parts that bite real
+//! deployments. The Windows hosts' logic runs over it on Linux, in unit tests and through the
+//! daemon's gRPC endpoints.
+//!
+//! What it models, each with the documentation it follows:
+//! - A partition's volume appears *asynchronously* after `IOCTL_DISK_SET_DRIVE_LAYOUT_EX`
+//!   (Plug and Play creates the volume device once the partition manager reports the partition;
+//!   "Volume arrival" is a PnP event), after a configurable delay ([`SimWindows::set_arrival_delay`]).
+//! - A volume can have several GUID paths; `GetVolumeNameForVolumeMountPointW` answers "only the
+//!   first one in the mount manager's cache" ([`SimWindows::add_volume_name`]).
+//! - Automount gives a new basic volume a drive letter unless its GPT entry carries
+//!   `GPT_BASIC_DATA_ATTRIBUTE_NO_DRIVE_LETTER` ("the volume is not assigned a drive letter by
+//!   default when the disk is moved to another computer or when the disk is seen for the first
+//!   time by a computer"; PARTITION_INFORMATION_GPT).
+//! - Short buffers answer ERROR_INSUFFICIENT_BUFFER (layouts) or ERROR_MORE_DATA (volume disk
+//!   extents, `GetVolumePathNamesForVolumeNameW`, which also reports the length it needs).
+//! - A WMI connection made before `winmgmt` restarted answers RPC_E_DISCONNECTED until the
+//!   client connects again ([`SimWindows::restart_wmi`]).
+//! - An offline disk's volumes disappear until the disk is online again
+//!   (`DISK_ATTRIBUTE_OFFLINE`).
+//! - Any call can be made to fail once with a chosen error ([`SimWindows::fail_next`]).
+//!
+//! Machine at start: disk 0 holds the system (an EFI partition, the MSR and `C:`, NTFS, with
+//! `C:\Windows\system32` and `C:\pagefile.sys`).
+
+mod devices;
+mod filesystem;
+
+use super::os::{OsError, Win32, Win32Result, code};
+use crate::windows_data::Guid;
+use crate::windows_data::layout::{BASIC_DATA, MSR, NO_DRIVE_LETTER, STYLE_GPT, STYLE_RAW};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+/// The EFI system partition type.
+const EFI_SYSTEM: Guid = crate::windows_data::guid!("{c12a7328-f81f-11d2-ba4b-00a0c93ec93b}");
+const MIB: u64 = 1 << 20;
+/// Sector size of every simulated disk.
+pub const SECTOR: u64 = 512;
+/// RPC_E_DISCONNECTED.
+const RPC_E_DISCONNECTED: u32 = 0x8001_0108;
+/// WBEM_E_NOT_FOUND.
+const WBEM_E_NOT_FOUND: u32 = 0x8004_1002;
+
+/// One partition of a simulated disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Part {
+    number: u32,
+    start: u64,
+    length: u64,
+    gpt_type: Guid,
+    id: Guid,
+    attributes: u64,
+}
+
+/// A simulated disk.
+#[derive(Debug, Clone)]
+struct Disk {
+    size: u64,
+    /// A size the disk was grown to that Windows has not re-read yet.
+    pending_size: Option<u64>,
+    style: u32,
+    disk_id: Guid,
+    usable_start: u64,
+    usable_length: u64,
+    parts: Vec<Part>,
+    offline: bool,
+    /// `(port, path, target, lun)`; `None` for a disk that is not SCSI-addressed.
+    scsi: Option<(u8, u8, u8, u8)>,
+    page83: String,
+    serial: String,
+}
+
+/// A simulated volume (a basic volume on one partition).
+#[derive(Debug, Clone)]
+struct Volume {
+    /// Its GUID paths, `\\?\Volume{GUID}\`, the mount manager's first one first.
+    names: Vec<String>,
+    disk: u32,
+    partition: u32,
+    /// The filesystem and its serial number; `None` is RAW.
+    fs: Option<(String, u32)>,
+    /// The filesystem's size in bytes.
+    fs_size: u64,
+    /// The volume's first bytes (what a signature probe reads).
+    head: Vec<u8>,
+}
+
+/// What an open handle refers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    Disk(u32),
+    Volume(usize),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Open {
+    target: Target,
+    write: bool,
+}
+
+/// A volume the partition manager has reported that Plug and Play has not created yet.
+#[derive(Debug, Clone)]
+struct Arrival {
+    due: Duration,
+    disk: u32,
+    partition: u32,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    clock: Duration,
+    arrival_delay: Duration,
+    automount: bool,
+    disks: BTreeMap<u32, Disk>,
+    volumes: Vec<Volume>,
+    arrivals: Vec<Arrival>,
+    handles: HashMap<u64, Open>,
+    next_handle: u64,
+    next_guid: u32,
+    next_serial: u32,
+    /// Mount points (`X:\` or a folder, with the trailing backslash), keyed lower-case, with
+    /// the text as set and the volume.
+    mount_points: BTreeMap<String, (String, usize)>,
+    /// Directories, keyed lower-case without a trailing backslash, with the text as created.
+    dirs: BTreeMap<String, String>,
+    /// Files, keyed lower-case.
+    files: BTreeSet<String>,
+    /// Symbolic links and junctions: key lower-case, (text, reparse data).
+    links: BTreeMap<String, (String, Vec<u8>)>,
+    page_files: Vec<String>,
+    wmi_disconnected: bool,
+    faults: HashMap<String, VecDeque<OsError>>,
+    calls: BTreeMap<&'static str, u64>,
+}
+
+/// The simulated Windows. Cheap to share: all state is behind one lock.
+#[derive(Debug)]
+pub struct SimWindows {
+    state: Mutex<State>,
+}
+
+impl Default for SimWindows {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// `path` as a lookup key: lower-case (Windows paths are case-insensitive), `/` as `\`, no
+/// trailing backslash except on a drive root's.
+fn key(path: &str) -> String {
+    let p = path.replace('/', "\\").to_ascii_lowercase();
+    let t = p.trim_end_matches('\\');
+    if t.len() == 2 && t.as_bytes()[1] == b':' {
+        format!("{t}\\")
+    } else {
+        t.to_string()
+    }
+}
+
+/// A mount point's key: always with one trailing backslash.
+fn mp_key(path: &str) -> String {
+    let mut k = key(path).trim_end_matches('\\').to_string();
+    k.push('\\');
+    k
+}
+
+/// The parent directory's key, if any.
+fn parent_key(k: &str) -> Option<String> {
+    let t = k.trim_end_matches('\\');
+    let i = t.rfind('\\')?;
+    let p = &t[..i];
+    Some(if p.len() == 2 && p.as_bytes()[1] == b':' {
+        format!("{p}\\")
+    } else {
+        p.to_string()
+    })
+}
+
+impl State {
+    fn guid(&mut self) -> Guid {
+        self.next_guid += 1;
+        let mut b = [0u8; 16];
+        b[0..4].copy_from_slice(&self.next_guid.to_le_bytes());
+        b[6] = 0x40; // version 4, as CoCreateGuid's
+        b[8] = 0x80;
+        b[15] = 0x5a;
+        Guid(b)
+    }
+
+    fn volume_guid_path(&mut self) -> String {
+        format!(r"\\?\Volume{{{}}}\", self.guid())
+    }
+
+    /// Creates the volumes whose arrival is due.
+    fn settle(&mut self) {
+        let now = self.clock;
+        let (due, later): (Vec<_>, Vec<_>) = self.arrivals.drain(..).partition(|a| a.due <= now);
+        self.arrivals = later;
+        for a in due {
+            self.create_volume(a.disk, a.partition);
+        }
+    }
+
+    /// The volume of a partition appears: a basic-data partition gets a RAW volume with a new
+    /// GUID path, and a drive letter when automount is on and the entry does not forbid one.
+    fn create_volume(&mut self, disk: u32, partition: u32) -> Option<usize> {
+        let d = self.disks.get(&disk)?;
+        let p = d.parts.iter().find(|p| p.number == partition)?.clone();
+        if p.gpt_type != BASIC_DATA {
+            return None;
+        }
+        let name = self.volume_guid_path();
+        self.volumes.push(Volume {
+            names: vec![name],
+            disk,
+            partition,
+            fs: None,
+            fs_size: 0,
+            head: Vec::new(),
+        });
+        let index = self.volumes.len() - 1;
+        if self.automount && p.attributes & NO_DRIVE_LETTER == 0 {
+            let taken: BTreeSet<String> = self.mount_points.keys().cloned().collect();
+            if let Some(letter) = ('D'..='Z').find(|l| !taken.contains(&mp_key(&format!("{l}:")))) {
+                let text = format!(r"{letter}:\");
+                self.mount_points.insert(mp_key(&text), (text, index));
+            }
+        }
+        Some(index)
+    }
+
+    /// Whether the volume can be seen (its disk is online).
+    fn visible(&self, v: usize) -> bool {
+        self.volumes
+            .get(v)
+            .and_then(|v| self.disks.get(&v.disk))
+            .is_some_and(|d| !d.offline && d.parts.iter().any(|_| true))
+    }
+
+    /// The volume one of whose GUID paths (or device paths) is `name`.
+    fn volume_named(&self, name: &str) -> Option<usize> {
+        let k = name.to_ascii_lowercase().replacen(r"\\.\", r"\\?\", 1);
+        let k = k.trim_end_matches('\\');
+        (0..self.volumes.len()).find(|&i| {
+            self.visible(i)
+                && self.volumes[i]
+                    .names
+                    .iter()
+                    .any(|n| n.to_ascii_lowercase().trim_end_matches('\\') == k)
+        })
+    }
+
+    /// The volume mounted at the mount point `path`, or named by it.
+    fn volume_at(&self, path: &str) -> Option<usize> {
+        if let Some(v) = self.volume_named(path) {
+            return Some(v);
+        }
+        self.mount_points
+            .get(&mp_key(path))
+            .map(|(_, v)| *v)
+            .filter(|v| self.visible(*v))
+    }
+
+    fn take_fault(&mut self, call: &'static str) -> Win32Result<()> {
+        *self.calls.entry(call).or_default() += 1;
+        match self.faults.get_mut(call).and_then(VecDeque::pop_front) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether anything is at `path`: a directory, file, link, mount point or drive root.
+    fn exists(&self, path: &str) -> bool {
+        let k = key(path);
+        self.dirs.contains_key(&k)
+            || self.files.contains(&k)
+            || self.links.contains_key(&k)
+            || self.mount_points.contains_key(&mp_key(path))
+    }
+
+    /// Whether the directory `k` has anything inside it.
+    fn has_children(&self, k: &str) -> bool {
+        let prefix = format!("{}\\", k.trim_end_matches('\\'));
+        let inside = |c: &String| c.starts_with(&prefix) && c.len() > prefix.len();
+        self.dirs.keys().any(inside)
+            || self.files.iter().any(inside)
+            || self.links.keys().any(inside)
+            || self.mount_points.contains_key(&mp_key(k))
+    }
+}
+
+impl SimWindows {
+    /// A machine with only its system disk (disk 0, `C:`), automount on, volumes arriving
+    /// 300 ms after a layout write.
+    pub fn new() -> Self {
+        let sim = Self {
+            state: Mutex::new(State {
+                arrival_delay: Duration::from_millis(300),
+                automount: true,
+                next_serial: 0x1a2b_3c4d,
+                ..State::default()
+            }),
+        };
+        {
+            let mut s = sim.lock();
+            let size = 64 << 30;
+            let efi = s.guid();
+            let msr = s.guid();
+            let os = s.guid();
+            let disk_id = s.guid();
+            s.disks.insert(
+                0,
+                Disk {
+                    size,
+                    pending_size: None,
+                    style: STYLE_GPT,
+                    disk_id,
+                    usable_start: 34 * SECTOR,
+                    usable_length: size - 67 * SECTOR,
+                    parts: vec![
+                        part(1, MIB, 100 * MIB, EFI_SYSTEM, efi, 0),
+                        part(2, 101 * MIB, 16 * MIB, MSR, msr, 0),
+                        part(3, 117 * MIB, size - 118 * MIB, BASIC_DATA, os, 0),
+                    ],
+                    offline: false,
+                    scsi: Some((0, 0, 0, 0)),
+                    page83: "system-disk".into(),
+                    serial: "SIM-SYSTEM".into(),
+                },
+            );
+            let automount = s.automount;
+            s.automount = true;
+            let c = s.create_volume(0, 3).expect("the system volume");
+            s.automount = automount;
+            // The first letter automount gives is D:, but the system volume is C:.
+            s.mount_points.clear();
+            s.mount_points.insert(mp_key("C:"), (r"C:\".into(), c));
+            let serial = s.next_serial;
+            s.volumes[c].fs = Some(("NTFS".into(), serial));
+            s.volumes[c].fs_size = size - 118 * MIB;
+            s.next_serial += 1;
+            for d in [r"C:\Windows", r"C:\Windows\system32"] {
+                s.dirs.insert(key(d), d.into());
+            }
+            s.files.insert(key(r"C:\pagefile.sys"));
+            s.page_files = vec![r"C:\pagefile.sys".into()];
+        }
+        sim
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Attaches a new RAW disk of `size` bytes at SCSI LUN `lun` (port 0, target 0), and
+    /// returns its number.
+    pub fn add_disk(&self, size: u64, lun: u8) -> u32 {
+        let mut s = self.lock();
+        let n = s.disks.keys().next_back().map_or(0, |n| n + 1);
+        s.disks.insert(
+            n,
+            Disk {
+                size,
+                pending_size: None,
+                style: STYLE_RAW,
+                disk_id: Guid::default(),
+                usable_start: 0,
+                usable_length: 0,
+                parts: Vec::new(),
+                offline: false,
+                scsi: Some((0, 0, 0, lun)),
+                page83: format!("sim-disk-{n}"),
+                serial: format!("SIM{n:04}"),
+            },
+        );
+        n
+    }
+
+    /// Makes the disk not SCSI-addressed (a virtual disk, a Storage Spaces disk): its
+    /// `IOCTL_SCSI_GET_ADDRESS` fails.
+    pub fn unplace_disk(&self, disk: u32) {
+        if let Some(d) = self.lock().disks.get_mut(&disk) {
+            d.scsi = None;
+        }
+    }
+
+    /// Grows a disk underneath Windows (a cloud disk expanded): Windows sees the new size after
+    /// `IOCTL_DISK_UPDATE_DRIVE_SIZE`.
+    pub fn grow_disk(&self, disk: u32, size: u64) {
+        if let Some(d) = self.lock().disks.get_mut(&disk) {
+            d.pending_size = Some(size);
+        }
+    }
+
+    /// How long after a layout write a new partition's volume appears.
+    pub fn set_arrival_delay(&self, d: Duration) {
+        self.lock().arrival_delay = d;
+    }
+
+    /// Turns automount (drive letters for new basic volumes) on or off (`mountvol /N`).
+    pub fn set_automount(&self, on: bool) {
+        self.lock().automount = on;
+    }
+
+    /// Gives `volume` a new GUID path that the mount manager lists first from now on (as after
+    /// a reboot that reordered its cache); returns it. The old one keeps working.
+    pub fn add_volume_name(&self, volume: &str) -> Option<String> {
+        let mut s = self.lock();
+        let v = s.volume_named(volume)?;
+        let name = s.volume_guid_path();
+        s.volumes[v].names.insert(0, name.clone());
+        Some(name)
+    }
+
+    /// Writes `bytes` at the start of the volume (a signature another OS left).
+    pub fn write_head(&self, volume: &str, bytes: &[u8]) {
+        let mut s = self.lock();
+        if let Some(v) = s.volume_named(volume) {
+            s.volumes[v].head = bytes.to_vec();
+        }
+    }
+
+    /// Restarts the WMI service: connections made before answer RPC_E_DISCONNECTED.
+    pub fn restart_wmi(&self) {
+        self.lock().wmi_disconnected = true;
+    }
+
+    /// Makes the next call of `call` (a [`Win32`] method name, e.g. `"volume_path_names"`)
+    /// fail with `e`; several calls queue up.
+    pub fn fail_next(&self, call: &str, e: OsError) {
+        self.lock()
+            .faults
+            .entry(call.to_string())
+            .or_default()
+            .push_back(e);
+    }
+
+    /// Makes `path` (and its parents) a directory.
+    pub fn mkdir(&self, path: &str) {
+        let mut s = self.lock();
+        filesystem::mkdir_all(&mut s, path);
+    }
+
+    /// Puts a file at `path` (its directory must exist).
+    pub fn add_file(&self, path: &str) {
+        self.lock().files.insert(key(path));
+    }
+
+    /// Sets the page files Windows uses.
+    pub fn set_page_files(&self, files: &[&str]) {
+        self.lock().page_files = files.iter().map(|f| f.to_string()).collect();
+    }
+
+    /// The mount points, as `(mount point, volume's first GUID path)`.
+    pub fn mount_points(&self) -> Vec<(String, String)> {
+        let s = self.lock();
+        s.mount_points
+            .values()
+            .map(|(t, v)| (t.clone(), s.volumes[*v].names[0].clone()))
+            .collect()
+    }
+
+    /// The filesystem on a volume and its size, if any.
+    pub fn filesystem_of(&self, volume: &str) -> Option<(String, u64)> {
+        let s = self.lock();
+        let v = s.volume_named(volume)?;
+        s.volumes[v]
+            .fs
+            .as_ref()
+            .map(|(f, _)| (f.clone(), s.volumes[v].fs_size))
+    }
+
+    /// The partitions of a disk as `(number, start, length, type)`.
+    pub fn partitions(&self, disk: u32) -> Vec<(u32, u64, u64, Guid)> {
+        self.lock().disks.get(&disk).map_or_else(Vec::new, |d| {
+            d.parts
+                .iter()
+                .map(|p| (p.number, p.start, p.length, p.gpt_type))
+                .collect()
+        })
+    }
+
+    /// How many times each seam method was called.
+    pub fn calls(&self) -> BTreeMap<&'static str, u64> {
+        self.lock().calls.clone()
+    }
+
+    /// The simulated time.
+    pub fn clock(&self) -> Duration {
+        self.lock().clock
+    }
+}
+
+fn part(number: u32, start: u64, length: u64, gpt_type: Guid, id: Guid, attributes: u64) -> Part {
+    Part {
+        number,
+        start,
+        length,
+        gpt_type,
+        id,
+        attributes,
+    }
+}
+
+impl Win32 for SimWindows {
+    fn open_raw(&self, path: &str, write: bool) -> Win32Result<u64> {
+        let mut s = self.lock();
+        s.take_fault("open")?;
+        s.settle();
+        let target = devices::resolve_device(&s, path).ok_or(OsError::new(code::FILE_NOT_FOUND))?;
+        s.next_handle += 4;
+        let h = s.next_handle;
+        s.handles.insert(h, Open { target, write });
+        Ok(h)
+    }
+
+    fn close(&self, handle: u64) {
+        self.lock().handles.remove(&handle);
+    }
+
+    fn device_io_control(
+        &self,
+        handle: u64,
+        ioctl: u32,
+        input: &[u8],
+        out_len: usize,
+    ) -> Win32Result<Vec<u8>> {
+        let mut s = self.lock();
+        s.take_fault("device_io_control")?;
+        s.settle();
+        let open = *s
+            .handles
+            .get(&handle)
+            .ok_or(OsError::new(code::INVALID_HANDLE))?;
+        devices::ioctl(&mut s, open, ioctl, input, out_len)
+    }
+
+    fn read(&self, handle: u64, len: usize) -> Win32Result<Vec<u8>> {
+        let mut s = self.lock();
+        s.take_fault("read")?;
+        match s.handles.get(&handle).map(|o| o.target) {
+            Some(Target::Volume(v)) => {
+                let mut out = s.volumes[v].head.clone();
+                out.resize(len, 0);
+                Ok(out)
+            }
+            Some(Target::Disk(_)) => Ok(vec![0; len]),
+            None => Err(OsError::new(code::INVALID_HANDLE)),
+        }
+    }
+
+    fn flush(&self, handle: u64) -> Win32Result<()> {
+        let mut s = self.lock();
+        s.take_fault("flush")?;
+        match s.handles.get(&handle) {
+            // FlushFileBuffers on a volume needs a handle with write access.
+            Some(o) if !o.write => Err(OsError::new(code::ACCESS_DENIED)),
+            Some(_) => Ok(()),
+            None => Err(OsError::new(code::INVALID_HANDLE)),
+        }
+    }
+
+    fn volumes(&self) -> Win32Result<Vec<String>> {
+        let mut s = self.lock();
+        s.take_fault("volumes")?;
+        s.settle();
+        Ok((0..s.volumes.len())
+            .filter(|&v| s.visible(v))
+            .map(|v| s.volumes[v].names[0].clone())
+            .collect())
+    }
+
+    fn volume_name_for_mount_point(&self, mount_point: &str) -> Win32Result<String> {
+        let mut s = self.lock();
+        s.take_fault("volume_name_for_mount_point")?;
+        s.settle();
+        if !mount_point.ends_with('\\') {
+            return Err(OsError::new(code::INVALID_PARAMETER));
+        }
+        if let Some(v) = s.volume_at(mount_point) {
+            return Ok(s.volumes[v].names[0].clone());
+        }
+        if s.exists(mount_point) {
+            Err(OsError::new(code::NOT_A_REPARSE_POINT))
+        } else {
+            Err(OsError::new(code::FILE_NOT_FOUND))
+        }
+    }
+
+    fn volume_path_names(&self, volume: &str, capacity: usize) -> Win32Result<Vec<String>> {
+        let mut s = self.lock();
+        s.take_fault("volume_path_names")?;
+        s.settle();
+        let v = s
+            .volume_named(volume)
+            .ok_or(OsError::new(code::FILE_NOT_FOUND))?;
+        let names: Vec<String> = s
+            .mount_points
+            .values()
+            .filter(|(_, m)| *m == v)
+            .map(|(t, _)| t.clone())
+            .collect();
+        // A MULTI_SZ: each name and its NUL, then the final NUL.
+        let needed = names
+            .iter()
+            .map(|n| n.encode_utf16().count() + 1)
+            .sum::<usize>()
+            + 1;
+        if capacity < needed {
+            let mut e = OsError::new(code::MORE_DATA);
+            e.needed = needed;
+            return Err(e);
+        }
+        Ok(names)
+    }
+
+    fn volume_path_name(&self, path: &str) -> Win32Result<String> {
+        let mut s = self.lock();
+        s.take_fault("volume_path_name")?;
+        let k = mp_key(path);
+        s.mount_points
+            .iter()
+            .filter(|(m, _)| k.starts_with(m.as_str()))
+            .max_by_key(|(m, _)| m.len())
+            .map(|(_, (t, _))| t.clone())
+            .ok_or(OsError::new(code::PATH_NOT_FOUND))
+    }
+
+    fn volume_information(&self, root: &str) -> Win32Result<(String, u32)> {
+        let mut s = self.lock();
+        s.take_fault("volume_information")?;
+        let v = s
+            .volume_at(root)
+            .ok_or(OsError::new(code::PATH_NOT_FOUND))?;
+        s.volumes[v]
+            .fs
+            .clone()
+            .ok_or(OsError::new(code::UNRECOGNIZED_VOLUME))
+    }
+
+    fn disk_free_space(&self, root: &str) -> Win32Result<(u64, u64)> {
+        let mut s = self.lock();
+        s.take_fault("disk_free_space")?;
+        let v = s
+            .volume_at(root)
+            .ok_or(OsError::new(code::PATH_NOT_FOUND))?;
+        let vol = &s.volumes[v];
+        match vol.fs {
+            // NTFS keeps its metadata in the volume: a fresh one is about 1% used.
+            Some(_) => Ok((vol.fs_size, vol.fs_size - vol.fs_size / 100)),
+            None => Err(OsError::new(code::UNRECOGNIZED_VOLUME)),
+        }
+    }
+
+    fn set_volume_mount_point(&self, mount_point: &str, volume: &str) -> Win32Result<()> {
+        let mut s = self.lock();
+        s.take_fault("set_volume_mount_point")?;
+        if !mount_point.ends_with('\\') || !volume.ends_with('\\') {
+            return Err(OsError::new(code::INVALID_PARAMETER));
+        }
+        let v = s
+            .volume_named(volume)
+            .ok_or(OsError::new(code::FILE_NOT_FOUND))?;
+        let k = key(mount_point);
+        if s.mount_points.contains_key(&mp_key(mount_point)) {
+            return Err(OsError::new(code::DIR_NOT_EMPTY));
+        }
+        if !s.dirs.contains_key(&k) {
+            return Err(OsError::new(code::PATH_NOT_FOUND));
+        }
+        if s.has_children(&k) {
+            return Err(OsError::new(code::DIR_NOT_EMPTY));
+        }
+        s.mount_points
+            .insert(mp_key(mount_point), (mount_point.to_string(), v));
+        Ok(())
+    }
+
+    fn delete_volume_mount_point(&self, mount_point: &str) -> Win32Result<()> {
+        let mut s = self.lock();
+        s.take_fault("delete_volume_mount_point")?;
+        s.mount_points
+            .remove(&mp_key(mount_point))
+            .map(drop)
+            .ok_or(OsError::new(code::NOT_A_REPARSE_POINT))
+    }
+
+    fn file_attributes(&self, path: &str) -> Option<u32> {
+        let mut s = self.lock();
+        s.take_fault("file_attributes").ok()?;
+        // FILE_ATTRIBUTE_DIRECTORY, with FILE_ATTRIBUTE_REPARSE_POINT for links.
+        let k = key(path);
+        if s.links.contains_key(&k) {
+            Some(0x410)
+        } else if s.files.contains(&k) {
+            Some(0x80)
+        } else {
+            s.exists(path).then_some(0x10)
+        }
+    }
+
+    fn reparse_data(&self, path: &str) -> Win32Result<Vec<u8>> {
+        let mut s = self.lock();
+        s.take_fault("reparse_data")?;
+        if let Some((_, data)) = s.links.get(&key(path)) {
+            return Ok(data.clone());
+        }
+        if s.exists(path) {
+            Err(OsError::new(code::NOT_A_REPARSE_POINT))
+        } else {
+            Err(OsError::new(code::FILE_NOT_FOUND))
+        }
+    }
+
+    fn system_directory(&self) -> Win32Result<String> {
+        self.lock().take_fault("system_directory")?;
+        Ok(r"C:\Windows\system32".into())
+    }
+
+    fn new_guid(&self) -> Win32Result<Guid> {
+        let mut s = self.lock();
+        s.take_fault("new_guid")?;
+        Ok(s.guid())
+    }
+
+    fn disk_interfaces(&self) -> Win32Result<Vec<String>> {
+        let mut s = self.lock();
+        s.take_fault("disk_interfaces")?;
+        Ok(s.disks
+            .keys()
+            .map(|&n| devices::interface_path(n))
+            .collect())
+    }
+
+    fn reenumerate_devices(&self) -> Win32Result<()> {
+        let mut s = self.lock();
+        s.take_fault("reenumerate_devices")?;
+        s.settle();
+        Ok(())
+    }
+
+    fn page_files(&self) -> Win32Result<Vec<String>> {
+        let mut s = self.lock();
+        s.take_fault("page_files")?;
+        if s.wmi_disconnected {
+            return Err(OsError::new(RPC_E_DISCONNECTED));
+        }
+        Ok(s.page_files.clone())
+    }
+
+    fn format_ntfs(&self, volume: &str) -> Win32Result<u32> {
+        let mut s = self.lock();
+        s.take_fault("format_ntfs")?;
+        if s.wmi_disconnected {
+            return Err(OsError::new(RPC_E_DISCONNECTED));
+        }
+        // MSFT_Volume.UniqueId is the volume's first GUID path.
+        let v = (0..s.volumes.len())
+            .find(|&v| s.visible(v) && s.volumes[v].names[0].eq_ignore_ascii_case(volume))
+            .ok_or(OsError::new(WBEM_E_NOT_FOUND))?;
+        let length = devices::partition_of(&s, v).map_or(0, |p| p.length);
+        let serial = s.next_serial;
+        s.next_serial += 1;
+        let vol = &mut s.volumes[v];
+        vol.fs = Some(("NTFS".into(), serial));
+        vol.fs_size = length;
+        // An NTFS boot sector: what a later signature probe finds.
+        let mut head = vec![0u8; 512];
+        head[3..11].copy_from_slice(b"NTFS    ");
+        head[510] = 0x55;
+        head[511] = 0xaa;
+        vol.head = head;
+        Ok(0)
+    }
+
+    fn reset_wmi(&self) {
+        let mut s = self.lock();
+        *s.calls.entry("reset_wmi").or_default() += 1;
+        s.wmi_disconnected = false;
+    }
+
+    fn now(&self) -> Duration {
+        self.lock().clock
+    }
+
+    fn sleep(&self, d: Duration) {
+        let mut s = self.lock();
+        s.clock += d;
+        s.settle();
+    }
+}
+
+#[cfg(test)]
+mod tests;

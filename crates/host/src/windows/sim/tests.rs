@@ -1,0 +1,292 @@
+//! The Windows disk and volume hosts over the simulated Windows: each behaviour Windows
+//! documents that bit (or would bite) a real node, and each defect of issue 15 that the seam
+//! made testable.
+
+use super::*;
+use crate::windows::disk::{VOLUME_ARRIVAL_LIMIT, WindowsDiskHost};
+use crate::windows::volume::WindowsVolumeHost;
+use crate::windows_data::layout::{BASIC_DATA, MSR, MSR_SIZE};
+use csi_proxy_core::Kind;
+use csi_proxy_core::disk::DiskHost;
+use csi_proxy_core::volume::{ResizeTarget, VolumeHost};
+use std::num::NonZeroU32;
+use std::sync::Arc;
+
+const GIB: u64 = 1 << 30;
+
+struct Machine {
+    sim: Arc<SimWindows>,
+    disk: WindowsDiskHost,
+    volume: WindowsVolumeHost,
+    _state: tempfile::TempDir,
+}
+
+fn machine() -> Machine {
+    let sim = Arc::new(SimWindows::new());
+    let state = tempfile::tempdir().unwrap();
+    Machine {
+        disk: WindowsDiskHost::with_os(sim.clone()),
+        volume: WindowsVolumeHost::with_os(sim.clone(), state.path()),
+        sim,
+        _state: state,
+    }
+}
+
+/// A new 10 GiB disk, partitioned; its data volume.
+fn partitioned(m: &Machine) -> (u32, String) {
+    let n = m.sim.add_disk(10 * GIB, 3);
+    m.disk.partition_disk(n).unwrap();
+    let v = m.volume.list_volumes_on_disk(n, None).unwrap();
+    assert_eq!(v.len(), 1, "{v:?}");
+    (n, v[0].clone())
+}
+
+#[test]
+fn partition_disk_returns_once_the_new_volume_exists() {
+    let m = machine();
+    // Plug and Play creates the volume 2 s after the layout write.
+    m.sim.set_arrival_delay(Duration::from_secs(2));
+    let n = m.sim.add_disk(10 * GIB, 3);
+    let before = m.sim.clock();
+    m.disk.partition_disk(n).unwrap();
+    assert!(m.sim.clock() - before >= Duration::from_secs(2));
+    // What drivers do next, indexing the first ID with no length check.
+    let ids = m.volume.list_volumes_on_disk(n, None).unwrap();
+    assert_eq!(ids.len(), 1);
+    assert!(ids[0].starts_with(r"\\?\Volume{"), "{ids:?}");
+    // Idempotent: a second call changes nothing and answers at once.
+    let layout = m.sim.partitions(n);
+    m.disk.partition_disk(n).unwrap();
+    assert_eq!(m.sim.partitions(n), layout);
+}
+
+#[test]
+fn a_volume_that_never_arrives_is_unavailable_not_success() {
+    let m = machine();
+    m.sim
+        .set_arrival_delay(VOLUME_ARRIVAL_LIMIT + Duration::from_secs(5));
+    let n = m.sim.add_disk(10 * GIB, 3);
+    let e = m.disk.partition_disk(n).unwrap_err();
+    assert_eq!(e.kind(), Kind::Unavailable, "{}", e.message());
+    assert!(
+        e.message().starts_with("PartitionDisk disk 1:"),
+        "{}",
+        e.message()
+    );
+    assert!(e.message().contains("did not appear"), "{}", e.message());
+    // Later the volume is there; the retry is the idempotent no-op.
+    m.sim.sleep(Duration::from_secs(10));
+    m.disk.partition_disk(n).unwrap();
+    assert_eq!(m.volume.list_volumes_on_disk(n, None).unwrap().len(), 1);
+}
+
+#[test]
+fn a_new_gpt_disk_gets_the_reserved_partition_first_and_data_as_number_two() {
+    let m = machine();
+    let (n, id) = partitioned(&m);
+    let parts = m.sim.partitions(n);
+    assert_eq!(parts.len(), 2, "{parts:?}");
+    assert_eq!((parts[0].0, parts[0].2, parts[0].3), (1, MSR_SIZE, MSR));
+    assert_eq!((parts[1].0, parts[1].3), (2, BASIC_DATA));
+    assert_eq!(parts[1].1 % (1 << 20), 0, "data partition 1 MiB aligned");
+    // Upstream's numbering: the data volume is partition 2.
+    let two = NonZeroU32::new(2).unwrap();
+    assert_eq!(m.volume.list_volumes_on_disk(n, Some(two)).unwrap(), [id]);
+    assert!(
+        m.volume
+            .list_volumes_on_disk(n, NonZeroU32::new(1))
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[test]
+fn the_new_partition_gets_no_drive_letter_though_automount_is_on() {
+    let m = machine();
+    let (_, id) = partitioned(&m);
+    // GPT_BASIC_DATA_ATTRIBUTE_NO_DRIVE_LETTER keeps automount from lettering it.
+    assert!(
+        m.sim.mount_points().iter().all(|(_, v)| *v != id),
+        "{:?}",
+        m.sim.mount_points()
+    );
+}
+
+#[test]
+fn the_disk_in_use_guard_fails_closed() {
+    let m = machine();
+    let (n, _) = partitioned(&m);
+    assert!(m.disk.disk_usage(n).unwrap().mount_points.is_empty());
+    // A volume whose mount points cannot be read makes the answer unknown: an error.
+    m.sim
+        .fail_next("volume_path_names", OsError::new(code::ACCESS_DENIED));
+    let e = m.disk.disk_usage(n).unwrap_err();
+    assert_eq!(e.kind(), Kind::PermissionDenied, "{}", e.message());
+    // So does a volume whose disks cannot be read (the system volume is listed first).
+    m.sim
+        .fail_next("device_io_control", OsError::new(code::ACCESS_DENIED));
+    let e = m.disk.disk_usage(n).unwrap_err();
+    assert!(
+        e.message().contains("telling whether disk 1 is in use"),
+        "{}",
+        e.message()
+    );
+    // A drive without media is on no disk, not an error.
+    m.sim
+        .fail_next("device_io_control", OsError::new(code::NOT_READY));
+    assert!(m.disk.disk_usage(n).is_ok());
+}
+
+#[test]
+fn many_mount_points_are_all_seen_through_more_data() {
+    let m = machine();
+    let (n, id) = partitioned(&m);
+    // Enough mounted folders that the first 256-unit buffer is too small.
+    let mut dirs = Vec::new();
+    for i in 0..20 {
+        let d = format!(r"C:\var\lib\kubelet\pods\pod-{i:02}\volumes\kubernetes.io~csi\pv\mount");
+        m.sim.mkdir(&d);
+        m.volume.mount_volume(&id, &d).unwrap();
+        dirs.push(d);
+    }
+    let seen = m.disk.disk_usage(n).unwrap().mount_points;
+    assert_eq!(seen.len(), 20, "{seen:?}");
+    assert!(m.sim.calls()["volume_path_names"] >= 2);
+}
+
+#[test]
+fn a_volume_named_by_its_second_guid_path_is_the_same_volume() {
+    let m = machine();
+    let (_, id) = partitioned(&m);
+    let target = r"C:\var\lib\kubelet\plugins\pd\globalmount";
+    m.sim.mkdir(target);
+    m.volume.format_volume(&id).unwrap();
+    m.volume.mount_volume(&id, target).unwrap();
+    // The mount manager now lists another GUID path first; the driver still holds the old one.
+    let first = m.sim.add_volume_name(&id).unwrap();
+    assert_ne!(first, id);
+    assert_eq!(
+        m.volume.get_volume_id_from_target_path(target).unwrap(),
+        first
+    );
+    // Staging again is idempotent, and the unstage unmounts, by the old name.
+    m.volume.mount_volume(&id, target).unwrap();
+    m.volume.unmount_volume(&id, target).unwrap();
+    assert!(m.sim.mount_points().iter().all(|(p, _)| p.len() == 3));
+}
+
+#[test]
+fn a_different_volume_at_the_target_is_refused_both_ways() {
+    let m = machine();
+    let (_, a) = partitioned(&m);
+    let (_, b) = partitioned(&m);
+    let target = r"C:\staging";
+    m.sim.mkdir(target);
+    m.volume.mount_volume(&a, target).unwrap();
+    let e = m.volume.mount_volume(&b, target).unwrap_err();
+    assert_eq!(e.kind(), Kind::FailedPrecondition);
+    let e = m.volume.unmount_volume(&b, target).unwrap_err();
+    assert_eq!(e.kind(), Kind::FailedPrecondition, "{}", e.message());
+}
+
+#[test]
+fn format_reconnects_to_wmi_after_a_service_restart() {
+    let m = machine();
+    let (_, id) = partitioned(&m);
+    m.sim.restart_wmi();
+    m.volume.format_volume(&id).unwrap();
+    assert_eq!(m.sim.calls()["reset_wmi"], 1);
+    assert!(m.volume.is_volume_formatted(&id).unwrap());
+    assert_eq!(m.sim.filesystem_of(&id).unwrap().0, "NTFS");
+}
+
+#[test]
+fn format_is_idempotent_and_never_formats_over_data() {
+    let m = machine();
+    let (_, id) = partitioned(&m);
+    m.volume.format_volume(&id).unwrap();
+    let calls = m.sim.calls()["format_ntfs"];
+    m.volume.format_volume(&id).unwrap();
+    assert_eq!(m.sim.calls()["format_ntfs"], calls, "formatted once");
+    // A RAW volume holding another OS's filesystem is refused.
+    let (_, other) = partitioned(&m);
+    let mut ext4 = vec![0u8; 2048];
+    ext4[1080..1082].copy_from_slice(&0xEF53u16.to_le_bytes());
+    m.sim.write_head(&other, &ext4);
+    let e = m.volume.format_volume(&other).unwrap_err();
+    assert_eq!(e.kind(), Kind::FailedPrecondition);
+    assert!(e.message().contains("ext"), "{}", e.message());
+    // A mounted volume is refused.
+    let (_, third) = partitioned(&m);
+    m.sim.mkdir(r"C:\t");
+    m.volume.mount_volume(&third, r"C:\t").unwrap();
+    let e = m.volume.format_volume(&third).unwrap_err();
+    assert!(e.message().contains("mounted at"), "{}", e.message());
+}
+
+#[test]
+fn resize_grows_partition_and_filesystem_after_the_disk_grew() {
+    let m = machine();
+    let (n, id) = partitioned(&m);
+    m.volume.format_volume(&id).unwrap();
+    let before = m.volume.get_volume_stats(&id).unwrap().total_bytes;
+    m.sim.grow_disk(n, 20 * GIB);
+    m.volume.resize_volume(&id, ResizeTarget::Maximum).unwrap();
+    let after = m.volume.get_volume_stats(&id).unwrap().total_bytes;
+    assert!(after > before + 9 * GIB, "{before} -> {after}");
+    // Again: nothing to do.
+    m.volume.resize_volume(&id, ResizeTarget::Maximum).unwrap();
+    assert_eq!(m.volume.get_volume_stats(&id).unwrap().total_bytes, after);
+}
+
+#[test]
+fn disks_are_enumerated_by_interface_and_their_reported_numbers() {
+    let m = machine();
+    let a = m.sim.add_disk(GIB, 1);
+    let b = m.sim.add_disk(GIB, 2);
+    let ids = m.disk.list_disk_ids().unwrap();
+    assert_eq!(ids.keys().copied().collect::<Vec<_>>(), [0, a, b]);
+    assert_eq!(ids[&a].page83, format!("sim-disk-{a}"));
+    assert_eq!(ids[&a].serial_number, format!("SIM{a:04}"));
+    // A disk that cannot be opened fails the listing, naming it, rather than vanishing.
+    m.sim.fail_next("open", OsError::new(code::ACCESS_DENIED));
+    let e = m.disk.list_disk_ids().unwrap_err();
+    assert_eq!(e.kind(), Kind::PermissionDenied);
+    assert!(e.message().contains("disk device"), "{}", e.message());
+}
+
+#[test]
+fn disk_locations_match_upstream() {
+    let m = machine();
+    let a = m.sim.add_disk(GIB, 4);
+    let virt = m.sim.add_disk(GIB, 5);
+    m.sim.unplace_disk(virt);
+    let l = m.disk.list_disk_locations().unwrap();
+    assert_eq!(l[&a].lun_id, "4");
+    assert_eq!(l[&a].bus, "", "upstream leaves Bus empty");
+    assert!(
+        !l.contains_key(&virt),
+        "a disk upstream cannot place is not listed"
+    );
+}
+
+#[test]
+fn the_system_disk_is_never_partitioned_or_taken_offline() {
+    let m = machine();
+    let e = m.disk.set_disk_online(0, false).unwrap_err();
+    assert_eq!(e.kind(), Kind::PermissionDenied);
+    let usage = m.disk.disk_usage(0).unwrap();
+    assert!(usage.system_use.is_some());
+    assert!(usage.mount_points.iter().any(|p| p == r"C:\"));
+}
+
+#[test]
+fn an_offline_disk_hides_its_volumes_until_online() {
+    let m = machine();
+    let (n, id) = partitioned(&m);
+    m.disk.set_disk_online(n, false).unwrap();
+    assert!(!m.disk.is_disk_online(n).unwrap());
+    assert!(m.volume.list_volumes_on_disk(n, None).unwrap().is_empty());
+    m.disk.set_disk_online(n, true).unwrap();
+    assert_eq!(m.volume.list_volumes_on_disk(n, None).unwrap(), [id]);
+}

@@ -1,0 +1,465 @@
+//! The real [`Win32`] seam: one documented Win32 (or WMI) call per method, nothing else. Every
+//! decision lives above it, in the hosts' logic, where the simulated Windows tests it.
+
+use super::os::{OsError, Win32, Win32Result, code};
+use super::win::{from_wide, wide};
+use crate::windows_data::Guid;
+use crate::windows_data::volume::wql_string;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::time::{Duration, Instant};
+use windows::Win32::Devices::DeviceAndDriverInstallation::{
+    CM_GET_DEVICE_INTERFACE_LIST_PRESENT, CM_Get_Device_Interface_List_SizeW,
+    CM_Get_Device_Interface_ListW, CM_LOCATE_DEVNODE_NORMAL, CM_Locate_DevNodeW,
+    CM_REENUMERATE_SYNCHRONOUS, CM_Reenumerate_DevNode, CR_BUFFER_SMALL, CR_SUCCESS,
+};
+use windows::Win32::Foundation::{CloseHandle, GENERIC_READ, GENERIC_WRITE, HANDLE, WIN32_ERROR};
+use windows::Win32::Storage::FileSystem::{
+    CreateFileW, DeleteVolumeMountPointW, FILE_ATTRIBUTE_NORMAL, FILE_SHARE_READ, FILE_SHARE_WRITE,
+    FindFirstVolumeW, FindNextVolumeW, FindVolumeClose, FlushFileBuffers, GetDiskFreeSpaceExW,
+    GetFileAttributesW, GetVolumeInformationW, GetVolumeNameForVolumeMountPointW,
+    GetVolumePathNameW, GetVolumePathNamesForVolumeNameW, INVALID_FILE_ATTRIBUTES, OPEN_EXISTING,
+    ReadFile, SetVolumeMountPointW,
+};
+use windows::Win32::System::IO::DeviceIoControl;
+use windows::Win32::System::Ioctl::GUID_DEVINTERFACE_DISK;
+use windows::Win32::System::SystemInformation::GetSystemDirectoryW;
+use windows::core::{GUID, PCWSTR};
+
+// The I/O control codes and structure sizes the logic uses are plain numbers (so it compiles
+// everywhere); here they are checked against the `windows` crate's definitions.
+const _: () = {
+    use crate::windows_data::ioctl as io;
+    use windows::Win32::System::Ioctl as w;
+    assert!(io::DISK_GET_DRIVE_GEOMETRY_EX == w::IOCTL_DISK_GET_DRIVE_GEOMETRY_EX);
+    assert!(io::DISK_GET_DRIVE_LAYOUT_EX == w::IOCTL_DISK_GET_DRIVE_LAYOUT_EX);
+    assert!(io::DISK_SET_DRIVE_LAYOUT_EX == w::IOCTL_DISK_SET_DRIVE_LAYOUT_EX);
+    assert!(io::DISK_CREATE_DISK == w::IOCTL_DISK_CREATE_DISK);
+    assert!(io::DISK_GET_LENGTH_INFO == w::IOCTL_DISK_GET_LENGTH_INFO);
+    assert!(io::DISK_GET_PARTITION_INFO_EX == w::IOCTL_DISK_GET_PARTITION_INFO_EX);
+    assert!(io::DISK_GROW_PARTITION == w::IOCTL_DISK_GROW_PARTITION);
+    assert!(io::DISK_UPDATE_DRIVE_SIZE == w::IOCTL_DISK_UPDATE_DRIVE_SIZE);
+    assert!(io::DISK_UPDATE_PROPERTIES == w::IOCTL_DISK_UPDATE_PROPERTIES);
+    assert!(io::DISK_GET_DISK_ATTRIBUTES == w::IOCTL_DISK_GET_DISK_ATTRIBUTES);
+    assert!(io::DISK_SET_DISK_ATTRIBUTES == w::IOCTL_DISK_SET_DISK_ATTRIBUTES);
+    assert!(io::STORAGE_QUERY_PROPERTY == w::IOCTL_STORAGE_QUERY_PROPERTY);
+    assert!(io::STORAGE_GET_DEVICE_NUMBER == w::IOCTL_STORAGE_GET_DEVICE_NUMBER);
+    assert!(io::FSCTL_EXTEND_VOLUME == w::FSCTL_EXTEND_VOLUME);
+    assert!(io::DISK_ATTRIBUTE_OFFLINE == w::DISK_ATTRIBUTE_OFFLINE);
+    assert!(io::CREATE_DISK_SIZE == size_of::<w::CREATE_DISK>());
+    assert!(io::SET_DISK_ATTRIBUTES_SIZE == size_of::<w::SET_DISK_ATTRIBUTES>());
+};
+
+/// The WMI namespace of the Storage Management API (`MSFT_Volume`).
+const STORAGE_NAMESPACE: &str = r"ROOT\Microsoft\Windows\Storage";
+
+/// The Windows this process runs on.
+#[derive(Debug)]
+pub struct SystemWin32 {
+    start: Instant,
+}
+
+impl Default for SystemWin32 {
+    fn default() -> Self {
+        Self {
+            start: Instant::now(),
+        }
+    }
+}
+
+/// A `windows` error as the seam's [`OsError`]: the Win32 code inside an HRESULT_FROM_WIN32,
+/// else the HRESULT itself.
+fn os(e: &windows::core::Error) -> OsError {
+    let c = WIN32_ERROR::from_error(e).map_or(e.code().0 as u32, |c| c.0);
+    OsError::with_message(c, e.message())
+}
+
+/// A `wmi` crate error as the seam's [`OsError`].
+fn wmi_os(e: &wmi::WMIError) -> OsError {
+    match e {
+        wmi::WMIError::HResultError { hres } => OsError::new(*hres as u32),
+        // WBEM_E_NOT_FOUND: the query matched nothing.
+        wmi::WMIError::ResultEmpty => OsError::new(0x8004_1002),
+        other => OsError::with_message(0x8000_FFFF, format!("WMI: {other}")),
+    }
+}
+
+/// A UTF-16 MULTI_SZ list (strings separated by NUL, ended by an empty one).
+fn multi_sz(buf: &[u16]) -> Vec<String> {
+    buf.split(|&c| c == 0)
+        .take_while(|p| !p.is_empty())
+        .map(String::from_utf16_lossy)
+        .collect()
+}
+
+fn handle(raw: u64) -> HANDLE {
+    HANDLE(raw as usize as *mut c_void)
+}
+
+/// A CONFIGRET failure as an OsError (CONFIGRET values are not Win32 codes: CR_ACCESS_DENIED
+/// is 0x33, reported as ERROR_ACCESS_DENIED so it reads as PERMISSION_DENIED).
+fn configret(call: &str, cr: u32) -> OsError {
+    let c = if cr == 0x33 {
+        code::ACCESS_DENIED
+    } else {
+        0x8000_FFFF
+    };
+    OsError::with_message(c, format!("{call} failed with CONFIGRET {cr}"))
+}
+
+impl Win32 for SystemWin32 {
+    fn open_raw(&self, path: &str, write: bool) -> Win32Result<u64> {
+        let w = wide(path);
+        let access = if write {
+            GENERIC_READ.0 | GENERIC_WRITE.0
+        } else {
+            GENERIC_READ.0
+        };
+        // SAFETY: `w` is NUL-terminated and outlives the call. Sharing read and write lets the
+        // volume manager and WMI keep working, as CreateFile requires for physical disks ("the
+        // dwShareMode parameter must have the FILE_SHARE_WRITE flag").
+        let h = unsafe {
+            CreateFileW(
+                PCWSTR(w.as_ptr()),
+                access,
+                FILE_SHARE_READ | FILE_SHARE_WRITE,
+                None,
+                OPEN_EXISTING,
+                FILE_ATTRIBUTE_NORMAL,
+                None,
+            )
+        }
+        .map_err(|e| os(&e))?;
+        Ok(h.0 as usize as u64)
+    }
+
+    fn close(&self, raw: u64) {
+        // SAFETY: `raw` came from a successful CreateFileW and is closed exactly once (by the
+        // seam's Handle drop); a failure to close leaves nothing to do.
+        let _ = unsafe { CloseHandle(handle(raw)) };
+    }
+
+    fn device_io_control(
+        &self,
+        raw: u64,
+        ioctl: u32,
+        input: &[u8],
+        out_len: usize,
+    ) -> Win32Result<Vec<u8>> {
+        // u64 storage keeps the output 8-byte aligned like the structures it receives.
+        let mut buf = vec![0u64; out_len.div_ceil(8)];
+        let mut returned = 0u32;
+        // SAFETY: input and output point to live buffers of the sizes passed; the handle was
+        // opened without FILE_FLAG_OVERLAPPED, so the call is synchronous.
+        unsafe {
+            DeviceIoControl(
+                handle(raw),
+                ioctl,
+                (!input.is_empty()).then_some(input.as_ptr().cast::<c_void>()),
+                u32::try_from(input.len()).unwrap_or(u32::MAX),
+                (out_len > 0).then_some(buf.as_mut_ptr().cast::<c_void>()),
+                u32::try_from(out_len).unwrap_or(u32::MAX),
+                Some(&mut returned),
+                None,
+            )
+        }
+        .map_err(|e| os(&e))?;
+        // SAFETY: `buf` holds at least `out_len` initialised bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), out_len) };
+        Ok(bytes[..(returned as usize).min(out_len)].to_vec())
+    }
+
+    fn read(&self, raw: u64, len: usize) -> Win32Result<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        let mut got = 0u32;
+        // SAFETY: `buf` is writable for its length; synchronous handle, no OVERLAPPED.
+        unsafe { ReadFile(handle(raw), Some(&mut buf), Some(&raw mut got), None) }
+            .map_err(|e| os(&e))?;
+        buf.truncate(got as usize);
+        Ok(buf)
+    }
+
+    fn flush(&self, raw: u64) -> Win32Result<()> {
+        // SAFETY: a live handle; on a volume opened for write, FlushFileBuffers "flushes all
+        // open files on the volume".
+        unsafe { FlushFileBuffers(handle(raw)) }.map_err(|e| os(&e))
+    }
+
+    fn volumes(&self) -> Win32Result<Vec<String>> {
+        let mut out = Vec::new();
+        let mut buf = [0u16; 64];
+        // SAFETY: `buf` is writable for its length (a volume GUID path is 49 units with NUL).
+        let find = unsafe { FindFirstVolumeW(&mut buf) }.map_err(|e| os(&e))?;
+        loop {
+            out.push(from_wide(&buf));
+            // SAFETY: `find` is live; `buf` is writable. ERROR_NO_MORE_FILES after the last.
+            if let Err(e) = unsafe { FindNextVolumeW(find, &mut buf) } {
+                // SAFETY: closes the handle FindFirstVolumeW returned, once.
+                let _ = unsafe { FindVolumeClose(find) };
+                let e = os(&e);
+                return if e.code == code::NO_MORE_FILES {
+                    Ok(out)
+                } else {
+                    Err(e)
+                };
+            }
+        }
+    }
+
+    fn volume_name_for_mount_point(&self, mount_point: &str) -> Win32Result<String> {
+        let mp = wide(mount_point);
+        let mut buf = [0u16; 64];
+        // SAFETY: `mp` is NUL-terminated and ends in a backslash as the function requires;
+        // 50 units are documented as enough for a volume GUID path.
+        unsafe { GetVolumeNameForVolumeMountPointW(PCWSTR(mp.as_ptr()), &mut buf) }
+            .map_err(|e| os(&e))?;
+        Ok(from_wide(&buf))
+    }
+
+    fn volume_path_names(&self, volume: &str, capacity: usize) -> Win32Result<Vec<String>> {
+        let w = wide(volume);
+        let mut buf = vec![0u16; capacity.max(1)];
+        let mut needed = 0u32;
+        // SAFETY: `w` is NUL-terminated with the trailing backslash the function requires;
+        // `needed` receives the length required when the buffer is too small (ERROR_MORE_DATA).
+        match unsafe {
+            GetVolumePathNamesForVolumeNameW(PCWSTR(w.as_ptr()), Some(&mut buf), &mut needed)
+        } {
+            Ok(()) => Ok(multi_sz(&buf)),
+            Err(e) => {
+                let mut e = os(&e);
+                e.needed = needed as usize;
+                Err(e)
+            }
+        }
+    }
+
+    fn volume_path_name(&self, path: &str) -> Win32Result<String> {
+        let w = wide(path);
+        // The answer is a prefix of the path plus at most a separator.
+        let mut root = vec![0u16; path.len() + 64];
+        // SAFETY: `w` is NUL-terminated; `root` is writable for its length.
+        unsafe { GetVolumePathNameW(PCWSTR(w.as_ptr()), &mut root) }.map_err(|e| os(&e))?;
+        Ok(from_wide(&root))
+    }
+
+    fn volume_information(&self, root: &str) -> Win32Result<(String, u32)> {
+        let w = wide(root);
+        let mut fs = [0u16; 64];
+        let mut serial = 0u32;
+        // SAFETY: `w` is a NUL-terminated root with its trailing backslash; `fs` is writable
+        // (filesystem names are short; a longer one fails rather than overflows).
+        unsafe {
+            GetVolumeInformationW(
+                PCWSTR(w.as_ptr()),
+                None,
+                Some(&mut serial),
+                None,
+                None,
+                Some(&mut fs),
+            )
+        }
+        .map_err(|e| os(&e))?;
+        Ok((from_wide(&fs), serial))
+    }
+
+    fn disk_free_space(&self, root: &str) -> Win32Result<(u64, u64)> {
+        let w = wide(root);
+        let (mut total, mut free) = (0u64, 0u64);
+        // SAFETY: `w` is NUL-terminated (a volume GUID path works unmounted too); the outputs
+        // are valid u64s. Total free bytes are asked for, not the caller's quota.
+        unsafe {
+            GetDiskFreeSpaceExW(
+                PCWSTR(w.as_ptr()),
+                None,
+                Some(&raw mut total),
+                Some(&raw mut free),
+            )
+        }
+        .map_err(|e| os(&e))?;
+        Ok((total, free))
+    }
+
+    fn set_volume_mount_point(&self, mount_point: &str, volume: &str) -> Win32Result<()> {
+        let (mp, vol) = (wide(mount_point), wide(volume));
+        // SAFETY: both NUL-terminated and ending in a backslash ("the string must end with a
+        // trailing backslash"). A non-empty directory fails with ERROR_DIR_NOT_EMPTY.
+        unsafe { SetVolumeMountPointW(PCWSTR(mp.as_ptr()), PCWSTR(vol.as_ptr())) }
+            .map_err(|e| os(&e))
+    }
+
+    fn delete_volume_mount_point(&self, mount_point: &str) -> Win32Result<()> {
+        let mp = wide(mount_point);
+        // SAFETY: NUL-terminated with the trailing backslash the function requires.
+        unsafe { DeleteVolumeMountPointW(PCWSTR(mp.as_ptr())) }.map_err(|e| os(&e))
+    }
+
+    fn file_attributes(&self, path: &str) -> Option<u32> {
+        let w = wide(path);
+        // SAFETY: `w` is NUL-terminated and outlives the call.
+        let a = unsafe { GetFileAttributesW(PCWSTR(w.as_ptr())) };
+        (a != INVALID_FILE_ATTRIBUTES).then_some(a)
+    }
+
+    fn reparse_data(&self, path: &str) -> Win32Result<Vec<u8>> {
+        let w: Vec<u16> = path.encode_utf16().collect();
+        super::filesystem::reparse_data(&w).map_err(|e| match e.raw_os_error() {
+            Some(c) => OsError::with_message(c as u32, e.to_string()),
+            None => OsError::with_message(0x8000_FFFF, e.to_string()),
+        })
+    }
+
+    fn system_directory(&self) -> Win32Result<String> {
+        let mut dir = [0u16; 260];
+        // SAFETY: the buffer is writable for its length; the return is the length copied.
+        let n = unsafe { GetSystemDirectoryW(Some(&mut dir)) } as usize;
+        if n == 0 || n >= dir.len() {
+            return Err(OsError::with_message(
+                0x8000_FFFF,
+                "GetSystemDirectoryW failed",
+            ));
+        }
+        Ok(from_wide(&dir))
+    }
+
+    fn new_guid(&self) -> Win32Result<Guid> {
+        let g = GUID::new().map_err(|e| os(&e))?;
+        let mut b = [0u8; 16];
+        b[0..4].copy_from_slice(&g.data1.to_le_bytes());
+        b[4..6].copy_from_slice(&g.data2.to_le_bytes());
+        b[6..8].copy_from_slice(&g.data3.to_le_bytes());
+        b[8..16].copy_from_slice(&g.data4);
+        Ok(Guid(b))
+    }
+
+    fn disk_interfaces(&self) -> Win32Result<Vec<String>> {
+        // The list can grow between the size query and the fetch; the documented answer is
+        // CR_BUFFER_SMALL, and the pair is repeated.
+        for _ in 0..8 {
+            let mut len = 0u32;
+            // SAFETY: `len` is a valid out pointer; the GUID is a static.
+            let cr = unsafe {
+                CM_Get_Device_Interface_List_SizeW(
+                    &mut len,
+                    &GUID_DEVINTERFACE_DISK,
+                    PCWSTR::null(),
+                    CM_GET_DEVICE_INTERFACE_LIST_PRESENT,
+                )
+            };
+            if cr != CR_SUCCESS {
+                return Err(configret("CM_Get_Device_Interface_List_SizeW", cr.0));
+            }
+            let mut buf = vec![0u16; len.max(1) as usize];
+            // SAFETY: `buf` is writable for the length the size call gave.
+            let cr = unsafe {
+                CM_Get_Device_Interface_ListW(
+                    &GUID_DEVINTERFACE_DISK,
+                    PCWSTR::null(),
+                    &mut buf,
+                    CM_GET_DEVICE_INTERFACE_LIST_PRESENT,
+                )
+            };
+            if cr == CR_BUFFER_SMALL {
+                continue;
+            }
+            if cr != CR_SUCCESS {
+                return Err(configret("CM_Get_Device_Interface_ListW", cr.0));
+            }
+            return Ok(multi_sz(&buf));
+        }
+        Err(configret(
+            "CM_Get_Device_Interface_ListW",
+            CR_BUFFER_SMALL.0,
+        ))
+    }
+
+    fn reenumerate_devices(&self) -> Win32Result<()> {
+        let mut root = 0u32;
+        // SAFETY: `root` is a valid out pointer; a null device ID "supplies a device instance
+        // handle to the device at the root of the device tree".
+        let cr =
+            unsafe { CM_Locate_DevNodeW(&raw mut root, PCWSTR::null(), CM_LOCATE_DEVNODE_NORMAL) };
+        if cr != CR_SUCCESS {
+            return Err(configret("CM_Locate_DevNodeW", cr.0));
+        }
+        // SAFETY: `root` is the devnode just located. CM_REENUMERATE_SYNCHRONOUS returns once
+        // the subtree is enumerated (new disks may still be starting).
+        let cr = unsafe { CM_Reenumerate_DevNode(root, CM_REENUMERATE_SYNCHRONOUS) };
+        if cr != CR_SUCCESS {
+            return Err(configret("CM_Reenumerate_DevNode", cr.0));
+        }
+        Ok(())
+    }
+
+    fn page_files(&self) -> Win32Result<Vec<String>> {
+        super::wmi::run_in(r"ROOT\CIMV2", |c| {
+            let rows: Vec<HashMap<String, wmi::Variant>> = c
+                .raw_query("SELECT Name FROM Win32_PageFileUsage")
+                .map_err(|e| wmi_os(&e))?;
+            Ok(rows
+                .iter()
+                .filter_map(|r| match r.get("Name") {
+                    Some(wmi::Variant::String(s)) => Some(s.clone()),
+                    _ => None,
+                })
+                .collect())
+        })
+    }
+
+    fn format_ntfs(&self, volume: &str) -> Win32Result<u32> {
+        const CLASS: &str = "MSFT_Volume";
+        let query = format!(
+            "SELECT * FROM {CLASS} WHERE UniqueId = {}",
+            wql_string(volume)
+        );
+        super::wmi::run_in(STORAGE_NAMESPACE, move |c| {
+            let row = c
+                .exec_query(query)
+                .map_err(|e| wmi_os(&e))?
+                .next()
+                .ok_or_else(|| OsError::new(0x8004_1002))?
+                .map_err(|e| wmi_os(&e))?;
+            let path = row.path().map_err(|e| wmi_os(&e))?;
+            let class = c.get_object(CLASS).map_err(|e| wmi_os(&e))?;
+            let params = class
+                .get_method("Format")
+                .map_err(|e| wmi_os(&e))?
+                .ok_or_else(|| OsError::with_message(0x8004_1055, "MSFT_Volume has no Format"))?
+                .spawn_instance()
+                .map_err(|e| wmi_os(&e))?;
+            for (name, value) in [
+                ("FileSystem", wmi::Variant::String("NTFS".into())),
+                ("FileSystemLabel", wmi::Variant::String(String::new())),
+                ("Full", wmi::Variant::Bool(false)),
+                ("Force", wmi::Variant::Bool(true)),
+            ] {
+                params.put_property(name, value).map_err(|e| wmi_os(&e))?;
+            }
+            let out = c
+                .exec_method(&path, "Format", Some(&params))
+                .map_err(|e| wmi_os(&e))?
+                .ok_or_else(|| OsError::with_message(0x8000_FFFF, "Format returned no object"))?;
+            match out.get_property("ReturnValue").map_err(|e| wmi_os(&e))? {
+                wmi::Variant::UI4(n) => Ok(n),
+                wmi::Variant::I4(n) => Ok(n as u32),
+                // A ReturnValue of another type is not a success (issue 15, defect 12).
+                other => Err(OsError::with_message(
+                    0x8000_FFFF,
+                    format!("MSFT_Volume.Format returned ReturnValue {other:?}"),
+                )),
+            }
+        })
+    }
+
+    fn reset_wmi(&self) {
+        super::wmi::reset();
+    }
+
+    fn now(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    fn sleep(&self, d: Duration) {
+        std::thread::sleep(d);
+    }
+}
