@@ -8,6 +8,7 @@
 
 mod contract;
 mod daemon;
+mod driver;
 mod host;
 mod loopdisk;
 mod process;
@@ -16,6 +17,7 @@ mod volume;
 
 pub use contract::*;
 pub use daemon::*;
+pub use driver::*;
 pub use host::*;
 pub use loopdisk::*;
 pub use process::*;
