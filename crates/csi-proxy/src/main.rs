@@ -22,7 +22,7 @@ fn main() -> ExitCode {
     if flags.windows_service {
         return windows_service::run(flags);
     }
-    match run_until(flags, shutdown_signal()) {
+    match run_until(flags, || {}, shutdown_signal(), None) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("csi-proxy: {e}");
@@ -31,25 +31,34 @@ fn main() -> ExitCode {
     }
 }
 
-/// Runs the daemon on a new runtime until `shutdown` completes or an endpoint fails.
+/// Runs the daemon on a new runtime until `shutdown` completes or an endpoint fails; `ready` is
+/// called once every endpoint is served. With `stop_limit`, host calls still running after the
+/// endpoints closed are waited for that long at most (a Windows service must finish stopping
+/// within what it told the SCM); without, they are waited for (a format is never cut short).
 fn run_until(
     flags: flags::Flags,
+    ready: impl FnOnce(),
     shutdown: impl std::future::Future<Output = ()>,
+    stop_limit: Option<std::time::Duration>,
 ) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("csi-proxy")
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    let r = runtime.block_on(run(flags, shutdown));
+    let r = runtime.block_on(run(flags, ready, shutdown));
     if let Err(e) = &r {
         tracing::error!("{e}");
+    }
+    if let Some(limit) = stop_limit {
+        runtime.shutdown_timeout(limit);
     }
     r
 }
 
 async fn run(
     flags: flags::Flags,
+    ready: impl FnOnce(),
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), String> {
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "starting csi-proxy");
@@ -89,7 +98,7 @@ async fn run(
     tracing::info!(roots = ?policy.roots(), require_privacy = flags.require_privacy, "path roots");
     let services = hosts::services(Arc::new(policy), &flags);
     let listen = listen(&flags)?;
-    daemon::serve(registry::endpoints(&services), listen, shutdown)
+    daemon::serve_and_tell(registry::endpoints(&services), listen, ready, shutdown)
         .await
         .map_err(|e| e.to_string())?;
     tracing::info!("stopped");

@@ -5,7 +5,8 @@
 use crate::flags::Flags;
 use std::ffi::OsString;
 use std::process::ExitCode;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use windows_service::service::{
     ServiceControl, ServiceControlAccept, ServiceExitCode, ServiceState, ServiceStatus, ServiceType,
@@ -15,6 +16,13 @@ use windows_service::{define_windows_service, service_dispatcher};
 
 /// The service name upstream's install instructions register.
 pub const SERVICE_NAME: &str = "csiproxy";
+
+/// The wait hint of every pending state: longer than a checkpoint interval.
+const PENDING_HINT: Duration = Duration::from_secs(10);
+/// How often a new STOP_PENDING checkpoint is reported while stopping.
+const TICK: Duration = Duration::from_secs(3);
+/// How long host calls still running at stop are waited for before the process ends.
+const STOP_LIMIT: Duration = Duration::from_secs(60);
 
 /// Flags handed from `main` to the service entry point, which the SCM calls on its own thread.
 static FLAGS: Mutex<Option<Flags>> = Mutex::new(None);
@@ -64,34 +72,59 @@ fn service_main(_args: Vec<OsString>) {
             return;
         }
     };
-    let report = |state: ServiceState, accept: ServiceControlAccept, exit: u32| {
+    // SERVICE_STATUS rules ("SetServiceStatus"): a pending state carries a checkpoint that
+    // grows while work advances and a wait hint; the SCM considers the service hung when the
+    // hint passes without a new checkpoint.
+    let report = move |state: ServiceState, checkpoint: u32, exit: u32| {
+        let accept = if state == ServiceState::Running {
+            ServiceControlAccept::STOP | ServiceControlAccept::SHUTDOWN
+        } else {
+            ServiceControlAccept::empty()
+        };
         let r = status.set_service_status(ServiceStatus {
             service_type: ServiceType::OWN_PROCESS,
             current_state: state,
             controls_accepted: accept,
             exit_code: ServiceExitCode::Win32(exit),
-            checkpoint: 0,
-            wait_hint: Duration::from_secs(10),
+            checkpoint,
+            wait_hint: PENDING_HINT,
             process_id: None,
         });
         if let Err(e) = r {
             tracing::warn!("cannot report service state {state:?}: {e}");
         }
     };
-    report(
-        ServiceState::Running,
-        ServiceControlAccept::STOP | ServiceControlAccept::SHUTDOWN,
-        0,
+    // START_PENDING until every pipe is bound: a driver started after the SCM says RUNNING must
+    // find the pipes there.
+    report(ServiceState::StartPending, 1, 0);
+    let stopping = Arc::new(AtomicBool::new(false));
+    let ticker_flag = stopping.clone();
+    let result = crate::run_until(
+        flags,
+        || report(ServiceState::Running, 0, 0),
+        async move {
+            let _ = stop_rx.wait_for(|s| *s).await;
+            // STOP_PENDING at once, then a new checkpoint every few seconds while endpoints close
+            // and running host calls finish (at most STOP_LIMIT), so the SCM sees progress.
+            report(ServiceState::StopPending, 1, 0);
+            std::thread::spawn(move || {
+                let mut checkpoint = 2;
+                while !ticker_flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(TICK);
+                    if ticker_flag.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    report(ServiceState::StopPending, checkpoint, 0);
+                    checkpoint += 1;
+                }
+            });
+        },
+        Some(STOP_LIMIT),
     );
-    let result = crate::run_until(flags, async move {
-        let _ = stop_rx.wait_for(|s| *s).await;
-        // The SCM is told the stop is under way at once (SERVICE_STOP_PENDING with a wait hint
-        // longer than the daemon's grace period); the endpoints then close and the final
-        // SERVICE_STOPPED follows when every listener has ended.
-        report(ServiceState::StopPending, ServiceControlAccept::empty(), 0);
-    });
+    stopping.store(true, Ordering::Relaxed);
     // ERROR_SERVICE_SPECIFIC_ERROR would need a second code; a generic failure code (1) tells
-    // the SCM the service failed so its recovery actions (`sc.exe failure`) apply.
+    // the SCM the service failed so its recovery actions (`sc.exe failure` with
+    // `sc.exe failureflag csiproxy 1`) apply.
     let exit = if result.is_ok() { 0 } else { 1 };
-    report(ServiceState::Stopped, ServiceControlAccept::empty(), exit);
+    report(ServiceState::Stopped, 0, exit);
 }

@@ -88,6 +88,17 @@ pub async fn serve(
     listen: Listen,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DaemonError> {
+    serve_and_tell(endpoints, listen, || {}, shutdown).await
+}
+
+/// As [`serve`], calling `ready` once every endpoint is bound and served (a service manager is
+/// told "running" only then).
+pub async fn serve_and_tell(
+    endpoints: Vec<Endpoint>,
+    listen: Listen,
+    ready: impl FnOnce(),
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), DaemonError> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut servers = JoinSet::new();
     let bound = bind_all(&endpoints, &listen)?;
@@ -129,6 +140,7 @@ pub async fn serve(
         });
     }
     tracing::info!(endpoints = names.len(), "serving");
+    ready();
 
     // An endpoint that ends before a stop request is a failure, also when it ends "cleanly"
     // (its listener gave up): the daemon must not stop with success and leave a service

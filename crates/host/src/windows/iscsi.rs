@@ -75,6 +75,8 @@ type GetDevicesForSessionW = unsafe extern "system" fn(
     *mut u32,
     *mut ISCSI_DEVICE_ON_SESSIONW,
 ) -> u32;
+type RemovePersistentTargetW =
+    unsafe extern "system" fn(*const u16, u32, *const u16, *mut ISCSI_TARGET_PORTALW) -> u32;
 type SetChapSharedSecret = unsafe extern "system" fn(u32, *mut u8) -> u32;
 type GetTargetInformationW =
     unsafe extern "system" fn(*const u16, *const u16, i32, *mut u32, *mut c_void) -> u32;
@@ -88,6 +90,7 @@ struct Api {
     login: LoginTargetW,
     sessions: GetSessionListW,
     logout: LogoutTarget,
+    remove_persistent: RemovePersistentTargetW,
     devices: GetDevicesForSessionW,
     set_chap_secret: SetChapSharedSecret,
     target_info: GetTargetInformationW,
@@ -131,6 +134,7 @@ impl Api {
             login: get!("LoginIScsiTargetW"),
             sessions: get!("GetIScsiSessionListW"),
             logout: get!("LogoutIScsiTarget"),
+            remove_persistent: get!("RemoveIScsiPersistentTargetW"),
             devices: get!("GetDevicesForIScsiSessionW"),
             set_chap_secret: get!("SetIScsiInitiatorCHAPSharedSecret"),
             target_info: get!("GetIScsiTargetInformationW"),
@@ -292,7 +296,10 @@ impl Api {
     fn targets(&self, op: &str, refresh: bool) -> Result<Vec<String>> {
         // BufferSize counts WCHARs here (the list is a REG_MULTI_SZ-style character buffer).
         let mut chars = 0u32;
-        for _ in 0..FETCH_ATTEMPTS {
+        for attempt in 0..FETCH_ATTEMPTS {
+            // ForceUpdate on the first call only: each forced call repeats discovery on every
+            // portal, and the sizing answer is followed by a plain fetch of the same list.
+            let refresh = refresh && attempt == 0;
             let mut buf = vec![0u16; chars as usize];
             let mut size = chars;
             let ptr = if buf.is_empty() {
@@ -651,6 +658,27 @@ impl IscsiHost for WindowsIscsiHost {
                 continue;
             }
             return Err(failed(OP, &object, "LogoutIScsiTarget", code));
+        }
+        // A persistent login of this target through this portal (one upstream or an operator
+        // made) would log in again at the next boot: it goes too, as upstream's disconnect
+        // removes it. This host's own logins are never persistent, so usually there is none.
+        let mut p = portal_struct(OP, portal)?;
+        let name: Vec<u16> = iqn.encode_utf16().chain([0]).collect();
+        // SAFETY: a null initiator instance means any initiator; `name` is NUL-terminated and
+        // `p` a live portal structure, both outliving the call.
+        let code = unsafe {
+            (api.remove_persistent)(
+                std::ptr::null(),
+                data::ISCSI_ALL_INITIATOR_PORTS,
+                name.as_ptr(),
+                &mut p,
+            )
+        };
+        if data::succeeded(code) {
+            tracing::info!(target = %iqn, portal = %portal, "iSCSI persistent login removed");
+        } else if code != isdsc::TARGET_NOT_FOUND && code != 2 {
+            // ERROR_FILE_NOT_FOUND (2) or ISDSC_TARGET_NOT_FOUND: there was none.
+            return Err(failed(OP, &object, "RemoveIScsiPersistentTargetW", code));
         }
         Ok(())
     }

@@ -58,12 +58,14 @@ impl Drop for Sc {
     }
 }
 
-/// Rights StartService/StopService/GetService need on a service.
-const SERVICE_RIGHTS: u32 = SERVICE_QUERY_CONFIG
-    | SERVICE_QUERY_STATUS
-    | SERVICE_START
-    | SERVICE_STOP
-    | SERVICE_ENUMERATE_DEPENDENTS;
+/// The rights StartService needs: its state, and starting it. Each operation asks only for
+/// what it uses ("access rights for a service": a caller granted SERVICE_START alone, as a
+/// hardened node may grant the daemon's account, must still be able to start a service).
+const START_RIGHTS: u32 = SERVICE_QUERY_STATUS | SERVICE_START;
+/// The rights StopService needs: its state, stopping it, and (with force) its dependents.
+const STOP_RIGHTS: u32 = SERVICE_QUERY_STATUS | SERVICE_STOP | SERVICE_ENUMERATE_DEPENDENTS;
+/// The rights a dependent stopped first needs.
+const STOP_DEPENDENT_RIGHTS: u32 = SERVICE_QUERY_STATUS | SERVICE_STOP;
 
 /// Opens service `name` with `rights`.
 fn open_service(op: &str, name: &str, rights: u32) -> Result<Sc> {
@@ -278,7 +280,7 @@ impl SystemHost for WindowsSystemHost {
 
     fn start_service(&self, name: &str) -> Result<()> {
         const OP: &str = "StartService";
-        let svc = open_service(OP, name, SERVICE_RIGHTS)?;
+        let svc = open_service(OP, name, START_RIGHTS)?;
         if status(query_state(OP, name, &svc)?) == ServiceStatus::Running {
             return Ok(());
         }
@@ -294,7 +296,7 @@ impl SystemHost for WindowsSystemHost {
 
     fn stop_service(&self, name: &str, force: bool) -> Result<()> {
         const OP: &str = "StopService";
-        let svc = open_service(OP, name, SERVICE_RIGHTS)?;
+        let svc = open_service(OP, name, STOP_RIGHTS)?;
         if status(query_state(OP, name, &svc)?) == ServiceStatus::Stopped {
             return Ok(());
         }
@@ -303,7 +305,7 @@ impl SystemHost for WindowsSystemHost {
         // dependent on"), which is FAILED_PRECONDITION; with force the dependents go first.
         if force {
             for dep in active_dependents(OP, name, &svc)? {
-                let d = open_service(OP, &dep, SERVICE_RIGHTS)
+                let d = open_service(OP, &dep, STOP_DEPENDENT_RIGHTS)
                     .map_err(|e| e.context(format!("dependent of {name:?}")))?;
                 send_stop(OP, &dep, &d)?;
                 wait_for(OP, &dep, &d, ServiceStatus::Stopped)?;
