@@ -14,13 +14,16 @@ mod common;
 use common::{EBS_NOT_MOUNTED, Node};
 use csi_proxy_api::disk::v1 as d1;
 use csi_proxy_api::filesystem::v1 as f1;
+use csi_proxy_api::smb::v1 as s1;
 use csi_proxy_api::volume::v1;
 use csi_proxy_core::disk::DiskService;
 use csi_proxy_core::filesystem::FilesystemService;
-use csi_proxy_core::paths::{PathPolicy, PathStyle};
+use csi_proxy_core::paths::{LinkProbe, LinkTarget, PathPolicy, PathStyle};
+use csi_proxy_core::smb::SmbService;
 use csi_proxy_core::volume::VolumeService;
 use csi_proxy_host::windows::disk::WindowsDiskHost;
 use csi_proxy_host::windows::sim::SimWindows;
+use csi_proxy_host::windows::smb::WindowsSmbHost;
 use csi_proxy_host::windows::volume::WindowsVolumeHost;
 use csi_proxy_server::daemon::{self, Listen};
 use csi_proxy_server::registry::{self, Services};
@@ -48,6 +51,11 @@ impl SimDaemon {
         let fs = FilesystemService::new(sim.clone(), policy.clone());
         let mut s = Services::with_pending_groups(fs, true);
         s.disk = DiskService::new(Arc::new(WindowsDiskHost::with_os(sim.clone())), policy);
+        s.smb = SmbService::new(
+            Arc::new(WindowsSmbHost::with_os(sim.clone())),
+            s.filesystem.clone(),
+            true,
+        );
         s.volume = VolumeService::new(
             Arc::new(WindowsVolumeHost::with_os(
                 sim.clone(),
@@ -257,4 +265,131 @@ async fn azuredisk_by_lun_and_unstage_by_rmdir() {
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::NotFound);
     assert!(e.message().contains(EBS_NOT_MOUNTED), "{}", e.message());
+}
+
+/// csi-driver-smb (and azurefile) with its "remove the mapping at unmount" option, as its
+/// Windows mounter calls the v1 endpoints.
+struct SmbDriver {
+    node: Node,
+    smb: s1::smb_client::SmbClient<tonic::transport::Channel>,
+    sim: Arc<SimWindows>,
+}
+
+impl SmbDriver {
+    async fn new(d: &SimDaemon) -> SmbDriver {
+        SmbDriver {
+            node: d.node().await,
+            smb: s1::smb_client::SmbClient::new(d.connector.channel("smb", "v1").await.unwrap()),
+            sim: d.sim.clone(),
+        }
+    }
+
+    /// NodeStage: already a link whose target answers → done; else the parent directory is
+    /// made if missing and the mapping is made with the staging path as its local link.
+    async fn stage(&mut self, remote: &str, staging: &str, user: &str, password: &str) {
+        if self.node.path_exists(staging).await && self.is_symlink(staging).await {
+            return;
+        }
+        let parent = &staging[..staging.rfind('\\').unwrap()];
+        if !self.node.path_exists(parent).await {
+            self.node
+                .fs
+                .mkdir(f1::MkdirRequest {
+                    path: parent.into(),
+                })
+                .await
+                .unwrap();
+        }
+        self.smb
+            .new_smb_global_mapping(s1::NewSmbGlobalMappingRequest {
+                remote_path: remote.trim_end_matches('\\').into(),
+                local_path: staging.into(),
+                username: user.into(),
+                password: password.into(),
+            })
+            .await
+            .unwrap();
+    }
+
+    async fn is_symlink(&mut self, path: &str) -> bool {
+        self.node
+            .fs
+            .is_symlink(f1::IsSymlinkRequest { path: path.into() })
+            .await
+            .unwrap()
+            .into_inner()
+            .is_symlink
+    }
+
+    /// NodeUnstage: the remote path is read from the staging link on the node (the driver's
+    /// own readlink); when there is one, the mapping is removed first (an error fails the
+    /// unstage), then the staging link is removed.
+    async fn unstage(&mut self, staging: &str) -> Result<(), tonic::Status> {
+        if let Ok(Some(LinkTarget::Path(remote))) = self.sim.link_target(staging) {
+            self.smb
+                .remove_smb_global_mapping(s1::RemoveSmbGlobalMappingRequest {
+                    remote_path: remote.trim_end_matches('\\').into(),
+                })
+                .await?;
+        }
+        self.node.rmdir(staging).await;
+        Ok(())
+    }
+}
+
+/// csi-driver-smb through a volume life, each operation twice: stage (the mapping and its
+/// link), publish (a link to the staging link), unpublish, unstage (mapping removed before the
+/// staging link, the driver's order); a second volume on the same share with other credentials
+/// reuses the healthy mapping and keeps it while its link lives.
+#[tokio::test(flavor = "multi_thread")]
+async fn smb_node_operations_each_twice() {
+    let d = SimDaemon::start().await;
+    let mut drv = SmbDriver::new(&d).await;
+    d.sim
+        .add_share(r"\\files.example\vols", Some(("svc", "s3cret")));
+    let remote = r"\\files.example\vols\pvc-1";
+    let staging = SimDaemon::k(r"plugins\kubernetes.io\csi\smb.csi.k8s.io\h1\globalmount");
+    let target = SimDaemon::k(r"pods\uid-1\volumes\kubernetes.io~csi\pvc-1\mount");
+    d.sim
+        .mkdir(&SimDaemon::k(r"pods\uid-1\volumes\kubernetes.io~csi\pvc-1"));
+
+    // Unstage of a volume never staged: nothing to read, nothing to remove.
+    drv.unstage(&staging).await.unwrap();
+
+    drv.stage(remote, &staging, "svc", "s3cret").await;
+    drv.stage(remote, &staging, "svc", "s3cret").await;
+    assert_eq!(d.sim.smb_roots(), [r"\\files.example\vols"]);
+    assert!(drv.is_symlink(&staging).await);
+
+    drv.node.publish(&staging, &target).await;
+    drv.node.publish(&staging, &target).await;
+    assert!(drv.is_symlink(&target).await);
+
+    // A second volume on the same share, with a rotated secret the server also takes: the
+    // healthy mapping is reused, not replaced under the first volume.
+    let staging2 = SimDaemon::k(r"plugins\kubernetes.io\csi\smb.csi.k8s.io\h2\globalmount");
+    drv.stage(r"\\files.example\vols\pvc-2", &staging2, "svc", "rotated")
+        .await;
+    assert_eq!(d.sim.calls()["smb_create_global_mapping"], 1);
+    assert!(
+        drv.is_symlink(&staging).await,
+        "the first volume's link still answers"
+    );
+
+    drv.node.rmdir(&target).await;
+    drv.node.rmdir(&target).await;
+    assert!(!drv.node.path_exists(&target).await);
+
+    // The first volume unstages: the second volume's link keeps the mapping.
+    drv.unstage(&staging).await.unwrap();
+    drv.unstage(&staging).await.unwrap();
+    assert!(!drv.node.path_exists(&staging).await);
+    assert_eq!(d.sim.smb_roots().len(), 1, "kept for the other volume");
+    assert!(drv.is_symlink(&staging2).await);
+
+    // The last volume unstages in the driver's order: the mapping goes.
+    drv.unstage(&staging2).await.unwrap();
+    drv.unstage(&staging2).await.unwrap();
+    assert!(d.sim.smb_roots().is_empty(), "{:?}", d.sim.smb_roots());
+    assert!(!drv.node.path_exists(&staging2).await);
 }

@@ -1,20 +1,19 @@
 //! The Windows hosts.
 //!
-//! The disk and volume hosts are logic over the [`os::Win32`] seam and compile on every
+//! The disk, volume and SMB hosts are logic over the [`os::Win32`] seam and compile on every
 //! platform: on Windows they run over the real seam ([`win32`]), in tests over the simulated
-//! Windows ([`sim`]). The other groups still call Win32 directly and exist on Windows only.
+//! Windows ([`sim`]). SMB too. The other groups still call Win32 directly and exist on Windows only.
 pub mod disk;
 pub mod os;
 #[cfg(any(test, feature = "windows-sim"))]
 pub mod sim;
+pub mod smb;
 pub mod volume;
 
 #[cfg(windows)]
 pub mod filesystem;
 #[cfg(windows)]
 pub mod iscsi;
-#[cfg(windows)]
-pub mod smb;
 #[cfg(windows)]
 pub mod system;
 #[cfg(windows)]

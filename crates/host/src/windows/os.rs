@@ -236,6 +236,28 @@ pub trait Win32: Send + Sync {
     /// WMI `MSFT_Volume.Format` (NTFS, no label, quick, Force) of the volume with this
     /// `UniqueId`: the method's `ReturnValue`.
     fn format_ntfs(&self, volume: &str) -> Win32Result<u32>;
+    /// WMI `SELECT * FROM MSFT_SmbGlobalMapping` (`ROOT\Microsoft\Windows\SMB`): every
+    /// node-wide mapping's `RemotePath` and `Status`.
+    fn smb_global_mappings(&self) -> Win32Result<Vec<(String, u32)>>;
+    /// WMI `MSFT_SmbGlobalMapping.Create(RemotePath, RequirePrivacy[, Credential])`: the
+    /// method's `ReturnValue`.
+    fn smb_create_global_mapping(
+        &self,
+        remote: &str,
+        require_privacy: bool,
+        credential: Option<&str>,
+    ) -> Win32Result<u32>;
+    /// WMI `MSFT_SmbGlobalMapping.Remove(Force = true)` on the mapping listed with `RemotePath`
+    /// `remote`: the method's `ReturnValue`; WBEM_E_NOT_FOUND when there is none.
+    fn smb_remove_global_mapping(&self, remote: &str) -> Win32Result<u32>;
+    /// Whether the directory `dir` (a share root, with its trailing backslash) can be opened
+    /// within `limit`: a dead server blocks the open for long, so the wait is cut off.
+    fn dir_answers(&self, dir: &str, limit: Duration) -> bool;
+    /// `CreateSymbolicLinkW(link, target, SYMBOLIC_LINK_FLAG_DIRECTORY)`.
+    fn create_dir_symlink(&self, target: &str, link: &str) -> Win32Result<()>;
+    /// Every symbolic link below `roots` (bounded scan, links not followed), as
+    /// `(link, target as stored)`.
+    fn links_below(&self, roots: &[String]) -> Vec<(String, String)>;
     /// Drops the cached WMI connections, so the next WMI call connects again (after `winmgmt`
     /// restarted, an old connection answers RPC_E_DISCONNECTED for ever).
     fn reset_wmi(&self);
@@ -265,6 +287,30 @@ pub fn ioctl(h: &Handle<'_>, code: u32, input: &[u8], initial: usize) -> Win32Re
             }
             other => return other,
         }
+    }
+}
+
+/// Whether a WMI failure means the connection is dead (`winmgmt` restarted, its RPC server
+/// gone) and a fresh connection would answer.
+pub fn wmi_disconnected(e: &OsError) -> bool {
+    matches!(
+        e.code,
+        0x8001_0108 // RPC_E_DISCONNECTED
+            | 0x8007_06BA // RPC_S_SERVER_UNAVAILABLE
+            | 0x8004_1015 // WBEM_E_TRANSPORT_FAILURE
+            | 0x8004_1033 // WBEM_E_SHUTTING_DOWN
+    )
+}
+
+/// Makes a WMI call, connecting again and repeating it once when the connection was dropped.
+pub fn wmi_retrying<T>(os: &dyn Win32, call: impl Fn() -> Win32Result<T>) -> Win32Result<T> {
+    match call() {
+        Err(e) if wmi_disconnected(&e) => {
+            tracing::warn!("WMI connection lost ({e}); connecting again");
+            os.reset_wmi();
+            call()
+        }
+        other => other,
     }
 }
 

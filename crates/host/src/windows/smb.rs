@@ -13,26 +13,47 @@
 //! `local_path` becomes a directory symbolic link to `\\server\share\sub\` (the target form the
 //! PowerShell-era upstream stored, which drivers read back with `readlink`).
 
-use super::wmi::{property, with_namespace, wmi_error};
+use super::os::{OsError, Win32, os_error, wmi_retrying};
+use crate::reparse::{self, LinkDestination};
 use csi_proxy_core::smb::{MappingInfo, MappingState, SmbHost, SmbLinkUse, SmbMapping};
 use csi_proxy_core::{Error, Kind, Result};
+use std::sync::Arc;
 use std::time::Duration;
 
-const NAMESPACE: &str = r"ROOT\Microsoft\Windows\SMB";
-const CLASS: &str = "MSFT_SmbGlobalMapping";
 const NEW: &str = "NewSmbGlobalMapping";
 const REMOVE: &str = "RemoveSmbGlobalMapping";
 /// How long the share root may take to answer before a mapping counts as inaccessible.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The Windows SMB host.
-#[derive(Debug, Default)]
-pub struct WindowsSmbHost;
+#[derive(Clone)]
+pub struct WindowsSmbHost {
+    os: Arc<dyn Win32>,
+}
+
+impl std::fmt::Debug for WindowsSmbHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WindowsSmbHost")
+    }
+}
+
+#[cfg(windows)]
+impl Default for WindowsSmbHost {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 impl WindowsSmbHost {
-    /// The host.
+    /// A host acting on this machine's mappings.
+    #[cfg(windows)]
     pub fn new() -> Self {
-        Self
+        Self::with_os(Arc::new(super::win32::SystemWin32::default()))
+    }
+
+    /// A host acting through `os` (the real Windows, or the simulated one in tests).
+    pub fn with_os(os: Arc<dyn Win32>) -> Self {
+        Self { os }
     }
 }
 
@@ -116,106 +137,57 @@ pub fn failure(code: u32) -> (Kind, String) {
 
 /// One global mapping as WMI lists it.
 struct Listed {
+    /// `RemotePath` lower-cased without a trailing backslash: the manager's key.
     root: String,
+    /// `RemotePath` as listed, which Remove is matched on.
+    remote: String,
     status: u32,
-    path: String,
 }
 
-fn variant_u32(v: &wmi::Variant) -> Option<u32> {
-    match v {
-        wmi::Variant::UI4(n) => Some(*n),
-        wmi::Variant::I4(n) => u32::try_from(*n).ok(),
-        wmi::Variant::UI2(n) => Some(u32::from(*n)),
-        wmi::Variant::I2(n) => u32::try_from(*n).ok(),
-        wmi::Variant::UI1(n) => Some(u32::from(*n)),
-        _ => None,
+/// A failed WMI call of `op`: a Win32 code inside its HRESULT is worded as the SMB failures
+/// are; anything else as the seam reports it.
+fn call_error(op: &str, object: &str, e: &OsError) -> Error {
+    if win32_code(e.code) != e.code {
+        let (kind, why) = failure(e.code);
+        Error::new(kind, op, object, why)
+    } else {
+        os_error(op, object, e, &[])
     }
 }
 
-/// Every global mapping, with lower-cased roots.
-fn list(op: &'static str) -> Result<Vec<Listed>> {
-    with_namespace(op, NAMESPACE, move |c| {
-        let rows = c
-            .exec_query(format!("SELECT * FROM {CLASS}"))
-            .map_err(|e| wmi_error(op, CLASS, &e))?;
-        let mut out = Vec::new();
-        for row in rows {
-            let row = row.map_err(|e| wmi_error(op, CLASS, &e))?;
-            let root = match property(op, CLASS, &row, "RemotePath")? {
-                wmi::Variant::String(s) => s.trim_end_matches('\\').to_lowercase(),
-                _ => continue,
-            };
-            let status = variant_u32(&property(op, CLASS, &row, "Status")?).unwrap_or(u32::MAX);
-            let path = row.path().map_err(|e| wmi_error(op, CLASS, &e))?;
-            out.push(Listed { root, status, path });
-        }
-        Ok(out)
-    })
-}
-
-/// Whether `root` answers within the limit (a dead server blocks the probe; the thread is then
-/// left to finish on its own).
-fn accessible(root: &str) -> bool {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let dir = format!("{root}\\");
-    std::thread::spawn(move || {
-        let _ = tx.send(std::fs::metadata(&dir).is_ok());
-    });
-    rx.recv_timeout(HEALTH_TIMEOUT).unwrap_or(false)
-}
-
-/// The `ReturnValue` of a method's out-parameters (0: success).
-fn return_value(op: &str, object: &str, out: Option<wmi::IWbemClassWrapper>) -> Result<u32> {
-    match out {
-        None => Ok(0),
-        Some(o) => Ok(variant_u32(&property(op, object, &o, "ReturnValue")?).unwrap_or(0)),
-    }
-}
-
-/// Maps a failed WMI call, using the Win32 code inside its HRESULT when it has one.
-fn call_error(op: &str, object: &str, err: &wmi::WMIError) -> Error {
-    match err {
-        wmi::WMIError::HResultError { hres } if win32_code(*hres as u32) != *hres as u32 => {
-            let (kind, why) = failure(*hres as u32);
-            Error::new(kind, op, object, why)
-        }
-        other => wmi_error(op, object, other),
+impl WindowsSmbHost {
+    /// Every global mapping.
+    fn list(&self, op: &str) -> Result<Vec<Listed>> {
+        let os = &*self.os;
+        let rows = wmi_retrying(os, || os.smb_global_mappings())
+            .map_err(|e| call_error(op, "MSFT_SmbGlobalMapping", &e))?;
+        Ok(rows
+            .into_iter()
+            .map(|(remote, status)| Listed {
+                root: remote.trim_end_matches('\\').to_lowercase(),
+                remote,
+                status,
+            })
+            .collect())
     }
 }
 
 impl SmbHost for WindowsSmbHost {
     fn new_smb_global_mapping(&self, mapping: &SmbMapping) -> Result<()> {
+        let os = &*self.os;
         let object = format!("mapping {:?}", mapping.root);
-        let root = mapping.root.clone();
-        let privacy = mapping.require_privacy;
         let credential = mapping
             .credentials
             .as_ref()
             .map(|c| credential_string(&c.username, c.password.expose()));
-        let code = with_namespace(NEW, NAMESPACE, move |c| {
-            let class = c.get_object(CLASS).map_err(|e| wmi_error(NEW, CLASS, &e))?;
-            let params = class
-                .get_method("Create")
-                .map_err(|e| wmi_error(NEW, CLASS, &e))?
-                .ok_or_else(|| Error::new(Kind::Unimplemented, NEW, CLASS, "no Create method"))?
-                .spawn_instance()
-                .map_err(|e| wmi_error(NEW, CLASS, &e))?;
-            let put = |name: &str, v: wmi::Variant| {
-                params
-                    .put_property(name, v)
-                    .map_err(|e| wmi_error(NEW, format!("{CLASS} parameter {name}"), &e))
-            };
-            put("RemotePath", wmi::Variant::String(root.clone()))?;
-            put("RequirePrivacy", wmi::Variant::Bool(privacy))?;
-            if let Some(cred) = credential {
-                put("Credential", wmi::Variant::String(cred))?;
-            }
-            let object = format!("mapping {root:?}");
-            let out = c
-                .exec_method(CLASS, "Create", Some(&params))
-                .map_err(|e| call_error(NEW, &object, &e))?;
-            return_value(NEW, &object, out)
-        })?;
+        let code = wmi_retrying(os, || {
+            os.smb_create_global_mapping(
+                &mapping.root,
+                mapping.require_privacy,
+                credential.as_deref(),
+            )
+        })
+        .map_err(|e| call_error(NEW, &object, &e))?;
         if code != 0 {
             let (kind, why) = failure(code);
             return Err(Error::new(kind, NEW, &object, why));
@@ -225,27 +197,35 @@ impl SmbHost for WindowsSmbHost {
     }
 
     fn new_smb_link(&self, remote_path: &str, local_path: &str) -> Result<()> {
+        let os = &*self.os;
         let mut target = remote_path.to_string();
         if !target.ends_with('\\') {
             target.push('\\');
         }
-        if let Ok(existing) = std::fs::read_link(local_path)
-            && existing.as_os_str() == std::ffi::OsStr::new(&target)
+        let existing = os
+            .reparse_data(local_path)
+            .ok()
+            .and_then(|d| reparse::parse(&d).ok())
+            .and_then(|rp| rp.destination());
+        if let Some(LinkDestination::Path(p)) = existing
+            && p.eq_ignore_ascii_case(&target)
         {
             return Ok(()); // a retry of the same request
         }
-        std::os::windows::fs::symlink_dir(&target, local_path).map_err(|e| {
-            Error::io(
+        os.create_dir_symlink(&target, local_path).map_err(|e| {
+            os_error(
                 NEW,
                 format!("creating link {local_path:?} to {remote_path:?}"),
                 &e,
+                &[],
             )
         })
     }
 
     fn remove_smb_global_mapping(&self, root: &str) -> Result<()> {
+        let os = &*self.os;
         let object = format!("mapping {root:?}");
-        let Some(found) = list(REMOVE)?.into_iter().find(|m| m.root == root) else {
+        let Some(found) = self.list(REMOVE)?.into_iter().find(|m| m.root == root) else {
             return Err(Error::new(
                 Kind::NotFound,
                 REMOVE,
@@ -253,39 +233,22 @@ impl SmbHost for WindowsSmbHost {
                 "no such SMB global mapping",
             ));
         };
-        let path = found.path;
-        let code = with_namespace(REMOVE, NAMESPACE, move |c| {
-            let class = c
-                .get_object(CLASS)
-                .map_err(|e| wmi_error(REMOVE, CLASS, &e))?;
-            let params = class
-                .get_method("Remove")
-                .map_err(|e| wmi_error(REMOVE, CLASS, &e))?
-                .ok_or_else(|| Error::new(Kind::Unimplemented, REMOVE, CLASS, "no Remove method"))?
-                .spawn_instance()
-                .map_err(|e| wmi_error(REMOVE, CLASS, &e))?;
-            params
-                .put_property("Force", wmi::Variant::Bool(true))
-                .map_err(|e| wmi_error(REMOVE, format!("{CLASS} parameter Force"), &e))?;
-            let out = c
-                .exec_method(&path, "Remove", Some(&params))
-                .map_err(|e| call_error(REMOVE, &object, &e))?;
-            return_value(REMOVE, &object, out)
-        })?;
+        let code = wmi_retrying(os, || os.smb_remove_global_mapping(&found.remote))
+            .map_err(|e| call_error(REMOVE, &object, &e))?;
         if code != 0 {
             let (kind, why) = failure(code);
-            return Err(Error::new(kind, REMOVE, format!("mapping {root:?}"), why));
+            return Err(Error::new(kind, REMOVE, &object, why));
         }
         tracing::info!(root = %root, "SMB global mapping removed");
         Ok(())
     }
 
     fn smb_global_mapping(&self, root: &str) -> Result<MappingState> {
-        let Some(found) = list(NEW)?.into_iter().find(|m| m.root == root) else {
+        let Some(found) = self.list(NEW)?.into_iter().find(|m| m.root == root) else {
             return Ok(MappingState::Absent);
         };
         let ok = found.status == 0;
-        let healthy = ok && accessible(root);
+        let healthy = ok && self.os.dir_answers(&format!("{root}\\"), HEALTH_TIMEOUT);
         let status = if ok && !healthy {
             "inaccessible".to_string()
         } else {
@@ -300,25 +263,25 @@ impl SmbHost for WindowsSmbHost {
     }
 
     fn smb_global_mappings(&self) -> Result<Vec<String>> {
-        let mut roots: Vec<String> = list(NEW)?.into_iter().map(|m| m.root).collect();
+        let mut roots: Vec<String> = self.list(NEW)?.into_iter().map(|m| m.root).collect();
         roots.sort();
         roots.dedup();
         Ok(roots)
     }
 
     fn smb_mapping_users(&self, root: &str, scan_roots: &[String]) -> Result<Vec<SmbLinkUse>> {
-        Ok(crate::smb_scan::links_using(scan_roots, |target, _| {
-            csi_proxy_core::smb::share_root_of_link_target(&target.to_string_lossy()).as_deref()
-                == Some(root)
-        })
-        .into_iter()
-        .map(|(link, target)| {
-            let target = target.to_string_lossy();
-            let remote = csi_proxy_core::smb::remote_of_link_target(&target)
-                .unwrap_or_else(|| target.into_owned());
-            SmbLinkUse { link, remote }
-        })
-        .collect())
+        Ok(self
+            .os
+            .links_below(scan_roots)
+            .into_iter()
+            .filter(|(_, target)| {
+                csi_proxy_core::smb::share_root_of_link_target(target).as_deref() == Some(root)
+            })
+            .map(|(link, target)| {
+                let remote = csi_proxy_core::smb::remote_of_link_target(&target).unwrap_or(target);
+                SmbLinkUse { link, remote }
+            })
+            .collect())
     }
 }
 
@@ -357,6 +320,7 @@ mod tests {
         assert_eq!(status_text(99), "in an unknown state");
     }
 
+    #[cfg(windows)]
     #[test]
     fn the_smb_namespace_answers_or_is_reported_precisely() {
         // Under wine the SMB provider does not exist: the listing must fail with an error that

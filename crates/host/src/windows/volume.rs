@@ -260,33 +260,14 @@ fn read_head(os: &dyn Win32, op: &str, id: &str, v: &VolumeName) -> Result<Vec<u
         .map_err(|e| os_error(op, shown(id), &e, &[]))
 }
 
-/// Whether a WMI failure means the connection is dead (winmgmt restarted, RPC server gone) and
-/// a fresh connection would answer.
-fn wmi_disconnected(e: &os::OsError) -> bool {
-    matches!(
-        e.code,
-        0x8001_0108 // RPC_E_DISCONNECTED
-            | 0x8007_06BA // RPC_S_SERVER_UNAVAILABLE
-            | 0x8004_1015 // WBEM_E_TRANSPORT_FAILURE
-            | 0x8004_1033 // WBEM_E_SHUTTING_DOWN
-    )
-}
-
 /// Quick-formats the volume NTFS through `MSFT_Volume.Format` (the Storage Management API;
 /// Windows documents no Win32 format call), reconnecting to WMI once when the connection was
 /// dropped. Parameters as upstream: NTFS, no label, quick, Force (the caller has checked the
 /// volume is mounted nowhere).
 fn wmi_format(os: &dyn Win32, op: &str, id: &str, v: &VolumeName) -> Result<()> {
     let volume = v.guid_path();
-    let code = match os.format_ntfs(&volume) {
-        Err(e) if wmi_disconnected(&e) => {
-            tracing::warn!(volume = id, "WMI connection lost ({e}); connecting again");
-            os.reset_wmi();
-            os.format_ntfs(&volume)
-        }
-        other => other,
-    }
-    .map_err(|e| os_error(op, shown(id), &e, &[]).context("MSFT_Volume.Format"))?;
+    let code = os::wmi_retrying(os, || os.format_ntfs(&volume))
+        .map_err(|e| os_error(op, shown(id), &e, &[]).context("MSFT_Volume.Format"))?;
     storage_return(code).map_err(|(kind, why)| {
         Error::new(kind, op, shown(id), format!("MSFT_Volume.Format: {why}"))
     })

@@ -50,6 +50,9 @@ const _: () = {
     assert!(io::SET_DISK_ATTRIBUTES_SIZE == size_of::<w::SET_DISK_ATTRIBUTES>());
 };
 
+/// The WMI namespace and class of SMB global mappings.
+const SMB_NAMESPACE: &str = r"ROOT\Microsoft\Windows\SMB";
+const SMB_CLASS: &str = "MSFT_SmbGlobalMapping";
 /// The WMI namespace of the Storage Management API (`MSFT_Volume`).
 const STORAGE_NAMESPACE: &str = r"ROOT\Microsoft\Windows\Storage";
 
@@ -82,6 +85,36 @@ fn wmi_os(e: &wmi::WMIError) -> OsError {
         wmi::WMIError::ResultEmpty => OsError::new(0x8004_1002),
         other => OsError::with_message(0x8000_FFFF, format!("WMI: {other}")),
     }
+}
+
+/// An I/O error from std as the seam's [`OsError`].
+fn io_os(e: &std::io::Error) -> OsError {
+    match e.raw_os_error() {
+        Some(c) => OsError::with_message(c as u32, e.to_string()),
+        None => OsError::with_message(0x8000_FFFF, e.to_string()),
+    }
+}
+
+/// An integer WMI value.
+fn variant_u32(v: &wmi::Variant) -> Option<u32> {
+    match v {
+        wmi::Variant::UI4(n) => Some(*n),
+        wmi::Variant::I4(n) => u32::try_from(*n).ok(),
+        wmi::Variant::UI2(n) => Some(u32::from(*n)),
+        wmi::Variant::I2(n) => u32::try_from(*n).ok(),
+        wmi::Variant::UI1(n) => Some(u32::from(*n)),
+        _ => None,
+    }
+}
+
+/// The `ReturnValue` of a method's out-parameters; a method without out-parameters succeeded,
+/// and a `ReturnValue` that is not an integer is not a success.
+fn return_value(out: Option<wmi::IWbemClassWrapper>) -> Win32Result<u32> {
+    let Some(o) = out else { return Ok(0) };
+    let v = o.get_property("ReturnValue").map_err(|e| wmi_os(&e))?;
+    variant_u32(&v).ok_or_else(|| {
+        OsError::with_message(0x8000_FFFF, format!("ReturnValue {v:?} is not an integer"))
+    })
 }
 
 /// A UTF-16 MULTI_SZ list (strings separated by NUL, ended by an empty one).
@@ -303,10 +336,7 @@ impl Win32 for SystemWin32 {
 
     fn reparse_data(&self, path: &str) -> Win32Result<Vec<u8>> {
         let w: Vec<u16> = path.encode_utf16().collect();
-        super::filesystem::reparse_data(&w).map_err(|e| match e.raw_os_error() {
-            Some(c) => OsError::with_message(c as u32, e.to_string()),
-            None => OsError::with_message(0x8000_FFFF, e.to_string()),
-        })
+        super::filesystem::reparse_data(&w).map_err(|e| io_os(&e))
     }
 
     fn system_directory(&self) -> Win32Result<String> {
@@ -437,18 +467,127 @@ impl Win32 for SystemWin32 {
             }
             let out = c
                 .exec_method(&path, "Format", Some(&params))
-                .map_err(|e| wmi_os(&e))?
-                .ok_or_else(|| OsError::with_message(0x8000_FFFF, "Format returned no object"))?;
-            match out.get_property("ReturnValue").map_err(|e| wmi_os(&e))? {
-                wmi::Variant::UI4(n) => Ok(n),
-                wmi::Variant::I4(n) => Ok(n as u32),
-                // A ReturnValue of another type is not a success (issue 15, defect 12).
-                other => Err(OsError::with_message(
-                    0x8000_FFFF,
-                    format!("MSFT_Volume.Format returned ReturnValue {other:?}"),
-                )),
-            }
+                .map_err(|e| wmi_os(&e))?;
+            return_value(out)
         })
+    }
+
+    fn smb_global_mappings(&self) -> Win32Result<Vec<(String, u32)>> {
+        super::wmi::run_in(SMB_NAMESPACE, |c| {
+            let rows = c
+                .exec_query(format!("SELECT * FROM {SMB_CLASS}"))
+                .map_err(|e| wmi_os(&e))?;
+            let mut out = Vec::new();
+            for row in rows {
+                let row = row.map_err(|e| wmi_os(&e))?;
+                let wmi::Variant::String(root) =
+                    row.get_property("RemotePath").map_err(|e| wmi_os(&e))?
+                else {
+                    continue;
+                };
+                let status = row
+                    .get_property("Status")
+                    .ok()
+                    .and_then(|v| variant_u32(&v))
+                    .unwrap_or(u32::MAX);
+                out.push((root, status));
+            }
+            Ok(out)
+        })
+    }
+
+    fn smb_create_global_mapping(
+        &self,
+        remote: &str,
+        require_privacy: bool,
+        credential: Option<&str>,
+    ) -> Win32Result<u32> {
+        let remote = remote.to_string();
+        let credential = credential.map(str::to_string);
+        super::wmi::run_in(SMB_NAMESPACE, move |c| {
+            let class = c.get_object(SMB_CLASS).map_err(|e| wmi_os(&e))?;
+            let params = class
+                .get_method("Create")
+                .map_err(|e| wmi_os(&e))?
+                .ok_or_else(|| OsError::with_message(0x8004_1055, "no Create method"))?
+                .spawn_instance()
+                .map_err(|e| wmi_os(&e))?;
+            params
+                .put_property("RemotePath", wmi::Variant::String(remote))
+                .map_err(|e| wmi_os(&e))?;
+            params
+                .put_property("RequirePrivacy", wmi::Variant::Bool(require_privacy))
+                .map_err(|e| wmi_os(&e))?;
+            if let Some(cred) = credential {
+                // The credential travels only in this in-parameters object.
+                params
+                    .put_property("Credential", wmi::Variant::String(cred))
+                    .map_err(|e| wmi_os(&e))?;
+            }
+            let out = c
+                .exec_method(SMB_CLASS, "Create", Some(&params))
+                .map_err(|e| wmi_os(&e))?;
+            return_value(out)
+        })
+    }
+
+    fn smb_remove_global_mapping(&self, remote: &str) -> Win32Result<u32> {
+        let remote = remote.to_string();
+        super::wmi::run_in(SMB_NAMESPACE, move |c| {
+            // Nothing from a request goes into a query string: every mapping is listed and the
+            // one is picked here.
+            let rows = c
+                .exec_query(format!("SELECT * FROM {SMB_CLASS}"))
+                .map_err(|e| wmi_os(&e))?;
+            let mut path = None;
+            for row in rows {
+                let row = row.map_err(|e| wmi_os(&e))?;
+                if let Ok(wmi::Variant::String(r)) = row.get_property("RemotePath")
+                    && r == remote
+                {
+                    path = Some(row.path().map_err(|e| wmi_os(&e))?);
+                    break;
+                }
+            }
+            let path = path.ok_or_else(|| OsError::new(0x8004_1002))?;
+            let class = c.get_object(SMB_CLASS).map_err(|e| wmi_os(&e))?;
+            let params = class
+                .get_method("Remove")
+                .map_err(|e| wmi_os(&e))?
+                .ok_or_else(|| OsError::with_message(0x8004_1055, "no Remove method"))?
+                .spawn_instance()
+                .map_err(|e| wmi_os(&e))?;
+            params
+                .put_property("Force", wmi::Variant::Bool(true))
+                .map_err(|e| wmi_os(&e))?;
+            let out = c
+                .exec_method(&path, "Remove", Some(&params))
+                .map_err(|e| wmi_os(&e))?;
+            return_value(out)
+        })
+    }
+
+    fn dir_answers(&self, dir: &str, limit: Duration) -> bool {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let dir = dir.to_string();
+        // A dead server blocks the open for long; the thread is left to finish on its own.
+        std::thread::spawn(move || {
+            let _ = tx.send(std::fs::metadata(&dir).is_ok());
+        });
+        rx.recv_timeout(limit).unwrap_or(false)
+    }
+
+    fn create_dir_symlink(&self, target: &str, link: &str) -> Win32Result<()> {
+        // std's symlink_dir is CreateSymbolicLinkW with SYMBOLIC_LINK_FLAG_DIRECTORY (and
+        // ALLOW_UNPRIVILEGED_CREATE, which changes nothing for an administrator).
+        std::os::windows::fs::symlink_dir(target, link).map_err(|e| io_os(&e))
+    }
+
+    fn links_below(&self, roots: &[String]) -> Vec<(String, String)> {
+        crate::smb_scan::links_using(roots, |_, _| true)
+            .into_iter()
+            .map(|(link, target)| (link, target.to_string_lossy().into_owned()))
+            .collect()
     }
 
     fn reset_wmi(&self) {

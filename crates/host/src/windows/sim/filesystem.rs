@@ -26,12 +26,33 @@ pub(super) fn mkdir_all(s: &mut State, path: &str) {
     s.dirs.entry(k).or_insert_with(|| path.to_string());
 }
 
-/// The reparse data of a directory symbolic link to the absolute path `target`.
+/// Adds a directory symbolic link at `link` to `target`; fails if something is at `link` or
+/// its parent directory is missing.
+pub(super) fn add_link(s: &mut State, target: &str, link: &str) -> io::Result<()> {
+    if s.exists(link) {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("{link}: already exists"),
+        ));
+    }
+    let parent = parent_key(&key(link)).unwrap_or_default();
+    if parent.len() > 3 && !s.dirs.contains_key(&parent) {
+        return Err(not_found(link));
+    }
+    s.links
+        .insert(key(link), (target.to_string(), symlink_data(target)));
+    s.link_texts.insert(key(link), link.to_string());
+    Ok(())
+}
+
+/// The reparse data of a directory symbolic link to the absolute path `target` (a UNC target's
+/// NT form is `\??\UNC\server\share\…`).
 fn symlink_data(target: &str) -> Vec<u8> {
-    let sub: Vec<u8> = format!(r"\??\{target}")
-        .encode_utf16()
-        .flat_map(u16::to_le_bytes)
-        .collect();
+    let nt = match target.strip_prefix(r"\\") {
+        Some(unc) => format!(r"\??\UNC\{unc}"),
+        None => format!(r"\??\{target}"),
+    };
+    let sub: Vec<u8> = nt.encode_utf16().flat_map(u16::to_le_bytes).collect();
     let print: Vec<u8> = target.encode_utf16().flat_map(u16::to_le_bytes).collect();
     let mut data = Vec::new();
     data.extend_from_slice(&0u16.to_le_bytes());
@@ -59,6 +80,7 @@ fn remove_tree(s: &mut State, k: &str) {
     s.dirs.retain(|c, _| !below(c));
     s.files.retain(|c| !below(c));
     s.links.retain(|c, _| !below(c));
+    s.link_texts.retain(|c, _| !below(c));
     s.mount_points
         .retain(|c, _| !(c.trim_end_matches('\\') == k || c.starts_with(&prefix)));
 }
@@ -108,6 +130,7 @@ impl FilesystemHost for SimWindows {
         let mut s = self.lock();
         let k = key(path);
         if s.links.remove(&k).is_some() {
+            s.link_texts.remove(&k);
             return Ok(());
         }
         if !s.exists(path) {
@@ -154,20 +177,7 @@ impl FilesystemHost for SimWindows {
     }
 
     fn create_symlink(&self, target: &str, link: &str) -> io::Result<()> {
-        let mut s = self.lock();
-        if s.exists(link) {
-            return Err(io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                format!("{link}: already exists"),
-            ));
-        }
-        let parent = parent_key(&key(link)).unwrap_or_default();
-        if parent.len() > 3 && !s.dirs.contains_key(&parent) {
-            return Err(not_found(link));
-        }
-        s.links
-            .insert(key(link), (target.to_string(), symlink_data(target)));
-        Ok(())
+        add_link(&mut self.lock(), target, link)
     }
 
     fn is_symlink(&self, path: &str) -> io::Result<bool> {

@@ -26,6 +26,7 @@
 
 mod devices;
 mod filesystem;
+mod smb;
 
 use super::os::{OsError, Win32, Win32Result, code};
 use crate::windows_data::Guid;
@@ -128,9 +129,15 @@ struct State {
     dirs: BTreeMap<String, String>,
     /// Files, keyed lower-case.
     files: BTreeSet<String>,
-    /// Symbolic links and junctions: key lower-case, (text, reparse data).
+    /// Symbolic links and junctions: key lower-case, (target, reparse data).
     links: BTreeMap<String, (String, Vec<u8>)>,
+    /// The links' paths as created.
+    link_texts: BTreeMap<String, String>,
     page_files: Vec<String>,
+    /// SMB servers' shares, keyed by lower-cased `\\server\share`.
+    shares: BTreeMap<String, smb::Share>,
+    /// Node-wide SMB mappings, keyed by lower-cased root.
+    smb_mappings: BTreeMap<String, smb::Mapping>,
     wmi_disconnected: bool,
     faults: HashMap<String, VecDeque<OsError>>,
     calls: BTreeMap<&'static str, u64>,
@@ -274,6 +281,9 @@ impl State {
 
     /// Whether anything is at `path`: a directory, file, link, mount point or drive root.
     fn exists(&self, path: &str) -> bool {
+        if let Some(reachable) = smb::unc_exists(self, path) {
+            return reachable;
+        }
         let k = key(path);
         self.dirs.contains_key(&k)
             || self.files.contains(&k)
@@ -774,6 +784,71 @@ impl Win32 for SimWindows {
         head[511] = 0xaa;
         vol.head = head;
         Ok(0)
+    }
+
+    fn smb_global_mappings(&self) -> Win32Result<Vec<(String, u32)>> {
+        let mut s = self.lock();
+        s.take_fault("smb_global_mappings")?;
+        smb::connected(&s)?;
+        Ok(s.smb_mappings
+            .values()
+            .map(|m| (m.remote.clone(), smb::status(&s, m)))
+            .collect())
+    }
+
+    fn smb_create_global_mapping(
+        &self,
+        remote: &str,
+        _require_privacy: bool,
+        credential: Option<&str>,
+    ) -> Win32Result<u32> {
+        let mut s = self.lock();
+        s.take_fault("smb_create_global_mapping")?;
+        smb::connected(&s)?;
+        Ok(smb::create(&mut s, remote, credential))
+    }
+
+    fn smb_remove_global_mapping(&self, remote: &str) -> Win32Result<u32> {
+        let mut s = self.lock();
+        s.take_fault("smb_remove_global_mapping")?;
+        smb::connected(&s)?;
+        let k = remote.trim_end_matches('\\').to_ascii_lowercase();
+        match s.smb_mappings.get(&k) {
+            Some(m) if m.remote == remote => {
+                s.smb_mappings.remove(&k);
+                Ok(0)
+            }
+            _ => Err(OsError::new(WBEM_E_NOT_FOUND)),
+        }
+    }
+
+    fn dir_answers(&self, dir: &str, _limit: Duration) -> bool {
+        let mut s = self.lock();
+        s.take_fault("dir_answers").is_ok() && s.exists(dir)
+    }
+
+    fn create_dir_symlink(&self, target: &str, link: &str) -> Win32Result<()> {
+        let mut s = self.lock();
+        s.take_fault("create_dir_symlink")?;
+        filesystem::add_link(&mut s, target, link).map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => OsError::new(code::ALREADY_EXISTS),
+            _ => OsError::new(code::PATH_NOT_FOUND),
+        })
+    }
+
+    fn links_below(&self, roots: &[String]) -> Vec<(String, String)> {
+        let s = self.lock();
+        let roots: Vec<String> = roots.iter().map(|r| format!("{}\\", key(r))).collect();
+        s.links
+            .iter()
+            .filter(|(k, _)| roots.iter().any(|r| k.starts_with(r.as_str())))
+            .map(|(k, (t, _))| {
+                (
+                    s.link_texts.get(k).cloned().unwrap_or_else(|| k.clone()),
+                    t.clone(),
+                )
+            })
+            .collect()
     }
 
     fn reset_wmi(&self) {

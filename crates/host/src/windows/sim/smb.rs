@@ -1,0 +1,134 @@
+//! Simulated SMB: servers' shares and the node-wide mappings `MSFT_SmbGlobalMapping` lists,
+//! as Windows treats them:
+//! - one set of credentials per server and logon session: a second mapping to the same server
+//!   with other credentials fails with error 1219;
+//! - a mapping of a root already mapped fails with ERROR_ALREADY_ASSIGNED (85);
+//! - wrong credentials fail with ERROR_LOGON_FAILURE (1326), an unknown server with
+//!   ERROR_BAD_NETPATH (53), an unknown share with ERROR_BAD_NET_NAME (67);
+//! - a mapping whose server stopped answering is listed `Disconnected` (status 2), and paths
+//!   below it do not answer.
+
+use super::{OsError, RPC_E_DISCONNECTED, SimWindows, State, Win32Result};
+
+/// A share a simulated server offers.
+#[derive(Debug, Clone)]
+pub(super) struct Share {
+    /// The `user:password` credential it takes; `None` for any.
+    credential: Option<String>,
+    up: bool,
+}
+
+/// A node-wide mapping.
+#[derive(Debug, Clone)]
+pub(super) struct Mapping {
+    /// `RemotePath` as created.
+    pub(super) remote: String,
+    credential: Option<String>,
+}
+
+/// The lower-cased `\\server\share` of a UNC path, if `path` is one.
+fn unc_root(path: &str) -> Option<String> {
+    let rest = path.strip_prefix(r"\\")?;
+    if rest.starts_with(['?', '.']) {
+        return None;
+    }
+    let mut parts = rest.split('\\').filter(|p| !p.is_empty());
+    let (server, share) = (parts.next()?, parts.next()?);
+    Some(format!(r"\\{server}\{share}").to_ascii_lowercase())
+}
+
+fn server_of(root: &str) -> &str {
+    root.trim_start_matches('\\')
+        .split('\\')
+        .next()
+        .unwrap_or("")
+}
+
+/// For a UNC path: whether it answers (its share is up and mapped); `None` for other paths.
+pub(super) fn unc_exists(s: &State, path: &str) -> Option<bool> {
+    let root = unc_root(path)?;
+    let up = s.shares.get(&root).is_some_and(|sh| sh.up);
+    Some(up && s.smb_mappings.contains_key(&root))
+}
+
+/// Fails while WMI is restarting, as every WMI call does.
+pub(super) fn connected(s: &State) -> Win32Result<()> {
+    if s.wmi_disconnected {
+        Err(OsError::new(RPC_E_DISCONNECTED))
+    } else {
+        Ok(())
+    }
+}
+
+/// `MSFT_SmbGlobalMapping.Status` of a mapping: OK, or Disconnected when its server is down.
+pub(super) fn status(s: &State, m: &Mapping) -> u32 {
+    let root = m.remote.trim_end_matches('\\').to_ascii_lowercase();
+    if s.shares.get(&root).is_some_and(|sh| sh.up) {
+        0
+    } else {
+        2
+    }
+}
+
+/// `MSFT_SmbGlobalMapping.Create`: its ReturnValue.
+pub(super) fn create(s: &mut State, remote: &str, credential: Option<&str>) -> u32 {
+    let root = remote.trim_end_matches('\\').to_ascii_lowercase();
+    if s.smb_mappings.contains_key(&root) {
+        return 85;
+    }
+    let server = server_of(&root).to_string();
+    let conflict = s.smb_mappings.iter().any(|(r, m)| {
+        server_of(r).eq_ignore_ascii_case(&server) && m.credential.as_deref() != credential
+    });
+    if conflict {
+        return 1219;
+    }
+    let Some(share) = s.shares.get(&root) else {
+        let known_server = s.shares.keys().any(|r| server_of(r) == server);
+        return if known_server { 67 } else { 53 };
+    };
+    if !share.up {
+        return 53;
+    }
+    if share.credential.is_some() && share.credential.as_deref() != credential {
+        return 1326;
+    }
+    s.smb_mappings.insert(
+        root,
+        Mapping {
+            remote: remote.to_string(),
+            credential: credential.map(str::to_string),
+        },
+    );
+    0
+}
+
+impl SimWindows {
+    /// A server's share `\\server\share` that takes `user`/`password` (the `user:password`
+    /// form of the Credential parameter), or anyone when `None`.
+    pub fn add_share(&self, root: &str, credential: Option<(&str, &str)>) {
+        self.lock().shares.insert(
+            root.to_ascii_lowercase(),
+            Share {
+                credential: credential.map(|(u, p)| crate::windows::smb::credential_string(u, p)),
+                up: true,
+            },
+        );
+    }
+
+    /// Takes a server's share down (or back up).
+    pub fn set_share_up(&self, root: &str, up: bool) {
+        if let Some(sh) = self.lock().shares.get_mut(&root.to_ascii_lowercase()) {
+            sh.up = up;
+        }
+    }
+
+    /// The node-wide mappings' remote paths.
+    pub fn smb_roots(&self) -> Vec<String> {
+        self.lock()
+            .smb_mappings
+            .values()
+            .map(|m| m.remote.clone())
+            .collect()
+    }
+}
