@@ -1,11 +1,14 @@
-//! The one WMI thread: every WMI call of the daemon runs here.
+//! The WMI threads: every WMI call of the daemon runs on the thread of its namespace.
 //!
 //! A [`wmi::WMIConnection`] is `!Send` (a COM interface pointer bound to the apartment that
 //! created it), and connecting to a namespace costs a round trip to the WMI service, so one
-//! dedicated thread, started on first use, owns one connection per namespace for the life of the
-//! process. Callers hand it closures with [`with_namespace`] and block until the result comes
-//! back. Calls are therefore serialised; WMI is only used for the few operations Windows has no
-//! documented Win32 call for (volume format, SMB global mappings, iSCSI), which are slow anyway.
+//! dedicated thread per namespace, started on first use, owns that namespace's connection.
+//! Callers hand it closures with [`with_namespace`] and wait at most [`CALL_LIMIT`] for the
+//! answer. Calls to one namespace are serialised; calls to different namespaces are not, so an
+//! SMB mapping stuck on a dead server (`ROOT\Microsoft\Windows\SMB`) never holds up a format
+//! (`ROOT\Microsoft\Windows\Storage`). WMI is only used for the few operations Windows has no
+//! documented Win32 call for (volume format, SMB global mappings, page files, the BIOS serial
+//! fallback).
 //!
 //! COM is initialised by the `wmi` crate when the first connection is made on this thread: it
 //! joins the process's multithreaded apartment (`CoIncrementMTAUsage`) and sets the default
@@ -30,11 +33,16 @@ type Job = Box<dyn FnOnce(&mut Connections) + Send>;
 /// The connections the WMI thread holds, by namespace.
 type Connections = HashMap<&'static str, wmi::WMIConnection>;
 
-/// The sending side of the WMI thread's queue, created with the thread.
-static QUEUE: OnceLock<Mutex<Option<SyncSender<Job>>>> = OnceLock::new();
+/// The sending side of each namespace thread's queue, created with the thread.
+static QUEUES: OnceLock<Mutex<HashMap<&'static str, SyncSender<Job>>>> = OnceLock::new();
 
-/// How many jobs may wait for the WMI thread before callers block on submission.
+/// How many jobs may wait for a namespace's thread; more are refused as UNAVAILABLE.
 const QUEUE_DEPTH: usize = 64;
+
+/// How long a caller waits for a WMI call: a quick format of a large volume takes seconds, an
+/// SMB mapping to a server that does not answer can take minutes. The call itself is not
+/// cancelled (WMI has no way to), but its caller is answered.
+pub const CALL_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Runs `f` on the WMI thread with a connection to `namespace` (e.g.
 /// `r"ROOT\Microsoft\Windows\Storage"`), and returns its result.
@@ -54,15 +62,25 @@ where
         // to do then.
         let _ = reply_tx.send(result);
     });
-    submit(op, job)?;
-    reply_rx.recv().map_err(|_| {
-        Error::new(
+    submit(op, namespace, job)?;
+    match reply_rx.recv_timeout(CALL_LIMIT) {
+        Ok(r) => r,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(Error::new(
+            Kind::Unavailable,
+            op,
+            format!("WMI namespace {namespace}"),
+            format!(
+                "WMI did not answer within {} s; the call may still complete",
+                CALL_LIMIT.as_secs()
+            ),
+        )),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(Error::new(
             Kind::Internal,
             op,
             format!("WMI namespace {namespace}"),
             "the WMI thread ended without answering",
-        )
-    })?
+        )),
+    }
 }
 
 /// Connects if needed and runs `f`, catching a panic.
@@ -99,27 +117,33 @@ where
     }
 }
 
-/// Hands `job` to the WMI thread, starting it on first use (and again if it ever died).
-fn submit(op: &'static str, job: Job) -> Result<()> {
-    let slot = QUEUE.get_or_init(|| Mutex::new(None));
-    // A poisoned lock only means another submitter panicked while holding it; the Option
-    // inside is still consistent.
-    let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
+/// Hands `job` to `namespace`'s thread, starting it on first use (and again if it ever died).
+fn submit(op: &'static str, namespace: &'static str, job: Job) -> Result<()> {
+    let slot = QUEUES.get_or_init(|| Mutex::new(HashMap::new()));
+    // A poisoned lock only means another submitter panicked while holding it; the map inside
+    // is still consistent.
+    let mut queues = slot.lock().unwrap_or_else(|p| p.into_inner());
     let mut job = job;
     for _ in 0..2 {
-        if guard.is_none() {
-            *guard = Some(spawn_thread(op)?);
-        }
-        let Some(tx) = guard.as_ref() else {
-            continue;
+        let tx = match queues.entry(namespace) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(spawn_thread(op)?),
         };
-        match tx.send(job) {
+        match tx.try_send(job) {
             Ok(()) => return Ok(()),
+            Err(std::sync::mpsc::TrySendError::Full(_)) => {
+                return Err(Error::new(
+                    Kind::Unavailable,
+                    op,
+                    format!("WMI namespace {namespace}"),
+                    format!("{QUEUE_DEPTH} WMI calls are already waiting; try again later"),
+                ));
+            }
             // The thread is gone (it only ends if its loop panicked outside a job): start a
             // new one and retry once with the same job.
-            Err(std::sync::mpsc::SendError(back)) => {
+            Err(std::sync::mpsc::TrySendError::Disconnected(back)) => {
                 job = back;
-                *guard = None;
+                queues.remove(namespace);
             }
         }
     }
@@ -131,7 +155,7 @@ fn submit(op: &'static str, job: Job) -> Result<()> {
     ))
 }
 
-/// Starts the WMI thread and returns its queue.
+/// Starts a WMI thread and returns its queue.
 fn spawn_thread(op: &'static str) -> Result<SyncSender<Job>> {
     let (tx, rx) = sync_channel::<Job>(QUEUE_DEPTH);
     std::thread::Builder::new()
@@ -172,11 +196,24 @@ where
 }
 
 /// Drops every cached WMI connection, so the next call connects again: after `winmgmt`
-/// restarts, a connection made before answers RPC_E_DISCONNECTED for ever.
+/// restarts, a connection made before answers RPC_E_DISCONNECTED for ever. Each namespace's
+/// thread drops its own before its next job.
 pub fn reset() {
-    let job: Job = Box::new(|conns: &mut Connections| conns.clear());
-    if let Err(e) = submit("WMI reset", job) {
-        tracing::warn!("could not reset the WMI connections: {e}");
+    let namespaces: Vec<&'static str> = QUEUES
+        .get()
+        .map(|q| {
+            q.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .keys()
+                .copied()
+                .collect()
+        })
+        .unwrap_or_default();
+    for namespace in namespaces {
+        let job: Job = Box::new(|conns: &mut Connections| conns.clear());
+        if let Err(e) = submit("WMI reset", namespace, job) {
+            tracing::warn!("could not reset the WMI connection to {namespace}: {e}");
+        }
     }
 }
 
