@@ -4,4 +4,5 @@
 pub mod authority;
 pub mod disk_content;
 pub mod paths;
+pub mod windows_buffers;
 pub mod wire_text;

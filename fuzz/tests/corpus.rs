@@ -58,3 +58,10 @@ fn wire_text_corpus_holds() {
         csi_proxy_fuzz::wire_text::run(&data);
     }
 }
+
+#[test]
+fn windows_buffers_corpus_holds() {
+    for data in corpus("windows_buffers") {
+        csi_proxy_fuzz::windows_buffers::run(&data);
+    }
+}
