@@ -252,3 +252,149 @@ async fn resize_never_shrinks_the_kernels_partition() {
     assert!(msg.contains("never shrunk"), "{msg}");
     assert_eq!(size_of(&l.partition(1)), longer * 512);
 }
+
+/// A GPT copy's header (LBA 1 for the primary, the last LBA for the backup) with its CRCs made
+/// right again after `edit` changed it or its entry array (so only the lie itself is wrong).
+fn rewrite_gpt(dev: &Path, header_at: u64, edit: impl Fn(&mut Vec<u8>, &mut Vec<u8>)) {
+    let mut h = read(dev, header_at, SECTOR as usize);
+    let entries_lba = u64::from_le_bytes(h[72..80].try_into().unwrap());
+    let mut entries = read(dev, entries_lba * SECTOR, 128 * 128);
+    edit(&mut h, &mut entries);
+    let count = u32::from_le_bytes(h[80..84].try_into().unwrap()) as usize;
+    if count <= 128 {
+        let crc = csi_proxy_host::gpt::crc32(&entries[..count * 128]);
+        h[88..92].copy_from_slice(&crc.to_le_bytes());
+    }
+    h[16..20].fill(0);
+    let crc = csi_proxy_host::gpt::crc32(&h[..92]);
+    h[16..20].copy_from_slice(&crc.to_le_bytes());
+    write(dev, entries_lba * SECTOR, &entries);
+    write(dev, header_at, &h);
+}
+
+/// Tables that lie (entries overlapping, an entry past the disk's end, a header claiming 2^32
+/// entries, a backup that disagrees with its primary), each with valid checksums, on a disk
+/// holding a formatted volume: PartitionDisk, FormatVolume, ResizeVolume and ListVolumesOnDisk
+/// answer a precise status or a harmless OK, the daemon keeps serving, and not a byte of the
+/// disk changes.
+#[tokio::test(flavor = "multi_thread")]
+async fn lying_tables_change_nothing_through_four_rpcs() {
+    if !can_use_loop_devices() {
+        return;
+    }
+    let d = Daemon::start(&[]);
+    let l = LoopDisk::new(d.dir.path(), "liar", 64).unwrap();
+    let (mut dc, mut vc) = v1_clients(&d).await;
+    let n = l.disk_number();
+    let id = common::partition_one(&mut dc, &mut vc, n).await;
+    common::format_ok(&mut vc, &id).await;
+    let good = read(&l.dev, 0, (34 * SECTOR) as usize);
+    let end = size_of(&l.dev);
+    let good_tail = read(
+        &l.dev,
+        end - GPT_SECTORS * SECTOR,
+        (GPT_SECTORS * SECTOR) as usize,
+    );
+    let total = end / SECTOR;
+
+    type Lie = (&'static str, u64, fn(&mut Vec<u8>, &mut Vec<u8>, u64));
+    let lies: [Lie; 4] = [
+        ("overlapping entries", SECTOR, |_, e, _| {
+            // Entry 2: a copy of entry 1 with another unique GUID, over the same sectors.
+            let first = e[..128].to_vec();
+            e[128..256].copy_from_slice(&first);
+            e[128 + 16] ^= 0xff;
+        }),
+        ("an entry past the disk's end", SECTOR, |_, e, total| {
+            e[40..48].copy_from_slice(&(total + 1000).to_le_bytes());
+        }),
+        ("2^32 entries", SECTOR, |h, _, _| {
+            h[80..84].copy_from_slice(&u32::MAX.to_le_bytes());
+        }),
+        ("a backup that disagrees", 0, |_, e, _| {
+            e[16] ^= 0xff; // entry 1's unique GUID, in the backup only
+        }),
+    ];
+    for (what, header_at, lie) in lies {
+        let header_at = if header_at == 0 {
+            end - SECTOR
+        } else {
+            header_at
+        };
+        rewrite_gpt(&l.dev, header_at, |h, e| lie(h, e, total));
+        let before = l.fingerprint();
+        let mut answers = Vec::new();
+        for rpc in [
+            "PartitionDisk",
+            "FormatVolume",
+            "ResizeVolume",
+            "ListVolumesOnDisk",
+        ] {
+            let status = match rpc {
+                "PartitionDisk" => partition(&mut dc, n).await.err(),
+                "FormatVolume" => vc
+                    .format_volume(v1::FormatVolumeRequest {
+                        volume_id: id.clone(),
+                    })
+                    .await
+                    .err(),
+                "ResizeVolume" => resize(&mut vc, &id, 0).await.err(),
+                _ => vc
+                    .list_volumes_on_disk(v1::ListVolumesOnDiskRequest {
+                        disk_number: n,
+                        partition_number: 0,
+                    })
+                    .await
+                    .err(),
+            };
+            assert_eq!(
+                l.fingerprint(),
+                before,
+                "{what}: {rpc} changed the disk ({status:?})"
+            );
+            answers.push((rpc, status));
+        }
+        for (rpc, status) in answers {
+            // A table write is refused outright; a backup's lie matters to a write of both
+            // copies (ResizeVolume), not to PartitionDisk's no-op on a partitioned disk.
+            let must_refuse = match rpc {
+                "ResizeVolume" => true,
+                "PartitionDisk" => !what.contains("backup"),
+                _ => false,
+            };
+            if must_refuse {
+                let s = status
+                    .as_ref()
+                    .unwrap_or_else(|| panic!("{what}: {rpc} answered OK"));
+                assert_eq!(
+                    s.code(),
+                    Code::FailedPrecondition,
+                    "{what}: {rpc}: {}",
+                    s.message()
+                );
+                assert!(
+                    s.message().contains("GPT") || s.message().contains("table"),
+                    "{what}: {rpc} does not name the table: {}",
+                    s.message()
+                );
+            }
+            eprintln!("{what}: {rpc}: {:?}", status.as_ref().map(|s| s.message()));
+            if let Some(s) = status {
+                assert!(
+                    matches!(s.code(), Code::FailedPrecondition | Code::NotFound),
+                    "{what}: {rpc}: {:?} {}",
+                    s.code(),
+                    s.message()
+                );
+                assert!(s.message().contains(rpc), "{what}: {}", s.message());
+            }
+        }
+        assert_eq!(l.fingerprint(), before, "{what}: the disk changed");
+        // The daemon is alive and well: it still answers for the disk.
+        dc.get_disk_stats(d1::GetDiskStatsRequest { disk_number: n })
+            .await
+            .unwrap();
+        write(&l.dev, 0, &good);
+        write(&l.dev, end - GPT_SECTORS * SECTOR, &good_tail);
+    }
+}

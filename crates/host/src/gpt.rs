@@ -174,6 +174,9 @@ impl Partition {
 pub enum GptError {
     /// Not enough bytes were read to hold what the header describes.
     Short(&'static str),
+    /// A checksum does not match: what a write cut off midway leaves (the backup, written
+    /// first, is then the table to restore).
+    Damaged(&'static str),
     /// A field is outside what UEFI allows or what this disk can hold.
     Invalid(String),
 }
@@ -182,6 +185,7 @@ impl fmt::Display for GptError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             GptError::Short(what) => write!(f, "GPT truncated: {what}"),
+            GptError::Damaged(what) => write!(f, "GPT damaged: {what}"),
             GptError::Invalid(why) => write!(f, "GPT invalid: {why}"),
         }
     }
@@ -255,12 +259,17 @@ pub enum Found {
 pub fn find(head: &[u8], tail: &[u8], sector: u64, total_sectors: u64) -> Result<Found, GptError> {
     let primary = match Gpt::parse(head, sector, total_sectors) {
         Ok(Some(t)) => return Ok(Found::Primary(t)),
-        Err(GptError::Short(why)) => return Err(GptError::Short(why)),
-        other => other,
+        // Absent, or its checksums broken as a cut-off write leaves it: the backup may stand in.
+        Ok(None) => Ok(()),
+        Err(GptError::Damaged(why)) => Err(GptError::Damaged(why)),
+        // A primary whose checksums hold but whose content lies (entries overlapping or past the
+        // disk, sizes out of range) was written that way: it is refused, never replaced by
+        // whatever the backup says.
+        Err(e) => return Err(e),
     };
     match Gpt::parse_backup(tail, sector, total_sectors) {
         Ok(Some(t)) => Ok(Found::Backup(t)),
-        _ => primary.map(|_| Found::None),
+        _ => primary.map(|()| Found::None),
     }
 }
 
@@ -313,7 +322,7 @@ impl Gpt {
         let mut hdr = h[..size as usize].to_vec();
         hdr[16..20].fill(0);
         if crc32(&hdr) != u32_at(h, 16) {
-            return Err(GptError::Invalid("header CRC mismatch".into()));
+            return Err(GptError::Damaged("header CRC mismatch"));
         }
         let claimed = u64_at(h, 24);
         let other = u64_at(h, 32);
@@ -361,7 +370,7 @@ impl Gpt {
         }
         let entries = buf[start as usize..end as usize].to_vec();
         if crc32(&entries) != u32_at(h, 88) {
-            return Err(GptError::Invalid("entry array CRC mismatch".into()));
+            return Err(GptError::Damaged("entry array CRC mismatch"));
         }
         let gpt = Gpt {
             sector,
@@ -871,13 +880,13 @@ mod tests {
         bad[512 + 48] ^= 1; // last usable
         assert!(matches!(
             Gpt::parse(&bad, 512, total),
-            Err(GptError::Invalid(m)) if m.contains("header CRC")
+            Err(GptError::Damaged(m)) if m.contains("header CRC")
         ));
         let mut bad = head.to_vec();
         bad[1024 + 40] ^= 1; // entry 1 last LBA
         assert!(matches!(
             Gpt::parse(&bad, 512, total),
-            Err(GptError::Invalid(m)) if m.contains("entry array CRC")
+            Err(GptError::Damaged(m)) if m.contains("entry array CRC")
         ));
         assert!(matches!(
             Gpt::parse(&head[..2000], 512, total),

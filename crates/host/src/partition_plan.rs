@@ -13,7 +13,7 @@
 //! LBA 1 blank or a GPT header, and nothing [`signatures::probe`] knows in the bytes it reads).
 //! A whole-disk filesystem that still carries an old backup table at the end fails that test.
 
-use crate::gpt::{self, Found, Gpt, GptError};
+use crate::gpt::{self, Found, Gpt, GptError, Partition};
 use crate::signatures;
 
 /// What PartitionDisk does to a disk.
@@ -57,6 +57,33 @@ pub fn plan(head: &[u8], tail: &[u8], sector: u64, total: u64) -> Result<Plan, S
     Ok(plan)
 }
 
+/// The data partitions a valid backup table lists that the primary `t` does not (the same
+/// unique GUID starting at the same sector counts as listed: a grown partition is the same one).
+fn backup_only(t: &Gpt, tail: &[u8], sector: u64, total: u64) -> (Option<Gpt>, Vec<Partition>) {
+    let Ok(Some(backup)) = Gpt::parse_backup(tail, sector, total) else {
+        return (None, Vec::new());
+    };
+    let primary = t.partitions();
+    let extra = backup
+        .data_partitions()
+        .into_iter()
+        .filter(|p| {
+            !primary
+                .iter()
+                .any(|q| q.unique_guid == p.unique_guid && q.first_lba == p.first_lba)
+        })
+        .collect();
+    (Some(backup), extra)
+}
+
+/// How a partition a table lists is named in a refusal.
+fn shown(p: &Partition) -> String {
+    format!(
+        "partition {} ({}, sectors {}..={})",
+        p.number, p.unique_guid, p.first_lba, p.last_lba
+    )
+}
+
 fn plan_from_tables(head: &[u8], tail: &[u8], sector: u64, total: u64) -> Result<Plan, String> {
     match gpt::find(head, tail, sector, total) {
         Ok(Found::Primary(t)) => {
@@ -66,6 +93,30 @@ fn plan_from_tables(head: &[u8], tail: &[u8], sector: u64, total: u64) -> Result
                 start_holds_only_a_table(head, sector)?;
             }
             if unpartitioned {
+                // A valid backup listing partitions the primary lacks: either a write of ours
+                // cut off after the backup (the backup is the newer table, holding everything
+                // the primary does), which is finished by writing the backup's table; or a
+                // table that lies, which is refused rather than partitioned over.
+                let (backup, extra) = backup_only(&t, tail, sector, total);
+                if let (Some(backup), Some(p)) = (backup, extra.first()) {
+                    let newer = t.partitions().iter().all(|q| {
+                        backup
+                            .partitions()
+                            .iter()
+                            .any(|b| b.unique_guid == q.unique_guid && b.first_lba == q.first_lba)
+                    });
+                    if !newer {
+                        return Err(format!(
+                            "the backup GPT lists {} that the primary does not, and they disagree \
+                             on the rest; refusing to write a partition table over it",
+                            shown(p)
+                        ));
+                    }
+                    return Ok(Plan::Write {
+                        table: backup,
+                        restored: true,
+                    });
+                }
                 return Ok(Plan::Write {
                     table: t,
                     restored: false,
@@ -123,6 +174,17 @@ pub fn table_to_grow(head: &[u8], tail: &[u8], sector: u64, total: u64) -> Resul
                     "LBA 0 holds an MBR with partitions besides the GPT's (a hybrid MBR); not rewriting it"
                         .into(),
                 );
+            }
+            // Growing rewrites the backup from the primary: a partition only the backup lists
+            // would be lost, and grown over.
+            if let (_, extra) = backup_only(&t, tail, sector, total)
+                && let Some(p) = extra.first()
+            {
+                return Err(format!(
+                    "the backup GPT at the end of the disk lists {} that the primary does not; \
+                     not rewriting the table",
+                    shown(p)
+                ));
             }
             Ok(t)
         }

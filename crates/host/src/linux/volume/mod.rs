@@ -184,7 +184,16 @@ fn volume_uuid(op: &str, disk: &Disk, part: u32) -> Result<String> {
             let tail = super::disk::read_tail(op, disk, &f)?;
             match gpt::find(&head, &tail, sector, total) {
                 Ok(gpt::Found::Primary(t) | gpt::Found::Backup(t)) => Some(t),
-                _ => None,
+                Ok(gpt::Found::None) => None,
+                // A GPT disk whose table lies or is damaged at both ends: its partitions have
+                // no trustworthy names (an MBR-style one would be a different volume's).
+                Err(e) => {
+                    return Err(refused(
+                        op,
+                        disk,
+                        format!("{e}; the volumes of a disk whose GPT is unreadable are not named"),
+                    ));
+                }
             }
         }
         _ => None,
