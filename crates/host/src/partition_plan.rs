@@ -432,4 +432,50 @@ mod tests {
         e[12..16].copy_from_slice(&4096u32.to_le_bytes());
         assert!(grow_of(&disk).unwrap_err().contains("hybrid"));
     }
+
+    /// A table write cut off after the backup, over an older valid table without data
+    /// partitions: the backup is the newer table and is written whole (the partition keeps its
+    /// identity); a backup that drops what the primary lists is refused.
+    #[test]
+    fn a_newer_backup_over_an_empty_primary_is_finished_and_a_disagreeing_one_refused() {
+        let empty = Gpt::new(SECTOR, TOTAL, Guid([1; 16])).unwrap();
+        let mut disk = disk_with(&empty, 4);
+        let newer = table();
+        let writes = newer.serialize(TOTAL);
+        let (off, bytes) = &writes[0];
+        disk[*off as usize..][..bytes.len()].copy_from_slice(bytes);
+        assert_eq!(
+            plan_of(&disk),
+            Ok(Plan::Write {
+                table: newer.clone(),
+                restored: true,
+            })
+        );
+        // The primary lists a reserved partition the backup does not have: they disagree.
+        let mut reserved = Gpt::new(SECTOR, TOTAL, Guid([1; 16])).unwrap();
+        reserved
+            .add_max_partition(gpt::MICROSOFT_RESERVED, Guid([9; 16]))
+            .unwrap();
+        let mut disk = disk_with(&reserved, 4);
+        disk[*off as usize..][..bytes.len()].copy_from_slice(bytes);
+        let why = plan_of(&disk).unwrap_err();
+        assert!(why.contains("the backup GPT lists partition 1"), "{why}");
+    }
+
+    /// ResizeVolume rewrites both copies: a backup listing a partition the primary lacks stops
+    /// it; a backup that only grew the same partition (a cut-off resize) does not.
+    #[test]
+    fn resize_refuses_a_backup_listing_another_partition() {
+        let t = table();
+        let mut disk = disk_with(&t, 4);
+        let mut other = Gpt::new(SECTOR, TOTAL, Guid([1; 16])).unwrap();
+        other
+            .add_max_partition(LINUX_FILESYSTEM, Guid([7; 16]))
+            .unwrap();
+        let (off, bytes) = &other.serialize(TOTAL)[0];
+        disk[*off as usize..][..bytes.len()].copy_from_slice(bytes);
+        let why = grow_of(&disk).unwrap_err();
+        assert!(why.contains("lists partition 1"), "{why}");
+        assert_eq!(grow_of(&disk_with(&t, 4)), Ok(t));
+    }
 }
