@@ -140,7 +140,7 @@ async fn a_filesystem_only_libblkid_knows_is_never_formatted_over() {
     let before = l.fingerprint();
     let msg = refused(format(&mut vc, &id).await);
     assert!(
-        msg.contains("FormatVolume") && msg.contains("libblkid finds romfs"),
+        msg.contains("FormatVolume") && msg.contains("already holds romfs (found by libblkid)"),
         "{msg}"
     );
     assert_eq!(l.fingerprint(), before, "nothing was written");

@@ -13,17 +13,7 @@ use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-/// What a format did, or was doing, to one volume.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FormatRecord {
-    /// The filesystem type asked for (`ext4`, `xfs`, `NTFS`).
-    pub fs: String,
-    /// The filesystem's identity: the UUID given to mkfs (Linux) or the volume serial number
-    /// Windows assigned (known only once done).
-    pub id: String,
-    /// Whether the format finished.
-    pub done: bool,
-}
+pub use csi_proxy_core::volume::rules::FormatRecord;
 
 /// The records under one directory (`<state-dir>/format`).
 #[derive(Debug, Clone)]

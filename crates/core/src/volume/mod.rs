@@ -15,6 +15,8 @@ use crate::locks::{DiskGuard, lock_disk};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
+pub mod rules;
+
 /// The group name used in error messages.
 const GROUP: &str = "volume";
 

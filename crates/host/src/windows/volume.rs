@@ -18,11 +18,10 @@ use crate::reparse::{self, LinkDestination, ReparsePoint};
 use crate::signatures;
 use crate::windows_data::ioctl as io;
 use crate::windows_data::layout::{self, Partition};
-use crate::windows_data::volume::{
-    self as names, VolumeName, extend_sectors, mount_point_path, resize_steps,
-};
+use crate::windows_data::volume::{self as names, VolumeName, extend_sectors, mount_point_path};
 use crate::windows_data::wmi_codes::storage_return;
 use csi_proxy_core::disk::{DiskHost, DiskUsage};
+use csi_proxy_core::volume::rules::{self, Content, FormatTarget, MountTarget, Occupant};
 use csi_proxy_core::volume::{ResizeTarget, VolumeHost, VolumeStats};
 use csi_proxy_core::{Error, Kind, Result};
 use std::num::NonZeroU32;
@@ -273,6 +272,142 @@ fn wmi_format(os: &dyn Win32, op: &str, id: &str, v: &VolumeName) -> Result<()> 
     })
 }
 
+/// What the volume holds: the filesystem Windows recognises (named by its serial number), else
+/// any signature our probe knows in its first bytes (a filesystem of another OS, LUKS, LVM...).
+fn content(os: &dyn Win32, op: &str, id: &str, v: &VolumeName) -> Result<Option<Content>> {
+    if let Some((fs, serial)) = volume_filesystem(os, op, id, v)? {
+        return Ok(Some(Content {
+            shown: fs.clone(),
+            kind: fs,
+            id: Some(serial_text(serial)),
+        }));
+    }
+    Ok(
+        signatures::probe(&read_head(os, op, id, v)?).map(|sig| Content {
+            kind: sig.kind.to_string(),
+            id: sig.uuid.map(|u| signatures::uuid_string(&u)),
+            shown: sig.kind.to_string(),
+        }),
+    )
+}
+
+/// One resolved volume (and, for MountVolume, its target), as the core's rules ask about it.
+struct Resolved<'a> {
+    host: &'a WindowsVolumeHost,
+    id: &'a str,
+    v: VolumeName,
+    target: &'a str,
+}
+
+impl Resolved<'_> {
+    fn os(&self) -> &dyn Win32 {
+        self.host.os()
+    }
+
+    fn format_record(&self) -> Option<FormatRecord> {
+        self.host.records.read(self.v.guid())
+    }
+
+    /// What is mounted at the target, compared by identity: the volume may have been named by
+    /// another of its GUID paths than the one its mount points report.
+    fn occupant_at(&self, op: &str) -> Result<Occupant> {
+        Ok(match volume_at(self.os(), op, self.target)? {
+            None => Occupant::Nothing,
+            Some(cur)
+                if names::same_volume(&cur, self.id)
+                    || names::same_volume(&cur, &canonical(self.os(), op, self.id, &self.v)?) =>
+            {
+                Occupant::ThisVolume
+            }
+            Some(cur) => Occupant::Other(format!("volume {cur}")),
+        })
+    }
+}
+
+impl FormatTarget for Resolved<'_> {
+    fn object(&self) -> String {
+        shown(self.id)
+    }
+
+    fn mounted_at(&self) -> Result<Option<String>> {
+        Ok(
+            volume_path_names(self.os(), "FormatVolume", &self.v.guid_path())?
+                .into_iter()
+                .next(),
+        )
+    }
+
+    fn content(&self) -> Result<Option<Content>> {
+        content(self.os(), "FormatVolume", self.id, &self.v)
+    }
+
+    fn record(&self) -> Option<FormatRecord> {
+        self.format_record()
+    }
+
+    fn write_record(&self, record: &FormatRecord) -> Result<()> {
+        let records = &self.host.records;
+        records.write(self.v.guid(), record, self.id).map_err(|e| {
+            Error::io("FormatVolume", shown(self.id), &e)
+                .context(format!("state dir {}", records.dir().display()))
+        })
+    }
+
+    fn new_filesystem(&self) -> Result<(String, Option<String>)> {
+        // The serial number is Windows' choice, known once the format is done.
+        Ok(("NTFS".into(), None))
+    }
+
+    fn make_filesystem(&self, _id: Option<&str>, _finishing: bool) -> Result<()> {
+        wmi_format(self.os(), "FormatVolume", self.id, &self.v)
+    }
+}
+
+impl MountTarget for Resolved<'_> {
+    fn object(&self) -> String {
+        format!("{} at {:?}", shown(self.id), self.target)
+    }
+
+    fn target_exists(&self) -> Result<bool> {
+        Ok(exists(self.os(), self.target))
+    }
+
+    fn occupant(&self) -> Result<Occupant> {
+        self.occupant_at("MountVolume")
+    }
+
+    fn target_empty(&self) -> Result<Option<bool>> {
+        // SetVolumeMountPointW refuses a directory that is not empty (ERROR_DIR_NOT_EMPTY).
+        Ok(None)
+    }
+
+    fn content(&self) -> Result<Option<Content>> {
+        content(self.os(), "MountVolume", self.id, &self.v)
+    }
+
+    fn record(&self) -> Option<FormatRecord> {
+        self.format_record()
+    }
+
+    fn mount(&self) -> Result<()> {
+        const OP: &str = "MountVolume";
+        let object = MountTarget::object(self);
+        self.os()
+            .set_volume_mount_point(&mount_point_path(self.target), &self.v.guid_path())
+            .map_err(|e| match e.code {
+                code::DIR_NOT_EMPTY => Error::new(
+                    Kind::FailedPrecondition,
+                    OP,
+                    &object,
+                    "target_path is not empty",
+                ),
+                _ => os_error(OP, &object, &e, &[]),
+            })?;
+        tracing::info!(volume = self.id, target = self.target, "mounted");
+        Ok(())
+    }
+}
+
 impl VolumeHost for WindowsVolumeHost {
     fn list_volumes_on_disk(
         &self,
@@ -312,45 +447,17 @@ impl VolumeHost for WindowsVolumeHost {
 
     fn mount_volume(&self, id: &str, target: &str) -> Result<()> {
         const OP: &str = "MountVolume";
-        let os = self.os();
         let v = name(OP, id)?;
-        let object = format!("{} at {target:?}", shown(id));
-        drop(open_volume(os, OP, id, &v, false)?);
-        if !exists(os, target) {
-            return Err(Error::new(
-                Kind::FailedPrecondition,
-                OP,
-                &object,
-                "target_path does not exist; create the directory first",
-            ));
-        }
-        if let Some(current) = volume_at(os, OP, target)? {
-            // Compared by identity: the volume may have been named by another of its GUID
-            // paths than the one its mount points report.
-            if names::same_volume(&current, &canonical(os, OP, id, &v)?) {
-                return Ok(()); // the same volume already mounted here: idempotent
-            }
-            return Err(Error::new(
-                Kind::FailedPrecondition,
-                OP,
-                &object,
-                format!("another volume ({current}) is mounted there"),
-            ));
-        }
-        // SetVolumeMountPointW fails on a directory that is not empty (ERROR_DIR_NOT_EMPTY),
-        // which is how a non-empty target is refused.
-        os.set_volume_mount_point(&mount_point_path(target), &v.guid_path())
-            .map_err(|e| match e.code {
-                code::DIR_NOT_EMPTY => Error::new(
-                    Kind::FailedPrecondition,
-                    OP,
-                    &object,
-                    "target_path is not an empty directory",
-                ),
-                _ => os_error(OP, &object, &e, &[]),
-            })?;
-        tracing::info!(volume = id, target, "mounted");
-        Ok(())
+        drop(open_volume(self.os(), OP, id, &v, false)?);
+        rules::mount(
+            OP,
+            &Resolved {
+                host: self,
+                id,
+                v,
+                target,
+            },
+        )
     }
 
     fn unmount_volume(&self, id: &str, target: &str) -> Result<()> {
@@ -361,20 +468,16 @@ impl VolumeHost for WindowsVolumeHost {
         if !exists(os, target) {
             return Ok(()); // nothing there: nothing mounted
         }
-        let Some(current) = volume_at(os, OP, target)? else {
-            return Ok(()); // not (or no longer) a mount point: success
+        let r = Resolved {
+            host: self,
+            id,
+            v,
+            target,
         };
-        if !names::same_volume(&current, id)
-            && !names::same_volume(&current, &canonical(os, OP, id, &v)?)
-        {
-            return Err(Error::new(
-                Kind::FailedPrecondition,
-                OP,
-                &object,
-                format!("a different volume ({current}) is mounted there; not unmounting it"),
-            ));
+        if !rules::unmount_decision(OP, &object, &r.occupant_at(OP)?)? {
+            return Ok(()); // not (or no longer) a mount point: success
         }
-        flush(os, OP, id, &v)?;
+        flush(os, OP, id, &r.v)?;
         // Removes the mount point only; the directory stays (drivers remove it with Rmdir).
         os.delete_volume_mount_point(&mount_point_path(target))
             .map_err(|e| os_error(OP, &object, &e, &[]))?;
@@ -392,87 +495,17 @@ impl VolumeHost for WindowsVolumeHost {
 
     fn format_volume(&self, id: &str) -> Result<()> {
         const OP: &str = "FormatVolume";
-        let os = self.os();
         let v = name(OP, id)?;
-        let object = shown(id);
-        drop(open_volume(os, OP, id, &v, false)?);
-        let mounted = volume_path_names(os, OP, &v.guid_path())?;
-        if let Some(first) = mounted.first() {
-            return Err(Error::new(
-                Kind::FailedPrecondition,
-                OP,
-                &object,
-                format!("the volume is mounted at {first:?}; refusing to format it"),
-            ));
-        }
-        // The record of an earlier FormatVolume of this volume tells its own work from a
-        // filesystem that must not be touched, also after a daemon restart.
-        let key = v.guid();
-        let record = self.records.read(key);
-        let interrupted = record.as_ref().is_some_and(|r| !r.done);
-        if let Some((fs, serial)) = volume_filesystem(os, OP, id, &v)? {
-            match &record {
-                Some(r)
-                    if r.done && fs.eq_ignore_ascii_case(&r.fs) && r.id == serial_text(serial) =>
-                {
-                    return Ok(()); // formatted by an earlier call: idempotent
-                }
-                Some(r) if !r.done => tracing::warn!(
-                    volume = id,
-                    "an earlier FormatVolume was interrupted; formatting again"
-                ),
-                _ => {
-                    return Err(Error::new(
-                        Kind::FailedPrecondition,
-                        OP,
-                        &object,
-                        format!("the volume already holds {fs}; refusing to format over it"),
-                    ));
-                }
-            }
-        } else if !interrupted {
-            // Windows calls the volume RAW; make sure it holds nothing another OS would
-            // recognise (ext4, LUKS, LVM, ...) before writing over it. An interrupted format of
-            // ours may have left a partial NTFS: that one is formatted again.
-            if let Some(sig) = signatures::probe(&read_head(os, OP, id, &v)?) {
-                return Err(Error::new(
-                    Kind::FailedPrecondition,
-                    OP,
-                    &object,
-                    format!("the volume holds {}; refusing to format over it", sig.kind),
-                ));
-            }
-        }
-        let write = |r: &FormatRecord| {
-            self.records.write(key, r, id).map_err(|e| {
-                Error::io(OP, &object, &e)
-                    .context(format!("state dir {}", self.records.dir().display()))
-            })
-        };
-        write(&FormatRecord {
-            fs: "NTFS".into(),
-            id: String::new(),
-            done: false,
-        })?;
-        wmi_format(os, OP, id, &v)?;
-        let serial = match volume_filesystem(os, OP, id, &v)? {
-            Some((_, serial)) => serial,
-            None => {
-                return Err(Error::new(
-                    Kind::Internal,
-                    OP,
-                    &object,
-                    "the format reported success but Windows recognises no filesystem on the volume",
-                ));
-            }
-        };
-        write(&FormatRecord {
-            fs: "NTFS".into(),
-            id: serial_text(serial),
-            done: true,
-        })?;
-        tracing::info!(volume = id, "formatted NTFS");
-        Ok(())
+        drop(open_volume(self.os(), OP, id, &v, false)?);
+        rules::format(
+            OP,
+            &Resolved {
+                host: self,
+                id,
+                v,
+                target: "",
+            },
+        )
     }
 
     fn resize_volume(&self, id: &str, target: ResizeTarget) -> Result<()> {
@@ -522,24 +555,24 @@ impl VolumeHost for WindowsVolumeHost {
             .ok_or_else(|| Error::new(Kind::Internal, OP, &disk_object, "no disk length"))?;
         let maximum = layout::max_partition_size(&l, part.number, disk_length, sector)
             .map_err(|e| Error::new(Kind::Internal, OP, &object, e))?;
-        let wanted = match target {
-            ResizeTarget::Maximum => None,
-            ResizeTarget::Bytes(n) => Some(n),
-        };
         // No filesystem: only the partition is grown (FSCTL_EXTEND_VOLUME on a RAW volume is
         // accepted but means nothing).
         let fs_total = os
             .disk_free_space(&v.guid_path())
             .ok()
             .map(|(total, _)| total);
-        let steps = resize_steps(
-            part.length,
-            maximum,
-            fs_total.unwrap_or(part.length),
-            wanted,
-            sector,
-        )
-        .map_err(|e| Error::new(Kind::FailedPrecondition, OP, &object, e))?;
+        let steps = rules::resize_steps(
+            OP,
+            &object,
+            rules::ResizeFacts {
+                current: part.length,
+                maximum,
+                fs_bytes: fs_total,
+                sector,
+                slack: names::FS_SLACK,
+            },
+            target,
+        )?;
         if steps.grow_partition > 0 {
             // The documented way to enlarge a live partition ("you can grow an active
             // partition, and the partition can be open for sharing during the operation");
@@ -560,7 +593,7 @@ impl VolumeHost for WindowsVolumeHost {
             })?;
             let _ = ioctl(&dh, io::DISK_UPDATE_PROPERTIES, &[], 0);
         }
-        if steps.extend_filesystem && fs_total.is_some() {
+        if steps.extend_filesystem {
             let new_length = part.length + steps.grow_partition;
             // FSCTL_EXTEND_VOLUME takes "the total number of sectors that should be in the
             // extended volume" and works on a live, mounted NTFS or ReFS volume.

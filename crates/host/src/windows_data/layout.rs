@@ -36,8 +36,6 @@ pub const ENTRY_SIZE: usize = 144;
 
 /// Partition starts are aligned to 1 MiB, as Windows aligns new partitions.
 pub const ALIGNMENT: u64 = 1 << 20;
-/// Upstream's ResizeVolume threshold: growing by less than this is a no-op success.
-pub const RESIZE_THRESHOLD: u64 = 100 << 20;
 
 /// One partition of a layout.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -267,36 +265,6 @@ pub fn max_partition_size(
         .min(limit);
     let end = next / sector.max(1) * sector.max(1);
     Ok(end.saturating_sub(p.start).max(p.length))
-}
-
-/// What ResizeVolume does with a partition of `current` bytes that can grow to `maximum`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResizePlan {
-    /// The target is below `current` + 100 MiB (including shrink requests): success, no change.
-    Nothing,
-    /// Grow the partition by this many bytes, then extend the filesystem.
-    Grow(u64),
-}
-
-/// ResizeVolume's decision: `target` `None` means the maximum. A target above the maximum is an
-/// error naming both.
-pub fn plan_resize(
-    current: u64,
-    maximum: u64,
-    target: Option<u64>,
-    sector: u64,
-) -> Result<ResizePlan, PlanError> {
-    let sector = sector.max(1);
-    let target = target.unwrap_or(maximum) / sector * sector;
-    if target < current.saturating_add(RESIZE_THRESHOLD) {
-        return Ok(ResizePlan::Nothing);
-    }
-    if target > maximum {
-        return Err(PlanError::Invalid(format!(
-            "requested size {target} exceeds the maximum {maximum} the partition can grow to"
-        )));
-    }
-    Ok(ResizePlan::Grow(target - current))
 }
 
 /// The size of the Microsoft Reserved partition Windows creates on a GPT disk it initialises
@@ -539,7 +507,7 @@ mod tests {
     }
 
     #[test]
-    fn resize_maximum_and_threshold() {
+    fn resize_maximum_stops_at_the_next_partition_or_the_usable_end() {
         let l = parse_drive_layout(&gpt(&[
             (17408, 16 * MIB, 1, MSR),
             (17 * MIB, GIB, 2, BASIC_DATA),
@@ -547,27 +515,6 @@ mod tests {
         .unwrap();
         let max = max_partition_size(&l, 2, 10 * GIB, 512).unwrap();
         assert_eq!(17 * MIB + max, 10 * GIB - 33 * 512);
-        assert_eq!(
-            plan_resize(GIB, max, None, 512),
-            Ok(ResizePlan::Grow(max - GIB))
-        );
-        // Below current + 100 MiB (growth of 99 MiB, or a shrink): nothing.
-        assert_eq!(
-            plan_resize(GIB, max, Some(GIB + 99 * MIB), 512),
-            Ok(ResizePlan::Nothing)
-        );
-        assert_eq!(
-            plan_resize(GIB, max, Some(GIB / 2), 512),
-            Ok(ResizePlan::Nothing)
-        );
-        assert_eq!(
-            plan_resize(GIB, max, Some(GIB + 100 * MIB), 512),
-            Ok(ResizePlan::Grow(100 * MIB))
-        );
-        assert!(matches!(
-            plan_resize(GIB, max, Some(20 * GIB), 512),
-            Err(PlanError::Invalid(_))
-        ));
         // A partition followed by another can grow only up to it.
         let l = parse_drive_layout(&gpt(&[
             (MIB, GIB, 1, BASIC_DATA),

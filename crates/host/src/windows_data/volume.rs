@@ -6,8 +6,6 @@
 //! `\\.\Volume{GUID}` (no trailing backslash: with it, `CreateFileW` would open the root directory
 //! of the filesystem instead of the volume).
 
-use super::layout;
-
 /// A volume ID in the one form this host hands out, checked character by character.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VolumeName {
@@ -84,39 +82,6 @@ pub fn extend_sectors(partition_length: u64, bytes_per_sector: u32) -> u64 {
 /// so a filesystem that fills its partition is a little smaller than it.
 pub const FS_SLACK: u64 = 8 << 20;
 
-/// What ResizeVolume does: grow the partition by some bytes (0: it is big enough already) and
-/// then whether to extend the filesystem to the partition's new end.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ResizeSteps {
-    /// Bytes to add to the partition (`DISK_GROW_PARTITION.BytesToGrow`).
-    pub grow_partition: u64,
-    /// Extend the filesystem to fill the partition afterwards.
-    pub extend_filesystem: bool,
-}
-
-/// ResizeVolume's steps for a partition of `current` bytes that can grow to `maximum`, holding
-/// a filesystem of `fs_bytes`, asked for `target` (`None`: the maximum). Upstream's rule decides
-/// on the partition (a target below `current` + 100 MiB is a no-op); a filesystem left smaller
-/// than its partition (an earlier call grew the partition and was interrupted before the
-/// filesystem followed) is extended in any case, so a retry finishes the job.
-pub fn resize_steps(
-    current: u64,
-    maximum: u64,
-    fs_bytes: u64,
-    target: Option<u64>,
-    sector: u64,
-) -> Result<ResizeSteps, layout::PlanError> {
-    let grow = match layout::plan_resize(current, maximum, target, sector)? {
-        layout::ResizePlan::Nothing => 0,
-        layout::ResizePlan::Grow(n) => n,
-    };
-    let new_length = current.saturating_add(grow);
-    Ok(ResizeSteps {
-        grow_partition: grow,
-        extend_filesystem: grow > 0 || fs_bytes.saturating_add(FS_SLACK) < new_length,
-    })
-}
-
 /// `s` as a WQL string literal between single quotes: backslash and quote are escaped with a
 /// backslash ("WQL-Supported Data Types": strings use `\` as the escape character).
 pub fn wql_string(s: &str) -> String {
@@ -181,42 +146,6 @@ mod tests {
         assert!(!filesystem_present("RAW"));
         assert!(!filesystem_present("raw"));
         assert!(!filesystem_present(""));
-    }
-
-    #[test]
-    fn resize_steps_follow_upstreams_threshold_and_finish_interrupted_grows() {
-        const MIB: u64 = 1 << 20;
-        const GIB: u64 = 1 << 30;
-        // A 1 GiB partition and filesystem that can grow to 10 GiB.
-        let s = resize_steps(GIB, 10 * GIB, GIB - MIB, None, 512).unwrap();
-        assert_eq!(
-            s,
-            ResizeSteps {
-                grow_partition: 9 * GIB,
-                extend_filesystem: true
-            }
-        );
-        // Less than 100 MiB more, or smaller: nothing.
-        let s = resize_steps(GIB, 10 * GIB, GIB - MIB, Some(GIB + 50 * MIB), 512).unwrap();
-        assert_eq!(
-            s,
-            ResizeSteps {
-                grow_partition: 0,
-                extend_filesystem: false
-            }
-        );
-        // The partition already at its maximum but the filesystem still small: extend it.
-        let s = resize_steps(10 * GIB, 10 * GIB, GIB, None, 512).unwrap();
-        assert_eq!(
-            s,
-            ResizeSteps {
-                grow_partition: 0,
-                extend_filesystem: true
-            }
-        );
-        assert!(resize_steps(GIB, 2 * GIB, GIB, Some(3 * GIB), 512).is_err());
-        assert_eq!(extend_sectors(10 * GIB, 512), 10 * GIB / 512);
-        assert_eq!(extend_sectors(10 * GIB, 0), 10 * GIB);
     }
 
     #[test]

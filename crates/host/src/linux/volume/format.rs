@@ -1,90 +1,85 @@
-//! FormatVolume on Linux: refuse anything that holds data, record the intent, run mkfs.
+//! FormatVolume on Linux: the core's rule ([`rules::format`]) over this host's primitives.
 //!
-//! Three checks stand before mkfs: our own probe ([`signatures`], start and end of the volume),
-//! libblkid's full probe (`blkid -p`, which knows every format util-linux knows, wherever it
-//! keeps its superblock), and mkfs's own (mkfs.xfs refuses an existing signature unless forced).
-//! mke2fs checks only when its input and output are a terminal, so for ext4 libblkid is the
-//! last word. Force is given only when finishing a format of ours whose record is pending.
+//! What the volume holds is read by our own probe ([`signatures`], start and end of the volume)
+//! and, when that finds nothing, by libblkid's full probe (`blkid -p`, which knows every format
+//! util-linux knows, wherever it keeps its superblock); mkfs checks once more (mkfs.xfs refuses
+//! an existing signature unless forced; mke2fs checks only when its input and output are a
+//! terminal, so for ext4 libblkid is the last word). Force is given only when finishing a
+//! format of ours whose record is pending.
 
 use super::*;
+use csi_proxy_core::volume::rules::{self, Content, FormatTarget};
 
-impl LinuxVolumeHost {
-    pub(super) fn format(&self, id: &str) -> Result<()> {
-        const OP: &str = "FormatVolume";
-        let vol = self.resolve_partition(OP, id, "is never formatted; partition the disk")?;
-        let object = shown(id);
+/// One resolved volume, as the core's format rule asks about it.
+pub(super) struct Formatting<'a> {
+    pub(super) host: &'a LinuxVolumeHost,
+    pub(super) vol: Volume,
+}
+
+const OP: &str = "FormatVolume";
+
+/// A signature our probe found, as the rules see it.
+pub(super) fn content_of(sig: &Signature) -> Content {
+    let id = sig.uuid.map(|u| signatures::uuid_string(&u));
+    Content {
+        kind: sig.kind.to_string(),
+        shown: match &id {
+            Some(u) => format!("{} (UUID {u})", sig.kind),
+            None => sig.kind.to_string(),
+        },
+        id,
+    }
+}
+
+impl FormatTarget for Formatting<'_> {
+    fn object(&self) -> String {
+        shown(&self.vol.id)
+    }
+
+    fn mounted_at(&self) -> Result<Option<String>> {
         let table = read_mountinfo(OP)?;
-        if let Some(m) = vol.mounts(&table).first() {
-            return Err(Error::new(
-                Kind::FailedPrecondition,
-                OP,
-                &object,
-                format!(
-                    "the volume is mounted at {:?}; refusing to format it",
-                    m.mount_point
-                ),
-            ));
+        Ok(self
+            .vol
+            .mounts(&table)
+            .first()
+            .map(|m| m.mount_point.display().to_string()))
+    }
+
+    fn content(&self) -> Result<Option<Content>> {
+        if let (Some(sig), _) = self.host.probe(OP, &self.vol)? {
+            return Ok(Some(content_of(&sig)));
         }
-        let (sig, _) = self.probe(OP, &vol)?;
-        let intent = self.read_intent(&vol);
-        if let Some(sig) = &sig {
-            let ours = intent.as_ref().filter(|i| {
-                sig.uuid
-                    .is_some_and(|u| signatures::uuid_string(&u) == i.id)
-            });
-            match ours {
-                Some(i) if i.done => return Ok(()), // formatted by an earlier call: idempotent
-                Some(_) => tracing::warn!(
-                    volume = id,
-                    "an earlier FormatVolume was interrupted; formatting again"
-                ),
-                None => {
-                    return Err(Error::new(
-                        Kind::FailedPrecondition,
-                        OP,
-                        &object,
-                        format!(
-                            "the volume already holds {}{}; refusing to format over it",
-                            sig.kind,
-                            sig.uuid
-                                .map(|u| format!(" (UUID {})", signatures::uuid_string(&u)))
-                                .unwrap_or_default()
-                        ),
-                    ));
-                }
-            }
-        }
-        let fs_type = self.fs_type.name();
-        // Our own format, started and not finished: its record is pending and the volume holds
-        // nothing or the filesystem it was creating. Only then is mkfs forced.
-        let pending = intent.as_ref().filter(|i| {
-            !i.done
-                && sig
-                    .as_ref()
-                    .is_none_or(|s| s.uuid.is_some_and(|u| signatures::uuid_string(&u) == i.id))
-        });
-        let uuid = match pending {
-            Some(i) => i.id.clone(),
-            None => {
-                signatures::uuid_string(&block::random16().map_err(|e| Error::io(OP, &object, &e))?)
-            }
-        };
+        libblkid_content(&self.object(), &self.vol.node().to_string_lossy())
+    }
+
+    fn record(&self) -> Option<FormatRecord> {
+        self.host.read_intent(&self.vol)
+    }
+
+    fn write_record(&self, record: &FormatRecord) -> Result<()> {
+        self.host.write_intent(OP, &self.vol, record)
+    }
+
+    fn new_filesystem(&self) -> Result<(String, Option<String>)> {
+        let uuid = block::random16().map_err(|e| Error::io(OP, self.object(), &e))?;
+        Ok((
+            self.host.fs_type.name().to_string(),
+            Some(signatures::uuid_string(&uuid)),
+        ))
+    }
+
+    fn make_filesystem(&self, id: Option<&str>, finishing: bool) -> Result<()> {
+        let object = self.object();
+        let vol = &self.vol;
+        let uuid = id.unwrap_or_default();
         let node = vol.node().to_string_lossy().into_owned();
         vol.unchanged(OP)?;
-        libblkid_finds_nothing(OP, &object, &node, pending.map(|i| i.id.as_str()))?;
-        let mut record = FormatRecord {
-            fs: fs_type.to_string(),
-            id: uuid.clone(),
-            done: false,
-        };
-        self.write_intent(OP, &vol, &record)?;
-        vol.unchanged(OP)?;
         let xfs_uuid = format!("uuid={uuid}");
-        let (program, mut args, force) = match self.fs_type {
-            FsType::Ext4 => ("mkfs.ext4", vec!["-q", "-U", uuid.as_str()], "-F"),
+        let (program, mut args, force) = match self.host.fs_type {
+            FsType::Ext4 => ("mkfs.ext4", vec!["-q", "-U", uuid], "-F"),
             FsType::Xfs => ("mkfs.xfs", vec!["-q", "-m", xfs_uuid.as_str()], "-f"),
         };
-        if pending.is_some() {
+        if finishing {
             // Finishing our own interrupted format: what it left may look like a filesystem.
             args.push(force);
         }
@@ -97,28 +92,22 @@ impl LinuxVolumeHost {
             .sync_all()
             .map_err(|e| Error::io(OP, &object, &e))?;
         vol.unchanged(OP)
-            .map_err(|e| e.context("after mkfs (the format may have reached another device)"))?;
-        record.done = true;
-        self.write_intent(OP, &vol, &record)?;
-        tracing::info!(volume = id, fs_type, uuid, "formatted");
-        Ok(())
+            .map_err(|e| e.context("after mkfs (the format may have reached another device)"))
     }
 }
 
-/// libblkid's low-level probe of `node` (`blkid -p`: every superblock and partition table
-/// util-linux knows, at every place it looks): `Ok` when it finds nothing, or only the
-/// filesystem with UUID `ours` (an interrupted format of ours). blkid(8): exit 2 when nothing
-/// is found, 8 when the result is ambivalent (several signatures).
-fn libblkid_finds_nothing(op: &str, object: &str, node: &str, ours: Option<&str>) -> Result<()> {
-    let refuse = |what: String| {
-        Error::new(
-            Kind::FailedPrecondition,
-            op,
-            object,
-            format!("libblkid finds {what} on the volume; refusing to format over it"),
-        )
-    };
-    match tool::run(op, object, "blkid", &["-p", "-o", "export", node]) {
+impl LinuxVolumeHost {
+    pub(super) fn format(&self, id: &str) -> Result<()> {
+        let vol = self.resolve_partition(OP, id, "is never formatted; partition the disk")?;
+        rules::format(OP, &Formatting { host: self, vol })
+    }
+}
+
+/// What libblkid's low-level probe of `node` finds (`blkid -p`: every superblock and partition
+/// table util-linux knows, at every place it looks). blkid(8): exit 2 when nothing is found, 8
+/// when the result is ambivalent (several signatures).
+fn libblkid_content(object: &str, node: &str) -> Result<Option<Content>> {
+    match tool::run(OP, object, "blkid", &["-p", "-o", "export", node]) {
         Ok(found) => {
             let field = |k: &str| {
                 found
@@ -130,23 +119,27 @@ fn libblkid_finds_nothing(op: &str, object: &str, node: &str, ours: Option<&str>
             let Some(kind) =
                 field("TYPE").or_else(|| field("PTTYPE").map(|t| format!("a {t} partition table")))
             else {
-                return Ok(());
+                return Ok(None);
             };
-            if ours.is_some() && field("UUID").as_deref() == ours {
-                return Ok(());
-            }
-            Err(refuse(match field("UUID") {
-                Some(u) => format!("{kind} (UUID {u})"),
-                None => kind,
+            let id = field("UUID");
+            Ok(Some(Content {
+                shown: match &id {
+                    Some(u) => format!("{kind} (UUID {u}, found by libblkid)"),
+                    None => format!("{kind} (found by libblkid)"),
+                },
+                kind,
+                id,
             }))
         }
-        Err(Ok(f)) if f.code == Some(2) => Ok(()),
-        Err(Ok(f)) if f.code == Some(8) => {
-            Err(refuse(format!("several signatures ({})", f.output)))
-        }
+        Err(Ok(f)) if f.code == Some(2) => Ok(None),
+        Err(Ok(f)) if f.code == Some(8) => Ok(Some(Content {
+            kind: "several signatures".into(),
+            id: None,
+            shown: format!("several signatures (found by libblkid: {})", f.output),
+        })),
         Err(Ok(f)) => Err(Error::new(
             Kind::Internal,
-            op,
+            OP,
             object,
             format!("blkid -p failed (exit {:?}): {}", f.code, f.output),
         )),

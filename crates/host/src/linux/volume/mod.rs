@@ -34,8 +34,6 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-/// Upstream's rule: growth below this is a successful no-op (and so is shrinking).
-const MIN_GROWTH: u64 = 100 << 20;
 /// A filesystem smaller than its partition by more than this is grown to fill it.
 const FS_SLACK: u64 = 1 << 20;
 /// The filesystems ResizeVolume grows (see `grow_filesystem`); their sizes are read from the

@@ -1,91 +1,104 @@
 //! MountVolume and UnmountVolume on Linux: mount(2) onto the directory handle that was checked,
 //! umount(2) of what is mounted at the target.
 
+use super::format::content_of;
 use super::*;
+use csi_proxy_core::volume::rules::{self, Content, MountTarget, Occupant};
+use std::cell::RefCell;
 
-impl LinuxVolumeHost {
-    pub(super) fn mount(&self, id: &str, target: &str) -> Result<()> {
-        const OP: &str = "MountVolume";
-        let vol = self.resolve(OP, id)?;
-        let object = format!("{} at {target:?}", shown(id));
-        let dir = open_dir_nofollow(Path::new(target)).map_err(|e| match e.raw_os_error() {
-            Some(40) => Error::new(
-                Kind::FailedPrecondition,
-                OP,
-                &object,
-                "target_path is a symbolic link, not a directory",
-            ),
-            Some(2) => Error::new(
-                Kind::FailedPrecondition,
-                OP,
-                &object,
-                "target_path does not exist; create the directory first",
-            ),
-            _ => Error::io(OP, &object, &e),
-        })?;
-        let table = read_mountinfo(OP)?;
-        let kpath = kernel_path(Path::new(target)).map_err(|e| Error::io(OP, &object, &e))?;
-        if let Some(m) = mountinfo::topmost_at(&table, &kpath) {
-            if !vol.mounts(std::slice::from_ref(m)).is_empty() {
-                return Ok(()); // the same volume already mounted here: idempotent
+const OP: &str = "MountVolume";
+
+/// One resolved volume and its target, as the core's mount rule asks about them. The target
+/// directory is opened once, without following a link, and that handle is what is checked and
+/// mounted on.
+struct Mounting<'a> {
+    host: &'a LinuxVolumeHost,
+    vol: Volume,
+    target: &'a str,
+    dir: RefCell<Option<File>>,
+    /// What the probe found, for the mount's filesystem type.
+    sig: RefCell<Option<Signature>>,
+}
+
+impl Mounting<'_> {
+    fn dir_fd(&self) -> Result<i32> {
+        self.dir
+            .borrow()
+            .as_ref()
+            .map(AsRawFd::as_raw_fd)
+            .ok_or_else(|| Error::new(Kind::Internal, OP, self.object(), "target not opened"))
+    }
+}
+
+impl MountTarget for Mounting<'_> {
+    fn object(&self) -> String {
+        format!("{} at {:?}", shown(&self.vol.id), self.target)
+    }
+
+    fn target_exists(&self) -> Result<bool> {
+        match open_dir_nofollow(Path::new(self.target)) {
+            Ok(dir) => {
+                *self.dir.borrow_mut() = Some(dir);
+                Ok(true)
             }
-            return Err(Error::new(
+            Err(e) if e.raw_os_error() == Some(2) => Ok(false),
+            Err(e) if e.raw_os_error() == Some(40) => Err(Error::new(
                 Kind::FailedPrecondition,
                 OP,
-                &object,
-                format!(
-                    "another filesystem ({} {:?}) is mounted there",
-                    m.fs_type, m.source
-                ),
-            ));
+                self.object(),
+                "target_path is a symbolic link, not a directory",
+            )),
+            Err(e) => Err(Error::io(OP, self.object(), &e)),
         }
-        if fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))
-            .map_err(|e| Error::io(OP, &object, &e))?
-            .next()
-            .is_some()
-        {
-            return Err(Error::new(
-                Kind::FailedPrecondition,
-                OP,
-                &object,
-                "target_path is not empty",
-            ));
-        }
-        let (sig, _) = self.probe(OP, &vol)?;
-        let Some(sig) = sig else {
-            return Err(Error::new(
-                Kind::FailedPrecondition,
-                OP,
-                &object,
-                "the volume has no filesystem; FormatVolume first",
-            ));
-        };
-        let Some(fs_type) = sig.mount_type else {
+    }
+
+    fn occupant(&self) -> Result<Occupant> {
+        let table = read_mountinfo(OP)?;
+        let kpath =
+            kernel_path(Path::new(self.target)).map_err(|e| Error::io(OP, self.object(), &e))?;
+        Ok(match mountinfo::topmost_at(&table, &kpath) {
+            None => Occupant::Nothing,
+            Some(m) if !self.vol.mounts(std::slice::from_ref(m)).is_empty() => Occupant::ThisVolume,
+            Some(m) => Occupant::Other(format!("{} {:?}", m.fs_type, m.source)),
+        })
+    }
+
+    fn target_empty(&self) -> Result<Option<bool>> {
+        let listed = fs::read_dir(format!("/proc/self/fd/{}", self.dir_fd()?))
+            .map_err(|e| Error::io(OP, self.object(), &e))?;
+        Ok(Some(listed.into_iter().next().is_none()))
+    }
+
+    fn content(&self) -> Result<Option<Content>> {
+        let (sig, _) = self.host.probe(OP, &self.vol)?;
+        let content = sig.as_ref().map(content_of);
+        *self.sig.borrow_mut() = sig;
+        Ok(content)
+    }
+
+    fn record(&self) -> Option<FormatRecord> {
+        self.host.read_intent(&self.vol)
+    }
+
+    fn mount(&self) -> Result<()> {
+        let object = self.object();
+        let vol = &self.vol;
+        let sig = self.sig.borrow();
+        let Some(fs_type) = sig.as_ref().and_then(|s| s.mount_type) else {
             return Err(Error::new(
                 Kind::FailedPrecondition,
                 OP,
                 &object,
                 format!(
                     "the volume holds {}, which is not a filesystem this host mounts",
-                    sig.kind
+                    sig.as_ref().map_or("nothing", |s| s.kind)
                 ),
             ));
         };
-        if let (Some(i), Some(u)) = (self.read_intent(&vol), sig.uuid)
-            && !i.done
-            && i.id == signatures::uuid_string(&u)
-        {
-            return Err(Error::new(
-                Kind::FailedPrecondition,
-                OP,
-                &object,
-                "a FormatVolume of this volume was interrupted; call FormatVolume again first",
-            ));
-        }
         vol.unchanged(OP)?;
-        // Mount onto the handle opened above (through its /proc magic link), so the directory
+        // Mount onto the handle opened first (through its /proc magic link), so the directory
         // checked is the directory mounted on.
-        let via = format!("/proc/self/fd/{}", dir.as_raw_fd());
+        let via = format!("/proc/self/fd/{}", self.dir_fd()?);
         rustix::mount::mount(
             vol.node(),
             via.as_str(),
@@ -106,8 +119,24 @@ impl LinuxVolumeHost {
             let _ = rustix::mount::unmount(via.as_str(), rustix::mount::UnmountFlags::empty());
             return Err(e.context("after mount (unmounted again)"));
         }
-        tracing::info!(volume = id, target, fs_type, "mounted");
+        tracing::info!(volume = vol.id, target = self.target, fs_type, "mounted");
         Ok(())
+    }
+}
+
+impl LinuxVolumeHost {
+    pub(super) fn mount(&self, id: &str, target: &str) -> Result<()> {
+        let vol = self.resolve(OP, id)?;
+        rules::mount(
+            OP,
+            &Mounting {
+                host: self,
+                vol,
+                target,
+                dir: RefCell::new(None),
+                sig: RefCell::new(None),
+            },
+        )
     }
 
     pub(super) fn unmount(&self, id: &str, target: &str) -> Result<()> {
@@ -130,20 +159,15 @@ impl LinuxVolumeHost {
             let Some(m) = mountinfo::topmost_at(&table, &kpath) else {
                 return Ok(()); // not (or no longer) mounted: success
             };
-            let other = || {
-                Error::new(
-                    Kind::FailedPrecondition,
-                    OP,
-                    &object,
-                    format!(
-                        "a different filesystem ({} {:?}) is mounted there; not unmounting it",
-                        m.fs_type, m.source
-                    ),
-                )
-            };
             match self.resolve(OP, id) {
-                Ok(vol) if vol.mounts(std::slice::from_ref(m)).is_empty() => return Err(other()),
-                Ok(_) => {}
+                Ok(vol) => {
+                    let occupant = if vol.mounts(std::slice::from_ref(m)).is_empty() {
+                        Occupant::Other(format!("{} {:?}", m.fs_type, m.source))
+                    } else {
+                        Occupant::ThisVolume
+                    };
+                    rules::unmount_decision(OP, &object, &occupant)?;
+                }
                 // The volume is gone (its disk was detached by force, or replaced): what is
                 // mounted there is its stale mount only when the device it came from is gone
                 // too. Left, it would keep the target busy for kubelet forever.

@@ -2,6 +2,7 @@
 //! the filesystem.
 
 use super::*;
+use csi_proxy_core::volume::rules;
 
 impl LinuxVolumeHost {
     pub(super) fn resize(&self, id: &str, target: ResizeTarget) -> Result<()> {
@@ -87,22 +88,21 @@ impl LinuxVolumeHost {
             .map_err(|e| refused(OP, disk, e))?;
         let max_bytes = (max_last - part.first_lba + 1) * sector;
         let current = part.sectors() * sector;
-        let want = match target {
-            ResizeTarget::Maximum => max_bytes,
-            ResizeTarget::Bytes(n) if n > max_bytes => {
-                return Err(Error::invalid(
-                    OP,
-                    &object,
-                    format!(
-                        "size_bytes {n} is more than the partition can grow to ({max_bytes} bytes on this disk); Rescan after growing the disk"
-                    ),
-                ));
-            }
-            ResizeTarget::Bytes(n) => n,
-        };
+        let steps = rules::resize_steps(
+            OP,
+            &object,
+            rules::ResizeFacts {
+                current,
+                maximum: max_bytes,
+                fs_bytes,
+                sector,
+                slack: FS_SLACK,
+            },
+            target,
+        )?;
         let mut table_len = current;
-        if want >= current + MIN_GROWTH {
-            let new_last = part.first_lba + want / sector - 1;
+        if steps.grow_partition > 0 {
+            let new_last = part.first_lba + (current + steps.grow_partition) / sector - 1;
             grown
                 .grow_partition(vol.part, new_last)
                 .map_err(|e| refused(OP, disk, e))?;
@@ -150,12 +150,10 @@ impl LinuxVolumeHost {
                 )
             })?;
         }
-        let (Some(sig), Some(fs_bytes)) = (sig, fs_bytes) else {
-            return Ok(()); // no filesystem: the partition is all there is to grow
+        // The filesystem follows the partition (the kernel's length is the table's now).
+        let Some(sig) = sig.filter(|_| steps.extend_filesystem) else {
+            return Ok(()); // no filesystem, or one that already fills the partition
         };
-        if fs_bytes + FS_SLACK >= table_len {
-            return Ok(());
-        }
         let table_now = read_mountinfo(OP)?;
         let mounted_at = vol
             .mounts(&table_now)

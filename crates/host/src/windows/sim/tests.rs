@@ -32,6 +32,13 @@ fn machine() -> Machine {
     }
 }
 
+/// A new 10 GiB disk, partitioned and formatted, as drivers stage it; its data volume.
+fn formatted(m: &Machine) -> (u32, String) {
+    let (n, id) = partitioned(m);
+    m.volume.format_volume(&id).unwrap();
+    (n, id)
+}
+
 /// A new 10 GiB disk, partitioned; its data volume.
 fn partitioned(m: &Machine) -> (u32, String) {
     let n = m.sim.add_disk(10 * GIB, 3);
@@ -140,7 +147,7 @@ fn the_disk_in_use_guard_fails_closed() {
 #[test]
 fn many_mount_points_are_all_seen_through_more_data() {
     let m = machine();
-    let (n, id) = partitioned(&m);
+    let (n, id) = formatted(&m);
     // Enough mounted folders that the first 256-unit buffer is too small.
     let mut dirs = Vec::new();
     for i in 0..20 {
@@ -178,8 +185,8 @@ fn a_volume_named_by_its_second_guid_path_is_the_same_volume() {
 #[test]
 fn a_different_volume_at_the_target_is_refused_both_ways() {
     let m = machine();
-    let (_, a) = partitioned(&m);
-    let (_, b) = partitioned(&m);
+    let (_, a) = formatted(&m);
+    let (_, b) = formatted(&m);
     let target = r"C:\staging";
     m.sim.mkdir(target);
     m.volume.mount_volume(&a, target).unwrap();
@@ -217,11 +224,35 @@ fn format_is_idempotent_and_never_formats_over_data() {
     assert_eq!(e.kind(), Kind::FailedPrecondition);
     assert!(e.message().contains("ext"), "{}", e.message());
     // A mounted volume is refused.
-    let (_, third) = partitioned(&m);
+    let (_, third) = formatted(&m);
     m.sim.mkdir(r"C:\t");
     m.volume.mount_volume(&third, r"C:\t").unwrap();
     let e = m.volume.format_volume(&third).unwrap_err();
     assert!(e.message().contains("mounted at"), "{}", e.message());
+}
+
+#[test]
+fn a_raw_volume_or_an_interrupted_format_is_not_mounted() {
+    let m = machine();
+    let (_, id) = partitioned(&m);
+    m.sim.mkdir(r"C:\t");
+    let e = m.volume.mount_volume(&id, r"C:\t").unwrap_err();
+    assert!(
+        e.message().ends_with("FormatVolume first"),
+        "{}",
+        e.message()
+    );
+    // The format's answer never comes back (WMI gave up waiting), and Windows finishes the
+    // NTFS afterwards: the record is still pending, so the volume is neither mounted nor taken
+    // for someone else's filesystem.
+    m.sim.fail_next("format_ntfs", OsError::new(0x8004_1001));
+    m.volume.format_volume(&id).unwrap_err();
+    m.sim.format_ntfs(&id).unwrap();
+    let e = m.volume.mount_volume(&id, r"C:\t").unwrap_err();
+    assert!(e.message().contains("was interrupted"), "{}", e.message());
+    // The retry finishes the format, and the mount works.
+    m.volume.format_volume(&id).unwrap();
+    m.volume.mount_volume(&id, r"C:\t").unwrap();
 }
 
 #[test]
