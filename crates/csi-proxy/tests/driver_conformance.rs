@@ -13,7 +13,6 @@ mod common;
 
 use common::{Daemon, LoopDisk, Node, can_use_loop_devices, is_mounted};
 use csi_proxy_api::disk::v1 as d1;
-use csi_proxy_api::volume::v1;
 use std::path::Path;
 
 /// aws-ebs (and gce-pd, which calls the same RPCs in the same order) through a whole volume
@@ -93,15 +92,7 @@ async fn azuredisk_unstage_is_rmdir_of_the_staging_mount_point() {
     let staging = d.k("plugins/kubernetes.io/csi/disk.csi.azure.com/xyz/globalmount");
     let id = node.stage("azuredisk-lun0", &staging).await;
     std::fs::write(Path::new(&staging).join("data"), b"kept").unwrap();
-    for _ in 0..2 {
-        let _ = node
-            .vol
-            .write_volume_cache(v1::WriteVolumeCacheRequest {
-                volume_id: id.clone(),
-            })
-            .await;
-        node.rmdir(&staging).await;
-    }
+    node.unstage_by_rmdir(&id, &staging).await;
     assert!(!is_mounted(Path::new(&staging)));
     assert!(!Path::new(&staging).exists());
     // The filesystem is intact: staged again, the data is there.

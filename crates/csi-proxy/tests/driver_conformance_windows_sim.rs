@@ -233,15 +233,7 @@ async fn azuredisk_by_lun_and_unstage_by_rmdir() {
 
     let staging = SimDaemon::k(r"plugins\kubernetes.io\csi\disk.csi.azure.com\xyz\globalmount");
     let id = node.stage(&format!("SIM{disk:04}"), &staging).await;
-    for _ in 0..2 {
-        let _ = node
-            .vol
-            .write_volume_cache(v1::WriteVolumeCacheRequest {
-                volume_id: id.clone(),
-            })
-            .await;
-        node.rmdir(&staging).await;
-    }
+    node.unstage_by_rmdir(&id, &staging).await;
     assert!(!node.path_exists(&staging).await);
     assert!(d.sim.mount_points().iter().all(|(_, v)| *v != id));
 

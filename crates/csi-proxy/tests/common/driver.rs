@@ -218,4 +218,18 @@ impl Node {
             eprintln!("note: SetDiskState(offline) skipped: loop devices are always online");
         }
     }
+
+    /// azuredisk's NodeUnstage: a flush (its error only logged) and Rmdir(force) of the staging
+    /// mount point, without UnmountVolume; made twice, as kubelet retries.
+    pub async fn unstage_by_rmdir(&mut self, id: &str, staging: &str) {
+        for _ in 0..2 {
+            let _ = self
+                .vol
+                .write_volume_cache(v1::WriteVolumeCacheRequest {
+                    volume_id: id.into(),
+                })
+                .await;
+            self.rmdir(staging).await;
+        }
+    }
 }

@@ -117,6 +117,32 @@ fn return_value(out: Option<wmi::IWbemClassWrapper>) -> Win32Result<u32> {
     })
 }
 
+/// Calls WMI method `method` of `class` on the object at `path` (the class itself for a static
+/// method) with these in-parameters, and returns its `ReturnValue`.
+fn call_method(
+    c: &wmi::WMIConnection,
+    class: &str,
+    path: &str,
+    method: &str,
+    params: Vec<(&str, wmi::Variant)>,
+) -> Win32Result<u32> {
+    let inp = c
+        .get_object(class)
+        .map_err(|e| wmi_os(&e))?
+        .get_method(method)
+        .map_err(|e| wmi_os(&e))?
+        .ok_or_else(|| OsError::with_message(0x8004_1055, format!("{class} has no {method}")))?
+        .spawn_instance()
+        .map_err(|e| wmi_os(&e))?;
+    for (name, value) in params {
+        inp.put_property(name, value).map_err(|e| wmi_os(&e))?;
+    }
+    let out = c
+        .exec_method(path, method, Some(&inp))
+        .map_err(|e| wmi_os(&e))?;
+    return_value(out)
+}
+
 /// A UTF-16 MULTI_SZ list (strings separated by NUL, ended by an empty one).
 fn multi_sz(buf: &[u16]) -> Vec<String> {
     buf.split(|&c| c == 0)
@@ -450,25 +476,20 @@ impl Win32 for SystemWin32 {
                 .ok_or_else(|| OsError::new(0x8004_1002))?
                 .map_err(|e| wmi_os(&e))?;
             let path = row.path().map_err(|e| wmi_os(&e))?;
-            let class = c.get_object(CLASS).map_err(|e| wmi_os(&e))?;
-            let params = class
-                .get_method("Format")
-                .map_err(|e| wmi_os(&e))?
-                .ok_or_else(|| OsError::with_message(0x8004_1055, "MSFT_Volume has no Format"))?
-                .spawn_instance()
-                .map_err(|e| wmi_os(&e))?;
-            for (name, value) in [
-                ("FileSystem", wmi::Variant::String("NTFS".into())),
-                ("FileSystemLabel", wmi::Variant::String(String::new())),
-                ("Full", wmi::Variant::Bool(false)),
-                ("Force", wmi::Variant::Bool(true)),
-            ] {
-                params.put_property(name, value).map_err(|e| wmi_os(&e))?;
-            }
-            let out = c
-                .exec_method(&path, "Format", Some(&params))
-                .map_err(|e| wmi_os(&e))?;
-            return_value(out)
+            // As upstream: NTFS, no label, quick (Full = false), Force (the caller checked the
+            // volume is mounted nowhere).
+            call_method(
+                c,
+                CLASS,
+                &path,
+                "Format",
+                vec![
+                    ("FileSystem", wmi::Variant::String("NTFS".into())),
+                    ("FileSystemLabel", wmi::Variant::String(String::new())),
+                    ("Full", wmi::Variant::Bool(false)),
+                    ("Force", wmi::Variant::Bool(true)),
+                ],
+            )
         })
     }
 
@@ -505,29 +526,15 @@ impl Win32 for SystemWin32 {
         let remote = remote.to_string();
         let credential = credential.map(str::to_string);
         super::wmi::run_in(SMB_NAMESPACE, move |c| {
-            let class = c.get_object(SMB_CLASS).map_err(|e| wmi_os(&e))?;
-            let params = class
-                .get_method("Create")
-                .map_err(|e| wmi_os(&e))?
-                .ok_or_else(|| OsError::with_message(0x8004_1055, "no Create method"))?
-                .spawn_instance()
-                .map_err(|e| wmi_os(&e))?;
-            params
-                .put_property("RemotePath", wmi::Variant::String(remote))
-                .map_err(|e| wmi_os(&e))?;
-            params
-                .put_property("RequirePrivacy", wmi::Variant::Bool(require_privacy))
-                .map_err(|e| wmi_os(&e))?;
+            let mut params = vec![
+                ("RemotePath", wmi::Variant::String(remote)),
+                ("RequirePrivacy", wmi::Variant::Bool(require_privacy)),
+            ];
+            // The credential travels only in this in-parameters object.
             if let Some(cred) = credential {
-                // The credential travels only in this in-parameters object.
-                params
-                    .put_property("Credential", wmi::Variant::String(cred))
-                    .map_err(|e| wmi_os(&e))?;
+                params.push(("Credential", wmi::Variant::String(cred)));
             }
-            let out = c
-                .exec_method(SMB_CLASS, "Create", Some(&params))
-                .map_err(|e| wmi_os(&e))?;
-            return_value(out)
+            call_method(c, SMB_CLASS, SMB_CLASS, "Create", params)
         })
     }
 
@@ -550,20 +557,13 @@ impl Win32 for SystemWin32 {
                 }
             }
             let path = path.ok_or_else(|| OsError::new(0x8004_1002))?;
-            let class = c.get_object(SMB_CLASS).map_err(|e| wmi_os(&e))?;
-            let params = class
-                .get_method("Remove")
-                .map_err(|e| wmi_os(&e))?
-                .ok_or_else(|| OsError::with_message(0x8004_1055, "no Remove method"))?
-                .spawn_instance()
-                .map_err(|e| wmi_os(&e))?;
-            params
-                .put_property("Force", wmi::Variant::Bool(true))
-                .map_err(|e| wmi_os(&e))?;
-            let out = c
-                .exec_method(&path, "Remove", Some(&params))
-                .map_err(|e| wmi_os(&e))?;
-            return_value(out)
+            call_method(
+                c,
+                SMB_CLASS,
+                &path,
+                "Remove",
+                vec![("Force", wmi::Variant::Bool(true))],
+            )
         })
     }
 
