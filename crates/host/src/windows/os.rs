@@ -53,6 +53,18 @@ pub mod code {
     pub const DEVICE_NOT_CONNECTED: u32 = 1167;
     /// ERROR_NOT_A_REPARSE_POINT.
     pub const NOT_A_REPARSE_POINT: u32 = 4390;
+    /// ERROR_DEPENDENT_SERVICES_RUNNING: other running services depend on the one to stop.
+    pub const DEPENDENT_SERVICES_RUNNING: u32 = 1051;
+    /// ERROR_SERVICE_ALREADY_RUNNING.
+    pub const SERVICE_ALREADY_RUNNING: u32 = 1056;
+    /// ERROR_SERVICE_DISABLED.
+    pub const SERVICE_DISABLED: u32 = 1058;
+    /// ERROR_SERVICE_DOES_NOT_EXIST.
+    pub const SERVICE_DOES_NOT_EXIST: u32 = 1060;
+    /// ERROR_SERVICE_CANNOT_ACCEPT_CTRL: the service is starting or stopping.
+    pub const SERVICE_CANNOT_ACCEPT_CTRL: u32 = 1061;
+    /// ERROR_SERVICE_NOT_ACTIVE.
+    pub const SERVICE_NOT_ACTIVE: u32 = 1062;
 }
 
 /// A failed OS call: a Win32 error code, or an HRESULT (high bit set) from a COM/WMI call, and
@@ -258,6 +270,25 @@ pub trait Win32: Send + Sync {
     /// Every symbolic link below `roots` (bounded scan, links not followed), as
     /// `(link, target as stored)`.
     fn links_below(&self, roots: &[String]) -> Vec<(String, String)>;
+    /// `OpenServiceW(name, SERVICE_QUERY_STATUS)` and `QueryServiceStatusEx`: the service's
+    /// `dwCurrentState`.
+    fn service_state(&self, name: &str) -> Win32Result<u32>;
+    /// `OpenServiceW(name, SERVICE_QUERY_CONFIG)` and `QueryServiceConfigW`: its display name
+    /// and `dwStartType`.
+    fn service_config(&self, name: &str) -> Win32Result<(String, u32)>;
+    /// `OpenServiceW(name, SERVICE_START)` and `StartServiceW` with no arguments.
+    fn service_start(&self, name: &str) -> Win32Result<()>;
+    /// `OpenServiceW(name, SERVICE_STOP)` and `ControlService(SERVICE_CONTROL_STOP)`.
+    fn service_stop(&self, name: &str) -> Win32Result<()>;
+    /// `OpenServiceW(name, SERVICE_ENUMERATE_DEPENDENTS)` and
+    /// `EnumDependentServicesW(SERVICE_ACTIVE)`: the running services that depend on it,
+    /// "in the reverse order of the start order" (the order to stop them in).
+    fn service_active_dependents(&self, name: &str) -> Win32Result<Vec<String>>;
+    /// `GetSystemFirmwareTable('RSMB', 0)`: the raw SMBIOS table; `None` when the firmware
+    /// offers none.
+    fn smbios_table(&self) -> Win32Result<Option<Vec<u8>>>;
+    /// WMI `SELECT SerialNumber FROM Win32_BIOS` (`ROOT\CIMV2`).
+    fn wmi_bios_serial(&self) -> Win32Result<String>;
     /// Drops the cached WMI connections, so the next WMI call connects again (after `winmgmt`
     /// restarted, an old connection answers RPC_E_DISCONNECTED for ever).
     fn reset_wmi(&self);

@@ -26,6 +26,7 @@
 
 mod devices;
 mod filesystem;
+pub mod services;
 mod smb;
 
 use super::os::{OsError, Win32, Win32Result, code};
@@ -139,6 +140,12 @@ struct State {
     /// Node-wide SMB mappings, keyed by lower-cased root.
     smb_mappings: BTreeMap<String, smb::Mapping>,
     wmi_disconnected: bool,
+    /// Services, keyed lower-case (service names are case-insensitive).
+    services: BTreeMap<String, services::Service>,
+    /// The raw SMBIOS table the firmware offers.
+    smbios: Option<Vec<u8>>,
+    /// What WMI's Win32_BIOS reports.
+    wmi_serial: String,
     faults: HashMap<String, VecDeque<OsError>>,
     calls: BTreeMap<&'static str, u64>,
 }
@@ -851,6 +858,49 @@ impl Win32 for SimWindows {
             .collect()
     }
 
+    fn service_state(&self, name: &str) -> Win32Result<u32> {
+        let mut s = self.lock();
+        s.take_fault("service_state")?;
+        services::state(&mut s, name)
+    }
+
+    fn service_config(&self, name: &str) -> Win32Result<(String, u32)> {
+        let mut s = self.lock();
+        s.take_fault("service_config")?;
+        services::config(&mut s, name)
+    }
+
+    fn service_start(&self, name: &str) -> Win32Result<()> {
+        let mut s = self.lock();
+        s.take_fault("service_start")?;
+        services::start(&mut s, name)
+    }
+
+    fn service_stop(&self, name: &str) -> Win32Result<()> {
+        let mut s = self.lock();
+        s.take_fault("service_stop")?;
+        services::stop(&mut s, name)
+    }
+
+    fn service_active_dependents(&self, name: &str) -> Win32Result<Vec<String>> {
+        let mut s = self.lock();
+        s.take_fault("service_active_dependents")?;
+        services::active_dependents(&mut s, name)
+    }
+
+    fn smbios_table(&self) -> Win32Result<Option<Vec<u8>>> {
+        let mut s = self.lock();
+        s.take_fault("smbios_table")?;
+        Ok(s.smbios.clone())
+    }
+
+    fn wmi_bios_serial(&self) -> Win32Result<String> {
+        let mut s = self.lock();
+        s.take_fault("wmi_bios_serial")?;
+        smb::connected(&s)?;
+        Ok(s.wmi_serial.clone())
+    }
+
     fn reset_wmi(&self) {
         let mut s = self.lock();
         *s.calls.entry("reset_wmi").or_default() += 1;
@@ -868,5 +918,7 @@ impl Win32 for SimWindows {
     }
 }
 
+#[cfg(test)]
+mod service_tests;
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,182 @@
+//! Simulated Service Control Manager and firmware, as Microsoft documents them:
+//! - a service is opened with the access rights the caller asks for, and refused with
+//!   ERROR_ACCESS_DENIED when its security descriptor does not grant them ("Service Security and
+//!   Access Rights");
+//! - StartService moves a stopped service to START_PENDING, then RUNNING (or STOPPED, when it
+//!   fails) a moment later; a running one answers ERROR_SERVICE_ALREADY_RUNNING, a disabled one
+//!   ERROR_SERVICE_DISABLED;
+//! - a STOP control moves it to STOP_PENDING, then STOPPED; a stopped one answers
+//!   ERROR_SERVICE_NOT_ACTIVE, a pending one ERROR_SERVICE_CANNOT_ACCEPT_CTRL, one that running
+//!   services depend on ERROR_DEPENDENT_SERVICES_RUNNING;
+//! - EnumDependentServices lists the active dependents in reverse start order.
+
+use super::{OsError, SimWindows, State, Win32Result};
+use crate::windows::os::code;
+use std::time::Duration;
+
+/// `SERVICE_QUERY_CONFIG`.
+pub const QUERY_CONFIG: u32 = 0x1;
+/// `SERVICE_QUERY_STATUS`.
+pub const QUERY_STATUS: u32 = 0x4;
+/// `SERVICE_ENUMERATE_DEPENDENTS`.
+pub const ENUMERATE_DEPENDENTS: u32 = 0x8;
+/// `SERVICE_START`.
+pub const START: u32 = 0x10;
+/// `SERVICE_STOP`.
+pub const STOP: u32 = 0x20;
+/// Every right above.
+pub const ALL: u32 = QUERY_CONFIG | QUERY_STATUS | ENUMERATE_DEPENDENTS | START | STOP;
+
+const STOPPED: u32 = 1;
+const START_PENDING: u32 = 2;
+const STOP_PENDING: u32 = 3;
+const RUNNING: u32 = 4;
+/// How long a start or stop stays pending.
+const PENDING: Duration = Duration::from_millis(500);
+
+/// A simulated service.
+#[derive(Debug, Clone)]
+pub(super) struct Service {
+    display: String,
+    start_type: u32,
+    state: u32,
+    /// The state a pending transition ends in, and when.
+    settles: Option<(Duration, u32)>,
+    /// The rights the daemon's account is granted.
+    granted: u32,
+    /// Services that depend on this one.
+    dependents: Vec<String>,
+    /// Whether a start fails (the process exits at once).
+    fails: bool,
+    /// When it last started, for the stop order.
+    started_at: Duration,
+}
+
+impl State {
+    fn service(&mut self, name: &str, right: u32) -> Win32Result<&mut Service> {
+        let now = self.clock;
+        let svc = self
+            .services
+            .get_mut(&name.to_ascii_lowercase())
+            .ok_or(OsError::new(code::SERVICE_DOES_NOT_EXIST))?;
+        if let Some((at, to)) = svc.settles
+            && at <= now
+        {
+            svc.state = to;
+            svc.settles = None;
+        }
+        if svc.granted & right != right {
+            return Err(OsError::new(code::ACCESS_DENIED));
+        }
+        Ok(svc)
+    }
+
+    fn state_of(&mut self, name: &str) -> u32 {
+        self.service(name, 0).map_or(STOPPED, |s| s.state)
+    }
+}
+
+pub(super) fn state(s: &mut State, name: &str) -> Win32Result<u32> {
+    Ok(s.service(name, QUERY_STATUS)?.state)
+}
+
+pub(super) fn config(s: &mut State, name: &str) -> Win32Result<(String, u32)> {
+    let svc = s.service(name, QUERY_CONFIG)?;
+    Ok((svc.display.clone(), svc.start_type))
+}
+
+pub(super) fn start(s: &mut State, name: &str) -> Win32Result<()> {
+    let now = s.clock;
+    let svc = s.service(name, START)?;
+    if svc.start_type == 4 {
+        return Err(OsError::new(code::SERVICE_DISABLED));
+    }
+    if svc.state != STOPPED {
+        return Err(OsError::new(code::SERVICE_ALREADY_RUNNING));
+    }
+    svc.state = START_PENDING;
+    svc.settles = Some((now + PENDING, if svc.fails { STOPPED } else { RUNNING }));
+    svc.started_at = now;
+    Ok(())
+}
+
+pub(super) fn stop(s: &mut State, name: &str) -> Win32Result<()> {
+    let now = s.clock;
+    let dependents = s.service(name, STOP)?.dependents.clone();
+    if dependents.iter().any(|d| s.state_of(d) != STOPPED) {
+        return Err(OsError::new(code::DEPENDENT_SERVICES_RUNNING));
+    }
+    let svc = s.service(name, STOP)?;
+    match svc.state {
+        STOPPED => Err(OsError::new(code::SERVICE_NOT_ACTIVE)),
+        START_PENDING | STOP_PENDING => Err(OsError::new(code::SERVICE_CANNOT_ACCEPT_CTRL)),
+        _ => {
+            svc.state = STOP_PENDING;
+            svc.settles = Some((now + PENDING, STOPPED));
+            Ok(())
+        }
+    }
+}
+
+pub(super) fn active_dependents(s: &mut State, name: &str) -> Win32Result<Vec<String>> {
+    let dependents = s.service(name, ENUMERATE_DEPENDENTS)?.dependents.clone();
+    let mut active: Vec<(Duration, String)> = dependents
+        .into_iter()
+        .filter_map(|d| {
+            let svc = s.service(&d, 0).ok()?;
+            (svc.state != STOPPED).then_some((svc.started_at, d))
+        })
+        .collect();
+    // Reverse start order: the last started is stopped first.
+    active.sort_by_key(|a| std::cmp::Reverse(a.0));
+    Ok(active.into_iter().map(|(_, d)| d).collect())
+}
+
+impl SimWindows {
+    /// Installs a service: its display name, start type (2 automatic, 3 manual, 4 disabled),
+    /// whether it runs, and the rights the daemon's account is granted on it ([`ALL`], or fewer).
+    pub fn add_service(
+        &self,
+        name: &str,
+        display: &str,
+        start_type: u32,
+        running: bool,
+        granted: u32,
+    ) {
+        self.lock().services.insert(
+            name.to_ascii_lowercase(),
+            Service {
+                display: display.into(),
+                start_type,
+                state: if running { RUNNING } else { STOPPED },
+                settles: None,
+                granted,
+                dependents: Vec::new(),
+                fails: false,
+                started_at: Duration::ZERO,
+            },
+        );
+    }
+
+    /// Makes `dependent` depend on `service`.
+    pub fn add_dependency(&self, service: &str, dependent: &str) {
+        if let Some(s) = self.lock().services.get_mut(&service.to_ascii_lowercase()) {
+            s.dependents.push(dependent.to_ascii_lowercase());
+        }
+    }
+
+    /// Makes the service's process exit as soon as it starts.
+    pub fn break_service(&self, name: &str) {
+        if let Some(s) = self.lock().services.get_mut(&name.to_ascii_lowercase()) {
+            s.fails = true;
+        }
+    }
+
+    /// Sets the raw SMBIOS table the firmware offers (`None`: none) and what WMI's Win32_BIOS
+    /// reports.
+    pub fn set_firmware(&self, smbios: Option<Vec<u8>>, wmi_serial: &str) {
+        let mut s = self.lock();
+        s.smbios = smbios;
+        s.wmi_serial = wmi_serial.into();
+    }
+}
