@@ -263,3 +263,50 @@ fn a_portal_claiming_a_huge_data_segment_is_cut_off_at_the_limit() {
     assert_ne!(e.kind(), Kind::Internal, "{e}");
     h.join().unwrap();
 }
+
+/// A portal that answers one byte at a time, each well within a read timeout, is cut off at
+/// the session's limit, and sooner at the caller's own deadline.
+#[test]
+fn a_portal_dribbling_bytes_is_cut_off_at_the_deadline() {
+    use std::io::{Read, Write};
+    use std::time::Instant;
+    let dribbler = || {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let h = std::thread::spawn(move || {
+            let (mut c, _) = l.accept().unwrap();
+            let mut bhs = [0u8; 48];
+            let _ = c.read_exact(&mut bhs);
+            // A login response header, one byte every 50 ms, then endless padding.
+            let mut b = [0u8; 48];
+            b[0] = 0x23;
+            b[7] = 16;
+            for byte in b.iter().chain(std::iter::repeat(&0u8).take(400)) {
+                if c.write_all(&[*byte]).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        (port, h)
+    };
+    let (port, h) = dribbler();
+    let mut d = discovery(port, None);
+    d.timeout = Duration::from_millis(600);
+    let t = Instant::now();
+    let e = d.send_targets().unwrap_err();
+    assert_eq!(e.kind(), Kind::DeadlineExceeded, "{e}");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    h.join().unwrap();
+
+    // The caller's deadline, sooner than the session limit, wins.
+    let (port, h) = dribbler();
+    let d = discovery(port, None);
+    let t = Instant::now();
+    let e = csi_proxy_core::deadline::within(Some(t + Duration::from_millis(300)), || {
+        d.send_targets().unwrap_err()
+    });
+    assert_eq!(e.kind(), Kind::DeadlineExceeded, "{e}");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    h.join().unwrap();
+}

@@ -3,7 +3,9 @@
 //! a Text request `SendTargets=All` (following continuations), and a logout.
 //!
 //! It needs no kernel initiator and no `iscsid`, so portals can be discovered on any host.
-//! Every read and write has a timeout and every answer a size limit. The CHAP secret only
+//! The whole session has one deadline (the limit given, or the caller's gRPC deadline when that
+//! is sooner), checked before every read and write, so a portal that answers a byte at a time
+//! is cut off as surely as a silent one; every answer has a size limit. The CHAP secret only
 //! enters the MD5 response; no error or log line carries it.
 
 pub mod pdu;
@@ -12,7 +14,7 @@ use csi_proxy_core::{Error, Kind, Result};
 use pdu::{BHS_LEN, DiscoveredTarget, LoginRequest, Pdu, Stage, opcode};
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What the data segment we announce may be, and the largest one we accept from a target.
 const MAX_RECV_DATA: usize = 65_536;
@@ -41,7 +43,7 @@ pub struct Discovery {
     pub initiator_name: String,
     /// CHAP credentials, offered when the target asks for CHAP.
     pub chap: Option<DiscoveryChap>,
-    /// Limit on connecting and on each read and write.
+    /// Limit on the whole discovery session (connecting, logging in, the answer, logging out).
     pub timeout: Duration,
 }
 
@@ -56,6 +58,8 @@ struct Session<'a> {
     /// The session's ISID: the same in every login request of the session.
     isid: [u8; 6],
     object: String,
+    /// When the session must be over.
+    deadline: Instant,
 }
 
 impl Discovery {
@@ -85,6 +89,10 @@ impl Discovery {
 
     fn connect(&self) -> Result<Session<'_>> {
         let object = self.object();
+        let mut deadline = Instant::now() + self.timeout;
+        if let Some(caller) = csi_proxy_core::deadline::current() {
+            deadline = deadline.min(caller);
+        }
         let addrs: Vec<_> = (self.address.as_str(), self.port)
             .to_socket_addrs()
             .map_err(|e| {
@@ -98,13 +106,15 @@ impl Discovery {
             .collect();
         let mut last = None;
         for a in &addrs {
-            match TcpStream::connect_timeout(a, self.timeout) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            match TcpStream::connect_timeout(a, left) {
                 Ok(stream) => {
-                    let set = stream
-                        .set_read_timeout(Some(self.timeout))
-                        .and_then(|_| stream.set_write_timeout(Some(self.timeout)))
-                        .and_then(|_| stream.set_nodelay(true));
-                    set.map_err(|e| Error::io(OP, &object, &e))?;
+                    stream
+                        .set_nodelay(true)
+                        .map_err(|e| Error::io(OP, &object, &e))?;
                     return Ok(Session {
                         d: self,
                         stream,
@@ -113,6 +123,7 @@ impl Discovery {
                         exp_stat_sn: 0,
                         isid: isid(),
                         object,
+                        deadline,
                     });
                 }
                 Err(e) => last = Some(e),
@@ -144,23 +155,59 @@ impl Session<'_> {
         )
     }
 
+    /// The time left before the session's deadline; DEADLINE_EXCEEDED once it has passed.
+    fn left(&self, what: &str) -> Result<Duration> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::new(
+                Kind::DeadlineExceeded,
+                OP,
+                &self.object,
+                format!("{what}: the portal did not finish the discovery session in time"),
+            ));
+        }
+        Ok(left)
+    }
+
     fn send(&mut self, p: &Pdu) -> Result<()> {
         let bytes = p.encode();
+        let left = self.left("sending")?;
         self.stream
-            .write_all(&bytes)
+            .set_write_timeout(Some(left))
+            .and_then(|_| self.stream.write_all(&bytes))
             .map_err(|e| self.io_error("sending", &e))
+    }
+
+    /// Fills `buf`, each read limited to the time left, so the deadline holds however the
+    /// portal spreads its bytes.
+    fn read_full(&mut self, buf: &mut [u8]) -> Result<()> {
+        let mut got = 0;
+        while got < buf.len() {
+            let left = self.left("receiving")?;
+            self.stream
+                .set_read_timeout(Some(left))
+                .map_err(|e| self.io_error("receiving", &e))?;
+            match self.stream.read(&mut buf[got..]) {
+                Ok(0) => {
+                    return Err(self.io_error(
+                        "receiving",
+                        &std::io::Error::from(std::io::ErrorKind::UnexpectedEof),
+                    ));
+                }
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.io_error("receiving", &e)),
+            }
+        }
+        Ok(())
     }
 
     fn recv(&mut self) -> Result<Pdu> {
         let mut bhs = [0u8; BHS_LEN];
-        self.stream
-            .read_exact(&mut bhs)
-            .map_err(|e| self.io_error("receiving", &e))?;
+        self.read_full(&mut bhs)?;
         let (mut p, len) = Pdu::decode_header(bhs, MAX_RECV_DATA).map_err(|e| self.protocol(e))?;
         let mut data = vec![0u8; len + pdu::padding(len)];
-        self.stream
-            .read_exact(&mut data)
-            .map_err(|e| self.io_error("receiving", &e))?;
+        self.read_full(&mut data)?;
         data.truncate(len);
         p.data = data;
         if p.opcode() == opcode::REJECT {
