@@ -281,7 +281,7 @@ fn a_portal_dribbling_bytes_is_cut_off_at_the_deadline() {
             let mut b = [0u8; 48];
             b[0] = 0x23;
             b[7] = 16;
-            for byte in b.iter().chain(std::iter::repeat(&0u8).take(400)) {
+            for byte in b.iter().chain(std::iter::repeat_n(&0u8, 400)) {
                 if c.write_all(&[*byte]).is_err() {
                     break;
                 }
