@@ -1,0 +1,400 @@
+//! The simulated Windows' answers to each [`Win32`] call: every call first takes the fault
+//! queued for it ([`SimWindows::fail_next`]) and lets due volume arrivals happen.
+
+use super::*;
+
+impl Win32 for SimWindows {
+    fn open_raw(&self, path: &str, write: bool) -> Win32Result<u64> {
+        let mut s = self.lock();
+        s.take_fault("open")?;
+        s.settle();
+        let target = devices::resolve_device(&s, path).ok_or(OsError::new(code::FILE_NOT_FOUND))?;
+        s.next_handle += 4;
+        let h = s.next_handle;
+        s.handles.insert(h, Open { target, write });
+        Ok(h)
+    }
+
+    fn close(&self, handle: u64) {
+        self.lock().handles.remove(&handle);
+    }
+
+    fn device_io_control(
+        &self,
+        handle: u64,
+        ioctl: u32,
+        input: &[u8],
+        out_len: usize,
+    ) -> Win32Result<Vec<u8>> {
+        let mut s = self.lock();
+        s.take_fault("device_io_control")?;
+        s.settle();
+        let open = *s
+            .handles
+            .get(&handle)
+            .ok_or(OsError::new(code::INVALID_HANDLE))?;
+        devices::ioctl(&mut s, open, ioctl, input, out_len)
+    }
+
+    fn read(&self, handle: u64, len: usize) -> Win32Result<Vec<u8>> {
+        let mut s = self.lock();
+        s.take_fault("read")?;
+        match s.handles.get(&handle).map(|o| o.target) {
+            Some(Target::Volume(v)) => {
+                let mut out = s.volumes[v].head.clone();
+                out.resize(len, 0);
+                Ok(out)
+            }
+            Some(Target::Disk(_)) => Ok(vec![0; len]),
+            None => Err(OsError::new(code::INVALID_HANDLE)),
+        }
+    }
+
+    fn flush(&self, handle: u64) -> Win32Result<()> {
+        let mut s = self.lock();
+        s.take_fault("flush")?;
+        match s.handles.get(&handle) {
+            // FlushFileBuffers on a volume needs a handle with write access.
+            Some(o) if !o.write => Err(OsError::new(code::ACCESS_DENIED)),
+            Some(_) => Ok(()),
+            None => Err(OsError::new(code::INVALID_HANDLE)),
+        }
+    }
+
+    fn volumes(&self) -> Win32Result<Vec<String>> {
+        let mut s = self.lock();
+        s.take_fault("volumes")?;
+        s.settle();
+        Ok((0..s.volumes.len())
+            .filter(|&v| s.visible(v))
+            .map(|v| s.volumes[v].names[0].clone())
+            .collect())
+    }
+
+    fn volume_name_for_mount_point(&self, mount_point: &str) -> Win32Result<String> {
+        let mut s = self.lock();
+        s.take_fault("volume_name_for_mount_point")?;
+        s.settle();
+        if !mount_point.ends_with('\\') {
+            return Err(OsError::new(code::INVALID_PARAMETER));
+        }
+        if let Some(v) = s.volume_at(mount_point) {
+            return Ok(s.volumes[v].names[0].clone());
+        }
+        if s.exists(mount_point) {
+            Err(OsError::new(code::NOT_A_REPARSE_POINT))
+        } else {
+            Err(OsError::new(code::FILE_NOT_FOUND))
+        }
+    }
+
+    fn volume_path_names(&self, volume: &str, capacity: usize) -> Win32Result<Vec<String>> {
+        let mut s = self.lock();
+        s.take_fault("volume_path_names")?;
+        s.settle();
+        let v = s
+            .volume_named(volume)
+            .ok_or(OsError::new(code::FILE_NOT_FOUND))?;
+        let names: Vec<String> = s
+            .mount_points
+            .values()
+            .filter(|(_, m)| *m == v)
+            .map(|(t, _)| t.clone())
+            .collect();
+        // A MULTI_SZ: each name and its NUL, then the final NUL.
+        let needed = names
+            .iter()
+            .map(|n| n.encode_utf16().count() + 1)
+            .sum::<usize>()
+            + 1;
+        if capacity < needed {
+            let mut e = OsError::new(code::MORE_DATA);
+            e.needed = needed;
+            return Err(e);
+        }
+        Ok(names)
+    }
+
+    fn volume_path_name(&self, path: &str) -> Win32Result<String> {
+        let mut s = self.lock();
+        s.take_fault("volume_path_name")?;
+        let k = mp_key(path);
+        s.mount_points
+            .iter()
+            .filter(|(m, _)| k.starts_with(m.as_str()))
+            .max_by_key(|(m, _)| m.len())
+            .map(|(_, (t, _))| t.clone())
+            .ok_or(OsError::new(code::PATH_NOT_FOUND))
+    }
+
+    fn volume_information(&self, root: &str) -> Win32Result<(String, u32)> {
+        let mut s = self.lock();
+        s.take_fault("volume_information")?;
+        let v = s
+            .volume_at(root)
+            .ok_or(OsError::new(code::PATH_NOT_FOUND))?;
+        s.volumes[v]
+            .fs
+            .clone()
+            .ok_or(OsError::new(code::UNRECOGNIZED_VOLUME))
+    }
+
+    fn disk_free_space(&self, root: &str) -> Win32Result<(u64, u64)> {
+        let mut s = self.lock();
+        s.take_fault("disk_free_space")?;
+        let v = s
+            .volume_at(root)
+            .ok_or(OsError::new(code::PATH_NOT_FOUND))?;
+        let vol = &s.volumes[v];
+        match vol.fs {
+            // NTFS keeps its metadata in the volume: a fresh one is about 1% used.
+            Some(_) => Ok((vol.fs_size, vol.fs_size - vol.fs_size / 100)),
+            None => Err(OsError::new(code::UNRECOGNIZED_VOLUME)),
+        }
+    }
+
+    fn set_volume_mount_point(&self, mount_point: &str, volume: &str) -> Win32Result<()> {
+        let mut s = self.lock();
+        s.take_fault("set_volume_mount_point")?;
+        if !mount_point.ends_with('\\') || !volume.ends_with('\\') {
+            return Err(OsError::new(code::INVALID_PARAMETER));
+        }
+        let v = s
+            .volume_named(volume)
+            .ok_or(OsError::new(code::FILE_NOT_FOUND))?;
+        let k = key(mount_point);
+        if s.mount_points.contains_key(&mp_key(mount_point)) {
+            return Err(OsError::new(code::DIR_NOT_EMPTY));
+        }
+        if !s.dirs.contains_key(&k) {
+            return Err(OsError::new(code::PATH_NOT_FOUND));
+        }
+        if s.has_children(&k) {
+            return Err(OsError::new(code::DIR_NOT_EMPTY));
+        }
+        s.mount_points
+            .insert(mp_key(mount_point), (mount_point.to_string(), v));
+        Ok(())
+    }
+
+    fn delete_volume_mount_point(&self, mount_point: &str) -> Win32Result<()> {
+        let mut s = self.lock();
+        s.take_fault("delete_volume_mount_point")?;
+        s.mount_points
+            .remove(&mp_key(mount_point))
+            .map(drop)
+            .ok_or(OsError::new(code::NOT_A_REPARSE_POINT))
+    }
+
+    fn file_attributes(&self, path: &str) -> Option<u32> {
+        let mut s = self.lock();
+        s.take_fault("file_attributes").ok()?;
+        // FILE_ATTRIBUTE_DIRECTORY, with FILE_ATTRIBUTE_REPARSE_POINT for links.
+        let k = key(path);
+        if s.links.contains_key(&k) {
+            Some(0x410)
+        } else if s.files.contains(&k) {
+            Some(0x80)
+        } else {
+            s.exists(path).then_some(0x10)
+        }
+    }
+
+    fn reparse_data(&self, path: &str) -> Win32Result<Vec<u8>> {
+        let mut s = self.lock();
+        s.take_fault("reparse_data")?;
+        if let Some((_, data)) = s.links.get(&key(path)) {
+            return Ok(data.clone());
+        }
+        if s.exists(path) {
+            Err(OsError::new(code::NOT_A_REPARSE_POINT))
+        } else {
+            Err(OsError::new(code::FILE_NOT_FOUND))
+        }
+    }
+
+    fn system_directory(&self) -> Win32Result<String> {
+        self.lock().take_fault("system_directory")?;
+        Ok(r"C:\Windows\system32".into())
+    }
+
+    fn new_guid(&self) -> Win32Result<Guid> {
+        let mut s = self.lock();
+        s.take_fault("new_guid")?;
+        Ok(s.guid())
+    }
+
+    fn disk_interfaces(&self) -> Win32Result<Vec<String>> {
+        let mut s = self.lock();
+        s.take_fault("disk_interfaces")?;
+        Ok(s.disks
+            .keys()
+            .map(|&n| devices::interface_path(n))
+            .collect())
+    }
+
+    fn reenumerate_devices(&self) -> Win32Result<()> {
+        let mut s = self.lock();
+        s.take_fault("reenumerate_devices")?;
+        s.settle();
+        Ok(())
+    }
+
+    fn page_files(&self) -> Win32Result<Vec<String>> {
+        let mut s = self.lock();
+        s.take_fault("page_files")?;
+        if s.wmi_disconnected {
+            return Err(OsError::new(RPC_E_DISCONNECTED));
+        }
+        Ok(s.page_files.clone())
+    }
+
+    fn format_ntfs(&self, volume: &str) -> Win32Result<u32> {
+        let mut s = self.lock();
+        s.take_fault("format_ntfs")?;
+        if s.wmi_disconnected {
+            return Err(OsError::new(RPC_E_DISCONNECTED));
+        }
+        // MSFT_Volume.UniqueId is the volume's first GUID path.
+        let v = (0..s.volumes.len())
+            .find(|&v| s.visible(v) && s.volumes[v].names[0].eq_ignore_ascii_case(volume))
+            .ok_or(OsError::new(WBEM_E_NOT_FOUND))?;
+        let length = devices::partition_of(&s, v).map_or(0, |p| p.length);
+        let serial = s.next_serial;
+        s.next_serial += 1;
+        let vol = &mut s.volumes[v];
+        vol.fs = Some(("NTFS".into(), serial));
+        vol.fs_size = length;
+        // An NTFS boot sector: what a later signature probe finds.
+        let mut head = vec![0u8; 512];
+        head[3..11].copy_from_slice(b"NTFS    ");
+        head[510] = 0x55;
+        head[511] = 0xaa;
+        vol.head = head;
+        Ok(0)
+    }
+
+    fn smb_global_mappings(&self) -> Win32Result<Vec<(String, u32)>> {
+        let mut s = self.lock();
+        s.take_fault("smb_global_mappings")?;
+        smb::connected(&s)?;
+        Ok(s.smb_mappings
+            .values()
+            .map(|m| (m.remote.clone(), smb::status(&s, m)))
+            .collect())
+    }
+
+    fn smb_create_global_mapping(
+        &self,
+        remote: &str,
+        _require_privacy: bool,
+        credential: Option<&str>,
+    ) -> Win32Result<u32> {
+        let mut s = self.lock();
+        s.take_fault("smb_create_global_mapping")?;
+        smb::connected(&s)?;
+        Ok(smb::create(&mut s, remote, credential))
+    }
+
+    fn smb_remove_global_mapping(&self, remote: &str) -> Win32Result<u32> {
+        let mut s = self.lock();
+        s.take_fault("smb_remove_global_mapping")?;
+        smb::connected(&s)?;
+        let k = remote.trim_end_matches('\\').to_ascii_lowercase();
+        match s.smb_mappings.get(&k) {
+            Some(m) if m.remote == remote => {
+                s.smb_mappings.remove(&k);
+                Ok(0)
+            }
+            _ => Err(OsError::new(WBEM_E_NOT_FOUND)),
+        }
+    }
+
+    fn dir_answers(&self, dir: &str, _limit: Duration) -> bool {
+        let mut s = self.lock();
+        s.take_fault("dir_answers").is_ok() && s.exists(dir)
+    }
+
+    fn create_dir_symlink(&self, target: &str, link: &str) -> Win32Result<()> {
+        let mut s = self.lock();
+        s.take_fault("create_dir_symlink")?;
+        filesystem::add_link(&mut s, target, link).map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => OsError::new(code::ALREADY_EXISTS),
+            _ => OsError::new(code::PATH_NOT_FOUND),
+        })
+    }
+
+    fn links_below(&self, roots: &[String]) -> Vec<(String, String)> {
+        let s = self.lock();
+        let roots: Vec<String> = roots.iter().map(|r| format!("{}\\", key(r))).collect();
+        s.links
+            .iter()
+            .filter(|(k, _)| roots.iter().any(|r| k.starts_with(r.as_str())))
+            .map(|(k, (t, _))| {
+                (
+                    s.link_texts.get(k).cloned().unwrap_or_else(|| k.clone()),
+                    t.clone(),
+                )
+            })
+            .collect()
+    }
+
+    fn service_state(&self, name: &str) -> Win32Result<u32> {
+        let mut s = self.lock();
+        s.take_fault("service_state")?;
+        services::state(&mut s, name)
+    }
+
+    fn service_config(&self, name: &str) -> Win32Result<(String, u32)> {
+        let mut s = self.lock();
+        s.take_fault("service_config")?;
+        services::config(&mut s, name)
+    }
+
+    fn service_start(&self, name: &str) -> Win32Result<()> {
+        let mut s = self.lock();
+        s.take_fault("service_start")?;
+        services::start(&mut s, name)
+    }
+
+    fn service_stop(&self, name: &str) -> Win32Result<()> {
+        let mut s = self.lock();
+        s.take_fault("service_stop")?;
+        services::stop(&mut s, name)
+    }
+
+    fn service_active_dependents(&self, name: &str) -> Win32Result<Vec<String>> {
+        let mut s = self.lock();
+        s.take_fault("service_active_dependents")?;
+        services::active_dependents(&mut s, name)
+    }
+
+    fn smbios_table(&self) -> Win32Result<Option<Vec<u8>>> {
+        let mut s = self.lock();
+        s.take_fault("smbios_table")?;
+        Ok(s.smbios.clone())
+    }
+
+    fn wmi_bios_serial(&self) -> Win32Result<String> {
+        let mut s = self.lock();
+        s.take_fault("wmi_bios_serial")?;
+        smb::connected(&s)?;
+        Ok(s.wmi_serial.clone())
+    }
+
+    fn reset_wmi(&self) {
+        let mut s = self.lock();
+        *s.calls.entry("reset_wmi").or_default() += 1;
+        s.wmi_disconnected = false;
+    }
+
+    fn now(&self) -> Duration {
+        self.lock().clock
+    }
+
+    fn sleep(&self, d: Duration) {
+        let mut s = self.lock();
+        s.clock += d;
+        s.settle();
+    }
+}
