@@ -1,9 +1,11 @@
 //! The Windows hosts.
 //!
-//! The disk, volume, SMB and system hosts are logic over the [`os::Win32`] seam and compile on every
-//! platform: on Windows they run over the real seam ([`win32`]), in tests over the simulated
-//! Windows ([`sim`]). The filesystem and iSCSI hosts still call Win32 directly and exist on Windows only.
+//! The disk, volume, SMB, system and iSCSI hosts are logic over the [`os::Win32`] seam and
+//! compile on every platform: on Windows they run over the real seam ([`win32`]), in tests over
+//! the simulated Windows ([`sim`]). The filesystem host still calls Win32 directly and exists on
+//! Windows only.
 pub mod disk;
+pub mod iscsi;
 pub mod os;
 #[cfg(any(test, feature = "windows-sim"))]
 pub mod sim;
@@ -13,8 +15,6 @@ pub mod volume;
 
 #[cfg(windows)]
 pub mod filesystem;
-#[cfg(windows)]
-pub mod iscsi;
 #[cfg(windows)]
 pub mod win;
 #[cfg(windows)]

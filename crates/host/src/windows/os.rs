@@ -156,6 +156,17 @@ fn describe(code: u32) -> String {
     text.to_string()
 }
 
+/// An iSCSI session as the initiator lists it (`ISCSI_SESSION_INFOW`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IscsiSession {
+    /// `ISCSI_UNIQUE_SESSION_ID` (`AdapterUnique`, `AdapterSpecific`), opaque.
+    pub id: (u64, u64),
+    /// `TargetNodeName` (the IQN) and `TargetName`.
+    pub names: [String; 2],
+    /// `(TargetAddress, TargetSocket)` of each connection.
+    pub connections: Vec<(String, u16)>,
+}
+
 /// What a seam call returns.
 pub type Win32Result<T> = std::result::Result<T, OsError>;
 
@@ -289,6 +300,55 @@ pub trait Win32: Send + Sync {
     fn smbios_table(&self) -> Win32Result<Option<Vec<u8>>>;
     /// WMI `SELECT SerialNumber FROM Win32_BIOS` (`ROOT\CIMV2`).
     fn wmi_bios_serial(&self) -> Win32Result<String>;
+    /// Whether the iSCSI initiator (`iscsidsc.dll` and every function used) could be loaded;
+    /// `Err` says what is missing.
+    fn iscsi_available(&self) -> std::result::Result<(), String>;
+    /// `AddIScsiSendTargetPortalW(NULL, ISCSI_ALL_INITIATOR_PORTS, no login options, 0,
+    /// portal)`: the service registers the portal and runs SendTargets discovery on it.
+    fn iscsi_add_portal(&self, address: &str, port: u16) -> Win32Result<()>;
+    /// `RemoveIScsiSendTargetPortalW(NULL, ISCSI_ALL_INITIATOR_PORTS, portal)`.
+    fn iscsi_remove_portal(&self, address: &str, port: u16) -> Win32Result<()>;
+    /// `ReportIScsiSendTargetPortalsExW` with room for `capacity` entries: each registered
+    /// portal once per initiator port. Too small: ERROR_INSUFFICIENT_BUFFER, `needed` entries.
+    fn iscsi_portals(&self, capacity: usize) -> Win32Result<Vec<(String, u16)>>;
+    /// `ReportIScsiTargetsW(ForceUpdate, capacity WCHARs)`: every discovered target; with
+    /// `force_update` the service first repeats discovery on every portal. Too small:
+    /// ERROR_INSUFFICIENT_BUFFER, `needed` WCHARs.
+    fn iscsi_targets(&self, force_update: bool, capacity: usize) -> Win32Result<Vec<String>>;
+    /// `GetIScsiTargetInformationW(iqn, NULL, DiscoveryMechanisms, capacity bytes)`: how the
+    /// target was discovered (`"SendTargets:<address> <port> ..."`).
+    fn iscsi_discovery_mechanisms(&self, iqn: &str, capacity: usize) -> Win32Result<Vec<String>>;
+    /// `GetIScsiSessionListW` with `capacity` bytes. Too small: ERROR_INSUFFICIENT_BUFFER,
+    /// `needed` bytes.
+    fn iscsi_sessions(&self, capacity: usize) -> Win32Result<Vec<IscsiSession>>;
+    /// `LoginIScsiTargetW(iqn, not informational, any initiator and port, portal, login options
+    /// from `auth`, not persistent)`.
+    fn iscsi_login(
+        &self,
+        iqn: &str,
+        address: &str,
+        port: u16,
+        auth: &crate::windows_data::iscsi::LoginAuth,
+    ) -> Win32Result<()>;
+    /// `LogoutIScsiTarget(session)`.
+    fn iscsi_logout(&self, session: (u64, u64)) -> Win32Result<()>;
+    /// `RemoveIScsiPersistentTargetW(NULL, ISCSI_ALL_INITIATOR_PORTS, iqn, portal)`.
+    fn iscsi_remove_persistent_target(
+        &self,
+        iqn: &str,
+        address: &str,
+        port: u16,
+    ) -> Win32Result<()>;
+    /// `GetDevicesForIScsiSessionW(session)` with room for `capacity` entries: each device's
+    /// `STORAGE_DEVICE_NUMBER` as `(DeviceType, DeviceNumber)`. Too small:
+    /// ERROR_INSUFFICIENT_BUFFER, `needed` entries.
+    fn iscsi_session_devices(
+        &self,
+        session: (u64, u64),
+        capacity: usize,
+    ) -> Win32Result<Vec<(u32, u32)>>;
+    /// `SetIScsiInitiatorCHAPSharedSecret(secret)`.
+    fn iscsi_set_chap_secret(&self, secret: &[u8]) -> Win32Result<()>;
     /// Drops the cached WMI connections, so the next WMI call connects again (after `winmgmt`
     /// restarted, an old connection answers RPC_E_DISCONNECTED for ever).
     fn reset_wmi(&self);

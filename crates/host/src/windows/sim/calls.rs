@@ -382,6 +382,91 @@ impl Win32 for SimWindows {
         Ok(s.wmi_serial.clone())
     }
 
+    fn iscsi_available(&self) -> std::result::Result<(), String> {
+        iscsi::available(&self.lock())
+    }
+
+    fn iscsi_add_portal(&self, address: &str, port: u16) -> Win32Result<()> {
+        let mut s = self.lock();
+        s.take_fault("iscsi_add_portal")?;
+        iscsi::add_portal(&mut s, address, port)
+    }
+
+    fn iscsi_remove_portal(&self, address: &str, port: u16) -> Win32Result<()> {
+        let mut s = self.lock();
+        s.take_fault("iscsi_remove_portal")?;
+        iscsi::remove_portal(&mut s, address, port)
+    }
+
+    fn iscsi_portals(&self, capacity: usize) -> Win32Result<Vec<(String, u16)>> {
+        let mut s = self.lock();
+        s.take_fault("iscsi_portals")?;
+        iscsi::portals(&mut s, capacity)
+    }
+
+    fn iscsi_targets(&self, force_update: bool, capacity: usize) -> Win32Result<Vec<String>> {
+        let mut s = self.lock();
+        s.take_fault("iscsi_targets")?;
+        iscsi::targets(&mut s, force_update, capacity)
+    }
+
+    fn iscsi_discovery_mechanisms(&self, iqn: &str, capacity: usize) -> Win32Result<Vec<String>> {
+        let mut s = self.lock();
+        s.take_fault("iscsi_discovery_mechanisms")?;
+        iscsi::mechanisms(&mut s, iqn, capacity)
+    }
+
+    fn iscsi_sessions(&self, capacity: usize) -> Win32Result<Vec<IscsiSession>> {
+        let mut s = self.lock();
+        s.take_fault("iscsi_sessions")?;
+        iscsi::sessions(&mut s, capacity)
+    }
+
+    fn iscsi_login(
+        &self,
+        iqn: &str,
+        address: &str,
+        port: u16,
+        auth: &crate::windows_data::iscsi::LoginAuth,
+    ) -> Win32Result<()> {
+        let mut s = self.lock();
+        s.take_fault("iscsi_login")?;
+        iscsi::login(&mut s, iqn, address, port, auth)
+    }
+
+    fn iscsi_logout(&self, session: (u64, u64)) -> Win32Result<()> {
+        let mut s = self.lock();
+        s.take_fault("iscsi_logout")?;
+        iscsi::logout(&mut s, session)
+    }
+
+    fn iscsi_remove_persistent_target(
+        &self,
+        iqn: &str,
+        address: &str,
+        port: u16,
+    ) -> Win32Result<()> {
+        let mut s = self.lock();
+        s.take_fault("iscsi_remove_persistent_target")?;
+        iscsi::remove_persistent(&mut s, iqn, address, port)
+    }
+
+    fn iscsi_session_devices(
+        &self,
+        session: (u64, u64),
+        capacity: usize,
+    ) -> Win32Result<Vec<(u32, u32)>> {
+        let mut s = self.lock();
+        s.take_fault("iscsi_session_devices")?;
+        iscsi::session_devices(&mut s, session, capacity)
+    }
+
+    fn iscsi_set_chap_secret(&self, secret: &[u8]) -> Win32Result<()> {
+        let mut s = self.lock();
+        s.take_fault("iscsi_set_chap_secret")?;
+        iscsi::set_chap_secret(&mut s, secret)
+    }
+
     fn reset_wmi(&self) {
         let mut s = self.lock();
         *s.calls.entry("reset_wmi").or_default() += 1;

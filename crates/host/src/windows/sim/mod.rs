@@ -27,10 +27,11 @@
 mod calls;
 mod devices;
 mod filesystem;
+mod iscsi;
 pub mod services;
 mod smb;
 
-use super::os::{OsError, Win32, Win32Result, code};
+use super::os::{IscsiSession, OsError, Win32, Win32Result, code};
 use crate::windows_data::Guid;
 use crate::windows_data::layout::{BASIC_DATA, MSR, NO_DRIVE_LETTER, STYLE_GPT, STYLE_RAW};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -143,6 +144,8 @@ struct State {
     wmi_disconnected: bool,
     /// Services, keyed lower-case (service names are case-insensitive).
     services: BTreeMap<String, services::Service>,
+    /// The iSCSI initiator.
+    iscsi: iscsi::Initiator,
     /// The raw SMBIOS table the firmware offers.
     smbios: Option<Vec<u8>>,
     /// What WMI's Win32_BIOS reports.
@@ -523,6 +526,8 @@ fn part(number: u32, start: u64, length: u64, gpt_type: Guid, id: Guid, attribut
     }
 }
 
+#[cfg(test)]
+mod iscsi_tests;
 #[cfg(test)]
 mod service_tests;
 #[cfg(test)]

@@ -1,9 +1,10 @@
 //! The real [`Win32`] seam: one documented Win32 (or WMI) call per method, nothing else. Every
 //! decision lives above it, in the hosts' logic, where the simulated Windows tests it.
 
+mod iscsi;
 mod scm;
 
-use super::os::{OsError, Win32, Win32Result, code};
+use super::os::{IscsiSession, OsError, Win32, Win32Result, code};
 use super::win::{from_wide, wide};
 use crate::windows_data::Guid;
 use crate::windows_data::volume::wql_string;
@@ -618,6 +619,69 @@ impl Win32 for SystemWin32 {
 
     fn wmi_bios_serial(&self) -> Win32Result<String> {
         scm::wmi_bios_serial()
+    }
+
+    fn iscsi_available(&self) -> std::result::Result<(), String> {
+        iscsi::available()
+    }
+
+    fn iscsi_add_portal(&self, address: &str, port: u16) -> Win32Result<()> {
+        iscsi::add_portal(address, port)
+    }
+
+    fn iscsi_remove_portal(&self, address: &str, port: u16) -> Win32Result<()> {
+        iscsi::remove_portal(address, port)
+    }
+
+    fn iscsi_portals(&self, capacity: usize) -> Win32Result<Vec<(String, u16)>> {
+        iscsi::portals(capacity)
+    }
+
+    fn iscsi_targets(&self, force_update: bool, capacity: usize) -> Win32Result<Vec<String>> {
+        iscsi::targets(force_update, capacity)
+    }
+
+    fn iscsi_discovery_mechanisms(&self, iqn: &str, capacity: usize) -> Win32Result<Vec<String>> {
+        iscsi::discovery_mechanisms(iqn, capacity)
+    }
+
+    fn iscsi_sessions(&self, capacity: usize) -> Win32Result<Vec<IscsiSession>> {
+        iscsi::sessions(capacity)
+    }
+
+    fn iscsi_login(
+        &self,
+        iqn: &str,
+        address: &str,
+        port: u16,
+        auth: &crate::windows_data::iscsi::LoginAuth,
+    ) -> Win32Result<()> {
+        iscsi::login(iqn, address, port, auth)
+    }
+
+    fn iscsi_logout(&self, session: (u64, u64)) -> Win32Result<()> {
+        iscsi::logout(session)
+    }
+
+    fn iscsi_remove_persistent_target(
+        &self,
+        iqn: &str,
+        address: &str,
+        port: u16,
+    ) -> Win32Result<()> {
+        iscsi::remove_persistent_target(iqn, address, port)
+    }
+
+    fn iscsi_session_devices(
+        &self,
+        session: (u64, u64),
+        capacity: usize,
+    ) -> Win32Result<Vec<(u32, u32)>> {
+        iscsi::session_devices(session, capacity)
+    }
+
+    fn iscsi_set_chap_secret(&self, secret: &[u8]) -> Win32Result<()> {
+        iscsi::set_chap_secret(secret)
     }
 
     fn reset_wmi(&self) {

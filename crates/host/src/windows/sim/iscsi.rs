@@ -1,0 +1,336 @@
+//! The simulated iSCSI initiator, as `iscsidsc.h` documents its calls:
+//! - adding a SendTargets portal registers it on each initiator port (two here, so it is
+//!   listed twice) and runs discovery on it; an unreachable one fails with
+//!   ISDSC_CONNECTION_FAILED, a registered one with ISDSC_TARGET_PORTAL_ALREADY_EXISTS;
+//! - `ReportIScsiTargetsW(ForceUpdate)` repeats discovery on every portal first (counted, so a
+//!   test sees how many discoveries a request cost);
+//! - a login needs the target discovered (else ISDSC_TARGET_NOT_FOUND), the target's CHAP
+//!   credentials when it has some (else ISDSC_LOGIN_FAILED), and answers
+//!   ISDSC_TARGET_ALREADY_LOGGED_IN for a second session;
+//! - every list call answers ERROR_INSUFFICIENT_BUFFER with the size it needs when too small.
+
+use super::{SimWindows, State};
+use crate::windows::os::{IscsiSession, OsError, Win32Result, code};
+use crate::windows_data::iscsi::{self as data, isdsc};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// ISDSC_LOGIN_FAILED: the target refused the login (authentication).
+const LOGIN_FAILED: u32 = 0xEFFF_0007;
+/// ISDSC_INVALID_CHAP_SECRET.
+const INVALID_CHAP_SECRET: u32 = 0xEFFF_0070;
+/// The initiator ports a portal is registered on.
+const PORTS: usize = 2;
+/// The bytes one session takes in `GetIScsiSessionListW`'s buffer (structures and strings).
+const SESSION_BYTES: usize = 512;
+
+/// A target an iSCSI array offers.
+#[derive(Debug, Clone)]
+pub(super) struct Target {
+    iqn: String,
+    disks: Vec<u32>,
+    /// `(user, secret)` it requires, if any.
+    chap: Option<(String, String)>,
+}
+
+#[derive(Debug, Clone)]
+struct Session {
+    id: (u64, u64),
+    iqn: String,
+    portal: (String, u16),
+    disks: Vec<u32>,
+}
+
+/// The initiator's state.
+#[derive(Debug, Default)]
+pub(super) struct Initiator {
+    unavailable: bool,
+    /// Arrays by portal.
+    arrays: BTreeMap<(String, u16), Vec<Target>>,
+    /// Registered SendTargets portals.
+    portals: Vec<(String, u16)>,
+    /// Discovered targets and the portals that found them.
+    discovered: BTreeMap<String, BTreeSet<(String, u16)>>,
+    forced_discoveries: u64,
+    sessions: Vec<Session>,
+    next_session: u64,
+    persistent: BTreeSet<(String, String, u16)>,
+    chap_secret: Option<Vec<u8>>,
+}
+
+fn err(code: u32) -> OsError {
+    OsError::with_message(code, data::failure(code).1)
+}
+
+fn short(needed: usize) -> OsError {
+    let mut e = OsError::new(code::INSUFFICIENT_BUFFER);
+    e.needed = needed;
+    e
+}
+
+impl Initiator {
+    fn discover(&mut self, portal: &(String, u16)) {
+        for t in self.arrays.get(portal).cloned().unwrap_or_default() {
+            self.discovered
+                .entry(t.iqn.clone())
+                .or_default()
+                .insert(portal.clone());
+        }
+    }
+}
+
+impl State {
+    fn initiator(&mut self) -> Win32Result<&mut Initiator> {
+        if self.iscsi.unavailable {
+            return Err(err(isdsc::SERVICE_NOT_RUNNING));
+        }
+        Ok(&mut self.iscsi)
+    }
+}
+
+pub(super) fn available(s: &State) -> std::result::Result<(), String> {
+    if s.iscsi.unavailable {
+        Err("iscsidsc.dll has no LoginIScsiTargetW".into())
+    } else {
+        Ok(())
+    }
+}
+
+pub(super) fn add_portal(s: &mut State, address: &str, port: u16) -> Win32Result<()> {
+    let i = s.initiator()?;
+    let p = (address.to_ascii_lowercase(), port);
+    if i.portals.contains(&p) {
+        return Err(err(isdsc::TARGET_PORTAL_ALREADY_EXISTS));
+    }
+    if !i.arrays.contains_key(&p) {
+        return Err(err(isdsc::CONNECTION_FAILED));
+    }
+    i.portals.push(p.clone());
+    i.discover(&p);
+    Ok(())
+}
+
+pub(super) fn remove_portal(s: &mut State, address: &str, port: u16) -> Win32Result<()> {
+    let i = s.initiator()?;
+    let p = (address.to_ascii_lowercase(), port);
+    let before = i.portals.len();
+    i.portals.retain(|q| *q != p);
+    if i.portals.len() == before {
+        return Err(err(isdsc::PORTAL_NOT_FOUND));
+    }
+    Ok(())
+}
+
+pub(super) fn portals(s: &mut State, capacity: usize) -> Win32Result<Vec<(String, u16)>> {
+    let i = s.initiator()?;
+    let listed: Vec<(String, u16)> = i
+        .portals
+        .iter()
+        .flat_map(|p| std::iter::repeat_n(p.clone(), PORTS))
+        .collect();
+    if capacity < listed.len() {
+        return Err(short(listed.len()));
+    }
+    Ok(listed)
+}
+
+/// A MULTI_SZ list's length in UTF-16 units.
+fn multi_sz_len(items: &[String]) -> usize {
+    items
+        .iter()
+        .map(|t| t.encode_utf16().count() + 1)
+        .sum::<usize>()
+        + 1
+}
+
+pub(super) fn targets(s: &mut State, force: bool, capacity: usize) -> Win32Result<Vec<String>> {
+    let i = s.initiator()?;
+    if force {
+        i.forced_discoveries += 1;
+        for p in i.portals.clone() {
+            i.discover(&p);
+        }
+    }
+    let list: Vec<String> = i.discovered.keys().cloned().collect();
+    let needed = multi_sz_len(&list);
+    if capacity < needed {
+        return Err(short(needed));
+    }
+    Ok(list)
+}
+
+pub(super) fn mechanisms(s: &mut State, iqn: &str, capacity: usize) -> Win32Result<Vec<String>> {
+    let i = s.initiator()?;
+    let found = i
+        .discovered
+        .get(iqn)
+        .ok_or_else(|| err(isdsc::TARGET_NOT_FOUND))?;
+    let list: Vec<String> = found
+        .iter()
+        .map(|(a, p)| format!("SendTargets:*{a} {p:07} Root\\ISCSIPRT\\0000_0"))
+        .collect();
+    let needed = multi_sz_len(&list) * 2;
+    if capacity < needed {
+        return Err(short(needed));
+    }
+    Ok(list)
+}
+
+pub(super) fn sessions(s: &mut State, capacity: usize) -> Win32Result<Vec<IscsiSession>> {
+    let i = s.initiator()?;
+    let needed = i.sessions.len() * SESSION_BYTES;
+    if capacity < needed {
+        return Err(short(needed));
+    }
+    Ok(i.sessions
+        .iter()
+        .map(|x| IscsiSession {
+            id: x.id,
+            names: [x.iqn.clone(), x.iqn.clone()],
+            connections: vec![x.portal.clone()],
+        })
+        .collect())
+}
+
+pub(super) fn login(
+    s: &mut State,
+    iqn: &str,
+    address: &str,
+    port: u16,
+    auth: &data::LoginAuth,
+) -> Win32Result<()> {
+    let i = s.initiator()?;
+    let p = (address.to_ascii_lowercase(), port);
+    if !i.discovered.get(iqn).is_some_and(|ps| ps.contains(&p)) {
+        return Err(err(isdsc::TARGET_NOT_FOUND));
+    }
+    let target = i
+        .arrays
+        .get(&p)
+        .and_then(|ts| ts.iter().find(|t| t.iqn == iqn))
+        .cloned()
+        .ok_or_else(|| err(isdsc::CONNECTION_FAILED))?;
+    if let Some((user, secret)) = &target.chap
+        && (auth.username != user.as_bytes() || auth.secret != secret.as_bytes())
+    {
+        return Err(err(LOGIN_FAILED));
+    }
+    if i.sessions.iter().any(|x| x.iqn == iqn && x.portal == p) {
+        return Err(err(isdsc::TARGET_ALREADY_LOGGED_IN));
+    }
+    i.next_session += 1;
+    let id = (0xfeed, i.next_session);
+    i.sessions.push(Session {
+        id,
+        iqn: iqn.into(),
+        portal: p,
+        disks: target.disks,
+    });
+    Ok(())
+}
+
+pub(super) fn logout(s: &mut State, session: (u64, u64)) -> Win32Result<()> {
+    let i = s.initiator()?;
+    let before = i.sessions.len();
+    i.sessions.retain(|x| x.id != session);
+    if i.sessions.len() == before {
+        return Err(err(isdsc::INVALID_SESSION_ID));
+    }
+    Ok(())
+}
+
+pub(super) fn remove_persistent(
+    s: &mut State,
+    iqn: &str,
+    address: &str,
+    port: u16,
+) -> Win32Result<()> {
+    let i = s.initiator()?;
+    if i.persistent
+        .remove(&(iqn.to_string(), address.to_ascii_lowercase(), port))
+    {
+        Ok(())
+    } else {
+        Err(err(isdsc::TARGET_NOT_FOUND))
+    }
+}
+
+pub(super) fn session_devices(
+    s: &mut State,
+    session: (u64, u64),
+    capacity: usize,
+) -> Win32Result<Vec<(u32, u32)>> {
+    let i = s.initiator()?;
+    let x = i
+        .sessions
+        .iter()
+        .find(|x| x.id == session)
+        .ok_or_else(|| err(isdsc::INVALID_SESSION_ID))?;
+    if capacity < x.disks.len() {
+        return Err(short(x.disks.len()));
+    }
+    Ok(x.disks
+        .iter()
+        .map(|d| (data::FILE_DEVICE_DISK, *d))
+        .collect())
+}
+
+pub(super) fn set_chap_secret(s: &mut State, secret: &[u8]) -> Win32Result<()> {
+    let i = s.initiator()?;
+    if !(12..=16).contains(&secret.len()) {
+        return Err(err(INVALID_CHAP_SECRET));
+    }
+    i.chap_secret = Some(secret.to_vec());
+    Ok(())
+}
+
+impl SimWindows {
+    /// An iSCSI array answering on `address:port` with target `iqn`, whose LUNs are the disks
+    /// `disks`, requiring CHAP `(user, secret)` when given.
+    pub fn add_iscsi_target(
+        &self,
+        address: &str,
+        port: u16,
+        iqn: &str,
+        disks: &[u32],
+        chap: Option<(&str, &str)>,
+    ) {
+        self.lock()
+            .iscsi
+            .arrays
+            .entry((address.to_ascii_lowercase(), port))
+            .or_default()
+            .push(Target {
+                iqn: iqn.into(),
+                disks: disks.to_vec(),
+                chap: chap.map(|(u, s)| (u.into(), s.into())),
+            });
+    }
+
+    /// A persistent login of `iqn` through `address:port` (one made by upstream or an operator).
+    pub fn add_persistent_login(&self, iqn: &str, address: &str, port: u16) {
+        self.lock()
+            .iscsi
+            .persistent
+            .insert((iqn.into(), address.to_ascii_lowercase(), port));
+    }
+
+    /// The persistent logins.
+    pub fn persistent_logins(&self) -> usize {
+        self.lock().iscsi.persistent.len()
+    }
+
+    /// How many forced discoveries (`ReportIScsiTargetsW` with ForceUpdate) were made.
+    pub fn forced_discoveries(&self) -> u64 {
+        self.lock().iscsi.forced_discoveries
+    }
+
+    /// The number of iSCSI sessions.
+    pub fn iscsi_sessions(&self) -> usize {
+        self.lock().iscsi.sessions.len()
+    }
+
+    /// Makes the initiator missing (as under Wine).
+    pub fn remove_iscsi_initiator(&self) {
+        self.lock().iscsi.unavailable = true;
+    }
+}

@@ -1,0 +1,101 @@
+//! The Windows iSCSI host over the simulated initiator.
+
+use super::*;
+use crate::windows::iscsi::WindowsIscsiHost;
+use csi_proxy_core::Kind;
+use csi_proxy_core::iscsi::{AuthType, Chap, IscsiHost, TargetPortal};
+use std::sync::Arc;
+
+const IQN: &str = "iqn.2026-01.com.example:array.t1";
+
+fn host() -> (Arc<SimWindows>, WindowsIscsiHost) {
+    let sim = Arc::new(SimWindows::new());
+    (sim.clone(), WindowsIscsiHost::with_os(sim))
+}
+
+fn portal() -> TargetPortal {
+    TargetPortal {
+        address: "10.0.0.5".into(),
+        port: 3260,
+    }
+}
+
+fn no_chap() -> Chap {
+    Chap {
+        auth_type: AuthType::None,
+        username: String::new(),
+        secret: "".into(),
+    }
+}
+
+#[test]
+fn portals_are_listed_once_and_added_idempotently() {
+    let (sim, h) = host();
+    sim.add_iscsi_target("10.0.0.5", 3260, IQN, &[4], None);
+    h.add_target_portal(&portal()).unwrap();
+    h.add_target_portal(&portal()).unwrap();
+    // Registered on two initiator ports, listed once.
+    assert_eq!(h.list_target_portals().unwrap(), [portal()]);
+    let e = h
+        .add_target_portal(&TargetPortal {
+            address: "10.0.0.9".into(),
+            port: 3260,
+        })
+        .unwrap_err();
+    assert_ne!(e.kind(), Kind::Internal, "{}", e.message());
+    h.remove_target_portal(&portal()).unwrap();
+    assert_eq!(
+        h.remove_target_portal(&portal()).unwrap_err().kind(),
+        Kind::NotFound
+    );
+}
+
+#[test]
+fn discovery_forces_one_update_per_request() {
+    let (sim, h) = host();
+    sim.add_iscsi_target("10.0.0.5", 3260, IQN, &[4], None);
+    h.add_target_portal(&portal()).unwrap();
+    let found = h.discover_target_portal(&portal()).unwrap();
+    assert_eq!(found, [IQN]);
+    // The sizing call forced a discovery on every portal; the fetch that followed did not.
+    assert_eq!(sim.forced_discoveries(), 1);
+}
+
+#[test]
+fn login_disks_and_disconnect_remove_the_persistent_login_too() {
+    let (sim, h) = host();
+    sim.add_iscsi_target(
+        "10.0.0.5",
+        3260,
+        IQN,
+        &[4, 5],
+        Some(("user", "s3cret-s3cret")),
+    );
+    h.add_target_portal(&portal()).unwrap();
+    let chap = Chap {
+        auth_type: AuthType::OneWayChap,
+        username: "user".into(),
+        secret: "s3cret-s3cret".into(),
+    };
+    let e = h.connect_target(&portal(), IQN, &no_chap()).unwrap_err();
+    assert!(!e.message().contains("s3cret"), "{}", e.message());
+    h.connect_target(&portal(), IQN, &chap).unwrap();
+    h.connect_target(&portal(), IQN, &chap).unwrap();
+    assert_eq!(sim.iscsi_sessions(), 1);
+    assert_eq!(h.get_target_disks(&portal(), IQN).unwrap(), [4, 5]);
+    // An operator (or upstream) left a persistent login of the same target.
+    sim.add_persistent_login(IQN, "10.0.0.5", 3260);
+    h.disconnect_target(&portal(), IQN).unwrap();
+    assert_eq!(sim.iscsi_sessions(), 0);
+    assert_eq!(sim.persistent_logins(), 0, "it would log in again at boot");
+    h.disconnect_target(&portal(), IQN).unwrap();
+}
+
+#[test]
+fn a_missing_initiator_is_a_precondition_not_a_crash() {
+    let (sim, h) = host();
+    sim.remove_iscsi_initiator();
+    let e = h.list_target_portals().unwrap_err();
+    assert_eq!(e.kind(), Kind::FailedPrecondition);
+    assert!(e.message().contains("iscsidsc.dll"), "{}", e.message());
+}
