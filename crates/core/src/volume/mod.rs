@@ -128,6 +128,12 @@ pub trait VolumeHost: Send + Sync {
         Err(Error::unimplemented(GROUP, "WriteVolumeCache"))
     }
 
+    /// The number of the disk holding the volume, to serialise on before anything else is
+    /// asked (a cheaper answer than [`VolumeHost::volume_disk`] where the host has one).
+    fn volume_disk_number(&self, volume_id: &str) -> Result<u32> {
+        self.volume_disk(volume_id).map(|(disk, _)| disk)
+    }
+
     /// The number of the disk holding the volume and what the host uses that disk for, so the
     /// service can serialise per disk and keep away from the host's own disks. Mutating RPCs are
     /// refused while this is unknown.
@@ -169,13 +175,13 @@ impl VolumeService {
     /// Holds the disk of the volume; with `guard_host_disk`, refuses it when the host uses the disk
     /// for itself (design.md §5).
     fn claim(&self, op: &str, volume_id: &str, guard_host_disk: bool) -> Result<DiskGuard> {
-        let (disk, _) = self
+        let disk = self
             .host
-            .volume_disk(volume_id)
+            .volume_disk_number(volume_id)
             .map_err(|e| e.context(op))?;
         let guard = lock_disk(disk, op, &format!("volume {volume_id:?} on disk {disk}"))?;
         if guard_host_disk {
-            // Asked again under the lock: mounts may have changed while waiting.
+            // Asked under the lock: mounts may have changed while waiting for it.
             let (_, usage) = self
                 .host
                 .volume_disk(volume_id)

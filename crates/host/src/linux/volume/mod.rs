@@ -156,6 +156,17 @@ fn parse_id(id: &str) -> Option<(u32, u32, &str)> {
     Some((n.parse().ok()?, p.parse().ok()?, uuid))
 }
 
+/// The parts of a volume ID, INVALID_ARGUMENT when it is not one of this host's.
+fn parse_or_refuse<'i>(op: &str, id: &'i str) -> Result<(u32, u32, &'i str)> {
+    parse_id(id).ok_or_else(|| {
+        Error::invalid(
+            op,
+            shown(id),
+            "not a volume ID of this host (expected diskseq<N>-part<P>-<uuid>, as ListVolumesOnDisk returns)",
+        )
+    })
+}
+
 fn read_mountinfo(op: &str) -> Result<Vec<MountInfo>> {
     mountinfo::read().map_err(|e| Error::io(op, "/proc/self/mountinfo", &e))
 }
@@ -380,13 +391,7 @@ impl LinuxVolumeHost {
     }
 
     fn resolve(&self, op: &str, id: &str) -> Result<Volume> {
-        let (number, part, uuid) = parse_id(id).ok_or_else(|| {
-            Error::invalid(
-                op,
-                shown(id),
-                "not a volume ID of this host (expected diskseq<N>-part<P>-<uuid>, as ListVolumesOnDisk returns)",
-            )
-        })?;
+        let (number, part, uuid) = parse_or_refuse(op, id)?;
         let disk = block::disk(op, number).map_err(|e| {
             Error::new(
                 e.kind(),
@@ -587,6 +592,12 @@ impl VolumeHost for LinuxVolumeHost {
         }
         // fsync of the block device writes its dirty pages and flushes the device's cache.
         vol.file.sync_all().map_err(|e| Error::io(OP, &object, &e))
+    }
+
+    fn volume_disk_number(&self, id: &str) -> Result<u32> {
+        // The disk's diskseq is in the ID: no device is looked at to find what to lock; the
+        // operation itself resolves (and refuses) the volume.
+        Ok(parse_or_refuse("locating", id)?.0)
     }
 
     fn volume_disk(&self, id: &str) -> Result<(u32, DiskUsage)> {

@@ -321,3 +321,32 @@ fn an_offline_disk_hides_its_volumes_until_online() {
     m.disk.set_disk_online(n, true).unwrap();
     assert_eq!(m.volume.list_volumes_on_disk(n, None).unwrap(), [id]);
 }
+
+/// What a MountVolume and a FormatVolume cost in OS calls through the whole service (the
+/// deterministic counterpart of a latency benchmark): the disk is found once for the lock, and
+/// the host-disk guard reads the disk's use once, under the lock.
+#[test]
+fn os_calls_per_mount_and_format() {
+    use csi_proxy_core::filesystem::FilesystemService;
+    use csi_proxy_core::paths::{PathPolicy, PathStyle};
+    use csi_proxy_core::volume::VolumeService;
+    let m = machine();
+    let (_, id) = partitioned(&m);
+    let policy = PathPolicy::new(PathStyle::Windows, r"C:\var\lib\kubelet", &[]).unwrap();
+    let fs = FilesystemService::new(m.sim.clone(), Arc::new(policy));
+    let svc = VolumeService::new(Arc::new(m.volume.clone()), fs);
+    let target = r"C:\var\lib\kubelet\plugins\x\globalmount";
+    m.sim.mkdir(target);
+    let count = || m.sim.calls().values().sum::<u64>();
+    let before = count();
+    svc.format_volume(&id).unwrap();
+    let format = count() - before;
+    let before = count();
+    svc.mount_volume(&id, target).unwrap();
+    let mount = count() - before;
+    eprintln!("seam calls: FormatVolume {format}, MountVolume {mount}");
+    assert!(
+        format <= 30 && mount <= 30,
+        "format {format}, mount {mount}"
+    );
+}

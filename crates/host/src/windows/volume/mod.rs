@@ -541,6 +541,13 @@ impl VolumeHost for WindowsVolumeHost {
         flush(self.os(), OP, id, &v)
     }
 
+    fn volume_disk_number(&self, id: &str) -> Result<u32> {
+        const OP: &str = "locating";
+        let v = name(OP, id)?;
+        let h = open_volume(self.os(), OP, id, &v, false)?;
+        first_disk(OP, id, &h)
+    }
+
     fn volume_disk(&self, id: &str) -> Result<(u32, DiskUsage)> {
         const OP: &str = "locating";
         let v = name(OP, id)?;
