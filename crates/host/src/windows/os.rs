@@ -167,6 +167,35 @@ pub struct IscsiSession {
     pub connections: Vec<(String, u16)>,
 }
 
+/// What a WMI method answered in its `ReturnValue` out-parameter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReturnValue {
+    /// The method gave no out-parameters at all: success.
+    Absent,
+    /// An integer: 0 is success, anything else the method's documented error code.
+    Code(u32),
+    /// A value of another type (shown as text): never taken for success.
+    Unexpected(String),
+}
+
+impl ReturnValue {
+    /// The code, 0 when absent; an INTERNAL error naming `method` for a value of another type.
+    pub fn code(self, op: &str, object: impl fmt::Display, method: &str) -> Result<u32, Error> {
+        match self {
+            ReturnValue::Absent => Ok(0),
+            ReturnValue::Code(n) => Ok(n),
+            ReturnValue::Unexpected(v) => Err(Error::new(
+                Kind::Internal,
+                op,
+                object,
+                format!(
+                    "{method} answered a ReturnValue that is not an integer ({v}); not taken for success"
+                ),
+            )),
+        }
+    }
+}
+
 /// What a seam call returns.
 pub type Win32Result<T> = std::result::Result<T, OsError>;
 
@@ -258,7 +287,7 @@ pub trait Win32: Send + Sync {
     fn page_files(&self) -> Win32Result<Vec<String>>;
     /// WMI `MSFT_Volume.Format` (NTFS, no label, quick, Force) of the volume with this
     /// `UniqueId`: the method's `ReturnValue`.
-    fn format_ntfs(&self, volume: &str) -> Win32Result<u32>;
+    fn format_ntfs(&self, volume: &str) -> Win32Result<ReturnValue>;
     /// WMI `SELECT * FROM MSFT_SmbGlobalMapping` (`ROOT\Microsoft\Windows\SMB`): every
     /// node-wide mapping's `RemotePath` and `Status`.
     fn smb_global_mappings(&self) -> Win32Result<Vec<(String, u32)>>;
@@ -269,10 +298,10 @@ pub trait Win32: Send + Sync {
         remote: &str,
         require_privacy: bool,
         credential: Option<&str>,
-    ) -> Win32Result<u32>;
+    ) -> Win32Result<ReturnValue>;
     /// WMI `MSFT_SmbGlobalMapping.Remove(Force = true)` on the mapping listed with `RemotePath`
     /// `remote`: the method's `ReturnValue`; WBEM_E_NOT_FOUND when there is none.
-    fn smb_remove_global_mapping(&self, remote: &str) -> Win32Result<u32>;
+    fn smb_remove_global_mapping(&self, remote: &str) -> Win32Result<ReturnValue>;
     /// Whether the directory `dir` (a share root, with its trailing backslash) can be opened
     /// within `limit`: a dead server blocks the open for long, so the wait is cut off.
     fn dir_answers(&self, dir: &str, limit: Duration) -> bool;

@@ -187,7 +187,8 @@ impl SmbHost for WindowsSmbHost {
                 credential.as_deref(),
             )
         })
-        .map_err(|e| call_error(NEW, &object, &e))?;
+        .map_err(|e| call_error(NEW, &object, &e))?
+        .code(NEW, &object, "MSFT_SmbGlobalMapping.Create")?;
         if code != 0 {
             let (kind, why) = failure(code);
             return Err(Error::new(kind, NEW, &object, why));
@@ -234,7 +235,8 @@ impl SmbHost for WindowsSmbHost {
             ));
         };
         let code = wmi_retrying(os, || os.smb_remove_global_mapping(&found.remote))
-            .map_err(|e| call_error(REMOVE, &object, &e))?;
+            .map_err(|e| call_error(REMOVE, &object, &e))?
+            .code(REMOVE, &object, "MSFT_SmbGlobalMapping.Remove")?;
         if code != 0 {
             let (kind, why) = failure(code);
             return Err(Error::new(kind, REMOVE, &object, why));

@@ -249,11 +249,14 @@ impl Win32 for SimWindows {
         Ok(s.page_files.clone())
     }
 
-    fn format_ntfs(&self, volume: &str) -> Win32Result<u32> {
+    fn format_ntfs(&self, volume: &str) -> Win32Result<ReturnValue> {
         let mut s = self.lock();
         s.take_fault("format_ntfs")?;
         if s.wmi_disconnected {
             return Err(OsError::new(RPC_E_DISCONNECTED));
+        }
+        if let Some(odd) = s.odd_return.take() {
+            return Ok(odd);
         }
         // MSFT_Volume.UniqueId is the volume's first GUID path.
         let v = (0..s.volumes.len())
@@ -271,7 +274,7 @@ impl Win32 for SimWindows {
         head[510] = 0x55;
         head[511] = 0xaa;
         vol.head = head;
-        Ok(0)
+        Ok(ReturnValue::Code(0))
     }
 
     fn smb_global_mappings(&self) -> Win32Result<Vec<(String, u32)>> {
@@ -289,14 +292,17 @@ impl Win32 for SimWindows {
         remote: &str,
         _require_privacy: bool,
         credential: Option<&str>,
-    ) -> Win32Result<u32> {
+    ) -> Win32Result<ReturnValue> {
         let mut s = self.lock();
         s.take_fault("smb_create_global_mapping")?;
         smb::connected(&s)?;
-        Ok(smb::create(&mut s, remote, credential))
+        if let Some(odd) = s.odd_return.take() {
+            return Ok(odd);
+        }
+        Ok(ReturnValue::Code(smb::create(&mut s, remote, credential)))
     }
 
-    fn smb_remove_global_mapping(&self, remote: &str) -> Win32Result<u32> {
+    fn smb_remove_global_mapping(&self, remote: &str) -> Win32Result<ReturnValue> {
         let mut s = self.lock();
         s.take_fault("smb_remove_global_mapping")?;
         smb::connected(&s)?;
@@ -304,7 +310,7 @@ impl Win32 for SimWindows {
         match s.smb_mappings.get(&k) {
             Some(m) if m.remote == remote => {
                 s.smb_mappings.remove(&k);
-                Ok(0)
+                Ok(ReturnValue::Code(0))
             }
             _ => Err(OsError::new(WBEM_E_NOT_FOUND)),
         }

@@ -31,7 +31,7 @@ mod iscsi;
 pub mod services;
 mod smb;
 
-use super::os::{IscsiSession, OsError, Win32, Win32Result, code};
+use super::os::{IscsiSession, OsError, ReturnValue, Win32, Win32Result, code};
 use crate::windows_data::Guid;
 use crate::windows_data::layout::{BASIC_DATA, MSR, NO_DRIVE_LETTER, STYLE_GPT, STYLE_RAW};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -142,6 +142,8 @@ struct State {
     /// Node-wide SMB mappings, keyed by lower-cased root.
     smb_mappings: BTreeMap<String, smb::Mapping>,
     wmi_disconnected: bool,
+    /// What the next WMI method call answers instead of doing its work.
+    odd_return: Option<ReturnValue>,
     /// Services, keyed lower-case (service names are case-insensitive).
     services: BTreeMap<String, services::Service>,
     /// The iSCSI initiator.
@@ -442,6 +444,12 @@ impl SimWindows {
         if let Some(v) = s.volume_named(volume) {
             s.volumes[v].head = bytes.to_vec();
         }
+    }
+
+    /// Makes the next WMI method call (Format, SMB Create) answer `r` without doing its work, as
+    /// a provider answering a ReturnValue of an unexpected type would.
+    pub fn answer_next_method_with(&self, r: ReturnValue) {
+        self.lock().odd_return = Some(r);
     }
 
     /// Restarts the WMI service: connections made before answer RPC_E_DISCONNECTED.

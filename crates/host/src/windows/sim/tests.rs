@@ -350,3 +350,18 @@ fn os_calls_per_mount_and_format() {
         "format {format}, mount {mount}"
     );
 }
+
+#[test]
+fn a_return_value_that_is_not_an_integer_is_never_success() {
+    let m = machine();
+    let (_, id) = partitioned(&m);
+    m.sim
+        .answer_next_method_with(ReturnValue::Unexpected("String(\"OK\")".into()));
+    let e = m.volume.format_volume(&id).unwrap_err();
+    assert_eq!(e.kind(), Kind::Internal, "{}", e.message());
+    assert!(e.message().contains("not an integer"), "{}", e.message());
+    assert!(!m.volume.is_volume_formatted(&id).unwrap());
+    // The retry formats for real.
+    m.volume.format_volume(&id).unwrap();
+    assert!(m.volume.is_volume_formatted(&id).unwrap());
+}

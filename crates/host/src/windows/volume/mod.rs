@@ -269,7 +269,8 @@ fn read_head(os: &dyn Win32, op: &str, id: &str, v: &VolumeName) -> Result<Vec<u
 fn wmi_format(os: &dyn Win32, op: &str, id: &str, v: &VolumeName) -> Result<()> {
     let volume = v.guid_path();
     let code = os::wmi_retrying(os, || os.format_ntfs(&volume))
-        .map_err(|e| os_error(op, shown(id), &e, &[]).context("MSFT_Volume.Format"))?;
+        .map_err(|e| os_error(op, shown(id), &e, &[]).context("MSFT_Volume.Format"))?
+        .code(op, shown(id), "MSFT_Volume.Format")?;
     storage_return(code).map_err(|(kind, why)| {
         Error::new(kind, op, shown(id), format!("MSFT_Volume.Format: {why}"))
     })

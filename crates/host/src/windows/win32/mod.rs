@@ -4,7 +4,7 @@
 mod iscsi;
 mod scm;
 
-use super::os::{IscsiSession, OsError, Win32, Win32Result, code};
+use super::os::{IscsiSession, OsError, ReturnValue, Win32, Win32Result, code};
 use super::win::{from_wide, wide};
 use crate::windows_data::Guid;
 use crate::windows_data::volume::wql_string;
@@ -110,14 +110,16 @@ fn variant_u32(v: &wmi::Variant) -> Option<u32> {
     }
 }
 
-/// The `ReturnValue` of a method's out-parameters; a method without out-parameters succeeded,
-/// and a `ReturnValue` that is not an integer is not a success.
-fn return_value(out: Option<wmi::IWbemClassWrapper>) -> Win32Result<u32> {
-    let Some(o) = out else { return Ok(0) };
+/// The `ReturnValue` of a method's out-parameters, as the logic judges it.
+fn return_value(out: Option<wmi::IWbemClassWrapper>) -> Win32Result<ReturnValue> {
+    let Some(o) = out else {
+        return Ok(ReturnValue::Absent);
+    };
     let v = o.get_property("ReturnValue").map_err(|e| wmi_os(&e))?;
-    variant_u32(&v).ok_or_else(|| {
-        OsError::with_message(0x8000_FFFF, format!("ReturnValue {v:?} is not an integer"))
-    })
+    Ok(variant_u32(&v).map_or_else(
+        || ReturnValue::Unexpected(format!("{v:?}")),
+        ReturnValue::Code,
+    ))
 }
 
 /// Calls WMI method `method` of `class` on the object at `path` (the class itself for a static
@@ -128,7 +130,7 @@ fn call_method(
     path: &str,
     method: &str,
     params: Vec<(&str, wmi::Variant)>,
-) -> Win32Result<u32> {
+) -> Win32Result<ReturnValue> {
     let inp = c
         .get_object(class)
         .map_err(|e| wmi_os(&e))?
@@ -465,7 +467,7 @@ impl Win32 for SystemWin32 {
         })
     }
 
-    fn format_ntfs(&self, volume: &str) -> Win32Result<u32> {
+    fn format_ntfs(&self, volume: &str) -> Win32Result<ReturnValue> {
         const CLASS: &str = "MSFT_Volume";
         let query = format!(
             "SELECT * FROM {CLASS} WHERE UniqueId = {}",
@@ -525,7 +527,7 @@ impl Win32 for SystemWin32 {
         remote: &str,
         require_privacy: bool,
         credential: Option<&str>,
-    ) -> Win32Result<u32> {
+    ) -> Win32Result<ReturnValue> {
         let remote = remote.to_string();
         let credential = credential.map(str::to_string);
         super::wmi::run_in(SMB_NAMESPACE, move |c| {
@@ -541,7 +543,7 @@ impl Win32 for SystemWin32 {
         })
     }
 
-    fn smb_remove_global_mapping(&self, remote: &str) -> Win32Result<u32> {
+    fn smb_remove_global_mapping(&self, remote: &str) -> Win32Result<ReturnValue> {
         let remote = remote.to_string();
         super::wmi::run_in(SMB_NAMESPACE, move |c| {
             // Nothing from a request goes into a query string: every mapping is listed and the
