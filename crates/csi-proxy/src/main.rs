@@ -2,6 +2,8 @@
 
 mod flags;
 mod hosts;
+#[cfg_attr(not(windows), allow(dead_code))] // the Windows service drives it; Linux tests it
+mod service_lifecycle;
 #[cfg(windows)]
 mod windows_service;
 

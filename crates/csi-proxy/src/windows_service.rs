@@ -3,10 +3,10 @@
 //! and ends the process (upstream's service kept its pipes open after Stop).
 
 use crate::flags::Flags;
+use crate::service_lifecycle::{Phase, TICK};
 use std::ffi::OsString;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 use windows_service::service::{
     ServiceControl, ServiceControlAccept, ServiceExitCode, ServiceState, ServiceStatus, ServiceType,
@@ -19,10 +19,6 @@ pub const SERVICE_NAME: &str = "csiproxy";
 
 /// The wait hint of every pending state: longer than a checkpoint interval.
 const PENDING_HINT: Duration = Duration::from_secs(10);
-/// How often a new STOP_PENDING checkpoint is reported while stopping.
-const TICK: Duration = Duration::from_secs(3);
-/// How long host calls still running at stop are waited for before the process ends.
-const STOP_LIMIT: Duration = Duration::from_secs(60);
 
 /// Flags handed from `main` to the service entry point, which the SCM calls on its own thread.
 static FLAGS: Mutex<Option<Flags>> = Mutex::new(None);
@@ -72,14 +68,15 @@ fn service_main(_args: Vec<OsString>) {
             return;
         }
     };
-    // SERVICE_STATUS rules ("SetServiceStatus"): a pending state carries a checkpoint that
-    // grows while work advances and a wait hint; the SCM considers the service hung when the
-    // hint passes without a new checkpoint.
-    let report = move |state: ServiceState, checkpoint: u32, exit: u32| {
-        let accept = if state == ServiceState::Running {
-            ServiceControlAccept::STOP | ServiceControlAccept::SHUTDOWN
-        } else {
-            ServiceControlAccept::empty()
+    let report = move |phase: Phase, checkpoint: u32, exit: u32| {
+        let (state, accept) = match phase {
+            Phase::StartPending => (ServiceState::StartPending, ServiceControlAccept::empty()),
+            Phase::Running => (
+                ServiceState::Running,
+                ServiceControlAccept::STOP | ServiceControlAccept::SHUTDOWN,
+            ),
+            Phase::StopPending => (ServiceState::StopPending, ServiceControlAccept::empty()),
+            Phase::Stopped => (ServiceState::Stopped, ServiceControlAccept::empty()),
         };
         let r = status.set_service_status(ServiceStatus {
             service_type: ServiceType::OWN_PROCESS,
@@ -94,37 +91,12 @@ fn service_main(_args: Vec<OsString>) {
             tracing::warn!("cannot report service state {state:?}: {e}");
         }
     };
-    // START_PENDING until every pipe is bound: a driver started after the SCM says RUNNING must
-    // find the pipes there.
-    report(ServiceState::StartPending, 1, 0);
-    let stopping = Arc::new(AtomicBool::new(false));
-    let ticker_flag = stopping.clone();
-    let result = crate::run_until(
+    crate::service_lifecycle::run(
         flags,
-        || report(ServiceState::Running, 0, 0),
+        report,
         async move {
             let _ = stop_rx.wait_for(|s| *s).await;
-            // STOP_PENDING at once, then a new checkpoint every few seconds while endpoints close
-            // and running host calls finish (at most STOP_LIMIT), so the SCM sees progress.
-            report(ServiceState::StopPending, 1, 0);
-            std::thread::spawn(move || {
-                let mut checkpoint = 2;
-                while !ticker_flag.load(Ordering::Relaxed) {
-                    std::thread::sleep(TICK);
-                    if ticker_flag.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    report(ServiceState::StopPending, checkpoint, 0);
-                    checkpoint += 1;
-                }
-            });
         },
-        Some(STOP_LIMIT),
+        TICK,
     );
-    stopping.store(true, Ordering::Relaxed);
-    // ERROR_SERVICE_SPECIFIC_ERROR would need a second code; a generic failure code (1) tells
-    // the SCM the service failed so its recovery actions (`sc.exe failure` with
-    // `sc.exe failureflag csiproxy 1`) apply.
-    let exit = if result.is_ok() { 0 } else { 1 };
-    report(ServiceState::Stopped, 0, exit);
 }

@@ -1,0 +1,154 @@
+//! What a service manager is told over the daemon's life, on every platform the same
+//! (`windows_service.rs` turns it into SCM statuses; on Linux the tests watch it):
+//! START_PENDING until every endpoint is bound, RUNNING then, STOP_PENDING as soon as a stop is
+//! asked for with a new checkpoint every [`TICK`] while endpoints close and running host calls
+//! finish (at most [`STOP_LIMIT`]), and STOPPED with exit code 1 when the daemon failed.
+//! "SetServiceStatus": a pending state's checkpoint must grow before its wait hint passes, or
+//! the SCM takes the service for hung.
+
+use crate::flags::Flags;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// How often a new STOP_PENDING checkpoint is reported while stopping.
+pub const TICK: Duration = Duration::from_secs(3);
+/// How long host calls still running at stop are waited for before the process ends.
+pub const STOP_LIMIT: Duration = Duration::from_secs(60);
+
+/// A state the service manager is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Starting: the endpoints are not all bound yet.
+    StartPending,
+    /// Serving.
+    Running,
+    /// Stopping.
+    StopPending,
+    /// Stopped.
+    Stopped,
+}
+
+/// Runs the daemon with `flags` until `stop` completes, reporting each phase to `report`
+/// (`phase`, `checkpoint`, `exit code`). `tick` is how often STOP_PENDING advances.
+pub fn run(
+    flags: Flags,
+    report: impl Fn(Phase, u32, u32) + Send + Sync + 'static,
+    stop: impl Future<Output = ()>,
+    tick: Duration,
+) {
+    let report = Arc::new(report);
+    report(Phase::StartPending, 1, 0);
+    let stopping = Arc::new(AtomicBool::new(false));
+    let (ticker_flag, ticker_report) = (stopping.clone(), report.clone());
+    let ready = report.clone();
+    let result = crate::run_until(
+        flags,
+        move || ready(Phase::Running, 0, 0),
+        async move {
+            stop.await;
+            ticker_report(Phase::StopPending, 1, 0);
+            std::thread::spawn(move || {
+                let mut checkpoint = 2;
+                loop {
+                    std::thread::sleep(tick);
+                    if ticker_flag.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    ticker_report(Phase::StopPending, checkpoint, 0);
+                    checkpoint += 1;
+                }
+            });
+        },
+        Some(STOP_LIMIT),
+    );
+    stopping.store(true, Ordering::Relaxed);
+    // A generic failure code (1) tells the service manager the service failed, so its recovery
+    // actions apply (on Windows with `sc.exe failureflag csiproxy 1`).
+    report(Phase::Stopped, 0, if result.is_ok() { 0 } else { 1 });
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use std::sync::Mutex;
+
+    /// What was reported: phase, checkpoint, exit code, and whether the sockets were there.
+    type Seen = Arc<Mutex<Vec<(Phase, u32, u32, bool)>>>;
+
+    fn flags(dir: &std::path::Path) -> Flags {
+        Flags::try_parse_from([
+            "csi-proxy".to_string(),
+            format!("--socket-dir={}", dir.join("run").display()),
+            format!("--state-dir={}", dir.join("state").display()),
+            format!("--kubelet-path={}", dir.join("kubelet").display()),
+        ])
+        .unwrap()
+    }
+
+    /// RUNNING only once the sockets are bound; STOP_PENDING at once on stop, STOPPED with exit
+    /// code 0 after a clean stop; a daemon that cannot start reports STOPPED with exit code 1.
+    #[test]
+    fn the_service_manager_is_told_the_truth() {
+        use std::os::unix::fs::MetadataExt;
+        if std::fs::metadata("/proc/self").map_or(true, |m| m.uid() != 0) {
+            eprintln!("SKIPPED: the daemon's Linux start-up checks need root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("kubelet")).unwrap();
+        let sockets = dir.path().join("run");
+        let seen: Seen = Arc::default();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let (log, probe) = (seen.clone(), sockets.join("csi-proxy-volume-v1.sock"));
+        let f = flags(dir.path());
+        let daemon = std::thread::spawn(move || {
+            run(
+                f,
+                move |p, c, e| log.lock().unwrap().push((p, c, e, probe.exists())),
+                async move {
+                    let _ = stop_rx.await;
+                },
+                Duration::from_millis(50),
+            )
+        });
+        for _ in 0..500 {
+            if seen.lock().unwrap().iter().any(|s| s.0 == Phase::Running) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        stop_tx.send(()).unwrap();
+        daemon.join().unwrap();
+        let seen = seen.lock().unwrap().clone();
+        let phases: Vec<Phase> = seen.iter().map(|s| s.0).collect();
+        assert_eq!(phases.first(), Some(&Phase::StartPending), "{seen:?}");
+        let running = seen.iter().find(|s| s.0 == Phase::Running).unwrap();
+        assert!(
+            running.3,
+            "RUNNING was reported before the sockets were bound"
+        );
+        let stop_at = phases
+            .iter()
+            .position(|p| *p == Phase::StopPending)
+            .unwrap();
+        assert!(stop_at > phases.iter().position(|p| *p == Phase::Running).unwrap());
+        assert_eq!(seen.last().map(|s| (s.0, s.2)), Some((Phase::Stopped, 0)));
+
+        // A daemon that cannot start (its socket directory is a file) ends with exit code 1.
+        let bad = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(bad.path().join("kubelet")).unwrap();
+        std::fs::write(bad.path().join("run"), b"not a directory").unwrap();
+        let seen: Arc<Mutex<Vec<(Phase, u32)>>> = Arc::default();
+        let log = seen.clone();
+        run(
+            flags(bad.path()),
+            move |p, _, e| log.lock().unwrap().push((p, e)),
+            std::future::pending(),
+            Duration::from_millis(50),
+        );
+        assert_eq!(seen.lock().unwrap().last(), Some(&(Phase::Stopped, 1)));
+    }
+}
