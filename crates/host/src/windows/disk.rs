@@ -17,7 +17,6 @@ use crate::windows_data::storage;
 use csi_proxy_core::disk::{DiskHost, DiskIds, DiskLocation, DiskUsage};
 use csi_proxy_core::{Error, Kind, Result};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// How long PartitionDisk waits for the new partition's volume to appear: the volume manager
@@ -26,36 +25,9 @@ pub const VOLUME_ARRIVAL_LIMIT: Duration = Duration::from_secs(30);
 /// The pause between two looks for the new volume.
 const VOLUME_ARRIVAL_POLL: Duration = Duration::from_millis(100);
 
-/// The Windows disk host.
-#[derive(Clone)]
-pub struct WindowsDiskHost {
-    os: Arc<dyn Win32>,
-}
-
-impl std::fmt::Debug for WindowsDiskHost {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("WindowsDiskHost")
-    }
-}
-
-#[cfg(windows)]
-impl Default for WindowsDiskHost {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl WindowsDiskHost {
-    /// A host acting on this machine's disks.
-    #[cfg(windows)]
-    pub fn new() -> Self {
-        Self::with_os(Arc::new(super::win32::SystemWin32::default()))
-    }
-
-    /// A host acting through `os` (the real Windows, or the simulated one in tests).
-    pub fn with_os(os: Arc<dyn Win32>) -> Self {
-        Self { os }
-    }
+super::os::seam_host! {
+    /// The Windows disk host.
+    WindowsDiskHost
 }
 
 /// `\\.\PhysicalDriveN`.

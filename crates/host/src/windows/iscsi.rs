@@ -15,7 +15,6 @@ use super::os::{IscsiSession, OsError, Win32, Win32Result, code};
 use crate::windows_data::iscsi::{self as data, FILE_DEVICE_DISK, isdsc};
 use csi_proxy_core::iscsi::{Chap, IscsiHost, Secret, TargetPortal};
 use csi_proxy_core::{Error, Kind, Result};
-use std::sync::Arc;
 
 /// What an RPC answers where the initiator or one of its functions is missing.
 const NOT_AVAILABLE: &str = "the iSCSI initiator (iscsidsc.dll) is not available on this host";
@@ -23,36 +22,9 @@ const NOT_AVAILABLE: &str = "the iSCSI initiator (iscsidsc.dll) is not available
 /// How often a size-query-then-fetch call is retried when the data grew in between.
 const FETCH_ATTEMPTS: usize = 8;
 
-/// The Windows iSCSI host.
-#[derive(Clone)]
-pub struct WindowsIscsiHost {
-    os: Arc<dyn Win32>,
-}
-
-impl std::fmt::Debug for WindowsIscsiHost {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("WindowsIscsiHost")
-    }
-}
-
-#[cfg(windows)]
-impl Default for WindowsIscsiHost {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl WindowsIscsiHost {
-    /// The host. `iscsidsc.dll` is loaded on first use, not here.
-    #[cfg(windows)]
-    pub fn new() -> Self {
-        Self::with_os(Arc::new(super::win32::SystemWin32::default()))
-    }
-
-    /// A host acting through `os` (the real Windows, or the simulated one in tests).
-    pub fn with_os(os: Arc<dyn Win32>) -> Self {
-        Self { os }
-    }
+super::os::seam_host! {
+    /// The Windows iSCSI host (`iscsidsc.dll` is loaded on first use, not at creation).
+    WindowsIscsiHost
 }
 
 /// Whether `iscsidsc.dll` and every function this host needs could be loaded.

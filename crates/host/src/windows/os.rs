@@ -387,6 +387,48 @@ pub trait Win32: Send + Sync {
     fn sleep(&self, d: Duration);
 }
 
+/// Declares a Windows host over the seam: the struct holding its [`Win32`], `new()` acting on
+/// this machine (Windows only) and `with_os` acting through any seam (the simulated Windows in
+/// tests).
+macro_rules! seam_host {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone)]
+        pub struct $name {
+            os: std::sync::Arc<dyn $crate::windows::os::Win32>,
+        }
+
+        impl std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(stringify!($name))
+            }
+        }
+
+        #[cfg(windows)]
+        impl Default for $name {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+
+        impl $name {
+            /// A host acting on this machine.
+            #[cfg(windows)]
+            pub fn new() -> Self {
+                Self::with_os(std::sync::Arc::new(
+                    $crate::windows::win32::SystemWin32::default(),
+                ))
+            }
+
+            /// A host acting through `os` (the real Windows, or the simulated one in tests).
+            pub fn with_os(os: std::sync::Arc<dyn $crate::windows::os::Win32>) -> Self {
+                Self { os }
+            }
+        }
+    };
+}
+pub(crate) use seam_host;
+
 /// Opens a device through the seam.
 pub fn open<'a>(os: &'a dyn Win32, path: &str, write: bool) -> Win32Result<Handle<'a>> {
     os.open_raw(path, write).map(|raw| Handle { os, raw })

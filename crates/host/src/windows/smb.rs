@@ -13,11 +13,10 @@
 //! `local_path` becomes a directory symbolic link to `\\server\share\sub\` (the target form the
 //! PowerShell-era upstream stored, which drivers read back with `readlink`).
 
-use super::os::{OsError, Win32, os_error, wmi_retrying};
+use super::os::{OsError, os_error, wmi_retrying};
 use crate::reparse::{self, LinkDestination};
 use csi_proxy_core::smb::{MappingInfo, MappingState, SmbHost, SmbLinkUse, SmbMapping};
 use csi_proxy_core::{Error, Kind, Result};
-use std::sync::Arc;
 use std::time::Duration;
 
 const NEW: &str = "NewSmbGlobalMapping";
@@ -25,36 +24,9 @@ const REMOVE: &str = "RemoveSmbGlobalMapping";
 /// How long the share root may take to answer before a mapping counts as inaccessible.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The Windows SMB host.
-#[derive(Clone)]
-pub struct WindowsSmbHost {
-    os: Arc<dyn Win32>,
-}
-
-impl std::fmt::Debug for WindowsSmbHost {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("WindowsSmbHost")
-    }
-}
-
-#[cfg(windows)]
-impl Default for WindowsSmbHost {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl WindowsSmbHost {
-    /// A host acting on this machine's mappings.
-    #[cfg(windows)]
-    pub fn new() -> Self {
-        Self::with_os(Arc::new(super::win32::SystemWin32::default()))
-    }
-
-    /// A host acting through `os` (the real Windows, or the simulated one in tests).
-    pub fn with_os(os: Arc<dyn Win32>) -> Self {
-        Self { os }
-    }
+super::os::seam_host! {
+    /// The Windows SMB host.
+    WindowsSmbHost
 }
 
 /// The `Credential` in-parameter: `user:password` with `\` → `\\` and `:` → `\:` in the user.

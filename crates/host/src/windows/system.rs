@@ -7,7 +7,6 @@
 use super::os::{OsError, Win32, code, os_error};
 use csi_proxy_core::system::{ServiceInfo, ServiceStatus, StartType, SystemHost};
 use csi_proxy_core::{Error, Kind, Result};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// How long StartService/StopService wait for the service to reach the state (upstream: 30 s).
@@ -23,36 +22,9 @@ const SCM_KINDS: &[(u32, Kind)] = &[
     (code::SERVICE_CANNOT_ACCEPT_CTRL, Kind::Unavailable),
 ];
 
-/// The Windows system host.
-#[derive(Clone)]
-pub struct WindowsSystemHost {
-    os: Arc<dyn Win32>,
-}
-
-impl std::fmt::Debug for WindowsSystemHost {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("WindowsSystemHost")
-    }
-}
-
-#[cfg(windows)]
-impl Default for WindowsSystemHost {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl WindowsSystemHost {
-    /// A host acting on the local machine.
-    #[cfg(windows)]
-    pub fn new() -> Self {
-        Self::with_os(Arc::new(super::win32::SystemWin32::default()))
-    }
-
-    /// A host acting through `os` (the real Windows, or the simulated one in tests).
-    pub fn with_os(os: Arc<dyn Win32>) -> Self {
-        Self { os }
-    }
+super::os::seam_host! {
+    /// The Windows system host.
+    WindowsSystemHost
 }
 
 /// The SMBIOS System Information serial number of the machine this runs on, `Ok(None)` when
