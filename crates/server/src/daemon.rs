@@ -2,7 +2,7 @@
 
 use crate::transport::accept::AcceptBackoff;
 use crate::transport::authority::AuthorityFix;
-use crate::transport::deadline::HandshakeDeadline;
+use crate::transport::handshake_timeout::HandshakeTimeout;
 use std::future::Future;
 use std::io;
 use std::time::Duration;
@@ -214,9 +214,9 @@ fn ended<E: std::fmt::Display>(
 fn connections<C>(
     accepted: impl Stream<Item = io::Result<C>>,
     endpoint: String,
-) -> impl Stream<Item = io::Result<AuthorityFix<HandshakeDeadline<C>>>> {
+) -> impl Stream<Item = io::Result<AuthorityFix<HandshakeTimeout<C>>>> {
     tokio_stream::StreamExt::map(AcceptBackoff::new(accepted, endpoint), |c| {
-        c.map(|c| AuthorityFix::new(HandshakeDeadline::new(c)))
+        c.map(|c| AuthorityFix::new(HandshakeTimeout::new(c)))
     })
 }
 

@@ -20,14 +20,14 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(120);
 const PREFACE_LEN: usize = 24;
 
 /// A connection that fails its reads if the client preface does not arrive in time.
-pub struct HandshakeDeadline<IO> {
+pub struct HandshakeTimeout<IO> {
     io: IO,
     /// Running until the preface has been read; `None` afterwards.
     timer: Option<Pin<Box<Sleep>>>,
     received: usize,
 }
 
-impl<IO> HandshakeDeadline<IO> {
+impl<IO> HandshakeTimeout<IO> {
     /// Wraps a freshly accepted connection with the default [`HANDSHAKE_TIMEOUT`].
     /// Must be called inside a tokio runtime.
     pub fn new(io: IO) -> Self {
@@ -36,7 +36,7 @@ impl<IO> HandshakeDeadline<IO> {
 
     /// Wraps a connection with a custom timeout.
     pub fn with_timeout(io: IO, timeout: Duration) -> Self {
-        HandshakeDeadline {
+        HandshakeTimeout {
             io,
             timer: Some(Box::pin(tokio::time::sleep(timeout))),
             received: 0,
@@ -49,7 +49,7 @@ impl<IO> HandshakeDeadline<IO> {
     }
 }
 
-impl<IO: AsyncRead + Unpin> AsyncRead for HandshakeDeadline<IO> {
+impl<IO: AsyncRead + Unpin> AsyncRead for HandshakeTimeout<IO> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -78,7 +78,7 @@ impl<IO: AsyncRead + Unpin> AsyncRead for HandshakeDeadline<IO> {
     }
 }
 
-write_through_wrapper!(HandshakeDeadline);
+write_through_wrapper!(HandshakeTimeout);
 
 #[cfg(test)]
 mod tests {
@@ -88,7 +88,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_silent_connection_is_closed_after_the_timeout() {
         let (server, _client) = tokio::io::duplex(64);
-        let mut conn = HandshakeDeadline::with_timeout(server, Duration::from_secs(5));
+        let mut conn = HandshakeTimeout::with_timeout(server, Duration::from_secs(5));
         let mut buf = [0u8; 8];
         let err = conn.read(&mut buf).await.unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
@@ -97,7 +97,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn after_the_preface_no_timer_applies() {
         let (server, mut client) = tokio::io::duplex(64);
-        let mut conn = HandshakeDeadline::with_timeout(server, Duration::from_secs(5));
+        let mut conn = HandshakeTimeout::with_timeout(server, Duration::from_secs(5));
         client
             .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
             .await
@@ -115,7 +115,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_partial_preface_does_not_stop_the_timer() {
         let (server, mut client) = tokio::io::duplex(64);
-        let mut conn = HandshakeDeadline::with_timeout(server, Duration::from_secs(5));
+        let mut conn = HandshakeTimeout::with_timeout(server, Duration::from_secs(5));
         client.write_all(b"PRI * HTTP").await.unwrap();
         let mut buf = [0u8; 64];
         let n = conn.read(&mut buf).await.unwrap();
