@@ -131,7 +131,16 @@ impl Report {
         let cells: Vec<Vec<String>> = self
             .rows
             .iter()
-            .map(|r| r.iter().map(cell).collect())
+            .map(|r| {
+                r.iter()
+                    .zip(self.columns.iter())
+                    .map(|(v, c)| match v.as_u64() {
+                        // Sizes for people in the table; JSON keeps the bytes.
+                        Some(n) if BYTE_COLUMNS.contains(c) => human_bytes(n),
+                        _ => cell(v),
+                    })
+                    .collect()
+            })
             .collect();
         let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
         for r in &cells {
@@ -159,6 +168,24 @@ impl Report {
         }
         out
     }
+}
+
+/// Columns whose numbers are byte counts.
+const BYTE_COLUMNS: [&str; 2] = ["size", "used"];
+
+/// `n` bytes in binary units with one decimal (`10.0 GiB`, `512.0 MiB`), bytes below 1 KiB.
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut value = n as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
 }
 
 fn cell(v: &Value) -> String {
@@ -503,6 +530,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn sizes_are_for_people_in_tables_and_bytes_in_json() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(10 << 30), "10.0 GiB");
+        assert_eq!(human_bytes(u64::MAX), "16.0 EiB");
+        let mut r = Report::new("volumes", &["id", "size", "used"]);
+        r.rows.push(vec![json!("v"), json!(512u64 << 20), json!(7)]);
+        let table = r.to_table();
+        assert!(
+            table.contains("512.0 MiB") && table.contains("7 B"),
+            "{table}"
+        );
+        assert_eq!(r.to_json()["volumes"][0]["size"], json!(512u64 << 20));
+    }
+
+    #[test]
     fn tables_align_and_render_nulls_and_lists() {
         let mut r = Report::new("things", &["id", "size", "mount_points", "ok"]);
         r.rows.push(vec![
@@ -516,7 +560,7 @@ mod tests {
         assert_eq!(
             r.to_table(),
             "ID       SIZE  MOUNT POINTS  OK\n\
-             a        10    /x,/y         yes\n\
+             a        10 B  /x,/y         yes\n\
              long-id  -     -             no\n"
         );
         let j = r.to_json();
