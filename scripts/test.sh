@@ -13,6 +13,8 @@
 #     test            cargo test --workspace (Linux; as root, with loop devices and mounts)
 #     test-windows    cargo test --target x86_64-pc-windows-gnu -p csi-proxy-core
 #                     -p csi-proxy-host -p csi-proxy-server, run under wine
+#     manifests       deploy/ manifests against Kubernetes' own schemas (kubernetes-validate from
+#                     PyPI, in a venv) and the systemd unit through systemd-analyze verify
 #     fuzz-smoke      the fuzz corpus and regressions replayed (cargo test in fuzz/), then each
 #                     cargo-fuzz target for FUZZ_SMOKE_SECONDS (default 20) on stable
 #                     (scripts/fuzz.sh; installs cargo-fuzz if missing)
@@ -41,8 +43,10 @@ APT_PACKAGES=(
     util-linux                             # losetup, mount, flock
     tgt                                    # userspace iSCSI target (tgtd) for the iSCSI tests
     open-iscsi                             # iscsiadm: iSCSI login tests (run where iscsi_tcp exists)
+    python3-venv                           # a venv for kubernetes-validate (manifests step)
+    systemd                                # systemd-analyze verify (manifests step)
 )
-ALL_STEPS=(install wine-setup fmt clippy clippy-windows test test-windows fuzz-smoke)
+ALL_STEPS=(install wine-setup fmt clippy clippy-windows test test-windows manifests fuzz-smoke)
 
 usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
 
@@ -138,6 +142,33 @@ step_test_windows() {
     # The runner in .cargo/config.toml (scripts/wine-run.sh) runs each test binary under wine.
     cargo test "${CARGO_FLAGS[@]}" --no-fail-fast --target "$WINDOWS_TARGET" \
         -p csi-proxy-core -p csi-proxy-host -p csi-proxy-server
+}
+
+step_manifests() {
+    # Kubernetes' schemas as the kubernetes-validate package ships them (no cluster needed).
+    local venv="${CSI_PROXY_VENV:-$HOME/.csi-proxy-venv}"
+    if [[ ! -x "$venv/bin/kubernetes-validate" ]]; then
+        python3 -m venv "$venv"
+        "$venv/bin/pip" install --quiet "kubernetes-validate>=1.30"
+    fi
+    "$venv/bin/kubernetes-validate" --strict deploy/linux/*.yaml deploy/windows/*.yaml
+    # The unit as shipped, with ExecStart pointing at the binary just built (verify also checks
+    # that the executable exists).
+    cargo build "${CARGO_FLAGS[@]}" -p csi-proxy
+    local dir
+    dir="$(mktemp -d)"
+    sed "s#/usr/local/bin/csi-proxy#$ROOT/target/debug/csi-proxy#" deploy/linux/csi-proxy.service \
+        > "$dir/csi-proxy.service"
+    local out rc=0
+    out="$(systemd-analyze verify "$dir/csi-proxy.service" 2>&1)" || rc=$?
+    rm -rf "$dir"
+    # verify also reports on units the file refers to that this machine lacks; only lines about
+    # csi-proxy.service itself (an unknown key, a bad value) count, and it exits 0 for those.
+    if [[ $rc -ne 0 ]] || grep -q 'csi-proxy\.service' <<<"$out"; then
+        echo "$out" >&2
+        return 1
+    fi
+    echo "deploy/linux/csi-proxy.service verified"
 }
 
 step_fuzz_smoke() {
