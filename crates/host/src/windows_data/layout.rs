@@ -193,10 +193,20 @@ impl std::fmt::Display for PlanError {
     }
 }
 
+/// The end of a GPT layout's usable area. Offsets are signed 64-bit in the structures written
+/// back, so a usable area reaching past `i64::MAX` (a layout that lies) has no room for a
+/// partition that can be described: `None`.
+fn usable_end(layout: &Layout) -> Option<u64> {
+    layout
+        .usable_start
+        .checked_add(layout.usable_length)
+        .filter(|end| i64::try_from(*end).is_ok())
+}
+
 /// The largest free extent of a GPT layout: `(start, end)` in bytes, end exclusive, with start
 /// aligned up to [`ALIGNMENT`] and end aligned down to `sector`.
 fn largest_free(layout: &Layout, sector: u64) -> Option<(u64, u64)> {
-    let usable_end = layout.usable_start.checked_add(layout.usable_length)?;
+    let usable_end = usable_end(layout)?;
     let mut used: Vec<(u64, u64)> = layout
         .partitions
         .iter()
@@ -324,14 +334,13 @@ pub fn msr_entry(layout: &Layout, sector: u64, id: Guid) -> Option<NewEntry> {
     }
     let sector = sector.max(1);
     let start = layout.usable_start.div_ceil(sector) * sector;
-    (start.checked_add(MSR_SIZE)? <= layout.usable_start.checked_add(layout.usable_length)?)
-        .then_some(NewEntry {
-            start,
-            length: MSR_SIZE,
-            gpt_type: MSR,
-            id,
-            attributes: 0,
-        })
+    (start.checked_add(MSR_SIZE)? <= usable_end(layout)?).then_some(NewEntry {
+        start,
+        length: MSR_SIZE,
+        gpt_type: MSR,
+        id,
+        attributes: 0,
+    })
 }
 
 impl Layout {
@@ -573,5 +582,16 @@ mod tests {
         assert_eq!(back.partitions[1].gpt_type, Some(BASIC_DATA));
         // A disk with partitions, or an MBR one, gets none.
         assert_eq!(msr_entry(&planned, 512, Guid::default()), None);
+    }
+
+    /// Found by the `windows_buffers` fuzz target: a usable area ending past `i64::MAX` made
+    /// PartitionDisk plan a partition whose offset could not be written (negative once signed).
+    #[test]
+    fn a_usable_area_past_the_signed_range_gets_no_partition() {
+        let mut l = parse_drive_layout(&gpt(&[])).unwrap();
+        l.usable_start = i64::MAX as u64 - 4096;
+        l.usable_length = 10 * GIB;
+        assert_eq!(msr_entry(&l, 512, Guid::default()), None);
+        assert_eq!(plan_data_partition(&l, 512), Err(PlanError::NoSpace));
     }
 }
