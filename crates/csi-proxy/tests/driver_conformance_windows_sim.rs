@@ -65,23 +65,22 @@ impl SimDaemon {
         );
         let sockets = dir.path().join("run");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(daemon::serve(
+        let (ready_tx, ready) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(daemon::serve_and_tell(
             registry::endpoints(&s),
             Listen::Unix {
                 dir: sockets.clone(),
                 gid: None,
             },
+            move || {
+                let _ = ready_tx.send(());
+            },
             async move {
                 let _ = stopped.await;
             },
         ));
-        let last = sockets.join("csi-proxy-volume-v1.sock");
-        for _ in 0..500 {
-            if last.exists() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        // Every endpoint is bound and served once the daemon says so.
+        ready.await.expect("the daemon serves");
         SimDaemon {
             sim,
             connector: csi_proxy_client::Connector::SocketDir(sockets),
