@@ -46,7 +46,19 @@ async fn every_rpc_of_every_version_survives_hostile_input() {
             }
             let body = contract.encode(&rpc.input, variant);
             let what = format!("{}/{} {}", rpc.group, rpc.version, rpc.method);
-            let r = call_raw(ch, &rpc.path, body, Some(Duration::from_secs(30))).await;
+            let mut r = call_raw(ch, &rpc.path, body.clone(), Some(Duration::from_secs(30))).await;
+            // A request that is not valid protobuf is answered at once, before its body is read
+            // to the end, and the stream is then reset; on a loaded machine the client can see
+            // the reset before the answer and report CANCELLED. The daemon's answer is what is
+            // checked here, so such a request is sent again (a few times at most).
+            for _ in 0..5 {
+                let raced = matches!(variant, Variant::InvalidUtf8 | Variant::Truncated)
+                    && matches!(&r, Err(s) if s.code() == Code::Cancelled);
+                if !raced {
+                    break;
+                }
+                r = call_raw(ch, &rpc.path, body.clone(), Some(Duration::from_secs(30))).await;
+            }
             calls += 1;
             assert_precise(&rpc.group, &what, variant, &r);
             let code = r.as_ref().map(|_| Code::Ok).unwrap_or_else(|s| s.code());
