@@ -157,7 +157,8 @@ step_manifests() {
     cargo build "${CARGO_FLAGS[@]}" -p csi-proxy
     local dir
     dir="$(mktemp -d)"
-    sed "s#/usr/local/bin/csi-proxy#$ROOT/target/debug/csi-proxy#" deploy/linux/csi-proxy.service \
+    sed "s#/usr/local/bin/csi-proxy#${CARGO_TARGET_DIR:-$ROOT/target}/debug/csi-proxy#" \
+        deploy/linux/csi-proxy.service \
         > "$dir/csi-proxy.service"
     local out rc=0
     out="$(systemd-analyze verify "$dir/csi-proxy.service" 2>&1)" || rc=$?
