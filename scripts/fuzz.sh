@@ -16,7 +16,9 @@
 #
 # Environment: FUZZ_JOBS (default 1) parallel libFuzzer jobs per target; FUZZ_CORPUS_RO=1 runs
 # against a temporary copy of the corpus, leaving fuzz/corpus/ unchanged; FUZZ_DEV=1 builds
-# without optimisation (builds in a fraction of the time, runs slower: for CI smoke runs).
+# without optimisation (builds in a fraction of the time, runs slower: for CI smoke runs);
+# FUZZ_UNIT_TIMEOUT seconds one input may take before it is reported as a hang (10, or 120 with
+# FUZZ_DEV=1).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -38,7 +40,13 @@ TOOLCHAIN=(+stable)
 command -v rustup >/dev/null 2>&1 || TOOLCHAIN=()
 
 BUILD=()
-[[ "${FUZZ_DEV:-}" == 1 ]] && BUILD=(--dev)
+# One input may take this long before it counts as a hang: 10 s optimised; an unoptimised build
+# (FUZZ_DEV=1) runs the same input tens of times slower, so it gets 120 s.
+UNIT_TIMEOUT="${FUZZ_UNIT_TIMEOUT:-10}"
+if [[ "${FUZZ_DEV:-}" == 1 ]]; then
+    BUILD=(--dev)
+    UNIT_TIMEOUT="${FUZZ_UNIT_TIMEOUT:-120}"
+fi
 
 status=0
 for t in "${TARGETS[@]}"; do
@@ -51,7 +59,8 @@ for t in "${TARGETS[@]}"; do
     fi
     echo "==> fuzz $t for ${SECONDS_EACH}s"
     if ! cargo "${TOOLCHAIN[@]}" fuzz run "${BUILD[@]}" "$t" "$corpus" --jobs "${FUZZ_JOBS:-1}" -- \
-        -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1; then
+        -max_total_time="$SECONDS_EACH" -timeout="$UNIT_TIMEOUT" -rss_limit_mb=2048 \
+        -print_final_stats=1; then
         echo "fuzz.sh: target $t FAILED (see fuzz/artifacts/$t/)" >&2
         status=1
     fi
