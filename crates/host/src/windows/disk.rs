@@ -88,16 +88,26 @@ pub(super) fn volume_device(volume: &str) -> String {
     volume.trim_end_matches('\\').replacen(r"\\?\", r"\\.\", 1)
 }
 
-/// The disk extents of a volume (`IOCTL_VOLUME_GET_VOLUME_DISK_EXTENTS`: "retrieves the
-/// physical location of a specified volume on one or more disks").
+/// The disk extents of a volume as the OS answered (`IOCTL_VOLUME_GET_VOLUME_DISK_EXTENTS`:
+/// "retrieves the physical location of a specified volume on one or more disks"): the OS's
+/// error as it came, for callers that tell errors apart; `Ok(Err)` for a malformed answer.
+fn query_extents(
+    h: &Handle<'_>,
+) -> os::Win32Result<std::result::Result<Vec<storage::DiskExtent>, storage::ParseError>> {
+    // Room for four extents first; a volume on more gets ERROR_MORE_DATA and a larger buffer.
+    ioctl(h, io::VOLUME_GET_VOLUME_DISK_EXTENTS, &[], 8 + 24 * 4)
+        .map(|out| storage::parse_volume_disk_extents(&out))
+}
+
+/// The disk extents of a volume; any failure is an error naming `object`.
 pub(super) fn volume_extents(
     op: &str,
     object: &str,
     h: &Handle<'_>,
 ) -> Result<Vec<storage::DiskExtent>> {
-    let out = ioctl(h, io::VOLUME_GET_VOLUME_DISK_EXTENTS, &[], 8 + 24 * 4)
-        .map_err(|e| os_error(op, object, &e, &[]))?;
-    storage::parse_volume_disk_extents(&out).map_err(|e| Error::new(Kind::Internal, op, object, e))
+    query_extents(h)
+        .map_err(|e| os_error(op, object, &e, &[]))?
+        .map_err(|e| Error::new(Kind::Internal, op, object, e))
 }
 
 /// The disks holding the volume that `path` (a file or a directory) lies on.
@@ -224,9 +234,10 @@ pub(super) fn mount_points_on(os: &dyn Win32, op: &str, disk: u32) -> Result<Vec
             Err(e) if e.kind() == Kind::NotFound => continue,
             Err(e) => return Err(os_error(op, &volume, &e, &[]).context(context())),
         };
-        let extents = match ioctl(&h, io::VOLUME_GET_VOLUME_DISK_EXTENTS, &[], 8 + 24 * 4) {
-            Ok(b) => storage::parse_volume_disk_extents(&b)
-                .map_err(|e| Error::new(Kind::Internal, op, &volume, e).context(context()))?,
+        let extents = match query_extents(&h) {
+            Ok(parsed) => {
+                parsed.map_err(|e| Error::new(Kind::Internal, op, &volume, e).context(context()))?
+            }
             Err(e) if on_no_disk(&e) => continue,
             Err(e) => return Err(os_error(op, &volume, &e, &[]).context(context())),
         };
@@ -283,9 +294,9 @@ fn volume_at_offset(os: &dyn Win32, disk: u32, offset: u64) -> Option<String> {
         let Ok(h) = os::open(os, &volume_device(volume), false) else {
             return false;
         };
-        let on_it = ioctl(&h, io::VOLUME_GET_VOLUME_DISK_EXTENTS, &[], 8 + 24 * 4)
+        let on_it = query_extents(&h)
             .ok()
-            .and_then(|b| storage::parse_volume_disk_extents(&b).ok())
+            .and_then(std::result::Result::ok)
             .is_some_and(|x| {
                 x.iter()
                     .any(|e| e.disk_number == disk && e.starting_offset == offset)

@@ -252,12 +252,13 @@ impl State {
         Some(index)
     }
 
-    /// Whether the volume can be seen (its disk is online).
+    /// Whether the volume can be seen: its disk is online and still has its partition.
     fn visible(&self, v: usize) -> bool {
-        self.volumes
-            .get(v)
-            .and_then(|v| self.disks.get(&v.disk))
-            .is_some_and(|d| !d.offline && d.parts.iter().any(|_| true))
+        self.volumes.get(v).is_some_and(|vol| {
+            self.disks
+                .get(&vol.disk)
+                .is_some_and(|d| !d.offline && d.parts.iter().any(|p| p.number == vol.partition))
+        })
     }
 
     /// The volume one of whose GUID paths (or device paths) is `name`.

@@ -109,8 +109,10 @@ fn open_volume<'a>(
 }
 
 /// The disk number of the volume's first extent.
-fn first_disk(op: &str, id: &str, h: &Handle<'_>) -> Result<u32> {
-    volume_extents(op, &shown(id), h)?
+fn first_disk(os: &dyn Win32, op: &str, id: &str) -> Result<u32> {
+    let v = name(op, id)?;
+    let h = open_volume(os, op, id, &v, false)?;
+    volume_extents(op, &shown(id), &h)?
         .first()
         .map(|e| e.disk_number)
         .ok_or_else(|| {
@@ -499,10 +501,7 @@ impl VolumeHost for WindowsVolumeHost {
     }
 
     fn get_disk_number_from_volume_id(&self, id: &str) -> Result<u32> {
-        const OP: &str = "GetDiskNumberFromVolumeID";
-        let v = name(OP, id)?;
-        let h = open_volume(self.os(), OP, id, &v, false)?;
-        first_disk(OP, id, &h)
+        first_disk(self.os(), "GetDiskNumberFromVolumeID", id)
     }
 
     fn get_volume_id_from_target_path(&self, target: &str) -> Result<String> {
@@ -543,18 +542,11 @@ impl VolumeHost for WindowsVolumeHost {
     }
 
     fn volume_disk_number(&self, id: &str) -> Result<u32> {
-        const OP: &str = "locating";
-        let v = name(OP, id)?;
-        let h = open_volume(self.os(), OP, id, &v, false)?;
-        first_disk(OP, id, &h)
+        first_disk(self.os(), "locating", id)
     }
 
     fn volume_disk(&self, id: &str) -> Result<(u32, DiskUsage)> {
-        const OP: &str = "locating";
-        let v = name(OP, id)?;
-        let h = open_volume(self.os(), OP, id, &v, false)?;
-        let disk = first_disk(OP, id, &h)?;
-        drop(h);
+        let disk = first_disk(self.os(), "locating", id)?;
         Ok((
             disk,
             WindowsDiskHost::with_os(self.os.clone()).disk_usage(disk)?,
