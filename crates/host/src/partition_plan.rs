@@ -67,13 +67,17 @@ fn backup_only(t: &Gpt, tail: &[u8], sector: u64, total: u64) -> (Option<Gpt>, V
     let extra = backup
         .data_partitions()
         .into_iter()
-        .filter(|p| {
-            !primary
-                .iter()
-                .any(|q| q.unique_guid == p.unique_guid && q.first_lba == p.first_lba)
-        })
+        .filter(|p| !lists(&primary, p))
         .collect();
     (Some(backup), extra)
+}
+
+/// Whether `partitions` hold `p`: the same unique GUID starting at the same sector (its end may
+/// differ: a grown partition is the same one).
+fn lists(partitions: &[Partition], p: &Partition) -> bool {
+    partitions
+        .iter()
+        .any(|q| q.unique_guid == p.unique_guid && q.first_lba == p.first_lba)
 }
 
 /// How a partition a table lists is named in a refusal.
@@ -99,12 +103,8 @@ fn plan_from_tables(head: &[u8], tail: &[u8], sector: u64, total: u64) -> Result
                 // table that lies, which is refused rather than partitioned over.
                 let (backup, extra) = backup_only(&t, tail, sector, total);
                 if let (Some(backup), Some(p)) = (backup, extra.first()) {
-                    let newer = t.partitions().iter().all(|q| {
-                        backup
-                            .partitions()
-                            .iter()
-                            .any(|b| b.unique_guid == q.unique_guid && b.first_lba == q.first_lba)
-                    });
+                    let in_backup = backup.partitions();
+                    let newer = t.partitions().iter().all(|q| lists(&in_backup, q));
                     if !newer {
                         return Err(format!(
                             "the backup GPT lists {} that the primary does not, and they disagree \
