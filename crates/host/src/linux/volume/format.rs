@@ -80,6 +80,24 @@ impl FormatTarget for Formatting<'_> {
             FsType::Xfs => ("mkfs.xfs", vec!["-q", "-m", xfs_uuid.as_str()], "-f"),
         };
         if finishing {
+            // Our probe may have stopped at the unfinished filesystem of ours; before forcing
+            // mkfs over it, libblkid must find nothing else (no other UUID, not several
+            // signatures). A blank volume was already probed by libblkid in `content`.
+            match libblkid_content(&object, &node)? {
+                None => {}
+                Some(c) if c.id.is_some() && c.id.as_deref() == id => {}
+                Some(c) => {
+                    return Err(Error::new(
+                        Kind::FailedPrecondition,
+                        OP,
+                        &object,
+                        format!(
+                            "the volume already holds {}; refusing to format over it",
+                            c.shown
+                        ),
+                    ));
+                }
+            }
             // Finishing our own interrupted format: what it left may look like a filesystem.
             args.push(force);
         }
