@@ -22,6 +22,7 @@ use csi_proxy_core::paths::{LinkProbe, LinkTarget, PathPolicy, PathStyle};
 use csi_proxy_core::smb::SmbService;
 use csi_proxy_core::volume::VolumeService;
 use csi_proxy_host::windows::disk::WindowsDiskHost;
+use csi_proxy_host::windows::filesystem::WindowsFilesystemHost;
 use csi_proxy_host::windows::sim::SimWindows;
 use csi_proxy_host::windows::smb::WindowsSmbHost;
 use csi_proxy_host::windows::volume::WindowsVolumeHost;
@@ -48,7 +49,10 @@ impl SimDaemon {
         sim.mkdir(KUBELET);
         let dir = tempfile::tempdir().unwrap();
         let policy = Arc::new(PathPolicy::new(PathStyle::Windows, KUBELET, &[]).unwrap());
-        let fs = FilesystemService::new(sim.clone(), policy.clone());
+        let fs = FilesystemService::new(
+            Arc::new(WindowsFilesystemHost::with_os(sim.clone())),
+            policy.clone(),
+        );
         let mut s = Services::with_pending_groups(fs, true);
         s.disk = DiskService::new(Arc::new(WindowsDiskHost::with_os(sim.clone())), policy);
         s.smb = SmbService::new(
@@ -316,7 +320,8 @@ impl SmbDriver {
     /// own readlink); when there is one, the mapping is removed first (an error fails the
     /// unstage), then the staging link is removed.
     async fn unstage(&mut self, staging: &str) -> Result<(), tonic::Status> {
-        if let Ok(Some(LinkTarget::Path(remote))) = self.sim.link_target(staging) {
+        let node_fs = WindowsFilesystemHost::with_os(self.sim.clone());
+        if let Ok(Some(LinkTarget::Path(remote))) = node_fs.link_target(staging) {
             self.smb
                 .remove_smb_global_mapping(s1::RemoveSmbGlobalMappingRequest {
                     remote_path: remote.trim_end_matches('\\').into(),

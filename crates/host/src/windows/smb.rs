@@ -13,6 +13,7 @@
 //! `local_path` becomes a directory symbolic link to `\\server\share\sub\` (the target form the
 //! PowerShell-era upstream stored, which drivers read back with `readlink`).
 
+use super::os::files::{create_symlink, utf16};
 use super::os::{OsError, os_error, wmi_retrying};
 use crate::reparse::{self, LinkDestination};
 use csi_proxy_core::smb::{MappingInfo, MappingState, SmbHost, SmbLinkUse, SmbMapping};
@@ -176,7 +177,7 @@ impl SmbHost for WindowsSmbHost {
             target.push('\\');
         }
         let existing = os
-            .reparse_data(local_path)
+            .reparse_data(&utf16(local_path))
             .ok()
             .and_then(|d| reparse::parse(&d).ok())
             .and_then(|rp| rp.destination());
@@ -185,7 +186,7 @@ impl SmbHost for WindowsSmbHost {
         {
             return Ok(()); // a retry of the same request
         }
-        os.create_dir_symlink(&target, local_path).map_err(|e| {
+        create_symlink(os, &utf16(local_path), &utf16(&target), true).map_err(|e| {
             os_error(
                 NEW,
                 format!("creating link {local_path:?} to {remote_path:?}"),

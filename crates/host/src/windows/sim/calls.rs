@@ -16,7 +16,9 @@ impl Win32 for SimWindows {
     }
 
     fn close(&self, handle: u64) {
-        self.lock().handles.remove(&handle);
+        let mut s = self.lock();
+        s.handles.remove(&handle);
+        s.entries.remove(&handle);
     }
 
     fn device_io_control(
@@ -169,48 +171,24 @@ impl Win32 for SimWindows {
         if !s.dirs.contains_key(&k) {
             return Err(OsError::new(code::PATH_NOT_FOUND));
         }
-        if s.has_children(&k) {
+        if !s.children(&k).is_empty() {
             return Err(OsError::new(code::DIR_NOT_EMPTY));
         }
         s.mount_points
             .insert(mp_key(mount_point), (mount_point.to_string(), v));
+        s.show_volume_contents(mount_point, v);
         Ok(())
     }
 
     fn delete_volume_mount_point(&self, mount_point: &str) -> Win32Result<()> {
         let mut s = self.lock();
         s.take_fault("delete_volume_mount_point")?;
-        s.mount_points
+        let (_, v) = s
+            .mount_points
             .remove(&mp_key(mount_point))
-            .map(drop)
-            .ok_or(OsError::new(code::NOT_A_REPARSE_POINT))
-    }
-
-    fn file_attributes(&self, path: &str) -> Option<u32> {
-        let mut s = self.lock();
-        s.take_fault("file_attributes").ok()?;
-        // FILE_ATTRIBUTE_DIRECTORY, with FILE_ATTRIBUTE_REPARSE_POINT for links.
-        let k = key(path);
-        if s.links.contains_key(&k) {
-            Some(0x410)
-        } else if s.files.contains(&k) {
-            Some(0x80)
-        } else {
-            s.exists(path).then_some(0x10)
-        }
-    }
-
-    fn reparse_data(&self, path: &str) -> Win32Result<Vec<u8>> {
-        let mut s = self.lock();
-        s.take_fault("reparse_data")?;
-        if let Some((_, data)) = s.links.get(&key(path)) {
-            return Ok(data.clone());
-        }
-        if s.exists(path) {
-            Err(OsError::new(code::NOT_A_REPARSE_POINT))
-        } else {
-            Err(OsError::new(code::FILE_NOT_FOUND))
-        }
+            .ok_or(OsError::new(code::NOT_A_REPARSE_POINT))?;
+        s.hide_volume_contents(mount_point, v);
+        Ok(())
     }
 
     fn system_directory(&self) -> Win32Result<String> {
@@ -321,27 +299,13 @@ impl Win32 for SimWindows {
         s.take_fault("dir_answers").is_ok() && s.exists(dir)
     }
 
-    fn create_dir_symlink(&self, target: &str, link: &str) -> Win32Result<()> {
-        let mut s = self.lock();
-        s.take_fault("create_dir_symlink")?;
-        filesystem::add_link(&mut s, target, link).map_err(|e| match e.kind() {
-            std::io::ErrorKind::AlreadyExists => OsError::new(code::ALREADY_EXISTS),
-            _ => OsError::new(code::PATH_NOT_FOUND),
-        })
-    }
-
     fn links_below(&self, roots: &[String]) -> Vec<(String, String)> {
         let s = self.lock();
         let roots: Vec<String> = roots.iter().map(|r| format!("{}\\", key(r))).collect();
         s.links
             .iter()
             .filter(|(k, _)| roots.iter().any(|r| k.starts_with(r.as_str())))
-            .map(|(k, (t, _))| {
-                (
-                    s.link_texts.get(k).cloned().unwrap_or_else(|| k.clone()),
-                    t.clone(),
-                )
-            })
+            .map(|(_, l)| (l.text.clone(), l.target.clone()))
             .collect()
     }
 

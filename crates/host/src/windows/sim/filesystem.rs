@@ -1,194 +1,548 @@
-//! The simulated Windows directory tree as the filesystem group's host, so whole driver
-//! sequences (Mkdir, MountVolume, CreateSymlink, IsSymlink, Rmdir) run in Windows path forms
-//! over one simulated machine. The real Windows filesystem host does not go through the seam
-//! yet; this models what Windows does for the same calls:
-//! - `RemoveDirectoryW` on a mounted folder removes the mount point with the directory, and on
-//!   a directory symbolic link removes the link, never what it leads to;
-//! - a directory symbolic link is a reparse point (`IO_REPARSE_TAG_SYMLINK`) whose substitute
-//!   name is the NT path `\??\C:\...`.
+//! The simulated Windows directory tree: the file primitives of the seam ([`FileApi`]), so the
+//! real filesystem host's logic (and the volume and SMB hosts' looks at mount points and links)
+//! runs over it. What it models, as Microsoft documents it:
+//! - `GetFileAttributesW` answers for the entry itself, "not the link destination"; a symbolic
+//!   link carries FILE_ATTRIBUTE_REPARSE_POINT (tag `IO_REPARSE_TAG_SYMLINK`, substitute name
+//!   `\??\C:\...`), a mounted folder FILE_ATTRIBUTE_REPARSE_POINT with
+//!   `IO_REPARSE_TAG_MOUNT_POINT` and the volume's `\??\Volume{GUID}\`.
+//! - A missing entry is ERROR_FILE_NOT_FOUND, a missing parent ERROR_PATH_NOT_FOUND.
+//! - `RemoveDirectoryW` removes an empty directory, or a directory link or mounted folder
+//!   itself "regardless of whether the target directory is empty"; a non-empty directory is
+//!   ERROR_DIR_NOT_EMPTY and a file ERROR_DIRECTORY. `DeleteFileW` on a directory is
+//!   ERROR_ACCESS_DENIED. FILE_ATTRIBUTE_READONLY makes both fail with ERROR_ACCESS_DENIED.
+//! - Deleting needs DELETE access, which an open handle without FILE_SHARE_DELETE denies:
+//!   ERROR_SHARING_VIOLATION.
+//! - `FindFirstFileExW` lists `.` and `..` in every directory but a drive root; an empty root
+//!   lists nothing and fails with ERROR_FILE_NOT_FOUND.
+//!
+//! Not modelled: links in the middle of a path (only a final link is followed, when asked),
+//! file contents, times.
 
-use super::{SimWindows, State, key, mp_key, parent_key};
-use crate::reparse::IO_REPARSE_TAG_SYMLINK;
-use csi_proxy_core::filesystem::FilesystemHost;
-use csi_proxy_core::paths::{LinkProbe, LinkTarget};
-use std::io;
+use super::{SimWindows, State, key, mp_key, parent_key, smb};
+use crate::reparse::{IO_REPARSE_TAG_MOUNT_POINT, IO_REPARSE_TAG_SYMLINK, SYMLINK_FLAG_RELATIVE};
+use crate::windows::os::files::{ERROR_DIRECTORY, FileApi, access::SHARE_DELETE, attr, link_flag};
+use crate::windows::os::{OsError, Win32Result, code};
 
-/// Makes `path` and its parents directories.
-pub(super) fn mkdir_all(s: &mut State, path: &str) {
-    let k = key(path);
-    if let Some(parent) = parent_key(&k)
-        && !s.dirs.contains_key(&parent)
-        && parent.len() > 3
+/// A symbolic link in the simulated tree.
+#[derive(Debug, Clone)]
+pub(super) struct Link {
+    /// The target as given to `CreateSymbolicLinkW`.
+    pub(super) target: String,
+    /// The link's path as created.
+    pub(super) text: String,
+    /// A directory link (SYMBOLIC_LINK_FLAG_DIRECTORY).
+    directory: bool,
+}
+
+/// An entry opened through [`FileApi::open_entry`].
+#[derive(Debug, Clone)]
+pub(super) struct OpenEntry {
+    /// The key of what the handle is open on (a followed link's target).
+    key: String,
+    share: u32,
+    /// Opened through a mounted folder: the handle is on the volume's root directory.
+    volume_root: bool,
+}
+
+/// What is at a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Entry {
+    /// A drive root or a share's root.
+    Root,
+    Dir,
+    File,
+    Link {
+        directory: bool,
+    },
+    /// A directory with a volume mounted on it.
+    MountedFolder(usize),
+}
+
+/// The path the simulator looks up: `\\?\C:\x` is `C:\x` and `\\?\UNC\srv\s` is `\\srv\s` (the
+/// prefix only turns off Win32 path normalisation, which the simulator does not do anyway).
+fn text(path: &[u16]) -> String {
+    let p = String::from_utf16_lossy(path);
+    if let Some(rest) = p.strip_prefix(r"\\?\UNC\") {
+        format!(r"\\{rest}")
+    } else if let Some(rest) = p.strip_prefix(r"\\?\")
+        && !rest.starts_with("Volume{")
     {
-        let text = &path[..parent.len().min(path.len())];
-        mkdir_all(s, text);
+        rest.to_string()
+    } else {
+        p
     }
-    s.dirs.entry(k).or_insert_with(|| path.to_string());
 }
 
-/// Adds a directory symbolic link at `link` to `target`; fails if something is at `link` or
-/// its parent directory is missing.
-pub(super) fn add_link(s: &mut State, target: &str, link: &str) -> io::Result<()> {
-    if s.exists(link) {
-        return Err(io::Error::new(
-            io::ErrorKind::AlreadyExists,
-            format!("{link}: already exists"),
-        ));
-    }
-    let parent = parent_key(&key(link)).unwrap_or_default();
-    if parent.len() > 3 && !s.dirs.contains_key(&parent) {
-        return Err(not_found(link));
-    }
-    s.links
-        .insert(key(link), (target.to_string(), symlink_data(target)));
-    s.link_texts.insert(key(link), link.to_string());
-    Ok(())
+fn is_root(k: &str) -> bool {
+    k.len() == 3 && k.as_bytes()[1] == b':'
 }
 
-/// The reparse data of a directory symbolic link to the absolute path `target` (a UNC target's
-/// NT form is `\??\UNC\server\share\…`).
-fn symlink_data(target: &str) -> Vec<u8> {
-    let nt = match target.strip_prefix(r"\\") {
-        Some(unc) => format!(r"\??\UNC\{unc}"),
-        None => format!(r"\??\{target}"),
-    };
-    let sub: Vec<u8> = nt.encode_utf16().flat_map(u16::to_le_bytes).collect();
-    let print: Vec<u8> = target.encode_utf16().flat_map(u16::to_le_bytes).collect();
+impl State {
+    /// What is at `path`, if anything.
+    pub(super) fn entry(&self, path: &str) -> Option<Entry> {
+        // A volume's GUID path names its root directory, there while the volume can be seen and
+        // holds a filesystem.
+        if path
+            .get(..11)
+            .is_some_and(|p| p.eq_ignore_ascii_case(r"\\?\Volume{"))
+        {
+            return self
+                .volume_named(path)
+                .filter(|&v| self.volumes[v].fs.is_some())
+                .map(|_| Entry::Root);
+        }
+        if let Some(up) = smb::unc_exists(self, path) {
+            return up.then_some(Entry::Root);
+        }
+        let k = key(path);
+        if let Some(l) = self.links.get(&k) {
+            return Some(Entry::Link {
+                directory: l.directory,
+            });
+        }
+        if self.files.contains(&k) {
+            return Some(Entry::File);
+        }
+        if let Some((_, v)) = self.mount_points.get(&mp_key(path)) {
+            return Some(if is_root(&k) {
+                Entry::Root
+            } else {
+                Entry::MountedFolder(*v)
+            });
+        }
+        self.dirs.contains_key(&k).then_some(Entry::Dir)
+    }
+
+    /// The error for nothing at `path`: ERROR_PATH_NOT_FOUND when its directory is missing too.
+    fn missing(&self, path: &str) -> OsError {
+        match parent_key(&key(path)) {
+            Some(p) if self.entry(&p).is_none() => OsError::new(code::PATH_NOT_FOUND),
+            _ => OsError::new(code::FILE_NOT_FOUND),
+        }
+    }
+
+    fn attributes(&self, path: &str, e: Entry) -> u32 {
+        let readonly = if self.readonly.contains(&key(path)) {
+            attr::READONLY
+        } else {
+            0
+        };
+        readonly
+            | match e {
+                Entry::Root | Entry::Dir => attr::DIRECTORY,
+                Entry::File => attr::ARCHIVE,
+                Entry::Link { directory: true } | Entry::MountedFolder(_) => {
+                    attr::DIRECTORY | attr::REPARSE_POINT
+                }
+                Entry::Link { directory: false } => attr::ARCHIVE | attr::REPARSE_POINT,
+            }
+    }
+
+    /// The direct children of the directory `k`, as named when created.
+    pub(super) fn children(&self, k: &str) -> Vec<String> {
+        let prefix = format!("{}\\", k.trim_end_matches('\\'));
+        let direct = |c: &str| {
+            c.len() > prefix.len() && c.starts_with(&prefix) && !c[prefix.len()..].contains('\\')
+        };
+        let name = |t: &str| t.rsplit(['\\', '/']).next().unwrap_or(t).to_string();
+        let mut out: Vec<String> = self
+            .dirs
+            .iter()
+            .filter(|(c, _)| direct(c))
+            .map(|(_, t)| name(t.trim_end_matches('\\')))
+            .collect();
+        out.extend(self.files.iter().filter(|c| direct(c)).map(|c| name(c)));
+        out.extend(
+            self.links
+                .iter()
+                .filter(|(c, _)| direct(c))
+                .map(|(_, l)| name(&l.text)),
+        );
+        out
+    }
+
+    /// Whether an open handle without FILE_SHARE_DELETE holds `k`.
+    fn pinned(&self, k: &str) -> bool {
+        self.entries
+            .values()
+            .any(|o| o.key == k && o.share & SHARE_DELETE == 0)
+    }
+
+    /// What deleting the entry at `path` needs, beyond its type: write access to it and nobody
+    /// holding it without sharing delete.
+    fn deletable(&self, path: &str) -> Win32Result<()> {
+        let k = key(path);
+        if self.readonly.contains(&k) {
+            return Err(OsError::new(code::ACCESS_DENIED));
+        }
+        if self.pinned(&k) {
+            return Err(OsError::new(code::SHARING_VIOLATION));
+        }
+        Ok(())
+    }
+
+    /// Removes the entry `k` and its bookkeeping (not its children).
+    fn forget(&mut self, path: &str) {
+        let k = key(path);
+        self.dirs.remove(&k);
+        self.files.remove(&k);
+        self.links.remove(&k);
+        self.readonly.remove(&k);
+        self.mount_points.remove(&mp_key(path));
+    }
+
+    /// Where following the entry at `path` leads: a link's target (one hop), a mounted folder's
+    /// volume root when the volume can be seen.
+    fn follow(&self, path: &str) -> Win32Result<String> {
+        match self.entry(path) {
+            None => Err(self.missing(path)),
+            Some(Entry::Link { .. }) => {
+                let target = self.links[&key(path)].target.clone();
+                match self.entry(&target) {
+                    Some(Entry::Link { .. }) | None => Err(OsError::new(code::FILE_NOT_FOUND)),
+                    Some(_) => Ok(target),
+                }
+            }
+            Some(Entry::MountedFolder(v)) if !self.visible(v) => Err(OsError::new(code::NOT_READY)),
+            Some(_) => Ok(path.to_string()),
+        }
+    }
+
+    /// The volume `v` is dismounted from the folder `mp`: what was below the folder is on the
+    /// volume, not in the folder, which is an empty directory again.
+    pub(super) fn hide_volume_contents(&mut self, mp: &str, v: usize) {
+        let prefix = format!("{}\\", key(mp).trim_end_matches('\\'));
+        let below = |k: &String| k.starts_with(&prefix);
+        let mut moved: Vec<(String, bool)> = self
+            .dirs
+            .iter()
+            .filter(|(k, _)| below(k))
+            .map(|(k, _)| (k[prefix.len()..].to_string(), true))
+            .collect();
+        moved.extend(
+            self.files
+                .iter()
+                .filter(|k| below(k))
+                .map(|k| (k[prefix.len()..].to_string(), false)),
+        );
+        self.dirs.retain(|k, _| !below(k));
+        self.files.retain(|k| !below(k));
+        self.volumes[v].contents = moved;
+    }
+
+    /// The volume `v` is mounted on the folder `mp`: its contents show below it.
+    pub(super) fn show_volume_contents(&mut self, mp: &str, v: usize) {
+        let base = mp.trim_end_matches('\\');
+        for (rel, dir) in std::mem::take(&mut self.volumes[v].contents) {
+            let path = format!("{base}\\{rel}");
+            if dir {
+                self.dirs.insert(key(&path), path);
+            } else {
+                self.files.insert(key(&path));
+            }
+        }
+    }
+
+    /// Makes `path` and its parents directories.
+    pub(super) fn mkdir_all(&mut self, path: &str) {
+        let k = key(path);
+        if let Some(parent) = parent_key(&k)
+            && !self.dirs.contains_key(&parent)
+            && !is_root(&parent)
+        {
+            let text = &path[..parent.len().min(path.len())];
+            self.mkdir_all(text);
+        }
+        self.dirs.entry(k).or_insert_with(|| path.to_string());
+    }
+
+    /// Adds a symbolic link at `link` to `target`.
+    pub(super) fn add_link(
+        &mut self,
+        link: &str,
+        target: &str,
+        directory: bool,
+    ) -> Win32Result<()> {
+        if self.entry(link).is_some() {
+            return Err(OsError::new(code::ALREADY_EXISTS));
+        }
+        let parent = parent_key(&key(link)).unwrap_or_default();
+        if !matches!(
+            self.entry(&parent),
+            Some(Entry::Dir | Entry::Root | Entry::MountedFolder(_))
+        ) {
+            return Err(OsError::new(code::PATH_NOT_FOUND));
+        }
+        self.links.insert(
+            key(link),
+            Link {
+                target: target.to_string(),
+                text: link.to_string(),
+                directory,
+            },
+        );
+        Ok(())
+    }
+}
+
+/// The reparse tag of an entry, 0 when it is not a reparse point.
+fn tag(e: Entry) -> u32 {
+    match e {
+        Entry::Link { .. } => IO_REPARSE_TAG_SYMLINK,
+        Entry::MountedFolder(_) => IO_REPARSE_TAG_MOUNT_POINT,
+        _ => 0,
+    }
+}
+
+/// A reparse data buffer: tag, data length, reserved, then the data.
+fn reparse_buffer(tag: u32, data: &[u8]) -> Vec<u8> {
+    let mut out = tag.to_le_bytes().to_vec();
+    out.extend_from_slice(&(data.len() as u16).to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+/// The names' offsets and lengths and the names: the layout symbolic links and mount points
+/// share (a symbolic link's has its flags between the two).
+fn names_data(substitute: &str, print: &str, flags: Option<u32>) -> Vec<u8> {
+    let sub: Vec<u8> = substitute
+        .encode_utf16()
+        .flat_map(u16::to_le_bytes)
+        .collect();
+    let print: Vec<u8> = print.encode_utf16().flat_map(u16::to_le_bytes).collect();
     let mut data = Vec::new();
     data.extend_from_slice(&0u16.to_le_bytes());
     data.extend_from_slice(&(sub.len() as u16).to_le_bytes());
     data.extend_from_slice(&(sub.len() as u16).to_le_bytes());
     data.extend_from_slice(&(print.len() as u16).to_le_bytes());
-    data.extend_from_slice(&0u32.to_le_bytes()); // absolute
+    if let Some(f) = flags {
+        data.extend_from_slice(&f.to_le_bytes());
+    }
     data.extend_from_slice(&sub);
     data.extend_from_slice(&print);
-    let mut out = IO_REPARSE_TAG_SYMLINK.to_le_bytes().to_vec();
-    out.extend_from_slice(&(data.len() as u16).to_le_bytes());
-    out.extend_from_slice(&0u16.to_le_bytes());
-    out.extend_from_slice(&data);
-    out
+    data
 }
 
-fn not_found(path: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::NotFound, format!("{path}: not found"))
+/// The reparse data of a symbolic link to `target`: an absolute target's substitute name is its
+/// NT path (`\??\C:\...`, `\??\UNC\server\share\...`), a relative one is stored as given.
+fn symlink_data(target: &str) -> Vec<u8> {
+    let b = target.as_bytes();
+    let (substitute, flags) = if let Some(unc) = target.strip_prefix(r"\\") {
+        (format!(r"\??\UNC\{unc}"), 0)
+    } else if b.len() >= 3 && b[1] == b':' {
+        (format!(r"\??\{target}"), 0)
+    } else {
+        (target.to_string(), SYMLINK_FLAG_RELATIVE)
+    };
+    reparse_buffer(
+        IO_REPARSE_TAG_SYMLINK,
+        &names_data(&substitute, target, Some(flags)),
+    )
 }
 
-/// Removes `k` and everything below it, unlinking links and mount points without entering.
-fn remove_tree(s: &mut State, k: &str) {
-    let prefix = format!("{}\\", k.trim_end_matches('\\'));
-    let below = |c: &String| c == k || c.starts_with(&prefix);
-    s.dirs.retain(|c, _| !below(c));
-    s.files.retain(|c| !below(c));
-    s.links.retain(|c, _| !below(c));
-    s.link_texts.retain(|c, _| !below(c));
-    s.mount_points
-        .retain(|c, _| !(c.trim_end_matches('\\') == k || c.starts_with(&prefix)));
+/// The reparse data of a folder the volume `name` (`\\?\Volume{GUID}\`) is mounted on.
+fn mount_point_data(name: &str) -> Vec<u8> {
+    let nt = name.replacen(r"\\?\", r"\??\", 1);
+    reparse_buffer(IO_REPARSE_TAG_MOUNT_POINT, &names_data(&nt, "", None))
+}
+
+impl FileApi for SimWindows {
+    fn file_attributes(&self, path: &[u16]) -> Win32Result<u32> {
+        let mut s = self.lock();
+        s.take_fault("file_attributes")?;
+        let p = text(path);
+        match s.entry(&p) {
+            Some(e) => Ok(s.attributes(&p, e)),
+            None => Err(s.missing(&p)),
+        }
+    }
+
+    fn find_entry(&self, path: &[u16]) -> Win32Result<(u32, u32)> {
+        let mut s = self.lock();
+        s.take_fault("find_entry")?;
+        let p = text(path);
+        match s.entry(&p) {
+            // A root is not an entry of any directory.
+            None | Some(Entry::Root) => Err(s.missing(&p)),
+            Some(e) => Ok((s.attributes(&p, e), tag(e))),
+        }
+    }
+
+    fn find_names(&self, pattern: &[u16]) -> Win32Result<Vec<Vec<u16>>> {
+        let mut s = self.lock();
+        s.take_fault("find_names")?;
+        let p = text(pattern);
+        let Some(dir) = p.strip_suffix(r"\*") else {
+            return Err(OsError::new(code::INVALID_PARAMETER));
+        };
+        let dir = match s.entry(dir) {
+            Some(Entry::File | Entry::Link { directory: false }) | None => {
+                return Err(OsError::new(code::PATH_NOT_FOUND));
+            }
+            Some(_) => s.follow(dir)?,
+        };
+        let k = key(&dir);
+        let mut names = s.children(&k);
+        if !is_root(&k) {
+            names.splice(0..0, [".".to_string(), "..".to_string()]);
+        }
+        if names.is_empty() {
+            return Err(OsError::new(code::FILE_NOT_FOUND));
+        }
+        Ok(names.iter().map(|n| n.encode_utf16().collect()).collect())
+    }
+
+    fn open_entry(&self, path: &[u16], _access: u32, share: u32, follow: bool) -> Win32Result<u64> {
+        let mut s = self.lock();
+        s.take_fault("open_entry")?;
+        let p = text(path);
+        let at = if follow {
+            s.follow(&p)?
+        } else if s.entry(&p).is_some() {
+            p
+        } else {
+            return Err(s.missing(&p));
+        };
+        let volume_root = follow && matches!(s.entry(&at), Some(Entry::MountedFolder(_)));
+        s.next_handle += 4;
+        let h = s.next_handle;
+        let key = key(&at);
+        s.entries.insert(
+            h,
+            OpenEntry {
+                key,
+                share,
+                volume_root,
+            },
+        );
+        Ok(h)
+    }
+
+    fn attribute_tag(&self, handle: u64) -> Win32Result<(u32, u32)> {
+        let mut s = self.lock();
+        s.take_fault("attribute_tag")?;
+        let open = s
+            .entries
+            .get(&handle)
+            .ok_or(OsError::new(code::INVALID_HANDLE))?;
+        if open.volume_root {
+            return Ok((attr::DIRECTORY, 0));
+        }
+        let k = open.key.clone();
+        let e = s.entry(&k).ok_or(OsError::new(code::FILE_NOT_FOUND))?;
+        Ok((s.attributes(&k, e), tag(e)))
+    }
+
+    fn basic_attributes(&self, handle: u64) -> Win32Result<u32> {
+        self.attribute_tag(handle).map(|(a, _)| a)
+    }
+
+    fn set_basic_attributes(&self, handle: u64, attributes: u32) -> Win32Result<()> {
+        let mut s = self.lock();
+        s.take_fault("set_basic_attributes")?;
+        let k = s
+            .entries
+            .get(&handle)
+            .ok_or(OsError::new(code::INVALID_HANDLE))?
+            .key
+            .clone();
+        if attributes & attr::READONLY != 0 {
+            s.readonly.insert(k);
+        } else {
+            s.readonly.remove(&k);
+        }
+        Ok(())
+    }
+
+    fn reparse_data(&self, path: &[u16]) -> Win32Result<Vec<u8>> {
+        let mut s = self.lock();
+        s.take_fault("reparse_data")?;
+        let p = text(path);
+        match s.entry(&p) {
+            Some(Entry::Link { .. }) => Ok(symlink_data(&s.links[&key(&p)].target)),
+            Some(Entry::MountedFolder(v)) => Ok(mount_point_data(&s.volumes[v].names[0])),
+            Some(_) => Err(OsError::new(code::NOT_A_REPARSE_POINT)),
+            None => Err(s.missing(&p)),
+        }
+    }
+
+    fn create_directory(&self, path: &[u16]) -> Win32Result<()> {
+        let mut s = self.lock();
+        s.take_fault("create_directory")?;
+        let p = text(path);
+        if s.entry(&p).is_some() {
+            return Err(OsError::new(code::ALREADY_EXISTS));
+        }
+        let parent = parent_key(&key(&p)).unwrap_or_default();
+        if !matches!(
+            s.entry(&parent),
+            Some(Entry::Dir | Entry::Root | Entry::MountedFolder(_))
+        ) {
+            return Err(OsError::new(code::PATH_NOT_FOUND));
+        }
+        s.dirs.insert(key(&p), p);
+        Ok(())
+    }
+
+    fn remove_directory(&self, path: &[u16]) -> Win32Result<()> {
+        let mut s = self.lock();
+        s.take_fault("remove_directory")?;
+        let p = text(path);
+        match s.entry(&p) {
+            None => return Err(s.missing(&p)),
+            Some(Entry::Root) => return Err(OsError::new(code::ACCESS_DENIED)),
+            Some(Entry::File | Entry::Link { directory: false }) => {
+                return Err(OsError::new(ERROR_DIRECTORY));
+            }
+            Some(Entry::Dir) if !s.children(&key(&p)).is_empty() => {
+                s.deletable(&p)?;
+                return Err(OsError::new(code::DIR_NOT_EMPTY));
+            }
+            Some(Entry::Dir | Entry::Link { directory: true } | Entry::MountedFolder(_)) => {}
+        }
+        s.deletable(&p)?;
+        s.forget(&p);
+        Ok(())
+    }
+
+    fn delete_file(&self, path: &[u16]) -> Win32Result<()> {
+        let mut s = self.lock();
+        s.take_fault("delete_file")?;
+        let p = text(path);
+        match s.entry(&p) {
+            None => Err(s.missing(&p)),
+            Some(Entry::File | Entry::Link { directory: false }) => {
+                s.deletable(&p)?;
+                s.forget(&p);
+                Ok(())
+            }
+            Some(_) => Err(OsError::new(code::ACCESS_DENIED)),
+        }
+    }
+
+    fn create_symbolic_link(&self, link: &[u16], target: &[u16], flags: u32) -> Win32Result<()> {
+        let mut s = self.lock();
+        s.take_fault("create_symbolic_link")?;
+        if flags & !(link_flag::DIRECTORY | link_flag::ALLOW_UNPRIVILEGED_CREATE) != 0 {
+            return Err(OsError::new(code::INVALID_PARAMETER));
+        }
+        s.add_link(
+            &text(link),
+            &text(target),
+            flags & link_flag::DIRECTORY != 0,
+        )
+    }
 }
 
 impl SimWindows {
-    /// Where the link at `path` leads, if it is one.
-    fn link_of(&self, path: &str) -> Option<String> {
-        self.lock().links.get(&key(path)).map(|(t, _)| t.clone())
-    }
-}
-
-impl LinkProbe for SimWindows {
-    fn link_target(&self, path: &str) -> io::Result<Option<LinkTarget>> {
-        if let Some(t) = self.link_of(path) {
-            return Ok(Some(LinkTarget::Path(t)));
-        }
-        let s = self.lock();
-        Ok(s.mount_points
-            .contains_key(&mp_key(path))
-            .then_some(LinkTarget::Volume)
-            .filter(|_| path.trim_end_matches('\\').len() > 2))
-    }
-}
-
-impl FilesystemHost for SimWindows {
-    fn path_exists(&self, path: &str) -> io::Result<bool> {
-        Ok(self.lock().exists(path))
+    /// Sets FILE_ATTRIBUTE_READONLY on the entry at `path`.
+    pub fn set_readonly(&self, path: &str) {
+        self.lock().readonly.insert(key(path));
     }
 
-    fn mkdir_all(&self, path: &str) -> io::Result<()> {
-        let mut s = self.lock();
-        let k = key(path);
-        if s.files.contains(&k) {
-            return Err(io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                format!("{path}: a file exists there"),
-            ));
-        }
-        if s.links.contains_key(&k) || s.mount_points.contains_key(&mp_key(path)) {
-            return Ok(());
-        }
-        mkdir_all(&mut s, path);
-        Ok(())
-    }
-
-    fn remove(&self, path: &str) -> io::Result<()> {
-        let mut s = self.lock();
-        let k = key(path);
-        if s.links.remove(&k).is_some() {
-            s.link_texts.remove(&k);
-            return Ok(());
-        }
-        if !s.exists(path) {
-            return Err(not_found(path));
-        }
-        let mounted = s.mount_points.remove(&mp_key(path)).is_some();
-        if !mounted && s.has_children(&k) {
-            return Err(io::Error::new(
-                io::ErrorKind::DirectoryNotEmpty,
-                format!("{path}: the directory is not empty"),
-            ));
-        }
-        s.dirs.remove(&k);
-        s.files.remove(&k);
-        Ok(())
-    }
-
-    fn remove_all(&self, path: &str) -> io::Result<()> {
-        let mut s = self.lock();
-        let k = key(path);
-        remove_tree(&mut s, &k);
-        Ok(())
-    }
-
-    fn remove_contents(&self, path: &str) -> io::Result<()> {
-        let mut s = self.lock();
-        let k = key(path);
-        if !s.dirs.contains_key(&k) {
-            return Err(not_found(path));
-        }
-        let prefix = format!("{}\\", k.trim_end_matches('\\'));
-        let children: Vec<String> = s
-            .dirs
-            .keys()
-            .chain(s.files.iter())
-            .chain(s.links.keys())
-            .filter(|c| c.starts_with(&prefix))
-            .cloned()
-            .collect();
-        for c in children {
-            remove_tree(&mut s, &c);
-        }
-        Ok(())
-    }
-
-    fn create_symlink(&self, target: &str, link: &str) -> io::Result<()> {
-        add_link(&mut self.lock(), target, link)
-    }
-
-    fn is_symlink(&self, path: &str) -> io::Result<bool> {
-        // Upstream's rule: a link (or mount point) whose direct target exists.
-        if let Some(t) = self.link_of(path) {
-            return Ok(self.lock().exists(&t));
-        }
-        let s = self.lock();
-        if !s.exists(path) {
-            return Err(not_found(path));
-        }
-        Ok(s.mount_points.contains_key(&mp_key(path)) && path.trim_end_matches('\\').len() > 2)
+    /// Whether an entry (of any kind) is at `path`.
+    pub fn entry_exists(&self, path: &str) -> bool {
+        self.lock().entry(path).is_some()
     }
 }

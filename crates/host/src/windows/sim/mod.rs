@@ -90,6 +90,9 @@ struct Volume {
     fs_size: u64,
     /// The volume's first bytes (what a signature probe reads).
     head: Vec<u8>,
+    /// Directories and files on the volume while no folder shows them, as paths relative to
+    /// its root (`true` for a directory).
+    contents: Vec<(String, bool)>,
 }
 
 /// What an open handle refers to.
@@ -132,10 +135,12 @@ struct State {
     dirs: BTreeMap<String, String>,
     /// Files, keyed lower-case.
     files: BTreeSet<String>,
-    /// Symbolic links and junctions: key lower-case, (target, reparse data).
-    links: BTreeMap<String, (String, Vec<u8>)>,
-    /// The links' paths as created.
-    link_texts: BTreeMap<String, String>,
+    /// Symbolic links, keyed lower-case.
+    links: BTreeMap<String, filesystem::Link>,
+    /// Entries with FILE_ATTRIBUTE_READONLY, keyed lower-case.
+    readonly: BTreeSet<String>,
+    /// Handles open on files and directories.
+    entries: HashMap<u64, filesystem::OpenEntry>,
     page_files: Vec<String>,
     /// SMB servers' shares, keyed by lower-cased `\\server\share`.
     shares: BTreeMap<String, smb::Share>,
@@ -240,6 +245,7 @@ impl State {
             fs: None,
             fs_size: 0,
             head: Vec::new(),
+            contents: Vec::new(),
         });
         let index = self.volumes.len() - 1;
         if self.automount && p.attributes & NO_DRIVE_LETTER == 0 {
@@ -295,24 +301,7 @@ impl State {
 
     /// Whether anything is at `path`: a directory, file, link, mount point or drive root.
     fn exists(&self, path: &str) -> bool {
-        if let Some(reachable) = smb::unc_exists(self, path) {
-            return reachable;
-        }
-        let k = key(path);
-        self.dirs.contains_key(&k)
-            || self.files.contains(&k)
-            || self.links.contains_key(&k)
-            || self.mount_points.contains_key(&mp_key(path))
-    }
-
-    /// Whether the directory `k` has anything inside it.
-    fn has_children(&self, k: &str) -> bool {
-        let prefix = format!("{}\\", k.trim_end_matches('\\'));
-        let inside = |c: &String| c.starts_with(&prefix) && c.len() > prefix.len();
-        self.dirs.keys().any(inside)
-            || self.files.iter().any(inside)
-            || self.links.keys().any(inside)
-            || self.mount_points.contains_key(&mp_key(k))
+        self.entry(path).is_some()
     }
 }
 
@@ -470,8 +459,7 @@ impl SimWindows {
 
     /// Makes `path` (and its parents) a directory.
     pub fn mkdir(&self, path: &str) {
-        let mut s = self.lock();
-        filesystem::mkdir_all(&mut s, path);
+        self.lock().mkdir_all(path);
     }
 
     /// Puts a file at `path` (its directory must exist).
@@ -535,6 +523,8 @@ fn part(number: u32, start: u64, length: u64, gpt_type: Guid, id: Guid, attribut
     }
 }
 
+#[cfg(test)]
+mod filesystem_tests;
 #[cfg(test)]
 mod iscsi_tests;
 #[cfg(test)]

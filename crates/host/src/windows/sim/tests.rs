@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::windows::disk::{VOLUME_ARRIVAL_LIMIT, WindowsDiskHost};
+use crate::windows::filesystem::WindowsFilesystemHost;
 use crate::windows::volume::WindowsVolumeHost;
 use crate::windows_data::layout::{BASIC_DATA, MSR, MSR_SIZE};
 use csi_proxy_core::Kind;
@@ -14,14 +15,14 @@ use std::sync::Arc;
 
 const GIB: u64 = 1 << 30;
 
-struct Machine {
-    sim: Arc<SimWindows>,
-    disk: WindowsDiskHost,
-    volume: WindowsVolumeHost,
+pub(super) struct Machine {
+    pub(super) sim: Arc<SimWindows>,
+    pub(super) disk: WindowsDiskHost,
+    pub(super) volume: WindowsVolumeHost,
     _state: tempfile::TempDir,
 }
 
-fn machine() -> Machine {
+pub(super) fn machine() -> Machine {
     let sim = Arc::new(SimWindows::new());
     let state = tempfile::tempdir().unwrap();
     Machine {
@@ -33,7 +34,7 @@ fn machine() -> Machine {
 }
 
 /// A new 10 GiB disk, partitioned and formatted, as drivers stage it; its data volume.
-fn formatted(m: &Machine) -> (u32, String) {
+pub(super) fn formatted(m: &Machine) -> (u32, String) {
     let (n, id) = partitioned(m);
     m.volume.format_volume(&id).unwrap();
     (n, id)
@@ -333,7 +334,10 @@ fn os_calls_per_mount_and_format() {
     let m = machine();
     let (_, id) = partitioned(&m);
     let policy = PathPolicy::new(PathStyle::Windows, r"C:\var\lib\kubelet", &[]).unwrap();
-    let fs = FilesystemService::new(m.sim.clone(), Arc::new(policy));
+    let fs = FilesystemService::new(
+        Arc::new(WindowsFilesystemHost::with_os(m.sim.clone())),
+        Arc::new(policy),
+    );
     let svc = VolumeService::new(Arc::new(m.volume.clone()), fs);
     let target = r"C:\var\lib\kubelet\plugins\x\globalmount";
     m.sim.mkdir(target);

@@ -14,6 +14,7 @@
 mod targets;
 
 use super::disk::{WindowsDiskHost, open_disk, read_layout, volume_extents, volume_path_names};
+use super::os::files::utf16;
 use super::os::{self, Handle, Win32, code, ioctl, os_error};
 use crate::format_record::{FormatRecord, FormatRecords};
 use crate::reparse::{self, LinkDestination, ReparsePoint};
@@ -171,14 +172,14 @@ fn volume_at(os: &dyn Win32, op: &str, dir: &str) -> Result<Option<String>> {
 
 /// Whether anything exists at `path` (the entry itself: a link's own attributes).
 fn exists(os: &dyn Win32, path: &str) -> bool {
-    os.file_attributes(path).is_some()
+    os.file_attributes(&utf16(path)).is_ok()
 }
 
 /// The reparse point at `path`, `None` when `path` is not one. The link itself is read, not its
 /// target.
 fn reparse_point(os: &dyn Win32, op: &str, path: &str) -> Result<Option<ReparsePoint>> {
     let object = || format!("target_path {path:?}");
-    match os.reparse_data(path) {
+    match os.reparse_data(&utf16(path)) {
         Ok(data) => reparse::parse(&data)
             .map(Some)
             .map_err(|e| Error::new(Kind::Internal, op, object(), e)),

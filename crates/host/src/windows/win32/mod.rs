@@ -1,8 +1,11 @@
 //! The real [`Win32`] seam: one documented Win32 (or WMI) call per method, nothing else. Every
 //! decision lives above it, in the hosts' logic, where the simulated Windows tests it.
 
+mod files;
 mod iscsi;
 mod scm;
+
+pub use files::running_under_wine;
 
 use super::os::{IscsiSession, OsError, ReturnValue, Win32, Win32Result, code};
 use super::win::{from_wide, wide};
@@ -20,9 +23,8 @@ use windows::Win32::Foundation::{CloseHandle, GENERIC_READ, GENERIC_WRITE, HANDL
 use windows::Win32::Storage::FileSystem::{
     CreateFileW, DeleteVolumeMountPointW, FILE_ATTRIBUTE_NORMAL, FILE_SHARE_READ, FILE_SHARE_WRITE,
     FindFirstVolumeW, FindNextVolumeW, FindVolumeClose, FlushFileBuffers, GetDiskFreeSpaceExW,
-    GetFileAttributesW, GetVolumeInformationW, GetVolumeNameForVolumeMountPointW,
-    GetVolumePathNameW, GetVolumePathNamesForVolumeNameW, INVALID_FILE_ATTRIBUTES, OPEN_EXISTING,
-    ReadFile, SetVolumeMountPointW,
+    GetVolumeInformationW, GetVolumeNameForVolumeMountPointW, GetVolumePathNameW,
+    GetVolumePathNamesForVolumeNameW, OPEN_EXISTING, ReadFile, SetVolumeMountPointW,
 };
 use windows::Win32::System::IO::DeviceIoControl;
 use windows::Win32::System::Ioctl::GUID_DEVINTERFACE_DISK;
@@ -87,14 +89,6 @@ fn wmi_os(e: &wmi::WMIError) -> OsError {
         // WBEM_E_NOT_FOUND: the query matched nothing.
         wmi::WMIError::ResultEmpty => OsError::new(0x8004_1002),
         other => OsError::with_message(0x8000_FFFF, format!("WMI: {other}")),
-    }
-}
-
-/// An I/O error from std as the seam's [`OsError`].
-fn io_os(e: &std::io::Error) -> OsError {
-    match e.raw_os_error() {
-        Some(c) => OsError::with_message(c as u32, e.to_string()),
-        None => OsError::with_message(0x8000_FFFF, e.to_string()),
     }
 }
 
@@ -358,18 +352,6 @@ impl Win32 for SystemWin32 {
         unsafe { DeleteVolumeMountPointW(PCWSTR(mp.as_ptr())) }.map_err(|e| os(&e))
     }
 
-    fn file_attributes(&self, path: &str) -> Option<u32> {
-        let w = wide(path);
-        // SAFETY: `w` is NUL-terminated and outlives the call.
-        let a = unsafe { GetFileAttributesW(PCWSTR(w.as_ptr())) };
-        (a != INVALID_FILE_ATTRIBUTES).then_some(a)
-    }
-
-    fn reparse_data(&self, path: &str) -> Win32Result<Vec<u8>> {
-        let w: Vec<u16> = path.encode_utf16().collect();
-        super::filesystem::reparse_data(&w).map_err(|e| io_os(&e))
-    }
-
     fn system_directory(&self) -> Win32Result<String> {
         let mut dir = [0u16; 260];
         // SAFETY: the buffer is writable for its length; the return is the length copied.
@@ -580,12 +562,6 @@ impl Win32 for SystemWin32 {
             let _ = tx.send(std::fs::metadata(&dir).is_ok());
         });
         rx.recv_timeout(limit).unwrap_or(false)
-    }
-
-    fn create_dir_symlink(&self, target: &str, link: &str) -> Win32Result<()> {
-        // std's symlink_dir is CreateSymbolicLinkW with SYMBOLIC_LINK_FLAG_DIRECTORY (and
-        // ALLOW_UNPRIVILEGED_CREATE, which changes nothing for an administrator).
-        std::os::windows::fs::symlink_dir(target, link).map_err(|e| io_os(&e))
     }
 
     fn links_below(&self, roots: &[String]) -> Vec<(String, String)> {

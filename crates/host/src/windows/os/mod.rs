@@ -1,4 +1,4 @@
-//! The Win32 seam: every OS primitive the Windows disk and volume hosts use, as one narrow trait
+//! The Win32 seam: every OS primitive the Windows hosts use, as one narrow trait
 //! with plain Rust types.
 //!
 //! The hosts' logic (planning, waiting for Windows to catch up, idempotency, refusals) is written
@@ -6,6 +6,10 @@
 //! (`super::win32`, Windows only), which makes one documented call per method and nothing else,
 //! and the simulated Windows (`super::sim`), which behaves as Microsoft documents so the logic is
 //! tested on Linux. Shaped after youki's `Syscall` trait (see the design's anchors).
+
+pub mod files;
+
+pub use files::FileApi;
 
 use crate::windows_data::Guid;
 use crate::windows_data::wmi_codes::{describe_hresult, hresult_kind};
@@ -224,9 +228,10 @@ impl fmt::Debug for Handle<'_> {
     }
 }
 
-/// The OS primitives of the Windows disk and volume hosts. Each method is one documented call
-/// (or one documented enumeration idiom) of the real OS; see `super::win32` for which.
-pub trait Win32: Send + Sync {
+/// The OS primitives of the Windows hosts. Each method is one documented call (or one
+/// documented enumeration idiom) of the real OS; see `super::win32` for which. The file and
+/// directory primitives are in [`FileApi`].
+pub trait Win32: FileApi + Send + Sync {
     /// `CreateFileW(path, GENERIC_READ [| GENERIC_WRITE], FILE_SHARE_READ | FILE_SHARE_WRITE,
     /// OPEN_EXISTING)`: a device (`\\.\PhysicalDriveN`, `\\.\Volume{GUID}`, a disk interface
     /// path). Returns the raw handle value; [`open`] wraps it.
@@ -268,11 +273,6 @@ pub trait Win32: Send + Sync {
     fn set_volume_mount_point(&self, mount_point: &str, volume: &str) -> Win32Result<()>;
     /// `DeleteVolumeMountPointW`: removes the mount point; the directory stays.
     fn delete_volume_mount_point(&self, mount_point: &str) -> Win32Result<()>;
-    /// `GetFileAttributesW`: `None` when nothing is at `path` (INVALID_FILE_ATTRIBUTES).
-    fn file_attributes(&self, path: &str) -> Option<u32>;
-    /// `FSCTL_GET_REPARSE_POINT` on `path` opened with `FILE_FLAG_OPEN_REPARSE_POINT`: the
-    /// reparse data of the entry itself.
-    fn reparse_data(&self, path: &str) -> Win32Result<Vec<u8>>;
     /// `GetSystemDirectoryW`.
     fn system_directory(&self) -> Win32Result<String>;
     /// `CoCreateGuid`.
@@ -305,8 +305,6 @@ pub trait Win32: Send + Sync {
     /// Whether the directory `dir` (a share root, with its trailing backslash) can be opened
     /// within `limit`: a dead server blocks the open for long, so the wait is cut off.
     fn dir_answers(&self, dir: &str, limit: Duration) -> bool;
-    /// `CreateSymbolicLinkW(link, target, SYMBOLIC_LINK_FLAG_DIRECTORY)`.
-    fn create_dir_symlink(&self, target: &str, link: &str) -> Win32Result<()>;
     /// Every symbolic link below `roots` (bounded scan, links not followed), as
     /// `(link, target as stored)`.
     fn links_below(&self, roots: &[String]) -> Vec<(String, String)>;
@@ -432,6 +430,18 @@ pub(crate) use seam_host;
 /// Opens a device through the seam.
 pub fn open<'a>(os: &'a dyn Win32, path: &str, write: bool) -> Win32Result<Handle<'a>> {
     os.open_raw(path, write).map(|raw| Handle { os, raw })
+}
+
+/// Opens a file or directory through the seam ([`FileApi::open_entry`]).
+pub fn open_entry<'a>(
+    os: &'a dyn Win32,
+    path: &[u16],
+    access: u32,
+    share: u32,
+    follow: bool,
+) -> Win32Result<Handle<'a>> {
+    os.open_entry(path, access, share, follow)
+        .map(|raw| Handle { os, raw })
 }
 
 /// Sends `code` with `input`, growing the output buffer (from `initial` bytes, up to 1 MiB) while

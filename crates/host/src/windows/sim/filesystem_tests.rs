@@ -1,0 +1,192 @@
+//! The Windows filesystem host over the simulated Windows: links and mount points removed as
+//! themselves and never entered, read-only entries, directories created with their parents, and
+//! what each metadata call costs in OS calls.
+
+use super::tests::{formatted, machine};
+use super::*;
+use crate::windows::filesystem::WindowsFilesystemHost;
+use crate::windows::os::files::ERROR_PRIVILEGE_NOT_HELD;
+use csi_proxy_core::filesystem::FilesystemHost;
+use csi_proxy_core::paths::{LinkProbe, LinkTarget};
+use csi_proxy_core::volume::VolumeHost;
+use std::io::ErrorKind;
+use std::sync::Arc;
+
+fn host() -> (Arc<SimWindows>, WindowsFilesystemHost) {
+    let sim = Arc::new(SimWindows::new());
+    sim.mkdir(r"C:\k");
+    (sim.clone(), WindowsFilesystemHost::with_os(sim))
+}
+
+#[test]
+fn remove_all_removes_links_as_themselves_and_never_enters_them() {
+    let (sim, fs) = host();
+    sim.mkdir(r"C:\data\keep\deep");
+    sim.add_file(r"C:\data\keep\deep\precious");
+    sim.mkdir(r"C:\k\pod\sub");
+    sim.add_file(r"C:\k\pod\sub\f");
+    fs.create_symlink(r"C:\data\keep", r"C:\k\pod\sub\link")
+        .unwrap();
+    fs.create_symlink(r"C:\data\keep\deep\precious", r"C:\k\pod\filelink")
+        .unwrap();
+    fs.remove_all(r"C:\k\pod").unwrap();
+    assert!(!fs.path_exists(r"C:\k\pod").unwrap());
+    assert!(sim.entry_exists(r"C:\data\keep\deep\precious"));
+    // Removing what is gone is success (a retry).
+    fs.remove_all(r"C:\k\pod").unwrap();
+}
+
+#[test]
+fn a_mounted_folder_is_dismounted_and_removed_but_its_volume_is_kept() {
+    let m = machine();
+    let (_, id) = formatted(&m);
+    let fs = WindowsFilesystemHost::with_os(m.sim.clone());
+    let target = r"C:\k\staging";
+    m.sim.mkdir(target);
+    m.volume.mount_volume(&id, target).unwrap();
+    m.sim.mkdir(r"C:\k\staging\volume-data");
+    assert_eq!(fs.link_target(target).unwrap(), Some(LinkTarget::Volume));
+    assert!(fs.is_symlink(target).unwrap());
+    fs.remove(target).unwrap();
+    assert!(!fs.path_exists(target).unwrap());
+    assert!(
+        m.sim
+            .mount_points()
+            .iter()
+            .all(|(p, _)| !p.contains("staging")),
+        "{:?}",
+        m.sim.mount_points()
+    );
+    assert_eq!(m.sim.calls().get("delete_volume_mount_point"), Some(&1));
+    assert!(m.volume.is_volume_formatted(&id).unwrap());
+    // The data was on the volume, not in the folder: mounted again, it is there.
+    m.sim.mkdir(r"C:\k\again");
+    m.volume.mount_volume(&id, r"C:\k\again").unwrap();
+    assert!(fs.path_exists(r"C:\k\again\volume-data").unwrap());
+}
+
+#[test]
+fn remove_contents_empties_a_mounted_volume_but_not_a_links_target() {
+    let m = machine();
+    let (_, id) = formatted(&m);
+    let fs = WindowsFilesystemHost::with_os(m.sim.clone());
+    m.sim.mkdir(r"C:\k\mnt");
+    m.volume.mount_volume(&id, r"C:\k\mnt").unwrap();
+    m.sim.mkdir(r"C:\k\mnt\dir");
+    m.sim.add_file(r"C:\k\mnt\dir\f");
+    fs.remove_contents(r"C:\k\mnt").unwrap();
+    assert!(!m.sim.entry_exists(r"C:\k\mnt\dir"));
+    assert!(fs.is_symlink(r"C:\k\mnt").unwrap(), "still mounted");
+
+    m.sim.mkdir(r"C:\elsewhere\inner");
+    fs.create_symlink(r"C:\elsewhere", r"C:\k\ln").unwrap();
+    let e = fs.remove_contents(r"C:\k\ln").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    assert!(m.sim.entry_exists(r"C:\elsewhere\inner"));
+}
+
+#[test]
+fn read_only_entries_are_removed_after_the_attribute_is_cleared() {
+    let (sim, fs) = host();
+    sim.mkdir(r"C:\k\ro\inner");
+    sim.add_file(r"C:\k\ro\inner\file");
+    sim.set_readonly(r"C:\k\ro\inner\file");
+    sim.set_readonly(r"C:\k\ro\inner");
+    fs.remove_all(r"C:\k\ro").unwrap();
+    assert!(!sim.entry_exists(r"C:\k\ro"));
+
+    sim.add_file(r"C:\k\single");
+    sim.set_readonly(r"C:\k\single");
+    fs.remove(r"C:\k\single").unwrap();
+    assert!(!sim.entry_exists(r"C:\k\single"));
+}
+
+#[test]
+fn remove_of_a_non_empty_directory_fails_and_keeps_it() {
+    let (sim, fs) = host();
+    sim.mkdir(r"C:\k\full");
+    sim.add_file(r"C:\k\full\f");
+    let e = fs.remove(r"C:\k\full").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::DirectoryNotEmpty, "{e}");
+    assert!(sim.entry_exists(r"C:\k\full\f"));
+    let e = fs.remove(r"C:\k\missing").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+}
+
+#[test]
+fn mkdir_all_creates_parents_and_accepts_an_existing_directory_or_a_link_to_one() {
+    let (sim, fs) = host();
+    fs.mkdir_all(r"C:\k\a\b\c").unwrap();
+    assert!(sim.entry_exists(r"C:\k\a\b"));
+    assert!(sim.entry_exists(r"C:\k\a\b\c"));
+    fs.mkdir_all(r"C:\k\a\b\c").unwrap();
+    fs.create_symlink(r"C:\k\a", r"C:\k\to-a").unwrap();
+    fs.mkdir_all(r"C:\k\to-a").unwrap();
+    sim.add_file(r"C:\k\file");
+    let e = fs.mkdir_all(r"C:\k\file").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AlreadyExists, "{e}");
+    // A long path goes through the `\\?\` form and still lands in the same tree.
+    let long = format!(r"C:\k\{}", "x".repeat(300));
+    fs.mkdir_all(&long).unwrap();
+    assert!(sim.entry_exists(&long));
+}
+
+#[test]
+fn links_answer_as_upstream_does() {
+    let (sim, fs) = host();
+    sim.mkdir(r"C:\k\real");
+    fs.create_symlink(r"C:\k\real", r"C:\k\good").unwrap();
+    fs.create_symlink(r"C:\k\gone", r"C:\k\dangling").unwrap();
+    assert!(fs.is_symlink(r"C:\k\good").unwrap());
+    assert!(!fs.is_symlink(r"C:\k\dangling").unwrap());
+    assert!(!fs.is_symlink(r"C:\k\real").unwrap());
+    // A dangling link exists (the link itself), as with upstream's Lstat.
+    assert!(fs.path_exists(r"C:\k\dangling").unwrap());
+    assert!(!fs.path_exists(r"C:\k\nothing").unwrap());
+    assert_eq!(
+        fs.link_target(r"C:\k\good").unwrap(),
+        Some(LinkTarget::Path(r"C:\k\real".into()))
+    );
+    assert_eq!(fs.link_target(r"C:\k\real").unwrap(), None);
+    // The target decides the link's kind: a directory link is removed with RemoveDirectoryW.
+    fs.remove(r"C:\k\good").unwrap();
+    fs.remove(r"C:\k\dangling").unwrap();
+    assert!(sim.entry_exists(r"C:\k\real"));
+}
+
+#[test]
+fn symlinks_are_made_without_the_unprivileged_flag_where_windows_is_too_old_for_it() {
+    let (sim, fs) = host();
+    sim.mkdir(r"C:\k\t");
+    sim.fail_next(
+        "create_symbolic_link",
+        OsError::new(code::INVALID_PARAMETER),
+    );
+    fs.create_symlink(r"C:\k\t", r"C:\k\l").unwrap();
+    assert!(fs.is_symlink(r"C:\k\l").unwrap());
+    // Any other failure is the answer.
+    sim.fail_next(
+        "create_symbolic_link",
+        OsError::new(ERROR_PRIVILEGE_NOT_HELD),
+    );
+    let e = fs.create_symlink(r"C:\k\t", r"C:\k\l2").unwrap_err();
+    assert!(e.to_string().contains("1314"), "{e}");
+}
+
+/// What each metadata call costs, in OS calls (the deterministic counterpart of a latency
+/// benchmark): PathExists is one `GetFileAttributesW` and opens nothing.
+#[test]
+fn os_calls_per_metadata_call() {
+    let (sim, fs) = host();
+    sim.mkdir(r"C:\k\real");
+    fs.create_symlink(r"C:\k\real", r"C:\k\good").unwrap();
+    let count = || sim.calls().values().sum::<u64>();
+    let before = count();
+    assert!(fs.path_exists(r"C:\k\real").unwrap());
+    assert_eq!(count() - before, 1, "{:?}", sim.calls());
+    let before = count();
+    assert!(fs.is_symlink(r"C:\k\good").unwrap());
+    let is_symlink = count() - before;
+    eprintln!("seam calls: PathExists 1, IsSymlink {is_symlink}");
+    assert!(is_symlink <= 4, "{is_symlink}");
+}

@@ -1,0 +1,262 @@
+//! The real file and directory primitives ([`FileApi`]): one documented Win32 call (or
+//! enumeration idiom) per method. Paths arrive without a terminator; each call gets a
+//! NUL-terminated copy.
+
+use super::{SystemWin32, handle, os};
+use crate::windows::os::files::FileApi;
+use crate::windows::os::{OsError, Win32Result, code, open_entry};
+use std::ffi::c_void;
+use windows::Win32::Foundation::HANDLE;
+use windows::Win32::Storage::FileSystem::{
+    CreateDirectoryW, CreateFileW, CreateSymbolicLinkW, DeleteFileW, FILE_ATTRIBUTE_TAG_INFO,
+    FILE_BASIC_INFO, FILE_FLAG_BACKUP_SEMANTICS, FILE_FLAG_OPEN_REPARSE_POINT,
+    FILE_FLAGS_AND_ATTRIBUTES, FILE_READ_ATTRIBUTES, FILE_SHARE_DELETE, FILE_SHARE_MODE,
+    FILE_SHARE_READ, FILE_SHARE_WRITE, FIND_FIRST_EX_FLAGS, FileAttributeTagInfo, FileBasicInfo,
+    FindClose, FindExInfoBasic, FindExSearchNameMatch, FindFirstFileExW, FindNextFileW,
+    GetFileAttributesW, GetFileInformationByHandleEx, INVALID_FILE_ATTRIBUTES,
+    MAXIMUM_REPARSE_DATA_BUFFER_SIZE, OPEN_EXISTING, RemoveDirectoryW, SYMBOLIC_LINK_FLAGS,
+    SetFileInformationByHandle, WIN32_FIND_DATAW,
+};
+use windows::Win32::System::IO::DeviceIoControl;
+use windows::Win32::System::Ioctl::FSCTL_GET_REPARSE_POINT;
+use windows::Win32::System::LibraryLoader::{GetModuleHandleW, GetProcAddress};
+use windows::core::{PCWSTR, s, w};
+
+/// `p` NUL-terminated.
+fn nul(p: &[u16]) -> Vec<u16> {
+    let mut v = Vec::with_capacity(p.len() + 1);
+    v.extend_from_slice(p);
+    v.push(0);
+    v
+}
+
+/// The last error of a call that reports failure through its return value.
+fn last_error() -> OsError {
+    os(&windows::core::Error::from_thread())
+}
+
+/// A find handle from FindFirstFileExW, closed with FindClose on drop.
+struct FindHandle(HANDLE);
+
+impl Drop for FindHandle {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from a successful FindFirstFileExW, is owned by this value
+        // only, and is closed exactly once here.
+        let _ = unsafe { FindClose(self.0) };
+    }
+}
+
+/// `FindFirstFileExW(name, FindExInfoBasic)`: the find handle and the first entry.
+fn find_first(name: &[u16]) -> Win32Result<(FindHandle, WIN32_FIND_DATAW)> {
+    let name = nul(name);
+    let mut data = WIN32_FIND_DATAW::default();
+    // SAFETY: `name` is NUL-terminated and outlives the call, `data` is a writable
+    // WIN32_FIND_DATAW as FindExInfoBasic requires, and no search filter is passed.
+    let h = unsafe {
+        FindFirstFileExW(
+            PCWSTR(name.as_ptr()),
+            FindExInfoBasic,
+            (&raw mut data).cast::<c_void>(),
+            FindExSearchNameMatch,
+            None,
+            FIND_FIRST_EX_FLAGS(0),
+        )
+    }
+    .map_err(|e| os(&e))?;
+    Ok((FindHandle(h), data))
+}
+
+/// `cFileName` up to its NUL.
+fn file_name(data: &WIN32_FIND_DATAW) -> Vec<u16> {
+    let n = data
+        .cFileName
+        .iter()
+        .position(|&u| u == 0)
+        .unwrap_or(data.cFileName.len());
+    data.cFileName[..n].to_vec()
+}
+
+/// Whether this process runs under Wine (`ntdll.dll` exports `wine_get_version`, which no
+/// Windows ntdll does). Wine fakes some operations (symbolic links), so tests skip those.
+pub fn running_under_wine() -> bool {
+    // SAFETY: the module name is a static NUL-terminated UTF-16 string; GetModuleHandleW only
+    // looks up a module already loaded (ntdll is mapped into every process) and does not change
+    // its reference count, so nothing needs releasing.
+    let Ok(ntdll) = (unsafe { GetModuleHandleW(w!("ntdll.dll")) }) else {
+        return false;
+    };
+    // SAFETY: `ntdll` is a valid module handle and the name a static NUL-terminated string;
+    // the returned pointer is only tested for presence, never called.
+    unsafe { GetProcAddress(ntdll, s!("wine_get_version")) }.is_some()
+}
+
+impl FileApi for SystemWin32 {
+    fn file_attributes(&self, path: &[u16]) -> Win32Result<u32> {
+        let name = nul(path);
+        // SAFETY: `name` is NUL-terminated and outlives the call. "If the function fails, the
+        // return value is INVALID_FILE_ATTRIBUTES"; GetLastError says why.
+        let a = unsafe { GetFileAttributesW(PCWSTR(name.as_ptr())) };
+        if a == INVALID_FILE_ATTRIBUTES {
+            Err(last_error())
+        } else {
+            Ok(a)
+        }
+    }
+
+    fn find_entry(&self, path: &[u16]) -> Win32Result<(u32, u32)> {
+        // dwReserved0: "If the dwFileAttributes member includes the
+        // FILE_ATTRIBUTE_REPARSE_POINT attribute, this member specifies the reparse tag."
+        let (_h, data) = find_first(path)?;
+        Ok((data.dwFileAttributes, data.dwReserved0))
+    }
+
+    fn find_names(&self, pattern: &[u16]) -> Win32Result<Vec<Vec<u16>>> {
+        let (h, mut data) = find_first(pattern)?;
+        let mut names = vec![file_name(&data)];
+        loop {
+            // SAFETY: `h` is an open find handle and `data` a writable WIN32_FIND_DATAW.
+            match unsafe { FindNextFileW(h.0, &raw mut data) }.map_err(|e| os(&e)) {
+                Ok(()) => names.push(file_name(&data)),
+                // "If no matching files can be found, the GetLastError function returns
+                // ERROR_NO_MORE_FILES."
+                Err(e) if e.code == code::NO_MORE_FILES => return Ok(names),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn open_entry(&self, path: &[u16], access: u32, share: u32, follow: bool) -> Win32Result<u64> {
+        let name = nul(path);
+        // "You must set this flag to obtain a handle to a directory"; with
+        // FILE_FLAG_OPEN_REPARSE_POINT, "normal reparse point processing will not occur".
+        let mut flags: FILE_FLAGS_AND_ATTRIBUTES = FILE_FLAG_BACKUP_SEMANTICS;
+        if !follow {
+            flags |= FILE_FLAG_OPEN_REPARSE_POINT;
+        }
+        // SAFETY: `name` is NUL-terminated and outlives the call; no security attributes and no
+        // template handle are passed.
+        let h = unsafe {
+            CreateFileW(
+                PCWSTR(name.as_ptr()),
+                access,
+                FILE_SHARE_MODE(share),
+                None,
+                OPEN_EXISTING,
+                flags,
+                None,
+            )
+        }
+        .map_err(|e| os(&e))?;
+        Ok(h.0 as u64)
+    }
+
+    fn attribute_tag(&self, raw: u64) -> Win32Result<(u32, u32)> {
+        let mut info = FILE_ATTRIBUTE_TAG_INFO::default();
+        // SAFETY: `info` is a writable FILE_ATTRIBUTE_TAG_INFO and its exact size is passed;
+        // the handle is open for the duration of the call.
+        unsafe {
+            GetFileInformationByHandleEx(
+                handle(raw),
+                FileAttributeTagInfo,
+                (&raw mut info).cast::<c_void>(),
+                size_of::<FILE_ATTRIBUTE_TAG_INFO>() as u32,
+            )
+        }
+        .map_err(|e| os(&e))?;
+        Ok((info.FileAttributes, info.ReparseTag))
+    }
+
+    fn basic_attributes(&self, raw: u64) -> Win32Result<u32> {
+        let mut info = FILE_BASIC_INFO::default();
+        // SAFETY: `info` is a writable FILE_BASIC_INFO and its exact size is passed.
+        unsafe {
+            GetFileInformationByHandleEx(
+                handle(raw),
+                FileBasicInfo,
+                (&raw mut info).cast::<c_void>(),
+                size_of::<FILE_BASIC_INFO>() as u32,
+            )
+        }
+        .map_err(|e| os(&e))?;
+        Ok(info.FileAttributes)
+    }
+
+    fn set_basic_attributes(&self, raw: u64, attributes: u32) -> Win32Result<()> {
+        // Zero times mean "keep the file's current value" (FILE_BASIC_INFORMATION).
+        let update = FILE_BASIC_INFO {
+            FileAttributes: attributes,
+            ..Default::default()
+        };
+        // SAFETY: `update` is a readable FILE_BASIC_INFO and its exact size is passed.
+        unsafe {
+            SetFileInformationByHandle(
+                handle(raw),
+                FileBasicInfo,
+                (&raw const update).cast::<c_void>(),
+                size_of::<FILE_BASIC_INFO>() as u32,
+            )
+        }
+        .map_err(|e| os(&e))
+    }
+
+    fn reparse_data(&self, path: &[u16]) -> Win32Result<Vec<u8>> {
+        let share = FILE_SHARE_READ.0 | FILE_SHARE_WRITE.0 | FILE_SHARE_DELETE.0;
+        let h = open_entry(self, path, FILE_READ_ATTRIBUTES.0, share, false)?;
+        // The buffer is MAXIMUM_REPARSE_DATA_BUFFER_SIZE, the most the control can return.
+        let mut buf = vec![0u8; MAXIMUM_REPARSE_DATA_BUFFER_SIZE as usize];
+        let mut returned = 0u32;
+        // SAFETY: the output buffer is writable for the length passed, `returned` is a valid
+        // out pointer, and the handle was opened without FILE_FLAG_OVERLAPPED so the call is
+        // synchronous with no OVERLAPPED structure.
+        unsafe {
+            DeviceIoControl(
+                handle(h.raw()),
+                FSCTL_GET_REPARSE_POINT,
+                None,
+                0,
+                Some(buf.as_mut_ptr().cast::<c_void>()),
+                buf.len() as u32,
+                Some(&raw mut returned),
+                None,
+            )
+        }
+        .map_err(|e| os(&e))?;
+        buf.truncate(returned as usize);
+        Ok(buf)
+    }
+
+    fn create_directory(&self, path: &[u16]) -> Win32Result<()> {
+        let name = nul(path);
+        // SAFETY: `name` is NUL-terminated and outlives the call; default security.
+        unsafe { CreateDirectoryW(PCWSTR(name.as_ptr()), None) }.map_err(|e| os(&e))
+    }
+
+    fn remove_directory(&self, path: &[u16]) -> Win32Result<()> {
+        let name = nul(path);
+        // SAFETY: `name` is NUL-terminated and outlives the call. "When lpPathName refers to a
+        // directory junction, RemoveDirectory will remove the specified link regardless of
+        // whether the target directory is empty or not."
+        unsafe { RemoveDirectoryW(PCWSTR(name.as_ptr())) }.map_err(|e| os(&e))
+    }
+
+    fn delete_file(&self, path: &[u16]) -> Win32Result<()> {
+        let name = nul(path);
+        // SAFETY: `name` is NUL-terminated and outlives the call. "If the path points to a
+        // symbolic link, the symbolic link is deleted, not the target."
+        unsafe { DeleteFileW(PCWSTR(name.as_ptr())) }.map_err(|e| os(&e))
+    }
+
+    fn create_symbolic_link(&self, link: &[u16], target: &[u16], flags: u32) -> Win32Result<()> {
+        let (link, target) = (nul(link), nul(target));
+        // SAFETY: both strings are NUL-terminated and outlive the call. The return is a
+        // BOOLEAN; on failure GetLastError says why.
+        let ok = unsafe {
+            CreateSymbolicLinkW(
+                PCWSTR(link.as_ptr()),
+                PCWSTR(target.as_ptr()),
+                SYMBOLIC_LINK_FLAGS(flags),
+            )
+        };
+        if ok { Ok(()) } else { Err(last_error()) }
+    }
+}
