@@ -1,6 +1,7 @@
 //! The Linux benchmark run: a real daemon on Unix sockets in a temp dir, clients in this process.
 
 use crate::stats::{Row, Samples, fmt_d, fmt_mib, print_table, ratio};
+use crate::syscalls;
 use clap::Parser;
 use csi_proxy_client::Connector;
 use csi_proxy_client::disk::DiskClient;
@@ -41,6 +42,10 @@ struct Args {
     /// Size of each loop-device disk for the stage flow, MiB.
     #[arg(long, default_value_t = 256)]
     disk_mib: u64,
+    /// Only the per-request costs: start-up, idle RSS, 1-client PathExists against the health
+    /// check on the same endpoint, and system calls per request.
+    #[arg(long)]
+    costs_only: bool,
 }
 
 pub fn main() -> ExitCode {
@@ -417,6 +422,10 @@ async fn run(a: &Args) -> Result<Vec<Row>, String> {
         .await
         .map_err(|e| format!("PathExists: {e}"))?
     };
+    per_request_costs(a, &c, pid, &fs, &probe, &seq, &mut rows).await?;
+    if a.costs_only {
+        return Ok(rows);
+    }
     let mut clients = Vec::new();
     for _ in 0..a.clients {
         let ch = c
@@ -516,6 +525,64 @@ async fn run(a: &Args) -> Result<Vec<Row>, String> {
     stage_flow(a, &d, &direct, &mut rows, load).await;
     drop(open);
     Ok(rows)
+}
+
+/// The gRPC health check on the filesystem v1 endpoint against PathExists on the same endpoint
+/// (the floor our transport stack sets), and the daemon's system calls per request of each.
+async fn per_request_costs(
+    a: &Args,
+    c: &Connector,
+    pid: u32,
+    fs: &FilesystemClient,
+    probe: &str,
+    path_exists: &Samples,
+    rows: &mut Vec<Row>,
+) -> Result<(), String> {
+    let ch = c
+        .channel("filesystem", "v1")
+        .await
+        .map_err(|e| e.to_string())?;
+    let health = tonic_health::pb::health_client::HealthClient::new(ch);
+    let check = move || {
+        let mut h = health.clone();
+        async move {
+            h.check(tonic_health::pb::HealthCheckRequest::default())
+                .await
+                .map(drop)
+        }
+    };
+    let hseq = sequential(a.calls, check.clone())
+        .await
+        .map_err(|e| format!("health Check: {e}"))?;
+    let (h50, p50) = (hseq.quantile(0.5), path_exists.quantile(0.5));
+    rows.push(Row {
+        what: "PathExists 1 client p50 (floor: health Check p50, same endpoint)".into(),
+        daemon: fmt_d(p50),
+        direct: fmt_d(h50),
+        ratio: ratio(p50.as_secs_f64(), h50.as_secs_f64()),
+    });
+    let n = a.calls.min(2000);
+    match syscalls::available() {
+        Err(why) => na(rows, "system calls per request", &why),
+        Ok(()) => {
+            let p = probe.to_string();
+            let per = syscalls::count(pid, n, || {
+                let (mut fs, p) = (fs.clone(), p.clone());
+                async move { fs.path_exists(&p).await.map(drop) }
+            })
+            .await?;
+            rows.push(Row::single(
+                format!("daemon system calls per PathExists (strace -c -f, {n} calls)"),
+                per.shown(),
+            ));
+            let per = syscalls::count(pid, n, check).await?;
+            rows.push(Row::single(
+                format!("daemon system calls per health Check (strace -c -f, {n} calls)"),
+                per.shown(),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A loop device over a sparse file; detached on drop.

@@ -10,6 +10,8 @@
 #[cfg(target_os = "linux")]
 mod linux;
 mod stats;
+#[cfg(target_os = "linux")]
+mod syscalls;
 
 fn main() -> std::process::ExitCode {
     #[cfg(target_os = "linux")]

@@ -1,13 +1,59 @@
-//! How every RPC runs: host work on the blocking pool, a panic turned into INTERNAL for that
-//! request only, errors turned into statuses, and one log line per request at `-v=4` and above.
+//! How every RPC runs: host work off the async workers (or, for quick metadata calls, on one
+//! worker kept for them), a panic turned into INTERNAL for that request only, errors turned into
+//! statuses, and one log line per request at `-v=4` and above.
 
 use crate::status::to_status;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::panic::AssertUnwindSafe;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 use tonic::{Code, Response, Status};
 
 static VERBOSITY: AtomicU8 = AtomicU8::new(0);
 static REQUESTS: AtomicU64 = AtomicU64::new(0);
+
+/// RPCs that only read metadata (a stat, a statvfs, sysfs): they usually answer in
+/// microseconds, so handing them to the blocking pool (a thread wake-up there and another one
+/// back) costs more than the call itself.
+const METADATA_RPCS: [&str; 5] = [
+    "PathExists",
+    "IsSymlink",
+    "GetVolumeStats",
+    "ListDiskIDs",
+    "GetDiskStats",
+];
+
+/// How many metadata calls may run on async workers at once: all workers but one. A metadata
+/// call can still block for long (a stat on a dead network share), so at most this many workers
+/// can be held by such calls; the last worker always stays free to serve every other request,
+/// and metadata calls beyond this run on the blocking pool as all other host work does.
+fn inline_slots() -> &'static AtomicUsize {
+    static SLOTS: OnceLock<AtomicUsize> = OnceLock::new();
+    SLOTS.get_or_init(|| {
+        let workers = tokio::runtime::Handle::try_current()
+            .map(|h| h.metrics().num_workers())
+            .unwrap_or(1);
+        AtomicUsize::new(workers.saturating_sub(1))
+    })
+}
+
+/// Takes an inline slot if one is free; the slot is given back on drop.
+struct InlineSlot;
+
+impl InlineSlot {
+    fn take() -> Option<InlineSlot> {
+        inline_slots()
+            .fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| n.checked_sub(1))
+            .ok()
+            .map(|_| InlineSlot)
+    }
+}
+
+impl Drop for InlineSlot {
+    fn drop(&mut self) {
+        inline_slots().fetch_add(1, Ordering::Release);
+    }
+}
 
 /// How many requests have reached a handler since start: a cheap activity signal for
 /// housekeeping that should wait for quiet moments.
@@ -38,8 +84,10 @@ pub struct RpcId {
 
 /// Runs `work` (blocking host work) on tokio's blocking pool and answers the RPC with its result.
 ///
-/// Host calls block (syscalls, mkfs, WMI), so they never run on the async workers. A panic inside
-/// `work` is caught by the blocking task and answered with INTERNAL; the daemon keeps serving.
+/// Host calls block (syscalls, mkfs, WMI), so they do not run on the async workers; the
+/// exception is a metadata RPC ([`METADATA_RPCS`]) while an inline slot is free, which runs
+/// where it was received. A panic inside `work` is caught and answered with INTERNAL; the
+/// daemon keeps serving.
 ///
 /// `deadline` is the caller's ([`deadline_of`]): host work that has not started by then is not
 /// started (see `csi_proxy_core::deadline`).
@@ -61,15 +109,28 @@ where
             work()
         })
     };
-    let result = match tokio::task::spawn_blocking(work).await {
-        Ok(Ok(v)) => Ok(Response::new(v)),
-        Ok(Err(e)) => Err(to_status(&e)),
-        Err(join) => {
-            let what = if join.is_panic() {
+    let ran = match METADATA_RPCS
+        .contains(&rpc.method)
+        .then(InlineSlot::take)
+        .flatten()
+    {
+        Some(slot) => {
+            let r = std::panic::catch_unwind(AssertUnwindSafe(work)).map_err(panic_message);
+            drop(slot);
+            r
+        }
+        None => tokio::task::spawn_blocking(work).await.map_err(|join| {
+            if join.is_panic() {
                 panic_message(join.into_panic())
             } else {
                 "the request was cancelled".to_string()
-            };
+            }
+        }),
+    };
+    let result = match ran {
+        Ok(Ok(v)) => Ok(Response::new(v)),
+        Ok(Err(e)) => Err(to_status(&e)),
+        Err(what) => {
             tracing::error!(
                 group = rpc.group,
                 version = rpc.version,

@@ -486,6 +486,9 @@ impl Stream for Incoming {
     }
 }
 
+/// The most bytes gathered into one pipe write (larger answers go out buffer by buffer).
+const GATHER_LIMIT: usize = 64 * 1024;
+
 /// One connected client of a pipe: the server end of a pipe instance.
 #[derive(Debug)]
 pub struct PipeConn {
@@ -558,16 +561,30 @@ impl AsyncWrite for PipeConn {
         Pin::new(&mut self.inner).poll_write(cx, buf)
     }
 
+    /// Several buffers (an answer's HTTP/2 frames) become one pipe write: each write on a pipe
+    /// is its own overlapped `WriteFile` and completion, and the pipe itself does not gather.
     fn poll_write_vectored(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if bufs.len() < 2 || total > GATHER_LIMIT {
+            let first = bufs
+                .iter()
+                .find(|b| !b.is_empty())
+                .map_or(&[][..], |b| &b[..]);
+            return Pin::new(&mut self.inner).poll_write(cx, first);
+        }
+        let mut joined = Vec::with_capacity(total);
+        for b in bufs {
+            joined.extend_from_slice(b);
+        }
+        Pin::new(&mut self.inner).poll_write(cx, &joined)
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
+        true
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
