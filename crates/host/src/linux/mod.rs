@@ -2,6 +2,8 @@
 pub mod block;
 pub mod dbus;
 pub mod disk;
+#[cfg(any(test, feature = "linux-fake"))]
+pub mod fake;
 pub mod filesystem;
 pub mod iscsi;
 pub mod kernel;

@@ -168,7 +168,7 @@ pub const PATH: &str = "/proc/self/mountinfo";
 
 /// Reads and parses `/proc/self/mountinfo` on this machine.
 pub fn read() -> io::Result<Vec<MountInfo>> {
-    read_from(&super::kernel::SystemLinux::default())
+    read_from(&*super::os::system())
 }
 
 /// Reads and parses `/proc/self/mountinfo` through `os`.

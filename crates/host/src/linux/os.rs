@@ -235,9 +235,23 @@ impl fmt::Debug for Fd {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    static SYSTEM_USES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// The seam acting on this machine.
 pub fn system() -> Os {
+    #[cfg(test)]
+    SYSTEM_USES.with(|n| n.set(n.get() + 1));
     Arc::new(super::kernel::SystemLinux::default())
+}
+
+/// How often [`system`] was asked for on this thread: tests over the fake prove with it that
+/// nothing reached the real kernel.
+#[cfg(test)]
+pub(crate) fn system_uses_on_this_thread() -> usize {
+    SYSTEM_USES.with(|n| n.get())
 }
 
 /// Reads a text attribute, trimmed.
