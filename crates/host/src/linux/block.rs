@@ -66,13 +66,18 @@ pub fn sys_disk(name: &str) -> PathBuf {
 /// Every disk with media (size > 0) and a `diskseq`, ordered by number. Detached loop devices
 /// (size 0) are not disks.
 pub fn disks(os: &Os) -> Result<Vec<Disk>> {
-    let op = "list disks";
-    let names = os
-        .list_dir(Path::new(SYS_BLOCK))
-        .map_err(|e| Error::io(op, SYS_BLOCK, &e))?;
-    let mut out: Vec<Disk> = names.iter().filter_map(|n| disk_named(os, n)).collect();
+    let mut out: Vec<Disk> = block_names(os)?
+        .iter()
+        .filter_map(|n| disk_named(os, n))
+        .collect();
     out.sort_by_key(|d| d.number);
     Ok(out)
+}
+
+/// The kernel names of the block devices.
+fn block_names(os: &Os) -> Result<Vec<String>> {
+    os.list_dir(Path::new(SYS_BLOCK))
+        .map_err(|e| Error::io("list disks", SYS_BLOCK, &e))
 }
 
 fn disk_named(os: &Os, name: &str) -> Option<Disk> {
@@ -89,11 +94,15 @@ fn disk_named(os: &Os, name: &str) -> Option<Disk> {
     })
 }
 
-/// The disk with this number; NotFound naming it otherwise.
+/// The disk with this number; NotFound naming it otherwise. Only each disk's diskseq is read
+/// to find it, and only its own other attributes.
 pub fn find_disk(os: &Os, op: &str, number: u32) -> Result<Disk> {
-    disks(os)?
-        .into_iter()
-        .find(|d| d.number == number)
+    let names = block_names(os)?;
+    let seq = |name: &str| os::read_u64(&**os, &sys_disk(name).join("diskseq")).ok();
+    names
+        .iter()
+        .find(|name| seq(name) == Some(u64::from(number)))
+        .and_then(|name| disk_named(os, name))
         .ok_or_else(|| {
             Error::new(
                 Kind::NotFound,
@@ -116,6 +125,9 @@ pub fn partitions(os: &Os, disk: &Disk) -> Vec<Part> {
         .list_dir(&dir)
         .into_iter()
         .flatten()
+        // A partition's kernel name is its disk's name and number (`sda1`, `loop3p1`): the
+        // disk's attributes (two dozen in sysfs) are not asked whether they are partitions.
+        .filter(|name| name.starts_with(&disk.name) && name.len() > disk.name.len())
         .filter_map(|name| {
             let p = dir.join(&name);
             let number = u32::try_from(os::read_u64(&**os, &p.join("partition")).ok()?).ok()?;

@@ -90,9 +90,36 @@ pub(super) fn list(s: &State, path: &Path) -> io::Result<Vec<String>> {
         .and_then(|r| r.to_str())
         .and_then(|name| s.disks.iter().find(|d| d.name == name))
         .ok_or_else(|| errno(ENOENT))?;
-    let mut names: Vec<String> = ["dev", "diskseq", "holders", "queue", "ro", "size"]
-        .map(String::from)
-        .into();
+    // What a loop disk's sysfs directory lists besides its partitions.
+    let mut names: Vec<String> = [
+        "alignment_offset",
+        "bdi",
+        "capability",
+        "dev",
+        "discard_alignment",
+        "diskseq",
+        "events",
+        "events_async",
+        "events_poll_msecs",
+        "ext_range",
+        "hidden",
+        "holders",
+        "inflight",
+        "mq",
+        "power",
+        "queue",
+        "range",
+        "removable",
+        "ro",
+        "size",
+        "slaves",
+        "stat",
+        "subsystem",
+        "trace",
+        "uevent",
+    ]
+    .map(String::from)
+    .into();
     names.extend(disk.parts.iter().map(|p| disk.part_name(p.number)));
     Ok(names)
 }

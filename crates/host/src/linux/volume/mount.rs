@@ -148,12 +148,15 @@ impl LinuxVolumeHost {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()), // nothing there
             Err(e) => return Err(Error::io(OP, &object, &e)),
         };
+        // Resolved once, when something is first found mounted there; stacked mounts of the
+        // same volume are then unmounted without naming it again.
+        let mut resolved: Option<Result<Volume>> = None;
         for _ in 0..16 {
             let table = read_mountinfo(os, OP)?;
             let Some(m) = mountinfo::topmost_at(&table, &kpath) else {
                 return Ok(()); // not (or no longer) mounted: success
             };
-            match self.resolve(OP, id) {
+            match resolved.get_or_insert_with(|| self.resolve(OP, id)) {
                 Ok(vol) => {
                     let occupant = if vol.mounts(std::slice::from_ref(m)).is_empty() {
                         Occupant::Other(format!("{} {:?}", m.fs_type, m.source))
@@ -187,7 +190,7 @@ impl LinuxVolumeHost {
                         "the volume is gone; unmounting its stale mount"
                     );
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.clone()),
             }
             if let Ok(d) = Fd::open(os, &kpath, Open::DirNoFollow) {
                 let _ = d.syncfs();

@@ -5,7 +5,6 @@ use super::*;
 /// A resolved volume.
 #[derive(Clone)]
 pub(super) struct Volume {
-    pub(super) os: Os,
     pub(super) id: String,
     pub(super) disk: Disk,
     /// Partition number; 0 for a whole-disk filesystem.
@@ -19,6 +18,12 @@ pub(super) struct Volume {
     /// request: reads go through it, and its diskseq tells whether the disk is still the one
     /// resolved (see [`Volume::unchanged`]).
     pub(super) file: Arc<Fd>,
+    /// The whole disk, opened with the volume (the same handle for a whole-disk volume): the
+    /// re-checks of [`Volume::unchanged`] read its table through it instead of opening the node
+    /// by name again.
+    pub(super) disk_file: Arc<Fd>,
+    /// The disk's logical sector size, read from sysfs once.
+    pub(super) sector: u64,
 }
 
 impl Volume {
@@ -44,7 +49,7 @@ impl Volume {
                 self.disk.number
             )));
         }
-        let uuid = volume_uuid(&self.os, op, &self.disk, self.part)?;
+        let uuid = volume_uuid(op, &self.disk, self.sector, &self.disk_file, self.part)?;
         if uuid != self.uuid {
             return Err(gone(format!(
                 "partition {} of disk {} became a different volume ({uuid}) while the request ran",
@@ -97,9 +102,7 @@ pub(super) fn parse_or_refuse<'i>(op: &str, id: &'i str) -> Result<(u32, u32, &'
 }
 
 /// The third part of a volume ID for partition `part` of `disk` (0: the whole disk).
-fn volume_uuid(os: &Os, op: &str, disk: &Disk, part: u32) -> Result<String> {
-    let f = Fd::open(os, &block::node(&disk.name), Open::Read)
-        .map_err(|e| io_err(op, disk, "open", &e))?;
+fn volume_uuid(op: &str, disk: &Disk, sector: u64, f: &Fd, part: u32) -> Result<String> {
     if part == 0 {
         let head = f
             .read_at(0, signatures::PROBE_LEN)
@@ -108,7 +111,6 @@ fn volume_uuid(os: &Os, op: &str, disk: &Disk, part: u32) -> Result<String> {
             .and_then(|s| s.uuid)
             .map_or_else(|| "none".to_string(), |u| signatures::uuid_string(&u)));
     }
-    let sector = block::sector_size(os, disk);
     let total = disk.size / sector;
     let head = f
         .read_at(0, gpt::head_len(sector))
@@ -118,7 +120,7 @@ fn volume_uuid(os: &Os, op: &str, disk: &Disk, part: u32) -> Result<String> {
     let table = match Gpt::parse(&head, sector, total) {
         Ok(Some(t)) => Some(t),
         _ if gpt::mbr_partitions(&head).iter().any(|p| p.kind == 0xEE) => {
-            let tail = crate::linux::disk::read_tail(op, disk, sector, &f)?;
+            let tail = crate::linux::disk::read_tail(op, disk, sector, f)?;
             match gpt::find(&head, &tail, sector, total) {
                 Ok(gpt::Found::Primary(t) | gpt::Found::Backup(t)) => Some(t),
                 Ok(gpt::Found::None) => None,
@@ -146,14 +148,16 @@ fn volume_uuid(os: &Os, op: &str, disk: &Disk, part: u32) -> Result<String> {
 }
 
 pub(super) fn make_volume(os: &Os, op: &str, disk: &Disk, part: u32) -> Result<Volume> {
-    if part != 0 && !block::partitions(os, disk).iter().any(|p| p.number == part) {
-        // Best effort; a partition still unknown is reported below.
-        let _ = block::ensure_partitions(os, op, disk);
-    }
     let name = if part == 0 {
         disk.name.clone()
     } else {
-        block::partitions(os, disk)
+        let mut parts = block::partitions(os, disk);
+        if !parts.iter().any(|p| p.number == part) {
+            // Best effort; a partition still unknown is reported below.
+            let _ = block::ensure_partitions(os, op, disk);
+            parts = block::partitions(os, disk);
+        }
+        parts
             .into_iter()
             .find(|p| p.number == part)
             .map(|p| p.name)
@@ -172,17 +176,25 @@ pub(super) fn make_volume(os: &Os, op: &str, disk: &Disk, part: u32) -> Result<V
         block::sys_disk(&disk.name).join(&name)
     };
     let dev = block::dev_numbers(os, &sys).map_err(|e| io_err(op, disk, "read dev", &e))?;
-    let file = open_volume_device(os, op, disk, &name, dev)?;
-    let uuid = volume_uuid(os, op, disk, part)?;
+    let file = Arc::new(open_volume_device(os, op, disk, &name, dev)?);
+    let disk_file = if part == 0 {
+        file.clone()
+    } else {
+        let node = block::node(&disk.name);
+        Arc::new(Fd::open(os, &node, Open::Read).map_err(|e| io_err(op, disk, "open", &e))?)
+    };
+    let sector = block::sector_size(os, disk);
+    let uuid = volume_uuid(op, disk, sector, &disk_file, part)?;
     Ok(Volume {
-        os: os.clone(),
         id: format!("diskseq{}-part{part}-{uuid}", disk.number),
         disk: disk.clone(),
         part,
         name,
         dev,
         uuid,
-        file: Arc::new(file),
+        file,
+        disk_file,
+        sector,
     })
 }
 
