@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How [`LinuxOs::open`] opens a path.
+/// How [`LinuxOs::open_raw`] (and [`Fd::open`]) opens a path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Open {
     /// Read only (a device to probe, a mount point to sync).

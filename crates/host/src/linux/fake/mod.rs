@@ -4,7 +4,7 @@
 //! it: BLKRRPART reads the GPT on the device, BLKPG adds and resizes partitions, mount(2) wants
 //! a filesystem of the type asked for (EINVAL otherwise), umount2(2) of something not mounted
 //! is EINVAL, `O_EXCL` on a disk with a mounted partition is EBUSY, `O_NOFOLLOW` on a link is
-//! ELOOP. The filesystem tools are modelled in [`tools`]. Every call is recorded, so tests can
+//! ELOOP. The filesystem tools are modelled in `tools`. Every call is recorded, so tests can
 //! count what an operation costs.
 
 mod render;
@@ -171,6 +171,8 @@ impl LinuxOs for FakeLinux {
 
     fn write_file(&self, path: &Path, _text: &str) -> io::Result<()> {
         drop(self.record(format!("write_file {}", path.display())));
+        // The writable attributes are SCSI and NVMe rescans and device states; a fake disk has
+        // neither, as a loop device has not.
         Err(errno(ENOENT))
     }
 
