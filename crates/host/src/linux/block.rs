@@ -5,11 +5,11 @@
 //! and never reused, so a number a driver holds can never name a disk attached later.
 
 use super::mountinfo;
+use super::os::{self, Blkpg, Fd, Open, Os};
 use csi_proxy_core::disk::DiskUsage;
+use csi_proxy_core::error::io_kind;
 use csi_proxy_core::{Error, Kind, Result};
-use std::fs::{self, File};
-use std::io::{self, Read};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -40,19 +40,9 @@ pub struct Part {
     pub size: u64,
 }
 
-fn read_trimmed(path: &Path) -> io::Result<String> {
-    Ok(fs::read_to_string(path)?.trim().to_string())
-}
-
-fn read_u64(path: &Path) -> io::Result<u64> {
-    read_trimmed(path)?
-        .parse()
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("{}", path.display())))
-}
-
 /// `dev_t` of a sysfs block entry, from its `dev` file (`major:minor`).
-pub fn dev_numbers(sys_entry: &Path) -> io::Result<(u32, u32)> {
-    let s = read_trimmed(&sys_entry.join("dev"))?;
+pub fn dev_numbers(os: &Os, sys_entry: &Path) -> io::Result<(u32, u32)> {
+    let s = os::read_text(&**os, &sys_entry.join("dev"))?;
     let (a, b) = s
         .split_once(':')
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, s.clone()))?;
@@ -75,27 +65,28 @@ pub fn sys_disk(name: &str) -> PathBuf {
 
 /// Every disk with media (size > 0) and a `diskseq`, ordered by number. Detached loop devices
 /// (size 0) are not disks.
-pub fn disks() -> Result<Vec<Disk>> {
-    let op = "list disks";
-    let entries = fs::read_dir(SYS_BLOCK).map_err(|e| Error::io(op, SYS_BLOCK, &e))?;
-    let mut out = Vec::new();
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if let Some(d) = disk_named(&name) {
-            out.push(d);
-        }
-    }
+pub fn disks(os: &Os) -> Result<Vec<Disk>> {
+    let mut out: Vec<Disk> = block_names(os)?
+        .iter()
+        .filter_map(|n| disk_named(os, n))
+        .collect();
     out.sort_by_key(|d| d.number);
     Ok(out)
 }
 
-fn disk_named(name: &str) -> Option<Disk> {
+/// The kernel names of the block devices.
+fn block_names(os: &Os) -> Result<Vec<String>> {
+    os.list_dir(Path::new(SYS_BLOCK))
+        .map_err(|e| Error::io("list disks", SYS_BLOCK, &e))
+}
+
+fn disk_named(os: &Os, name: &str) -> Option<Disk> {
     let dir = sys_disk(name);
-    let size = read_u64(&dir.join("size")).ok()? * 512;
+    let size = os::read_u64(&**os, &dir.join("size")).ok()? * 512;
     if size == 0 {
         return None;
     }
-    let number = u32::try_from(read_u64(&dir.join("diskseq")).ok()?).ok()?;
+    let number = u32::try_from(os::read_u64(&**os, &dir.join("diskseq")).ok()?).ok()?;
     Some(Disk {
         name: name.to_string(),
         number,
@@ -103,11 +94,15 @@ fn disk_named(name: &str) -> Option<Disk> {
     })
 }
 
-/// The disk with this number; NotFound naming it otherwise.
-pub fn disk(op: &str, number: u32) -> Result<Disk> {
-    disks()?
-        .into_iter()
-        .find(|d| d.number == number)
+/// The disk with this number; NotFound naming it otherwise. Only each disk's diskseq is read
+/// to find it, and only its own other attributes.
+pub fn find_disk(os: &Os, op: &str, number: u32) -> Result<Disk> {
+    let names = block_names(os)?;
+    let seq = |name: &str| os::read_u64(&**os, &sys_disk(name).join("diskseq")).ok();
+    names
+        .iter()
+        .find(|name| seq(name) == Some(u64::from(number)))
+        .and_then(|name| disk_named(os, name))
         .ok_or_else(|| {
             Error::new(
                 Kind::NotFound,
@@ -118,20 +113,28 @@ pub fn disk(op: &str, number: u32) -> Result<Disk> {
         })
 }
 
+/// [`find_disk`] on this machine.
+pub fn disk(op: &str, number: u32) -> Result<Disk> {
+    find_disk(&os::system(), op, number)
+}
+
 /// The partitions of a disk the kernel knows, by number.
-pub fn partitions(disk: &Disk) -> Vec<Part> {
+pub fn partitions(os: &Os, disk: &Disk) -> Vec<Part> {
     let dir = sys_disk(&disk.name);
-    let mut out: Vec<Part> = fs::read_dir(&dir)
+    let mut out: Vec<Part> = os
+        .list_dir(&dir)
         .into_iter()
         .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let p = e.path();
-            let number = u32::try_from(read_u64(&p.join("partition")).ok()?).ok()?;
+        // A partition's kernel name is its disk's name and number (`sda1`, `loop3p1`): the
+        // disk's attributes (two dozen in sysfs) are not asked whether they are partitions.
+        .filter(|name| name.starts_with(&disk.name) && name.len() > disk.name.len())
+        .filter_map(|name| {
+            let p = dir.join(&name);
+            let number = u32::try_from(os::read_u64(&**os, &p.join("partition")).ok()?).ok()?;
             Some(Part {
-                name: e.file_name().to_string_lossy().into_owned(),
+                name,
                 number,
-                size: read_u64(&p.join("size")).ok()? * 512,
+                size: os::read_u64(&**os, &p.join("size")).ok()? * 512,
             })
         })
         .collect();
@@ -140,58 +143,67 @@ pub fn partitions(disk: &Disk) -> Vec<Part> {
 }
 
 /// Logical sector size of a disk (512 or 4096).
-pub fn sector_size(disk: &Disk) -> u64 {
-    read_u64(&sys_disk(&disk.name).join("queue/logical_block_size"))
-        .ok()
-        .filter(|s| s.is_power_of_two() && *s >= 512)
-        .unwrap_or(512)
+pub fn sector_size(os: &Os, disk: &Disk) -> u64 {
+    os::read_u64(
+        &**os,
+        &sys_disk(&disk.name).join("queue/logical_block_size"),
+    )
+    .ok()
+    .filter(|s| s.is_power_of_two() && *s >= 512)
+    .unwrap_or(512)
 }
 
 /// Whether the kernel marks the disk read-only.
-pub fn read_only(disk: &Disk) -> bool {
-    read_trimmed(&sys_disk(&disk.name).join("ro")).is_ok_and(|s| s == "1")
+pub fn read_only(os: &Os, disk: &Disk) -> bool {
+    os::read_text(&**os, &sys_disk(&disk.name).join("ro")).is_ok_and(|s| s == "1")
 }
 
 /// What `major:minor` is: `(disk, partition number)` with 0 for the whole disk; `None` for a
 /// device that is not a disk or partition with a diskseq (tmpfs, overlay, a dm device).
-pub fn whose(major: u32, minor: u32) -> Option<(Disk, u32)> {
-    let link = fs::canonicalize(Path::new(SYS_DEV_BLOCK).join(format!("{major}:{minor}"))).ok()?;
+pub fn whose(os: &Os, major: u32, minor: u32) -> Option<(Disk, u32)> {
+    let link = os
+        .canonicalize(&Path::new(SYS_DEV_BLOCK).join(format!("{major}:{minor}")))
+        .ok()?;
     let name = link.file_name()?.to_string_lossy().into_owned();
-    if let Ok(number) = read_u64(&link.join("partition")) {
+    if let Ok(number) = os::read_u64(&**os, &link.join("partition")) {
         let parent = link.parent()?.file_name()?.to_string_lossy().into_owned();
-        Some((disk_named(&parent)?, u32::try_from(number).ok()?))
+        Some((disk_named(os, &parent)?, u32::try_from(number).ok()?))
     } else {
-        Some((disk_named(&name)?, 0))
+        Some((disk_named(os, &name)?, 0))
     }
 }
 
+/// Whether `major:minor` is a block device the kernel has.
+pub fn dev_exists(os: &Os, major: u32, minor: u32) -> bool {
+    os.exists(&Path::new(SYS_DEV_BLOCK).join(format!("{major}:{minor}")))
+}
+
 /// Devices stacked on `name` (dm, md), recursively, by kernel name.
-fn holders(sys_entry: &Path, out: &mut Vec<String>) {
-    for e in fs::read_dir(sys_entry.join("holders"))
+fn holders(os: &Os, sys_entry: &Path, out: &mut Vec<String>) {
+    for name in os
+        .list_dir(&sys_entry.join("holders"))
         .into_iter()
         .flatten()
-        .flatten()
     {
-        let name = e.file_name().to_string_lossy().into_owned();
         if !out.contains(&name) {
             out.push(name.clone());
-            holders(&sys_disk(&name), out);
+            holders(os, &sys_disk(&name), out);
         }
     }
 }
 
 /// What the host uses the disk for: every mount of it, its partitions and the devices stacked on
 /// them, plus whether it holds `/`, `/boot`, active swap, or is part of a stacked device.
-pub fn usage(disk: &Disk) -> Result<DiskUsage> {
+pub fn usage(os: &Os, disk: &Disk) -> Result<DiskUsage> {
     let op = "disk usage";
     let mut members: Vec<(String, PathBuf)> = vec![(disk.name.clone(), sys_disk(&disk.name))];
-    for p in partitions(disk) {
+    for p in partitions(os, disk) {
         let dir = sys_disk(&disk.name).join(&p.name);
         members.push((p.name, dir));
     }
     let mut stacked = Vec::new();
     for (_, dir) in &members {
-        holders(dir, &mut stacked);
+        holders(os, dir, &mut stacked);
     }
     let mut devs = Vec::new();
     let mut nodes = Vec::new();
@@ -200,12 +212,13 @@ pub fn usage(disk: &Disk) -> Result<DiskUsage> {
         .cloned()
         .chain(stacked.iter().map(|h| (h.clone(), sys_disk(h))))
     {
-        if let Ok(d) = dev_numbers(&dir) {
+        if let Ok(d) = dev_numbers(os, &dir) {
             devs.push(d);
         }
         nodes.push(node(&name).to_string_lossy().into_owned());
     }
-    let table = mountinfo::read().map_err(|e| Error::io(op, "/proc/self/mountinfo", &e))?;
+    let table =
+        mountinfo::read_from(&**os).map_err(|e| Error::io(op, "/proc/self/mountinfo", &e))?;
     let mut mount_points: Vec<String> = table
         .iter()
         .filter(|m| devs.contains(&(m.major, m.minor)) || nodes.contains(&m.source))
@@ -213,7 +226,10 @@ pub fn usage(disk: &Disk) -> Result<DiskUsage> {
         .collect();
     mount_points.sort();
     mount_points.dedup();
-    let swaps = fs::read_to_string("/proc/swaps").unwrap_or_default();
+    let swaps = os
+        .read_file(Path::new("/proc/swaps"))
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
     let swap = swaps
         .lines()
         .skip(1)
@@ -243,15 +259,15 @@ pub fn usage(disk: &Disk) -> Result<DiskUsage> {
 /// Why `disk` is in use, or `None`: a filesystem on it (or on a device stacked on it) is
 /// mounted, it backs swap or a stacked device, or something holds it open exclusively (an
 /// `O_EXCL` open of the whole disk fails with EBUSY while any of its partitions is claimed).
-pub fn in_use(disk: &Disk) -> Result<Option<String>> {
-    let usage = usage(disk)?;
+pub fn disk_in_use(os: &Os, disk: &Disk) -> Result<Option<String>> {
+    let usage = usage(os, disk)?;
     if let Some(why) = usage.system_use {
         return Ok(Some(why));
     }
     if !usage.mount_points.is_empty() {
         return Ok(Some(format!("is mounted at {:?}", usage.mount_points)));
     }
-    match open_write(&node(&disk.name), true) {
+    match Fd::open(os, &node(&disk.name), Open::Write { exclusive: true }) {
         Err(e) if e.raw_os_error() == Some(16) => Ok(Some(
             "is held open exclusively (by a mount in another namespace, a stacked device or a process)"
                 .into(),
@@ -260,9 +276,14 @@ pub fn in_use(disk: &Disk) -> Result<Option<String>> {
     }
 }
 
+/// [`disk_in_use`] on this machine.
+pub fn in_use(disk: &Disk) -> Result<Option<String>> {
+    disk_in_use(&os::system(), disk)
+}
+
 /// SCSI `H:C:T:L` of a disk, from the name of its `device` link target.
-pub fn scsi_address(disk: &Disk) -> Option<[String; 4]> {
-    let dev = fs::canonicalize(sys_disk(&disk.name).join("device")).ok()?;
+pub fn scsi_address(os: &Os, disk: &Disk) -> Option<[String; 4]> {
+    let dev = os.canonicalize(&sys_disk(&disk.name).join("device")).ok()?;
     parse_hctl(&dev.file_name()?.to_string_lossy())
 }
 
@@ -281,17 +302,24 @@ pub fn parse_hctl(s: &str) -> Option<[String; 4]> {
 
 /// The disk's serial number: a loop device's backing file, else what the driver exposes
 /// (virtio `serial`, NVMe `device/serial`, SCSI VPD page 0x80).
-pub fn serial(disk: &Disk) -> String {
+pub fn serial(os: &Os, disk: &Disk) -> String {
     let dir = sys_disk(&disk.name);
-    if let Ok(backing) = fs::read_to_string(dir.join("loop/backing_file")) {
-        return backing.trim_end_matches('\n').to_string();
+    let line = |f: &str| {
+        os.read_file(&dir.join(f)).map(|b| {
+            String::from_utf8_lossy(&b)
+                .trim_end_matches('\n')
+                .to_string()
+        })
+    };
+    if let Ok(backing) = line("loop/backing_file") {
+        return backing;
     }
     for f in ["serial", "device/serial"] {
-        if let Ok(s) = fs::read_to_string(dir.join(f)) {
-            return s.trim_end_matches('\n').to_string();
+        if let Ok(s) = line(f) {
+            return s;
         }
     }
-    fs::read(dir.join("device/vpd_pg80"))
+    os.read_file(&dir.join("device/vpd_pg80"))
         .ok()
         .and_then(|b| parse_vpd_pg80(&b))
         .unwrap_or_default()
@@ -299,17 +327,16 @@ pub fn serial(disk: &Disk) -> String {
 
 /// The page 0x83 identifier (upstream's rule, see [`parse_vpd_pg83`]); NVMe namespaces, which
 /// have no VPD pages, report their `wwid` (`eui.…`, `nvme.…`).
-pub fn page83(disk: &Disk) -> String {
+pub fn page83(os: &Os, disk: &Disk) -> String {
     let dir = sys_disk(&disk.name);
-    if let Some(id) = fs::read(dir.join("device/vpd_pg83"))
+    if let Some(id) = os
+        .read_file(&dir.join("device/vpd_pg83"))
         .ok()
         .and_then(|b| parse_vpd_pg83(&b))
     {
         return id;
     }
-    fs::read_to_string(dir.join("wwid"))
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
+    os::read_text(&**os, &dir.join("wwid")).unwrap_or_default()
 }
 
 /// The unit serial number from VPD page 0x80 (SPC-4 §7.8.19): header, then ASCII.
@@ -355,143 +382,9 @@ pub fn parse_vpd_pg83(page: &[u8]) -> Option<String> {
 }
 
 /// The SCSI device state file (`running`, `offline`, …), where the disk has one.
-pub fn scsi_state_file(disk: &Disk) -> Option<PathBuf> {
+pub fn scsi_state_file(os: &Os, disk: &Disk) -> Option<PathBuf> {
     let f = sys_disk(&disk.name).join("device/state");
-    f.exists().then_some(f)
-}
-
-/// Reads `len` bytes at `offset` (short at the end of the device).
-pub fn read_at(file: &File, offset: u64, len: usize) -> io::Result<Vec<u8>> {
-    let mut buf = vec![0u8; len];
-    let mut done = 0;
-    while done < len {
-        match file.read_at(&mut buf[done..], offset + done as u64) {
-            Ok(0) => break,
-            Ok(n) => done += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    buf.truncate(done);
-    Ok(buf)
-}
-
-/// The length in bytes of the device `file` is open on (lseek(2) to `SEEK_END`, which block
-/// devices answer with their size; reads here use pread, so the moved offset is never used).
-pub fn len(file: &File) -> io::Result<u64> {
-    Ok(rustix::fs::seek(file, rustix::fs::SeekFrom::End(0))?)
-}
-
-/// Opens a device node for reading.
-pub fn open_read(path: &Path) -> io::Result<File> {
-    File::open(path)
-}
-
-/// Opens a device node for writing. With `exclusive`, `O_EXCL` makes the kernel refuse (EBUSY)
-/// while anything has the device or one of its partitions open exclusively: mounted, swap, a
-/// stacked device (open(2): "on Linux 2.6 and later, O_EXCL can be used without O_CREAT" for
-/// block devices).
-pub fn open_write(path: &Path, exclusive: bool) -> io::Result<File> {
-    let mut o = fs::OpenOptions::new();
-    o.read(true).write(true);
-    if exclusive {
-        o.custom_flags(rustix::fs::OFlags::EXCL.bits() as i32);
-    }
-    o.open(path)
-}
-
-/// 16 random bytes from the kernel's generator.
-pub fn random16() -> io::Result<[u8; 16]> {
-    let mut b = [0u8; 16];
-    File::open("/dev/urandom")?.read_exact(&mut b)?;
-    Ok(b)
-}
-
-/// `BLKRRPART`: the kernel re-reads the partition table (fails with EBUSY while a partition is
-/// open).
-pub fn reread_partitions(disk: &File) -> io::Result<()> {
-    const BLKRRPART: rustix::ioctl::Opcode = rustix::ioctl::opcode::none(0x12, 95);
-    // SAFETY: BLKRRPART takes no argument (include/uapi/linux/fs.h: `_IO(0x12,95)`).
-    unsafe { rustix::ioctl::ioctl(disk, rustix::ioctl::NoArg::<BLKRRPART>::new()) }
-        .map_err(io::Error::from)
-}
-
-/// `struct blkpg_partition` (include/uapi/linux/blkpg.h); offsets and lengths in bytes.
-#[repr(C)]
-struct BlkpgPartition {
-    start: i64,
-    length: i64,
-    pno: i32,
-    devname: [u8; 64],
-    volname: [u8; 64],
-}
-
-/// `struct blkpg_ioctl_arg`.
-#[repr(C)]
-struct BlkpgIoctlArg {
-    op: i32,
-    flags: i32,
-    datalen: i32,
-    data: *mut BlkpgPartition,
-}
-
-/// `BLKPG_ADD_PARTITION` and `BLKPG_RESIZE_PARTITION`.
-#[derive(Debug, Clone, Copy)]
-pub enum Blkpg {
-    /// Tell the kernel about a new partition.
-    Add = 1,
-    /// Tell the kernel a partition's length changed (its start must not); works while the
-    /// partition is mounted, unlike BLKRRPART.
-    Resize = 3,
-}
-
-/// `BLKPG`: tells the kernel about partition `number` at `start` with `length` (bytes).
-pub fn blkpg(disk: &File, op: Blkpg, number: u32, start: u64, length: u64) -> io::Result<()> {
-    const BLKPG: rustix::ioctl::Opcode = rustix::ioctl::opcode::none(0x12, 105);
-    let invalid = |_| io::Error::from(io::ErrorKind::InvalidInput);
-    let mut part = BlkpgPartition {
-        start: i64::try_from(start).map_err(invalid)?,
-        length: i64::try_from(length).map_err(invalid)?,
-        pno: i32::try_from(number).map_err(invalid)?,
-        devname: [0; 64],
-        volname: [0; 64],
-    };
-    let arg = BlkpgIoctlArg {
-        op: op as i32,
-        flags: 0,
-        datalen: size_of::<BlkpgPartition>() as i32,
-        data: &mut part,
-    };
-    // SAFETY: BLKPG is `_IO(0x12,105)` taking a pointer to `struct blkpg_ioctl_arg`, whose
-    // `data` points at a `struct blkpg_partition`; both are repr(C) copies of the uapi structs,
-    // and `part` outlives the call.
-    unsafe {
-        rustix::ioctl::ioctl(
-            disk,
-            rustix::ioctl::Setter::<BLKPG, BlkpgIoctlArg>::new(arg),
-        )
-    }
-    .map_err(io::Error::from)
-}
-
-/// `BLKGETDISKSEQ`: the diskseq of the disk an open block device (a disk or one of its
-/// partitions) belongs to. A handle keeps naming the device it was opened on, but a loop device
-/// detached and attached again, or a disk number reused by a new disk, gets a new diskseq: this
-/// is how a request notices that the device it resolved is no longer the disk it was asked about.
-pub fn diskseq(dev: &File) -> io::Result<u64> {
-    const BLKGETDISKSEQ: rustix::ioctl::Opcode = rustix::ioctl::opcode::read::<u64>(0x12, 128);
-    // SAFETY: BLKGETDISKSEQ is `_IOR(0x12, 128, __u64)` (include/uapi/linux/fs.h): the kernel
-    // writes one u64, which the Getter provides.
-    unsafe { rustix::ioctl::ioctl(dev, rustix::ioctl::Getter::<BLKGETDISKSEQ, u64>::new()) }
-        .map_err(io::Error::from)
-}
-
-/// `LOOP_SET_CAPACITY`: a loop device picks up a new size of its backing file.
-pub fn loop_set_capacity(dev: &File) -> io::Result<()> {
-    const LOOP_SET_CAPACITY: rustix::ioctl::Opcode = 0x4C07;
-    // SAFETY: LOOP_SET_CAPACITY takes no argument (include/uapi/linux/loop.h).
-    unsafe { rustix::ioctl::ioctl(dev, rustix::ioctl::NoArg::<LOOP_SET_CAPACITY>::new()) }
-        .map_err(io::Error::from)
+    os.exists(&f).then_some(f)
 }
 
 /// Brings the kernel's partitions of `disk` in line with `parts` (number, start, length in
@@ -500,9 +393,10 @@ pub fn loop_set_capacity(dev: &File) -> io::Result<()> {
 /// neither GPT nor MBR support: BLKRRPART succeeds and finds nothing) and after a crash
 /// between writing a table and the re-read.
 pub fn sync_partitions(
+    os: &Os,
     op: &str,
     disk: &Disk,
-    file: &File,
+    file: &Fd,
     parts: &[(u32, u64, u64)],
 ) -> Result<()> {
     let missing = |known: &[Part]| -> Vec<(u32, u64, u64)> {
@@ -512,16 +406,16 @@ pub fn sync_partitions(
             .copied()
             .collect()
     };
-    if missing(&partitions(disk)).is_empty() {
+    if missing(&partitions(os, disk)).is_empty() {
         return Ok(());
     }
-    if let Err(e) = reread_partitions(file) {
+    if let Err(e) = file.reread_partitions() {
         tracing::debug!(disk = disk.number, error = %e, "BLKRRPART failed; adding partitions with BLKPG");
     }
-    for (n, start, len) in missing(&partitions(disk)) {
+    for (n, start, len) in missing(&partitions(os, disk)) {
         // EBUSY when it appeared meanwhile (another reader of the same table): fine.
-        if let Err(e) = blkpg(file, Blkpg::Add, n, start, len)
-            && !partitions(disk).iter().any(|k| k.number == n)
+        if let Err(e) = file.blkpg(Blkpg::Add, n, start, len)
+            && !partitions(os, disk).iter().any(|k| k.number == n)
         {
             return Err(Error::new(
                 io_kind(&e),
@@ -532,7 +426,7 @@ pub fn sync_partitions(
         }
     }
     for (n, _, _) in parts {
-        if wait_for_partition(disk, *n, Duration::from_secs(5)).is_none() {
+        if wait_for_partition(os, disk, *n, Duration::from_secs(5)).is_none() {
             return Err(Error::new(
                 Kind::Unavailable,
                 op,
@@ -548,9 +442,9 @@ pub fn sync_partitions(
 
 /// The partitions recorded in the disk's own table (GPT data partitions, or MBR entries) as
 /// (number, start, length) in bytes; empty when it has none or the table is unreadable.
-pub fn table_partitions(disk: &Disk, file: &File) -> Vec<(u32, u64, u64)> {
-    let sector = sector_size(disk);
-    let Ok(head) = read_at(file, 0, crate::gpt::head_len(sector)) else {
+pub fn table_partitions(os: &Os, disk: &Disk, file: &Fd) -> Vec<(u32, u64, u64)> {
+    let sector = sector_size(os, disk);
+    let Ok(head) = file.read_at(0, crate::gpt::head_len(sector)) else {
         return Vec::new();
     };
     match crate::gpt::Gpt::parse(&head, sector, disk.size / sector) {
@@ -563,8 +457,8 @@ pub fn table_partitions(disk: &Disk, file: &File) -> Vec<(u32, u64, u64)> {
 /// Makes sure the kernel knows every partition in the disk's table (see [`sync_partitions`]),
 /// so volumes are found on disks attached after the daemon or on kernels that do not parse
 /// tables themselves.
-pub fn ensure_partitions(op: &str, disk: &Disk) -> Result<()> {
-    let file = open_read(&node(&disk.name)).map_err(|e| {
+pub fn ensure_partitions(os: &Os, op: &str, disk: &Disk) -> Result<()> {
+    let file = Fd::open(os, &node(&disk.name), Open::Read).map_err(|e| {
         Error::new(
             io_kind(&e),
             op,
@@ -572,26 +466,26 @@ pub fn ensure_partitions(op: &str, disk: &Disk) -> Result<()> {
             format!("open: {e}"),
         )
     })?;
-    let parts = table_partitions(disk, &file);
-    sync_partitions(op, disk, &file, &parts)
+    let parts = table_partitions(os, disk, &file);
+    sync_partitions(os, op, disk, &file, &parts)
 }
-
-use csi_proxy_core::error::io_kind;
 
 /// Waits (bounded) until the kernel lists partition `number` of `disk` and its device node
 /// exists; devtmpfs creates nodes asynchronously.
-pub fn wait_for_partition(disk: &Disk, number: u32, timeout: Duration) -> Option<Part> {
+pub fn wait_for_partition(os: &Os, disk: &Disk, number: u32, timeout: Duration) -> Option<Part> {
     let deadline = Instant::now() + timeout;
     loop {
-        if let Some(p) = partitions(disk).into_iter().find(|p| p.number == number)
-            && node(&p.name).exists()
+        if let Some(p) = partitions(os, disk)
+            .into_iter()
+            .find(|p| p.number == number)
+            && os.exists(&node(&p.name))
         {
             return Some(p);
         }
         if Instant::now() >= deadline {
             return None;
         }
-        std::thread::sleep(Duration::from_millis(10));
+        os.sleep(Duration::from_millis(10));
     }
 }
 

@@ -2,22 +2,42 @@
 //! written in-process, online state through the SCSI device state.
 
 use super::block::{self, Disk};
+use super::os::{self, Fd, Open, Os};
 use crate::gpt::{self, Gpt, Guid};
 use crate::partition_plan::{self, Plan};
 use crate::signatures;
 use csi_proxy_core::disk::{DiskHost, DiskIds, DiskLocation, DiskUsage};
 use csi_proxy_core::{Error, Kind, Result};
 use std::collections::BTreeMap;
-use std::fs;
+use std::path::{Path, PathBuf};
 
 /// The Linux disk host.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct LinuxDiskHost;
+#[derive(Clone)]
+pub struct LinuxDiskHost {
+    os: Os,
+}
+
+impl std::fmt::Debug for LinuxDiskHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LinuxDiskHost")
+    }
+}
+
+impl Default for LinuxDiskHost {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 impl LinuxDiskHost {
     /// A disk host over this machine's block devices.
     pub fn new() -> Self {
-        Self
+        Self::with_os(os::system())
+    }
+
+    /// A disk host acting through `os` (the real kernel, or the fake Linux in tests).
+    pub fn with_os(os: Os) -> Self {
+        Self { os }
     }
 }
 
@@ -42,10 +62,10 @@ pub(crate) fn refused(op: &str, disk: &Disk, why: impl std::fmt::Display) -> Err
 
 impl DiskHost for LinuxDiskHost {
     fn list_disk_locations(&self) -> Result<BTreeMap<u32, DiskLocation>> {
-        Ok(block::disks()?
+        Ok(block::disks(&self.os)?
             .into_iter()
             .filter_map(|d| {
-                let [h, c, t, l] = block::scsi_address(&d)?;
+                let [h, c, t, l] = block::scsi_address(&self.os, &d)?;
                 Some((
                     d.number,
                     DiskLocation {
@@ -61,39 +81,44 @@ impl DiskHost for LinuxDiskHost {
 
     fn partition_disk(&self, number: u32) -> Result<()> {
         const OP: &str = "PartitionDisk";
-        let disk = block::disk(OP, number)?;
-        if block::read_only(&disk) {
+        let disk = block::find_disk(&self.os, OP, number)?;
+        if block::read_only(&self.os, &disk) {
             return Err(refused(OP, &disk, "the disk is read-only"));
         }
         let path = block::node(&disk.name);
         // First a look without taking the disk: drivers call PartitionDisk on every stage, and
         // a partitioned disk whose partition is mounted must answer OK, not EBUSY.
-        let reader = block::open_read(&path)
+        let reader = Fd::open(&self.os, &path, Open::Read)
             .map_err(|e| io_err(OP, &disk, &format!("open {}", path.display()), &e))?;
-        if let Plan::Partitioned(parts) = plan_for(OP, &disk, &reader)? {
-            return block::sync_partitions(OP, &disk, &reader, &parts);
+        if let Plan::Partitioned(parts) = plan_for(&self.os, OP, &disk, &reader)? {
+            return block::sync_partitions(&self.os, OP, &disk, &reader, &parts);
         }
         drop(reader);
         // A write is due. O_EXCL: the kernel refuses while any partition is mounted or otherwise
         // held; and the decision is taken again from what the disk holds now.
-        let file = block::open_write(&path, true).map_err(|e| match e.raw_os_error() {
-            Some(16) => refused(
-                OP,
-                &disk,
-                "the disk or one of its partitions is in use (EBUSY)",
-            ),
-            _ => io_err(OP, &disk, &format!("open {}", path.display()), &e),
-        })?;
-        let sector = block::sector_size(&disk);
+        let file =
+            Fd::open(&self.os, &path, Open::Write { exclusive: true }).map_err(|e| {
+                match e.raw_os_error() {
+                    Some(16) => refused(
+                        OP,
+                        &disk,
+                        "the disk or one of its partitions is in use (EBUSY)",
+                    ),
+                    _ => io_err(OP, &disk, &format!("open {}", path.display()), &e),
+                }
+            })?;
+        let sector = block::sector_size(&self.os, &disk);
         let total = disk.size / sector;
-        let mut table = match plan_for(OP, &disk, &file)? {
-            Plan::Partitioned(parts) => return block::sync_partitions(OP, &disk, &file, &parts),
+        let mut table = match plan_for(&self.os, OP, &disk, &file)? {
+            Plan::Partitioned(parts) => {
+                return block::sync_partitions(&self.os, OP, &disk, &file, &parts);
+            }
             Plan::ProtectiveMbr(t) => {
                 let mbr = gpt::protective_mbr(sector as usize, total);
                 write_ordered(&file, &[(0, mbr)])
                     .map_err(|e| io_err(OP, &disk, "write the protective MBR", &e))?;
                 tracing::warn!(disk = %disk.name, "GPT without its protective MBR (an interrupted table write): MBR written");
-                return block::sync_partitions(OP, &disk, &file, &t.data_extents());
+                return block::sync_partitions(&self.os, OP, &disk, &file, &t.data_extents());
             }
             Plan::Write { table, restored } => {
                 if restored {
@@ -102,13 +127,19 @@ impl DiskHost for LinuxDiskHost {
                 table
             }
             Plan::New => {
-                let guid = block::random16().map_err(|e| io_err(OP, &disk, "random", &e))?;
+                let guid = self
+                    .os
+                    .random16()
+                    .map_err(|e| io_err(OP, &disk, "random", &e))?;
                 Gpt::new(sector, total, Guid::from_random(guid))
                     .map_err(|e| refused(OP, &disk, e))?
             }
         };
         if table.data_partitions().is_empty() {
-            let guid = block::random16().map_err(|e| io_err(OP, &disk, "random", &e))?;
+            let guid = self
+                .os
+                .random16()
+                .map_err(|e| io_err(OP, &disk, "random", &e))?;
             let part = table
                 .add_max_partition(gpt::LINUX_FILESYSTEM, Guid::from_random(guid))
                 .map_err(|e| refused(OP, &disk, e))?;
@@ -116,40 +147,40 @@ impl DiskHost for LinuxDiskHost {
         }
         write_gpt(OP, &disk, &file, &table, total)?;
         tracing::info!(disk = number, name = %disk.name, "GPT written");
-        block::sync_partitions(OP, &disk, &file, &table.data_extents())
+        block::sync_partitions(&self.os, OP, &disk, &file, &table.data_extents())
     }
 
     fn rescan(&self) -> Result<()> {
         // Each step is best effort: one device failing to rescan must not hide the others.
-        for e in fs::read_dir("/sys/class/scsi_host")
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            if let Err(err) = fs::write(e.path().join("scan"), "- - -") {
-                tracing::warn!(host = ?e.file_name(), error = %err, "SCSI host scan failed");
+        let class = |dir: &str| -> Vec<(String, PathBuf)> {
+            let dir = Path::new(dir);
+            let names = self.os.list_dir(dir).unwrap_or_default();
+            names
+                .into_iter()
+                .map(|n| (n.clone(), dir.join(n)))
+                .collect()
+        };
+        for (host, dir) in class("/sys/class/scsi_host") {
+            if let Err(err) = self.os.write_file(&dir.join("scan"), "- - -") {
+                tracing::warn!(host, error = %err, "SCSI host scan failed");
             }
         }
-        for e in fs::read_dir("/sys/class/nvme")
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            if let Err(err) = fs::write(e.path().join("rescan_controller"), "1") {
-                tracing::warn!(ctrl = ?e.file_name(), error = %err, "NVMe rescan failed");
+        for (ctrl, dir) in class("/sys/class/nvme") {
+            if let Err(err) = self.os.write_file(&dir.join("rescan_controller"), "1") {
+                tracing::warn!(ctrl, error = %err, "NVMe rescan failed");
             }
         }
-        for d in block::disks()? {
+        for d in block::disks(&self.os)? {
             let dir = block::sys_disk(&d.name);
             let rescan = dir.join("device/rescan");
-            if rescan.exists()
-                && let Err(err) = fs::write(&rescan, "1")
+            if self.os.exists(&rescan)
+                && let Err(err) = self.os.write_file(&rescan, "1")
             {
                 tracing::warn!(disk = d.number, error = %err, "SCSI device rescan failed");
             }
-            if dir.join("loop").exists() {
-                let r = block::open_read(&block::node(&d.name))
-                    .and_then(|f| block::loop_set_capacity(&f));
+            if self.os.exists(&dir.join("loop")) {
+                let r = Fd::open(&self.os, &block::node(&d.name), Open::Read)
+                    .and_then(|f| self.os.loop_set_capacity(f.raw()));
                 if let Err(err) = r {
                     tracing::warn!(disk = d.number, error = %err, "loop capacity update failed");
                 }
@@ -159,14 +190,14 @@ impl DiskHost for LinuxDiskHost {
     }
 
     fn list_disk_ids(&self) -> Result<BTreeMap<u32, DiskIds>> {
-        Ok(block::disks()?
+        Ok(block::disks(&self.os)?
             .into_iter()
             .map(|d| {
                 (
                     d.number,
                     DiskIds {
-                        page83: block::page83(&d),
-                        serial_number: block::serial(&d),
+                        page83: block::page83(&self.os, &d),
+                        serial_number: block::serial(&self.os, &d),
                     },
                 )
             })
@@ -174,13 +205,13 @@ impl DiskHost for LinuxDiskHost {
     }
 
     fn get_disk_size(&self, number: u32) -> Result<u64> {
-        Ok(block::disk("GetDiskStats", number)?.size)
+        Ok(block::find_disk(&self.os, "GetDiskStats", number)?.size)
     }
 
     fn set_disk_online(&self, number: u32, online: bool) -> Result<()> {
         const OP: &str = "SetDiskState";
-        let disk = block::disk(OP, number)?;
-        let Some(state) = block::scsi_state_file(&disk) else {
+        let disk = block::find_disk(&self.os, OP, number)?;
+        let Some(state) = block::scsi_state_file(&self.os, &disk) else {
             if online {
                 return Ok(()); // a device without an offline state is always online
             }
@@ -191,28 +222,29 @@ impl DiskHost for LinuxDiskHost {
             ));
         };
         let want = if online { "running" } else { "offline" };
-        let now =
-            fs::read_to_string(&state).map_err(|e| io_err(OP, &disk, "read device/state", &e))?;
+        let now = os::read_text(&*self.os, &state)
+            .map_err(|e| io_err(OP, &disk, "read device/state", &e))?;
         if now.trim() == want {
             return Ok(());
         }
-        fs::write(&state, want)
+        self.os
+            .write_file(&state, want)
             .map_err(|e| io_err(OP, &disk, &format!("set device/state to {want}"), &e))
     }
 
     fn is_disk_online(&self, number: u32) -> Result<bool> {
         const OP: &str = "GetDiskState";
-        let disk = block::disk(OP, number)?;
-        let Some(state) = block::scsi_state_file(&disk) else {
+        let disk = block::find_disk(&self.os, OP, number)?;
+        let Some(state) = block::scsi_state_file(&self.os, &disk) else {
             return Ok(true);
         };
-        let now =
-            fs::read_to_string(&state).map_err(|e| io_err(OP, &disk, "read device/state", &e))?;
+        let now = os::read_text(&*self.os, &state)
+            .map_err(|e| io_err(OP, &disk, "read device/state", &e))?;
         Ok(!matches!(now.trim(), "offline" | "transport-offline"))
     }
 
     fn disk_usage(&self, number: u32) -> Result<DiskUsage> {
-        block::usage(&block::disk("disk usage", number)?)
+        block::usage(&self.os, &block::find_disk(&self.os, "disk usage", number)?)
     }
 }
 
@@ -227,12 +259,13 @@ pub(super) struct Ends {
 }
 
 /// Reads [`Ends`] of `disk` through `file`.
-pub(super) fn read_ends(op: &str, disk: &Disk, file: &fs::File) -> Result<Ends> {
-    let sector = block::sector_size(disk);
+pub(super) fn read_ends(os: &Os, op: &str, disk: &Disk, file: &Fd) -> Result<Ends> {
+    let sector = block::sector_size(os, disk);
     let total = disk.size / sector;
-    let head = block::read_at(file, 0, signatures::PROBE_LEN.max(gpt::head_len(sector)))
+    let head = file
+        .read_at(0, signatures::PROBE_LEN.max(gpt::head_len(sector)))
         .map_err(|e| io_err(op, disk, "read", &e))?;
-    let tail = read_tail(op, disk, file)?;
+    let tail = read_tail(op, disk, sector, file)?;
     Ok(Ends {
         head,
         tail,
@@ -242,22 +275,24 @@ pub(super) fn read_ends(op: &str, disk: &Disk, file: &fs::File) -> Result<Ends> 
 }
 
 /// The disk's last bytes, whole sectors: its backup GPT ([`gpt::tail_len`]) and whatever
-/// [`signatures::probe_tail`] looks for (empty on a disk smaller than that).
-pub(super) fn read_tail(op: &str, disk: &Disk, file: &fs::File) -> Result<Vec<u8>> {
-    let sector = block::sector_size(disk);
+/// [`signatures::probe_tail`] looks for (empty on a disk smaller than that); `sector` is the
+/// disk's logical sector size.
+pub(super) fn read_tail(op: &str, disk: &Disk, sector: u64, file: &Fd) -> Result<Vec<u8>> {
     let len = gpt::tail_len(sector)
         .max(signatures::TAIL_PROBE_LEN)
         .next_multiple_of(sector as usize);
     match (disk.size / sector * sector).checked_sub(len as u64) {
-        Some(at) => block::read_at(file, at, len).map_err(|e| io_err(op, disk, "read", &e)),
+        Some(at) => file
+            .read_at(at, len)
+            .map_err(|e| io_err(op, disk, "read", &e)),
         None => Ok(Vec::new()),
     }
 }
 
 /// What PartitionDisk does to `disk` as it is now ([`partition_plan::plan`]); a refusal is
 /// FAILED_PRECONDITION naming what was found.
-fn plan_for(op: &str, disk: &Disk, file: &fs::File) -> Result<Plan> {
-    let e = read_ends(op, disk, file)?;
+fn plan_for(os: &Os, op: &str, disk: &Disk, file: &Fd) -> Result<Plan> {
+    let e = read_ends(os, op, disk, file)?;
     partition_plan::plan(&e.head, &e.tail, e.sector, e.total).map_err(|why| refused(op, disk, why))
 }
 
@@ -270,13 +305,13 @@ pub(super) trait TableDevice {
     fn flush(&self) -> std::io::Result<()>;
 }
 
-impl TableDevice for fs::File {
+impl TableDevice for Fd {
     fn write_all_at(&self, bytes: &[u8], offset: u64) -> std::io::Result<()> {
-        std::os::unix::fs::FileExt::write_all_at(self, bytes, offset)
+        self.write_at(offset, bytes)
     }
 
     fn flush(&self) -> std::io::Result<()> {
-        self.sync_all()
+        self.fsync()
     }
 }
 
@@ -296,13 +331,7 @@ pub(super) fn write_ordered(
 
 /// Writes `table` to `disk` in [`Gpt::serialize`]'s crash-safe order, each write durable before
 /// the next.
-pub(super) fn write_gpt(
-    op: &str,
-    disk: &Disk,
-    file: &fs::File,
-    table: &Gpt,
-    total: u64,
-) -> Result<()> {
+pub(super) fn write_gpt(op: &str, disk: &Disk, file: &Fd, table: &Gpt, total: u64) -> Result<()> {
     write_ordered(file, &table.serialize(total))
         .map_err(|e| io_err(op, disk, "write the partition table", &e))
 }

@@ -163,10 +163,17 @@ pub fn parse(content: &[u8]) -> Result<Vec<MountInfo>, ParseError> {
         .collect()
 }
 
-/// Reads and parses `/proc/self/mountinfo`.
+/// Where the kernel shows this process's mount table.
+pub const PATH: &str = "/proc/self/mountinfo";
+
+/// Reads and parses `/proc/self/mountinfo` on this machine.
 pub fn read() -> io::Result<Vec<MountInfo>> {
-    let content = std::fs::read("/proc/self/mountinfo")?;
-    Ok(parse(&content)?)
+    read_from(&*super::os::system())
+}
+
+/// Reads and parses `/proc/self/mountinfo` through `os`.
+pub fn read_from(os: &dyn super::os::LinuxOs) -> io::Result<Vec<MountInfo>> {
+    Ok(parse(&os.read_file(std::path::Path::new(PATH))?)?)
 }
 
 /// The mount with this ID.

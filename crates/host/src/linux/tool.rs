@@ -5,10 +5,11 @@
 //! daemon when the daemon dies (a retry after a crash never races an orphaned mkfs); a daemon
 //! asked to stop waits for running tools instead (see README, "Stopping").
 
+use super::os::{LinuxOs, Ran};
 use csi_proxy_core::{Error, Kind, Result};
 use std::io::Read;
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 /// What a tool printed when it failed.
@@ -33,51 +34,50 @@ pub fn time_limit(program: &str) -> Option<Duration> {
     }
 }
 
-/// Runs `program args…` with no input, for at most its [`time_limit`]; `Ok(stdout)` on exit
-/// 0, `Err(Ok(failure))` on another exit, `Err(Err(error))` when it could not be started or
-/// ran past its limit (UNAVAILABLE: it was stopped, a retry starts over).
+/// Runs `program args…` on this machine; see [`run_on`].
 pub fn run(
     op: &str,
     object: &str,
     program: &str,
     args: &[&str],
 ) -> Result<String, Result<Failure>> {
-    run_limited(op, object, program, args, time_limit(program))
+    run_on(&*super::os::system(), op, object, program, args)
+}
+
+/// Runs `program args…` through `os` with no input, for at most its [`time_limit`];
+/// `Ok(stdout)` on exit 0, `Err(Ok(failure))` on another exit, `Err(Err(error))` when it could
+/// not be started or ran past its limit (UNAVAILABLE: it was stopped, a retry starts over).
+pub fn run_on(
+    os: &dyn LinuxOs,
+    op: &str,
+    object: &str,
+    program: &str,
+    args: &[&str],
+) -> Result<String, Result<Failure>> {
+    run_limited(os, op, object, program, args, time_limit(program))
 }
 
 fn run_limited(
+    os: &dyn LinuxOs,
     op: &str,
     object: &str,
     program: &str,
     args: &[&str],
     limit: Option<Duration>,
 ) -> Result<String, Result<Failure>> {
-    let mut cmd = Command::new(program);
-    cmd.args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .env("LC_ALL", "C");
-    child_setup(&mut cmd);
-    let child = cmd.spawn().map_err(|e| {
-        Err(if e.kind() == std::io::ErrorKind::NotFound {
-            Error::new(
+    let Ran {
+        code,
+        stdout,
+        stderr,
+    } = os.run(program, args, limit).map_err(|e| {
+        Err(match (e.kind(), limit) {
+            (std::io::ErrorKind::NotFound, _) => Error::new(
                 Kind::FailedPrecondition,
                 op,
                 object,
                 format!("{program} is not installed on this host"),
-            )
-        } else {
-            Error::io(op, object, &e).context(format!("starting {program}"))
-        })
-    })?;
-    let Finished {
-        status,
-        stdout,
-        stderr,
-    } = finish(child, limit).map_err(|e| {
-        Err(match limit {
-            Some(limit) if e.kind() == std::io::ErrorKind::TimedOut => Error::new(
+            ),
+            (std::io::ErrorKind::TimedOut, Some(limit)) => Error::new(
                 Kind::Unavailable,
                 op,
                 object,
@@ -87,10 +87,10 @@ fn run_limited(
                     limit.as_secs()
                 ),
             ),
-            _ => Error::io(op, object, &e).context(format!("waiting for {program}")),
+            _ => Error::io(op, object, &e).context(format!("running {program}")),
         })
     })?;
-    if status.success() {
+    if code == Some(0) {
         return Ok(String::from_utf8_lossy(&stdout).into_owned());
     }
     let mut text = String::from_utf8_lossy(&stderr).trim().to_string();
@@ -102,7 +102,7 @@ fn run_limited(
         text.push_str(stdout.trim());
     }
     Err(Ok(Failure {
-        code: status.code(),
+        code,
         output: reason(&text),
     }))
 }
@@ -202,7 +202,18 @@ pub(crate) fn child_setup(cmd: &mut Command) {
 
 /// As [`run`], with a failed exit turned into an error naming the tool, its exit and output.
 pub fn run_checked(op: &str, object: &str, program: &str, args: &[&str]) -> Result<String> {
-    run(op, object, program, args).map_err(|r| match r {
+    run_checked_on(&*super::os::system(), op, object, program, args)
+}
+
+/// As [`run_on`], with a failed exit turned into an error naming the tool, its exit and output.
+pub fn run_checked_on(
+    os: &dyn LinuxOs,
+    op: &str,
+    object: &str,
+    program: &str,
+    args: &[&str],
+) -> Result<String> {
+    run_on(os, op, object, program, args).map_err(|r| match r {
         Ok(f) => f.error(op, object, program, &[]),
         Err(e) => e,
     })
@@ -244,7 +255,9 @@ mod tests {
     #[test]
     fn a_tool_past_its_limit_is_stopped_and_reported_unavailable() {
         let t = std::time::Instant::now();
+        let os = super::super::os::system();
         let e = super::run_limited(
+            &*os,
             "Op",
             "thing",
             "sleep",
@@ -265,6 +278,7 @@ mod tests {
         );
         // Within its limit, output and exit code come back as before.
         let out = super::run_limited(
+            &*os,
             "Op",
             "thing",
             "sh",

@@ -37,7 +37,7 @@ impl FormatTarget for Formatting<'_> {
     }
 
     fn mounted_at(&self) -> Result<Option<String>> {
-        let table = read_mountinfo(OP)?;
+        let table = read_mountinfo(&self.host.os, OP)?;
         Ok(self
             .vol
             .mounts(&table)
@@ -49,7 +49,11 @@ impl FormatTarget for Formatting<'_> {
         if let (Some(sig), _) = self.host.probe(OP, &self.vol)? {
             return Ok(Some(content_of(&sig)));
         }
-        libblkid_content(&self.object(), &self.vol.node().to_string_lossy())
+        libblkid_content(
+            &*self.host.os,
+            &self.object(),
+            &self.vol.node().to_string_lossy(),
+        )
     }
 
     fn record(&self) -> Option<FormatRecord> {
@@ -61,7 +65,9 @@ impl FormatTarget for Formatting<'_> {
     }
 
     fn new_filesystem(&self) -> Result<(String, Option<String>)> {
-        let uuid = block::random16().map_err(|e| Error::io(OP, self.object(), &e))?;
+        let uuid = (self.host.os)
+            .random16()
+            .map_err(|e| Error::io(OP, self.object(), &e))?;
         Ok((
             self.host.fs_type.name().to_string(),
             Some(signatures::uuid_string(&uuid)),
@@ -83,7 +89,7 @@ impl FormatTarget for Formatting<'_> {
             // Our probe may have stopped at the unfinished filesystem of ours; before forcing
             // mkfs over it, libblkid must find nothing else (no other UUID, not several
             // signatures). A blank volume was already probed by libblkid in `content`.
-            match libblkid_content(&object, &node)? {
+            match libblkid_content(&*self.host.os, &object, &node)? {
                 None => {}
                 Some(c) if c.id.is_some() && c.id.as_deref() == id => {}
                 Some(c) => {
@@ -102,13 +108,11 @@ impl FormatTarget for Formatting<'_> {
             args.push(force);
         }
         args.push(&node);
-        tool::run(OP, &object, program, &args).map_err(|r| match r {
+        tool::run_on(&*self.host.os, OP, &object, program, &args).map_err(|r| match r {
             Ok(f) => f.error(OP, &object, program, &MKFS_VOLUME_REASONS),
             Err(e) => e,
         })?;
-        vol.file
-            .sync_all()
-            .map_err(|e| Error::io(OP, &object, &e))?;
+        vol.file.fsync().map_err(|e| Error::io(OP, &object, &e))?;
         vol.unchanged(OP)
             .map_err(|e| e.context("after mkfs (the format may have reached another device)"))
     }
@@ -124,8 +128,8 @@ impl LinuxVolumeHost {
 /// What libblkid's low-level probe of `node` finds (`blkid -p`: every superblock and partition
 /// table util-linux knows, at every place it looks). blkid(8): exit 2 when nothing is found, 8
 /// when the result is ambivalent (several signatures).
-fn libblkid_content(object: &str, node: &str) -> Result<Option<Content>> {
-    match tool::run(OP, object, "blkid", &["-p", "-o", "export", node]) {
+fn libblkid_content(os: &dyn os::LinuxOs, object: &str, node: &str) -> Result<Option<Content>> {
+    match tool::run_on(os, OP, object, "blkid", &["-p", "-o", "export", node]) {
         Ok(found) => {
             let field = |k: &str| {
                 found

@@ -4,7 +4,7 @@
 use super::format::content_of;
 use super::*;
 use csi_proxy_core::volume::rules::{self, Content, MountTarget, Occupant};
-use std::cell::RefCell;
+use std::cell::{Ref, RefCell};
 
 const OP: &str = "MountVolume";
 
@@ -15,18 +15,15 @@ struct Mounting<'a> {
     host: &'a LinuxVolumeHost,
     vol: Volume,
     target: &'a str,
-    dir: RefCell<Option<File>>,
+    dir: RefCell<Option<Fd>>,
     /// What the probe found, for the mount's filesystem type.
     sig: RefCell<Option<Signature>>,
 }
 
 impl Mounting<'_> {
-    fn dir_fd(&self) -> Result<i32> {
-        self.dir
-            .borrow()
-            .as_ref()
-            .map(AsRawFd::as_raw_fd)
-            .ok_or_else(|| Error::new(Kind::Internal, OP, self.object(), "target not opened"))
+    fn dir(&self) -> Result<Ref<'_, Fd>> {
+        Ref::filter_map(self.dir.borrow(), Option::as_ref)
+            .map_err(|_| Error::new(Kind::Internal, OP, self.object(), "target not opened"))
     }
 }
 
@@ -36,7 +33,7 @@ impl MountTarget for Mounting<'_> {
     }
 
     fn target_exists(&self) -> Result<bool> {
-        match open_dir_nofollow(Path::new(self.target)) {
+        match Fd::open(&self.host.os, Path::new(self.target), Open::DirNoFollow) {
             Ok(dir) => {
                 *self.dir.borrow_mut() = Some(dir);
                 Ok(true)
@@ -53,9 +50,9 @@ impl MountTarget for Mounting<'_> {
     }
 
     fn occupant(&self) -> Result<Occupant> {
-        let table = read_mountinfo(OP)?;
-        let kpath =
-            kernel_path(Path::new(self.target)).map_err(|e| Error::io(OP, self.object(), &e))?;
+        let table = read_mountinfo(&self.host.os, OP)?;
+        let kpath = kernel_path(&self.host.os, Path::new(self.target))
+            .map_err(|e| Error::io(OP, self.object(), &e))?;
         Ok(match mountinfo::topmost_at(&table, &kpath) {
             None => Occupant::Nothing,
             Some(m) if !self.vol.mounts(std::slice::from_ref(m)).is_empty() => Occupant::ThisVolume,
@@ -64,9 +61,11 @@ impl MountTarget for Mounting<'_> {
     }
 
     fn target_empty(&self) -> Result<Option<bool>> {
-        let listed = fs::read_dir(format!("/proc/self/fd/{}", self.dir_fd()?))
+        let empty = self
+            .dir()?
+            .dir_is_empty()
             .map_err(|e| Error::io(OP, self.object(), &e))?;
-        Ok(Some(listed.into_iter().next().is_none()))
+        Ok(Some(empty))
     }
 
     fn content(&self) -> Result<Option<Content>> {
@@ -96,27 +95,21 @@ impl MountTarget for Mounting<'_> {
             ));
         };
         vol.unchanged(OP)?;
-        // Mount onto the handle opened first (through its /proc magic link), so the directory
-        // checked is the directory mounted on.
-        let via = format!("/proc/self/fd/{}", self.dir_fd()?);
-        rustix::mount::mount(
-            vol.node(),
-            via.as_str(),
-            fs_type,
-            rustix::mount::MountFlags::empty(),
-            None,
-        )
-        .map_err(|e| {
-            let e = io::Error::from(e);
-            let kind = match e.raw_os_error() {
-                Some(16) | Some(22) => Kind::FailedPrecondition,
-                _ => csi_proxy_core::error::io_kind(&e),
-            };
-            Error::new(kind, OP, &object, format!("mount {fs_type}: {e}"))
-        })?;
+        // Mount onto the handle opened first, so the directory checked is the directory
+        // mounted on.
+        let dir = self.dir()?;
+        let os = &self.host.os;
+        os.mount(&vol.node(), At::Dir(&dir), fs_type, MountFlags::default())
+            .map_err(|e| {
+                let kind = match e.raw_os_error() {
+                    Some(16) | Some(22) => Kind::FailedPrecondition,
+                    _ => csi_proxy_core::error::io_kind(&e),
+                };
+                Error::new(kind, OP, &object, format!("mount {fs_type}: {e}"))
+            })?;
         if let Err(e) = vol.unchanged(OP) {
             // What was mounted is not the volume asked for: take it away again.
-            let _ = rustix::mount::unmount(via.as_str(), rustix::mount::UnmountFlags::empty());
+            let _ = os.unmount(At::Dir(&dir), false);
             return Err(e.context("after mount (unmounted again)"));
         }
         tracing::info!(volume = vol.id, target = self.target, fs_type, "mounted");
@@ -149,17 +142,21 @@ impl LinuxVolumeHost {
             ));
         }
         let object = format!("{} at {target:?}", shown(id));
-        let kpath = match kernel_path(Path::new(target)) {
+        let os = &self.os;
+        let kpath = match kernel_path(os, Path::new(target)) {
             Ok(p) => p,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()), // nothing there
             Err(e) => return Err(Error::io(OP, &object, &e)),
         };
+        // Resolved once, when something is first found mounted there; stacked mounts of the
+        // same volume are then unmounted without naming it again.
+        let mut resolved: Option<Result<Volume>> = None;
         for _ in 0..16 {
-            let table = read_mountinfo(OP)?;
+            let table = read_mountinfo(os, OP)?;
             let Some(m) = mountinfo::topmost_at(&table, &kpath) else {
                 return Ok(()); // not (or no longer) mounted: success
             };
-            match self.resolve(OP, id) {
+            match resolved.get_or_insert_with(|| self.resolve(OP, id)) {
                 Ok(vol) => {
                     let occupant = if vol.mounts(std::slice::from_ref(m)).is_empty() {
                         Occupant::Other(format!("{} {:?}", m.fs_type, m.source))
@@ -172,7 +169,7 @@ impl LinuxVolumeHost {
                 // mounted there is its stale mount only when the device it came from is gone
                 // too. Left, it would keep the target busy for kubelet forever.
                 Err(e) if e.kind() == Kind::NotFound => {
-                    if !is_stale_device_mount(m) {
+                    if !is_stale_device_mount(os, m) {
                         return Err(Error::new(
                             Kind::FailedPrecondition,
                             OP,
@@ -193,26 +190,25 @@ impl LinuxVolumeHost {
                         "the volume is gone; unmounting its stale mount"
                     );
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.clone()),
             }
-            if let Ok(d) = open_dir_nofollow(&kpath) {
-                let _ = rustix::fs::syncfs(&d);
+            if let Ok(d) = Fd::open(os, &kpath, Open::DirNoFollow) {
+                let _ = d.syncfs();
             }
             // EBUSY can be transient: a process another request starts at this moment (mkfs for
             // another disk) briefly holds copies of the daemon's descriptors until its exec
             // closes them. Retry for up to a second before calling the filesystem busy.
             let mut tries = 0;
             let unmounted = loop {
-                match rustix::mount::unmount(&kpath, rustix::mount::UnmountFlags::NOFOLLOW) {
-                    Err(e) if e == rustix::io::Errno::BUSY && tries < 20 => {
+                match os.unmount(At::Path(&kpath), true) {
+                    Err(e) if e.raw_os_error() == Some(16) && tries < 20 => {
                         tries += 1;
-                        std::thread::sleep(std::time::Duration::from_millis(50));
+                        os.sleep(std::time::Duration::from_millis(50));
                     }
                     r => break r,
                 }
             };
             unmounted.map_err(|e| {
-                let e = io::Error::from(e);
                 if e.raw_os_error() == Some(16) {
                     Error::new(
                         Kind::FailedPrecondition,
@@ -238,9 +234,7 @@ impl LinuxVolumeHost {
 /// Whether `m` is the mount of a block device that is gone: its source is a device node under
 /// `/dev` that no longer exists, and no attached block device has its device number. A mount of
 /// anything else (tmpfs, a bind, an attached device) is never taken for one.
-fn is_stale_device_mount(m: &MountInfo) -> bool {
+fn is_stale_device_mount(os: &Os, m: &MountInfo) -> bool {
     let source = Path::new(&m.source);
-    source.starts_with("/dev/")
-        && !source.exists()
-        && !Path::new(&format!("/sys/dev/block/{}:{}", m.major, m.minor)).exists()
+    source.starts_with("/dev/") && !os.exists(source) && !block::dev_exists(os, m.major, m.minor)
 }

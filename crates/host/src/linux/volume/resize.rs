@@ -36,10 +36,14 @@ impl LinuxVolumeHost {
         let disk = &vol.disk;
         // Not O_EXCL: the partition may be mounted (online growth); only the table and the
         // partition's length change, never its start.
-        let file = block::open_write(&block::node(&disk.name), false)
-            .map_err(|e| io_err(OP, disk, "open", &e))?;
+        let file = Fd::open(
+            &self.os,
+            &block::node(&disk.name),
+            Open::Write { exclusive: false },
+        )
+        .map_err(|e| io_err(OP, disk, "open", &e))?;
         vol.unchanged(OP)?;
-        if block::diskseq(&file).ok() != Some(u64::from(disk.number)) {
+        if file.diskseq().ok() != Some(u64::from(disk.number)) {
             return Err(Error::new(
                 Kind::NotFound,
                 OP,
@@ -50,7 +54,7 @@ impl LinuxVolumeHost {
                 ),
             ));
         }
-        let ends = crate::linux::disk::read_ends(OP, disk, &file)?;
+        let ends = crate::linux::disk::read_ends(&self.os, OP, disk, &file)?;
         let (sector, total) = (ends.sector, ends.total);
         let table = partition_plan::table_to_grow(&ends.head, &ends.tail, sector, total)
             .map_err(|why| refused(OP, disk, why))?;
@@ -118,7 +122,7 @@ impl LinuxVolumeHost {
         // The kernel's length is brought to the table's: also after a crash between the two.
         // Only ever up: a kernel partition longer than the table's may hold a filesystem that
         // long (another tool grew it), and BLKPG would cut it off under a mounted filesystem.
-        let kernel_len = block::partitions(disk)
+        let kernel_len = block::partitions(&self.os, disk)
             .into_iter()
             .find(|p| p.number == vol.part)
             .map_or(0, |p| p.size);
@@ -134,27 +138,21 @@ impl LinuxVolumeHost {
             ));
         }
         if kernel_len != table_len {
-            block::blkpg(
-                &file,
-                Blkpg::Resize,
-                vol.part,
-                part.first_lba * sector,
-                table_len,
-            )
-            .map_err(|e| {
-                io_err(
-                    OP,
-                    disk,
-                    "tell the kernel the new partition size (BLKPG)",
-                    &e,
-                )
-            })?;
+            file.blkpg(Blkpg::Resize, vol.part, part.first_lba * sector, table_len)
+                .map_err(|e| {
+                    io_err(
+                        OP,
+                        disk,
+                        "tell the kernel the new partition size (BLKPG)",
+                        &e,
+                    )
+                })?;
         }
         // The filesystem follows the partition (the kernel's length is the table's now).
         let Some(sig) = sig.filter(|_| steps.extend_filesystem) else {
             return Ok(()); // no filesystem, or one that already fills the partition
         };
-        let table_now = read_mountinfo(OP)?;
+        let table_now = read_mountinfo(&self.os, OP)?;
         let mounted_at = vol
             .mounts(&table_now)
             .first()
@@ -174,15 +172,16 @@ impl LinuxVolumeHost {
     ) -> Result<()> {
         let object = shown(&vol.id);
         let node = vol.node().to_string_lossy().into_owned();
+        let os = &*self.os;
         match sig.kind {
             "ext2" | "ext3" | "ext4" => {
-                let mut r = tool::run(op, &object, "resize2fs", &[&node]);
+                let mut r = tool::run_on(os, op, &object, "resize2fs", &[&node]);
                 if let Err(Ok(f)) = &r
                     && mounted_at.is_none()
                     && f.output.contains("e2fsck -f")
                 {
                     // resize2fs wants a freshly checked filesystem when it is offline.
-                    match tool::run(op, &object, "e2fsck", &["-f", "-p", &node]) {
+                    match tool::run_on(os, op, &object, "e2fsck", &["-f", "-p", &node]) {
                         Ok(_) => {}
                         Err(Ok(f)) if f.code == Some(1) => {} // errors corrected
                         Err(Ok(f)) if f.output.contains("Device or resource busy") => {
@@ -201,7 +200,7 @@ impl LinuxVolumeHost {
                         }
                         Err(Err(e)) => return Err(e),
                     }
-                    r = tool::run(op, &object, "resize2fs", &[&node]);
+                    r = tool::run_on(os, op, &object, "resize2fs", &[&node]);
                 }
                 match r {
                     Ok(_) => Ok(()),
@@ -230,9 +229,10 @@ impl LinuxVolumeHost {
                 let grow = |mp: &Path| -> Result<()> {
                     let mp = mp.to_string_lossy();
                     if sig.kind == "xfs" {
-                        tool::run_checked(op, &object, "xfs_growfs", &["-d", &mp])
+                        tool::run_checked_on(os, op, &object, "xfs_growfs", &["-d", &mp])
                     } else {
-                        tool::run_checked(
+                        tool::run_checked_on(
+                            os,
                             op,
                             &object,
                             "btrfs",
@@ -269,16 +269,16 @@ impl LinuxVolumeHost {
             Error::io(op, shown(&vol.id), &e).context(format!("temporary mount {}", dir.display()))
         };
         self.make_mount_dir_private().map_err(err)?;
-        fs::create_dir_all(&dir).map_err(err)?;
+        self.os.create_dir_all(&dir, 0o777).map_err(err)?;
         // Only the tool works in it: nothing on it is run, opened as a device or set-uid.
-        let flags = rustix::mount::MountFlags::NOSUID
-            | rustix::mount::MountFlags::NODEV
-            | rustix::mount::MountFlags::NOEXEC;
-        rustix::mount::mount(vol.node(), &dir, fs_type, flags, None).map_err(|e| err(e.into()))?;
+        let flags = MountFlags { restricted: true };
+        (self.os)
+            .mount(&vol.node(), At::Path(&dir), fs_type, flags)
+            .map_err(err)?;
         let r = f(&dir);
-        let u = rustix::mount::unmount(&dir, rustix::mount::UnmountFlags::empty());
-        let _ = fs::remove_dir(&dir);
-        u.map_err(|e| err(e.into()))?;
+        let u = self.os.unmount(At::Path(&dir), false);
+        let _ = self.os.remove_dir(&dir);
+        u.map_err(err)?;
         r
     }
 }

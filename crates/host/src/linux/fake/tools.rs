@@ -1,0 +1,214 @@
+//! The filesystem tools as the fake runs them: each writes or reads real superblock bytes (the
+//! fields [`crate::signatures`] probes and reads sizes from), so what the host finds after a
+//! tool is what it would find on a real device. Their refusals follow the real tools: mkfs.xfs
+//! refuses an existing signature without `-f` and a device under 300 MB; mke2fs never asks
+//! without a terminal; blkid(8) exits 2 when it finds nothing.
+
+use super::{State, errno};
+use crate::signatures;
+use std::io;
+
+const BLOCK: u64 = 4096;
+/// ext2/3/4 superblock offset.
+const EXT: u64 = 1024;
+
+fn ran(code: i32, stdout: &str, stderr: &str) -> Ran {
+    Ran {
+        code: Some(code),
+        stdout: stdout.into(),
+        stderr: stderr.into(),
+    }
+}
+
+use super::super::os::Ran;
+
+/// 16 bytes from `8-4-4-4-12` text.
+fn uuid_bytes(text: &str) -> Option<[u8; 16]> {
+    let hex: String = text.chars().filter(|c| *c != '-').collect();
+    let mut out = [0u8; 16];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// The device a tool is pointed at: disk index, start and length in bytes.
+fn device(s: &State, node: &str) -> Option<(usize, u64, u64)> {
+    let (disk, part) = s.device_at(std::path::Path::new(node))?;
+    let name = s.disks[disk].name.clone();
+    s.extent(&super::Handle::Device { disk: name, part }).ok()
+}
+
+fn head(s: &State, dev: (usize, u64, u64)) -> Vec<u8> {
+    s.disks[dev.0].read(dev.1, signatures::PROBE_LEN.min(dev.2 as usize))
+}
+
+/// Writes `bytes` at `offset` of the device.
+fn put(s: &mut State, dev: (usize, u64, u64), offset: u64, bytes: &[u8]) -> io::Result<()> {
+    s.disks[dev.0].write(dev.1 + offset, bytes)
+}
+
+/// An ext4 superblock for a device of `len` bytes (4 KiB blocks, 64-bit, extents).
+fn ext4(len: u64, uuid: [u8; 16]) -> Vec<u8> {
+    let mut sb = vec![0u8; 1024];
+    let mut at = |off: usize, bytes: &[u8]| sb[off..off + bytes.len()].copy_from_slice(bytes);
+    at(0x18, &2u32.to_le_bytes()); // log2(block size) - 10
+    at(56, &0xEF53u16.to_le_bytes());
+    at(0x60, &(0x40u32 | 0x80 | 0x200).to_le_bytes());
+    at(0x68, &uuid);
+    set_ext4_blocks(&mut sb, len / BLOCK);
+    sb
+}
+
+fn set_ext4_blocks(sb: &mut [u8], blocks: u64) {
+    let free = blocks - blocks / 20; // what a fresh filesystem leaves free, roughly
+    sb[0x4..0x8].copy_from_slice(&(blocks as u32).to_le_bytes());
+    sb[0x150..0x154].copy_from_slice(&((blocks >> 32) as u32).to_le_bytes());
+    sb[0xC..0x10].copy_from_slice(&(free as u32).to_le_bytes());
+    sb[0x158..0x15C].copy_from_slice(&((free >> 32) as u32).to_le_bytes());
+}
+
+/// An xfs superblock (big-endian) for `len` bytes, with an external log (`sb_logstart` 0).
+fn xfs(len: u64, uuid: [u8; 16]) -> Vec<u8> {
+    let mut sb = vec![0u8; 512];
+    sb[0..4].copy_from_slice(b"XFSB");
+    sb[4..8].copy_from_slice(&(BLOCK as u32).to_be_bytes());
+    sb[32..48].copy_from_slice(&uuid);
+    set_xfs_blocks(&mut sb, len / BLOCK);
+    sb
+}
+
+fn set_xfs_blocks(sb: &mut [u8], blocks: u64) {
+    sb[8..16].copy_from_slice(&blocks.to_be_bytes());
+    sb[144..152].copy_from_slice(&(blocks - blocks / 20).to_be_bytes());
+}
+
+/// Runs `program` against the fake's devices.
+pub(super) fn run(s: &mut State, program: &str, args: &[&str]) -> io::Result<Ran> {
+    let done = match program {
+        "mkfs.ext4" | "mkfs.xfs" => mkfs(s, program, args)?,
+        "resize2fs" | "xfs_growfs" => grow(s, program, args)?,
+        "e2fsck" => ran(0, "", ""),
+        "blkid" => blkid(s, args),
+        _ => return Err(errno(super::ENOENT)), // not installed
+    };
+    // A tool asked to be interrupted did its work and was then killed.
+    if s.interrupted.remove(program) {
+        return Ok(Ran { code: None, ..done });
+    }
+    Ok(done)
+}
+
+fn mkfs(s: &mut State, program: &str, args: &[&str]) -> io::Result<Ran> {
+    let node = args.last().copied().unwrap_or_default();
+    let Some(dev) = device(s, node) else {
+        return Ok(ran(
+            1,
+            "",
+            &format!("{program}: cannot open {node}: No such file or directory"),
+        ));
+    };
+    let uuid_arg = args
+        .windows(2)
+        .find_map(|w| match w[0] {
+            "-U" => Some(w[1]),
+            "-m" => w[1].strip_prefix("uuid="),
+            _ => None,
+        })
+        .and_then(uuid_bytes)
+        .unwrap_or([0x11; 16]);
+    let sb = if program == "mkfs.xfs" {
+        if let Some(found) = signatures::probe(&head(s, dev))
+            && !args.contains(&"-f")
+        {
+            let why = format!(
+                "mkfs.xfs: {node} appears to contain an existing filesystem ({}).",
+                found.kind
+            );
+            return Ok(ran(1, "", &why));
+        }
+        if dev.2 < 300 << 20 {
+            return Ok(ran(1, "", "Filesystem must be larger than 300MB."));
+        }
+        (0, xfs(dev.2, uuid_arg))
+    } else {
+        (EXT, ext4(dev.2, uuid_arg))
+    };
+    // Both tools wipe the old signatures at the start of the device first.
+    put(
+        s,
+        dev,
+        0,
+        &vec![0; signatures::PROBE_LEN.min(dev.2 as usize)],
+    )?;
+    put(s, dev, sb.0, &sb.1)?;
+    Ok(ran(0, "", ""))
+}
+
+/// resize2fs on a device node, xfs_growfs on a mount point: the filesystem grows to fill its
+/// device.
+fn grow(s: &mut State, program: &str, args: &[&str]) -> io::Result<Ran> {
+    let arg = args.last().copied().unwrap_or_default();
+    let node = if program == "xfs_growfs" {
+        match s.mounts.iter().rev().find(|m| m.point.as_os_str() == arg) {
+            Some(m) => m.source.clone(),
+            None => {
+                return Ok(ran(
+                    1,
+                    "",
+                    &format!("xfs_growfs: {arg} is not a mounted XFS filesystem"),
+                ));
+            }
+        }
+    } else {
+        arg.to_string()
+    };
+    let Some(dev) = device(s, &node) else {
+        return Ok(ran(
+            1,
+            "",
+            &format!("{program}: No such file or directory while opening {node}"),
+        ));
+    };
+    let blocks = dev.2 / BLOCK;
+    let head = head(s, dev);
+    match (program, signatures::probe(&head).map(|sig| sig.kind)) {
+        ("resize2fs", Some("ext2" | "ext3" | "ext4")) => {
+            let mut sb = head[EXT as usize..EXT as usize + 1024].to_vec();
+            set_ext4_blocks(&mut sb, blocks);
+            put(s, dev, EXT, &sb)?;
+        }
+        ("xfs_growfs", Some("xfs")) => {
+            let mut sb = head[..512].to_vec();
+            set_xfs_blocks(&mut sb, blocks);
+            put(s, dev, 0, &sb)?;
+        }
+        _ => {
+            return Ok(ran(
+                1,
+                "",
+                &format!("{program}: bad magic number in super-block"),
+            ));
+        }
+    }
+    Ok(ran(0, "", ""))
+}
+
+/// `blkid -p -o export <node>`: what the probe finds, as `KEY=value` lines.
+fn blkid(s: &State, args: &[&str]) -> Ran {
+    let node = args.last().copied().unwrap_or_default();
+    let Some(dev) = device(s, node) else {
+        return ran(2, "", "");
+    };
+    match signatures::probe(&head(s, dev)) {
+        None => ran(2, "", ""),
+        Some(sig) => {
+            let mut out = format!("DEVNAME={node}\n");
+            if let Some(u) = sig.uuid {
+                out += &format!("UUID={}\n", signatures::uuid_string(&u));
+            }
+            out += &format!("TYPE={}\n", sig.kind);
+            ran(0, &out, "")
+        }
+    }
+}

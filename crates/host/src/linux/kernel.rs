@@ -1,0 +1,318 @@
+//! The real [`LinuxOs`]: one system call (or one libc/std wrapper of one) per method, and the
+//! man-page behaviour each relies on. No decisions are taken here.
+
+use super::os::{At, Blkpg, LinuxOs, MountFlags, Open, Ran, Space};
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// This machine's kernel. Open files are kept in a table keyed by the handle the seam hands
+/// out, so a stale or made-up handle is EBADF, never someone else's descriptor.
+#[derive(Debug, Default)]
+pub struct SystemLinux {
+    files: Mutex<HashMap<u64, Arc<File>>>,
+    next: AtomicU64,
+}
+
+fn ebadf() -> io::Error {
+    io::Error::from_raw_os_error(rustix::io::Errno::BADF.raw_os_error())
+}
+
+impl SystemLinux {
+    fn file(&self, fd: u64) -> io::Result<Arc<File>> {
+        self.files
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&fd)
+            .cloned()
+            .ok_or_else(ebadf)
+    }
+
+    /// The path that names `at` for the kernel: an open directory through its `/proc/self/fd`
+    /// magic link (proc(5): mounting on it acts on the open directory, not on a path lookup).
+    /// The file is returned too, to stay open while the path is used.
+    fn path(&self, at: At<'_>) -> io::Result<(PathBuf, Option<Arc<File>>)> {
+        match at {
+            At::Path(p) => Ok((p.to_path_buf(), None)),
+            At::Dir(fd) => {
+                let f = self.file(fd.raw())?;
+                Ok((
+                    PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd())),
+                    Some(f),
+                ))
+            }
+        }
+    }
+}
+
+impl LinuxOs for SystemLinux {
+    fn read_file(&self, path: &Path) -> io::Result<Vec<u8>> {
+        fs::read(path)
+    }
+
+    fn write_file(&self, path: &Path, text: &str) -> io::Result<()> {
+        fs::write(path, text)
+    }
+
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        fs::read_dir(path)?
+            .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect()
+    }
+
+    fn canonicalize(&self, path: &Path) -> io::Result<PathBuf> {
+        fs::canonicalize(path)
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+
+    fn create_dir_all(&self, path: &Path, mode: u32) -> io::Result<()> {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(mode)
+            .create(path)
+    }
+
+    fn remove_dir(&self, path: &Path) -> io::Result<()> {
+        fs::remove_dir(path)
+    }
+
+    fn open_raw(&self, path: &Path, how: Open) -> io::Result<u64> {
+        let mut o = fs::OpenOptions::new();
+        o.read(true);
+        match how {
+            Open::Read => {}
+            // open(2): "on Linux 2.6 and later, O_EXCL can be used without O_CREAT" on a block
+            // device, which then fails with EBUSY while the device is in use.
+            Open::Write { exclusive } => {
+                o.write(true);
+                if exclusive {
+                    o.custom_flags(rustix::fs::OFlags::EXCL.bits() as i32);
+                }
+            }
+            // open(2): with O_NOFOLLOW a final symbolic link fails with ELOOP; O_DIRECTORY
+            // fails with ENOTDIR on anything but a directory.
+            Open::DirNoFollow => {
+                o.custom_flags(
+                    (rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::NOFOLLOW).bits() as i32,
+                );
+            }
+        }
+        let f = o.open(path)?;
+        let fd = self.next.fetch_add(1, Ordering::Relaxed);
+        self.files
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(fd, Arc::new(f));
+        Ok(fd)
+    }
+
+    fn close(&self, fd: u64) {
+        // The descriptor closes when the last user of the Arc is done with it.
+        self.files
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&fd);
+    }
+
+    fn device_number(&self, fd: u64) -> io::Result<(u32, u32)> {
+        let st = rustix::fs::fstat(&*self.file(fd)?)?;
+        Ok((rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev)))
+    }
+
+    fn read_at(&self, fd: u64, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let f = self.file(fd)?;
+        let mut buf = vec![0u8; len];
+        let mut done = 0;
+        // pread(2) may return fewer bytes than asked; 0 is the end of the device.
+        while done < len {
+            match f.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        buf.truncate(done);
+        Ok(buf)
+    }
+
+    fn write_at(&self, fd: u64, offset: u64, bytes: &[u8]) -> io::Result<()> {
+        self.file(fd)?.write_all_at(bytes, offset)
+    }
+
+    fn fsync(&self, fd: u64) -> io::Result<()> {
+        self.file(fd)?.sync_all()
+    }
+
+    fn syncfs(&self, fd: u64) -> io::Result<()> {
+        Ok(rustix::fs::syncfs(&*self.file(fd)?)?)
+    }
+
+    fn device_len(&self, fd: u64) -> io::Result<u64> {
+        // lseek(2) to SEEK_END on a block device gives its size; reads use pread, so the moved
+        // offset is never used.
+        Ok(rustix::fs::seek(
+            &*self.file(fd)?,
+            rustix::fs::SeekFrom::End(0),
+        )?)
+    }
+
+    fn diskseq(&self, fd: u64) -> io::Result<u64> {
+        const BLKGETDISKSEQ: rustix::ioctl::Opcode = rustix::ioctl::opcode::read::<u64>(0x12, 128);
+        let f = self.file(fd)?;
+        // SAFETY: BLKGETDISKSEQ is `_IOR(0x12, 128, __u64)` (include/uapi/linux/fs.h): the
+        // kernel writes one u64, which the Getter provides.
+        unsafe { rustix::ioctl::ioctl(&*f, rustix::ioctl::Getter::<BLKGETDISKSEQ, u64>::new()) }
+            .map_err(io::Error::from)
+    }
+
+    fn reread_partitions(&self, fd: u64) -> io::Result<()> {
+        const BLKRRPART: rustix::ioctl::Opcode = rustix::ioctl::opcode::none(0x12, 95);
+        let f = self.file(fd)?;
+        // SAFETY: BLKRRPART takes no argument (include/uapi/linux/fs.h: `_IO(0x12,95)`).
+        unsafe { rustix::ioctl::ioctl(&*f, rustix::ioctl::NoArg::<BLKRRPART>::new()) }
+            .map_err(io::Error::from)
+    }
+
+    fn blkpg(&self, fd: u64, op: Blkpg, number: u32, start: u64, length: u64) -> io::Result<()> {
+        const BLKPG: rustix::ioctl::Opcode = rustix::ioctl::opcode::none(0x12, 105);
+        let invalid = |_| io::Error::from(io::ErrorKind::InvalidInput);
+        let mut part = BlkpgPartition {
+            start: i64::try_from(start).map_err(invalid)?,
+            length: i64::try_from(length).map_err(invalid)?,
+            pno: i32::try_from(number).map_err(invalid)?,
+            devname: [0; 64],
+            volname: [0; 64],
+        };
+        let arg = BlkpgIoctlArg {
+            op: op as i32,
+            flags: 0,
+            datalen: size_of::<BlkpgPartition>() as i32,
+            data: &mut part,
+        };
+        let f = self.file(fd)?;
+        // SAFETY: BLKPG is `_IO(0x12,105)` taking a pointer to `struct blkpg_ioctl_arg`, whose
+        // `data` points at a `struct blkpg_partition`; both are repr(C) copies of the uapi
+        // structs, and `part` outlives the call.
+        unsafe {
+            rustix::ioctl::ioctl(&*f, rustix::ioctl::Setter::<BLKPG, BlkpgIoctlArg>::new(arg))
+        }
+        .map_err(io::Error::from)
+    }
+
+    fn loop_set_capacity(&self, fd: u64) -> io::Result<()> {
+        const LOOP_SET_CAPACITY: rustix::ioctl::Opcode = 0x4C07;
+        let f = self.file(fd)?;
+        // SAFETY: LOOP_SET_CAPACITY takes no argument (include/uapi/linux/loop.h).
+        unsafe { rustix::ioctl::ioctl(&*f, rustix::ioctl::NoArg::<LOOP_SET_CAPACITY>::new()) }
+            .map_err(io::Error::from)
+    }
+
+    fn dir_is_empty(&self, fd: u64) -> io::Result<bool> {
+        let f = self.file(fd)?;
+        // proc(5): listing the /proc/self/fd link lists the open directory itself.
+        let listed = fs::read_dir(format!("/proc/self/fd/{}", f.as_raw_fd()))?;
+        Ok(listed.into_iter().next().is_none())
+    }
+
+    fn mount(
+        &self,
+        source: &Path,
+        target: At<'_>,
+        fs_type: &str,
+        flags: MountFlags,
+    ) -> io::Result<()> {
+        let (target, _held) = self.path(target)?;
+        let mut f = rustix::mount::MountFlags::empty();
+        if flags.restricted {
+            f |= rustix::mount::MountFlags::NOSUID
+                | rustix::mount::MountFlags::NODEV
+                | rustix::mount::MountFlags::NOEXEC;
+        }
+        Ok(rustix::mount::mount(source, &target, fs_type, f, None)?)
+    }
+
+    fn bind_onto_itself(&self, dir: &Path) -> io::Result<()> {
+        Ok(rustix::mount::mount_bind(dir, dir)?)
+    }
+
+    fn make_private(&self, dir: &Path) -> io::Result<()> {
+        Ok(rustix::mount::mount_change(
+            dir,
+            rustix::mount::MountPropagationFlags::PRIVATE,
+        )?)
+    }
+
+    fn unmount(&self, target: At<'_>, nofollow: bool) -> io::Result<()> {
+        let (target, _held) = self.path(target)?;
+        let flags = if nofollow {
+            rustix::mount::UnmountFlags::NOFOLLOW
+        } else {
+            rustix::mount::UnmountFlags::empty()
+        };
+        Ok(rustix::mount::unmount(&target, flags)?)
+    }
+
+    fn statvfs(&self, path: &Path) -> io::Result<Space> {
+        let s = rustix::fs::statvfs(path)?;
+        Ok(Space {
+            total: s.f_blocks.saturating_mul(s.f_frsize),
+            free: s.f_bfree.saturating_mul(s.f_frsize),
+        })
+    }
+
+    fn random16(&self) -> io::Result<[u8; 16]> {
+        let mut b = [0u8; 16];
+        File::open("/dev/urandom")?.read_exact(&mut b)?;
+        Ok(b)
+    }
+
+    fn run(&self, program: &str, args: &[&str], limit: Option<Duration>) -> io::Result<Ran> {
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .env("LC_ALL", "C");
+        super::tool::child_setup(&mut cmd);
+        let done = super::tool::finish(cmd.spawn()?, limit)?;
+        Ok(Ran {
+            code: done.status.code(),
+            stdout: done.stdout,
+            stderr: done.stderr,
+        })
+    }
+
+    fn sleep(&self, d: Duration) {
+        std::thread::sleep(d);
+    }
+}
+
+/// `struct blkpg_partition` (include/uapi/linux/blkpg.h); offsets and lengths in bytes.
+#[repr(C)]
+struct BlkpgPartition {
+    start: i64,
+    length: i64,
+    pno: i32,
+    devname: [u8; 64],
+    volname: [u8; 64],
+}
+
+/// `struct blkpg_ioctl_arg`.
+#[repr(C)]
+struct BlkpgIoctlArg {
+    op: i32,
+    flags: i32,
+    datalen: i32,
+    data: *mut BlkpgPartition,
+}
