@@ -69,6 +69,8 @@ type RpcLabels = [(&'static str, Cow<'static, str>); 5];
 /// `grpc_code` first, then the RPC's labels (`grpc_server_handled_total`).
 type CodeLabels = ([(&'static str, &'static str); 1], RpcLabels);
 type HistogramFamily = Family<RpcLabels, Histogram, fn() -> Histogram>;
+/// An RPC as the table of resolved series keys it: group, version, method.
+type RpcKey = (&'static str, &'static str, &'static str);
 
 fn rpc_labels(rpc: RpcId) -> RpcLabels {
     [
@@ -92,7 +94,7 @@ struct Metrics {
     sent: Family<RpcLabels, Counter>,
     seconds: HistogramFamily,
     /// Each RPC's resolved handles, so a request does not look its label set up again.
-    by_rpc: RwLock<HashMap<(&'static str, &'static str, &'static str), Arc<Series>>>,
+    by_rpc: RwLock<HashMap<RpcKey, Arc<Series>>>,
 }
 
 fn metrics() -> &'static Metrics {
@@ -241,7 +243,7 @@ impl Drop for InFlight {
 /// Counts the start of one request of `rpc` and hands back its series, on which the caller
 /// records the outcome with [`Series::handled`].
 pub fn started(rpc: RpcId) -> Arc<Series> {
-    let key = (rpc.group, rpc.version, rpc.method);
+    let key: RpcKey = (rpc.group, rpc.version, rpc.method);
     let by_rpc = &metrics().by_rpc;
     let found = by_rpc
         .read()
