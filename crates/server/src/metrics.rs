@@ -1,24 +1,42 @@
 //! Prometheus metrics: the gRPC server series upstream exposes, process metrics and the SMB
-//! mapping gauge, rendered as Prometheus text (format 0.0.4) and served on `/metrics` by a small
-//! HTTP/1.1 handler when `--metrics-bind-address` is set.
+//! mapping gauge, kept in the Prometheus project's Rust client (`prometheus-client`), encoded as
+//! Prometheus text (format 0.0.4, what upstream's Go client serves) and served on `/metrics` by
+//! `hyper` when `--metrics-bind-address` is set.
 //!
 //! Every RPC passes through [`crate::call::blocking`], which counts it here. The series and
 //! histogram buckets are upstream's (go-grpc-middleware's server metrics): `grpc_server_started_total`,
 //! `grpc_server_handled_total` (with `grpc_code`), `grpc_server_msg_received_total`,
 //! `grpc_server_msg_sent_total` and `grpc_server_handling_seconds`, labelled `grpc_method`,
 //! `grpc_service` (e.g. `v1.Disk`), `grpc_type` (`unary`) and, beyond upstream, the API `group`
-//! and `version`. Counting costs a few relaxed atomic adds per request; a read lock is taken to
-//! find the series and a write lock only the first time an RPC is seen.
+//! and `version`.
+//!
+//! Counting stays cheap: the crate's `Family` takes a lock to find a label set's series, so each
+//! RPC's label set is resolved once and its metric handles are kept in a [`Series`]; a request
+//! then costs a read lock on the RPC table, a few atomic adds and one uncontended histogram lock.
 
 use crate::call::RpcId;
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode, header};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, prometheus_text};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::fmt;
 use std::io;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 /// Upper bounds (seconds) of the `grpc_server_handling_seconds` buckets, as upstream has them.
 pub const BUCKETS: [f64; 14] = [
@@ -46,41 +64,130 @@ const CODE_NAMES: [&str; 17] = [
     "Unauthenticated",
 ];
 
-/// Counters of one RPC of one group-version.
-#[derive(Default)]
+/// The labels of one RPC's series, in the order they are written.
+type RpcLabels = [(&'static str, Cow<'static, str>); 5];
+/// `grpc_code` first, then the RPC's labels (`grpc_server_handled_total`).
+type CodeLabels = ([(&'static str, &'static str); 1], RpcLabels);
+type HistogramFamily = Family<RpcLabels, Histogram, fn() -> Histogram>;
+/// An RPC as the table of resolved series keys it: group, version, method.
+type RpcKey = (&'static str, &'static str, &'static str);
+
+fn rpc_labels(rpc: RpcId) -> RpcLabels {
+    [
+        ("grpc_method", Cow::Borrowed(rpc.method)),
+        (
+            "grpc_service",
+            Cow::Owned(service_name(rpc.group, rpc.version)),
+        ),
+        ("grpc_type", Cow::Borrowed("unary")),
+        ("group", Cow::Borrowed(rpc.group)),
+        ("version", Cow::Borrowed(rpc.version)),
+    ]
+}
+
+/// The registry and the families every RPC's series live in.
+struct Metrics {
+    registry: Registry,
+    started: Family<RpcLabels, Counter>,
+    handled: Family<CodeLabels, Counter>,
+    received: Family<RpcLabels, Counter>,
+    sent: Family<RpcLabels, Counter>,
+    seconds: HistogramFamily,
+    /// Each RPC's resolved handles, so a request does not look its label set up again.
+    by_rpc: RwLock<HashMap<RpcKey, Arc<Series>>>,
+}
+
+fn metrics() -> &'static Metrics {
+    static METRICS: OnceLock<Metrics> = OnceLock::new();
+    METRICS.get_or_init(|| {
+        let started = Family::default();
+        let handled = Family::default();
+        let received = Family::default();
+        let sent = Family::default();
+        let seconds: HistogramFamily = Family::new_with_constructor(|| Histogram::new(BUCKETS));
+        let mut registry = Registry::default();
+        // The crate appends the final `.` of each help text and the `_total` of each counter.
+        registry.register(
+            "grpc_server_started",
+            "Total number of RPCs started on the server",
+            started.clone(),
+        );
+        registry.register(
+            "grpc_server_handled",
+            "Total number of RPCs completed on the server, regardless of success or failure",
+            handled.clone(),
+        );
+        registry.register(
+            "grpc_server_msg_received",
+            "Total number of RPC request messages received on the server",
+            received.clone(),
+        );
+        registry.register(
+            "grpc_server_msg_sent",
+            "Total number of RPC response messages sent by the server",
+            sent.clone(),
+        );
+        registry.register(
+            "grpc_server_handling_seconds",
+            "Histogram of response latency (seconds) of gRPC that had been application-level handled by the server",
+            seconds.clone(),
+        );
+        registry.register_collector(Box::new(HostCollector));
+        Metrics {
+            registry,
+            started,
+            handled,
+            received,
+            sent,
+            seconds,
+            by_rpc: RwLock::default(),
+        }
+    })
+}
+
+/// The metric handles of one RPC of one group-version.
 pub struct Series {
-    started: AtomicU64,
-    handled: [AtomicU64; 17],
-    /// Non-cumulative bucket counts; the last slot is `+Inf` only.
-    buckets: [AtomicU64; BUCKETS.len() + 1],
-    sum_nanos: AtomicU64,
+    labels: RpcLabels,
+    started: Counter,
+    received: Counter,
+    sent: Counter,
+    /// Per status code, resolved the first time the RPC ends with it: a code never seen has no
+    /// series, as with upstream.
+    handled: [OnceLock<Counter>; 17],
+    seconds: Histogram,
 }
 
 impl Series {
+    fn new(rpc: RpcId) -> Self {
+        let m = metrics();
+        let labels = rpc_labels(rpc);
+        Series {
+            started: m.started.get_or_create(&labels).clone(),
+            received: m.received.get_or_create(&labels).clone(),
+            sent: m.sent.get_or_create(&labels).clone(),
+            seconds: m.seconds.get_or_create(&labels).clone(),
+            handled: Default::default(),
+            labels,
+        }
+    }
+
     /// Records the end of one request: its status code and how long it took.
     pub fn handled(&self, code: tonic::Code, elapsed: Duration) {
         let idx = (code as usize).min(CODE_NAMES.len() - 1);
-        self.handled[idx].fetch_add(1, Ordering::Relaxed);
-        let secs = elapsed.as_secs_f64();
-        let b = BUCKETS
-            .iter()
-            .position(|le| secs <= *le)
-            .unwrap_or(BUCKETS.len());
-        self.buckets[b].fetch_add(1, Ordering::Relaxed);
-        let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
-        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+        let counter = self.handled[idx].get_or_init(|| {
+            let labels = ([("grpc_code", CODE_NAMES[idx])], self.labels.clone());
+            metrics().handled.get_or_create(&labels).clone()
+        });
+        counter.inc();
+        if code == tonic::Code::Ok {
+            // A unary RPC sends its one response message only when it succeeds.
+            self.sent.inc();
+        }
+        self.seconds.observe(elapsed.as_secs_f64());
     }
 }
 
-type Key = (&'static str, &'static str, &'static str);
-
-fn registry() -> &'static RwLock<BTreeMap<Key, Arc<Series>>> {
-    static REGISTRY: OnceLock<RwLock<BTreeMap<Key, Arc<Series>>>> = OnceLock::new();
-    REGISTRY.get_or_init(Default::default)
-}
-
 static SMB_MAPPINGS: AtomicI64 = AtomicI64::new(0);
-
 /// One request being handled: counted as started; its outcome is recorded by [`InFlight::finish`],
 /// or as `Canceled` if it is dropped first (the client went away and tonic dropped the future).
 pub struct InFlight {
@@ -136,22 +243,25 @@ impl Drop for InFlight {
 /// Counts the start of one request of `rpc` and hands back its series, on which the caller
 /// records the outcome with [`Series::handled`].
 pub fn started(rpc: RpcId) -> Arc<Series> {
-    let key = (rpc.group, rpc.version, rpc.method);
-    let found = registry()
+    let key: RpcKey = (rpc.group, rpc.version, rpc.method);
+    let by_rpc = &metrics().by_rpc;
+    let found = by_rpc
         .read()
         .unwrap_or_else(|p| p.into_inner())
         .get(&key)
         .cloned();
     let series = match found {
         Some(s) => s,
-        None => registry()
+        None => by_rpc
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .entry(key)
-            .or_default()
+            .or_insert_with(|| Arc::new(Series::new(rpc)))
             .clone(),
     };
-    series.started.fetch_add(1, Ordering::Relaxed);
+    series.started.inc();
+    // A unary RPC receives its one request message as it starts.
+    series.received.inc();
     series
 }
 
@@ -189,150 +299,48 @@ pub fn smb_mappings() -> u64 {
 
 pub use csi_proxy_api::service_name;
 
-/// Renders every metric in the Prometheus text exposition format 0.0.4.
-pub fn render() -> String {
-    let snapshot: Vec<(Key, Arc<Series>)> = registry()
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .map(|(k, v)| (*k, v.clone()))
-        .collect();
-    let mut out = String::with_capacity(4096 + snapshot.len() * 2048);
-    let labels = |k: &Key| {
-        format!(
-            "grpc_method=\"{}\",grpc_service=\"{}\",grpc_type=\"unary\",group=\"{}\",version=\"{}\"",
-            k.2,
-            service_name(k.0, k.1),
-            k.0,
-            k.1
-        )
-    };
-    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+/// The series whose values are read at scrape time: the SMB mapping gauge, the build and the
+/// process metrics (the crate has no process collector for Windows, so they stay ours).
+#[derive(Debug)]
+struct HostCollector;
 
-    header(
-        &mut out,
-        "grpc_server_started_total",
-        "counter",
-        "Total number of RPCs started on the server.",
-    );
-    for (k, s) in &snapshot {
-        let _ = writeln!(
-            out,
-            "grpc_server_started_total{{{}}} {}",
-            labels(k),
-            load(&s.started)
-        );
+impl Collector for HostCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        ConstGauge::new(smb_mappings()).encode(encoder.encode_descriptor(
+            "csi_proxy_smb_global_mappings",
+            "Number of SMB global mappings on this host.",
+            None,
+            MetricType::Gauge,
+        )?)?;
+        let mut build = encoder.encode_descriptor(
+            "csi_proxy_build_info",
+            "Build of the running csi-proxy; the value is always 1.",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(1u64)
+            .encode(build.encode_family(&[("version", env!("CARGO_PKG_VERSION"))])?)?;
+        process::encode(&mut encoder)
     }
-    header(
-        &mut out,
-        "grpc_server_handled_total",
-        "counter",
-        "Total number of RPCs completed on the server, regardless of success or failure.",
-    );
-    for (k, s) in &snapshot {
-        for (code, n) in CODE_NAMES.iter().zip(&s.handled) {
-            let n = load(n);
-            if n > 0 {
-                let _ = writeln!(
-                    out,
-                    "grpc_server_handled_total{{grpc_code=\"{code}\",{}}} {n}",
-                    labels(k)
-                );
-            }
-        }
-    }
-    header(
-        &mut out,
-        "grpc_server_msg_received_total",
-        "counter",
-        "Total number of RPC request messages received on the server.",
-    );
-    for (k, s) in &snapshot {
-        let _ = writeln!(
-            out,
-            "grpc_server_msg_received_total{{{}}} {}",
-            labels(k),
-            load(&s.started)
-        );
-    }
-    header(
-        &mut out,
-        "grpc_server_msg_sent_total",
-        "counter",
-        "Total number of RPC response messages sent by the server.",
-    );
-    for (k, s) in &snapshot {
-        // A unary RPC sends its one response message only when it succeeds.
-        let _ = writeln!(
-            out,
-            "grpc_server_msg_sent_total{{{}}} {}",
-            labels(k),
-            load(&s.handled[0])
-        );
-    }
-    header(
-        &mut out,
-        "grpc_server_handling_seconds",
-        "histogram",
-        "Histogram of response latency (seconds) of gRPC that had been application-level handled by the server.",
-    );
-    for (k, s) in &snapshot {
-        let l = labels(k);
-        let mut cumulative = 0;
-        for (le, n) in BUCKETS.iter().zip(&s.buckets) {
-            cumulative += load(n);
-            let _ = writeln!(
-                out,
-                "grpc_server_handling_seconds_bucket{{{l},le=\"{le}\"}} {cumulative}"
-            );
-        }
-        cumulative += load(&s.buckets[BUCKETS.len()]);
-        let _ = writeln!(
-            out,
-            "grpc_server_handling_seconds_bucket{{{l},le=\"+Inf\"}} {cumulative}"
-        );
-        let _ = writeln!(
-            out,
-            "grpc_server_handling_seconds_sum{{{l}}} {}",
-            load(&s.sum_nanos) as f64 / 1e9
-        );
-        let _ = writeln!(
-            out,
-            "grpc_server_handling_seconds_count{{{l}}} {cumulative}"
-        );
-    }
-
-    header(
-        &mut out,
-        "csi_proxy_smb_global_mappings",
-        "gauge",
-        "Number of SMB global mappings on this host.",
-    );
-    let _ = writeln!(out, "csi_proxy_smb_global_mappings {}", smb_mappings());
-    header(
-        &mut out,
-        "csi_proxy_build_info",
-        "gauge",
-        "Build of the running csi-proxy; the value is always 1.",
-    );
-    let _ = writeln!(
-        out,
-        "csi_proxy_build_info{{version=\"{}\"}} 1",
-        env!("CARGO_PKG_VERSION")
-    );
-    process::render(&mut out);
-    out
 }
 
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
+/// Renders every metric in the Prometheus text exposition format 0.0.4.
+pub fn render() -> String {
+    let mut out = String::with_capacity(16 * 1024);
+    // Writing into a String cannot fail, and no metric of ours returns an error.
+    if let Err(e) = prometheus_text::encode(&mut out, &metrics().registry) {
+        tracing::warn!("encoding metrics: {e}");
+    }
+    out
 }
 
 /// Process metrics with the names Prometheus client libraries use (`process_*`).
 mod process {
-    use super::header;
-    use std::fmt::Write as _;
+    use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, EncodeMetric};
+    use prometheus_client::metrics::MetricType;
+    use prometheus_client::metrics::counter::ConstCounter;
+    use prometheus_client::metrics::gauge::ConstGauge;
+    use std::fmt;
 
     /// What could be read about this process; a field the platform could not supply is left out.
     #[derive(Debug, Default)]
@@ -344,44 +352,62 @@ mod process {
         pub start_time_seconds: Option<f64>,
     }
 
-    pub(super) fn render(out: &mut String) {
+    /// Encodes the process series this platform could read; each one has its own collector
+    /// descriptor because the values are read at scrape time, not kept in counters.
+    pub(super) fn encode(encoder: &mut DescriptorEncoder) -> fmt::Result {
         let s = read();
-        let mut one = |name: &str, kind: &str, help: &str, v: Option<String>| {
-            if let Some(v) = v {
-                header(out, name, kind, help);
-                let _ = writeln!(out, "{name} {v}");
-            }
-        };
-        one(
-            "process_cpu_seconds_total",
-            "counter",
-            "Total user and system CPU time spent in seconds.",
-            s.cpu_seconds.map(|v| v.to_string()),
-        );
-        one(
+        if let Some(v) = s.cpu_seconds {
+            // A counter: the encoder adds `_total` to the name.
+            ConstCounter::new(v).encode(encoder.encode_descriptor(
+                "process_cpu_seconds",
+                "Total user and system CPU time spent in seconds.",
+                None,
+                MetricType::Counter,
+            )?)?;
+        }
+        gauge(
+            encoder,
             "process_resident_memory_bytes",
-            "gauge",
             "Resident memory size in bytes (working set on Windows).",
-            s.resident_bytes.map(|v| v.to_string()),
-        );
-        one(
+            s.resident_bytes,
+        )?;
+        gauge(
+            encoder,
             "process_virtual_memory_bytes",
-            "gauge",
             "Virtual memory size in bytes (private bytes on Windows).",
-            s.virtual_bytes.map(|v| v.to_string()),
-        );
-        one(
+            s.virtual_bytes,
+        )?;
+        gauge(
+            encoder,
             "process_open_fds",
-            "gauge",
             "Number of open file descriptors (handles on Windows).",
-            s.open_fds.map(|v| v.to_string()),
-        );
-        one(
+            s.open_fds,
+        )?;
+        gauge(
+            encoder,
             "process_start_time_seconds",
-            "gauge",
             "Start time of the process since unix epoch in seconds.",
-            s.start_time_seconds.map(|v| v.to_string()),
-        );
+            s.start_time_seconds,
+        )?;
+        Ok(())
+    }
+
+    /// One gauge family with its single sample, left out when the value could not be read.
+    fn gauge<N: EncodeGaugeValue>(
+        encoder: &mut DescriptorEncoder,
+        name: &str,
+        help: &str,
+        value: Option<N>,
+    ) -> fmt::Result {
+        match value {
+            Some(v) => ConstGauge::new(v).encode(encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                MetricType::Gauge,
+            )?),
+            None => Ok(()),
+        }
     }
 
     /// Linux: `/proc/self/stat` (CPU ticks, start ticks, virtual size), `/proc/self/status`
@@ -494,18 +520,37 @@ pub async fn bind(addr: &str) -> io::Result<TcpListener> {
         .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
 }
 
-/// Serves `GET /metrics` (and `HEAD`) on `listener` forever; every other path answers 404.
-///
-/// A hand-written HTTP/1.1 responder: one route, one small request per connection, the response
-/// closes the connection. That is all a Prometheus scraper needs, and it keeps an HTTP server
-/// stack out of the daemon.
+/// Longest request head accepted (hyper answers 431 past it); a scrape request is a few hundred
+/// bytes.
+const MAX_HEAD: usize = 16 * 1024;
+
+/// Longest a scrape connection may last, request and response together: a client that stalls
+/// does not keep its task and socket forever.
+const CONNECTION_LIMIT: Duration = Duration::from_secs(60);
+
+/// Serves `GET /metrics` (and `HEAD`) over HTTP/1.1 on `listener` forever; other methods on
+/// `/metrics` answer 405, other paths 404. One request per connection, as a scraper needs.
 pub async fn serve(listener: TcpListener) {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.keep_alive(false)
+        .title_case_headers(true)
+        .max_header_size(MAX_HEAD)
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(10));
     loop {
         match listener.accept().await {
             Ok((conn, _)) => {
+                let conn = http.serve_connection(
+                    TokioIo::new(conn),
+                    hyper::service::service_fn(
+                        |req| async move { Ok::<_, Infallible>(respond(&req)) },
+                    ),
+                );
                 tokio::spawn(async move {
-                    if let Err(e) = answer(conn).await {
-                        tracing::debug!("metrics request failed: {e}");
+                    match tokio::time::timeout(CONNECTION_LIMIT, conn).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => tracing::debug!("metrics request failed: {e}"),
+                        Err(_) => tracing::debug!("metrics connection timed out"),
                     }
                 });
             }
@@ -518,78 +563,35 @@ pub async fn serve(listener: TcpListener) {
     }
 }
 
-/// Longest request head accepted; a scrape request is a few hundred bytes.
-const MAX_HEAD: usize = 16 * 1024;
-
-async fn answer(mut conn: TcpStream) -> io::Result<()> {
-    let mut buf = Vec::with_capacity(1024);
-    let head = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            let mut chunk = [0u8; 1024];
-            let n = conn.read(&mut chunk).await?;
-            if n == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "connection closed before the request head ended",
-                ));
-            }
-            buf.extend_from_slice(&chunk[..n]);
-            if buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                return Ok(());
-            }
-            if buf.len() > MAX_HEAD {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "request head too long",
-                ));
-            }
-        }
-    })
-    .await;
-    let (status, body, head_only) = match head {
-        Err(_) => return Ok(()), // idle client: just close
-        Ok(Err(e)) if e.kind() == io::ErrorKind::InvalidData => {
-            ("431 Request Header Fields Too Large", String::new(), false)
-        }
-        Ok(Err(e)) => return Err(e),
-        Ok(Ok(())) => route(&buf),
-    };
-    let content_type = if status.starts_with("200") {
-        "text/plain; version=0.0.4; charset=utf-8"
-    } else {
-        "text/plain; charset=utf-8"
-    };
-    let mut resp = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    )
-    .into_bytes();
-    if !head_only {
-        resp.extend_from_slice(body.as_bytes());
-    }
-    conn.write_all(&resp).await?;
-    conn.shutdown().await
+/// The answer to one request. For `HEAD`, hyper sends the head (with the length the body would
+/// have) and leaves the body out.
+fn respond(req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    let (status, content_type, body) = route(req.method(), req.uri().path());
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(content_type),
+    );
+    resp
 }
 
-/// Status line, body and whether only the head is sent, for one request head.
-fn route(head: &[u8]) -> (&'static str, String, bool) {
-    let line = head.split(|b| *b == b'\r').next().unwrap_or_default();
-    let line = String::from_utf8_lossy(line);
-    let mut parts = line.split(' ');
-    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = target.split('?').next().unwrap_or("");
+/// Status, content type and body for one method and path.
+fn route(method: &Method, path: &str) -> (StatusCode, &'static str, String) {
+    const PLAIN: &str = "text/plain; charset=utf-8";
     match (method, path) {
-        ("GET", "/metrics") => ("200 OK", render(), false),
-        ("HEAD", "/metrics") => ("200 OK", render(), true),
+        (&Method::GET | &Method::HEAD, "/metrics") => {
+            (StatusCode::OK, prometheus_text::CONTENT_TYPE, render())
+        }
         (_, "/metrics") => (
-            "405 Method Not Allowed",
+            StatusCode::METHOD_NOT_ALLOWED,
+            PLAIN,
             "only GET and HEAD are served on /metrics\n".into(),
-            false,
         ),
         _ => (
-            "404 Not Found",
+            StatusCode::NOT_FOUND,
+            PLAIN,
             "only /metrics is served here\n".into(),
-            false,
         ),
     }
 }
@@ -597,6 +599,7 @@ fn route(head: &[u8]) -> (&'static str, String, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicU64;
 
     #[test]
     fn service_names_are_upstream_wire_names() {
@@ -707,15 +710,75 @@ mod tests {
         );
     }
 
-    #[test]
-    fn routes() {
-        assert_eq!(route(b"GET /metrics HTTP/1.1\r\n\r\n").0, "200 OK");
-        assert!(route(b"HEAD /metrics?x=1 HTTP/1.1\r\n\r\n").2);
-        assert_eq!(route(b"GET / HTTP/1.1\r\n\r\n").0, "404 Not Found");
-        assert_eq!(
-            route(b"POST /metrics HTTP/1.1\r\n\r\n").0,
-            "405 Method Not Allowed"
+    /// One raw HTTP/1.1 request to a running `serve`; the whole answer, read until it closes.
+    async fn ask(addr: std::net::SocketAddr, request: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        conn.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        tokio::time::timeout(Duration::from_secs(10), conn.read_to_string(&mut answer))
+            .await
+            .expect("the server closes the connection after one answer")
+            .unwrap();
+        answer
+    }
+
+    #[tokio::test]
+    async fn serves_get_and_head_on_metrics_only() {
+        let listener = bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(serve(listener));
+
+        let get = ask(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        let (head, body) = get.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+        assert!(
+            head.contains("\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"),
+            "{head}"
         );
-        assert_eq!(route(b"").0, "404 Not Found");
+        assert!(head.contains(&format!("\r\nContent-Length: {}\r\n", body.len())));
+        assert!(body.contains("# TYPE csi_proxy_smb_global_mappings gauge\n"));
+
+        // HEAD: the head of the GET answer, no body.
+        let head_only = ask(addr, "HEAD /metrics?x=1 HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert!(head_only.starts_with("HTTP/1.1 200 OK\r\n"), "{head_only}");
+        assert!(head_only.ends_with("\r\n\r\n"), "{head_only}");
+        assert!(head_only.contains("\r\nContent-Length: "), "{head_only}");
+
+        let post = ask(
+            addr,
+            "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+        )
+        .await;
+        assert!(
+            post.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"),
+            "{post}"
+        );
+        let other = ask(addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert!(other.starts_with("HTTP/1.1 404 Not Found\r\n"), "{other}");
+        let huge = format!(
+            "GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n",
+            "a".repeat(MAX_HEAD)
+        );
+        assert!(ask(addr, &huge).await.starts_with("HTTP/1.1 431 "));
+        let garbage = ask(addr, "NOT HTTP\r\n\r\n").await;
+        assert!(garbage.starts_with("HTTP/1.1 400 "), "{garbage}");
+        server.abort();
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        // Our label values are identifiers, but the encoder must still escape what it is given.
+        let rpc = RpcId {
+            group: "system",
+            version: "v1alpha1",
+            method: "Metrics\"Escape\\Test\n",
+        };
+        InFlight::start(rpc).finish(tonic::Code::Ok);
+        let text = render();
+        assert!(
+            text.contains(r#"grpc_method="Metrics\"Escape\\Test\n""#),
+            "{text}"
+        );
     }
 }

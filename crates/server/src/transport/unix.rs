@@ -93,27 +93,25 @@ pub fn ensure_dir(dir: &Path) -> io::Result<()> {
     }
 }
 
-/// Resolves `--socket-group`: a numeric gid or a group name from /etc/group.
+/// Resolves `--socket-group`: a numeric gid, or a group name looked up in the system's group
+/// database (`getgrnam_r` through `nix`), so groups from LDAP or sssd count, not only /etc/group.
 pub fn resolve_group(spec: &str) -> io::Result<u32> {
     if let Ok(gid) = spec.parse::<u32>() {
         return Ok(gid);
     }
-    let groups = std::fs::read_to_string("/etc/group")?;
-    groups
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.split(':');
-            let name = f.next()?;
-            let gid = f.nth(1)?.parse::<u32>().ok()?;
-            (name == spec).then_some(gid)
-        })
-        .next()
-        .ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("socket group {spec:?} is not a gid and not in /etc/group"),
-            )
-        })
+    match nix::unistd::Group::from_name(spec) {
+        Ok(Some(group)) => Ok(group.gid.as_raw()),
+        Ok(None) => Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "socket group {spec:?} is not a gid and not a group in the system's group database"
+            ),
+        )),
+        Err(errno) => Err(io::Error::new(
+            io::Error::from(errno).kind(),
+            format!("looking up socket group {spec:?} in the system's group database: {errno}"),
+        )),
+    }
 }
 
 fn ignore_not_found(e: io::Error) -> io::Result<()> {
@@ -168,6 +166,23 @@ mod tests {
     fn groups_resolve_by_number_and_name() {
         assert_eq!(resolve_group("1234").unwrap(), 1234);
         assert_eq!(resolve_group("root").unwrap(), 0);
-        assert!(resolve_group("no-such-group-xyz").is_err());
+        // Every group /etc/group lists resolves to its gid through the system's database.
+        let listed = std::fs::read_to_string("/etc/group").unwrap();
+        let mut n = 0;
+        for line in listed.lines().filter(|l| !l.starts_with('#')) {
+            let f: Vec<&str> = line.split(':').collect();
+            if let [name, _, gid, ..] = f[..] {
+                assert_eq!(
+                    resolve_group(name).unwrap(),
+                    gid.parse::<u32>().unwrap(),
+                    "{line}"
+                );
+                n += 1;
+            }
+        }
+        assert!(n > 0);
+        let err = resolve_group("no-such-group-xyz").unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+        assert!(err.to_string().contains("\"no-such-group-xyz\""), "{err}");
     }
 }
