@@ -10,10 +10,11 @@
 //!   on an empty GPT) lies inside the usable area, overlaps no partition the layout lists, and
 //!   the layout written with it parses back with every old entry unchanged.
 
+use csi_proxy_host::uuid::Uuid;
 use csi_proxy_host::windows_data::layout::{
     self, NewEntry, PartitionPlan, gpt_layout_with, msr_entry, parse_drive_layout,
 };
-use csi_proxy_host::windows_data::{Guid, iscsi, smbios, storage};
+use csi_proxy_host::windows_data::{iscsi, smbios, storage};
 
 /// One input; see the module doc.
 pub fn run(data: &[u8]) {
@@ -68,14 +69,14 @@ fn layout_plan(input: &[u8], sector: u64) {
     let Ok(l) = parse_drive_layout(input) else {
         return;
     };
-    let msr = msr_entry(&l, sector, Guid::default());
+    let msr = msr_entry(&l, sector, Uuid::nil());
     let planned = msr.as_ref().map_or_else(|| l.clone(), |m| l.with(m));
     let Ok(PartitionPlan::Create(new)) = layout::plan_data_partition(&planned, sector) else {
         return;
     };
     let end = l.usable_start.saturating_add(l.usable_length);
     let mut entries: Vec<NewEntry> = msr.into_iter().collect();
-    entries.push(NewEntry::data(new, Guid::default()));
+    entries.push(NewEntry::data(new, Uuid::nil()));
     for e in &entries {
         assert!(
             e.start >= l.usable_start && e.start.saturating_add(e.length) <= end && e.length > 0,

@@ -291,7 +291,8 @@ async fn sigkill_while_an_xfs_grows_on_a_private_mount_then_retry_succeeds() {
 /// protective MBR in place, and the partition's identity kept once the backup table was out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partition_table_writes_cut_off_at_each_step_are_finished_by_the_retry() {
-    use csi_proxy_host::gpt::{Gpt, Guid, LINUX_FILESYSTEM};
+    use csi_proxy_host::gpt::{Gpt, LINUX_FILESYSTEM, random_guid};
+    use csi_proxy_host::uuid::Uuid;
     use std::os::unix::fs::FileExt;
     let d = Daemon::start(&[]);
     let dir = d.dir.path().to_path_buf();
@@ -300,8 +301,8 @@ async fn partition_table_writes_cut_off_at_each_step_are_finished_by_the_retry()
     };
     drop(probe);
     let (sector, total) = (512u64, (64u64 << 20) / 512);
-    let mut table = Gpt::new(sector, total, Guid([0x11; 16])).unwrap();
-    let part_guid = Guid::from_random([0x22; 16]);
+    let mut table = Gpt::new(sector, total, Uuid::from_bytes([0x11; 16])).unwrap();
+    let part_guid = random_guid([0x22; 16]);
     table
         .add_max_partition(LINUX_FILESYSTEM, part_guid)
         .unwrap();

@@ -6,6 +6,7 @@
 //! little-endian). The hosts do the I/O; everything here is unit-tested on byte fixtures.
 
 use std::fmt;
+use uuid::{Uuid, uuid};
 
 /// Size of the header fields covered by the header CRC (UEFI: HeaderSize, 92 bytes).
 const HEADER_SIZE: u32 = 92;
@@ -17,111 +18,21 @@ const ENTRY_SIZE: u32 = 128;
 const ALIGN_BYTES: u64 = 1 << 20;
 
 /// "Linux filesystem data" partition type, `0FC63DAF-8483-4772-8E79-3D69D8477DE4`.
-pub const LINUX_FILESYSTEM: Guid = Guid::from_str_const("0fc63daf-8483-4772-8e79-3d69d8477de4");
+pub const LINUX_FILESYSTEM: Uuid = uuid!("0fc63daf-8483-4772-8e79-3d69d8477de4");
 /// "Microsoft basic data" partition type, `EBD0A0A2-B9E5-4433-87C0-68B6B72699C7`.
-pub const BASIC_DATA: Guid = Guid::from_str_const("ebd0a0a2-b9e5-4433-87c0-68b6b72699c7");
+pub const BASIC_DATA: Uuid = uuid!("ebd0a0a2-b9e5-4433-87c0-68b6b72699c7");
 /// "Microsoft reserved" partition type, `E3C9E316-0B5C-4DB8-817D-F92DF00215AE`: not a data
 /// partition (upstream ignores it when deciding whether a disk is partitioned).
-pub const MICROSOFT_RESERVED: Guid = Guid::from_str_const("e3c9e316-0b5c-4db8-817d-f92df00215ae");
+pub const MICROSOFT_RESERVED: Uuid = uuid!("e3c9e316-0b5c-4db8-817d-f92df00215ae");
 
 /// CRC-32 (IEEE 802.3, reflected, as UEFI requires for GPT headers and entry arrays).
 pub fn crc32(data: &[u8]) -> u32 {
     crc32fast::hash(data)
 }
 
-/// A GUID in its on-disk byte order.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct Guid(pub [u8; 16]);
-
-impl Guid {
-    /// The all-zero GUID: an unused partition entry.
-    pub const NIL: Guid = Guid([0; 16]);
-
-    /// Parses `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` (any case) at compile time; panics on a
-    /// malformed literal, which only constants use.
-    const fn from_str_const(s: &str) -> Guid {
-        match Guid::parse_bytes(s.as_bytes()) {
-            Some(g) => g,
-            None => panic!("malformed GUID literal"),
-        }
-    }
-
-    /// Parses the canonical text form; `None` when malformed.
-    pub fn parse(s: &str) -> Option<Guid> {
-        Guid::parse_bytes(s.as_bytes())
-    }
-
-    const fn parse_bytes(s: &[u8]) -> Option<Guid> {
-        if s.len() != 36 || s[8] != b'-' || s[13] != b'-' || s[18] != b'-' || s[23] != b'-' {
-            return None;
-        }
-        // Canonical order of the 16 bytes as written in text.
-        let mut text = [0u8; 16];
-        let mut i = 0;
-        let mut n = 0;
-        while i < 36 {
-            if s[i] == b'-' {
-                i += 1;
-                continue;
-            }
-            let (Some(hi), Some(lo)) = (hex(s[i]), hex(s[i + 1])) else {
-                return None;
-            };
-            text[n] = hi << 4 | lo;
-            n += 1;
-            i += 2;
-        }
-        // On disk the first three groups are little-endian.
-        let mut d = text;
-        d[0] = text[3];
-        d[1] = text[2];
-        d[2] = text[1];
-        d[3] = text[0];
-        d[4] = text[5];
-        d[5] = text[4];
-        d[6] = text[7];
-        d[7] = text[6];
-        Some(Guid(d))
-    }
-
-    /// A random (version 4) GUID from 16 random bytes.
-    pub fn from_random(mut bytes: [u8; 16]) -> Guid {
-        // Version and variant bits in text order: byte 6 holds the version, byte 8 the variant;
-        // on disk, text byte 6 is stored at index 7.
-        bytes[7] = (bytes[7] & 0x0F) | 0x40;
-        bytes[8] = (bytes[8] & 0x3F) | 0x80;
-        Guid(bytes)
-    }
-}
-
-const fn hex(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    }
-}
-
-impl fmt::Display for Guid {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let d = &self.0;
-        write!(
-            f,
-            "{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-",
-            d[3], d[2], d[1], d[0], d[5], d[4], d[7], d[6], d[8], d[9]
-        )?;
-        for b in &d[10..] {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
-    }
-}
-
-impl fmt::Debug for Guid {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
+/// A random (version 4) GUID from 16 bytes of the OS generator.
+pub fn random_guid(bytes: [u8; 16]) -> Uuid {
+    uuid::Builder::from_random_bytes(bytes).into_uuid()
 }
 
 /// One used partition entry.
@@ -130,9 +41,9 @@ pub struct Partition {
     /// 1-based partition number (entry index + 1), as the kernel numbers GPT partitions.
     pub number: u32,
     /// Partition type.
-    pub type_guid: Guid,
+    pub type_guid: Uuid,
     /// This partition's unique GUID (the `PARTUUID`).
-    pub unique_guid: Guid,
+    pub unique_guid: Uuid,
     /// First sector.
     pub first_lba: u64,
     /// Last sector, inclusive.
@@ -174,7 +85,7 @@ pub struct Gpt {
     /// Logical sector size in bytes.
     pub sector: u64,
     /// The disk GUID.
-    pub disk_guid: Guid,
+    pub disk_guid: Uuid,
     /// First sector partitions may use.
     pub first_usable: u64,
     /// Last sector partitions may use (from the header; the disk may have grown since).
@@ -195,8 +106,8 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or([0; 8]))
 }
 
-fn guid_at(b: &[u8], at: usize) -> Guid {
-    Guid(b[at..at + 16].try_into().unwrap_or([0; 16]))
+fn guid_at(b: &[u8], at: usize) -> Uuid {
+    Uuid::from_bytes_le(b[at..at + 16].try_into().unwrap_or([0; 16]))
 }
 
 /// Bytes to read from the start of the disk to parse its primary GPT (LBA 0 to the end of a
@@ -386,7 +297,7 @@ impl Gpt {
     }
 
     /// An empty table for a disk of `total_sectors`.
-    pub fn new(sector: u64, total_sectors: u64, disk_guid: Guid) -> Result<Gpt, GptError> {
+    pub fn new(sector: u64, total_sectors: u64, disk_guid: Uuid) -> Result<Gpt, GptError> {
         let array_sectors = u64::from(ENTRIES * ENTRY_SIZE).div_ceil(sector);
         let first_usable = 2 + array_sectors;
         let last_usable = last_usable(sector, total_sectors, ENTRIES * ENTRY_SIZE)?;
@@ -413,7 +324,7 @@ impl Gpt {
             .filter_map(|i| {
                 let e = &self.entries[(i * self.entry_size) as usize..][..128];
                 let type_guid = guid_at(e, 0);
-                (type_guid != Guid::NIL).then(|| Partition {
+                (type_guid != Uuid::nil()).then(|| Partition {
                     number: i + 1,
                     type_guid,
                     unique_guid: guid_at(e, 16),
@@ -450,8 +361,8 @@ impl Gpt {
     /// boundary, in the first unused entry. Returns it.
     pub fn add_max_partition(
         &mut self,
-        type_guid: Guid,
-        unique_guid: Guid,
+        type_guid: Uuid,
+        unique_guid: Uuid,
     ) -> Result<Partition, GptError> {
         let align = (ALIGN_BYTES / self.sector).max(1);
         let mut used: Vec<(u64, u64)> = self
@@ -476,12 +387,12 @@ impl Gpt {
             return Err(GptError::Invalid("no free space for a partition".into()));
         };
         let index = (0..self.entry_count)
-            .find(|&i| guid_at(&self.entries, (i * self.entry_size) as usize) == Guid::NIL)
+            .find(|&i| guid_at(&self.entries, (i * self.entry_size) as usize) == Uuid::nil())
             .ok_or(GptError::Invalid("every partition entry is used".into()))?;
         let e = &mut self.entries[(index * self.entry_size) as usize..][..128];
         e.fill(0);
-        e[0..16].copy_from_slice(&type_guid.0);
-        e[16..32].copy_from_slice(&unique_guid.0);
+        e[0..16].copy_from_slice(&type_guid.to_bytes_le());
+        e[16..32].copy_from_slice(&unique_guid.to_bytes_le());
         e[32..40].copy_from_slice(&first_lba.to_le_bytes());
         e[40..48].copy_from_slice(&last_lba.to_le_bytes());
         Ok(Partition {
@@ -563,7 +474,7 @@ impl Gpt {
             h[32..40].copy_from_slice(&alt.to_le_bytes());
             h[40..48].copy_from_slice(&self.first_usable.to_le_bytes());
             h[48..56].copy_from_slice(&self.last_usable.to_le_bytes());
-            h[56..72].copy_from_slice(&self.disk_guid.0);
+            h[56..72].copy_from_slice(&self.disk_guid.to_bytes_le());
             h[72..80].copy_from_slice(&array_lba.to_le_bytes());
             h[80..84].copy_from_slice(&self.entry_count.to_le_bytes());
             h[84..88].copy_from_slice(&self.entry_size.to_le_bytes());
@@ -692,8 +603,8 @@ mod tests {
     fn a_table_write_cut_off_after_any_write_leaves_a_table_the_retry_recognises() {
         for sector in [512u64, 4096] {
             let total = (64 << 20) / sector;
-            let mut gpt = Gpt::new(sector, total, Guid([1; 16])).unwrap();
-            gpt.add_max_partition(LINUX_FILESYSTEM, Guid([2; 16]))
+            let mut gpt = Gpt::new(sector, total, Uuid::from_bytes([1; 16])).unwrap();
+            gpt.add_max_partition(LINUX_FILESYSTEM, Uuid::from_bytes([2; 16]))
                 .unwrap();
             let writes = gpt.serialize(total);
             assert_eq!(writes.len(), 4);
@@ -768,8 +679,8 @@ mod tests {
     #[test]
     fn a_damaged_backup_or_foreign_bytes_are_not_taken_for_a_table() {
         let (sector, total) = (512u64, (64u64 << 20) / 512);
-        let mut gpt = Gpt::new(sector, total, Guid([1; 16])).unwrap();
-        gpt.add_max_partition(LINUX_FILESYSTEM, Guid([2; 16]))
+        let mut gpt = Gpt::new(sector, total, Uuid::from_bytes([1; 16])).unwrap();
+        gpt.add_max_partition(LINUX_FILESYSTEM, Uuid::from_bytes([2; 16]))
             .unwrap();
         let writes = gpt.serialize(total);
         let mut disk = vec![0u8; (total * sector) as usize];
@@ -796,12 +707,15 @@ mod tests {
     #[test]
     fn guids_round_trip_in_mixed_endian() {
         let g = BASIC_DATA;
-        assert_eq!(g.0[..4], [0xA2, 0xA0, 0xD0, 0xEB]);
+        assert_eq!(
+            g.to_bytes_le(),
+            [
+                0xa2, 0xa0, 0xd0, 0xeb, 0xe5, 0xb9, 0x33, 0x44, 0x87, 0xc0, 0x68, 0xb6, 0xb7, 0x26,
+                0x99, 0xc7
+            ]
+        );
         assert_eq!(g.to_string(), "ebd0a0a2-b9e5-4433-87c0-68b6b72699c7");
-        assert_eq!(Guid::parse(&g.to_string().to_uppercase()), Some(g));
-        assert_eq!(Guid::parse("ebd0a0a2-b9e5-4433-87c0-68b6b72699c"), None);
-        assert_eq!(Guid::parse("ebd0a0a2xb9e5-4433-87c0-68b6b72699c7"), None);
-        let r = Guid::from_random([0xFF; 16]).to_string();
+        let r = random_guid([0xFF; 16]).to_string();
         assert_eq!(&r[14..15], "4", "{r}");
         assert!(matches!(&r[19..20], "8" | "9" | "a" | "b"), "{r}");
     }
@@ -810,9 +724,9 @@ mod tests {
     fn a_new_table_with_one_max_partition_parses_back() {
         for sector in [512u64, 4096] {
             let total = (64 << 20) / sector; // 64 MiB
-            let mut gpt = Gpt::new(sector, total, Guid([1; 16])).unwrap();
+            let mut gpt = Gpt::new(sector, total, Uuid::from_bytes([1; 16])).unwrap();
             let p = gpt
-                .add_max_partition(LINUX_FILESYSTEM, Guid([2; 16]))
+                .add_max_partition(LINUX_FILESYSTEM, Uuid::from_bytes([2; 16]))
                 .unwrap();
             assert_eq!(p.number, 1);
             assert_eq!(p.first_lba * sector, 1 << 20, "1 MiB aligned");
@@ -827,7 +741,7 @@ mod tests {
                 .unwrap()
                 .unwrap();
             assert_eq!(back.partitions(), vec![p.clone()]);
-            assert_eq!(back.disk_guid, Guid([1; 16]));
+            assert_eq!(back.disk_guid, Uuid::from_bytes([1; 16]));
             assert_eq!(back.alternate_lba, total - 1);
             // Protective MBR.
             let mbr = mbr_partitions(&disk[..512]);
@@ -848,8 +762,8 @@ mod tests {
     #[test]
     fn corruption_is_reported_not_trusted() {
         let total = 131072;
-        let mut gpt = Gpt::new(512, total, Guid([1; 16])).unwrap();
-        gpt.add_max_partition(LINUX_FILESYSTEM, Guid([2; 16]))
+        let mut gpt = Gpt::new(512, total, Uuid::from_bytes([1; 16])).unwrap();
+        gpt.add_max_partition(LINUX_FILESYSTEM, Uuid::from_bytes([2; 16]))
             .unwrap();
         let disk = image(total, 512, &gpt);
         let head = &disk[..head_len(512)];
@@ -879,15 +793,15 @@ mod tests {
     #[test]
     fn overlapping_partitions_are_refused() {
         let total = 131072;
-        let mut gpt = Gpt::new(512, total, Guid([1; 16])).unwrap();
+        let mut gpt = Gpt::new(512, total, Uuid::from_bytes([1; 16])).unwrap();
         let p = gpt
-            .add_max_partition(LINUX_FILESYSTEM, Guid([2; 16]))
+            .add_max_partition(LINUX_FILESYSTEM, Uuid::from_bytes([2; 16]))
             .unwrap();
         let disk = image(total, 512, &gpt);
         let mut head = disk[..head_len(512)].to_vec();
         // Entry 2: another partition inside the first one.
         let e2 = 1024 + 128;
-        head[e2..e2 + 16].copy_from_slice(&LINUX_FILESYSTEM.0);
+        head[e2..e2 + 16].copy_from_slice(&LINUX_FILESYSTEM.to_bytes_le());
         head[e2 + 16..e2 + 32].copy_from_slice(&[3; 16]);
         head[e2 + 32..e2 + 40].copy_from_slice(&(p.first_lba + 8).to_le_bytes());
         head[e2 + 40..e2 + 48].copy_from_slice(&(p.first_lba + 100).to_le_bytes());
@@ -905,9 +819,9 @@ mod tests {
     #[test]
     fn growing_moves_the_backup_and_extends_the_last_partition() {
         let small = 131072; // 64 MiB of 512-byte sectors
-        let mut gpt = Gpt::new(512, small, Guid([1; 16])).unwrap();
+        let mut gpt = Gpt::new(512, small, Uuid::from_bytes([1; 16])).unwrap();
         let p = gpt
-            .add_max_partition(LINUX_FILESYSTEM, Guid([2; 16]))
+            .add_max_partition(LINUX_FILESYSTEM, Uuid::from_bytes([2; 16]))
             .unwrap();
         let big = small * 2;
         gpt.relocate_end(big).unwrap();
@@ -930,14 +844,16 @@ mod tests {
     #[test]
     fn max_partition_takes_the_largest_gap_and_next_partition_bounds_growth() {
         let total = 262144;
-        let mut gpt = Gpt::new(512, total, Guid([1; 16])).unwrap();
+        let mut gpt = Gpt::new(512, total, Uuid::from_bytes([1; 16])).unwrap();
         // Hand-place a small partition near the end.
         let e = &mut gpt.entries[128..256];
-        e[0..16].copy_from_slice(&MICROSOFT_RESERVED.0);
+        e[0..16].copy_from_slice(&MICROSOFT_RESERVED.to_bytes_le());
         e[32..40].copy_from_slice(&200000u64.to_le_bytes());
         e[40..48].copy_from_slice(&200999u64.to_le_bytes());
         assert!(gpt.data_partitions().is_empty(), "MSR is not data");
-        let p = gpt.add_max_partition(BASIC_DATA, Guid([3; 16])).unwrap();
+        let p = gpt
+            .add_max_partition(BASIC_DATA, Uuid::from_bytes([3; 16]))
+            .unwrap();
         assert_eq!(p.number, 1, "first free entry");
         assert_eq!((p.first_lba, p.last_lba), (2048, 199999));
         assert_eq!(gpt.max_last_lba(1).unwrap(), 199999);

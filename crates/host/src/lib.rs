@@ -14,3 +14,8 @@ pub mod signatures;
 pub mod smb_scan;
 pub mod windows;
 pub mod windows_data;
+
+/// The GUID type of this crate's API (partition types and IDs, disk IDs), re-exported so callers
+/// need no dependency of their own. GPT and Windows buffers store GUIDs mixed-endian:
+/// `Uuid::from_bytes_le` / `to_bytes_le` read and write that layout.
+pub use uuid;

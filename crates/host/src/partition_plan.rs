@@ -241,14 +241,15 @@ fn start_holds_only_a_table(head: &[u8], sector: u64) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpt::{Guid, LINUX_FILESYSTEM};
+    use crate::gpt::LINUX_FILESYSTEM;
+    use uuid::Uuid;
 
     const SECTOR: u64 = 512;
     const TOTAL: u64 = (64 << 20) / SECTOR;
 
     fn table() -> Gpt {
-        let mut t = Gpt::new(SECTOR, TOTAL, Guid([1; 16])).unwrap();
-        t.add_max_partition(LINUX_FILESYSTEM, Guid([2; 16]))
+        let mut t = Gpt::new(SECTOR, TOTAL, Uuid::from_bytes([1; 16])).unwrap();
+        t.add_max_partition(LINUX_FILESYSTEM, Uuid::from_bytes([2; 16]))
             .unwrap();
         t
     }
@@ -366,7 +367,7 @@ mod tests {
 
     #[test]
     fn a_table_without_data_partitions_gets_one() {
-        let empty = Gpt::new(SECTOR, TOTAL, Guid([1; 16])).unwrap();
+        let empty = Gpt::new(SECTOR, TOTAL, Uuid::from_bytes([1; 16])).unwrap();
         for writes in [3, 4] {
             assert_eq!(
                 plan_of(&disk_with(&empty, writes)),
@@ -438,7 +439,7 @@ mod tests {
     /// identity); a backup that drops what the primary lists is refused.
     #[test]
     fn a_newer_backup_over_an_empty_primary_is_finished_and_a_disagreeing_one_refused() {
-        let empty = Gpt::new(SECTOR, TOTAL, Guid([1; 16])).unwrap();
+        let empty = Gpt::new(SECTOR, TOTAL, Uuid::from_bytes([1; 16])).unwrap();
         let mut disk = disk_with(&empty, 4);
         let newer = table();
         let writes = newer.serialize(TOTAL);
@@ -452,9 +453,9 @@ mod tests {
             })
         );
         // The primary lists a reserved partition the backup does not have: they disagree.
-        let mut reserved = Gpt::new(SECTOR, TOTAL, Guid([1; 16])).unwrap();
+        let mut reserved = Gpt::new(SECTOR, TOTAL, Uuid::from_bytes([1; 16])).unwrap();
         reserved
-            .add_max_partition(gpt::MICROSOFT_RESERVED, Guid([9; 16]))
+            .add_max_partition(gpt::MICROSOFT_RESERVED, Uuid::from_bytes([9; 16]))
             .unwrap();
         let mut disk = disk_with(&reserved, 4);
         disk[*off as usize..][..bytes.len()].copy_from_slice(bytes);
@@ -468,9 +469,9 @@ mod tests {
     fn resize_refuses_a_backup_listing_another_partition() {
         let t = table();
         let mut disk = disk_with(&t, 4);
-        let mut other = Gpt::new(SECTOR, TOTAL, Guid([1; 16])).unwrap();
+        let mut other = Gpt::new(SECTOR, TOTAL, Uuid::from_bytes([1; 16])).unwrap();
         other
-            .add_max_partition(LINUX_FILESYSTEM, Guid([7; 16]))
+            .add_max_partition(LINUX_FILESYSTEM, Uuid::from_bytes([7; 16]))
             .unwrap();
         let (off, bytes) = &other.serialize(TOTAL)[0];
         disk[*off as usize..][..bytes.len()].copy_from_slice(bytes);

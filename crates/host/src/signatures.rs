@@ -274,15 +274,7 @@ pub fn superblock_usage(buf: &[u8]) -> Option<SuperblockUsage> {
 
 /// A filesystem UUID as text (`8-4-4-4-12`, lowercase, bytes in order).
 pub fn uuid_string(u: &[u8; 16]) -> String {
-    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
+    uuid::Uuid::from_bytes(*u).to_string()
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use super::block::{self, Disk};
 use super::os::{self, Fd, Open, Os};
-use crate::gpt::{self, Gpt, Guid};
+use crate::gpt::{self, Gpt, random_guid};
 use crate::partition_plan::{self, Plan};
 use crate::signatures;
 use csi_proxy_core::disk::{DiskHost, DiskIds, DiskLocation, DiskUsage};
@@ -131,8 +131,7 @@ impl DiskHost for LinuxDiskHost {
                     .os
                     .random16()
                     .map_err(|e| io_err(OP, &disk, "random", &e))?;
-                Gpt::new(sector, total, Guid::from_random(guid))
-                    .map_err(|e| refused(OP, &disk, e))?
+                Gpt::new(sector, total, random_guid(guid)).map_err(|e| refused(OP, &disk, e))?
             }
         };
         if table.data_partitions().is_empty() {
@@ -141,7 +140,7 @@ impl DiskHost for LinuxDiskHost {
                 .random16()
                 .map_err(|e| io_err(OP, &disk, "random", &e))?;
             let part = table
-                .add_max_partition(gpt::LINUX_FILESYSTEM, Guid::from_random(guid))
+                .add_max_partition(gpt::LINUX_FILESYSTEM, random_guid(guid))
                 .map_err(|e| refused(OP, &disk, e))?;
             tracing::info!(disk = number, name = %disk.name, partuuid = %part.unique_guid, "partition added");
         }
@@ -340,6 +339,7 @@ pub(super) fn write_gpt(op: &str, disk: &Disk, file: &Fd, table: &Gpt, total: u6
 mod tests {
     use super::*;
     use std::cell::RefCell;
+    use uuid::Uuid;
 
     /// Records the calls a table write makes.
     #[derive(Default)]
@@ -361,8 +361,8 @@ mod tests {
     #[test]
     fn every_table_write_is_durable_before_the_next_starts() {
         let (sector, total) = (512, 131072);
-        let mut t = Gpt::new(sector, total, Guid([1; 16])).unwrap();
-        t.add_max_partition(gpt::LINUX_FILESYSTEM, Guid([2; 16]))
+        let mut t = Gpt::new(sector, total, Uuid::from_bytes([1; 16])).unwrap();
+        t.add_max_partition(gpt::LINUX_FILESYSTEM, Uuid::from_bytes([2; 16]))
             .unwrap();
         let rec = Recorder::default();
         write_ordered(&rec, &t.serialize(total)).unwrap();

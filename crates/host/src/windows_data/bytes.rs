@@ -27,7 +27,9 @@ impl<'a> Le<'a> {
         Some(i64::from_le_bytes(self.bytes(at, 8)?.try_into().ok()?))
     }
     /// The 16-byte GUID at `at`.
-    pub fn guid(&self, at: usize) -> Option<super::Guid> {
-        Some(super::Guid(self.bytes(at, 16)?.try_into().ok()?))
+    pub fn guid(&self, at: usize) -> Option<uuid::Uuid> {
+        Some(uuid::Uuid::from_bytes_le(
+            self.bytes(at, 16)?.try_into().ok()?,
+        ))
     }
 }

@@ -72,10 +72,10 @@ pub fn property_query(property: u32) -> [u8; 12] {
 
 /// `CREATE_DISK` for a GPT disk with `disk_id` and room for 128 entries (the UEFI minimum and
 /// Windows' default).
-pub fn create_gpt_disk(disk_id: super::Guid) -> [u8; CREATE_DISK_SIZE] {
+pub fn create_gpt_disk(disk_id: uuid::Uuid) -> [u8; CREATE_DISK_SIZE] {
     let mut b = [0u8; CREATE_DISK_SIZE];
     b[0..4].copy_from_slice(&super::layout::STYLE_GPT.to_le_bytes());
-    b[4..20].copy_from_slice(&disk_id.0);
+    b[4..20].copy_from_slice(&disk_id.to_bytes_le());
     b[20..24].copy_from_slice(&128u32.to_le_bytes());
     b
 }

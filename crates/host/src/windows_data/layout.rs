@@ -12,7 +12,7 @@
 
 use super::bytes::Le;
 use super::storage::ParseError;
-use super::{Guid, guid};
+use uuid::Uuid;
 
 /// `PARTITION_STYLE_MBR`.
 pub const STYLE_MBR: u32 = 0;
@@ -22,9 +22,9 @@ pub const STYLE_GPT: u32 = 1;
 pub const STYLE_RAW: u32 = 2;
 
 /// GPT type of a Microsoft basic data partition.
-pub const BASIC_DATA: Guid = guid!("{ebd0a0a2-b9e5-4433-87c0-68b6b72699c7}");
+pub use crate::gpt::BASIC_DATA;
 /// GPT type of the Microsoft reserved partition (MSR), which never holds a volume.
-pub const MSR: Guid = guid!("{e3c9e316-0b5c-4db8-817d-f92df00215ae}");
+pub use crate::gpt::MICROSOFT_RESERVED as MSR;
 
 /// `GPT_BASIC_DATA_ATTRIBUTE_NO_DRIVE_LETTER`: the volume gets no drive letter automatically.
 pub const NO_DRIVE_LETTER: u64 = 0x8000_0000_0000_0000;
@@ -47,7 +47,7 @@ pub struct Partition {
     /// `PartitionNumber` (1-based; 0 for an unused MBR slot).
     pub number: u32,
     /// GPT partition type; `None` on MBR disks.
-    pub gpt_type: Option<Guid>,
+    pub gpt_type: Option<Uuid>,
     /// MBR partition type byte; 0 on GPT disks.
     pub mbr_type: u8,
     /// The entry's `PARTITION_INFORMATION_EX` bytes as read, so a layout written back keeps
@@ -69,7 +69,7 @@ pub struct Layout {
     /// `PARTITION_STYLE_*`.
     pub style: u32,
     /// GPT: the disk GUID.
-    pub disk_id: Guid,
+    pub disk_id: Uuid,
     /// GPT: first usable byte.
     pub usable_start: u64,
     /// GPT: usable bytes from `usable_start`.
@@ -124,7 +124,7 @@ pub fn parse_drive_layout(buf: &[u8]) -> Result<Layout, ParseError> {
     let count = le.u32(4).ok_or_else(short)?;
     let mut layout = Layout {
         style,
-        disk_id: Guid::default(),
+        disk_id: Uuid::nil(),
         usable_start: 0,
         usable_length: 0,
         max_partitions: 0,
@@ -289,9 +289,9 @@ pub struct NewEntry {
     /// Length in bytes.
     pub length: u64,
     /// Partition type.
-    pub gpt_type: Guid,
+    pub gpt_type: Uuid,
     /// Unique partition id.
-    pub id: Guid,
+    pub id: Uuid,
     /// GPT attributes.
     pub attributes: u64,
 }
@@ -299,7 +299,7 @@ pub struct NewEntry {
 impl NewEntry {
     /// A basic-data partition over `at`, hidden from automount's drive letters
     /// (GPT_BASIC_DATA_ATTRIBUTE_NO_DRIVE_LETTER, as upstream's `AssignDriveLetter=false`).
-    pub fn data(at: NewPartition, id: Guid) -> Self {
+    pub fn data(at: NewPartition, id: Uuid) -> Self {
         Self {
             start: at.start,
             length: at.length,
@@ -317,8 +317,8 @@ impl NewEntry {
         e[8..16].copy_from_slice(&(self.start as i64).to_le_bytes());
         e[16..24].copy_from_slice(&(self.length as i64).to_le_bytes());
         e[28] = 1;
-        e[32..48].copy_from_slice(&self.gpt_type.0);
-        e[48..64].copy_from_slice(&self.id.0);
+        e[32..48].copy_from_slice(&self.gpt_type.to_bytes_le());
+        e[48..64].copy_from_slice(&self.id.to_bytes_le());
         e[64..72].copy_from_slice(&self.attributes.to_le_bytes());
         e
     }
@@ -328,7 +328,7 @@ impl NewEntry {
 /// Windows' disk initialisation does (Windows expects one on every GPT data disk, and upstream's
 /// data partition is then number 2): 16 MiB at the start of the usable area. `None` when the
 /// disk already has partitions or is not GPT.
-pub fn msr_entry(layout: &Layout, sector: u64, id: Guid) -> Option<NewEntry> {
+pub fn msr_entry(layout: &Layout, sector: u64, id: Uuid) -> Option<NewEntry> {
     if layout.style != STYLE_GPT || !layout.partitions.is_empty() {
         return None;
     }
@@ -365,7 +365,7 @@ pub fn gpt_layout_with(layout: &Layout, new: &[NewEntry]) -> Vec<u8> {
     let mut out = vec![0u8; HEADER_SIZE + count * ENTRY_SIZE];
     out[0..4].copy_from_slice(&STYLE_GPT.to_le_bytes());
     out[4..8].copy_from_slice(&(count as u32).to_le_bytes());
-    out[8..24].copy_from_slice(&layout.disk_id.0);
+    out[8..24].copy_from_slice(&layout.disk_id.to_bytes_le());
     out[24..32].copy_from_slice(&(layout.usable_start as i64).to_le_bytes());
     out[32..40].copy_from_slice(&(layout.usable_length as i64).to_le_bytes());
     out[40..44].copy_from_slice(&layout.max_partitions.to_le_bytes());
@@ -391,11 +391,12 @@ mod tests {
 
     /// A GPT layout as Windows reports a freshly initialised 10 GiB disk (usable area from
     /// LBA 34 to 33 sectors before the end, 512-byte sectors), with `parts`.
-    fn gpt(parts: &[(u64, u64, u32, Guid)]) -> Vec<u8> {
+    fn gpt(parts: &[(u64, u64, u32, Uuid)]) -> Vec<u8> {
         let mut out = vec![0u8; HEADER_SIZE + parts.len() * ENTRY_SIZE];
         out[0..4].copy_from_slice(&STYLE_GPT.to_le_bytes());
         out[4..8].copy_from_slice(&(parts.len() as u32).to_le_bytes());
-        out[8..24].copy_from_slice(&guid!("11111111-2222-3333-4444-555555555555").0);
+        out[8..24]
+            .copy_from_slice(&uuid::uuid!("11111111-2222-3333-4444-555555555555").to_bytes_le());
         out[24..32].copy_from_slice(&(34i64 * 512).to_le_bytes());
         out[32..40].copy_from_slice(&((10 * GIB - 67 * 512) as i64).to_le_bytes());
         out[40..44].copy_from_slice(&128u32.to_le_bytes());
@@ -405,7 +406,7 @@ mod tests {
             e[8..16].copy_from_slice(&(*start as i64).to_le_bytes());
             e[16..24].copy_from_slice(&(*len as i64).to_le_bytes());
             e[24..28].copy_from_slice(&num.to_le_bytes());
-            e[32..48].copy_from_slice(&ty.0);
+            e[32..48].copy_from_slice(&ty.to_bytes_le());
         }
         out
     }
@@ -497,7 +498,7 @@ mod tests {
         .unwrap();
         assert_eq!(plan_data_partition(&l, 512), Ok(PartitionPlan::Nothing));
         // Any other type counts as data too (e.g. a Linux filesystem partition).
-        let linux = guid!("0fc63daf-8483-4772-8e79-3d69d8477de4");
+        let linux = crate::gpt::LINUX_FILESYSTEM;
         let l = parse_drive_layout(&gpt(&[(MIB, GIB, 1, linux)])).unwrap();
         assert_eq!(plan_data_partition(&l, 512), Ok(PartitionPlan::Nothing));
     }
@@ -543,7 +544,7 @@ mod tests {
         let PartitionPlan::Create(p) = plan_data_partition(&l, 512).unwrap() else {
             panic!("expected a partition")
         };
-        let id = guid!("aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee");
+        let id = uuid::uuid!("aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee");
         let buf = gpt_layout_with(&l, &[NewEntry::data(p, id)]);
         assert_eq!(buf.len(), HEADER_SIZE + 2 * ENTRY_SIZE);
         let back = parse_drive_layout(&buf).unwrap();
@@ -555,14 +556,14 @@ mod tests {
         let e = &buf[HEADER_SIZE + ENTRY_SIZE..];
         assert_eq!(e[28], 1, "RewritePartition set on the new entry only");
         assert_eq!(buf[HEADER_SIZE + 28], 0);
-        assert_eq!(&e[48..64], &id.0);
+        assert_eq!(e[48..64], id.to_bytes_le());
         assert_eq!(e[64..72], NO_DRIVE_LETTER.to_le_bytes());
     }
 
     #[test]
     fn an_empty_gpt_gets_a_reserved_partition_first_and_data_second() {
         let l = parse_drive_layout(&gpt(&[])).unwrap();
-        let msr = msr_entry(&l, 512, Guid::default()).expect("an MSR on an empty GPT");
+        let msr = msr_entry(&l, 512, Uuid::nil()).expect("an MSR on an empty GPT");
         assert_eq!(
             (msr.start, msr.length, msr.gpt_type),
             (17408, MSR_SIZE, MSR)
@@ -576,12 +577,12 @@ mod tests {
             p.start >= msr.start + MSR_SIZE && p.start % MIB == 0,
             "{p:?}"
         );
-        let buf = gpt_layout_with(&l, &[msr, NewEntry::data(p, Guid::default())]);
+        let buf = gpt_layout_with(&l, &[msr, NewEntry::data(p, Uuid::nil())]);
         let back = parse_drive_layout(&buf).unwrap();
         assert_eq!(back.partitions[0].gpt_type, Some(MSR));
         assert_eq!(back.partitions[1].gpt_type, Some(BASIC_DATA));
         // A disk with partitions, or an MBR one, gets none.
-        assert_eq!(msr_entry(&planned, 512, Guid::default()), None);
+        assert_eq!(msr_entry(&planned, 512, Uuid::nil()), None);
     }
 
     /// Found by the `windows_buffers` fuzz target: a usable area ending past `i64::MAX` made
@@ -591,7 +592,7 @@ mod tests {
         let mut l = parse_drive_layout(&gpt(&[])).unwrap();
         l.usable_start = i64::MAX as u64 - 4096;
         l.usable_length = 10 * GIB;
-        assert_eq!(msr_entry(&l, 512, Guid::default()), None);
+        assert_eq!(msr_entry(&l, 512, Uuid::nil()), None);
         assert_eq!(plan_data_partition(&l, 512), Err(PlanError::NoSpace));
     }
 }

@@ -11,11 +11,11 @@ pub mod files;
 
 pub use files::FileApi;
 
-use crate::windows_data::Guid;
 use crate::windows_data::wmi_codes::{describe_hresult, hresult_kind};
 use csi_proxy_core::{Error, Kind};
 use std::fmt;
 use std::time::Duration;
+use uuid::Uuid;
 
 /// Win32 error codes the logic tells apart (winerror.h).
 pub mod code {
@@ -276,7 +276,7 @@ pub trait Win32: FileApi + Send + Sync {
     /// `GetSystemDirectoryW`.
     fn system_directory(&self) -> Win32Result<String>;
     /// `CoCreateGuid`.
-    fn new_guid(&self) -> Win32Result<Guid>;
+    fn new_guid(&self) -> Win32Result<Uuid>;
     /// `CM_Get_Device_Interface_ListW(GUID_DEVINTERFACE_DISK, present devices)`: the device
     /// interface path of every disk present.
     fn disk_interfaces(&self) -> Win32Result<Vec<String>>;

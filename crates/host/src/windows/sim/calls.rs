@@ -196,7 +196,7 @@ impl Win32 for SimWindows {
         Ok(r"C:\Windows\system32".into())
     }
 
-    fn new_guid(&self) -> Win32Result<Guid> {
+    fn new_guid(&self) -> Win32Result<Uuid> {
         let mut s = self.lock();
         s.take_fault("new_guid")?;
         Ok(s.guid())

@@ -3,9 +3,9 @@
 
 use super::{Disk, Open, Part, SECTOR, State, Target};
 use crate::windows::os::{OsError, Win32Result, code};
-use crate::windows_data::Guid;
 use crate::windows_data::ioctl as io;
 use crate::windows_data::layout::{self, ENTRY_SIZE, HEADER_SIZE, STYLE_GPT, STYLE_RAW};
+use uuid::Uuid;
 
 /// The device interface path of disk `n` (`GUID_DEVINTERFACE_DISK`); the number in it is
 /// not the disk number (Windows' are instance IDs), so the logic must ask the device.
@@ -69,7 +69,7 @@ fn drive_layout(d: &Disk) -> Vec<u8> {
     out[0..4].copy_from_slice(&d.style.to_le_bytes());
     out[4..8].copy_from_slice(&(d.parts.len() as u32).to_le_bytes());
     if d.style == STYLE_GPT {
-        out[8..24].copy_from_slice(&d.disk_id.0);
+        out[8..24].copy_from_slice(&d.disk_id.to_bytes_le());
         out[24..32].copy_from_slice(&(d.usable_start as i64).to_le_bytes());
         out[32..40].copy_from_slice(&(d.usable_length as i64).to_le_bytes());
         out[40..44].copy_from_slice(&128u32.to_le_bytes());
@@ -186,7 +186,7 @@ pub(super) fn ioctl(
                     let mut id = [0u8; 16];
                     id.copy_from_slice(input.get(4..20).ok_or_else(invalid)?);
                     d.style = STYLE_GPT;
-                    d.disk_id = Guid(id);
+                    d.disk_id = Uuid::from_bytes_le(id);
                     // LBA 0 protective MBR, LBA 1 header, 32 sectors of entries; the same at
                     // the end for the backup.
                     d.usable_start = 34 * SECTOR;
@@ -305,7 +305,7 @@ fn set_layout(d: &mut Disk, input: &[u8]) -> Win32Result<Vec<u32>> {
             .raw
             .get(48..64)
             .and_then(|b| b.try_into().ok())
-            .map(Guid)
+            .map(Uuid::from_bytes_le)
             .ok_or_else(invalid)?;
         let attributes = io::le_u64(&p.raw, 64).ok_or_else(invalid)?;
         let q = Part {

@@ -32,14 +32,14 @@ pub mod services;
 mod smb;
 
 use super::os::{IscsiSession, OsError, ReturnValue, Win32, Win32Result, code};
-use crate::windows_data::Guid;
 use crate::windows_data::layout::{BASIC_DATA, MSR, NO_DRIVE_LETTER, STYLE_GPT, STYLE_RAW};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
+use uuid::Uuid;
 
 /// The EFI system partition type.
-const EFI_SYSTEM: Guid = crate::windows_data::guid!("{c12a7328-f81f-11d2-ba4b-00a0c93ec93b}");
+const EFI_SYSTEM: Uuid = uuid::uuid!("c12a7328-f81f-11d2-ba4b-00a0c93ec93b");
 const MIB: u64 = 1 << 20;
 /// Sector size of every simulated disk.
 pub const SECTOR: u64 = 512;
@@ -54,8 +54,8 @@ struct Part {
     number: u32,
     start: u64,
     length: u64,
-    gpt_type: Guid,
-    id: Guid,
+    gpt_type: Uuid,
+    id: Uuid,
     attributes: u64,
 }
 
@@ -66,7 +66,7 @@ struct Disk {
     /// A size the disk was grown to that Windows has not re-read yet.
     pending_size: Option<u64>,
     style: u32,
-    disk_id: Guid,
+    disk_id: Uuid,
     usable_start: u64,
     usable_length: u64,
     parts: Vec<Part>,
@@ -205,14 +205,14 @@ fn parent_key(k: &str) -> Option<String> {
 }
 
 impl State {
-    fn guid(&mut self) -> Guid {
+    fn guid(&mut self) -> Uuid {
         self.next_guid += 1;
         let mut b = [0u8; 16];
         b[0..4].copy_from_slice(&self.next_guid.to_le_bytes());
         b[6] = 0x40; // version 4, as CoCreateGuid's
         b[8] = 0x80;
         b[15] = 0x5a;
-        Guid(b)
+        Uuid::from_bytes_le(b)
     }
 
     fn volume_guid_path(&mut self) -> String {
@@ -379,7 +379,7 @@ impl SimWindows {
                 size,
                 pending_size: None,
                 style: STYLE_RAW,
-                disk_id: Guid::default(),
+                disk_id: Uuid::nil(),
                 usable_start: 0,
                 usable_length: 0,
                 parts: Vec::new(),
@@ -492,7 +492,7 @@ impl SimWindows {
     }
 
     /// The partitions of a disk as `(number, start, length, type)`.
-    pub fn partitions(&self, disk: u32) -> Vec<(u32, u64, u64, Guid)> {
+    pub fn partitions(&self, disk: u32) -> Vec<(u32, u64, u64, Uuid)> {
         self.lock().disks.get(&disk).map_or_else(Vec::new, |d| {
             d.parts
                 .iter()
@@ -512,7 +512,7 @@ impl SimWindows {
     }
 }
 
-fn part(number: u32, start: u64, length: u64, gpt_type: Guid, id: Guid, attributes: u64) -> Part {
+fn part(number: u32, start: u64, length: u64, gpt_type: Uuid, id: Uuid, attributes: u64) -> Part {
     Part {
         number,
         start,

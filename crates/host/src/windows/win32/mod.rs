@@ -9,11 +9,11 @@ pub use files::running_under_wine;
 
 use super::os::{IscsiSession, OsError, ReturnValue, Win32, Win32Result, code};
 use super::win::{from_wide, wide};
-use crate::windows_data::Guid;
 use crate::windows_data::volume::wql_string;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
+use uuid::Uuid;
 use windows::Win32::Devices::DeviceAndDriverInstallation::{
     CM_GET_DEVICE_INTERFACE_LIST_PRESENT, CM_Get_Device_Interface_List_SizeW,
     CM_Get_Device_Interface_ListW, CM_LOCATE_DEVNODE_NORMAL, CM_Locate_DevNodeW,
@@ -365,14 +365,9 @@ impl Win32 for SystemWin32 {
         Ok(from_wide(&dir))
     }
 
-    fn new_guid(&self) -> Win32Result<Guid> {
+    fn new_guid(&self) -> Win32Result<Uuid> {
         let g = GUID::new().map_err(|e| os(&e))?;
-        let mut b = [0u8; 16];
-        b[0..4].copy_from_slice(&g.data1.to_le_bytes());
-        b[4..6].copy_from_slice(&g.data2.to_le_bytes());
-        b[6..8].copy_from_slice(&g.data3.to_le_bytes());
-        b[8..16].copy_from_slice(&g.data4);
-        Ok(Guid(b))
+        Ok(Uuid::from_fields(g.data1, g.data2, g.data3, &g.data4))
     }
 
     fn disk_interfaces(&self) -> Win32Result<Vec<String>> {
