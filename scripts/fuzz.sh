@@ -4,7 +4,8 @@
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]
 #
 #   SECONDS  how long each target runs (default 30); targets run one after another
-#   TARGET   paths_posix, paths_windows, authority, disk_content, wire_text, windows_buffers
+#   TARGET   paths_posix, paths_windows, authority, disk_content, wire_text, windows_buffers,
+#            dbus_message
 #            (default: all)
 #
 # cargo-fuzz needs nightly-only compiler flags (sanitizers, coverage passes); CI machines have
@@ -27,7 +28,7 @@ cd "$ROOT/fuzz"
 SECONDS_EACH="${1:-30}"
 shift || true
 TARGETS=("$@")
-(( ${#TARGETS[@]} )) || TARGETS=(paths_posix paths_windows authority disk_content wire_text windows_buffers)
+(( ${#TARGETS[@]} )) || TARGETS=(paths_posix paths_windows authority disk_content wire_text windows_buffers dbus_message)
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "fuzz.sh: installing cargo-fuzz"

@@ -2,6 +2,7 @@
 //! plain `cargo test` (see `tests/corpus.rs`) on the stable toolchain.
 
 pub mod authority;
+pub mod dbus_message;
 pub mod disk_content;
 pub mod paths;
 pub mod windows_buffers;

@@ -65,3 +65,13 @@ fn windows_buffers_corpus_holds() {
         csi_proxy_fuzz::windows_buffers::run(&data);
     }
 }
+
+#[test]
+fn dbus_message_corpus_holds() {
+    let decoded = corpus("dbus_message")
+        .iter()
+        .filter(|data| csi_proxy_fuzz::dbus_message::run(data))
+        .count();
+    // The seeds are valid messages: the fuzzer starts from messages that decode.
+    assert!(cfg!(not(target_os = "linux")) || decoded >= 3, "{decoded} decoded");
+}

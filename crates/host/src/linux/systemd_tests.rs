@@ -2,12 +2,11 @@
 //! systemd (this file's own, speaking through the host's D-Bus client) that owns
 //! `org.freedesktop.systemd1` and serves LoadUnit, StartUnit, StopUnit and Properties.Get over
 //! an in-memory table of units whose states change over time as systemd's do.
-#![cfg(target_os = "linux")]
 
+use super::dbus::{Connection, Message, MessageType, Value};
+use super::system::LinuxSystemHost;
 use csi_proxy_core::Kind;
 use csi_proxy_core::system::{ServiceStatus, StartType, SystemHost};
-use csi_proxy_host::linux::dbus::{Connection, Message, MessageType, Value};
-use csi_proxy_host::linux::system::LinuxSystemHost;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
