@@ -32,8 +32,12 @@ impl disk::DiskHost for UnimplementedHost {
 }
 impl volume::VolumeHost for UnimplementedHost {
     /// As for disks: nothing is changed by this host, so the RPCs answer UNIMPLEMENTED.
-    fn volume_disk(&self, _: &str) -> Result<(u32, disk::DiskUsage)> {
-        Ok((0, disk::DiskUsage::default()))
+    fn volume_disk_number(&self, _: &str) -> Result<u32> {
+        Ok(0)
+    }
+
+    fn disk_usage(&self, _: u32) -> Result<disk::DiskUsage> {
+        Ok(disk::DiskUsage::default())
     }
 }
 impl smb::SmbHost for UnimplementedHost {}

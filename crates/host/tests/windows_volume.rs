@@ -32,7 +32,7 @@ fn malformed_ids_are_invalid_before_any_os_call() {
             h.get_volume_stats(id).map(drop),
             h.get_disk_number_from_volume_id(id).map(drop),
             h.write_volume_cache(id),
-            h.volume_disk(id).map(drop),
+            h.volume_disk_number(id).map(drop),
         ];
         for r in results {
             let e = r.unwrap_err();
@@ -50,7 +50,7 @@ fn unknown_volumes_are_not_found() {
         h.format_volume(UNKNOWN),
         h.get_volume_stats(UNKNOWN).map(drop),
         h.get_disk_number_from_volume_id(UNKNOWN).map(drop),
-        h.volume_disk(UNKNOWN).map(drop),
+        h.volume_disk_number(UNKNOWN).map(drop),
     ];
     for r in results {
         let e = r.unwrap_err();

@@ -168,9 +168,13 @@ impl VolumeHost for FakeVolumes {
         Ok(())
     }
 
-    /// Not logged: the service asks it before every mutating call.
-    fn volume_disk(&self, _: &str) -> Result<(u32, DiskUsage)> {
-        Ok((9, DiskUsage::default()))
+    /// Not logged: the service asks these before every mutating call.
+    fn volume_disk_number(&self, _: &str) -> Result<u32> {
+        Ok(9)
+    }
+
+    fn disk_usage(&self, _: u32) -> Result<DiskUsage> {
+        Ok(DiskUsage::default())
     }
 }
 
@@ -184,8 +188,12 @@ impl DiskHost for BareDisks {
 }
 struct BareVolumes;
 impl VolumeHost for BareVolumes {
-    fn volume_disk(&self, _: &str) -> Result<(u32, DiskUsage)> {
-        Ok((9, DiskUsage::default()))
+    fn volume_disk_number(&self, _: &str) -> Result<u32> {
+        Ok(9)
+    }
+
+    fn disk_usage(&self, _: u32) -> Result<DiskUsage> {
+        Ok(DiskUsage::default())
     }
 }
 

@@ -129,20 +129,24 @@ pub trait VolumeHost: Send + Sync {
     }
 
     /// The number of the disk holding the volume, to serialise on before anything else is
-    /// asked (a cheaper answer than [`VolumeHost::volume_disk`] where the host has one).
+    /// asked. Mutating RPCs are refused while this is unknown.
     fn volume_disk_number(&self, volume_id: &str) -> Result<u32> {
-        self.volume_disk(volume_id).map(|(disk, _)| disk)
-    }
-
-    /// The number of the disk holding the volume and what the host uses that disk for, so the
-    /// service can serialise per disk and keep away from the host's own disks. Mutating RPCs are
-    /// refused while this is unknown.
-    fn volume_disk(&self, volume_id: &str) -> Result<(u32, DiskUsage)> {
         Err(Error::new(
             Kind::FailedPrecondition,
             "volume",
             format!("{volume_id:?}"),
             "this host cannot tell which disk holds the volume, so it is not changed",
+        ))
+    }
+
+    /// What the host uses the disk for (asked under the disk's lock, once the volume's disk is
+    /// known), so the service keeps away from the host's own disks.
+    fn disk_usage(&self, disk_number: u32) -> Result<DiskUsage> {
+        Err(Error::new(
+            Kind::FailedPrecondition,
+            "volume",
+            format!("disk {disk_number}"),
+            "this host cannot tell what the disk is used for, so it is not changed",
         ))
     }
 }
@@ -182,10 +186,7 @@ impl VolumeService {
         let guard = lock_disk(disk, op, &format!("volume {volume_id:?} on disk {disk}"))?;
         if guard_host_disk {
             // Asked under the lock: mounts may have changed while waiting for it.
-            let (_, usage) = self
-                .host
-                .volume_disk(volume_id)
-                .map_err(|e| e.context(op))?;
+            let usage = self.host.disk_usage(disk).map_err(|e| e.context(op))?;
             refuse_host_disk(
                 op,
                 &format!("volume {volume_id:?} on disk {disk}"),
@@ -326,18 +327,19 @@ mod tests {
     struct Recorder(Mutex<Vec<String>>);
 
     impl VolumeHost for Recorder {
-        fn volume_disk(&self, id: &str) -> Result<(u32, DiskUsage)> {
-            let mount_points = match id {
-                "on-root" => vec!["/".to_string()],
+        fn volume_disk_number(&self, id: &str) -> Result<u32> {
+            Ok(if id == "on-root" { 2 } else { 1 })
+        }
+
+        fn disk_usage(&self, disk: u32) -> Result<DiskUsage> {
+            let mount_points = match disk {
+                2 => vec!["/".to_string()],
                 _ => vec!["/var/lib/kubelet/plugins/x".to_string()],
             };
-            Ok((
-                1,
-                DiskUsage {
-                    mount_points,
-                    system_use: None,
-                },
-            ))
+            Ok(DiskUsage {
+                mount_points,
+                system_use: None,
+            })
         }
         fn list_volumes_on_disk(&self, d: u32, p: Option<NonZeroU32>) -> Result<Vec<String>> {
             self.0.lock().unwrap().push(format!("list {d} {p:?}"));

@@ -342,9 +342,8 @@ impl VolumeHost for LinuxVolumeHost {
         Ok(parse_or_refuse("locating", id)?.0)
     }
 
-    fn volume_disk(&self, id: &str) -> Result<(u32, DiskUsage)> {
-        let vol = self.resolve("locating", id)?;
-        Ok((vol.disk.number, block::usage(&self.os, &vol.disk)?))
+    fn disk_usage(&self, disk: u32) -> Result<DiskUsage> {
+        block::usage(&self.os, &block::find_disk(&self.os, "disk usage", disk)?)
     }
 }
 

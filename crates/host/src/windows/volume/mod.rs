@@ -546,11 +546,7 @@ impl VolumeHost for WindowsVolumeHost {
         first_disk(self.os(), "locating", id)
     }
 
-    fn volume_disk(&self, id: &str) -> Result<(u32, DiskUsage)> {
-        let disk = first_disk(self.os(), "locating", id)?;
-        Ok((
-            disk,
-            WindowsDiskHost::with_os(self.os.clone()).disk_usage(disk)?,
-        ))
+    fn disk_usage(&self, disk: u32) -> Result<DiskUsage> {
+        WindowsDiskHost::with_os(self.os.clone()).disk_usage(disk)
     }
 }
