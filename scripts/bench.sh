@@ -3,8 +3,15 @@
 # table (Markdown). Linux; run as root for the loop-device stage flow (otherwise it says n/a).
 # Takes about 2 minutes after the build on 2 cores. Extra arguments go to csi-proxy-bench
 # (see `target/release/csi-proxy-bench --help`).
+#
+#   scripts/bench.sh --wine [ARGS]   the Windows build under wine instead: wineserver requests per
+#                                    call next to latency and throughput (scripts/bench-wine.sh ARGS)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [[ "${1:-}" == --wine ]]; then
+    shift
+    exec scripts/bench-wine.sh "$@"
+fi
 cargo build --release --locked -p csi-proxy -p csi-proxy-bench
 ls -l target/release/csi-proxy | awk '{printf "daemon binary: %.1f MiB (%d bytes), release profile\n", $5/1048576, $5}'
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r)"

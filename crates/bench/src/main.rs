@@ -6,21 +6,33 @@
 //! (PathExists, ListDiskIDs, GetVolumeStats); the stage flow (partition, format, mount) through
 //! the daemon against the same steps in-process. Anything this build or machine cannot run is
 //! reported as `n/a` with the reason. Benchmarks measure; nothing here asserts a time.
+//!
+//! On Windows the same binary is the client half of `scripts/bench-wine.sh`: it measures a
+//! daemon the script started (see `windows.rs`).
 
 #[cfg(target_os = "linux")]
 mod linux;
 mod stats;
 #[cfg(target_os = "linux")]
 mod syscalls;
+#[cfg(windows)]
+mod windows;
 
 fn main() -> std::process::ExitCode {
     #[cfg(target_os = "linux")]
     {
         linux::main()
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(windows)]
     {
-        eprintln!("csi-proxy-bench: the benchmarks run on Linux (Unix sockets, loop devices)");
+        windows::main()
+    }
+    #[cfg(not(any(target_os = "linux", windows)))]
+    {
+        eprintln!(
+            "csi-proxy-bench: the benchmarks run on Linux (Unix sockets, loop devices) and on \
+             Windows (named pipes, see scripts/bench-wine.sh)"
+        );
         std::process::ExitCode::from(2)
     }
 }

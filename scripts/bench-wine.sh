@@ -1,0 +1,264 @@
+#!/usr/bin/env bash
+# Windows benchmark under wine: latency, throughput and the wineserver requests the daemon makes
+# per call, for this tree's daemon and optionally an older one, in the same run, interleaved.
+#
+#   scripts/bench-wine.sh                          this tree only
+#   scripts/bench-wine.sh --before-commit 43fc68e  also a daemon built from that commit
+#   scripts/bench-wine.sh --before OLD.exe [--after NEW.exe]
+#
+# Options: --rounds N (default 2: before, after, before, after; medians are printed),
+# --calls N (sequential calls per timed phase, default 2000), --trace-calls N (per traced phase,
+# default 500), --keep-traces DIR. Prints one Markdown table.
+#
+# Build: both daemons and the client (crates/bench, `windows.rs`) are built for
+# x86_64-pc-windows-gnu with the `bench-wine` profile (the release settings with thin LTO and 16
+# codegen units, see the workspace Cargo.toml; an older commit without the profile gets the same
+# settings through --config), so both sides of the comparison are built alike.
+#
+# Why requests: wine turns every NT call that needs the kernel into a request to wineserver, so
+# the requests a call costs stand in for the kernel transitions it costs on Windows, on any machine.
+#
+# How they are counted. Every daemon runs twice per round in a fresh wineserver of a prefix of its
+# own (default $HOME/.csi-proxy-wine-bench, so the test suite's prefix and wineserver are left
+# alone): once untraced for the times, once under `wineserver -f -d1`, which writes every request
+# to its stderr as `TTTT: name( args )` (TTTT = the wineserver id of the calling thread) and every
+# reply as `TTTT: name() = STATUS { ... }`. Tracing slows wineserver down, so no time is taken
+# from a traced run. The daemon's threads are found in the trace: the first one is the thread whose
+# `init_first_thread( unix_pid=P` carries the unix pid of the wine process we started for the
+# daemon; every other one is the `tid` in the reply to a `new_thread` request made by a daemon
+# thread for its own process (`process=ffffffff`); a thread leaves the set at its `*killed*` line,
+# so a reused id is not counted twice. The client puts markers into the same trace (it creates a
+# named pipe `csi-proxy-bench-mark-begin-<phase>` / `...-end-<phase>`, a request that carries the
+# name), and the daemon's requests between a phase's markers, divided by the phase's calls, are the
+# requests per call. Pipe writes per call are the daemon's `write` requests in the window (a
+# WriteFile on a named pipe is one `write` request to wineserver, which owns pipe buffers).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo="$PWD"
+
+rounds=2 calls=2000 trace_calls=500 before="" after="" before_commit="" keep_traces=""
+while (($#)); do
+    case "$1" in
+        --rounds) rounds="$2"; shift 2 ;;
+        --calls) calls="$2"; shift 2 ;;
+        --trace-calls) trace_calls="$2"; shift 2 ;;
+        --before) before="$2"; shift 2 ;;
+        --after) after="$2"; shift 2 ;;
+        --before-commit) before_commit="$2"; shift 2 ;;
+        --keep-traces) keep_traces="$2"; shift 2 ;;
+        -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+        *) echo "bench-wine: unknown argument: $1" >&2; exit 2 ;;
+    esac
+done
+
+export CSI_PROXY_WINEPREFIX="${CSI_PROXY_BENCH_WINEPREFIX:-${HOME:-/root}/.csi-proxy-wine-bench}"
+# shellcheck source=scripts/wine-env.sh
+. "$repo/scripts/wine-env.sh"
+# Our processes must not raise the server's trace level themselves (+server would), and their
+# own debug channels would only add requests.
+export WINEDEBUG=-all
+csi_proxy_wine_ready || "$repo/scripts/wine-setup.sh" >&2
+
+target=x86_64-pc-windows-gnu
+profile_cfg=(--config 'profile.bench-wine.inherits="release"'
+    --config 'profile.bench-wine.lto="thin"' --config 'profile.bench-wine.codegen-units=16')
+tdir="${CARGO_TARGET_DIR:-$repo/target}"
+work="$(mktemp -d "${TMPDIR:-/tmp}/csi-proxy-bench-wine.XXXXXX")"
+cleanup() {
+    "$WINESERVER" -k >/dev/null 2>&1 || true
+    if [[ -n "$before_commit" && -d "$work/before-src" ]]; then
+        git -C "$repo" worktree remove --force "$work/before-src" >/dev/null 2>&1 || true
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+export CARGO_INCREMENTAL=0
+echo "building the client$([[ -z "$after" ]] && echo " and this tree's daemon") ($target, profile bench-wine)" >&2
+if [[ -z "$after" ]]; then
+    cargo build --locked --profile bench-wine --target "$target" -p csi-proxy -p csi-proxy-bench >&2
+    after="$tdir/$target/bench-wine/csi-proxy.exe"
+else
+    cargo build --locked --profile bench-wine --target "$target" -p csi-proxy-bench >&2
+fi
+client="$tdir/$target/bench-wine/csi-proxy-bench.exe"
+if [[ -n "$before_commit" ]]; then
+    echo "building the daemon of $before_commit in a temporary worktree" >&2
+    git -C "$repo" worktree add --detach "$work/before-src" "$before_commit" >&2
+    # A target dir of its own (deleted at exit): sharing ours would rebuild this tree's crates.
+    (cd "$work/before-src" && CARGO_TARGET_DIR="$work/before-target" \
+        cargo build --locked "${profile_cfg[@]}" --profile bench-wine --target "$target" -p csi-proxy >&2)
+    before="$work/before-target/$target/bench-wine/csi-proxy.exe"
+fi
+for exe in "$after" "$client" ${before:+"$before"}; do
+    [[ -f "$exe" ]] || { echo "bench-wine: no such binary: $exe" >&2; exit 1; }
+done
+
+# A Linux path as wine's Z: drive sees it.
+winpath() { printf 'Z:%s' "${1//\//\\}"; }
+
+# Starts a fresh wineserver (traced when $1 names a file), runs one daemon and the client, stops
+# both. Appends the client's RESULT lines, and for a traced run the per-phase counts, to $out.
+run_once() {
+    local exe="$1" trace="$2" out="$3" ccalls="$4"
+    "$WINESERVER" -k >/dev/null 2>&1 || true
+    "$WINESERVER" -w >/dev/null 2>&1 || true
+    if [[ -n "$trace" ]]; then
+        "$WINESERVER" -f -p -d1 2>"$trace" &
+    else
+        "$WINESERVER" -f -p 2>/dev/null &
+    fi
+    local ws=$!
+    local d="$work/run"
+    rm -rf "$d" && mkdir -p "$d/kubelet/probe" "$d/state"
+    # Started with `exec` in a subshell so $! is the wine process itself, whose unix pid the
+    # daemon's first thread reports in init_first_thread.
+    (exec "$WINE" "$exe" "--kubelet-path=$(winpath "$d/kubelet")" \
+        "--state-dir=$(winpath "$d/state")" </dev/null >"$d/daemon.out" 2>"$d/daemon.err") &
+    local daemon=$!
+    if ! "$WINE" "$client" --path "$(winpath "$d/kubelet/probe")" --calls "$ccalls" \
+        >"$d/client.out" 2>"$d/client.err" </dev/null; then
+        echo "bench-wine: the client failed against $exe:" >&2
+        cat "$d/client.err" "$d/daemon.err" >&2
+        exit 1
+    fi
+    grep '^RESULT ' "$d/client.out" >>"$out"
+    "$WINESERVER" -k >/dev/null 2>&1 || true
+    wait "$daemon" 2>/dev/null || true
+    wait "$ws" 2>/dev/null || true
+    if [[ -n "$trace" ]]; then
+        python3 - "$trace" "$daemon" "$d/client.out" >>"$out" <<'PY'
+import collections, re, sys
+trace, upid, client_out = sys.argv[1], sys.argv[2], sys.argv[3]
+calls = {}
+for line in open(client_out):
+    if line.startswith("RESULT "):
+        f = line.split()
+        calls[f[1]] = int(f[2].split("=")[1])
+req = re.compile(r"^([0-9a-f]{4,8}): ([a-z0-9_]+)\( ")
+rep = re.compile(r"^([0-9a-f]{4,8}): new_thread\(\) = 0 \{ tid=([0-9a-f]+)")
+killed = re.compile(r"^([0-9a-f]{4,8}): \*killed\*")
+mark = re.compile(r'csi-proxy-bench-mark-(begin|end)-([A-Za-z0-9]+)"')
+daemon, pending = set(), set()
+phase, counts, seen = None, {}, set()
+with open(trace, errors="replace") as f:
+    for line in f:
+        m = req.match(line)
+        if m:
+            tid, name = m.groups()
+            if name == "init_first_thread" and f"unix_pid={upid}," in line:
+                daemon.add(tid)
+            elif name == "create_named_pipe":
+                mk = mark.search(line)
+                if mk:
+                    phase = mk.group(2) if mk.group(1) == "begin" else None
+                    if phase:
+                        seen.add(phase)
+                        counts[phase] = collections.Counter()
+                    continue
+            if tid in daemon:
+                if name == "new_thread" and "process=ffffffff" in line:
+                    pending.add(tid)
+                if phase:
+                    counts[phase][name] += 1
+            continue
+        m = rep.match(line)
+        if m and m.group(1) in pending:
+            pending.discard(m.group(1))
+            daemon.add(m.group(2))
+            continue
+        m = killed.match(line)
+        if m:
+            daemon.discard(m.group(1))
+if not daemon and not counts:
+    sys.exit(f"bench-wine: no thread of unix pid {upid} in the trace")
+for p in sorted(seen):
+    n = calls.get(p)
+    if not n:
+        continue
+    c = counts[p]
+    names = " ".join(f"{k}={v / n:.2f}" for k, v in c.most_common())
+    print(f"COUNT {p} total={sum(c.values()) / n:.2f} {names}")
+PY
+        if [[ -n "$keep_traces" ]]; then
+            mkdir -p "$keep_traces" && mv "$trace" "$keep_traces/"
+        else
+            rm -f "$trace"
+        fi
+    fi
+}
+
+labels=()
+[[ -n "$before" ]] && labels+=(before)
+labels+=(after)
+for ((r = 1; r <= rounds; r++)); do
+    for label in "${labels[@]}"; do
+        exe="$after"; [[ "$label" == before ]] && exe="$before"
+        echo "round $r: $label (timed)" >&2
+        run_once "$exe" "" "$work/$label.results" "$calls"
+        echo "round $r: $label (traced)" >&2
+        run_once "$exe" "$work/trace-$label-$r.txt" "$work/$label.counts" "$trace_calls"
+    done
+done
+
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $("$WINE" --version)"
+echo "daemons: after=$after${before:+, before=$before}; $rounds round(s), medians; $calls calls per timed phase, $trace_calls per traced phase"
+echo
+python3 - "$work" "${labels[@]}" <<'PY'
+import collections, statistics, sys
+work, labels = sys.argv[1], sys.argv[2:]
+def load(path, prefix):
+    runs = collections.defaultdict(lambda: collections.defaultdict(list))
+    try:
+        for line in open(path):
+            f = line.split()
+            if f[0] != prefix:
+                continue
+            for kv in f[2:]:
+                k, v = kv.split("=")
+                runs[f[1]][k].append(float(v))
+    except FileNotFoundError:
+        pass
+    return runs
+res = {l: load(f"{work}/{l}.results", "RESULT") for l in labels}
+cnt = {l: load(f"{work}/{l}.counts", "COUNT") for l in labels}
+def med(d, phase, key):
+    v = d.get(phase, {}).get(key)
+    return statistics.median(v) if v else None
+rows = []
+def row(what, vals, fmt):
+    cells = [fmt(v) if v is not None else "n/a" for v in vals]
+    if len(vals) == 2 and None not in vals and vals[0]:
+        cells.append(f"{vals[1] / vals[0]:.2f}")
+    rows.append([what] + cells)
+us = lambda v: f"{v:,.0f} µs"
+per_s = lambda v: f"{v:,.0f}/s"
+n2 = lambda v: f"{v:.1f}"
+for phase, title in [("PathExists", "PathExists 1 client"), ("Check", "health Check 1 client")]:
+    row(f"{title} p50", [med(res[l], phase, "p50_us") for l in labels], us)
+    row(f"{title} p99", [med(res[l], phase, "p99_us") for l in labels], us)
+    row(f"{title} throughput", [med(res[l], phase, "per_s") for l in labels], per_s)
+eight = next((p for l in labels for p in res[l] if p.startswith("PathExists") and p != "PathExists"), None)
+if eight:
+    k = eight[len("PathExists"):]
+    row(f"PathExists {k} clients p50", [med(res[l], eight, "p50_us") for l in labels], us)
+    row(f"PathExists {k} clients throughput", [med(res[l], eight, "per_s") for l in labels], per_s)
+for phase, title in [("PathExists", "PathExists"), ("Check", "health Check")] + ([(eight, f"PathExists, {eight[10:]} clients")] if eight else []):
+    row(f"**wineserver requests by the daemon per {title}**", [med(cnt[l], phase, "total") for l in labels], n2)
+    row(f"pipe writes (`write` requests) per {title}", [med(cnt[l], phase, "write") or 0.0 for l in labels], n2)
+    if phase == eight:
+        continue
+    names = collections.Counter()
+    for l in labels:
+        for k, v in cnt[l].get(phase, {}).items():
+            if k != "total":
+                names[k] = max(names[k], statistics.median(v))
+    for k, _ in names.most_common(8):
+        if k != "write":
+            row(f"of which `{k}` per {title}", [med(cnt[l], phase, k) or 0.0 for l in labels], n2)
+head = ["figure"] + labels + (["after/before"] if len(labels) == 2 else [])
+print("| " + " | ".join(head) + " |")
+print("|" + "|".join("---" for _ in head) + "|")
+for r in rows:
+    print("| " + " | ".join(r) + " |")
+PY
