@@ -1,6 +1,10 @@
 //! The Windows system host against the real Service Control Manager and firmware tables
 //! (Windows, or Wine 8, whose SCM runs services built as Windows executables).
 #![cfg(windows)]
+#![allow(
+    unsafe_code,
+    reason = "the test installs and removes a real service through the SCM"
+)]
 
 use csi_proxy_core::Kind;
 use csi_proxy_core::system::{ServiceStatus, StartType, SystemHost, SystemService};

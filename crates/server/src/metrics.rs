@@ -459,7 +459,10 @@ mod process {
     /// Windows: `GetProcessMemoryInfo`, `GetProcessTimes` and `GetProcessHandleCount` on the
     /// current-process pseudo handle.
     #[cfg(windows)]
-    #[allow(unsafe_code)] // three Win32 queries into local out-parameters; each block says why.
+    #[allow(
+        unsafe_code,
+        reason = "three Win32 queries into local out-parameters; each block says why"
+    )]
     pub(super) fn read() -> Stats {
         use windows::Win32::Foundation::FILETIME;
         use windows::Win32::System::ProcessStatus::{

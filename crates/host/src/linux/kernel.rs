@@ -1,5 +1,9 @@
 //! The real [`LinuxOs`]: one system call (or one libc/std wrapper of one) per method, and the
 //! man-page behaviour each relies on. No decisions are taken here.
+#![allow(
+    unsafe_code,
+    reason = "the block-device ioctls have no safe wrapper; each block says why it is sound"
+)]
 
 use super::os::{At, Blkpg, LinuxOs, MountFlags, Open, Ran, Space};
 use std::collections::HashMap;

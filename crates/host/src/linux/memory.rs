@@ -5,6 +5,7 @@
 //! daemon's resident memory would stay at its peak long after the burst. `malloc_trim(0)`
 //! (glibc ≥ 2.8) also releases whole free pages inside every arena (`madvise(MADV_DONTNEED)`),
 //! bringing the daemon back near its idle size.
+#![allow(unsafe_code, reason = "glibc's malloc_trim is FFI")]
 
 #[cfg(target_env = "gnu")]
 unsafe extern "C" {

@@ -186,6 +186,7 @@ fn reason(text: &str) -> String {
 
 /// Prepares `cmd` to start a helper process: it dies with the daemon and gets the open-file
 /// limit the daemon started with ([`super::limits`]).
+#[allow(unsafe_code, reason = "pre_exec runs a closure between fork and exec")]
 pub(crate) fn child_setup(cmd: &mut Command) {
     // SAFETY: the closure makes only async-signal-safe calls (prctl(2), getrlimit(2),
     // setrlimit(2) and an atomic load) in the child between fork and exec.

@@ -1,9 +1,9 @@
-//! Small helpers shared by the Windows hosts: wide strings, owned handles, and turning Win32
+//! Small helpers shared by the Windows hosts: wide strings and turning Win32
 //! errors into [`Error`]s that name the operation and the object.
 
 use csi_proxy_core::{Error, Kind};
 use std::io;
-use windows::Win32::Foundation::{CloseHandle, HANDLE, WIN32_ERROR};
+use windows::Win32::Foundation::WIN32_ERROR;
 
 /// `s` as a NUL-terminated UTF-16 string.
 pub fn wide(s: &str) -> Vec<u16> {
@@ -43,18 +43,4 @@ pub fn os_error(
         return Error::new(*kind, op, object, io);
     }
     Error::io(op, object, &io)
-}
-
-/// A handle closed when dropped.
-#[derive(Debug)]
-pub struct OwnedHandle(pub HANDLE);
-
-impl Drop for OwnedHandle {
-    fn drop(&mut self) {
-        if !self.0.is_invalid() {
-            // SAFETY: the handle was returned by a successful open and is owned by this value
-            // only, so it is closed exactly once; a failure to close leaves nothing to do.
-            let _ = unsafe { CloseHandle(self.0) };
-        }
-    }
 }

@@ -18,7 +18,10 @@
 //!
 //! The account the daemon runs as must itself be granted access by the SDDL: creating every
 //! further instance needs `FILE_CREATE_PIPE_INSTANCE` on the pipe, which the DACL decides.
-#![allow(unsafe_code)] // Win32 security-descriptor and pipe calls; each block says why it is sound.
+#![allow(
+    unsafe_code,
+    reason = "pipe security descriptors and the client process id are Win32 calls with no safe wrapper"
+)]
 
 use std::ffi::c_void;
 use std::fmt;
