@@ -4,7 +4,6 @@
 
 use crate::status::to_status;
 use std::panic::AssertUnwindSafe;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 use tonic::{Code, Response, Status};
@@ -23,27 +22,26 @@ const METADATA_RPCS: [&str; 5] = [
     "GetDiskStats",
 ];
 
-/// How many metadata calls may run on async workers at once: all workers but one. A metadata
-/// call can still block for long (a stat on a dead network share), so at most this many workers
-/// can be held by such calls; the last worker always stays free to serve every other request,
-/// and metadata calls beyond this run on the blocking pool as all other host work does.
-fn inline_slots() -> &'static AtomicUsize {
-    static SLOTS: OnceLock<AtomicUsize> = OnceLock::new();
-    SLOTS.get_or_init(|| {
-        let workers = tokio::runtime::Handle::try_current()
-            .map(|h| h.metrics().num_workers())
-            .unwrap_or(1);
-        AtomicUsize::new(workers.saturating_sub(1))
-    })
-}
+/// Metadata calls running on async workers now.
+static INLINE_IN_USE: AtomicUsize = AtomicUsize::new(0);
 
-/// Takes an inline slot if one is free; the slot is given back on drop.
+/// A metadata call's claim to run on the async worker that received it. At most all workers but
+/// one of the current runtime hold such calls at once: a metadata call can still block for long
+/// (a stat on a dead network share), so the last worker always stays free to serve every other
+/// request, and metadata calls beyond the limit (or on a single-threaded runtime) go to the
+/// blocking pool as all other host work does.
 struct InlineSlot;
 
 impl InlineSlot {
     fn take() -> Option<InlineSlot> {
-        inline_slots()
-            .fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| n.checked_sub(1))
+        let limit = tokio::runtime::Handle::try_current()
+            .map(|h| h.metrics().num_workers())
+            .unwrap_or(1)
+            .saturating_sub(1);
+        INLINE_IN_USE
+            .fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| {
+                (n < limit).then_some(n + 1)
+            })
             .ok()
             .map(|_| InlineSlot)
     }
@@ -51,7 +49,7 @@ impl InlineSlot {
 
 impl Drop for InlineSlot {
     fn drop(&mut self) {
-        inline_slots().fetch_add(1, Ordering::Release);
+        INLINE_IN_USE.fetch_sub(1, Ordering::Release);
     }
 }
 
