@@ -46,3 +46,30 @@ pub fn kubelet_fs() -> FilesystemService {
         PathPolicy::new(PathStyle::Posix, "/var/lib/kubelet", &[]).expect("a valid test root");
     FilesystemService::new(Arc::new(NoLinksFs), Arc::new(policy))
 }
+
+/// A host that implements nothing: every RPC of the disk, volume, SMB, iSCSI and system groups
+/// answers UNIMPLEMENTED naming its group and RPC. For tests that serve groups they do not
+/// exercise; the daemon itself always has a host for every group.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UnimplementedHost;
+
+impl crate::disk::DiskHost for UnimplementedHost {
+    /// Nothing is ever changed by this host, so no disk needs protecting from it; the RPC itself
+    /// then answers UNIMPLEMENTED.
+    fn disk_usage(&self, _: u32) -> crate::Result<crate::disk::DiskUsage> {
+        Ok(crate::disk::DiskUsage::default())
+    }
+}
+impl crate::volume::VolumeHost for UnimplementedHost {
+    /// As for disks: nothing is changed by this host, so the RPCs answer UNIMPLEMENTED.
+    fn volume_disk_number(&self, _: &str) -> crate::Result<u32> {
+        Ok(0)
+    }
+
+    fn disk_usage(&self, _: u32) -> crate::Result<crate::disk::DiskUsage> {
+        Ok(crate::disk::DiskUsage::default())
+    }
+}
+impl crate::smb::SmbHost for UnimplementedHost {}
+impl crate::iscsi::IscsiHost for UnimplementedHost {}
+impl crate::system::SystemHost for UnimplementedHost {}

@@ -16,18 +16,17 @@ use csi_proxy_api::disk::v1 as d1;
 use csi_proxy_api::filesystem::v1 as f1;
 use csi_proxy_api::smb::v1 as s1;
 use csi_proxy_api::volume::v1;
-use csi_proxy_core::disk::DiskService;
 use csi_proxy_core::filesystem::FilesystemService;
 use csi_proxy_core::paths::{LinkProbe, LinkTarget, PathPolicy, PathStyle};
-use csi_proxy_core::smb::SmbService;
-use csi_proxy_core::volume::VolumeService;
 use csi_proxy_host::windows::disk::WindowsDiskHost;
 use csi_proxy_host::windows::filesystem::WindowsFilesystemHost;
+use csi_proxy_host::windows::iscsi::WindowsIscsiHost;
 use csi_proxy_host::windows::sim::SimWindows;
 use csi_proxy_host::windows::smb::WindowsSmbHost;
+use csi_proxy_host::windows::system::WindowsSystemHost;
 use csi_proxy_host::windows::volume::WindowsVolumeHost;
 use csi_proxy_server::daemon::{self, Listen};
-use csi_proxy_server::registry::{self, Services};
+use csi_proxy_server::registry::{self, Hosts, Services};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,24 +48,22 @@ impl SimDaemon {
         sim.mkdir(KUBELET);
         let dir = tempfile::tempdir().unwrap();
         let policy = Arc::new(PathPolicy::new(PathStyle::Windows, KUBELET, &[]).unwrap());
+        // Every Windows host, over the one simulated machine.
         let fs = FilesystemService::new(
             Arc::new(WindowsFilesystemHost::with_os(sim.clone())),
-            policy.clone(),
+            policy,
         );
-        let mut s = Services::with_pending_groups(fs, true);
-        s.disk = DiskService::new(Arc::new(WindowsDiskHost::with_os(sim.clone())), policy);
-        s.smb = SmbService::new(
-            Arc::new(WindowsSmbHost::with_os(sim.clone())),
-            s.filesystem.clone(),
-            true,
-        );
-        s.volume = VolumeService::new(
-            Arc::new(WindowsVolumeHost::with_os(
+        let hosts = Hosts {
+            disk: Arc::new(WindowsDiskHost::with_os(sim.clone())),
+            volume: Arc::new(WindowsVolumeHost::with_os(
                 sim.clone(),
                 dir.path().join("state"),
             )),
-            s.filesystem.clone(),
-        );
+            smb: Arc::new(WindowsSmbHost::with_os(sim.clone())),
+            system: Arc::new(WindowsSystemHost::with_os(sim.clone())),
+            iscsi: Arc::new(WindowsIscsiHost::with_os(sim.clone())),
+        };
+        let s = Services::new(fs, hosts, true);
         let sockets = dir.path().join("run");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (ready_tx, ready) = tokio::sync::oneshot::channel::<()>();

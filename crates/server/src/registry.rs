@@ -1,13 +1,12 @@
 //! Which adapter serves which group-version: the list of all endpoints.
 
 use crate::daemon::Endpoint;
-use csi_proxy_core::UnimplementedHost;
-use csi_proxy_core::disk::DiskService;
+use csi_proxy_core::disk::{DiskHost, DiskService};
 use csi_proxy_core::filesystem::FilesystemService;
-use csi_proxy_core::iscsi::IscsiService;
-use csi_proxy_core::smb::SmbService;
-use csi_proxy_core::system::SystemService;
-use csi_proxy_core::volume::VolumeService;
+use csi_proxy_core::iscsi::{IscsiHost, IscsiService};
+use csi_proxy_core::smb::{SmbHost, SmbService};
+use csi_proxy_core::system::{SystemHost, SystemService};
+use csi_proxy_core::volume::{VolumeHost, VolumeService};
 use std::sync::Arc;
 use tonic::service::Routes;
 
@@ -28,18 +27,32 @@ pub struct Services {
     pub iscsi: IscsiService,
 }
 
+/// The host of every group but the filesystem one (whose service the others share for path
+/// confinement).
+pub struct Hosts {
+    /// Disk group.
+    pub disk: Arc<dyn DiskHost>,
+    /// Volume group.
+    pub volume: Arc<dyn VolumeHost>,
+    /// SMB group.
+    pub smb: Arc<dyn SmbHost>,
+    /// System group.
+    pub system: Arc<dyn SystemHost>,
+    /// iSCSI group.
+    pub iscsi: Arc<dyn IscsiHost>,
+}
+
 impl Services {
-    /// The filesystem service `fs` plus every other group on [`UnimplementedHost`]: their RPCs
-    /// answer UNIMPLEMENTED naming group and RPC until a platform host is plugged in.
-    pub fn with_pending_groups(fs: FilesystemService, require_privacy: bool) -> Self {
-        let pending = Arc::new(UnimplementedHost);
+    /// Every group's service over its host; paths are confined by `filesystem`'s policy, and
+    /// SMB mappings require privacy (encryption) when `require_privacy` is set.
+    pub fn new(filesystem: FilesystemService, hosts: Hosts, require_privacy: bool) -> Self {
         Services {
-            disk: DiskService::new(pending.clone(), fs.policy().clone()),
-            volume: VolumeService::new(pending.clone(), fs.clone()),
-            smb: SmbService::new(pending.clone(), fs.clone(), require_privacy),
-            system: SystemService::new(pending.clone()),
-            iscsi: IscsiService::new(pending),
-            filesystem: fs,
+            disk: DiskService::new(hosts.disk, filesystem.policy().clone()),
+            volume: VolumeService::new(hosts.volume, filesystem.clone()),
+            smb: SmbService::new(hosts.smb, filesystem.clone(), require_privacy),
+            system: SystemService::new(hosts.system),
+            iscsi: IscsiService::new(hosts.iscsi),
+            filesystem,
         }
     }
 }
@@ -89,7 +102,15 @@ mod tests {
 
     #[test]
     fn every_group_version_of_the_api_has_exactly_one_endpoint() {
-        let s = Services::with_pending_groups(csi_proxy_core::testing::kubelet_fs(), true);
+        let none = Arc::new(csi_proxy_core::testing::UnimplementedHost);
+        let hosts = Hosts {
+            disk: none.clone(),
+            volume: none.clone(),
+            smb: none.clone(),
+            system: none.clone(),
+            iscsi: none,
+        };
+        let s = Services::new(csi_proxy_core::testing::kubelet_fs(), hosts, true);
         let got: Vec<(&str, &str)> = endpoints(&s).iter().map(|e| (e.group, e.version)).collect();
         let mut want = Vec::new();
         for g in csi_proxy_api::GROUPS {

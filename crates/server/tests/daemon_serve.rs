@@ -9,7 +9,7 @@ use csi_proxy_api::filesystem::v1::{MkdirRequest, PathExistsRequest};
 use csi_proxy_core::filesystem::{FilesystemHost, FilesystemService};
 use csi_proxy_core::paths::{LinkProbe, LinkTarget, PathPolicy, PathStyle};
 use csi_proxy_server::daemon::{self, Listen};
-use csi_proxy_server::registry::{self, Services};
+use csi_proxy_server::registry::{self, Hosts, Services};
 use std::io;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -96,9 +96,7 @@ fn hanging_metadata_calls_never_stall_other_requests() {
         .unwrap();
     let host = Arc::new(Fs::default());
     let release = Release(host.clone());
-    let policy = PathPolicy::new(PathStyle::Posix, "/var/lib/kubelet", &[]).unwrap();
-    let services =
-        Services::with_pending_groups(FilesystemService::new(host.clone(), Arc::new(policy)), true);
+    let services = services(host.clone());
     let dir = tempfile::tempdir().unwrap();
     let sockets = dir.path().join("run");
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -170,9 +168,18 @@ fn hanging_metadata_calls_never_stall_other_requests() {
         .unwrap();
 }
 
+/// The filesystem group over `host`; the other groups are not exercised here.
 fn services(host: Arc<Fs>) -> Services {
     let policy = PathPolicy::new(PathStyle::Posix, "/var/lib/kubelet", &[]).unwrap();
-    Services::with_pending_groups(FilesystemService::new(host, Arc::new(policy)), true)
+    let none = Arc::new(csi_proxy_core::testing::UnimplementedHost);
+    let hosts = Hosts {
+        disk: none.clone(),
+        volume: none.clone(),
+        smb: none.clone(),
+        system: none.clone(),
+        iscsi: none,
+    };
+    Services::new(FilesystemService::new(host, Arc::new(policy)), hosts, true)
 }
 
 #[tokio::test]

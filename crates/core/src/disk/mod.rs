@@ -391,7 +391,7 @@ mod tests {
 
     #[test]
     fn an_empty_host_answers_unimplemented_per_rpc() {
-        let s = svc(crate::UnimplementedHost);
+        let s = svc(crate::testing::UnimplementedHost);
         let results = [
             ("ListDiskLocations", s.list_disk_locations().map(drop)),
             ("PartitionDisk", s.partition_disk(1)),

@@ -497,7 +497,7 @@ mod tests {
 
     #[test]
     fn an_empty_host_answers_unimplemented_per_rpc() {
-        let s = service(Arc::new(crate::UnimplementedHost));
+        let s = service(Arc::new(crate::testing::UnimplementedHost));
         let p = "/var/lib/kubelet/x";
         let results = [
             ("ListVolumesOnDisk", s.list_volumes_on_disk(0, 0).map(drop)),
