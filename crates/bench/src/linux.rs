@@ -57,26 +57,7 @@ pub fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("csi-proxy-bench: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match rt.block_on(run(&args)) {
-        Ok(rows) => {
-            print_table(&rows);
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("csi-proxy-bench: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    crate::run_to_exit(run(&args), |rows| print_table(&rows))
 }
 
 /// A daemon in its own temp dir (sockets, kubelet root, log).

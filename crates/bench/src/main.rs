@@ -36,3 +36,32 @@ fn main() -> std::process::ExitCode {
         std::process::ExitCode::from(2)
     }
 }
+
+/// Runs `work` on a multi-threaded runtime: `done` with its result and success, or its error
+/// printed and failure.
+#[cfg(any(target_os = "linux", windows))]
+fn run_to_exit<T>(
+    work: impl std::future::Future<Output = Result<T, String>>,
+    done: impl FnOnce(T),
+) -> std::process::ExitCode {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("csi-proxy-bench: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(work) {
+        Ok(v) => {
+            done(v);
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("csi-proxy-bench: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

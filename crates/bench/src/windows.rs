@@ -52,23 +52,7 @@ struct Args {
 
 pub fn main() -> ExitCode {
     let args = Args::parse();
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("csi-proxy-bench: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match rt.block_on(run(&args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("csi-proxy-bench: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    crate::run_to_exit(run(&args), |()| {})
 }
 
 async fn run(a: &Args) -> Result<(), String> {

@@ -161,6 +161,23 @@ impl State {
         out
     }
 
+    /// Creating an entry at `path` needs its parent to be a directory (a plain one, a root or a
+    /// mounted folder): ERROR_PATH_NOT_FOUND otherwise.
+    fn parent_is_directory(&self, path: &str) -> Win32Result<()> {
+        let parent = parent_key(&key(path)).unwrap_or_default();
+        match self.entry(&parent) {
+            Some(Entry::Dir | Entry::Root | Entry::MountedFolder(_)) => Ok(()),
+            _ => Err(OsError::new(code::PATH_NOT_FOUND)),
+        }
+    }
+
+    /// What the handle from [`FileApi::open_entry`] is open on.
+    fn opened(&self, handle: u64) -> Win32Result<&OpenEntry> {
+        self.entries
+            .get(&handle)
+            .ok_or(OsError::new(code::INVALID_HANDLE))
+    }
+
     /// Whether an open handle without FILE_SHARE_DELETE holds `k`.
     fn pinned(&self, k: &str) -> bool {
         self.entries
@@ -266,13 +283,7 @@ impl State {
         if self.entry(link).is_some() {
             return Err(OsError::new(code::ALREADY_EXISTS));
         }
-        let parent = parent_key(&key(link)).unwrap_or_default();
-        if !matches!(
-            self.entry(&parent),
-            Some(Entry::Dir | Entry::Root | Entry::MountedFolder(_))
-        ) {
-            return Err(OsError::new(code::PATH_NOT_FOUND));
-        }
+        self.parent_is_directory(link)?;
         self.links.insert(
             key(link),
             Link {
@@ -422,10 +433,7 @@ impl FileApi for SimWindows {
     fn attribute_tag(&self, handle: u64) -> Win32Result<(u32, u32)> {
         let mut s = self.lock();
         s.take_fault("attribute_tag")?;
-        let open = s
-            .entries
-            .get(&handle)
-            .ok_or(OsError::new(code::INVALID_HANDLE))?;
+        let open = s.opened(handle)?;
         if open.volume_root {
             return Ok((attr::DIRECTORY, 0));
         }
@@ -441,12 +449,7 @@ impl FileApi for SimWindows {
     fn set_basic_attributes(&self, handle: u64, attributes: u32) -> Win32Result<()> {
         let mut s = self.lock();
         s.take_fault("set_basic_attributes")?;
-        let k = s
-            .entries
-            .get(&handle)
-            .ok_or(OsError::new(code::INVALID_HANDLE))?
-            .key
-            .clone();
+        let k = s.opened(handle)?.key.clone();
         if attributes & attr::READONLY != 0 {
             s.readonly.insert(k);
         } else {
@@ -474,13 +477,7 @@ impl FileApi for SimWindows {
         if s.entry(&p).is_some() {
             return Err(OsError::new(code::ALREADY_EXISTS));
         }
-        let parent = parent_key(&key(&p)).unwrap_or_default();
-        if !matches!(
-            s.entry(&parent),
-            Some(Entry::Dir | Entry::Root | Entry::MountedFolder(_))
-        ) {
-            return Err(OsError::new(code::PATH_NOT_FOUND));
-        }
+        s.parent_is_directory(&p)?;
         s.dirs.insert(key(&p), p);
         Ok(())
     }
