@@ -1,0 +1,77 @@
+//! The MBR side of LBA 0: the protective MBR a GPT disk carries, and reading a classic MBR
+//! partition table (four 16-byte entries at offset 446, signature 0x55AA at 510).
+
+use super::u32_at;
+
+/// LBA 0 of a GPT disk: one partition of type 0xEE covering the disk (capped at 2³²−1 sectors).
+pub fn protective_mbr(sector: usize, total_sectors: u64) -> Vec<u8> {
+    let mut m = vec![0u8; sector];
+    let e = &mut m[446..462];
+    e[1..4].copy_from_slice(&[0x00, 0x02, 0x00]); // CHS of LBA 1
+    e[4] = 0xEE;
+    e[5..8].copy_from_slice(&[0xFF, 0xFF, 0xFF]);
+    e[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let size = (total_sectors - 1).min(u64::from(u32::MAX)) as u32;
+    e[12..16].copy_from_slice(&size.to_le_bytes());
+    m[510] = 0x55;
+    m[511] = 0xAA;
+    m
+}
+
+/// One used entry of an MBR partition table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MbrPartition {
+    /// 1-based slot (1–4).
+    pub number: u32,
+    /// Partition type byte.
+    pub kind: u8,
+    /// First sector.
+    pub first_lba: u32,
+    /// Sectors.
+    pub sectors: u32,
+}
+
+/// The used primary entries of an MBR in `lba0` (empty without the 0x55AA signature). A single
+/// entry of type 0xEE is the protective MBR of a GPT disk.
+pub fn mbr_partitions(lba0: &[u8]) -> Vec<MbrPartition> {
+    if lba0.len() < 512 || lba0[510..512] != [0x55, 0xAA] {
+        return Vec::new();
+    }
+    (0..4)
+        .filter_map(|i| {
+            let e = &lba0[446 + 16 * i..][..16];
+            let p = MbrPartition {
+                number: i as u32 + 1,
+                kind: e[4],
+                first_lba: u32_at(e, 8),
+                sectors: u32_at(e, 12),
+            };
+            // Boot status must be 0x00 or 0x80; anything else is a boot sector's code, not a table.
+            (p.kind != 0 && p.sectors != 0 && (e[0] == 0 || e[0] == 0x80)).then_some(p)
+        })
+        .collect()
+}
+
+/// The primary MBR partitions of `lba0` that hold data, as (number, start, length) in bytes:
+/// the GPT's protective entry and extended-partition containers (0x05, 0x0F) are left out.
+pub fn mbr_data_extents(lba0: &[u8], sector: u64) -> Vec<(u32, u64, u64)> {
+    mbr_partitions(lba0)
+        .iter()
+        .filter(|p| !matches!(p.kind, 0xEE | 0x05 | 0x0F))
+        .map(|p| {
+            (
+                p.number,
+                u64::from(p.first_lba) * sector,
+                u64::from(p.sectors) * sector,
+            )
+        })
+        .collect()
+}
+
+/// The MBR disk signature (offset 440), which `PARTUUID`s of MBR partitions are built from.
+pub fn mbr_disk_signature(lba0: &[u8]) -> u32 {
+    if lba0.len() < 444 {
+        return 0;
+    }
+    u32_at(lba0, 440)
+}
