@@ -8,13 +8,13 @@
 mod files;
 mod iscsi;
 mod scm;
+mod wmi_calls;
 
 pub use files::running_under_wine;
+use wmi_calls::wmi_os;
 
 use super::os::{IscsiSession, OsError, ReturnValue, Win32, Win32Result, code};
 use super::win::{from_wide, wide};
-use crate::windows_data::volume::wql_string;
-use std::collections::HashMap;
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
 use uuid::Uuid;
@@ -59,12 +59,6 @@ const _: () = {
     assert!(io::SET_DISK_ATTRIBUTES_SIZE == size_of::<w::SET_DISK_ATTRIBUTES>());
 };
 
-/// The WMI namespace and class of SMB global mappings.
-const SMB_NAMESPACE: &str = r"ROOT\Microsoft\Windows\SMB";
-const SMB_CLASS: &str = "MSFT_SmbGlobalMapping";
-/// The WMI namespace of the Storage Management API (`MSFT_Volume`).
-const STORAGE_NAMESPACE: &str = r"ROOT\Microsoft\Windows\Storage";
-
 /// The Windows this process runs on.
 #[derive(Debug)]
 pub struct SystemWin32 {
@@ -84,66 +78,6 @@ impl Default for SystemWin32 {
 fn os(e: &windows::core::Error) -> OsError {
     let c = WIN32_ERROR::from_error(e).map_or(e.code().0 as u32, |c| c.0);
     OsError::with_message(c, e.message())
-}
-
-/// A `wmi` crate error as the seam's [`OsError`].
-fn wmi_os(e: &wmi::WMIError) -> OsError {
-    match e {
-        wmi::WMIError::HResultError { hres } => OsError::new(*hres as u32),
-        // WBEM_E_NOT_FOUND: the query matched nothing.
-        wmi::WMIError::ResultEmpty => OsError::new(0x8004_1002),
-        other => OsError::with_message(0x8000_FFFF, format!("WMI: {other}")),
-    }
-}
-
-/// An integer WMI value.
-fn variant_u32(v: &wmi::Variant) -> Option<u32> {
-    match v {
-        wmi::Variant::UI4(n) => Some(*n),
-        wmi::Variant::I4(n) => u32::try_from(*n).ok(),
-        wmi::Variant::UI2(n) => Some(u32::from(*n)),
-        wmi::Variant::I2(n) => u32::try_from(*n).ok(),
-        wmi::Variant::UI1(n) => Some(u32::from(*n)),
-        _ => None,
-    }
-}
-
-/// The `ReturnValue` of a method's out-parameters, as the logic judges it.
-fn return_value(out: Option<wmi::IWbemClassWrapper>) -> Win32Result<ReturnValue> {
-    let Some(o) = out else {
-        return Ok(ReturnValue::Absent);
-    };
-    let v = o.get_property("ReturnValue").map_err(|e| wmi_os(&e))?;
-    Ok(variant_u32(&v).map_or_else(
-        || ReturnValue::Unexpected(format!("{v:?}")),
-        ReturnValue::Code,
-    ))
-}
-
-/// Calls WMI method `method` of `class` on the object at `path` (the class itself for a static
-/// method) with these in-parameters, and returns its `ReturnValue`.
-fn call_method(
-    c: &wmi::WMIConnection,
-    class: &str,
-    path: &str,
-    method: &str,
-    params: Vec<(&str, wmi::Variant)>,
-) -> Win32Result<ReturnValue> {
-    let inp = c
-        .get_object(class)
-        .map_err(|e| wmi_os(&e))?
-        .get_method(method)
-        .map_err(|e| wmi_os(&e))?
-        .ok_or_else(|| OsError::with_message(0x8004_1055, format!("{class} has no {method}")))?
-        .spawn_instance()
-        .map_err(|e| wmi_os(&e))?;
-    for (name, value) in params {
-        inp.put_property(name, value).map_err(|e| wmi_os(&e))?;
-    }
-    let out = c
-        .exec_method(path, method, Some(&inp))
-        .map_err(|e| wmi_os(&e))?;
-    return_value(out)
 }
 
 /// A UTF-16 MULTI_SZ list (strings separated by NUL, ended by an empty one).
@@ -434,73 +368,15 @@ impl Win32 for SystemWin32 {
     }
 
     fn page_files(&self) -> Win32Result<Vec<String>> {
-        super::wmi::run_in(r"ROOT\CIMV2", |c| {
-            let rows: Vec<HashMap<String, wmi::Variant>> = c
-                .raw_query("SELECT Name FROM Win32_PageFileUsage")
-                .map_err(|e| wmi_os(&e))?;
-            Ok(rows
-                .iter()
-                .filter_map(|r| match r.get("Name") {
-                    Some(wmi::Variant::String(s)) => Some(s.clone()),
-                    _ => None,
-                })
-                .collect())
-        })
+        wmi_calls::page_files()
     }
 
     fn format_ntfs(&self, volume: &str) -> Win32Result<ReturnValue> {
-        const CLASS: &str = "MSFT_Volume";
-        let query = format!(
-            "SELECT * FROM {CLASS} WHERE UniqueId = {}",
-            wql_string(volume)
-        );
-        super::wmi::run_in(STORAGE_NAMESPACE, move |c| {
-            let row = c
-                .exec_query(query)
-                .map_err(|e| wmi_os(&e))?
-                .next()
-                .ok_or_else(|| OsError::new(0x8004_1002))?
-                .map_err(|e| wmi_os(&e))?;
-            let path = row.path().map_err(|e| wmi_os(&e))?;
-            // As upstream: NTFS, no label, quick (Full = false), Force (the caller checked the
-            // volume is mounted nowhere).
-            call_method(
-                c,
-                CLASS,
-                &path,
-                "Format",
-                vec![
-                    ("FileSystem", wmi::Variant::String("NTFS".into())),
-                    ("FileSystemLabel", wmi::Variant::String(String::new())),
-                    ("Full", wmi::Variant::Bool(false)),
-                    ("Force", wmi::Variant::Bool(true)),
-                ],
-            )
-        })
+        wmi_calls::format_ntfs(volume)
     }
 
     fn smb_global_mappings(&self) -> Win32Result<Vec<(String, u32)>> {
-        super::wmi::run_in(SMB_NAMESPACE, |c| {
-            let rows = c
-                .exec_query(format!("SELECT * FROM {SMB_CLASS}"))
-                .map_err(|e| wmi_os(&e))?;
-            let mut out = Vec::new();
-            for row in rows {
-                let row = row.map_err(|e| wmi_os(&e))?;
-                let wmi::Variant::String(root) =
-                    row.get_property("RemotePath").map_err(|e| wmi_os(&e))?
-                else {
-                    continue;
-                };
-                let status = row
-                    .get_property("Status")
-                    .ok()
-                    .and_then(|v| variant_u32(&v))
-                    .unwrap_or(u32::MAX);
-                out.push((root, status));
-            }
-            Ok(out)
-        })
+        wmi_calls::smb_global_mappings()
     }
 
     fn smb_create_global_mapping(
@@ -509,48 +385,11 @@ impl Win32 for SystemWin32 {
         require_privacy: bool,
         credential: Option<&str>,
     ) -> Win32Result<ReturnValue> {
-        let remote = remote.to_string();
-        let credential = credential.map(str::to_string);
-        super::wmi::run_in(SMB_NAMESPACE, move |c| {
-            let mut params = vec![
-                ("RemotePath", wmi::Variant::String(remote)),
-                ("RequirePrivacy", wmi::Variant::Bool(require_privacy)),
-            ];
-            // The credential travels only in this in-parameters object.
-            if let Some(cred) = credential {
-                params.push(("Credential", wmi::Variant::String(cred)));
-            }
-            call_method(c, SMB_CLASS, SMB_CLASS, "Create", params)
-        })
+        wmi_calls::smb_create_global_mapping(remote, require_privacy, credential)
     }
 
     fn smb_remove_global_mapping(&self, remote: &str) -> Win32Result<ReturnValue> {
-        let remote = remote.to_string();
-        super::wmi::run_in(SMB_NAMESPACE, move |c| {
-            // Nothing from a request goes into a query string: every mapping is listed and the
-            // one is picked here.
-            let rows = c
-                .exec_query(format!("SELECT * FROM {SMB_CLASS}"))
-                .map_err(|e| wmi_os(&e))?;
-            let mut path = None;
-            for row in rows {
-                let row = row.map_err(|e| wmi_os(&e))?;
-                if let Ok(wmi::Variant::String(r)) = row.get_property("RemotePath")
-                    && r == remote
-                {
-                    path = Some(row.path().map_err(|e| wmi_os(&e))?);
-                    break;
-                }
-            }
-            let path = path.ok_or_else(|| OsError::new(0x8004_1002))?;
-            call_method(
-                c,
-                SMB_CLASS,
-                &path,
-                "Remove",
-                vec![("Force", wmi::Variant::Bool(true))],
-            )
-        })
+        wmi_calls::smb_remove_global_mapping(remote)
     }
 
     fn dir_answers(&self, dir: &str, limit: Duration) -> bool {

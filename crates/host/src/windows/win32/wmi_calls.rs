@@ -1,0 +1,192 @@
+//! The seam's calls made through WMI (`wmi` crate over COM): volume format through the Storage
+//! Management API, SMB global mappings, the page files. One query or method call each, as in
+//! the rest of the seam; what a `ReturnValue` means is judged by the logic above.
+
+use super::super::os::{OsError, ReturnValue, Win32Result};
+use crate::windows_data::volume::wql_string;
+use std::collections::HashMap;
+
+/// The WMI namespace and class of SMB global mappings.
+const SMB_NAMESPACE: &str = r"ROOT\Microsoft\Windows\SMB";
+const SMB_CLASS: &str = "MSFT_SmbGlobalMapping";
+/// The WMI namespace of the Storage Management API (`MSFT_Volume`).
+const STORAGE_NAMESPACE: &str = r"ROOT\Microsoft\Windows\Storage";
+
+/// A `wmi` crate error as the seam's [`OsError`].
+pub(super) fn wmi_os(e: &wmi::WMIError) -> OsError {
+    match e {
+        wmi::WMIError::HResultError { hres } => OsError::new(*hres as u32),
+        // WBEM_E_NOT_FOUND: the query matched nothing.
+        wmi::WMIError::ResultEmpty => OsError::new(0x8004_1002),
+        other => OsError::with_message(0x8000_FFFF, format!("WMI: {other}")),
+    }
+}
+
+/// An integer WMI value.
+fn variant_u32(v: &wmi::Variant) -> Option<u32> {
+    match v {
+        wmi::Variant::UI4(n) => Some(*n),
+        wmi::Variant::I4(n) => u32::try_from(*n).ok(),
+        wmi::Variant::UI2(n) => Some(u32::from(*n)),
+        wmi::Variant::I2(n) => u32::try_from(*n).ok(),
+        wmi::Variant::UI1(n) => Some(u32::from(*n)),
+        _ => None,
+    }
+}
+
+/// The `ReturnValue` of a method's out-parameters, as the logic judges it.
+fn return_value(out: Option<wmi::IWbemClassWrapper>) -> Win32Result<ReturnValue> {
+    let Some(o) = out else {
+        return Ok(ReturnValue::Absent);
+    };
+    let v = o.get_property("ReturnValue").map_err(|e| wmi_os(&e))?;
+    Ok(variant_u32(&v).map_or_else(
+        || ReturnValue::Unexpected(format!("{v:?}")),
+        ReturnValue::Code,
+    ))
+}
+
+/// Calls WMI method `method` of `class` on the object at `path` (the class itself for a static
+/// method) with these in-parameters, and returns its `ReturnValue`.
+fn call_method(
+    c: &wmi::WMIConnection,
+    class: &str,
+    path: &str,
+    method: &str,
+    params: Vec<(&str, wmi::Variant)>,
+) -> Win32Result<ReturnValue> {
+    let inp = c
+        .get_object(class)
+        .map_err(|e| wmi_os(&e))?
+        .get_method(method)
+        .map_err(|e| wmi_os(&e))?
+        .ok_or_else(|| OsError::with_message(0x8004_1055, format!("{class} has no {method}")))?
+        .spawn_instance()
+        .map_err(|e| wmi_os(&e))?;
+    for (name, value) in params {
+        inp.put_property(name, value).map_err(|e| wmi_os(&e))?;
+    }
+    let out = c
+        .exec_method(path, method, Some(&inp))
+        .map_err(|e| wmi_os(&e))?;
+    return_value(out)
+}
+
+pub(super) fn page_files() -> Win32Result<Vec<String>> {
+    super::super::wmi::run_in(r"ROOT\CIMV2", |c| {
+        let rows: Vec<HashMap<String, wmi::Variant>> = c
+            .raw_query("SELECT Name FROM Win32_PageFileUsage")
+            .map_err(|e| wmi_os(&e))?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| match r.get("Name") {
+                Some(wmi::Variant::String(s)) => Some(s.clone()),
+                _ => None,
+            })
+            .collect())
+    })
+}
+
+pub(super) fn format_ntfs(volume: &str) -> Win32Result<ReturnValue> {
+    const CLASS: &str = "MSFT_Volume";
+    let query = format!(
+        "SELECT * FROM {CLASS} WHERE UniqueId = {}",
+        wql_string(volume)
+    );
+    super::super::wmi::run_in(STORAGE_NAMESPACE, move |c| {
+        let row = c
+            .exec_query(query)
+            .map_err(|e| wmi_os(&e))?
+            .next()
+            .ok_or_else(|| OsError::new(0x8004_1002))?
+            .map_err(|e| wmi_os(&e))?;
+        let path = row.path().map_err(|e| wmi_os(&e))?;
+        // As upstream: NTFS, no label, quick (Full = false), Force (the caller checked the
+        // volume is mounted nowhere).
+        call_method(
+            c,
+            CLASS,
+            &path,
+            "Format",
+            vec![
+                ("FileSystem", wmi::Variant::String("NTFS".into())),
+                ("FileSystemLabel", wmi::Variant::String(String::new())),
+                ("Full", wmi::Variant::Bool(false)),
+                ("Force", wmi::Variant::Bool(true)),
+            ],
+        )
+    })
+}
+
+pub(super) fn smb_global_mappings() -> Win32Result<Vec<(String, u32)>> {
+    super::super::wmi::run_in(SMB_NAMESPACE, |c| {
+        let rows = c
+            .exec_query(format!("SELECT * FROM {SMB_CLASS}"))
+            .map_err(|e| wmi_os(&e))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let row = row.map_err(|e| wmi_os(&e))?;
+            let wmi::Variant::String(root) =
+                row.get_property("RemotePath").map_err(|e| wmi_os(&e))?
+            else {
+                continue;
+            };
+            let status = row
+                .get_property("Status")
+                .ok()
+                .and_then(|v| variant_u32(&v))
+                .unwrap_or(u32::MAX);
+            out.push((root, status));
+        }
+        Ok(out)
+    })
+}
+
+pub(super) fn smb_create_global_mapping(
+    remote: &str,
+    require_privacy: bool,
+    credential: Option<&str>,
+) -> Win32Result<ReturnValue> {
+    let remote = remote.to_string();
+    let credential = credential.map(str::to_string);
+    super::super::wmi::run_in(SMB_NAMESPACE, move |c| {
+        let mut params = vec![
+            ("RemotePath", wmi::Variant::String(remote)),
+            ("RequirePrivacy", wmi::Variant::Bool(require_privacy)),
+        ];
+        // The credential travels only in this in-parameters object.
+        if let Some(cred) = credential {
+            params.push(("Credential", wmi::Variant::String(cred)));
+        }
+        call_method(c, SMB_CLASS, SMB_CLASS, "Create", params)
+    })
+}
+
+pub(super) fn smb_remove_global_mapping(remote: &str) -> Win32Result<ReturnValue> {
+    let remote = remote.to_string();
+    super::super::wmi::run_in(SMB_NAMESPACE, move |c| {
+        // Nothing from a request goes into a query string: every mapping is listed and the
+        // one is picked here.
+        let rows = c
+            .exec_query(format!("SELECT * FROM {SMB_CLASS}"))
+            .map_err(|e| wmi_os(&e))?;
+        let mut path = None;
+        for row in rows {
+            let row = row.map_err(|e| wmi_os(&e))?;
+            if let Ok(wmi::Variant::String(r)) = row.get_property("RemotePath")
+                && r == remote
+            {
+                path = Some(row.path().map_err(|e| wmi_os(&e))?);
+                break;
+            }
+        }
+        let path = path.ok_or_else(|| OsError::new(0x8004_1002))?;
+        call_method(
+            c,
+            SMB_CLASS,
+            &path,
+            "Remove",
+            vec![("Force", wmi::Variant::Bool(true))],
+        )
+    })
+}
