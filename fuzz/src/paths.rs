@@ -4,7 +4,7 @@
 //! The property: whatever the policy accepts lies inside a root component-wise, is normalised
 //! (no `.`, `..` or empty components; checking it again gives it back), and, walked the way the
 //! OS walks it through the fake filesystem's links, ends inside a root. The OS walk is modelled
-//! here independently of `paths.rs`:
+//! here independently of `core/src/paths/`:
 //! - POSIX: the kernel's reading (each `..` goes to the parent of the place reached so far);
 //! - Windows: the reparse reading (a link's target is spliced into the remaining path and `..` is
 //!   collapsed textually before the walk restarts), and the kernel reading as well.
