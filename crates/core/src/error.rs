@@ -70,7 +70,8 @@ impl Error {
         Self::new(io_kind(err), op, object, err)
     }
 
-    /// The RPC is served but its host work is not implemented on this platform yet.
+    /// The RPC is served but the host behind it does not implement it: what the test doubles in
+    /// `testing` answer for the RPCs they leave out (production hosts implement every RPC).
     pub fn unimplemented(group: &str, rpc: &str) -> Self {
         Self::with_message(
             Kind::Unimplemented,

@@ -1,9 +1,15 @@
-//! Test doubles shared by this workspace's tests (feature `testing`).
+//! Test doubles shared by this workspace's tests (feature `testing`), and the partial host traits
+//! ([`PartialDiskHost`] and its siblings) that let a fake implement only what its test reaches.
 
 use crate::filesystem::{FilesystemHost, FilesystemService};
 use crate::paths::{LinkProbe, LinkTarget, PathPolicy, PathStyle};
 use std::io;
 use std::sync::Arc;
+
+mod partial;
+pub use partial::{
+    PartialDiskHost, PartialIscsiHost, PartialSmbHost, PartialSystemHost, PartialVolumeHost,
+};
 
 /// A filesystem host with no links anywhere on it, where every operation succeeds and nothing
 /// exists; for tests of groups that only need path confinement from the filesystem service.
@@ -53,14 +59,14 @@ pub fn kubelet_fs() -> FilesystemService {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct UnimplementedHost;
 
-impl crate::disk::DiskHost for UnimplementedHost {
+impl PartialDiskHost for UnimplementedHost {
     /// Nothing is ever changed by this host, so no disk needs protecting from it; the RPC itself
     /// then answers UNIMPLEMENTED.
     fn disk_usage(&self, _: u32) -> crate::Result<crate::disk::DiskUsage> {
         Ok(crate::disk::DiskUsage::default())
     }
 }
-impl crate::volume::VolumeHost for UnimplementedHost {
+impl PartialVolumeHost for UnimplementedHost {
     /// As for disks: nothing is changed by this host, so the RPCs answer UNIMPLEMENTED.
     fn volume_disk_number(&self, _: &str) -> crate::Result<u32> {
         Ok(0)
@@ -70,6 +76,6 @@ impl crate::volume::VolumeHost for UnimplementedHost {
         Ok(crate::disk::DiskUsage::default())
     }
 }
-impl crate::smb::SmbHost for UnimplementedHost {}
-impl crate::iscsi::IscsiHost for UnimplementedHost {}
-impl crate::system::SystemHost for UnimplementedHost {}
+impl PartialSmbHost for UnimplementedHost {}
+impl PartialIscsiHost for UnimplementedHost {}
+impl PartialSystemHost for UnimplementedHost {}

@@ -8,6 +8,9 @@ use csi_proxy_api::volume::{v1 as vol1, v1alpha1 as vol1alpha1, v1beta1 as vol1b
 use csi_proxy_api::volume::{v1beta2 as vol1beta2, v1beta3 as vol1beta3, v2alpha1 as vol2alpha1};
 use csi_proxy_core::Result;
 use csi_proxy_core::disk::{DiskHost, DiskIds, DiskLocation, DiskService, DiskUsage};
+// A host that implements no RPC (only the usage facts the service checks first): every RPC must
+// answer UNIMPLEMENTED.
+use csi_proxy_core::testing::UnimplementedHost as Bare;
 use csi_proxy_core::volume::{ResizeTarget, VolumeHost, VolumeService, VolumeStats};
 use csi_proxy_server::disk::*;
 use csi_proxy_server::volume::*;
@@ -178,25 +181,6 @@ impl VolumeHost for FakeVolumes {
     }
 }
 
-/// Hosts that implement no RPC (only the usage facts the service checks first): every RPC must
-/// answer UNIMPLEMENTED.
-struct BareDisks;
-impl DiskHost for BareDisks {
-    fn disk_usage(&self, _: u32) -> Result<DiskUsage> {
-        Ok(DiskUsage::default())
-    }
-}
-struct BareVolumes;
-impl VolumeHost for BareVolumes {
-    fn volume_disk_number(&self, _: &str) -> Result<u32> {
-        Ok(9)
-    }
-
-    fn disk_usage(&self, _: u32) -> Result<DiskUsage> {
-        Ok(DiskUsage::default())
-    }
-}
-
 fn disk_service(host: Arc<dyn DiskHost>) -> DiskService {
     DiskService::new(host, csi_proxy_core::testing::kubelet_fs().policy().clone())
 }
@@ -336,7 +320,7 @@ macro_rules! disk_base_test {
             }).await;);
             assert!(host.0.take().is_empty(), "bad IDs never reach the host");
 
-            let bare = $adapter::new(disk_service(Arc::new(BareDisks)));
+            let bare = $adapter::new(disk_service(Arc::new(Bare)));
             unimplemented(bare.list_disk_locations(list()).await, "disk", "ListDiskLocations");
             unimplemented(bare.partition_disk(partition(1)).await, "disk", "PartitionDisk");
             unimplemented(bare.rescan(rescan()).await, "disk", "Rescan");
@@ -395,7 +379,7 @@ macro_rules! disk_ids_and_size_test {
             }).await;);
             assert!(host.0.take().is_empty(), "bad IDs never reach the host");
 
-            let bare = $adapter::new(disk_service(Arc::new(BareDisks)));
+            let bare = $adapter::new(disk_service(Arc::new(Bare)));
             unimplemented(bare.list_disk_i_ds(list()).await, "disk", "ListDiskIDs");
             unimplemented(bare.$size_rpc(size_req(1)).await, "disk", "GetDiskStats");
         }
@@ -440,7 +424,7 @@ macro_rules! disk_state_test {
             );
             assert!(host.0.take().is_empty(), "bad IDs never reach the host");
 
-            let bare = $adapter::new(disk_service(Arc::new(BareDisks)));
+            let bare = $adapter::new(disk_service(Arc::new(Bare)));
             unimplemented(bare.$set(set(1, true)).await, "disk", "SetDiskState");
             unimplemented(bare.$get(get(1)).await, "disk", "GetDiskState");
         }
@@ -475,7 +459,7 @@ async fn disk_v1alpha1_get_disk_number_by_name() {
     fails(r, Code::InvalidArgument, &["GetDiskNumberByName disk_name"]);
     assert_eq!(host.0.take(), ["ListDiskIDs", "ListDiskIDs"]);
 
-    let bare = DiskV1alpha1::new(disk_service(Arc::new(BareDisks)));
+    let bare = DiskV1alpha1::new(disk_service(Arc::new(Bare)));
     let r = bare.get_disk_number_by_name(by_name(PAGE83_1)).await;
     fails(
         r,
@@ -554,7 +538,7 @@ macro_rules! volume_base_test {
             }).await;);
             assert!(host.0.take().is_empty(), "invalid requests never reach the host");
 
-            let bare = $adapter::new(volume_service(Arc::new(BareVolumes)));
+            let bare = $adapter::new(volume_service(Arc::new(Bare)));
             unimplemented(bare.is_volume_formatted(formatted("v")).await, "volume", "IsVolumeFormatted");
             unimplemented(bare.format_volume(format("v")).await, "volume", "FormatVolume");
             unimplemented(bare.list_volumes_on_disk(list(1)).await, "volume", "ListVolumesOnDisk");
@@ -632,7 +616,7 @@ macro_rules! volume_lookup_test {
             refused_outside(a.$by_path(by_path(OUTSIDE)).await, "GetVolumeIDFromTargetPath");
             assert!(host.0.take().is_empty(), "invalid requests never reach the host");
 
-            let bare = $adapter::new(volume_service(Arc::new(BareVolumes)));
+            let bare = $adapter::new(volume_service(Arc::new(Bare)));
             unimplemented(bare.$stats(stats("v")).await, "volume", "GetVolumeStats");
             unimplemented(bare.$number(number("v")).await, "volume", "GetDiskNumberFromVolumeID");
             unimplemented(bare.$by_path(by_path(MOUNT)).await, "volume", "GetVolumeIDFromTargetPath");
@@ -663,7 +647,7 @@ macro_rules! volume_write_cache_test {
             let r = a.write_volume_cache(flush("")).await;
             fails(r, Code::InvalidArgument, &["WriteVolumeCache volume_id"]);
             assert_eq!(host.0.take(), ["WriteVolumeCache vol-1a"]);
-            let bare = $adapter::new(volume_service(Arc::new(BareVolumes)));
+            let bare = $adapter::new(volume_service(Arc::new(Bare)));
             unimplemented(
                 bare.write_volume_cache(flush("v")).await,
                 "volume",
@@ -708,7 +692,7 @@ async fn volume_v2alpha1_get_closest_volume_id() {
         [format!("GetClosestVolumeIDFromTargetPath {sub}")]
     );
 
-    let bare = VolumeV2alpha1::new(volume_service(Arc::new(BareVolumes)));
+    let bare = VolumeV2alpha1::new(volume_service(Arc::new(Bare)));
     let r = bare
         .get_closest_volume_id_from_target_path(closest(MOUNT))
         .await;

@@ -12,9 +12,10 @@ use csi_proxy_api::smb::v1beta1::smb_server::Smb as _;
 use csi_proxy_api::smb::v1beta2::smb_server::Smb as _;
 use csi_proxy_api::system::v1alpha1 as system_v1alpha1;
 use csi_proxy_api::system::v1alpha1::system_server::System as _;
-use csi_proxy_core::iscsi::{AuthType, Chap, IscsiHost, IscsiService, Secret, TargetPortal};
+use csi_proxy_core::iscsi::{AuthType, Chap, IscsiService, Secret, TargetPortal};
 use csi_proxy_core::smb::{SmbHost, SmbMapping, SmbService};
 use csi_proxy_core::system::{ServiceInfo, ServiceStatus, StartType, SystemHost, SystemService};
+use csi_proxy_core::testing::{PartialIscsiHost, PartialSmbHost, UnimplementedHost as Bare};
 use csi_proxy_core::{Error, Kind, Result};
 use csi_proxy_server::iscsi::{IscsiV1alpha1, IscsiV1alpha2};
 use csi_proxy_server::smb::{SmbV1, SmbV1alpha1, SmbV1beta1, SmbV1beta2};
@@ -100,7 +101,7 @@ enum SmbCall {
 /// Records every call; removing the root `\\gone\share` answers NotFound.
 type FakeSmb = Recorder<SmbCall>;
 
-impl SmbHost for Recorder<SmbCall> {
+impl PartialSmbHost for Recorder<SmbCall> {
     fn new_smb_global_mapping(&self, mapping: &SmbMapping) -> Result<()> {
         self.record(SmbCall::Map(mapping.clone()));
         Ok(())
@@ -261,7 +262,7 @@ fn portal(address: &str, port: u16) -> TargetPortal {
     }
 }
 
-impl IscsiHost for Recorder<IscsiCall> {
+impl PartialIscsiHost for Recorder<IscsiCall> {
     fn add_target_portal(&self, portal: &TargetPortal) -> Result<()> {
         self.record(IscsiCall::Add(portal.clone()));
         Ok(())
@@ -647,12 +648,7 @@ fn core_enums_have_the_wire_numbers() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Hosts that override nothing
-
-struct Bare;
-impl SmbHost for Bare {}
-impl IscsiHost for Bare {}
-impl SystemHost for Bare {}
+// A host that implements nothing (`Bare`)
 
 /// Every SMB RPC of one version against [`Bare`].
 macro_rules! smb_unimplemented {

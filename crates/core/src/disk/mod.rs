@@ -10,9 +10,6 @@ use crate::paths::{PathPolicy, PathStyle, is_drive_root};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// The group name used in error messages.
-const GROUP: &str = "disk";
-
 /// Where a disk is attached, as the host reports it. Every field may be empty when the host
 /// does not know it (upstream leaves `bus` empty on most hosts).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -88,59 +85,35 @@ pub fn refuse_host_disk(
 
 /// OS primitives of the disk group. Disks are named by their OS disk number.
 ///
-/// Every method defaults to "not implemented" so a platform can be brought up RPC by RPC; until a
-/// method is overridden its RPC answers UNIMPLEMENTED naming the group and RPC.
+/// Every method is required: each platform's host answers every RPC itself, so a forgotten method
+/// is a compile error rather than an UNIMPLEMENTED in production. Test doubles that need only a
+/// few methods implement `csi_proxy_core::testing::PartialDiskHost` instead (feature `testing`).
 pub trait DiskHost: Send + Sync {
     /// Every disk's location, keyed by disk number; disks without a parsable location are left out.
-    fn list_disk_locations(&self) -> Result<BTreeMap<u32, DiskLocation>> {
-        Err(Error::unimplemented(GROUP, "ListDiskLocations"))
-    }
+    fn list_disk_locations(&self) -> Result<BTreeMap<u32, DiskLocation>>;
 
     /// Initialises a raw disk (GPT) and creates one maximum-size data partition unless a
     /// non-reserved partition exists already. Idempotent; never formats.
-    fn partition_disk(&self, disk_number: u32) -> Result<()> {
-        let _ = disk_number;
-        Err(Error::unimplemented(GROUP, "PartitionDisk"))
-    }
+    fn partition_disk(&self, disk_number: u32) -> Result<()>;
 
     /// Makes the OS re-enumerate its disks.
-    fn rescan(&self) -> Result<()> {
-        Err(Error::unimplemented(GROUP, "Rescan"))
-    }
+    fn rescan(&self) -> Result<()>;
 
     /// Every disk's identifiers, keyed by disk number; a failure on any disk fails the call.
-    fn list_disk_ids(&self) -> Result<BTreeMap<u32, DiskIds>> {
-        Err(Error::unimplemented(GROUP, "ListDiskIDs"))
-    }
+    fn list_disk_ids(&self) -> Result<BTreeMap<u32, DiskIds>>;
 
     /// The disk's size in bytes.
-    fn get_disk_size(&self, disk_number: u32) -> Result<u64> {
-        let _ = disk_number;
-        Err(Error::unimplemented(GROUP, "GetDiskStats"))
-    }
+    fn get_disk_size(&self, disk_number: u32) -> Result<u64>;
 
     /// Brings the disk online or offline; already being in that state is success.
-    fn set_disk_online(&self, disk_number: u32, online: bool) -> Result<()> {
-        let _ = (disk_number, online);
-        Err(Error::unimplemented(GROUP, "SetDiskState"))
-    }
+    fn set_disk_online(&self, disk_number: u32, online: bool) -> Result<()>;
 
     /// Whether the disk is online.
-    fn is_disk_online(&self, disk_number: u32) -> Result<bool> {
-        let _ = disk_number;
-        Err(Error::unimplemented(GROUP, "GetDiskState"))
-    }
+    fn is_disk_online(&self, disk_number: u32) -> Result<bool>;
 
     /// What the host uses the disk for (see [`DiskUsage`]). Mutating RPCs are refused while this
     /// is unknown, so a host that cannot tell leaves every disk alone.
-    fn disk_usage(&self, disk_number: u32) -> Result<DiskUsage> {
-        Err(Error::new(
-            Kind::FailedPrecondition,
-            "disk",
-            disk_number,
-            "this host cannot tell whether the disk is in use, so it is not changed",
-        ))
-    }
+    fn disk_usage(&self, disk_number: u32) -> Result<DiskUsage>;
 }
 
 /// The version-agnostic disk service every disk API version is served by.
@@ -234,10 +207,11 @@ impl DiskService {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::PartialDiskHost;
 
     struct TwoDisks;
 
-    impl DiskHost for TwoDisks {
+    impl PartialDiskHost for TwoDisks {
         fn list_disk_ids(&self) -> Result<BTreeMap<u32, DiskIds>> {
             let id = |p: &str| DiskIds {
                 page83: p.into(),
@@ -261,7 +235,7 @@ mod tests {
     /// Reports a fixed usage and records whether the host was asked to change anything.
     struct Used(DiskUsage, std::sync::Mutex<Vec<&'static str>>);
 
-    impl DiskHost for Used {
+    impl PartialDiskHost for Used {
         fn disk_usage(&self, _: u32) -> Result<DiskUsage> {
             Ok(self.0.clone())
         }
@@ -355,7 +329,7 @@ mod tests {
     #[test]
     fn a_host_that_cannot_tell_usage_changes_nothing() {
         struct Blind;
-        impl DiskHost for Blind {
+        impl PartialDiskHost for Blind {
             fn partition_disk(&self, _: u32) -> Result<()> {
                 panic!("must not be reached")
             }

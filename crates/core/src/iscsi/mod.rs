@@ -13,8 +13,6 @@ pub use crate::smb::Secret;
 use std::fmt;
 use std::sync::Arc;
 
-const GROUP: &str = "iscsi";
-
 /// The port a portal listens on when the request says 0 (upstream's default).
 pub const DEFAULT_PORT: u16 = 3260;
 
@@ -130,65 +128,40 @@ pub struct ConnectTargetRequest {
 
 /// OS primitives of the iSCSI group. Arguments are already validated.
 ///
-/// Every method defaults to UNIMPLEMENTED naming the RPC it serves, so a host can be brought up
-/// one RPC at a time. No method may put a CHAP secret into an error.
+/// Every method is required, so a forgotten one is a compile error rather than an
+/// UNIMPLEMENTED in production; test doubles implement `csi_proxy_core::testing::PartialIscsiHost`
+/// instead (feature `testing`). No method may put a CHAP secret into an error.
 pub trait IscsiHost: Send + Sync {
     /// Registers `portal`; an existing one is success.
-    fn add_target_portal(&self, portal: &TargetPortal) -> Result<()> {
-        let _ = portal;
-        Err(Error::unimplemented(GROUP, "AddTargetPortal"))
-    }
+    fn add_target_portal(&self, portal: &TargetPortal) -> Result<()>;
 
     /// IQNs of the targets known through `portal`; NotFound if the portal is not registered.
-    fn discover_target_portal(&self, portal: &TargetPortal) -> Result<Vec<String>> {
-        let _ = portal;
-        Err(Error::unimplemented(GROUP, "DiscoverTargetPortal"))
-    }
+    fn discover_target_portal(&self, portal: &TargetPortal) -> Result<Vec<String>>;
 
     /// Unregisters `portal`; NotFound if it is not registered.
-    fn remove_target_portal(&self, portal: &TargetPortal) -> Result<()> {
-        let _ = portal;
-        Err(Error::unimplemented(GROUP, "RemoveTargetPortal"))
-    }
+    fn remove_target_portal(&self, portal: &TargetPortal) -> Result<()>;
 
     /// Every registered portal.
-    fn list_target_portals(&self) -> Result<Vec<TargetPortal>> {
-        Err(Error::unimplemented(GROUP, "ListTargetPortals"))
-    }
+    fn list_target_portals(&self) -> Result<Vec<TargetPortal>>;
 
     /// Logs in to target `iqn` through `portal`; an existing session is success.
-    fn connect_target(&self, portal: &TargetPortal, iqn: &str, chap: &Chap) -> Result<()> {
-        let _ = (portal, iqn, chap);
-        Err(Error::unimplemented(GROUP, "ConnectTarget"))
-    }
+    fn connect_target(&self, portal: &TargetPortal, iqn: &str, chap: &Chap) -> Result<()>;
 
     /// Logs out of target `iqn`; no session is success, an unknown target is NotFound.
-    fn disconnect_target(&self, portal: &TargetPortal, iqn: &str) -> Result<()> {
-        let _ = (portal, iqn);
-        Err(Error::unimplemented(GROUP, "DisconnectTarget"))
-    }
+    fn disconnect_target(&self, portal: &TargetPortal, iqn: &str) -> Result<()>;
 
     /// Disk numbers (as the disk group names disks) of the target's sessions; none when not
     /// connected.
-    fn get_target_disks(&self, portal: &TargetPortal, iqn: &str) -> Result<Vec<u32>> {
-        let _ = (portal, iqn);
-        Err(Error::unimplemented(GROUP, "GetTargetDisks"))
-    }
+    fn get_target_disks(&self, portal: &TargetPortal, iqn: &str) -> Result<Vec<u32>>;
 
     /// Sets the initiator's (node-wide) mutual CHAP secret.
-    fn set_mutual_chap_secret(&self, secret: &Secret) -> Result<()> {
-        let _ = secret;
-        Err(Error::unimplemented(GROUP, "SetMutualChapSecret"))
-    }
+    fn set_mutual_chap_secret(&self, secret: &Secret) -> Result<()>;
 
     /// Why disk `number`, brought by a session, is in use (mounted, stacked on, held open), or
-    /// `None` when logging out cannot take anything from under a user. The default is `None`:
-    /// for hosts whose logout refuses a busy session by itself (Windows answers
-    /// `ISDSC_DEVICE_BUSY_ON_SESSION`).
-    fn target_disk_in_use(&self, number: u32) -> Result<Option<String>> {
-        let _ = number;
-        Ok(None)
-    }
+    /// `None` when logging out cannot take anything from under a user. A host whose logout
+    /// refuses a busy session by itself (Windows answers `ISDSC_DEVICE_BUSY_ON_SESSION`) answers
+    /// `None` for every disk; one whose logout does not (Linux) must look.
+    fn target_disk_in_use(&self, number: u32) -> Result<Option<String>>;
 }
 
 /// The version-agnostic iSCSI service every iSCSI API version is served by.
@@ -348,6 +321,7 @@ impl IscsiService {
 mod tests {
     use super::*;
     use crate::error::Kind;
+    use crate::testing::PartialIscsiHost;
     use std::sync::Mutex;
 
     fn raw(address: &str, port: u32) -> RawTargetPortal {
@@ -391,7 +365,7 @@ mod tests {
 
     #[derive(Default)]
     struct Recorder(Mutex<Vec<(TargetPortal, String, Chap)>>);
-    impl IscsiHost for Recorder {
+    impl PartialIscsiHost for Recorder {
         fn connect_target(&self, portal: &TargetPortal, iqn: &str, chap: &Chap) -> Result<()> {
             self.0
                 .lock()
@@ -435,9 +409,7 @@ mod tests {
 
     #[test]
     fn a_host_without_overrides_names_group_and_rpc() {
-        struct Bare;
-        impl IscsiHost for Bare {}
-        let svc = IscsiService::new(Arc::new(Bare));
+        let svc = IscsiService::new(Arc::new(crate::testing::UnimplementedHost));
         let e = svc.list_target_portals().unwrap_err();
         assert_eq!(e.kind(), Kind::Unimplemented);
         assert!(
@@ -459,7 +431,7 @@ mod tests {
         logged_out: Mutex<bool>,
         mounted: Mutex<bool>,
     }
-    impl IscsiHost for Session {
+    impl PartialIscsiHost for Session {
         fn get_target_disks(&self, _: &TargetPortal, _: &str) -> Result<Vec<u32>> {
             Ok(vec![900_007, 900_003])
         }

@@ -14,7 +14,6 @@ use std::fmt;
 use std::hash::{BuildHasher, Hash, Hasher, RandomState};
 use std::sync::{Arc, Mutex};
 
-const GROUP: &str = "smb";
 const NEW: &str = "NewSmbGlobalMapping";
 const REMOVE: &str = "RemoveSmbGlobalMapping";
 
@@ -206,8 +205,8 @@ pub struct SmbMapping {
 /// What the host knows about the node-wide mapping of one share root.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MappingState {
-    /// The host cannot tell (a host that only implements the create/remove primitives); the
-    /// manager then creates (which must accept an existing healthy mapping) and removes blindly.
+    /// The host cannot tell; the manager then creates (which must accept an existing healthy
+    /// mapping) and removes blindly.
     Unknown,
     /// No mapping of this root exists.
     Absent,
@@ -231,52 +230,36 @@ pub struct MappingInfo {
 /// OS primitives of the SMB group. Arguments are already validated; the decisions (reuse,
 /// replace, conflict handling, keep while used) are [`SmbService`]'s.
 ///
-/// The primitives default to UNIMPLEMENTED naming the RPC they serve; the queries default to
-/// "cannot tell" answers so a host can be brought up one piece at a time. No method may put a
-/// password into an error.
+/// Every method is required, the queries too: a real host can tell what is mapped and what uses
+/// it, and a "cannot tell" answer would make the service create and remove mappings blindly. Test
+/// doubles implement `csi_proxy_core::testing::PartialSmbHost` instead (feature `testing`). No
+/// method may put a password into an error.
 pub trait SmbHost: Send + Sync {
     /// Creates the node-wide mapping of `mapping.root` with these credentials.
     ///
     /// AlreadyExists when the host refuses because a mapping of this root exists, or because the
     /// server already has a connection made with other credentials (Windows error 1219: one set
     /// of credentials per server and session).
-    fn new_smb_global_mapping(&self, mapping: &SmbMapping) -> Result<()> {
-        let _ = mapping;
-        Err(Error::unimplemented(GROUP, NEW))
-    }
+    fn new_smb_global_mapping(&self, mapping: &SmbMapping) -> Result<()>;
 
     /// Creates a directory link at `local_path` (confined) to `remote_path` (normalised full
     /// remote path, original case) through the mapping of its root; fails if `local_path` exists.
-    fn new_smb_link(&self, remote_path: &str, local_path: &str) -> Result<()> {
-        let _ = (remote_path, local_path);
-        Err(Error::unimplemented(GROUP, NEW))
-    }
+    fn new_smb_link(&self, remote_path: &str, local_path: &str) -> Result<()>;
 
     /// Removes the node-wide mapping of `root` (forcibly: open handles are closed); NotFound when
     /// there is none. Links to it are left alone.
-    fn remove_smb_global_mapping(&self, root: &str) -> Result<()> {
-        let _ = root;
-        Err(Error::unimplemented(GROUP, REMOVE))
-    }
+    fn remove_smb_global_mapping(&self, root: &str) -> Result<()>;
 
     /// The state of the mapping of `root` (lower-cased `\\server\share`).
-    fn smb_global_mapping(&self, root: &str) -> Result<MappingState> {
-        let _ = root;
-        Ok(MappingState::Unknown)
-    }
+    fn smb_global_mapping(&self, root: &str) -> Result<MappingState>;
 
     /// The roots of every node-wide mapping (lower-cased `\\server\share`), whatever its state.
-    fn smb_global_mappings(&self) -> Result<Vec<String>> {
-        Ok(Vec::new())
-    }
+    fn smb_global_mappings(&self) -> Result<Vec<String>>;
 
     /// The links under `scan_roots` (the allowed roots: kubelet path and working dirs) that lead
     /// into the mapping of `root`; derived from what is on disk, so nothing is lost when the
-    /// daemon restarts. A host that cannot scan reports none.
-    fn smb_mapping_users(&self, root: &str, scan_roots: &[String]) -> Result<Vec<SmbLinkUse>> {
-        let _ = (root, scan_roots);
-        Ok(Vec::new())
-    }
+    /// daemon restarts.
+    fn smb_mapping_users(&self, root: &str, scan_roots: &[String]) -> Result<Vec<SmbLinkUse>>;
 }
 
 /// What the manager does with the mapping a NewSmbGlobalMapping needs.

@@ -7,8 +7,6 @@
 use crate::error::{Error, Result};
 use std::sync::Arc;
 
-const GROUP: &str = "system";
-
 /// How a service starts; numbers as on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(i32)]
@@ -61,32 +59,22 @@ pub struct ServiceInfo {
 
 /// OS primitives of the system group. Names are already validated.
 ///
-/// Every method defaults to UNIMPLEMENTED naming the RPC it serves, so a host can be brought up
-/// one RPC at a time.
+/// Every method is required, so a forgotten one is a compile error rather than an
+/// UNIMPLEMENTED in production; test doubles implement `csi_proxy_core::testing::PartialSystemHost`
+/// instead (feature `testing`).
 pub trait SystemHost: Send + Sync {
     /// The BIOS / SMBIOS system serial number, as the firmware reports it.
-    fn bios_serial_number(&self) -> Result<String> {
-        Err(Error::unimplemented(GROUP, "GetBIOSSerialNumber"))
-    }
+    fn bios_serial_number(&self) -> Result<String>;
 
     /// The service called `name`; NotFound if there is none.
-    fn get_service(&self, name: &str) -> Result<ServiceInfo> {
-        let _ = name;
-        Err(Error::unimplemented(GROUP, "GetService"))
-    }
+    fn get_service(&self, name: &str) -> Result<ServiceInfo>;
 
     /// Starts `name` and waits until it runs (upstream: 30 s); already running is success.
-    fn start_service(&self, name: &str) -> Result<()> {
-        let _ = name;
-        Err(Error::unimplemented(GROUP, "StartService"))
-    }
+    fn start_service(&self, name: &str) -> Result<()>;
 
     /// Stops `name` and waits until it is stopped (upstream: 30 s); already stopped is success.
     /// With `force`, running dependents are stopped first; without, they make it fail.
-    fn stop_service(&self, name: &str, force: bool) -> Result<()> {
-        let _ = (name, force);
-        Err(Error::unimplemented(GROUP, "StopService"))
-    }
+    fn stop_service(&self, name: &str, force: bool) -> Result<()>;
 }
 
 /// The version-agnostic system service every system API version is served by.
@@ -198,9 +186,10 @@ impl SystemService {
 mod tests {
     use super::*;
     use crate::error::Kind;
+    use crate::testing::PartialSystemHost;
 
     struct Padded;
-    impl SystemHost for Padded {
+    impl PartialSystemHost for Padded {
         fn bios_serial_number(&self) -> Result<String> {
             Ok("  VMware-56 4d  \r\n".into())
         }

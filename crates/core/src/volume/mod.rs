@@ -17,9 +17,6 @@ use std::sync::Arc;
 
 pub mod rules;
 
-/// The group name used in error messages.
-const GROUP: &str = "volume";
-
 /// What every NOT_FOUND answer of GetVolumeIDFromTargetPath says. aws-ebs-csi-driver reads a
 /// failure of that call as "nothing is mounted there" only when its text contains `because it
 /// does not exist` (upstream's PowerShell-era wording); any other text fails its NodeStage and
@@ -47,8 +44,9 @@ pub struct VolumeStats {
 /// OS primitives of the volume group. Target paths are already confined to the allowed roots;
 /// volume IDs are non-empty and passed verbatim.
 ///
-/// Every method defaults to "not implemented" so a platform can be brought up RPC by RPC; until a
-/// method is overridden its RPC answers UNIMPLEMENTED naming the group and RPC.
+/// Every method is required: each platform's host answers every RPC itself, so a forgotten method
+/// is a compile error rather than an UNIMPLEMENTED in production. Test doubles that need only a
+/// few methods implement `csi_proxy_core::testing::PartialVolumeHost` instead (feature `testing`).
 pub trait VolumeHost: Send + Sync {
     /// IDs of the volumes on the disk, in partition order; `partition` `None` means every
     /// partition. A missing disk or one without volumes yields an empty list.
@@ -56,99 +54,49 @@ pub trait VolumeHost: Send + Sync {
         &self,
         disk_number: u32,
         partition: Option<NonZeroU32>,
-    ) -> Result<Vec<String>> {
-        let _ = (disk_number, partition);
-        Err(Error::unimplemented(GROUP, "ListVolumesOnDisk"))
-    }
+    ) -> Result<Vec<String>>;
 
     /// Mounts the volume at the existing empty directory `target_path`; the same volume already
     /// mounted there is success.
-    fn mount_volume(&self, volume_id: &str, target_path: &str) -> Result<()> {
-        let _ = (volume_id, target_path);
-        Err(Error::unimplemented(GROUP, "MountVolume"))
-    }
+    fn mount_volume(&self, volume_id: &str, target_path: &str) -> Result<()>;
 
     /// Flushes the volume and removes the mount point at `target_path`, keeping the directory.
-    fn unmount_volume(&self, volume_id: &str, target_path: &str) -> Result<()> {
-        let _ = (volume_id, target_path);
-        Err(Error::unimplemented(GROUP, "UnmountVolume"))
-    }
+    fn unmount_volume(&self, volume_id: &str, target_path: &str) -> Result<()>;
 
     /// Whether the volume carries any filesystem; an unknown volume is an error.
-    fn is_volume_formatted(&self, volume_id: &str) -> Result<bool> {
-        let _ = volume_id;
-        Err(Error::unimplemented(GROUP, "IsVolumeFormatted"))
-    }
+    fn is_volume_formatted(&self, volume_id: &str) -> Result<bool>;
 
     /// Quick-formats the volume (NTFS on Windows), unconditionally.
-    fn format_volume(&self, volume_id: &str) -> Result<()> {
-        let _ = volume_id;
-        Err(Error::unimplemented(GROUP, "FormatVolume"))
-    }
+    fn format_volume(&self, volume_id: &str) -> Result<()>;
 
     /// Grows the volume's partition and filesystem to `target`; a target below the current size
     /// plus 100 MiB is a no-op success (upstream's rule, which also makes shrinking a no-op).
-    fn resize_volume(&self, volume_id: &str, target: ResizeTarget) -> Result<()> {
-        let _ = (volume_id, target);
-        Err(Error::unimplemented(GROUP, "ResizeVolume"))
-    }
+    fn resize_volume(&self, volume_id: &str, target: ResizeTarget) -> Result<()>;
 
     /// The volume's filesystem capacity and usage.
-    fn get_volume_stats(&self, volume_id: &str) -> Result<VolumeStats> {
-        let _ = volume_id;
-        Err(Error::unimplemented(GROUP, "GetVolumeStats"))
-    }
+    fn get_volume_stats(&self, volume_id: &str) -> Result<VolumeStats>;
 
     /// The number of the disk holding the volume's (first) partition.
-    fn get_disk_number_from_volume_id(&self, volume_id: &str) -> Result<u32> {
-        let _ = volume_id;
-        Err(Error::unimplemented(GROUP, "GetDiskNumberFromVolumeID"))
-    }
+    fn get_disk_number_from_volume_id(&self, volume_id: &str) -> Result<u32>;
 
     /// The ID of the volume mounted at `target_path` (or at the mount point a link there leads
     /// to); an error when it is not a mount point.
-    fn get_volume_id_from_target_path(&self, target_path: &str) -> Result<String> {
-        let _ = target_path;
-        Err(Error::unimplemented(GROUP, "GetVolumeIDFromTargetPath"))
-    }
+    fn get_volume_id_from_target_path(&self, target_path: &str) -> Result<String>;
 
     /// The ID of the volume `target_path` lives on: its own mount, the nearest mounted ancestor,
     /// or the volume of the root it is under.
-    fn get_closest_volume_id_from_target_path(&self, target_path: &str) -> Result<String> {
-        let _ = target_path;
-        Err(Error::unimplemented(
-            GROUP,
-            "GetClosestVolumeIDFromTargetPath",
-        ))
-    }
+    fn get_closest_volume_id_from_target_path(&self, target_path: &str) -> Result<String>;
 
     /// Flushes the volume's write cache to disk.
-    fn write_volume_cache(&self, volume_id: &str) -> Result<()> {
-        let _ = volume_id;
-        Err(Error::unimplemented(GROUP, "WriteVolumeCache"))
-    }
+    fn write_volume_cache(&self, volume_id: &str) -> Result<()>;
 
     /// The number of the disk holding the volume, to serialise on before anything else is
     /// asked. Mutating RPCs are refused while this is unknown.
-    fn volume_disk_number(&self, volume_id: &str) -> Result<u32> {
-        Err(Error::new(
-            Kind::FailedPrecondition,
-            "volume",
-            format!("{volume_id:?}"),
-            "this host cannot tell which disk holds the volume, so it is not changed",
-        ))
-    }
+    fn volume_disk_number(&self, volume_id: &str) -> Result<u32>;
 
     /// What the host uses the disk for (asked under the disk's lock, once the volume's disk is
     /// known), so the service keeps away from the host's own disks.
-    fn disk_usage(&self, disk_number: u32) -> Result<DiskUsage> {
-        Err(Error::new(
-            Kind::FailedPrecondition,
-            "volume",
-            format!("disk {disk_number}"),
-            "this host cannot tell what the disk is used for, so it is not changed",
-        ))
-    }
+    fn disk_usage(&self, disk_number: u32) -> Result<DiskUsage>;
 }
 
 /// The version-agnostic volume service every volume API version is served by.
@@ -319,6 +267,7 @@ impl VolumeService {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::PartialVolumeHost;
 
     use std::sync::Mutex;
 
@@ -326,7 +275,7 @@ mod tests {
     #[derive(Default)]
     struct Recorder(Mutex<Vec<String>>);
 
-    impl VolumeHost for Recorder {
+    impl PartialVolumeHost for Recorder {
         fn volume_disk_number(&self, id: &str) -> Result<u32> {
             Ok(if id == "on-root" { 2 } else { 1 })
         }
@@ -465,7 +414,7 @@ mod tests {
     /// A host with nothing mounted anywhere.
     struct NothingMounted;
 
-    impl VolumeHost for NothingMounted {
+    impl PartialVolumeHost for NothingMounted {
         fn get_volume_id_from_target_path(&self, target: &str) -> Result<String> {
             Err(Error::new(
                 Kind::NotFound,

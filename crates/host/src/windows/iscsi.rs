@@ -339,6 +339,12 @@ impl IscsiHost for WindowsIscsiHost {
         Ok(())
     }
 
+    /// Nothing to look at: LogoutIScsiTarget itself refuses a session whose disks are in use
+    /// (ISDSC_DEVICE_BUSY_ON_SESSION), and DisconnectTarget reports that refusal.
+    fn target_disk_in_use(&self, _: u32) -> Result<Option<String>> {
+        Ok(None)
+    }
+
     fn get_target_disks(&self, portal: &TargetPortal, iqn: &str) -> Result<Vec<u32>> {
         const OP: &str = "GetTargetDisks";
         let object = target_object(iqn, portal);
