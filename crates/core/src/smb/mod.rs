@@ -14,6 +14,12 @@ use std::fmt;
 use std::hash::{BuildHasher, Hash, Hasher, RandomState};
 use std::sync::{Arc, Mutex};
 
+mod remote;
+
+pub use remote::{
+    RemotePath, SHARE_ROOT_FORBIDDEN, remote_of_link_target, same_remote, share_root_of_link_target,
+};
+
 const NEW: &str = "NewSmbGlobalMapping";
 const REMOVE: &str = "RemoveSmbGlobalMapping";
 
@@ -84,101 +90,6 @@ pub struct SmbCredentials {
     pub username: String,
     /// The password of `username`.
     pub password: Secret,
-}
-
-/// Characters refused in a remote path's server and share names (Microsoft's list of characters
-/// a share name may not contain, which also covers every server name form).
-pub const SHARE_ROOT_FORBIDDEN: &str = "\"/[]:|<>+=;,?*";
-
-/// A remote path after validation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RemotePath {
-    /// The full path with every `/` turned into `\`, original case (what a link points to).
-    pub path: String,
-    /// The lower-cased `\\server\share` root: what is mapped, node-wide.
-    pub root: String,
-}
-
-impl RemotePath {
-    /// Normalises `remote` for operation `op` and computes its share root.
-    ///
-    /// Upstream only maps `/` to `\` and requires two components; device-namespace roots
-    /// (`\\?\…`, `\\.\…`) are refused too since they can never name a share.
-    pub fn parse(op: &str, remote: &str) -> Result<Self> {
-        if remote.is_empty() {
-            return Err(Error::invalid(
-                op,
-                "remote path \"\"",
-                "remote path is empty",
-            ));
-        }
-        let path = remote.replace('/', "\\");
-        let mut parts = path.split('\\').filter(|c| !c.is_empty());
-        let (server, share) = match (parts.next(), parts.next()) {
-            (Some(server), Some(share)) => (server, share),
-            _ => {
-                return Err(Error::with_message(
-                    Kind::InvalidArgument,
-                    format!("{op}: remote path {remote:?} is invalid: expected \\\\server\\share"),
-                ));
-            }
-        };
-        if [server, share]
-            .iter()
-            .any(|c| matches!(*c, "." | ".." | "?"))
-        {
-            return Err(Error::with_message(
-                Kind::InvalidArgument,
-                format!("{op}: remote path {remote:?} is invalid: not a server share"),
-            ));
-        }
-        // Stricter than upstream: a `.`/`..` component would let a link escape the share (on
-        // Linux the link leads into a local mount directory), and control characters are never
-        // part of a server, share or directory name.
-        if path.split('\\').any(|c| matches!(c, "." | "..")) {
-            return Err(Error::with_message(
-                Kind::InvalidArgument,
-                format!(
-                    "{op}: remote path {remote:?} is invalid: \".\" and \"..\" components are not allowed"
-                ),
-            ));
-        }
-        if path.chars().any(char::is_control) {
-            return Err(Error::with_message(
-                Kind::InvalidArgument,
-                format!("{op}: remote path {remote:?} is invalid: it contains a control character"),
-            ));
-        }
-        // Windows refuses these characters in share names, and none appears in a DNS, NetBIOS
-        // or IP server name; on Linux the root becomes the cifs mount data, where `,` starts a
-        // new mount option and `=` gives it a value: letting them through would let whoever
-        // writes a volume's source (a pod author, for inline volumes) set mount options.
-        for (what, name) in [("server", server), ("share", share)] {
-            if let Some(c) = name
-                .chars()
-                .find(|c| SHARE_ROOT_FORBIDDEN.contains(*c) || c.is_whitespace())
-            {
-                return Err(Error::with_message(
-                    Kind::InvalidArgument,
-                    format!(
-                        "{op}: remote path {remote:?} is invalid: the {what} name contains {c:?}, \
-                         which no SMB {what} name may contain"
-                    ),
-                ));
-            }
-        }
-        let root = format!("\\\\{server}\\{share}").to_lowercase();
-        Ok(Self { path, root })
-    }
-
-    /// The non-empty components after server and share (the directory inside the share).
-    pub fn sub_components(&self) -> Vec<&str> {
-        self.path
-            .split('\\')
-            .filter(|c| !c.is_empty())
-            .skip(2)
-            .collect()
-    }
 }
 
 /// A link under the allowed roots that uses a mapping: where the link is, and the remote path
@@ -306,48 +217,6 @@ pub fn decide(
         }
         _ => Decision::Reuse,
     }
-}
-
-/// The remote path (`\\server\share\…`, `\`-separated, original case, no trailing `\`) a
-/// directory link's target leads to, for the target forms Windows stores: `\\server\share\…`,
-/// `\\?\UNC\server\share\…`, `\??\UNC\…`, `UNC\…` and upstream's `\\?\\\server\share\…`.
-/// `None` for anything that is not a UNC path with a server and a share.
-pub fn remote_of_link_target(target: &str) -> Option<String> {
-    let t = target.replace('/', "\\");
-    let rest = if let Some(r) = t
-        .strip_prefix("\\\\?\\UNC\\")
-        .or_else(|| t.strip_prefix("\\??\\UNC\\"))
-    {
-        r
-    } else if let Some(r) = t.strip_prefix("\\\\?\\\\\\") {
-        r
-    } else if t.starts_with("\\\\?\\") || t.starts_with("\\\\.\\") || t.starts_with("\\??\\") {
-        return None;
-    } else if let Some(r) = t.strip_prefix("\\\\") {
-        r
-    } else if t.len() > 4 && t[..4].eq_ignore_ascii_case("UNC\\") {
-        &t[4..]
-    } else {
-        return None;
-    };
-    let parts: Vec<&str> = rest.split('\\').filter(|c| !c.is_empty()).collect();
-    (parts.len() >= 2).then(|| format!("\\\\{}", parts.join("\\")))
-}
-
-/// The share root (lower-cased `\\server\share`) a directory link's target leads into
-/// ([`remote_of_link_target`]).
-pub fn share_root_of_link_target(target: &str) -> Option<String> {
-    let remote = remote_of_link_target(target)?;
-    let mut parts = remote.trim_start_matches('\\').split('\\');
-    let (server, share) = (parts.next()?, parts.next()?);
-    Some(format!("\\\\{server}\\{share}").to_lowercase())
-}
-
-/// Whether two remote paths (or two link paths) name the same place: case-insensitive, as SMB
-/// and Windows names are; `/` and `\`, and trailing separators, alike.
-pub fn same_remote(a: &str, b: &str) -> bool {
-    let norm = |p: &str| p.replace('/', "\\").trim_end_matches('\\').to_lowercase();
-    norm(a) == norm(b)
 }
 
 /// The version-agnostic SMB service every SMB API version is served by, and the mapping
@@ -644,100 +513,4 @@ impl SmbService {
 // tested over the adapters in `csi-proxy-server/tests/smb_iscsi_system_adapters.rs`, which has
 // the filesystem fake the service needs.
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn remote_paths_normalise_to_a_lower_cased_share_root() {
-        let cases = [
-            (
-                "\\\\Host\\Share\\sub\\dir",
-                "\\\\host\\share",
-                "\\\\Host\\Share\\sub\\dir",
-            ),
-            (
-                "//Host/Share/sub",
-                "\\\\host\\share",
-                "\\\\Host\\Share\\sub",
-            ),
-            ("Host\\Share", "\\\\host\\share", "Host\\Share"),
-            ("\\\\h\\\\s\\", "\\\\h\\s", "\\\\h\\\\s\\"),
-        ];
-        for (input, root, path) in cases {
-            let r = RemotePath::parse("Op", input).unwrap();
-            assert_eq!((r.root.as_str(), r.path.as_str()), (root, path), "{input}");
-        }
-    }
-
-    #[test]
-    fn remote_paths_without_a_share_are_invalid() {
-        let bad = [
-            "",
-            "hostname",
-            "\\\\hostname",
-            "\\\\hostname\\",
-            "//",
-            "\\\\?\\c:",
-            "\\\\.\\pipe",
-        ];
-        for remote in bad {
-            let e = RemotePath::parse("Op", remote).unwrap_err();
-            assert_eq!(e.kind(), Kind::InvalidArgument, "{remote}");
-        }
-        let e = RemotePath::parse("Op", "hostname").unwrap_err();
-        assert!(
-            e.message().contains("remote path \"hostname\" is invalid"),
-            "{}",
-            e.message()
-        );
-        let e = RemotePath::parse("Op", "").unwrap_err();
-        assert!(
-            e.message().contains("remote path is empty"),
-            "{}",
-            e.message()
-        );
-    }
-
-    #[test]
-    fn server_and_share_names_cannot_carry_mount_options() {
-        for remote in [
-            "\\\\srv\\x,file_mode=0777",
-            "\\\\srv,ip=10.0.0.1\\share",
-            "//srv/share=1",
-            "\\\\srv\\a;b",
-            "\\\\srv\\a b",
-            "\\\\[::1]\\share",
-        ] {
-            let e = RemotePath::parse("NewSmbGlobalMapping", remote).unwrap_err();
-            assert_eq!(e.kind(), Kind::InvalidArgument, "{remote}");
-            assert!(e.message().contains("which no SMB"), "{}", e.message());
-        }
-        // Names real drivers use stay valid, and the directory part is not restricted.
-        for remote in [
-            "\\\\account.file.core.windows.net\\pvc-1\\dir,with=odd;chars",
-            "//10.0.0.4/share$",
-            "\\\\smb-server_1\\data-01",
-        ] {
-            RemotePath::parse("NewSmbGlobalMapping", remote).unwrap();
-        }
-    }
-
-    #[test]
-    fn secrets_never_show_in_debug() {
-        let req = NewSmbGlobalMappingRequest {
-            remote_path: "\\\\s\\h".into(),
-            username: "u".into(),
-            password: "pa55word".into(),
-            ..Default::default()
-        };
-        let creds = SmbCredentials {
-            username: "u".into(),
-            password: "pa55word".into(),
-        };
-        let shown = format!("{req:?} {req:#?} {creds:?}");
-        assert!(!shown.contains("pa55word"), "{shown}");
-        assert!(shown.contains("<redacted>"), "{shown}");
-        assert_eq!(format!("{:?}", Secret::default()), "\"\"");
-        assert_eq!(Secret::new("x").expose(), "x");
-    }
-}
+mod tests;
