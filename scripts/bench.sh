@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Benchmarks csi-proxy: builds the daemon and the bench tool in release, runs them, prints one
 # table (Markdown). Linux; run as root for the loop-device stage flow (otherwise it says n/a).
-# Takes about 2 minutes after the build on 2 cores. Extra arguments go to csi-proxy-bench
-# (see `target/release/csi-proxy-bench --help`); `--daemon PATH` measures that daemon binary
-# instead of the one just built (before/after comparisons). Honours CARGO_TARGET_DIR.
+# Takes about 3 minutes after the build on 2 cores (--no-layers: about 2). Extra arguments go
+# to csi-proxy-bench (see `target/release/csi-proxy-bench --help`); `--daemon PATH` measures that
+# daemon binary instead of the one just built (before/after comparisons). Honours
+# CARGO_TARGET_DIR.
 #
 #   scripts/bench.sh --wine [ARGS]   the Windows build under wine instead: wineserver requests per
 #                                    call next to latency and throughput (scripts/bench-wine.sh ARGS)
