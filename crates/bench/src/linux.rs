@@ -1,6 +1,6 @@
 //! The Linux benchmark run: a real daemon on Unix sockets in a temp dir, clients in this process.
 
-use crate::stats::{Row, Samples, fmt_d, fmt_mib, print_table, ratio};
+use crate::stats::{Row, Samples, fmt_d, fmt_mib, print_markdown, print_table, ratio};
 use crate::syscalls;
 use clap::Parser;
 use csi_proxy_client::Connector;
@@ -42,11 +42,43 @@ struct Args {
     /// Size of each loop-device disk for the stage flow, MiB.
     #[arg(long, default_value_t = 256)]
     disk_mib: u64,
-    /// Only the per-request costs: start-up, idle RSS, 1-client PathExists against the health
-    /// check on the same endpoint, and system calls per request.
+    /// Only the per-request costs: start-up, idle RSS, PathExists against the health check on
+    /// the same endpoint (1 and N clients, system calls per request, threads), and the layer
+    /// table; no ListDiskIDs, stage flow or GetVolumeStats.
     #[arg(long)]
     costs_only: bool,
+    /// The bench-only servers of the layer table (plain tonic with none, one or all of the
+    /// daemon's layers); default: `csi-proxy-bench-server` beside this binary.
+    #[arg(long)]
+    baseline_server: Option<PathBuf>,
+    /// Skip the layer table (the daemon's layers against a bare tonic server).
+    #[arg(long)]
+    no_layers: bool,
 }
+
+/// The layer table's servers: `csi-proxy-bench-server --layers <name>`, and what each row is.
+const LAYERS: [(&str, &str); 8] = [
+    (
+        "bare",
+        "bare tonic (serve_with_incoming, handler calls the service)",
+    ),
+    (
+        "adapter",
+        "bare + our adapter (call.rs: metrics, inline slot, logging)",
+    ),
+    (
+        "deadline",
+        "bare + spec_status layer (deadline, status fixes)",
+    ),
+    ("accept", "bare + accept back-off"),
+    ("handshake", "bare + handshake timeout"),
+    ("authority", "bare + :authority rewriter"),
+    ("logging", "bare + the daemon's log subscriber (info)"),
+    (
+        "daemon-stack",
+        "daemon::serve, 1 endpoint (all of the above)",
+    ),
+];
 
 pub fn main() -> ExitCode {
     let args = Args::parse();
@@ -57,7 +89,13 @@ pub fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    crate::run_to_exit(run(&args), |rows| print_table(&rows))
+    crate::run_to_exit(run(&args), |(rows, layers)| {
+        print_table(&rows);
+        if !layers.is_empty() {
+            println!();
+            print_markdown(&LAYER_HEAD, &layers);
+        }
+    })
 }
 
 /// A daemon in its own temp dir (sockets, kubelet root, log).
@@ -68,6 +106,14 @@ struct Daemon {
 
 impl Daemon {
     fn spawn(bin: &Path) -> Result<Daemon, String> {
+        Self::spawn_with(bin, |dir| {
+            vec![format!("--state-dir={}", dir.join("state").display())]
+        })
+    }
+
+    /// Starts `bin --kubelet-path=<dir>/kubelet --socket-dir=<dir>/run` plus the arguments
+    /// `extra` makes from the temp dir.
+    fn spawn_with(bin: &Path, extra: impl FnOnce(&Path) -> Vec<String>) -> Result<Daemon, String> {
         let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
         std::fs::create_dir_all(dir.path().join("kubelet"))
             .map_err(|e| format!("kubelet dir: {e}"))?;
@@ -79,10 +125,7 @@ impl Daemon {
                 dir.path().join("kubelet").display()
             ))
             .arg(format!("--socket-dir={}", dir.path().join("run").display()))
-            .arg(format!(
-                "--state-dir={}",
-                dir.path().join("state").display()
-            ))
+            .args(extra(dir.path()))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -109,6 +152,40 @@ impl Drop for Daemon {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The CPU time process `pid`'s threads now alive have used (the first field of each
+/// `/proc/<pid>/task/<tid>/schedstat`, nanoseconds on a CPU).
+fn cpu_of(pid: u32) -> Duration {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Duration::ZERO;
+    };
+    let ns: u64 = tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    Duration::from_nanos(ns)
+}
+
+/// The CPU time server `pid` spends per call over `n` sequential calls: all its threads, kernel
+/// and user time, without the waits. Less noisy than a latency on a shared machine, as it does
+/// not count the time the server waits for a core.
+async fn cpu_per_call<F, Fut>(pid: u32, n: usize, mut call: F) -> Result<Duration, Status>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), Status>>,
+{
+    let before = cpu_of(pid);
+    for _ in 0..n {
+        call().await?;
+    }
+    Ok(cpu_of(pid).saturating_sub(before) / n.max(1) as u32)
+}
+
+/// The threads of process `pid` now (its entries in `/proc/<pid>/task`).
+fn threads_of(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count() as u64)
 }
 
 fn rss_of(pid: u32) -> u64 {
@@ -159,18 +236,56 @@ async fn wait_all_serving(c: &Connector, limit: Duration) -> Result<(), String> 
     let t = Instant::now();
     for group in csi_proxy_api::GROUPS {
         for version in csi_proxy_api::versions(group).unwrap_or_default() {
-            loop {
-                if let Ok(ServingStatus::Serving) = health::check(c, group, version, "").await {
-                    break;
-                }
-                if t.elapsed() > limit {
-                    return Err(format!("{group} {version} did not answer within {limit:?}"));
-                }
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
+            wait_serving(c, group, version, t + limit).await?;
         }
     }
     Ok(())
+}
+
+/// Polls until one endpoint answers its health check with SERVING, at most until `until`.
+async fn wait_serving(
+    c: &Connector,
+    group: &str,
+    version: &str,
+    until: Instant,
+) -> Result<(), String> {
+    loop {
+        if let Ok(ServingStatus::Serving) = health::check(c, group, version, "").await {
+            return Ok(());
+        }
+        if Instant::now() > until {
+            return Err(format!("{group} {version} did not answer in time"));
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// `n` calls of `a` and `n` of `b`, alternating, so both see the same moments of a noisy
+/// machine.
+async fn paired<A, AF, B, BF>(n: usize, mut a: A, mut b: B) -> Result<(Samples, Samples), Status>
+where
+    A: FnMut() -> AF,
+    AF: Future<Output = Result<(), Status>>,
+    B: FnMut() -> BF,
+    BF: Future<Output = Result<(), Status>>,
+{
+    for _ in 0..(n / 10).max(10) {
+        a().await?; // warm-up: connections, caches
+        b().await?;
+    }
+    let (mut sa, mut sb) = (Samples::default(), Samples::default());
+    for _ in 0..n {
+        let t = Instant::now();
+        a().await?;
+        let u = Instant::now();
+        b().await?;
+        sb.latencies.push(u.elapsed());
+        sa.latencies.push(u - t);
+    }
+    // Each alone would have taken its own calls' time.
+    sa.wall = sa.latencies.iter().sum();
+    sb.wall = sb.latencies.iter().sum();
+    Ok((sa, sb))
 }
 
 /// `n` calls one after another.
@@ -193,25 +308,34 @@ where
     Ok(s)
 }
 
-/// One task per client, each calling in a loop for `dur`; `peak_rss` samples the daemon's RSS.
+/// The largest resident size and thread count of a server sampled during a load.
+#[derive(Debug, Default, Clone, Copy)]
+struct Peak {
+    rss: u64,
+    threads: u64,
+}
+
+/// One task per client, each calling in a loop for `dur`; the server's (`pid`) RSS and thread
+/// count are sampled every 50 ms meanwhile.
 async fn concurrent<C, F, Fut>(
     clients: Vec<C>,
     dur: Duration,
     call: F,
     pid: u32,
-) -> Result<(Samples, u64), Status>
+) -> Result<(Samples, Peak), Status>
 where
     C: Clone + Send + 'static,
     F: Fn(C) -> Fut + Clone + Send + 'static,
     Fut: Future<Output = Result<(), Status>> + Send,
 {
     let stop = Arc::new(AtomicBool::new(false));
-    let peak = Arc::new(AtomicU64::new(0));
+    let peak = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
     let sampler = {
         let (stop, peak) = (stop.clone(), peak.clone());
         tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
-                peak.fetch_max(rss_of(pid), Ordering::Relaxed);
+                peak[0].fetch_max(rss_of(pid), Ordering::Relaxed);
+                peak[1].fetch_max(threads_of(pid), Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         })
@@ -249,7 +373,13 @@ where
     let _ = sampler.await;
     match first_err {
         Some(e) => Err(e),
-        None => Ok((s, peak.load(Ordering::Relaxed))),
+        None => Ok((
+            s,
+            Peak {
+                rss: peak[0].load(Ordering::Relaxed),
+                threads: peak[1].load(Ordering::Relaxed),
+            },
+        )),
     }
 }
 
@@ -344,7 +474,10 @@ fn na(rows: &mut Vec<Row>, what: &str, why: &str) {
     rows.push(Row::single(what, format!("n/a: {why}")));
 }
 
-async fn run(a: &Args) -> Result<Vec<Row>, String> {
+/// The result table and the layer table.
+type Report = (Vec<Row>, Vec<Vec<String>>);
+
+async fn run(a: &Args) -> Result<Report, String> {
     let mut rows = Vec::new();
     let load = Duration::from_secs_f64(a.seconds);
 
@@ -387,48 +520,40 @@ async fn run(a: &Args) -> Result<Vec<Row>, String> {
         fmt_mib(d.rss()),
     ));
 
-    // PathExists.
+    // PathExists against the health check on the same endpoint; then the same measurements
+    // of the bench-only servers (the daemon's layers one by one against bare tonic).
     let probe = d.kubelet().join("probe");
     std::fs::create_dir_all(&probe).map_err(|e| e.to_string())?;
     let probe = probe.display().to_string();
-    let mut fs = FilesystemClient::connect(&c)
-        .await
-        .map_err(|e| e.to_string())?;
-    let seq = {
-        let p = probe.clone();
-        sequential(a.calls, || {
-            let (mut fs, p) = (fs.clone(), p.clone());
-            async move { fs.path_exists(&p).await.map(drop) }
-        })
-        .await
-        .map_err(|e| format!("PathExists: {e}"))?
-    };
-    per_request_costs(a, &c, pid, &fs, &probe, &seq, &mut rows).await?;
-    if a.costs_only {
-        return Ok(rows);
+    let costs = endpoint_costs(a, &c, pid, &probe).await?;
+    let (seq, par) = (&costs.path_exists, &costs.many);
+    let (h50, p50) = (costs.health.quantile(0.5), seq.quantile(0.5));
+    rows.push(Row {
+        what: "PathExists 1 client p50 (floor: health Check p50, same endpoint, alternating)"
+            .into(),
+        daemon: fmt_d(p50),
+        direct: fmt_d(h50),
+        // Two decimals: the goal is 1.15×.
+        ratio: format!("{:.2}×", p50.as_secs_f64() / h50.as_secs_f64().max(1e-9)),
+    });
+    rows.push(Row::single(
+        "daemon CPU time per PathExists / health Check (1 client, all threads)",
+        format!("{} / {}", fmt_d(costs.cpu.0), fmt_d(costs.cpu.1)),
+    ));
+    match &costs.syscalls {
+        Err(why) => na(&mut rows, "system calls per request", why),
+        Ok((pe, hc)) => {
+            let n = a.calls.min(2000);
+            rows.push(Row::single(
+                format!("daemon system calls per PathExists (strace -c -f, {n} calls)"),
+                pe.shown(),
+            ));
+            rows.push(Row::single(
+                format!("daemon system calls per health Check (strace -c -f, {n} calls)"),
+                hc.shown(),
+            ));
+        }
     }
-    let mut clients = Vec::new();
-    for _ in 0..a.clients {
-        let ch = c
-            .channel("filesystem", "v1")
-            .await
-            .map_err(|e| e.to_string())?;
-        clients.push(FilesystemClient::from_channel("v1", ch).ok_or("filesystem v1")?);
-    }
-    let (par, peak) = {
-        let p = probe.clone();
-        concurrent(
-            clients,
-            load,
-            move |mut fs: FilesystemClient| {
-                let p = p.clone();
-                async move { fs.path_exists(&p).await.map(drop) }
-            },
-            pid,
-        )
-        .await
-        .map_err(|e| format!("PathExists: {e}"))?
-    };
     let direct = Direct::new(&d.kubelet(), &d.dir.path().join("direct-state"))?;
     let dseq = direct_sequential(a.calls, || {
         let _ = std::hint::black_box(direct.fs.path_exists(&probe));
@@ -440,15 +565,48 @@ async fn run(a: &Args) -> Result<Vec<Row>, String> {
         &mut rows,
         "PathExists",
         a.clients,
-        &seq,
-        &par,
+        seq,
+        par,
         Some((&dseq, &dpar)),
     );
     rows.push(Row::single(
         format!("daemon RSS peak under {}-client load", a.clients),
-        fmt_mib(peak),
+        fmt_mib(costs.peak.rss),
     ));
-    let _ = fs.path_exists(&probe).await;
+    let t = &costs.threads;
+    rows.push(Row::single(
+        format!(
+            "daemon threads: idle / after 1 client / peak under {} clients / just after",
+            a.clients
+        ),
+        format!("{} / {} / {} / {}", t[0], t[1], costs.peak.threads, t[2]),
+    ));
+    let mut layers = Vec::new();
+    if !a.no_layers {
+        let bin = match &a.baseline_server {
+            Some(b) => b.clone(),
+            None => std::env::current_exe()
+                .map_err(|e| e.to_string())?
+                .with_file_name("csi-proxy-bench-server"),
+        };
+        let mut bare = None;
+        for (name, what) in LAYERS {
+            let costs = baseline_costs(a, &bin, name).await?;
+            let base = bare.get_or_insert_with(|| costs.path_exists.quantile(0.5));
+            layers.push(layer_row(what, &costs, *base));
+        }
+        if let Some(base) = bare {
+            layers.push(layer_row("the daemon (23 endpoints)", &costs, base));
+        }
+        // The layer table took a minute: past tokio's keep-alive of idle blocking threads.
+        rows.push(Row::single(
+            "daemon threads once idle again (after the layer table)",
+            threads_of(pid).to_string(),
+        ));
+    }
+    if a.costs_only {
+        return Ok((rows, layers));
+    }
 
     // ListDiskIDs.
     let mut disk = DiskClient::connect(&c).await.map_err(|e| e.to_string())?;
@@ -505,20 +663,39 @@ async fn run(a: &Args) -> Result<Vec<Row>, String> {
     // The stage flow and GetVolumeStats need a disk: a loop device.
     stage_flow(a, &d, &direct, &mut rows, load).await;
     drop(open);
-    Ok(rows)
+    Ok((rows, layers))
 }
 
-/// The gRPC health check on the filesystem v1 endpoint against PathExists on the same endpoint
-/// (the floor our transport stack sets), and the daemon's system calls per request of each.
-async fn per_request_costs(
+/// What one server (the daemon, or a bench-only server) costs on its filesystem v1 endpoint.
+struct EndpointCosts {
+    /// PathExists, 1 client, alternating with `health`.
+    path_exists: Samples,
+    /// The gRPC health check, same client, same endpoint.
+    health: Samples,
+    /// Server CPU time per PathExists and per health check (1 client, sequential).
+    cpu: (Duration, Duration),
+    /// PathExists from `--clients` clients, each on its own connection.
+    many: Samples,
+    /// During the `many` load.
+    peak: Peak,
+    /// System calls of the server per PathExists and per health check, or why not counted.
+    syscalls: Result<(syscalls::PerCall, syscalls::PerCall), String>,
+    /// The server's threads: idle, after the 1-client calls, just after the `many` load.
+    threads: [u64; 3],
+}
+
+/// The per-request costs of the server `pid` behind `c`: 1-client PathExists against the health
+/// check (alternating), system calls of each, the N-client load, thread counts.
+async fn endpoint_costs(
     a: &Args,
     c: &Connector,
     pid: u32,
-    fs: &FilesystemClient,
     probe: &str,
-    path_exists: &Samples,
-    rows: &mut Vec<Row>,
-) -> Result<(), String> {
+) -> Result<EndpointCosts, String> {
+    let mut threads = [threads_of(pid), 0, 0];
+    let fs = FilesystemClient::connect(c)
+        .await
+        .map_err(|e| e.to_string())?;
     let ch = c
         .channel("filesystem", "v1")
         .await
@@ -532,38 +709,106 @@ async fn per_request_costs(
                 .map(drop)
         }
     };
-    let hseq = sequential(a.calls, check.clone())
+    let exists = || {
+        let mut fs = fs.clone();
+        async move { fs.path_exists(probe).await.map(drop) }
+    };
+    let (path_exists, health) = paired(a.calls, exists, check.clone())
         .await
-        .map_err(|e| format!("health Check: {e}"))?;
-    let (h50, p50) = (hseq.quantile(0.5), path_exists.quantile(0.5));
-    rows.push(Row {
-        what: "PathExists 1 client p50 (floor: health Check p50, same endpoint)".into(),
-        daemon: fmt_d(p50),
-        direct: fmt_d(h50),
-        ratio: ratio(p50.as_secs_f64(), h50.as_secs_f64()),
-    });
+        .map_err(|e| format!("PathExists or health Check: {e}"))?;
+    let cpu = (
+        cpu_per_call(pid, a.calls, exists)
+            .await
+            .map_err(|e| format!("PathExists: {e}"))?,
+        cpu_per_call(pid, a.calls, check.clone())
+            .await
+            .map_err(|e| format!("health Check: {e}"))?,
+    );
     let n = a.calls.min(2000);
-    match syscalls::available() {
-        Err(why) => na(rows, "system calls per request", &why),
-        Ok(()) => {
-            let p = probe.to_string();
-            let per = syscalls::count(pid, n, || {
-                let (mut fs, p) = (fs.clone(), p.clone());
-                async move { fs.path_exists(&p).await.map(drop) }
-            })
-            .await?;
-            rows.push(Row::single(
-                format!("daemon system calls per PathExists (strace -c -f, {n} calls)"),
-                per.shown(),
-            ));
-            let per = syscalls::count(pid, n, check).await?;
-            rows.push(Row::single(
-                format!("daemon system calls per health Check (strace -c -f, {n} calls)"),
-                per.shown(),
-            ));
-        }
+    let syscalls = match syscalls::available() {
+        Err(why) => Err(why),
+        Ok(()) => Ok((
+            syscalls::count(pid, n, exists).await?,
+            syscalls::count(pid, n, check).await?,
+        )),
+    };
+    threads[1] = threads_of(pid);
+    let mut clients = Vec::new();
+    for _ in 0..a.clients {
+        let ch = c
+            .channel("filesystem", "v1")
+            .await
+            .map_err(|e| e.to_string())?;
+        clients.push(FilesystemClient::from_channel("v1", ch).ok_or("filesystem v1")?);
     }
-    Ok(())
+    let p = probe.to_string();
+    let (many, peak) = concurrent(
+        clients,
+        Duration::from_secs_f64(a.seconds),
+        move |mut fs: FilesystemClient| {
+            let p = p.clone();
+            async move { fs.path_exists(&p).await.map(drop) }
+        },
+        pid,
+    )
+    .await
+    .map_err(|e| format!("PathExists: {e}"))?;
+    threads[2] = threads_of(pid);
+    Ok(EndpointCosts {
+        path_exists,
+        health,
+        cpu,
+        many,
+        peak,
+        syscalls,
+        threads,
+    })
+}
+
+/// The columns of the layer table.
+const LAYER_HEAD: [&str; 9] = [
+    "server (same run, same client)",
+    "health p50",
+    "PathExists p50",
+    "PathExists ÷ health",
+    "PathExists p50 − bare's",
+    "server CPU per PathExists / health",
+    "PathExists, N clients",
+    "syscalls per PathExists / health",
+    "threads idle / peak",
+];
+
+/// One row of the layer table.
+fn layer_row(what: &str, c: &EndpointCosts, bare_p50: Duration) -> Vec<String> {
+    let (h, p) = (c.health.quantile(0.5), c.path_exists.quantile(0.5));
+    let extra = p.as_secs_f64() - bare_p50.as_secs_f64();
+    vec![
+        what.to_string(),
+        fmt_d(h),
+        fmt_d(p),
+        format!("{:.2}×", p.as_secs_f64() / h.as_secs_f64().max(1e-9)),
+        format!("{:+.1} µs", extra * 1e6),
+        format!("{} / {}", fmt_d(c.cpu.0), fmt_d(c.cpu.1)),
+        format!("{:.0}/s", c.many.throughput()),
+        match &c.syscalls {
+            Ok((pe, hc)) => format!("{:.1} / {:.1}", pe.total, hc.total),
+            Err(_) => "n/a".into(),
+        },
+        format!("{} / {}", c.threads[0], c.peak.threads),
+    ]
+}
+
+/// Starts the bench-only server `bin --layers <layers>` and measures it as the daemon is.
+async fn baseline_costs(a: &Args, bin: &Path, layers: &str) -> Result<EndpointCosts, String> {
+    let s = Daemon::spawn_with(bin, |_| vec![format!("--layers={layers}")])?;
+    let c = s.connector();
+    let until = Instant::now() + Duration::from_secs(30);
+    wait_serving(&c, "filesystem", "v1", until)
+        .await
+        .map_err(|e| format!("{} --layers={layers}: {e}", bin.display()))?;
+    let probe = s.kubelet().join("probe");
+    std::fs::create_dir_all(&probe).map_err(|e| e.to_string())?;
+    endpoint_costs(a, &c, s.child.id(), &probe.display().to_string()).await
 }
 
 /// A loop device over a sparse file; detached on drop.

@@ -4,8 +4,11 @@
 //! Measured: start-up to all 23 endpoints answering; RSS idle with every endpoint connected and
 //! under load; RPC latency p50/p99 and throughput for one client and for 64 concurrent clients
 //! (PathExists, ListDiskIDs, GetVolumeStats); the stage flow (partition, format, mount) through
-//! the daemon against the same steps in-process. Anything this build or machine cannot run is
-//! reported as `n/a` with the reason. Benchmarks measure; nothing here asserts a time.
+//! the daemon against the same steps in-process; the daemon's threads, CPU time and system calls
+//! per request; and the layer table: bench-only servers (`csi-proxy-bench-server`, plain tonic
+//! with none, one or all of the daemon's layers) measured the same way in the same run, so the
+//! cost of each of our layers shows against a bare tonic server. Anything this build or machine
+//! cannot run is reported as `n/a` with the reason. Benchmarks measure; nothing here asserts a time.
 //!
 //! On Windows the same binary is the client half of `scripts/bench-wine.sh`: it measures a
 //! daemon the script started (see `windows.rs`).

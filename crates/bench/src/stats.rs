@@ -86,31 +86,49 @@ pub fn ratio(a: f64, b: f64) -> String {
 
 /// Prints the rows as a Markdown table (readable in a terminal and pasteable into BENCHMARKS.md).
 pub fn print_table(rows: &[Row]) {
-    let head = [
-        "measurement",
-        "through daemon",
-        "direct in-process",
-        "ratio",
-    ];
-    let mut w = head.map(|h| h.chars().count());
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.what.clone(),
+                r.daemon.clone(),
+                r.direct.clone(),
+                r.ratio.clone(),
+            ]
+        })
+        .collect();
+    print_markdown(
+        &[
+            "measurement",
+            "through daemon",
+            "direct in-process",
+            "ratio",
+        ],
+        &rows,
+    );
+}
+
+/// Prints a Markdown table with columns padded to their widest cell.
+pub fn print_markdown(head: &[&str], rows: &[Vec<String>]) {
+    let mut w: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
     for r in rows {
-        for (i, c) in [&r.what, &r.daemon, &r.direct, &r.ratio].iter().enumerate() {
+        for (i, c) in r.iter().enumerate().take(w.len()) {
             w[i] = w[i].max(c.chars().count());
         }
     }
-    let line = |cells: [&str; 4]| {
+    let line = |cells: &mut dyn Iterator<Item = &str>| {
         let mut s = String::from("|");
-        for (c, w) in cells.iter().zip(w) {
+        for (c, w) in cells.zip(&w) {
             let pad = w - c.chars().count();
             s.push_str(&format!(" {c}{} |", " ".repeat(pad)));
         }
         println!("{s}");
     };
-    line(head);
+    line(&mut head.iter().copied());
     let dashes: Vec<String> = w.iter().map(|n| "-".repeat(*n)).collect();
-    line([&dashes[0], &dashes[1], &dashes[2], &dashes[3]]);
+    line(&mut dashes.iter().map(String::as_str));
     for r in rows {
-        line([&r.what, &r.daemon, &r.direct, &r.ratio]);
+        line(&mut r.iter().map(String::as_str));
     }
 }
 

@@ -43,11 +43,7 @@ fn run_until(
     shutdown: impl std::future::Future<Output = ()>,
     stop_limit: Option<std::time::Duration>,
 ) -> Result<(), String> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("csi-proxy")
-        .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let runtime = daemon::runtime().map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let r = runtime.block_on(run(flags, ready, shutdown));
     if let Err(e) = &r {
         tracing::error!("{e}");

@@ -4,8 +4,9 @@
 
 use crate::status::to_status;
 use std::panic::AssertUnwindSafe;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tonic::{Code, Response, Status};
 
 static VERBOSITY: AtomicU8 = AtomicU8::new(0);
@@ -32,12 +33,72 @@ static INLINE_IN_USE: AtomicUsize = AtomicUsize::new(0);
 /// blocking pool as all other host work does.
 struct InlineSlot;
 
+/// How long a metadata call that finds every inline slot taken waits for one to be given back
+/// before it goes to the blocking pool; also how long holders may give none back before they
+/// count as stuck in a long call (then nobody waits for them).
+const SLOT_WAIT: Duration = Duration::from_millis(10);
+
+/// Wakes a metadata call waiting for an inline slot when one is given back.
+static SLOT_FREED: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// When an inline slot was last given back, in microseconds since [`epoch`].
+static SLOT_FREED_AT: AtomicU64 = AtomicU64::new(0);
+
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn micros_since_epoch() -> u64 {
+    u64::try_from(epoch().elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
 impl InlineSlot {
-    fn take() -> Option<InlineSlot> {
-        let limit = tokio::runtime::Handle::try_current()
+    /// A slot now, or one given back within [`SLOT_WAIT`] while the holders are moving.
+    ///
+    /// Under load the slots are taken and given back every few microseconds (or within a
+    /// scheduler time slice, when a holder's thread lost its core), so a call that finds them
+    /// all taken gets one soon. Sending it to the blocking pool instead made tokio start a
+    /// thread for every call of a burst that found no idle one: 30 to 60 threads under 64
+    /// clients on 2 cores, for work that needs none. When no slot has been given back for
+    /// [`SLOT_WAIT`], the holders are stuck in long calls (a stat on a dead network share), and
+    /// the call goes to the blocking pool at once, as before; a wait that runs out does too.
+    async fn wait() -> Option<InlineSlot> {
+        if let Some(slot) = Self::take() {
+            return Some(slot);
+        }
+        if Self::limit() == 0 {
+            return None;
+        }
+        let wait_us = u64::try_from(SLOT_WAIT.as_micros()).unwrap_or(u64::MAX);
+        let give_up = tokio::time::Instant::now() + SLOT_WAIT;
+        loop {
+            let since_freed =
+                micros_since_epoch().saturating_sub(SLOT_FREED_AT.load(Ordering::Relaxed));
+            if since_freed > wait_us {
+                return None;
+            }
+            let freed = SLOT_FREED.notified();
+            tokio::pin!(freed);
+            // Registered before looking again, so a slot given back in between still wakes us.
+            freed.as_mut().enable();
+            if let Some(slot) = Self::take() {
+                return Some(slot);
+            }
+            tokio::time::timeout_at(give_up, freed).await.ok()?;
+        }
+    }
+
+    /// All workers of the current runtime but one; 0 outside a runtime or on one worker.
+    fn limit() -> usize {
+        tokio::runtime::Handle::try_current()
             .map(|h| h.metrics().num_workers())
             .unwrap_or(1)
-            .saturating_sub(1);
+            .saturating_sub(1)
+    }
+
+    fn take() -> Option<InlineSlot> {
+        let limit = Self::limit();
         INLINE_IN_USE
             .fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| {
                 (n < limit).then_some(n + 1)
@@ -50,6 +111,8 @@ impl InlineSlot {
 impl Drop for InlineSlot {
     fn drop(&mut self) {
         INLINE_IN_USE.fetch_sub(1, Ordering::Release);
+        SLOT_FREED_AT.store(micros_since_epoch(), Ordering::Relaxed);
+        SLOT_FREED.notify_one();
     }
 }
 
@@ -107,11 +170,12 @@ where
             work()
         })
     };
-    let ran = match METADATA_RPCS
-        .contains(&rpc.method)
-        .then(InlineSlot::take)
-        .flatten()
-    {
+    let slot = if METADATA_RPCS.contains(&rpc.method) {
+        InlineSlot::wait().await
+    } else {
+        None
+    };
+    let ran = match slot {
         Some(slot) => {
             let r = std::panic::catch_unwind(AssertUnwindSafe(work)).map_err(panic_message);
             drop(slot);

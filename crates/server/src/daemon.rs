@@ -14,6 +14,14 @@ use tonic::service::Routes;
 /// How long in-flight requests get to finish after a stop is requested.
 pub const GRACE: Duration = Duration::from_secs(4);
 
+/// The runtime the daemon runs on: one async worker per CPU, timers and I/O.
+pub fn runtime() -> io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("csi-proxy")
+        .build()
+}
+
 /// One served group-version.
 pub struct Endpoint {
     /// API group, e.g. `disk`.
