@@ -1,0 +1,186 @@
+//! The series, their text encoding and the HTTP responder.
+
+use super::http::MAX_HEAD;
+use super::*;
+use std::sync::atomic::AtomicU64;
+
+#[test]
+fn service_names_are_upstream_wire_names() {
+    assert_eq!(service_name("disk", "v1"), "v1.Disk");
+    assert_eq!(service_name("iscsi", "v1alpha2"), "v1alpha2.Iscsi");
+    assert_eq!(service_name("smb", "v1beta1"), "v1beta1.Smb");
+}
+
+#[test]
+fn a_request_lands_in_its_bucket_and_code() {
+    let rpc = RpcId {
+        group: "system",
+        version: "v1alpha1",
+        method: "MetricsUnitTest",
+    };
+    let s = started(rpc);
+    s.handled(tonic::Code::NotFound, Duration::from_millis(50));
+    let text = render();
+    let l = "grpc_method=\"MetricsUnitTest\",grpc_service=\"v1alpha1.System\",grpc_type=\"unary\",group=\"system\",version=\"v1alpha1\"";
+    assert!(text.contains(&format!("grpc_server_started_total{{{l}}} 1")));
+    assert!(text.contains(&format!(
+        "grpc_server_handled_total{{grpc_code=\"NotFound\",{l}}} 1"
+    )));
+    assert!(text.contains(&format!(
+        "grpc_server_handling_seconds_bucket{{{l},le=\"0.01\"}} 0"
+    )));
+    assert!(text.contains(&format!(
+        "grpc_server_handling_seconds_bucket{{{l},le=\"0.1\"}} 1"
+    )));
+    assert!(text.contains(&format!(
+        "grpc_server_handling_seconds_bucket{{{l},le=\"+Inf\"}} 1"
+    )));
+    assert!(text.contains(&format!("grpc_server_msg_sent_total{{{l}}} 0")));
+}
+
+#[test]
+fn a_dropped_request_counts_as_canceled() {
+    let rpc = RpcId {
+        group: "system",
+        version: "v1alpha1",
+        method: "MetricsDropTest",
+    };
+    drop(InFlight::start(rpc));
+    InFlight::start(rpc).finish(tonic::Code::Ok);
+    let text = render();
+    assert!(text.contains(
+        "grpc_server_handled_total{grpc_code=\"Canceled\",grpc_method=\"MetricsDropTest\""
+    ));
+    assert!(
+        text.contains("grpc_server_handled_total{grpc_code=\"OK\",grpc_method=\"MetricsDropTest\"")
+    );
+}
+
+#[test]
+fn a_request_dropped_for_its_deadline_counts_as_deadline_exceeded() {
+    let rpc = RpcId {
+        group: "system",
+        version: "v1alpha1",
+        method: "MetricsDeadlineTest",
+    };
+    let running = InFlight::start(rpc);
+    ending_for_deadline(|| drop(running));
+    drop(InFlight::start(rpc)); // and afterwards a plain drop is a cancel again
+    let text = render();
+    assert!(text.contains(
+        "grpc_server_handled_total{grpc_code=\"DeadlineExceeded\",grpc_method=\"MetricsDeadlineTest\""
+    ), "{text}");
+    assert!(text.contains(
+        "grpc_server_handled_total{grpc_code=\"Canceled\",grpc_method=\"MetricsDeadlineTest\""
+    ));
+}
+
+#[test]
+fn smb_gauge_is_exported_pushed_or_counted() {
+    set_smb_mappings(3);
+    assert!(render().contains("\ncsi_proxy_smb_global_mappings 3\n"));
+    // A registered counter wins when it has an answer.
+    static COUNT: AtomicU64 = AtomicU64::new(u64::MAX);
+    register_smb_mappings_counter(|| {
+        let n = COUNT.load(Ordering::Relaxed);
+        (n != u64::MAX).then_some(n)
+    });
+    assert_eq!(smb_mappings(), 3);
+    COUNT.store(5, Ordering::Relaxed);
+    assert!(render().contains("\ncsi_proxy_smb_global_mappings 5\n"));
+    COUNT.store(u64::MAX, Ordering::Relaxed);
+    set_smb_mappings(0);
+}
+
+#[cfg(any(target_os = "linux", windows))]
+#[test]
+fn process_metrics_are_read() {
+    let s = process::read();
+    assert!(s.resident_bytes.unwrap() > 0, "{s:?}");
+    // Wine 8 (where the Windows-target tests run) answers GetProcessHandleCount with 0;
+    // real Windows counts this process's handles.
+    let fds = s.open_fds.unwrap();
+    assert!(fds > 0 || cfg!(windows), "{s:?}");
+    assert!(s.cpu_seconds.is_some(), "{s:?}");
+    let start = s.start_time_seconds.unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        start <= now + 1.0 && start > now - 86_400.0,
+        "{start} vs {now}"
+    );
+}
+
+/// One raw HTTP/1.1 request to a running `serve`; the whole answer, read until it closes.
+async fn ask(addr: std::net::SocketAddr, request: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(10), conn.read_to_string(&mut answer))
+        .await
+        .expect("the server closes the connection after one answer")
+        .unwrap();
+    answer
+}
+
+#[tokio::test]
+async fn serves_get_and_head_on_metrics_only() {
+    let listener = bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(serve(listener));
+
+    let get = ask(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    let (head, body) = get.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    assert!(
+        head.contains("\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"),
+        "{head}"
+    );
+    assert!(head.contains(&format!("\r\nContent-Length: {}\r\n", body.len())));
+    assert!(body.contains("# TYPE csi_proxy_smb_global_mappings gauge\n"));
+
+    // HEAD: the head of the GET answer, no body.
+    let head_only = ask(addr, "HEAD /metrics?x=1 HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert!(head_only.starts_with("HTTP/1.1 200 OK\r\n"), "{head_only}");
+    assert!(head_only.ends_with("\r\n\r\n"), "{head_only}");
+    assert!(head_only.contains("\r\nContent-Length: "), "{head_only}");
+
+    let post = ask(
+        addr,
+        "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+    )
+    .await;
+    assert!(
+        post.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"),
+        "{post}"
+    );
+    let other = ask(addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert!(other.starts_with("HTTP/1.1 404 Not Found\r\n"), "{other}");
+    let huge = format!(
+        "GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n",
+        "a".repeat(MAX_HEAD)
+    );
+    assert!(ask(addr, &huge).await.starts_with("HTTP/1.1 431 "));
+    let garbage = ask(addr, "NOT HTTP\r\n\r\n").await;
+    assert!(garbage.starts_with("HTTP/1.1 400 "), "{garbage}");
+    server.abort();
+}
+
+#[test]
+fn label_values_are_escaped() {
+    // Our label values are identifiers, but the encoder must still escape what it is given.
+    let rpc = RpcId {
+        group: "system",
+        version: "v1alpha1",
+        method: "Metrics\"Escape\\Test\n",
+    };
+    InFlight::start(rpc).finish(tonic::Code::Ok);
+    let text = render();
+    assert!(
+        text.contains(r#"grpc_method="Metrics\"Escape\\Test\n""#),
+        "{text}"
+    );
+}
