@@ -11,17 +11,18 @@ use csi_proxy_core::paths::{LinkProbe, LinkTarget, PathPolicy, PathStyle};
 use csi_proxy_server::daemon::{self, Listen};
 use csi_proxy_server::registry::{self, Hosts, Services};
 use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 use tonic::Code;
 
 /// PathExists hangs on paths ending in `hang` until released, panics on `panic`, else answers
-/// true. The thread it answers on is recorded.
+/// true. The path and the thread it answers on are recorded.
 #[derive(Default)]
 struct Fs {
     released: Mutex<bool>,
     wake: Condvar,
-    threads: Mutex<Vec<String>>,
+    threads: Mutex<Vec<(String, String)>>,
 }
 
 impl LinkProbe for Fs {
@@ -33,7 +34,7 @@ impl LinkProbe for Fs {
 impl FilesystemHost for Fs {
     fn path_exists(&self, path: &str) -> io::Result<bool> {
         let name = std::thread::current().name().unwrap_or("").to_string();
-        self.threads.lock().unwrap().push(name);
+        self.threads.lock().unwrap().push((path.to_string(), name));
         if path.ends_with("panic") {
             panic!("host bug while checking {path}");
         }
@@ -85,8 +86,15 @@ impl Drop for Release {
 fn hanging_metadata_calls_never_stall_other_requests() {
     // The daemon on its own two-worker runtime, the client on another: if the daemon's workers
     // were all held, the client's timeout below still fires.
+    // tokio gives workers and blocking-pool threads the same name; the two workers are the
+    // first threads the runtime starts (at build), so name threads by the order they start.
+    let started = AtomicUsize::new(0);
     let daemon_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .thread_name_fn(move || match started.fetch_add(1, Ordering::Relaxed) {
+            n @ 0..2 => format!("daemon-worker-{n}"),
+            n => format!("daemon-blocking-{n}"),
+        })
         .enable_all()
         .build()
         .unwrap();
@@ -121,8 +129,8 @@ fn hanging_metadata_calls_never_stall_other_requests() {
 
         // Quick calls answer on an async worker, not on the blocking pool.
         client.clone().path_exists(request("a")).await.unwrap();
-        let first = host.threads.lock().unwrap()[0].clone();
-        assert!(!first.contains("blocking"), "answered on {first:?}");
+        let (_, first) = host.threads.lock().unwrap()[0].clone();
+        assert!(first.starts_with("daemon-worker-"), "answered on {first:?}");
 
         // A panic there is still INTERNAL for that request only.
         let e = client
@@ -154,6 +162,18 @@ fn hanging_metadata_calls_never_stall_other_requests() {
         tokio::time::timeout(Duration::from_secs(10), others)
             .await
             .expect("other requests are answered while metadata calls hang");
+        // All workers but one may hold a metadata call: here one; the rest went to the pool.
+        let on_workers = host
+            .threads
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(path, thread)| path.ends_with("hang") && thread.starts_with("daemon-worker-"))
+            .count();
+        assert_eq!(
+            on_workers, 1,
+            "hanging calls held {on_workers} of 2 workers"
+        );
 
         drop(release);
         for h in hanging {
