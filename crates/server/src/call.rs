@@ -64,10 +64,11 @@ impl InlineSlot {
     /// [`SLOT_WAIT`], the holders are stuck in long calls (a stat on a dead network share), and
     /// the call goes to the blocking pool at once, as before; a wait that runs out does too.
     async fn wait() -> Option<InlineSlot> {
-        if let Some(slot) = Self::take() {
+        let limit = Self::limit();
+        if let Some(slot) = Self::take(limit) {
             return Some(slot);
         }
-        if Self::limit() == 0 {
+        if limit == 0 {
             return None;
         }
         let wait_us = u64::try_from(SLOT_WAIT.as_micros()).unwrap_or(u64::MAX);
@@ -82,7 +83,7 @@ impl InlineSlot {
             tokio::pin!(freed);
             // Registered before looking again, so a slot given back in between still wakes us.
             freed.as_mut().enable();
-            if let Some(slot) = Self::take() {
+            if let Some(slot) = Self::take(limit) {
                 return Some(slot);
             }
             tokio::time::timeout_at(give_up, freed).await.ok()?;
@@ -97,8 +98,8 @@ impl InlineSlot {
             .saturating_sub(1)
     }
 
-    fn take() -> Option<InlineSlot> {
-        let limit = Self::limit();
+    /// A slot if fewer than `limit` are held.
+    fn take(limit: usize) -> Option<InlineSlot> {
         INLINE_IN_USE
             .fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| {
                 (n < limit).then_some(n + 1)

@@ -42,6 +42,23 @@ pub struct Hosts {
     pub iscsi: Arc<dyn IscsiHost>,
 }
 
+impl Hosts {
+    /// Every group served by one host object that implements them all (a test double, or one
+    /// simulated machine).
+    pub fn all<H>(host: Arc<H>) -> Self
+    where
+        H: DiskHost + VolumeHost + SmbHost + SystemHost + IscsiHost + 'static,
+    {
+        Hosts {
+            disk: host.clone(),
+            volume: host.clone(),
+            smb: host.clone(),
+            system: host.clone(),
+            iscsi: host,
+        }
+    }
+}
+
 impl Services {
     /// Every group's service over its host; paths are confined by `filesystem`'s policy, and
     /// SMB mappings require privacy (encryption) when `require_privacy` is set.
@@ -102,14 +119,7 @@ mod tests {
 
     #[test]
     fn every_group_version_of_the_api_has_exactly_one_endpoint() {
-        let none = Arc::new(csi_proxy_core::testing::UnimplementedHost);
-        let hosts = Hosts {
-            disk: none.clone(),
-            volume: none.clone(),
-            smb: none.clone(),
-            system: none.clone(),
-            iscsi: none,
-        };
+        let hosts = Hosts::all(Arc::new(csi_proxy_core::testing::UnimplementedHost));
         let s = Services::new(csi_proxy_core::testing::kubelet_fs(), hosts, true);
         let got: Vec<(&str, &str)> = endpoints(&s).iter().map(|e| (e.group, e.version)).collect();
         let mut want = Vec::new();

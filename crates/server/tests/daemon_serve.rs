@@ -191,14 +191,7 @@ fn hanging_metadata_calls_never_stall_other_requests() {
 /// The filesystem group over `host`; the other groups are not exercised here.
 fn services(host: Arc<Fs>) -> Services {
     let policy = PathPolicy::new(PathStyle::Posix, "/var/lib/kubelet", &[]).unwrap();
-    let none = Arc::new(csi_proxy_core::testing::UnimplementedHost);
-    let hosts = Hosts {
-        disk: none.clone(),
-        volume: none.clone(),
-        smb: none.clone(),
-        system: none.clone(),
-        iscsi: none,
-    };
+    let hosts = Hosts::all(Arc::new(csi_proxy_core::testing::UnimplementedHost));
     Services::new(FilesystemService::new(host, Arc::new(policy)), hosts, true)
 }
 
