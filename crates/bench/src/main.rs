@@ -14,7 +14,11 @@
 //! daemon the script started (see `windows.rs`).
 
 #[cfg(target_os = "linux")]
+mod h2wire;
+#[cfg(target_os = "linux")]
 mod linux;
+#[cfg(target_os = "linux")]
+mod rewriter;
 mod stats;
 #[cfg(target_os = "linux")]
 mod syscalls;

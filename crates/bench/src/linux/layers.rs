@@ -13,7 +13,12 @@ pub(super) struct EndpointCosts {
     pub(super) cpu: (Duration, Duration),
     /// PathExists from `--clients` clients, each on its own connection.
     pub(super) many: Samples,
-    /// During the `many` load.
+    /// The same load from the lean raw HTTP/2 client (`lean.rs`), which leaves more of the
+    /// shared cores to the server.
+    pub(super) lean: Samples,
+    /// Server CPU time per call under the `many` and the `lean` load.
+    pub(super) load_cpu: (Duration, Duration),
+    /// During the `many` and `lean` loads.
     pub(super) peak: Peak,
     /// System calls of the server per PathExists and per health check, or why not counted.
     pub(super) syscalls: Result<(syscalls::PerCall, syscalls::PerCall), String>,
@@ -79,9 +84,11 @@ pub(super) async fn endpoint_costs(
         clients.push(FilesystemClient::from_channel("v1", ch).ok_or("filesystem v1")?);
     }
     let p = probe.to_string();
+    let dur = Duration::from_secs_f64(a.seconds);
+    let before = cpu_of(pid);
     let (many, peak) = concurrent(
         clients,
-        Duration::from_secs_f64(a.seconds),
+        dur,
         move |mut fs: FilesystemClient| {
             let p = p.clone();
             async move { fs.path_exists(&p).await.map(drop) }
@@ -90,27 +97,80 @@ pub(super) async fn endpoint_costs(
     )
     .await
     .map_err(|e| format!("PathExists: {e}"))?;
+    let many_cpu = per_call(cpu_of(pid).saturating_sub(before), many.latencies.len());
+
+    let (lean, lean_cpu, lean_peak) = lean_load(a, c, pid, probe, dur).await?;
     threads[2] = threads_of(pid);
     Ok(EndpointCosts {
         path_exists,
         health,
         cpu,
         many,
-        peak,
+        lean,
+        load_cpu: (many_cpu, lean_cpu),
+        peak: Peak {
+            rss: peak.rss.max(lean_peak.rss),
+            threads: peak.threads.max(lean_peak.threads),
+        },
         syscalls,
         threads,
     })
 }
 
+/// PathExists from `--clients` lean raw HTTP/2 connections for `dur`: the calls, the server's
+/// CPU time per call, and its peak RSS and threads meanwhile.
+async fn lean_load(
+    a: &Args,
+    c: &Connector,
+    pid: u32,
+    probe: &str,
+    dur: Duration,
+) -> Result<(Samples, Duration, Peak), String> {
+    use csi_proxy_api::filesystem::v1::{PathExistsRequest, PathExistsResponse};
+    use prost::Message;
+    let call = lean::UnaryCall::new(
+        "/v1.Filesystem/PathExists",
+        &PathExistsRequest {
+            path: probe.to_string(),
+        }
+        .encode_to_vec(),
+        &PathExistsResponse { exists: true }.encode_to_vec(),
+    );
+    let socket = PathBuf::from(c.endpoint_name("filesystem", "v1"));
+    let mut conns = Vec::new();
+    for _ in 0..a.clients {
+        let conn = lean::LeanConn::connect(&socket, call.clone()).await?;
+        conns.push(Arc::new(tokio::sync::Mutex::new(conn)));
+    }
+    let before = cpu_of(pid);
+    let (samples, peak) = concurrent(
+        conns,
+        dur,
+        |conn: Arc<tokio::sync::Mutex<lean::LeanConn>>| async move {
+            conn.lock().await.call().await.map_err(Status::internal)
+        },
+        pid,
+    )
+    .await
+    .map_err(|e| format!("PathExists (lean client): {}", e.message()))?;
+    let cpu = per_call(cpu_of(pid).saturating_sub(before), samples.latencies.len());
+    Ok((samples, cpu, peak))
+}
+
+fn per_call(total: Duration, calls: usize) -> Duration {
+    total / u32::try_from(calls.max(1)).unwrap_or(u32::MAX)
+}
+
 /// The columns of the layer table.
-pub(super) const LAYER_HEAD: [&str; 9] = [
+pub(super) const LAYER_HEAD: [&str; 10] = [
     "server (same run, same client)",
     "health p50",
     "PathExists p50",
     "PathExists ÷ health",
     "PathExists p50 − bare's",
     "server CPU per PathExists / health",
-    "PathExists, N clients",
+    "PathExists, N clients: tonic / lean client",
+    "server CPU per call under N tonic / lean clients",
     "syscalls per PathExists / health",
     "threads idle / peak",
 ];
@@ -126,7 +186,8 @@ pub(super) fn layer_row(what: &str, c: &EndpointCosts, bare_p50: Duration) -> Ve
         format!("{:.2}×", p.as_secs_f64() / h.as_secs_f64().max(1e-9)),
         format!("{:+.1} µs", extra * 1e6),
         format!("{} / {}", fmt_d(c.cpu.0), fmt_d(c.cpu.1)),
-        format!("{:.0}/s", c.many.throughput()),
+        format!("{:.0} / {:.0}/s", c.many.throughput(), c.lean.throughput()),
+        format!("{} / {}", fmt_d(c.load_cpu.0), fmt_d(c.load_cpu.1)),
         match &c.syscalls {
             Ok((pe, hc)) => format!("{:.1} / {:.1}", pe.total, hc.total),
             Err(_) => "n/a".into(),

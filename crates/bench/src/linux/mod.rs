@@ -1,6 +1,7 @@
 //! The Linux benchmark run: a real daemon on Unix sockets in a temp dir, clients in this process.
 
 mod layers;
+mod lean;
 mod load;
 mod procs;
 mod stage;
@@ -203,6 +204,19 @@ async fn run(a: &Args) -> Result<Report, String> {
         par,
         Some((&dseq, &dpar)),
     );
+    load_rows(
+        &mut rows,
+        &format!("PathExists {} lean raw HTTP/2 clients", a.clients),
+        &costs.lean,
+        Some(&dpar),
+    );
+    rows.push(Row::single(
+        format!(
+            "daemon CPU time per PathExists under {} tonic / lean clients",
+            a.clients
+        ),
+        format!("{} / {}", fmt_d(costs.load_cpu.0), fmt_d(costs.load_cpu.1)),
+    ));
     rows.push(Row::single(
         format!("daemon RSS peak under {}-client load", a.clients),
         fmt_mib(costs.peak.rss),
@@ -214,6 +228,14 @@ async fn run(a: &Args) -> Result<Report, String> {
             a.clients
         ),
         format!("{} / {} / {} / {}", t[0], t[1], costs.peak.threads, t[2]),
+    ));
+    rows.push(Row::single(
+        "`:authority` rewriter alone, CPU per request (in-process): pipe path fixed / valid passed",
+        format!(
+            "{} / {} ns",
+            crate::rewriter::per_request(br"\\.\pipe\csi-proxy-filesystem-v1").as_nanos(),
+            crate::rewriter::per_request(b"localhost").as_nanos()
+        ),
     ));
     let mut layers = Vec::new();
     if !a.no_layers {

@@ -80,14 +80,71 @@ enum State {
     Collect { head: FrameHead, remaining: usize },
 }
 
-/// A header block being reassembled from HEADERS + CONTINUATION frames.
-#[derive(Debug)]
+/// The frame-level facts of a header block being reassembled from HEADERS + CONTINUATION
+/// frames; its bytes are in the rewriter's reused buffers.
+#[derive(Debug, Clone, Copy)]
 struct Block {
     stream: [u8; 4],
     end_stream: bool,
     /// The 5 priority bytes (E + stream dependency, weight) when the PRIORITY flag was set.
     priority: Option<[u8; 5]>,
+}
+
+/// Buffers reused from one header block to the next, so that a connection in its steady state
+/// allocates nothing per request.
+#[derive(Debug, Default)]
+struct Buffers {
+    /// The block's HPACK fragment (padding and priority fields removed).
     fragment: Vec<u8>,
+    /// The block's frames exactly as the client sent them, headers included, while blocks still
+    /// go out unchanged.
+    raw: Vec<u8>,
+    normalized: Normalized,
+    /// The decoded fields, names and values back to back; `spans` holds their lengths and
+    /// whether the field is an `:authority` to replace.
+    fields: Vec<u8>,
+    spans: Vec<(usize, usize, bool)>,
+    encoded: Vec<u8>,
+    /// The last `:authority` value found acceptable: a client sends the same one on every
+    /// request, and checking it again would copy it each time.
+    good_authority: Vec<u8>,
+}
+
+/// Capacity a buffer may keep between header blocks. A block can be up to [`MAX_HEADER_BLOCK`];
+/// a connection that sent one big block must not hold that memory for the rest of its life.
+const KEEP_CAPACITY: usize = 64 * 1024;
+
+impl Buffers {
+    /// Frees the buffers that grew past [`KEEP_CAPACITY`].
+    fn trim(&mut self) {
+        let Buffers {
+            fragment,
+            raw,
+            normalized,
+            fields,
+            spans,
+            encoded,
+            good_authority,
+        } = self;
+        for buf in [
+            fragment,
+            raw,
+            &mut normalized.block,
+            fields,
+            encoded,
+            good_authority,
+        ] {
+            trim(buf);
+        }
+        trim(&mut normalized.never_indexed);
+        trim(spans);
+    }
+}
+
+fn trim<T>(buf: &mut Vec<T>) {
+    if buf.capacity().saturating_mul(size_of::<T>()) > KEEP_CAPACITY {
+        *buf = Vec::new();
+    }
 }
 
 /// The client→server rewriting state machine behind [`super::AuthorityFix`].
@@ -99,6 +156,13 @@ pub struct Rewriter {
     head: [u8; FRAME_HEADER_LEN],
     payload: Vec<u8>,
     block: Option<Block>,
+    buffers: Buffers,
+    /// Whether a header block of this connection has been re-encoded. Until the first block
+    /// that needs its `:authority` fixed, blocks go out as the client sent them (still decoded,
+    /// to find out), so the server's HPACK table is the client's. The re-encoding never indexes,
+    /// so from then on the two tables differ and every later block is re-encoded too: it may
+    /// refer to entries the server never saw.
+    reencoding: bool,
     /// The connection's HPACK decoding context (RFC 7541 §2.2): persistent, because the client's
     /// encoder refers to dynamic-table entries inserted by earlier blocks.
     decoder: loona_hpack::Decoder<'static>,
@@ -132,6 +196,8 @@ impl Rewriter {
             head: [0; FRAME_HEADER_LEN],
             payload: Vec::new(),
             block: None,
+            buffers: Buffers::default(),
+            reencoding: false,
             decoder,
             failed: None,
         }
@@ -150,6 +216,7 @@ impl Rewriter {
             self.failed = Some(e.clone());
             self.payload = Vec::new();
             self.block = None;
+            self.buffers = Buffers::default();
         }
         result
     }
@@ -257,7 +324,7 @@ impl Rewriter {
                         "CONTINUATION on another stream than its HEADERS",
                     ));
                 }
-                if block.fragment.len().saturating_add(head.length) > MAX_HEADER_BLOCK {
+                if self.buffers.fragment.len().saturating_add(head.length) > MAX_HEADER_BLOCK {
                     return Err(RewriteError::HeaderBlockTooLarge);
                 }
                 self.begin_collect(head);
@@ -282,6 +349,12 @@ impl Rewriter {
 
     fn begin_collect(&mut self, head: FrameHead) {
         self.payload.clear();
+        if head.kind == TYPE_HEADERS {
+            self.buffers.raw.clear();
+        }
+        if !self.reencoding {
+            self.buffers.raw.extend_from_slice(&self.head);
+        }
         self.state = State::Collect {
             head,
             remaining: head.length,
@@ -314,16 +387,20 @@ impl Rewriter {
             let fragment_len = rest.len().checked_sub(pad).ok_or(RewriteError::Protocol(
                 "HEADERS padding longer than its payload",
             ))?;
-            let fragment = rest.get(..fragment_len).unwrap_or_default().to_vec();
+            let fragment = &mut self.buffers.fragment;
+            fragment.clear();
+            fragment.extend_from_slice(rest.get(..fragment_len).unwrap_or_default());
             self.block = Some(Block {
                 stream: head.stream,
                 end_stream: head.flags & FLAG_END_STREAM != 0,
                 priority,
-                fragment,
             });
-        } else if let Some(block) = self.block.as_mut() {
+        } else if self.block.is_some() {
             // CONTINUATION: no padding, no priority (RFC 9113 §6.10).
-            block.fragment.extend_from_slice(&payload);
+            self.buffers.fragment.extend_from_slice(&payload);
+        }
+        if !self.reencoding {
+            self.buffers.raw.extend_from_slice(&payload);
         }
         // Keep the allocation for the next frame.
         self.payload = payload;
@@ -332,58 +409,105 @@ impl Rewriter {
         if head.flags & FLAG_END_HEADERS != 0
             && let Some(block) = self.block.take()
         {
-            self.finish_block(&block, out)?;
+            self.finish_block(block, out)?;
+            self.buffers.trim();
+            trim(&mut self.payload);
         }
         Ok(())
     }
 
-    /// Decodes a complete header block, fixes `:authority`, re-encodes and emits it.
-    fn finish_block(&mut self, block: &Block, out: &mut Vec<u8>) -> Result<(), RewriteError> {
+    /// Decodes a complete header block and emits it: as the client sent it while that is still
+    /// possible and its `:authority` needs no fixing, else re-encoded with `:authority` fixed.
+    fn finish_block(&mut self, block: Block, out: &mut Vec<u8>) -> Result<(), RewriteError> {
+        let Buffers {
+            fragment,
+            raw,
+            normalized,
+            fields,
+            spans,
+            encoded,
+            good_authority,
+        } = &mut self.buffers;
+        normalize(fragment, normalized)?;
         // Every field counts at least 32 bytes towards the list size, so a block with too many
         // fields is refused before the decoder runs.
-        let Normalized {
-            block: normalized,
-            never_indexed,
-        } = normalize(&block.fragment)?;
-        if never_indexed.len().saturating_mul(32) > MAX_HEADER_LIST {
+        if normalized.never_indexed.len().saturating_mul(32) > MAX_HEADER_LIST {
             return Err(RewriteError::HeaderListTooLarge);
         }
-        let mut fields: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(never_indexed.len());
+        fields.clear();
+        spans.clear();
         let mut list_size = 0usize;
         let mut too_large = false;
+        let mut bad_authority = false;
         self.decoder
-            .decode_with_cb(&normalized, |name, value| {
+            .decode_with_cb(&normalized.block, |name, value| {
                 // The callback cannot stop the decoder: stop copying, fail after it returns.
                 list_size = list_size.saturating_add(name.len() + value.len() + 32);
                 if list_size > MAX_HEADER_LIST {
                     too_large = true;
-                } else {
-                    fields.push((name.into_owned(), value.into_owned()));
+                    return;
                 }
+                let mut fix = false;
+                // Never empty when set: h2 refuses an empty `:authority`.
+                let known_good = !good_authority.is_empty() && *value == good_authority[..];
+                if *name == b":authority"[..] && !known_good {
+                    if http::uri::Authority::try_from(&value[..]).is_ok() {
+                        good_authority.clear();
+                        good_authority.extend_from_slice(&value);
+                    } else {
+                        tracing::trace!(
+                            authority = %String::from_utf8_lossy(&value),
+                            "replacing unparsable :authority with localhost"
+                        );
+                        fix = true;
+                        bad_authority = true;
+                    }
+                }
+                fields.extend_from_slice(&name);
+                fields.extend_from_slice(&value);
+                spans.push((name.len(), value.len(), fix));
             })
             .map_err(|e| RewriteError::Hpack(e.to_string()))?;
         if too_large {
             return Err(RewriteError::HeaderListTooLarge);
         }
-
-        let mut encoded = Vec::with_capacity(block.fragment.len() + 64);
-        for (i, (name, value)) in fields.iter().enumerate() {
-            let value =
-                if name == b":authority" && http::uri::Authority::try_from(&value[..]).is_err() {
-                    tracing::trace!(
-                        authority = %String::from_utf8_lossy(value),
-                        "replacing unparsable :authority with localhost"
-                    );
-                    &b"localhost"[..]
-                } else {
-                    &value[..]
-                };
-            // RFC 7541 §6.2.3/§7.1.3: an intermediary must keep "never indexed" as it is.
-            let never = never_indexed.get(i).copied().unwrap_or(false);
-            encode_field(&mut encoded, name, value, never);
+        if !self.reencoding && !bad_authority {
+            out.extend_from_slice(raw);
+            return Ok(());
         }
-        emit_block(out, block, &encoded);
+        self.reencoding = true;
+        raw.clear();
+
+        encoded.clear();
+        let mut rest = fields.as_slice();
+        for (i, &(name_len, value_len, fix)) in spans.iter().enumerate() {
+            let (name, tail) = rest.split_at(name_len.min(rest.len()));
+            let (value, tail) = tail.split_at(value_len.min(tail.len()));
+            rest = tail;
+            let value = if fix { &b"localhost"[..] } else { value };
+            // RFC 7541 §6.2.3/§7.1.3: an intermediary must keep "never indexed" as it is.
+            let never = normalized.never_indexed.get(i).copied().unwrap_or(false);
+            encode_field(encoded, name, value, never);
+        }
+        emit_block(out, &block, encoded);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+impl Rewriter {
+    /// Bytes of buffer capacity the rewriter keeps between header blocks.
+    pub(super) fn retained_capacity(&self) -> usize {
+        let b = &self.buffers;
+        self.payload.capacity()
+            + b.fragment.capacity()
+            + b.raw.capacity()
+            + b.normalized.block.capacity()
+            + b.normalized.never_indexed.capacity()
+            + b.fields.capacity()
+            + b.spans.capacity() * size_of::<(usize, usize, bool)>()
+            + b.encoded.capacity()
+            + b.good_authority.capacity()
     }
 }
 

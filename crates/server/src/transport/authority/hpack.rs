@@ -85,19 +85,29 @@ pub(super) const STATIC_NAMES: [&[u8]; 61] = [
 
 /// Appends an HPACK integer with an N-bit prefix (RFC 7541 §5.1); `first` holds the
 /// representation's pattern bits above the prefix.
-pub(super) fn encode_int(out: &mut Vec<u8>, first: u8, prefix_bits: u32, mut value: usize) {
+pub(super) fn encode_int(out: &mut Vec<u8>, first: u8, prefix_bits: u32, value: usize) {
+    let (bytes, n) = int_bytes(first, prefix_bits, value);
+    out.extend_from_slice(bytes.get(..n).unwrap_or_default());
+}
+
+/// The bytes of an HPACK integer (RFC 7541 §5.1) and how many there are: at most 1 + ⌈64/7⌉.
+fn int_bytes(first: u8, prefix_bits: u32, mut value: usize) -> ([u8; 11], usize) {
+    let mut bytes = [0u8; 11];
     let max = (1usize << prefix_bits) - 1;
     if value < max {
-        out.push(first | value as u8);
-        return;
+        bytes[0] = first | value as u8;
+        return (bytes, 1);
     }
-    out.push(first | max as u8);
+    bytes[0] = first | max as u8;
     value -= max;
+    let mut n = 1;
     while value >= 128 {
-        out.push(0x80 | (value % 128) as u8);
+        bytes[n] = 0x80 | (value % 128) as u8;
         value /= 128;
+        n += 1;
     }
-    out.push(value as u8);
+    bytes[n] = value as u8;
+    (bytes, n + 1)
 }
 
 /// Appends a string literal without Huffman coding (RFC 7541 §5.2).
@@ -143,7 +153,9 @@ pub(super) fn decode_int(buf: &[u8], prefix_bits: u32) -> Option<(usize, usize)>
 }
 
 /// A header block with every Huffman-coded string replaced by its raw form, plus which field
-/// representations were "literal never indexed".
+/// representations were "literal never indexed". Reused from block to block by [`normalize`],
+/// so a connection allocates these buffers once.
+#[derive(Debug, Default)]
 pub(super) struct Normalized {
     pub(super) block: Vec<u8>,
     pub(super) never_indexed: Vec<bool>,
@@ -153,17 +165,23 @@ fn malformed() -> RewriteError {
     RewriteError::Hpack("malformed field representation".to_owned())
 }
 
-/// Walks the structure of a header block (RFC 7541 §6) without touching any table.
+/// Walks the structure of a header block (RFC 7541 §6) without touching any table, writing the
+/// result into `into` (cleared first).
 ///
 /// Two reasons: the decoder's callback API does not say which fields were "never indexed", and
 /// §7.1.3 requires an intermediary to keep that; and loona-hpack builds a fresh Huffman table for
 /// every Huffman-coded string (tens of microseconds each), so a block of tiny strings would cost
 /// CPU out of all proportion to its size. Strings are decoded here with a table built at compile
 /// time and handed to the decoder as raw literals, which decode to the same field list.
-pub(super) fn normalize(block: &[u8]) -> Result<Normalized, RewriteError> {
+pub(super) fn normalize(block: &[u8], into: &mut Normalized) -> Result<(), RewriteError> {
+    let Normalized {
+        block: out,
+        never_indexed,
+    } = into;
+    out.clear();
+    never_indexed.clear();
     // Huffman coding shrinks by at most 5/8 (shortest code: 5 bits), so this rarely regrows.
-    let mut out = Vec::with_capacity(block.len().saturating_add(block.len() / 2));
-    let mut never_indexed = Vec::new();
+    out.reserve(block.len().saturating_add(block.len() / 2));
     let mut rest = block;
     while let Some(&first) = rest.first() {
         let (prefix, literal) = if first & 0x80 != 0 {
@@ -187,15 +205,12 @@ pub(super) fn normalize(block: &[u8]) -> Result<Normalized, RewriteError> {
         rest = rest.get(used..).ok_or_else(malformed)?;
         if literal {
             if index == 0 {
-                rest = copy_string(rest, &mut out)?;
+                rest = copy_string(rest, out)?;
             }
-            rest = copy_string(rest, &mut out)?;
+            rest = copy_string(rest, out)?;
         }
     }
-    Ok(Normalized {
-        block: out,
-        never_indexed,
-    })
+    Ok(())
 }
 
 /// Copies the string literal (RFC 7541 §5.2) at the start of `buf` to `out`, Huffman-decoded;
@@ -206,9 +221,13 @@ fn copy_string<'a>(buf: &'a [u8], out: &mut Vec<u8>) -> Result<&'a [u8], Rewrite
     let raw = buf.get(..end).ok_or_else(malformed)?;
     let huffman = raw.first().is_some_and(|b| b & 0x80 != 0);
     if huffman {
-        let decoded = huffman_decode(raw.get(used..).unwrap_or_default())
+        // Decoded in place after the output so far, then given its length prefix: no
+        // allocation per string.
+        let start = out.len();
+        huffman_decode(raw.get(used..).unwrap_or_default(), out)
             .ok_or_else(|| RewriteError::Hpack("invalid Huffman-coded string".to_owned()))?;
-        encode_str(out, &decoded);
+        let (prefix, n) = int_bytes(0x00, 7, out.len() - start);
+        out.splice(start..start, prefix.iter().take(n).copied());
     } else {
         out.extend_from_slice(raw);
     }
@@ -277,10 +296,11 @@ static HUFFMAN: HuffmanTable = {
     t
 };
 
-/// Decodes a Huffman-coded string (RFC 7541 §5.2), or `None` if it contains EOS or its padding
-/// is longer than 7 bits or not the most significant bits of EOS (all ones).
-pub(super) fn huffman_decode(input: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(input.len().saturating_mul(8) / 5);
+/// Decodes a Huffman-coded string (RFC 7541 §5.2), appending it to `out`; `None` if it contains
+/// EOS or its padding is longer than 7 bits or not the most significant bits of EOS (all ones),
+/// and then `out` holds part of the string.
+pub(super) fn huffman_decode(input: &[u8], out: &mut Vec<u8>) -> Option<()> {
+    out.reserve(input.len().saturating_mul(8) / 5);
     let (mut code, mut len) = (0u32, 0usize);
     for byte in input {
         for shift in (0..8).rev() {
@@ -299,5 +319,5 @@ pub(super) fn huffman_decode(input: &[u8]) -> Option<Vec<u8>> {
             }
         }
     }
-    (len <= 7 && code == (1 << len) - 1).then_some(out)
+    (len <= 7 && code == (1 << len) - 1).then_some(())
 }

@@ -7,10 +7,15 @@
 //! we do not fork it, so [`AuthorityFix`] rewrites the client→server byte stream instead:
 //!
 //! * the client preface and every frame except HEADERS/CONTINUATION pass through byte-exact;
-//! * each header block (HEADERS + CONTINUATION*, RFC 9113 §4.3, §6.2, §6.10) is reassembled,
-//!   decoded with a per-connection HPACK decoder (RFC 7541), an unparsable `:authority` is
-//!   replaced by `localhost`, and the block is re-encoded with literals that never touch the
-//!   server's dynamic table.
+//! * each header block (HEADERS + CONTINUATION*, RFC 9113 §4.3, §6.2, §6.10) is reassembled
+//!   and decoded with a per-connection HPACK decoder (RFC 7541);
+//! * a block whose `:authority` is fine goes out exactly as it came, as long as no earlier
+//!   block of the connection was changed: then the server's HPACK table is still the client's
+//!   (a client with a valid authority, such as any Rust or Linux client, costs one decode per
+//!   block and nothing more);
+//! * the first block with an unparsable `:authority`, and every block after it, is re-encoded
+//!   with `localhost` in its place and literals that never touch the server's dynamic table
+//!   (after one change, the client's later blocks may refer to entries the server never saw).
 //!
 //! The transformation itself is the pure state machine [`Rewriter`] (also reachable through
 //! [`rewrite_stream`], the entry point for fuzzing); [`AuthorityFix`] is a thin `AsyncRead`

@@ -52,7 +52,7 @@ fn huffman_raw_and_percent_encoded_authorities_are_replaced() {
 }
 
 #[test]
-fn valid_authorities_are_kept() {
+fn blocks_with_valid_authorities_pass_unchanged() {
     for value in [
         "localhost",
         "localhost:8080",
@@ -61,16 +61,133 @@ fn valid_authorities_are_kept() {
         "user@host",
     ] {
         let block = request_block(incremental(Ok(1), value.as_bytes(), true));
-        let (blocks, _) = rewrite_ok(&with_preface(&[frame(1, 0x4, 1, &block)]));
+        let input = with_preface(&[frame(1, 0x4, 1, &block), frame(0, 1, 1, b"req")]);
+        let out = rewrite_stream(&input).unwrap();
+        assert_eq!(out, input, "{value}");
+        let (blocks, _) = decode_out(&out);
         assert_eq!(blocks[0].fields, expected_request(value));
     }
-    // No :authority at all stays that way.
-    let block = [indexed(3), indexed(6), incremental(Ok(4), b"/x", false)].concat();
-    let (blocks, _) = rewrite_ok(&with_preface(&[frame(1, 0x4, 1, &block)]));
+    // No :authority at all, a padded block with priority, a block split over CONTINUATION
+    // frames and one referring to the first block's entries: all byte for byte.
+    let first = [indexed(3), indexed(6), incremental(Ok(4), b"/x", false)].concat();
+    let mut padded = vec![3u8, 0, 0, 0, 1, 9];
+    padded.extend_from_slice(&[indexed(2), indexed(62)].concat());
+    padded.extend_from_slice(&[0; 3]);
+    let third = request_block(incremental(Ok(1), b"localhost", true));
+    let input = with_preface(&[
+        frame(1, FLAG_END_HEADERS, 1, &first),
+        frame(
+            1,
+            FLAG_PADDED | FLAG_PRIORITY | FLAG_END_HEADERS,
+            3,
+            &padded,
+        ),
+        frame(1, 0, 5, &third[..5]),
+        frame(9, FLAG_END_HEADERS | FLAG_END_STREAM, 5, &third[5..]),
+    ]);
+    let out = rewrite_stream(&input).unwrap();
+    assert_eq!(out, input);
+    assert_eq!(feed_in_chunks(&input, &mut || 3).unwrap(), input);
+    let (blocks, _) = decode_out(&out);
     assert_eq!(
         blocks[0].fields,
         fields(&[(":method", "POST"), (":scheme", "http"), (":path", "/x")])
     );
+    assert_eq!(
+        blocks[1].fields,
+        fields(&[(":method", "GET"), (":path", "/x")])
+    );
+    assert_eq!(blocks[2].fields, expected_request("localhost"));
+}
+
+#[test]
+fn after_the_first_fix_every_block_is_reencoded() {
+    // Block 1 (valid) inserts x-a; block 2 fixes :authority and inserts its own entries; block 3
+    // (valid by itself) refers to entries of both. The server's table stops following the
+    // client's at block 2, so block 3 must be re-encoded as well, and decoding the output
+    // with one persistent decoder (the server's view) must give every block's fields.
+    let first = [indexed(3), incremental(Err(b"x-a"), b"1", true)].concat();
+    let second = request_block(incremental(Ok(1), RAW, true));
+    // Newest first: te=62, content-type=63, :authority=64, :path=65, x-a=66.
+    let third = [
+        indexed(3),
+        indexed(65),
+        indexed(66),
+        incremental(Ok(1), b"localhost:7", false),
+    ]
+    .concat();
+    // Now localhost:7=62, ..., the raw :authority=65, x-a=67.
+    let fourth = [indexed(62), indexed(67), indexed(65)].concat();
+    let input = with_preface(&[
+        frame(1, FLAG_END_HEADERS, 1, &first),
+        frame(1, FLAG_END_HEADERS, 3, &second),
+        frame(1, FLAG_END_HEADERS, 5, &third),
+        frame(1, FLAG_END_HEADERS, 7, &fourth),
+    ]);
+    let out = rewrite_stream(&input).unwrap();
+    // The first block went out as it came.
+    let first_frame = frame(1, FLAG_END_HEADERS, 1, &first);
+    assert_eq!(out[24..24 + first_frame.len()], first_frame[..]);
+    let (blocks, _) = decode_out(&out);
+    let reencoded: Vec<bool> = blocks.iter().map(|b| b.reencoded).collect();
+    assert_eq!(reencoded, [false, true, true, true]);
+    assert_eq!(
+        blocks[0].fields,
+        fields(&[(":method", "POST"), ("x-a", "1")])
+    );
+    assert_eq!(blocks[1].fields, expected_request("localhost"));
+    assert_eq!(
+        blocks[2].fields,
+        fields(&[
+            (":method", "POST"),
+            (":path", "/v1.Filesystem/PathExists"),
+            ("x-a", "1"),
+            (":authority", "localhost:7"),
+        ])
+    );
+    assert_eq!(
+        blocks[3].fields,
+        fields(&[
+            (":authority", "localhost:7"),
+            ("x-a", "1"),
+            (":authority", "localhost"),
+        ])
+    );
+    for chunk in [1, 2, 7, 64] {
+        assert_eq!(feed_in_chunks(&input, &mut || chunk).unwrap(), out);
+    }
+}
+
+#[test]
+fn one_big_block_does_not_keep_its_memory() {
+    let big = "v".repeat(300_000);
+    let block = [
+        request_block(incremental(Ok(1), RAW, false)),
+        literal(0, 4, Err(b"x-big"), big.as_bytes(), true),
+    ]
+    .concat();
+    let mut r = Rewriter::new();
+    let mut out = Vec::new();
+    r.feed(
+        &with_preface(&[frame(1, FLAG_END_HEADERS, 1, &block)]),
+        &mut out,
+    )
+    .unwrap();
+    assert!(out.len() > 300_000);
+    assert!(
+        r.retained_capacity() <= 8 * 64 * 1024,
+        "{} bytes kept after the block",
+        r.retained_capacity()
+    );
+    // Small blocks keep their buffers: the next request allocates nothing new.
+    out.clear();
+    r.feed(&frame(1, FLAG_END_HEADERS, 3, &indexed(2)), &mut out)
+        .unwrap();
+    let kept = r.retained_capacity();
+    assert!(kept > 0);
+    r.feed(&frame(1, FLAG_END_HEADERS, 5, &indexed(2)), &mut out)
+        .unwrap();
+    assert_eq!(r.retained_capacity(), kept);
 }
 
 #[test]
@@ -96,7 +213,9 @@ fn every_representation_is_decoded_and_never_indexed_is_kept() {
         ])
     );
     let frag = &parse_frames(&out)[0].payload;
-    let flags = normalize(frag).unwrap().never_indexed;
+    let mut n = Normalized::default();
+    normalize(frag, &mut n).unwrap();
+    let flags = n.never_indexed;
     assert_eq!(flags, [false, false, true, true, false]);
 }
 
@@ -209,13 +328,16 @@ fn dynamic_table_references_span_header_blocks() {
     assert_eq!(blocks[1].stream, 3);
     assert_eq!(others.len(), 2);
 
-    // A valid authority inserted by the first block is still valid when referenced.
+    // A valid authority inserted by the first block is still valid when referenced (and both
+    // blocks pass unchanged).
     let first = request_block(incremental(Ok(1), b"localhost:1", true));
     let input = with_preface(&[
         frame(1, FLAG_END_HEADERS, 1, &first),
         frame(1, FLAG_END_HEADERS, 3, &indexed(64)),
     ]);
-    let (blocks, _) = rewrite_ok(&input);
+    let out = rewrite_stream(&input).unwrap();
+    assert_eq!(out, input);
+    let (blocks, _) = decode_out(&out);
     assert_eq!(blocks[1].fields, fields(&[(":authority", "localhost:1")]));
 }
 
@@ -433,5 +555,45 @@ fn garbage_never_panics() {
             input[i] = rng.next() as u8;
         }
         let _ = rewrite_stream(&input);
+    }
+}
+
+#[test]
+fn a_good_authority_remembered_does_not_let_a_bad_one_pass() {
+    // The rewriter remembers the last acceptable :authority so as not to check it again; an
+    // empty or different value after it is still checked and fixed.
+    for later in [&b""[..], RAW, b"localhost "] {
+        let input = with_preface(&[
+            frame(
+                1,
+                FLAG_END_HEADERS,
+                1,
+                &incremental(Ok(1), b"localhost", false),
+            ),
+            frame(
+                1,
+                FLAG_END_HEADERS,
+                3,
+                &literal(0, 4, Ok(1), b"localhost", true),
+            ),
+            frame(1, FLAG_END_HEADERS, 5, &literal(0, 4, Ok(1), later, false)),
+            frame(1, FLAG_END_HEADERS, 7, &indexed(62)),
+        ]);
+        let (blocks, _) = decode_out(&rewrite_stream(&input).unwrap());
+        let got: Vec<_> = blocks
+            .iter()
+            .map(|b| (b.reencoded, b.fields.clone()))
+            .collect();
+        let localhost = fields(&[(":authority", "localhost")]);
+        assert_eq!(
+            got,
+            [
+                (false, localhost.clone()),
+                (false, localhost.clone()),
+                (true, localhost.clone()),
+                (true, localhost),
+            ],
+            "{later:?}"
+        );
     }
 }
