@@ -18,9 +18,12 @@
 //!
 //! The account the daemon runs as must itself be granted access by the SDDL: creating every
 //! further instance needs `FILE_CREATE_PIPE_INSTANCE` on the pipe, which the DACL decides.
+//!
+//! Files: this one the listener and its stream of connections, `security.rs` the pipe's
+//! security descriptor, `conn.rs` one connected client.
 #![allow(
     unsafe_code,
-    reason = "pipe security descriptors and the client process id are Win32 calls with no safe wrapper"
+    reason = "creating a pipe instance with a raw security descriptor has no safe wrapper"
 )]
 
 use std::ffi::c_void;
@@ -46,6 +49,12 @@ use windows::Win32::Security::{
 use windows::Win32::System::Pipes::GetNamedPipeClientProcessId;
 use windows::core::{BOOL, PCWSTR};
 
+mod conn;
+mod security;
+
+pub use conn::{PipeConn, PipeConnectInfo};
+use security::*;
+
 /// Default security descriptor of every pipe: a protected DACL (`P`: nothing inherited) granting
 /// `GENERIC_ALL` to LocalSystem (`SY`) and BUILTIN\Administrators (`BA`), and nothing to anyone
 /// else. CSI node plugins run as `ContainerAdministrator`/`NT AUTHORITY\SYSTEM` host-process
@@ -67,129 +76,6 @@ const ERROR_PIPE_BUSY: i32 = 231;
 pub fn pipe_path(group: &str, version: &str) -> String {
     format!("{PIPE_PREFIX}csi-proxy-{group}-{version}")
 }
-
-/// A self-relative security descriptor from `ConvertStringSecurityDescriptorToSecurityDescriptorW`
-/// and the `SECURITY_ATTRIBUTES` pointing at it, handed to every `CreateNamedPipeW` of one pipe.
-struct PipeSecurity {
-    sddl: String,
-    descriptor: PSECURITY_DESCRIPTOR,
-    attributes: SECURITY_ATTRIBUTES,
-}
-
-// SAFETY: the descriptor is a LocalAlloc'ed buffer owned exclusively by this value and never
-// mutated after construction; `CreateNamedPipeW` only reads it (and the SECURITY_ATTRIBUTES that
-// points at it). Reading immutable memory from several threads is sound.
-unsafe impl Send for PipeSecurity {}
-// SAFETY: see `Send`: shared access is read-only.
-unsafe impl Sync for PipeSecurity {}
-
-impl PipeSecurity {
-    fn from_sddl(sddl: &str) -> io::Result<Box<Self>> {
-        let invalid = |why: String| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("invalid pipe security descriptor (SDDL) {sddl:?}: {why}"),
-            )
-        };
-        if sddl.trim().is_empty() {
-            return Err(invalid(
-                "empty; it must contain a DACL such as \"D:P(A;;GA;;;SY)(A;;GA;;;BA)\"".into(),
-            ));
-        }
-        if sddl.contains('\0') {
-            return Err(invalid("contains a NUL character".into()));
-        }
-        let wide: Vec<u16> = sddl.encode_utf16().chain(std::iter::once(0)).collect();
-        let mut descriptor = PSECURITY_DESCRIPTOR::default();
-        // SAFETY: `wide` is a NUL-terminated UTF-16 string that outlives the call; `descriptor` is
-        // a valid out-pointer. On success the function stores a LocalAlloc'ed self-relative
-        // descriptor there, which `Drop` releases with LocalFree (as the API documents).
-        unsafe {
-            ConvertStringSecurityDescriptorToSecurityDescriptorW(
-                PCWSTR(wide.as_ptr()),
-                SDDL_REVISION_1,
-                &mut descriptor,
-                None,
-            )
-        }
-        .map_err(|e| invalid(describe_windows_error(&e)))?;
-        let security = Box::new(PipeSecurity {
-            sddl: sddl.to_owned(),
-            descriptor,
-            attributes: SECURITY_ATTRIBUTES {
-                nLength: size_of::<SECURITY_ATTRIBUTES>() as u32,
-                lpSecurityDescriptor: descriptor.0,
-                // Pipe handles are never inherited by child processes.
-                bInheritHandle: BOOL(0),
-            },
-        });
-
-        // A descriptor without a DACL ("O:SY", "S:...") or with a NULL DACL
-        // ("D:NO_ACCESS_CONTROL") grants everyone full access: refuse it. An empty DACL ("D:")
-        // grants nobody access, not even the daemon's own FILE_CREATE_PIPE_INSTANCE for the
-        // second instance: refuse it too. (wine 8 parses "D:NO_ACCESS_CONTROL" as an empty DACL,
-        // so the string is refused there as well, with the second message.)
-        let mut present = BOOL(0);
-        let mut dacl: *mut ACL = std::ptr::null_mut();
-        let mut defaulted = BOOL(0);
-        // SAFETY: `descriptor` is the valid descriptor created above (still owned by `security`);
-        // the three out-pointers are valid locals.
-        unsafe { GetSecurityDescriptorDacl(descriptor, &mut present, &mut dacl, &mut defaulted) }
-            .map_err(|e| invalid(describe_windows_error(&e)))?;
-        if !present.as_bool() || dacl.is_null() {
-            return Err(invalid(
-                "it has no DACL (\"D:...\") or a NULL DACL, which would let every local user \
-                 connect"
-                    .into(),
-            ));
-        }
-        // SAFETY: GetSecurityDescriptorDacl returned a non-null pointer to the ACL header inside
-        // `descriptor`, which `security` keeps alive; the header is plain data and is only read.
-        let ace_count = unsafe { (*dacl).AceCount };
-        if ace_count == 0 {
-            return Err(invalid(
-                "its DACL is empty and grants access to nobody (not even csi-proxy itself)".into(),
-            ));
-        }
-        Ok(security)
-    }
-
-    /// Pointer for `create_with_security_attributes_raw`; valid while `self` lives.
-    fn attributes_ptr(&self) -> *mut c_void {
-        // CreateNamedPipeW takes `LPSECURITY_ATTRIBUTES` but only reads through it.
-        std::ptr::from_ref(&self.attributes).cast_mut().cast()
-    }
-}
-
-impl Drop for PipeSecurity {
-    fn drop(&mut self) {
-        // SAFETY: `descriptor` came from ConvertStringSecurityDescriptorToSecurityDescriptorW,
-        // whose documentation says to free it with LocalFree; it is freed exactly once, here,
-        // and no pipe creation can be using it any more (they borrow `self`).
-        unsafe {
-            LocalFree(Some(HLOCAL(self.descriptor.0)));
-        }
-    }
-}
-
-impl fmt::Debug for PipeSecurity {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PipeSecurity")
-            .field("sddl", &self.sddl)
-            .finish_non_exhaustive()
-    }
-}
-
-fn describe_windows_error(e: &windows::core::Error) -> String {
-    let message = e.message();
-    let code = e.code().0 as u32;
-    if message.trim().is_empty() {
-        format!("Windows error 0x{code:08X}")
-    } else {
-        format!("{} (0x{code:08X})", message.trim())
-    }
-}
-
 /// A named pipe that accepts connections: the listening instance plus what is needed to create
 /// the next one.
 #[derive(Debug)]
@@ -489,116 +375,6 @@ impl Stream for Incoming {
     }
 }
 
-/// The most bytes gathered into one pipe write (larger answers go out buffer by buffer).
-const GATHER_LIMIT: usize = 64 * 1024;
-
-/// One connected client of a pipe: the server end of a pipe instance.
-#[derive(Debug)]
-pub struct PipeConn {
-    inner: NamedPipeServer,
-    info: PipeConnectInfo,
-}
-
-/// What tonic records about a pipe connection (`Request::extensions().get::<PipeConnectInfo>()`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PipeConnectInfo {
-    /// Process id of the client, from `GetNamedPipeClientProcessId`, if Windows reported one.
-    pub client_process_id: Option<u32>,
-}
-
-impl PipeConn {
-    fn new(inner: NamedPipeServer) -> PipeConn {
-        let mut pid = 0u32;
-        // SAFETY: the handle belongs to `inner`, a connected pipe instance that lives across the
-        // call; `pid` is a valid out-pointer.
-        let ok =
-            unsafe { GetNamedPipeClientProcessId(HANDLE(inner.as_raw_handle()), &mut pid).is_ok() };
-        PipeConn {
-            inner,
-            info: PipeConnectInfo {
-                client_process_id: (ok && pid != 0).then_some(pid),
-            },
-        }
-    }
-
-    /// Process id of the client, if Windows reported one.
-    pub fn client_process_id(&self) -> Option<u32> {
-        self.info.client_process_id
-    }
-
-    /// The underlying pipe instance.
-    pub fn get_ref(&self) -> &NamedPipeServer {
-        &self.inner
-    }
-
-    /// The underlying pipe instance, consuming the connection.
-    pub fn into_inner(self) -> NamedPipeServer {
-        self.inner
-    }
-}
-
-impl tonic::transport::server::Connected for PipeConn {
-    type ConnectInfo = PipeConnectInfo;
-
-    fn connect_info(&self) -> PipeConnectInfo {
-        self.info
-    }
-}
-
-impl AsyncRead for PipeConn {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for PipeConn {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    /// Several buffers (an answer's HTTP/2 frames) become one pipe write: each write on a pipe
-    /// is its own overlapped `WriteFile` and completion, and the pipe itself does not gather.
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let total: usize = bufs.iter().map(|b| b.len()).sum();
-        if bufs.len() < 2 || total > GATHER_LIMIT {
-            let first = bufs
-                .iter()
-                .find(|b| !b.is_empty())
-                .map_or(&[][..], |b| &b[..]);
-            return Pin::new(&mut self.inner).poll_write(cx, first);
-        }
-        let mut joined = Vec::with_capacity(total);
-        for b in bufs {
-            joined.extend_from_slice(b);
-        }
-        Pin::new(&mut self.inner).poll_write(cx, &joined)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        true
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -619,33 +395,5 @@ mod tests {
             assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{bad:?}");
         }
         assert!(full_pipe_path(&"x".repeat(300)).is_err());
-    }
-
-    #[test]
-    fn default_sddl_converts() {
-        let security = PipeSecurity::from_sddl(DEFAULT_PIPE_SDDL).unwrap();
-        assert!(!security.descriptor.0.is_null());
-        assert_eq!(
-            security.attributes.lpSecurityDescriptor,
-            security.descriptor.0
-        );
-    }
-
-    #[test]
-    fn sddl_without_dacl_is_refused() {
-        for sddl in [
-            "",
-            "  ",
-            "O:SY",
-            "D:",
-            "D:P",
-            "D:NO_ACCESS_CONTROL",
-            "bogus",
-            "D:(X;;GA;;;SY)",
-        ] {
-            let e = PipeSecurity::from_sddl(sddl).unwrap_err();
-            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{sddl:?}: {e}");
-            assert!(e.to_string().contains("SDDL"), "{sddl:?}: {e}");
-        }
     }
 }

@@ -13,6 +13,9 @@
 //!   (mode 0600); a mutual-CHAP ConnectTarget writes it as the record's `password_in`.
 //! * GetTargetDisks reads sysfs: the block devices under the target's iSCSI session, named by
 //!   their `diskseq` like the disk group names disks.
+//!
+//! Files: this one the host and its RPCs, `open_iscsi.rs` running `iscsiadm` and editing its node
+//! records, `sessions.rs` the sessions and their disks as sysfs shows them.
 
 use crate::iscsi_discovery::{Discovery, pdu::DiscoveredTarget};
 use csi_proxy_core::iscsi::{AuthType, Chap, IscsiHost, Secret, TargetPortal};
@@ -25,16 +28,19 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
-/// Where open-iscsi keeps node records (Debian first, then the RHEL layout).
-const NODE_DIRS: [&str; 2] = ["/etc/iscsi/nodes", "/var/lib/iscsi/nodes"];
+mod open_iscsi;
+mod sessions;
+#[cfg(test)]
+mod tests;
+
+use open_iscsi::*;
+pub use open_iscsi::{apply_settings, record_settings, scrub};
+use sessions::*;
+
 /// The initiator's name as open-iscsi configures it.
 const INITIATOR_NAME_FILE: &str = "/etc/iscsi/initiatorname.iscsi";
 /// How long one discovery session may take per step.
 const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(15);
-/// How long one `iscsiadm` run may take (login retries are limited in the record too).
-const ISCSIADM_TIMEOUT: Duration = Duration::from_secs(90);
-/// `iscsiadm` exit status for "no records / sessions found".
-const ISCSI_ERR_NO_OBJS_FOUND: i32 = 21;
 /// `iscsiadm` exit status for "session already exists".
 const ISCSI_ERR_SESS_EXISTS: i32 = 15;
 
@@ -199,265 +205,6 @@ pub fn session_support_missing() -> Option<String> {
         );
     }
     None
-}
-
-fn find_iscsiadm() -> Option<PathBuf> {
-    ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
-        .iter()
-        .map(|d| Path::new(d).join("iscsiadm"))
-        .find(|p| p.exists())
-}
-
-/// Replaces every occurrence of the non-empty `secrets` in `text`.
-pub fn scrub(text: &str, secrets: &[&str]) -> String {
-    let mut out = text.to_string();
-    for s in secrets.iter().filter(|s| !s.is_empty()) {
-        out = out.replace(s, "<redacted>");
-    }
-    out
-}
-
-/// Refuses values that would break the one-line-per-key record format.
-fn record_value_ok(op: &str, iqn: &str, what: &str, v: &str) -> Result<()> {
-    if v.chars().any(|c| c.is_control()) {
-        return Err(Error::invalid(
-            op,
-            format!("target {iqn:?}"),
-            format!("{what} contains a control character"),
-        ));
-    }
-    Ok(())
-}
-
-/// The node-record lines a login needs: authentication, manual startup, bounded retries.
-pub fn record_settings(
-    chap: &Chap,
-    iqn: &str,
-    mutual: Option<&Secret>,
-) -> Vec<(&'static str, String)> {
-    let mut v = vec![
-        ("node.startup", "manual".to_string()),
-        ("node.session.initial_login_retry_max", "1".to_string()),
-        ("node.conn[0].timeo.login_timeout", "15".to_string()),
-    ];
-    match chap.auth_type {
-        AuthType::None => v.push(("node.session.auth.authmethod", "None".into())),
-        AuthType::OneWayChap | AuthType::MutualChap => {
-            v.push(("node.session.auth.authmethod", "CHAP".into()));
-            v.push(("node.session.auth.username", chap.username.clone()));
-            v.push((
-                "node.session.auth.password",
-                chap.secret.expose().to_string(),
-            ));
-        }
-    }
-    if chap.auth_type == AuthType::MutualChap
-        && let Some(m) = mutual
-    {
-        // The target answers the initiator's challenge under its own name.
-        v.push(("node.session.auth.username_in", iqn.to_string()));
-        v.push(("node.session.auth.password_in", m.expose().to_string()));
-    }
-    v
-}
-
-/// `text` (a node record) with every key of `settings` replaced by its new value.
-pub fn apply_settings(text: &str, settings: &[(&'static str, String)]) -> String {
-    let keys: Vec<&str> = settings.iter().map(|(k, _)| *k).collect();
-    let mut out: String = text
-        .lines()
-        .filter(|l| {
-            let key = l.split('=').next().unwrap_or("").trim();
-            !keys.contains(&key) && !key.starts_with("node.session.auth.")
-        })
-        .map(|l| format!("{l}\n"))
-        .collect();
-    for (k, v) in settings {
-        out.push_str(&format!("{k} = {v}\n"));
-    }
-    out
-}
-
-/// Finds the node record file of `iqn` at `portal` under open-iscsi's node directories.
-fn node_record(iqn: &str, portal: &TargetPortal) -> Option<PathBuf> {
-    let prefixes = [
-        format!("{},{},", portal.address, portal.port),
-        format!("[{}],{},", portal.address, portal.port),
-    ];
-    for dir in NODE_DIRS {
-        let Ok(entries) = fs::read_dir(Path::new(dir).join(iqn)) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if !prefixes.iter().any(|p| name.starts_with(p)) {
-                continue;
-            }
-            let path = e.path();
-            if path.is_dir() {
-                // Newer layout: one file per interface; `default` is the one logins use.
-                let f = path.join("default");
-                if f.exists() {
-                    return Some(f);
-                }
-                if let Some(first) = fs::read_dir(&path).ok()?.flatten().next() {
-                    return Some(first.path());
-                }
-            } else {
-                return Some(path);
-            }
-        }
-    }
-    None
-}
-
-/// Output of an `iscsiadm` run.
-struct Run {
-    code: i32,
-    output: String,
-}
-
-/// Runs `iscsiadm args` with a time limit; no secret is ever among `args`.
-fn iscsiadm(op: &str, object: &str, args: &[&str]) -> Result<Run> {
-    let bin = find_iscsiadm().ok_or_else(|| {
-        Error::new(
-            Kind::FailedPrecondition,
-            op,
-            object,
-            "iscsiadm (open-iscsi) is not installed",
-        )
-    })?;
-    let mut cmd = Command::new(&bin);
-    cmd.args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    super::tool::child_setup(&mut cmd);
-    let child = cmd.spawn().map_err(|e| Error::io(op, object, &e))?;
-    let done = super::tool::finish(child, Some(ISCSIADM_TIMEOUT)).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::TimedOut {
-            Error::new(
-                Kind::DeadlineExceeded,
-                op,
-                object,
-                format!(
-                    "iscsiadm {} did not finish within {ISCSIADM_TIMEOUT:?}",
-                    args.join(" ")
-                ),
-            )
-        } else {
-            Error::io(op, object, &e)
-        }
-    })?;
-    let mut output = String::from_utf8_lossy(&done.stdout).into_owned();
-    output.push_str(&String::from_utf8_lossy(&done.stderr));
-    Ok(Run {
-        code: done.status.code().unwrap_or(-1),
-        output: output.trim().to_string(),
-    })
-}
-
-/// Runs `iscsiadm args` for an undo step: success, or "no objects found" (what it undoes is
-/// already gone, as after a retry), is OK; any other exit is UNAVAILABLE, `failure` plus the
-/// exit code and output.
-fn iscsiadm_unless_gone(op: &str, object: &str, args: &[&str], failure: &str) -> Result<()> {
-    let r = iscsiadm(op, object, args)?;
-    if r.code != 0 && r.code != ISCSI_ERR_NO_OBJS_FOUND {
-        return Err(Error::new(
-            Kind::Unavailable,
-            op,
-            object,
-            format!("{failure} (exit {}): {}", r.code, r.output),
-        ));
-    }
-    Ok(())
-}
-
-/// Active sessions as sysfs shows them: (session dir, target name, address, port).
-fn sessions() -> Vec<(PathBuf, String, String, u16)> {
-    let mut out = Vec::new();
-    let Ok(entries) = fs::read_dir("/sys/class/iscsi_session") else {
-        return out;
-    };
-    for e in entries.flatten() {
-        let dir = e.path();
-        let Ok(target) = fs::read_to_string(dir.join("targetname")) else {
-            continue;
-        };
-        // The connection's address lives under the session's device.
-        let (mut addr, mut port) = (String::new(), 0);
-        if let Ok(dev) = fs::read_dir(dir.join("device")) {
-            for c in dev.flatten() {
-                let name = c.file_name().to_string_lossy().into_owned();
-                if !name.starts_with("connection") {
-                    continue;
-                }
-                let conn = c.path().join("iscsi_connection").join(&name);
-                addr = fs::read_to_string(conn.join("persistent_address"))
-                    .unwrap_or_default()
-                    .trim()
-                    .to_string();
-                port = fs::read_to_string(conn.join("persistent_port"))
-                    .ok()
-                    .and_then(|p| p.trim().parse().ok())
-                    .unwrap_or(0);
-            }
-        }
-        out.push((dir, target.trim().to_string(), addr, port));
-    }
-    out
-}
-
-fn session_of(portal: &TargetPortal, iqn: &str) -> Option<PathBuf> {
-    sessions()
-        .into_iter()
-        .find(|(_, t, a, p)| t == iqn && *p == portal.port && same_address(a, &portal.address))
-        .map(|(d, ..)| d)
-}
-
-fn same_address(sysfs: &str, requested: &str) -> bool {
-    use std::net::ToSocketAddrs;
-    if sysfs.eq_ignore_ascii_case(requested) {
-        return true;
-    }
-    // The request may name the portal by host name; sysfs has the address.
-    (requested, 0)
-        .to_socket_addrs()
-        .map(|mut addrs| addrs.any(|a| a.ip().to_string() == sysfs))
-        .unwrap_or(false)
-}
-
-/// Block devices under a session directory, as disk numbers (`diskseq`).
-fn session_disks(session: &Path) -> Vec<u32> {
-    let mut out = Vec::new();
-    let mut stack = vec![(session.join("device"), 0)];
-    while let Some((dir, depth)) = stack.pop() {
-        let Ok(entries) = fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let path = e.path();
-            if name == "block" {
-                for b in fs::read_dir(&path).into_iter().flatten().flatten() {
-                    let seq = fs::read_to_string(b.path().join("diskseq"))
-                        .ok()
-                        .and_then(|s| s.trim().parse().ok());
-                    if let Some(n) = seq {
-                        out.push(n);
-                    }
-                }
-            } else if depth < 4
-                && (name.starts_with("target") || name.contains(':'))
-                && e.file_type().map(|t| t.is_dir()).unwrap_or(false)
-            {
-                stack.push((path, depth + 1));
-            }
-        }
-    }
-    out.sort_unstable();
-    out.dedup();
-    out
 }
 
 impl IscsiHost for LinuxIscsiHost {
@@ -635,8 +382,8 @@ impl IscsiHost for LinuxIscsiHost {
     }
 
     fn target_disk_in_use(&self, number: u32) -> Result<Option<String>> {
-        match super::block::disk("DisconnectTarget", number) {
-            Ok(disk) => super::block::in_use(&disk),
+        match crate::linux::block::disk("DisconnectTarget", number) {
+            Ok(disk) => crate::linux::block::in_use(&disk),
             Err(e) if e.kind() == Kind::NotFound => Ok(None), // gone already: nothing to take
             Err(e) => Err(e),
         }
@@ -653,60 +400,5 @@ impl IscsiHost for LinuxIscsiHost {
         }
         let _g = self.guard();
         self.write_state(OP, "mutual-chap", secret.expose().as_bytes())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn portals_state_round_trips_and_skips_junk() {
-        let text = "10.0.0.1 3260\nfe80::1 3261\n\nbad\nx 0\nh 70000\n";
-        let p = parse_portals(text);
-        assert_eq!(p.len(), 2);
-        assert_eq!((p[1].address.as_str(), p[1].port), ("fe80::1", 3261));
-    }
-
-    #[test]
-    fn record_settings_carry_chap_and_replace_old_auth_lines() {
-        let chap = Chap {
-            auth_type: AuthType::MutualChap,
-            username: "user".into(),
-            secret: "S3cret-chap".into(),
-        };
-        let mutual = Secret::new("Mutual-S3cret");
-        let old = "node.name = iqn.x\nnode.session.auth.authmethod = None\nnode.session.auth.password_in = stale\nnode.startup = automatic\n";
-        let new = apply_settings(old, &record_settings(&chap, "iqn.x", Some(&mutual)));
-        assert!(new.starts_with("node.name = iqn.x\n"), "{new}");
-        assert!(
-            !new.contains("stale") && !new.contains("automatic"),
-            "{new}"
-        );
-        for line in [
-            "node.session.auth.authmethod = CHAP",
-            "node.session.auth.username = user",
-            "node.session.auth.password = S3cret-chap",
-            "node.session.auth.username_in = iqn.x",
-            "node.session.auth.password_in = Mutual-S3cret",
-            "node.startup = manual",
-        ] {
-            assert!(new.lines().any(|l| l == line), "{line} missing in {new}");
-        }
-        let none = Chap {
-            auth_type: AuthType::None,
-            username: String::new(),
-            secret: Secret::default(),
-        };
-        let new = apply_settings(&new, &record_settings(&none, "iqn.x", Some(&mutual)));
-        assert!(!new.contains("S3cret"), "{new}");
-    }
-
-    #[test]
-    fn scrub_removes_every_secret() {
-        assert_eq!(
-            scrub("pw=abc and abc, def", &["abc", "", "def"]),
-            "pw=<redacted> and <redacted>, <redacted>"
-        );
     }
 }
