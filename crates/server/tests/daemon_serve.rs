@@ -1,11 +1,13 @@
 //! The daemon over real Unix sockets with a host that panics and hangs: a panicking request
 //! answers INTERNAL and the daemon keeps serving; metadata calls run on an async worker when one
-//! is free for them, and calls hanging there never stall other requests; a stop request ends
-//! the daemon and removes the sockets.
+//! is free for them, calls hanging there never stall other requests, and a call whose holder of
+//! the worker only waits for a core waits for it instead of starting a thread; a stop request
+//! ends the daemon and removes the sockets.
 #![cfg(unix)]
 
 use csi_proxy_api::filesystem::v1::filesystem_client::FilesystemClient;
 use csi_proxy_api::filesystem::v1::{MkdirRequest, PathExistsRequest};
+use csi_proxy_client::Connector;
 use csi_proxy_core::filesystem::{FilesystemHost, FilesystemService};
 use csi_proxy_core::paths::{LinkProbe, LinkTarget, PathPolicy, PathStyle};
 use csi_proxy_server::daemon::{self, Listen};
@@ -16,7 +18,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 use tonic::Code;
 
-/// PathExists hangs on paths ending in `hang` until released, panics on `panic`, else answers
+/// PathExists hangs on paths ending in `hang` until released, panics on `panic`, keeps its
+/// thread busy for 300 ms on `spin` (as a call whose thread waits for a core), else answers
 /// true. The path and the thread it answers on are recorded.
 #[derive(Default)]
 struct Fs {
@@ -37,6 +40,12 @@ impl FilesystemHost for Fs {
         self.threads.lock().unwrap().push((path.to_string(), name));
         if path.ends_with("panic") {
             panic!("host bug while checking {path}");
+        }
+        if path.ends_with("spin") {
+            let start = std::time::Instant::now();
+            while start.elapsed() < Duration::from_millis(300) {
+                std::hint::spin_loop();
+            }
         }
         if path.ends_with("hang") {
             let mut released = self.released.lock().unwrap();
@@ -82,10 +91,16 @@ impl Drop for Release {
     }
 }
 
-#[test]
-fn hanging_metadata_calls_never_stall_other_requests() {
-    // The daemon on its own two-worker runtime, the client on another: if the daemon's workers
-    // were all held, the client's timeout below still fires.
+/// Runs `test` against a daemon on its own two-worker runtime (the client on another: if the
+/// daemon's workers were all held, the client's timeouts still fire), then stops the daemon.
+fn on_two_workers<F, Fut>(test: F)
+where
+    F: FnOnce(FilesystemClient<tonic::transport::Channel>, Arc<Fs>, Connector) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    // The inline slots are counted per process: two such daemons at once would share them.
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     // tokio gives workers and blocking-pool threads the same name; the two workers are the
     // first threads the runtime starts (at build), so name threads by the order they start.
     let started = AtomicUsize::new(0);
@@ -103,7 +118,6 @@ fn hanging_metadata_calls_never_stall_other_requests() {
         .build()
         .unwrap();
     let host = Arc::new(Fs::default());
-    let release = Release(host.clone());
     let services = services(host.clone());
     let dir = tempfile::tempdir().unwrap();
     let sockets = dir.path().join("run");
@@ -124,13 +138,40 @@ fn hanging_metadata_calls_never_stall_other_requests() {
     ));
     client_rt.block_on(async {
         ready_rx.await.unwrap();
-        let connector = csi_proxy_client::Connector::SocketDir(sockets);
+        let connector = Connector::SocketDir(sockets);
         let client = FilesystemClient::new(connector.channel("filesystem", "v1").await.unwrap());
+        test(client, host, connector).await;
+    });
+    stop_tx.send(()).unwrap();
+    daemon_rt
+        .block_on(async { tokio::time::timeout(Duration::from_secs(5), daemon).await })
+        .expect("stops within 5 s")
+        .unwrap()
+        .unwrap();
+}
 
+/// The threads the calls of `suffix` were answered on.
+fn threads_of(host: &Fs, suffix: &str) -> Vec<String> {
+    host.threads
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(path, _)| path.ends_with(suffix))
+        .map(|(_, thread)| thread.clone())
+        .collect()
+}
+
+#[test]
+fn hanging_metadata_calls_never_stall_other_requests() {
+    on_two_workers(|client, host, _| async move {
+        let release = Release(host.clone());
         // Quick calls answer on an async worker, not on the blocking pool.
         client.clone().path_exists(request("a")).await.unwrap();
-        let (_, first) = host.threads.lock().unwrap()[0].clone();
-        assert!(first.starts_with("daemon-worker-"), "answered on {first:?}");
+        let first = threads_of(&host, "a");
+        assert!(
+            first[0].starts_with("daemon-worker-"),
+            "answered on {first:?}"
+        );
 
         // A panic there is still INTERNAL for that request only.
         let e = client
@@ -163,12 +204,9 @@ fn hanging_metadata_calls_never_stall_other_requests() {
             .await
             .expect("other requests are answered while metadata calls hang");
         // All workers but one may hold a metadata call: here one; the rest went to the pool.
-        let on_workers = host
-            .threads
-            .lock()
-            .unwrap()
+        let on_workers = threads_of(&host, "hang")
             .iter()
-            .filter(|(path, thread)| path.ends_with("hang") && thread.starts_with("daemon-worker-"))
+            .filter(|t| t.starts_with("daemon-worker-"))
             .count();
         assert_eq!(
             on_workers, 1,
@@ -180,12 +218,44 @@ fn hanging_metadata_calls_never_stall_other_requests() {
             assert!(h.await.unwrap().unwrap().into_inner().exists);
         }
     });
-    stop_tx.send(()).unwrap();
-    daemon_rt
-        .block_on(async { tokio::time::timeout(Duration::from_secs(5), daemon).await })
-        .expect("stops within 5 s")
-        .unwrap()
-        .unwrap();
+}
+
+#[test]
+fn a_call_waits_for_a_holder_that_is_only_busy() {
+    // The one inline slot of a two-worker daemon is held for 300 ms by a call whose thread is
+    // runnable throughout, as when other processes take the cores. A metadata call arriving
+    // meanwhile waits for the slot instead of concluding, after 10 ms without a slot given back,
+    // that the holder hangs and going to the blocking pool (where tokio starts a thread for it).
+    // Where thread states cannot be read, it still goes to the pool.
+    on_two_workers(|client, host, connector| async move {
+        let busy = {
+            let mut c = client.clone();
+            tokio::spawn(async move { c.path_exists(request("spin")).await })
+        };
+        // Until the busy call holds the slot.
+        while threads_of(&host, "spin").is_empty() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // On a connection of its own: the busy call's worker serves nothing else meanwhile.
+        let mut other = FilesystemClient::new(connector.channel("filesystem", "v1").await.unwrap());
+        other.path_exists(request("waiting")).await.unwrap();
+        busy.await.unwrap().unwrap();
+        let spin = threads_of(&host, "spin");
+        assert!(
+            spin[0].starts_with("daemon-worker-"),
+            "busy call on {spin:?}"
+        );
+        let waiting = threads_of(&host, "waiting");
+        let expected = if cfg!(target_os = "linux") {
+            "daemon-worker-"
+        } else {
+            "daemon-blocking-"
+        };
+        assert!(
+            waiting[0].starts_with(expected),
+            "the waiting call ran on {waiting:?}"
+        );
+    });
 }
 
 /// The filesystem group over `host`; the other groups are not exercised here.

@@ -1,13 +1,17 @@
 //! How every RPC runs: host work off the async workers (or, for quick metadata calls, on one
 //! worker kept for them), a panic turned into INTERNAL for that request only, errors turned into
-//! statuses, and one log line per request at `-v=4` and above.
+//! statuses, and one log line per request at `-v=4` and above. `inline_slot.rs`: which metadata
+//! calls may run on the worker that received them.
 
 use crate::status::to_status;
 use std::panic::AssertUnwindSafe;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::time::Instant;
 use tonic::{Code, Response, Status};
+
+mod inline_slot;
+
+use inline_slot::InlineSlot;
 
 static VERBOSITY: AtomicU8 = AtomicU8::new(0);
 static REQUESTS: AtomicU64 = AtomicU64::new(0);
@@ -22,100 +26,6 @@ const METADATA_RPCS: [&str; 5] = [
     "ListDiskIDs",
     "GetDiskStats",
 ];
-
-/// Metadata calls running on async workers now.
-static INLINE_IN_USE: AtomicUsize = AtomicUsize::new(0);
-
-/// A metadata call's claim to run on the async worker that received it. At most all workers but
-/// one of the current runtime hold such calls at once: a metadata call can still block for long
-/// (a stat on a dead network share), so the last worker always stays free to serve every other
-/// request, and metadata calls beyond the limit (or on a single-threaded runtime) go to the
-/// blocking pool as all other host work does.
-struct InlineSlot;
-
-/// How long a metadata call that finds every inline slot taken waits for one to be given back
-/// before it goes to the blocking pool; also how long holders may give none back before they
-/// count as stuck in a long call (then nobody waits for them).
-const SLOT_WAIT: Duration = Duration::from_millis(10);
-
-/// Wakes a metadata call waiting for an inline slot when one is given back.
-static SLOT_FREED: tokio::sync::Notify = tokio::sync::Notify::const_new();
-
-/// When an inline slot was last given back, in microseconds since [`epoch`].
-static SLOT_FREED_AT: AtomicU64 = AtomicU64::new(0);
-
-fn epoch() -> Instant {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
-}
-
-fn micros_since_epoch() -> u64 {
-    u64::try_from(epoch().elapsed().as_micros()).unwrap_or(u64::MAX)
-}
-
-impl InlineSlot {
-    /// A slot now, or one given back within [`SLOT_WAIT`] while the holders are moving.
-    ///
-    /// Under load the slots are taken and given back every few microseconds (or within a
-    /// scheduler time slice, when a holder's thread lost its core), so a call that finds them
-    /// all taken gets one soon. Sending it to the blocking pool instead made tokio start a
-    /// thread for every call of a burst that found no idle one: 30 to 60 threads under 64
-    /// clients on 2 cores, for work that needs none. When no slot has been given back for
-    /// [`SLOT_WAIT`], the holders are stuck in long calls (a stat on a dead network share), and
-    /// the call goes to the blocking pool at once, as before; a wait that runs out does too.
-    async fn wait() -> Option<InlineSlot> {
-        let limit = Self::limit();
-        if let Some(slot) = Self::take(limit) {
-            return Some(slot);
-        }
-        if limit == 0 {
-            return None;
-        }
-        let wait_us = u64::try_from(SLOT_WAIT.as_micros()).unwrap_or(u64::MAX);
-        let give_up = tokio::time::Instant::now() + SLOT_WAIT;
-        loop {
-            let since_freed =
-                micros_since_epoch().saturating_sub(SLOT_FREED_AT.load(Ordering::Relaxed));
-            if since_freed > wait_us {
-                return None;
-            }
-            let freed = SLOT_FREED.notified();
-            tokio::pin!(freed);
-            // Registered before looking again, so a slot given back in between still wakes us.
-            freed.as_mut().enable();
-            if let Some(slot) = Self::take(limit) {
-                return Some(slot);
-            }
-            tokio::time::timeout_at(give_up, freed).await.ok()?;
-        }
-    }
-
-    /// All workers of the current runtime but one; 0 outside a runtime or on one worker.
-    fn limit() -> usize {
-        tokio::runtime::Handle::try_current()
-            .map(|h| h.metrics().num_workers())
-            .unwrap_or(1)
-            .saturating_sub(1)
-    }
-
-    /// A slot if fewer than `limit` are held.
-    fn take(limit: usize) -> Option<InlineSlot> {
-        INLINE_IN_USE
-            .fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| {
-                (n < limit).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| InlineSlot)
-    }
-}
-
-impl Drop for InlineSlot {
-    fn drop(&mut self) {
-        INLINE_IN_USE.fetch_sub(1, Ordering::Release);
-        SLOT_FREED_AT.store(micros_since_epoch(), Ordering::Relaxed);
-        SLOT_FREED.notify_one();
-    }
-}
 
 /// How many requests have reached a handler since start: a cheap activity signal for
 /// housekeeping that should wait for quiet moments.
