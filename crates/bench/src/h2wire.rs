@@ -4,6 +4,21 @@
 /// The client connection preface (RFC 9113 §3.4).
 pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
+/// Frame types (RFC 9113 §6).
+pub const DATA: u8 = 0x0;
+pub const HEADERS: u8 = 0x1;
+pub const RST_STREAM: u8 = 0x3;
+pub const SETTINGS: u8 = 0x4;
+pub const PING: u8 = 0x6;
+pub const GOAWAY: u8 = 0x7;
+pub const WINDOW_UPDATE: u8 = 0x8;
+
+/// Frame flags (RFC 9113 §6): END_STREAM on DATA and HEADERS, ACK on SETTINGS and PING.
+pub const END_STREAM: u8 = 0x1;
+pub const ACK: u8 = 0x1;
+pub const END_HEADERS: u8 = 0x4;
+pub const PADDED: u8 = 0x8;
+
 /// Appends a frame header (RFC 9113 §4.1).
 pub fn frame_head(out: &mut Vec<u8>, len: usize, kind: u8, flags: u8, stream: u32) {
     let [_, a, b, c] = u32::try_from(len).unwrap_or(u32::MAX).to_be_bytes();
@@ -45,4 +60,17 @@ pub fn literal(out: &mut Vec<u8>, indexing: bool, index: usize, name: Option<&[u
         int(out, 0x00, 7, s.len());
         out.extend_from_slice(s);
     }
+}
+
+/// A gRPC length-prefixed message, uncompressed (gRPC over HTTP/2: compressed flag, 4-byte
+/// big-endian length, message).
+pub fn grpc_frame(message: &[u8]) -> Vec<u8> {
+    let mut out = vec![0];
+    out.extend_from_slice(
+        &u32::try_from(message.len())
+            .unwrap_or(u32::MAX)
+            .to_be_bytes(),
+    );
+    out.extend_from_slice(message);
+    out
 }

@@ -6,7 +6,9 @@
 //! its fields into the HPACK dynamic table (RFC 7541 §6.2.1), later requests on the connection
 //! refer to them by index (§6.1), and each request's body follows as a DATA frame.
 
-use crate::h2wire::{PREFACE, frame, int, literal};
+use crate::h2wire::{
+    DATA, END_HEADERS, END_STREAM, HEADERS, PREFACE, SETTINGS, frame, grpc_frame, int, literal,
+};
 use csi_proxy_server::transport::authority::Rewriter;
 use std::time::{Duration, Instant};
 
@@ -17,20 +19,17 @@ const REQUESTS: u32 = 20_000;
 /// `:authority` is `authority`, over [`REQUESTS`] requests fed as the transport reads them.
 pub fn per_request(authority: &[u8]) -> Duration {
     let (first, next) = (request(authority, true), request(authority, false));
+    // PathExistsRequest { path: "/path" }.
+    let body = grpc_frame(&[0x0a, 5, b'/', b'p', b'a', b't', b'h']);
     let mut stream = PREFACE.to_vec();
-    frame(&mut stream, 0x4, 0, 0, &[]); // SETTINGS
+    frame(&mut stream, SETTINGS, 0, 0, &[]);
     let mut chunks = vec![stream];
     for i in 0..REQUESTS {
         let id = 2 * i + 1;
         let mut c = Vec::new();
-        frame(&mut c, 0x1, 0x4, id, if i == 0 { &first } else { &next });
-        frame(
-            &mut c,
-            0x0,
-            0x1,
-            id,
-            &[0, 0, 0, 0, 7, 0x0a, 5, b'/', b'p', b'a', b't', b'h'],
-        );
+        let block = if i == 0 { &first } else { &next };
+        frame(&mut c, HEADERS, END_HEADERS, id, block);
+        frame(&mut c, DATA, END_STREAM, id, &body);
         chunks.push(c);
     }
     let mut rewriter = Rewriter::new();

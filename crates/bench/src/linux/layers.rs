@@ -11,15 +11,11 @@ pub(super) struct EndpointCosts {
     pub(super) health: Samples,
     /// Server CPU time per PathExists and per health check (1 client, sequential).
     pub(super) cpu: (Duration, Duration),
-    /// PathExists from `--clients` clients, each on its own connection.
-    pub(super) many: Samples,
+    /// PathExists from `--clients` clients, each on its own connection, and the server meanwhile.
+    pub(super) many: (Samples, Peak),
     /// The same load from the lean raw HTTP/2 client (`lean.rs`), which leaves more of the
     /// shared cores to the server.
-    pub(super) lean: Samples,
-    /// Server CPU time per call under the `many` and the `lean` load.
-    pub(super) load_cpu: (Duration, Duration),
-    /// During the `many` and `lean` loads.
-    pub(super) peak: Peak,
+    pub(super) lean: (Samples, Peak),
     /// System calls of the server per PathExists and per health check, or why not counted.
     pub(super) syscalls: Result<(syscalls::PerCall, syscalls::PerCall), String>,
     /// The server's threads: idle, after the 1-client calls, just after the `many` load.
@@ -85,8 +81,7 @@ pub(super) async fn endpoint_costs(
     }
     let p = probe.to_string();
     let dur = Duration::from_secs_f64(a.seconds);
-    let before = cpu_of(pid);
-    let (many, peak) = concurrent(
+    let many = concurrent(
         clients,
         dur,
         move |mut fs: FilesystemClient| {
@@ -97,9 +92,7 @@ pub(super) async fn endpoint_costs(
     )
     .await
     .map_err(|e| format!("PathExists: {e}"))?;
-    let many_cpu = per_call(cpu_of(pid).saturating_sub(before), many.latencies.len());
-
-    let (lean, lean_cpu, lean_peak) = lean_load(a, c, pid, probe, dur).await?;
+    let lean = lean_load(a, c, pid, probe, dur).await?;
     threads[2] = threads_of(pid);
     Ok(EndpointCosts {
         path_exists,
@@ -107,25 +100,27 @@ pub(super) async fn endpoint_costs(
         cpu,
         many,
         lean,
-        load_cpu: (many_cpu, lean_cpu),
-        peak: Peak {
-            rss: peak.rss.max(lean_peak.rss),
-            threads: peak.threads.max(lean_peak.threads),
-        },
         syscalls,
         threads,
     })
 }
 
-/// PathExists from `--clients` lean raw HTTP/2 connections for `dur`: the calls, the server's
-/// CPU time per call, and its peak RSS and threads meanwhile.
+impl EndpointCosts {
+    /// The server's largest resident size and thread count over both loads.
+    pub(super) fn peak(&self) -> (u64, u64) {
+        let (many, lean) = (&self.many.1, &self.lean.1);
+        (many.rss.max(lean.rss), many.threads.max(lean.threads))
+    }
+}
+
+/// PathExists from `--clients` lean raw HTTP/2 connections for `dur`, and the server meanwhile.
 async fn lean_load(
     a: &Args,
     c: &Connector,
     pid: u32,
     probe: &str,
     dur: Duration,
-) -> Result<(Samples, Duration, Peak), String> {
+) -> Result<(Samples, Peak), String> {
     use csi_proxy_api::filesystem::v1::{PathExistsRequest, PathExistsResponse};
     use prost::Message;
     let call = lean::UnaryCall::new(
@@ -142,8 +137,7 @@ async fn lean_load(
         let conn = lean::LeanConn::connect(&socket, call.clone()).await?;
         conns.push(Arc::new(tokio::sync::Mutex::new(conn)));
     }
-    let before = cpu_of(pid);
-    let (samples, peak) = concurrent(
+    concurrent(
         conns,
         dur,
         |conn: Arc<tokio::sync::Mutex<lean::LeanConn>>| async move {
@@ -152,13 +146,7 @@ async fn lean_load(
         pid,
     )
     .await
-    .map_err(|e| format!("PathExists (lean client): {}", e.message()))?;
-    let cpu = per_call(cpu_of(pid).saturating_sub(before), samples.latencies.len());
-    Ok((samples, cpu, peak))
-}
-
-fn per_call(total: Duration, calls: usize) -> Duration {
-    total / u32::try_from(calls.max(1)).unwrap_or(u32::MAX)
+    .map_err(|e| format!("PathExists (lean client): {}", e.message()))
 }
 
 /// The columns of the layer table.
@@ -186,13 +174,21 @@ pub(super) fn layer_row(what: &str, c: &EndpointCosts, bare_p50: Duration) -> Ve
         format!("{:.2}×", p.as_secs_f64() / h.as_secs_f64().max(1e-9)),
         format!("{:+.1} µs", extra * 1e6),
         format!("{} / {}", fmt_d(c.cpu.0), fmt_d(c.cpu.1)),
-        format!("{:.0} / {:.0}/s", c.many.throughput(), c.lean.throughput()),
-        format!("{} / {}", fmt_d(c.load_cpu.0), fmt_d(c.load_cpu.1)),
+        format!(
+            "{:.0} / {:.0}/s",
+            c.many.0.throughput(),
+            c.lean.0.throughput()
+        ),
+        format!(
+            "{} / {}",
+            fmt_d(c.many.1.cpu_per_call),
+            fmt_d(c.lean.1.cpu_per_call)
+        ),
         match &c.syscalls {
             Ok((pe, hc)) => format!("{:.1} / {:.1}", pe.total, hc.total),
             Err(_) => "n/a".into(),
         },
-        format!("{} / {}", c.threads[0], c.peak.threads),
+        format!("{} / {}", c.threads[0], c.peak().1),
     ]
 }
 

@@ -14,18 +14,10 @@ use std::path::Path;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
-use crate::h2wire::{PREFACE, frame_head, literal};
-const DATA: u8 = 0x0;
-const HEADERS: u8 = 0x1;
-const RST_STREAM: u8 = 0x3;
-const SETTINGS: u8 = 0x4;
-const PING: u8 = 0x6;
-const GOAWAY: u8 = 0x7;
-const WINDOW_UPDATE: u8 = 0x8;
-const END_STREAM: u8 = 0x1;
-const ACK: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
-const PADDED: u8 = 0x8;
+use crate::h2wire::{
+    ACK, DATA, END_HEADERS, END_STREAM, GOAWAY, HEADERS, PADDED, PING, PREFACE, RST_STREAM,
+    SETTINGS, WINDOW_UPDATE, frame_head, grpc_frame, literal,
+};
 
 /// The largest window increment (RFC 9113 §6.9.1): 2^31 − 1 minus the initial 65,535.
 const WINDOW_TOP_UP: u32 = 0x7fff_ffff - 65_535;
@@ -56,18 +48,6 @@ impl UnaryCall {
             answer: grpc_frame(answer),
         }
     }
-}
-
-/// A gRPC length-prefixed message, uncompressed.
-fn grpc_frame(message: &[u8]) -> Vec<u8> {
-    let mut out = vec![0];
-    out.extend_from_slice(
-        &u32::try_from(message.len())
-            .unwrap_or(u32::MAX)
-            .to_be_bytes(),
-    );
-    out.extend_from_slice(message);
-    out
 }
 
 /// A frame read from the server; the payload only of DATA and PING frames.

@@ -55,15 +55,17 @@ where
     Ok(s)
 }
 
-/// The largest resident size and thread count of a server sampled during a load.
+/// What a server did during a load: its largest resident size and thread count (sampled), and
+/// its CPU time per call.
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct Peak {
     pub(super) rss: u64,
     pub(super) threads: u64,
+    pub(super) cpu_per_call: Duration,
 }
 
 /// One task per client, each calling in a loop for `dur`; the server's (`pid`) RSS and thread
-/// count are sampled every 50 ms meanwhile.
+/// count are sampled every 50 ms meanwhile, and its CPU time is read before and after.
 pub(super) async fn concurrent<C, F, Fut>(
     clients: Vec<C>,
     dur: Duration,
@@ -87,6 +89,7 @@ where
             }
         })
     };
+    let cpu_before = cpu_of(pid);
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for c in clients {
@@ -117,6 +120,7 @@ where
         }
     }
     s.wall = start.elapsed();
+    let cpu_per_call = per_call(cpu_of(pid).saturating_sub(cpu_before), s.latencies.len());
     let _ = sampler.await;
     match first_err {
         Some(e) => Err(e),
@@ -125,6 +129,7 @@ where
             Peak {
                 rss: peak[0].load(Ordering::Relaxed),
                 threads: peak[1].load(Ordering::Relaxed),
+                cpu_per_call,
             },
         )),
     }

@@ -161,7 +161,7 @@ async fn run(a: &Args) -> Result<Report, String> {
     std::fs::create_dir_all(&probe).map_err(|e| e.to_string())?;
     let probe = probe.display().to_string();
     let costs = endpoint_costs(a, &c, pid, &probe).await?;
-    let (seq, par) = (&costs.path_exists, &costs.many);
+    let (seq, par) = (&costs.path_exists, &costs.many.0);
     let (h50, p50) = (costs.health.quantile(0.5), seq.quantile(0.5));
     rows.push(Row {
         what: "PathExists 1 client p50 (floor: health Check p50, same endpoint, alternating)"
@@ -207,7 +207,7 @@ async fn run(a: &Args) -> Result<Report, String> {
     load_rows(
         &mut rows,
         &format!("PathExists {} lean raw HTTP/2 clients", a.clients),
-        &costs.lean,
+        &costs.lean.0,
         Some(&dpar),
     );
     rows.push(Row::single(
@@ -215,11 +215,15 @@ async fn run(a: &Args) -> Result<Report, String> {
             "daemon CPU time per PathExists under {} tonic / lean clients",
             a.clients
         ),
-        format!("{} / {}", fmt_d(costs.load_cpu.0), fmt_d(costs.load_cpu.1)),
+        format!(
+            "{} / {}",
+            fmt_d(costs.many.1.cpu_per_call),
+            fmt_d(costs.lean.1.cpu_per_call)
+        ),
     ));
     rows.push(Row::single(
         format!("daemon RSS peak under {}-client load", a.clients),
-        fmt_mib(costs.peak.rss),
+        fmt_mib(costs.peak().0),
     ));
     let t = &costs.threads;
     rows.push(Row::single(
@@ -227,7 +231,7 @@ async fn run(a: &Args) -> Result<Report, String> {
             "daemon threads: idle / after 1 client / peak under {} clients / just after",
             a.clients
         ),
-        format!("{} / {} / {} / {}", t[0], t[1], costs.peak.threads, t[2]),
+        format!("{} / {} / {} / {}", t[0], t[1], costs.peak().1, t[2]),
     ));
     rows.push(Row::single(
         "`:authority` rewriter alone, CPU per request (in-process): pipe path fixed / valid passed",

@@ -92,7 +92,12 @@ where
     for _ in 0..n {
         call().await?;
     }
-    Ok(cpu_of(pid).saturating_sub(before) / n.max(1) as u32)
+    Ok(per_call(cpu_of(pid).saturating_sub(before), n))
+}
+
+/// `total` divided among `calls` calls.
+pub(super) fn per_call(total: Duration, calls: usize) -> Duration {
+    total / u32::try_from(calls.max(1)).unwrap_or(u32::MAX)
 }
 
 /// The threads of process `pid` now (its entries in `/proc/<pid>/task`).
