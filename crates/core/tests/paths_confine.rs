@@ -121,7 +121,9 @@ fn posix_intermediate_link_inside_a_root_is_followed() {
         [
             "/var/lib/kubelet/pods",
             "/var/lib/kubelet/pods/l",
-            "/tmp/csi-work/data"
+            "/tmp/csi-work/data",
+            // The final entry is looked at (not followed): the caller acts on what it is.
+            "/tmp/csi-work/data/x"
         ]
     );
     assert_eq!(
@@ -334,7 +336,11 @@ fn posix_final_component_is_followed_only_by_confine_following() {
         p.confine("Rmdir", "/var/lib/kubelet/pods/l", &fs).unwrap(),
         "/var/lib/kubelet/pods/l"
     );
-    assert_eq!(fs.probed(), ["/var/lib/kubelet/pods"]);
+    // The final link is looked at, not followed.
+    assert_eq!(
+        fs.probed(),
+        ["/var/lib/kubelet/pods", "/var/lib/kubelet/pods/l"]
+    );
     denied(
         p.confine_following("RmdirContents", "/var/lib/kubelet/pods/l", &fs),
         P,

@@ -35,9 +35,13 @@
 mod lexical;
 #[cfg(test)]
 mod tests;
+mod walk;
 
 pub use lexical::is_drive_root;
-use lexical::{parse_target, posix_lexical, windows_lexical};
+pub use walk::{Found, Held, Mode, Reached, Walk, Walker};
+#[cfg(test)]
+use lexical::parse_target;
+use lexical::{posix_lexical, windows_lexical};
 
 use crate::error::{Error, Kind, Result};
 use std::io;
@@ -178,22 +182,6 @@ enum Place {
     Outside,
 }
 
-/// One component of the location reached so far while walking.
-struct Entry {
-    name: String,
-    /// Reached by following a link, or a mount point: on Windows a later `..` must not leave it,
-    /// because Windows would read that `..` textually, against a different parent.
-    sticky: bool,
-}
-
-/// Work still to do while walking.
-enum Step {
-    /// Go into this component; `follow` says whether a link here is resolved.
-    Name { name: String, follow: bool },
-    /// The target of this link is fully walked: the place reached must lie within a root.
-    LinkEnd { link: String, target: String },
-}
-
 /// Where a parsed link target starts.
 #[derive(Debug, PartialEq, Eq)]
 enum Start<'a> {
@@ -289,7 +277,7 @@ impl PathPolicy {
     /// Lexical checks plus no escape through an existing link or mount point in an intermediate
     /// component; the final component is not followed. Returns the normalised path.
     pub fn confine(&self, op: &str, path: &str, probe: &dyn LinkProbe) -> Result<String> {
-        self.walk(op, path, false, probe)
+        self.walk_probe(op, path, false, probe)
             .map(|(normalised, _)| normalised)
     }
 
@@ -297,7 +285,7 @@ impl PathPolicy {
     /// that act on what the path leads to, such as emptying a directory). Returns the resolved
     /// path; callers protecting roots should test that with [`PathPolicy::is_root`].
     pub fn confine_following(&self, op: &str, path: &str, probe: &dyn LinkProbe) -> Result<String> {
-        self.walk(op, path, true, probe)
+        self.walk_probe(op, path, true, probe)
             .map(|(_, resolved)| resolved)
     }
 
@@ -327,8 +315,8 @@ impl PathPolicy {
     }
 
     /// Compares only as many components as the roots have, so deep paths cost no more per step.
-    fn place(&self, loc: &[Entry]) -> Place {
-        let eq = |e: &Entry, r: &String| self.style.same(&e.name, r);
+    fn place_of_names(&self, loc: &[&str]) -> Place {
+        let eq = |e: &&str, r: &String| self.style.same(e, r);
         let mut below = false;
         for r in &self.root_comps {
             if loc.len() <= r.len() {
@@ -340,187 +328,6 @@ impl PathPolicy {
             }
         }
         if below { Place::Below } else { Place::Outside }
-    }
-
-    /// Walks the path as the OS would, resolving links, and returns (normalised, resolved).
-    fn walk(
-        &self,
-        op: &str,
-        path: &str,
-        follow_final: bool,
-        probe: &dyn LinkProbe,
-    ) -> Result<(String, String)> {
-        let style = self.style;
-        let path = &*self.qualified(path);
-        let (comps, root_len) = self.lexical_inside(op, path)?;
-        let normalised = style.render(&comps);
-        let deny = |cause: String| Error::new(Kind::PermissionDenied, op, shown(path), cause);
-        let roots = || self.roots.join(", ");
-
-        // Components up to the root are not probed: the admin chose the root.
-        let mut stack: Vec<Entry> = comps[..root_len]
-            .iter()
-            .map(|c| Entry {
-                name: c.to_string(),
-                sticky: false,
-            })
-            .collect();
-        let below = &comps[root_len..];
-        let mut steps: Vec<Step> = below
-            .iter()
-            .enumerate()
-            .rev()
-            .map(|(i, c)| Step::Name {
-                name: c.to_string(),
-                follow: i + 1 < below.len() || follow_final,
-            })
-            .collect();
-        // Links whose targets are being walked, innermost last (for messages).
-        let mut links: Vec<(String, String)> = Vec::new();
-        let mut hops = 0usize;
-        let mut probing = true;
-
-        while let Some(step) = steps.pop() {
-            match step {
-                Step::Name { name, follow } => {
-                    // Only link targets contain `.` and `..`; client paths were refused for them.
-                    if name == "." {
-                        continue;
-                    }
-                    if name == ".." {
-                        if stack.len() > style.base() {
-                            let top = stack.last().expect("stack is longer than its base");
-                            if style == PathStyle::Windows && top.sticky {
-                                let (link, target) = links.last().cloned().unwrap_or_default();
-                                return Err(deny(format!(
-                                    "{link:?} is a link to {target:?}, whose '..' steps back out \
-                                     of the link or mount point {:?}; Windows reads that '..' \
-                                     textually, so where it leads cannot be proven",
-                                    style.render(&names(&stack))
-                                )));
-                            }
-                            stack.pop();
-                            // Back at a place that exists: probe again. Windows reads the `..`
-                            // of a link target textually (`m\..\evil` is `evil` even when `m`
-                            // is missing or a file), so what follows must still be probed.
-                            probing = true;
-                        }
-                        // `..` from within (or on the way to) a root stays within (or on the way).
-                        continue;
-                    }
-                    stack.push(Entry {
-                        name,
-                        sticky: false,
-                    });
-                    let place = self.place(&stack);
-                    if place == Place::Outside {
-                        // Only a link target can get here: the client path was checked lexically.
-                        let (link, target) = links.last().cloned().unwrap_or_default();
-                        return Err(deny(format!(
-                            "{link:?} is a link to {target:?}, which leads to {:?}, outside the \
-                             allowed roots [{}]",
-                            style.render(&names(&stack)),
-                            roots()
-                        )));
-                    }
-                    if place != Place::Below || !follow || !probing {
-                        continue;
-                    }
-                    let at = style.render(&names(&stack));
-                    match probe.link_target(&at) {
-                        Ok(None) => {}
-                        Ok(Some(LinkTarget::Volume)) => {
-                            if let Some(top) = stack.last_mut() {
-                                top.sticky = true;
-                            }
-                        }
-                        Ok(Some(LinkTarget::Foreign(why))) => {
-                            return Err(deny(format!(
-                                "{at:?} cannot be proven to stay within the allowed roots: {why}"
-                            )));
-                        }
-                        Ok(Some(LinkTarget::Path(target))) => {
-                            hops += 1;
-                            if hops > MAX_LINK_HOPS {
-                                return Err(Error::invalid(
-                                    op,
-                                    shown(path),
-                                    format!(
-                                        "too many levels of links (more than {MAX_LINK_HOPS}; \
-                                         the last was {at:?})"
-                                    ),
-                                ));
-                            }
-                            let (start, tcomps) = parse_target(style, &target).map_err(|why| {
-                                deny(format!(
-                                    "{at:?} is a link to {target:?}, which cannot be resolved \
-                                     safely: {why}"
-                                ))
-                            })?;
-                            stack.pop();
-                            match start {
-                                Start::Relative => {}
-                                Start::Root => stack.clear(),
-                                Start::Drive(d) => {
-                                    stack.clear();
-                                    stack.push(Entry {
-                                        name: d.to_string(),
-                                        sticky: false,
-                                    });
-                                }
-                            }
-                            steps.push(Step::LinkEnd {
-                                link: at.clone(),
-                                target: target.clone(),
-                            });
-                            steps.extend(tcomps.iter().rev().map(|c| Step::Name {
-                                name: c.to_string(),
-                                follow: true,
-                            }));
-                            links.push((at, target));
-                        }
-                        Err(e)
-                            if matches!(
-                                e.kind(),
-                                io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
-                            ) =>
-                        {
-                            // Nothing exists from here on, so nothing further can be a link.
-                            probing = false;
-                        }
-                        Err(e) => {
-                            return Err(Error::io(
-                                op,
-                                format!("{} (checking {at:?})", shown(path)),
-                                &e,
-                            ));
-                        }
-                    }
-                }
-                Step::LinkEnd { link, target } => {
-                    links.pop();
-                    if !self.within(&stack) {
-                        return Err(deny(format!(
-                            "{link:?} is a link to {target:?}, which resolves to {:?}, outside \
-                             the allowed roots [{}]",
-                            style.render(&names(&stack)),
-                            roots()
-                        )));
-                    }
-                    if let Some(top) = stack.last_mut() {
-                        top.sticky = true;
-                    }
-                }
-            }
-        }
-        Ok((normalised, style.render(&names(&stack))))
-    }
-
-    /// Whether a location is a root or lies inside one.
-    fn within(&self, loc: &[Entry]) -> bool {
-        self.root_comps.iter().any(|r| {
-            loc.len() >= r.len() && r.iter().zip(loc).all(|(r, e)| self.style.same(&e.name, r))
-        })
     }
 
     /// A lenient split for [`PathPolicy::is_root`]; `None` if it is not an absolute path at all.
@@ -570,10 +377,6 @@ impl PathPolicy {
         }
         Some(out)
     }
-}
-
-fn names(stack: &[Entry]) -> Vec<&str> {
-    stack.iter().map(|e| e.name.as_str()).collect()
 }
 
 /// `{path:?}`, shortened for absurdly long input so an error message stays readable.

@@ -1,0 +1,571 @@
+//! The walk: a path resolved component by component beneath held directory handles, checking
+//! every link and mount point it passes against the roots, and handing the caller the handles it
+//! checked (design.md §5: "resolve once into a handle and act through it").
+//!
+//! A client owns directories below the roots and can swap any of them for a link at any instant.
+//! Checking a path string and then giving the same string to the OS lets the OS resolve it again,
+//! through whatever was swapped in meanwhile (kubelet's CVE-2017-1002101). Here the host opens
+//! each component relative to the directory handle reached so far without following it
+//! ([`Walker::look`]); a link is read, checked and followed by this walk, never by the OS; and the
+//! operation then acts on the final name inside the held parent ([`Reached`]), so what was
+//! checked is what is acted on.
+//!
+//! The same walk serves the string-returning [`PathPolicy::confine`] (over a [`LinkProbe`], for
+//! the fuzz targets and for callers that only need the check), so there is one set of rules.
+
+use super::lexical::parse_target;
+use super::{LinkProbe, LinkTarget, MAX_LINK_HOPS, PathPolicy, PathStyle, Place, Start, shown};
+use crate::error::{Error, Kind, Result};
+use std::any::Any;
+use std::io;
+
+/// A host's handle on a directory, as the host's [`Walker`] made it (type-erased so host traits
+/// stay object-safe; each host downcasts to its own type).
+pub type Held = Box<dyn Any + Send>;
+
+/// What one name inside a held directory is, looked at without following it.
+#[derive(Debug)]
+pub enum Found<D> {
+    /// Nothing by that name.
+    Missing,
+    /// A directory, opened without following links.
+    Dir(D),
+    /// A mounted volume (its contents are the volume: allowed), opened.
+    Volume(D),
+    /// A symbolic link or junction to this path (absolute, or relative to its directory).
+    Link(String),
+    /// A link or mount that cannot be proven to stay inside a root.
+    Foreign(String),
+    /// Anything else (a file, a device): nothing lies below it.
+    Other,
+}
+
+impl<D> Found<D> {
+    /// Whether anything exists there.
+    pub fn exists(&self) -> bool {
+        !matches!(self, Found::Missing)
+    }
+
+    /// The handle of a directory or mounted volume.
+    pub fn into_dir(self) -> Option<D> {
+        match self {
+            Found::Dir(d) | Found::Volume(d) => Some(d),
+            _ => None,
+        }
+    }
+}
+
+/// The handle-based view of a filesystem the walk moves through; implemented by each host.
+pub trait Walker {
+    /// A held directory.
+    type Dir;
+    /// Opens a root, or a directory on the way to one, by its path. These were chosen by the
+    /// administrator, so the OS resolves them as it does any path. With `create`, missing
+    /// directories on the way are made.
+    fn open_trusted(&self, path: &str, create: bool) -> io::Result<Self::Dir>;
+    /// What `name` inside `dir` is, without following it; a directory is opened relative to
+    /// `dir`. `at` is the path it is known by (for messages).
+    fn look(&self, dir: &Self::Dir, name: &str, at: &str) -> io::Result<Found<Self::Dir>>;
+    /// Creates the directory `name` inside `dir`; an existing entry is not an error (the walk
+    /// looks again and decides).
+    fn make_dir(&self, dir: &Self::Dir, name: &str, at: &str) -> io::Result<()>;
+}
+
+/// How a path is walked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Mode {
+    /// Follow a link at the final component (operations on what the path leads to).
+    pub follow_final: bool,
+    /// Create missing directories on the way and at the end (Mkdir).
+    pub create: bool,
+}
+
+impl Mode {
+    /// Act on the final entry itself (a link is not followed).
+    pub const ENTRY: Mode = Mode {
+        follow_final: false,
+        create: false,
+    };
+    /// Act on what the path leads to.
+    pub const FOLLOW: Mode = Mode {
+        follow_final: true,
+        create: false,
+    };
+    /// Make the directory and every missing one above it.
+    pub const CREATE: Mode = Mode {
+        follow_final: true,
+        create: true,
+    };
+}
+
+/// A path whose every component before the last was reached and checked.
+#[derive(Debug)]
+pub struct Reached<D> {
+    /// The directory holding the final entry, held open.
+    pub parent: D,
+    /// The final entry's name inside `parent`.
+    pub name: String,
+    /// What the final entry is (never a [`Found::Link`] when the final link was followed).
+    pub found: Found<D>,
+    /// The request path, normalised.
+    pub normalised: String,
+    /// Where it leads after links (`parent`'s path and `name`).
+    pub resolved: String,
+}
+
+/// The outcome of a walk that passed the rules.
+#[derive(Debug)]
+pub enum Walk<D> {
+    /// Every component before the final one exists and was reached.
+    Reached(Reached<D>),
+    /// A component before the final one is missing or not a directory, so nothing at the path
+    /// exists.
+    Absent {
+        /// The request path, normalised.
+        normalised: String,
+        /// Where it leads after the links that exist.
+        resolved: String,
+    },
+}
+
+impl<D> Walk<D> {
+    /// The request path, normalised.
+    pub fn normalised(&self) -> &str {
+        match self {
+            Walk::Reached(r) => &r.normalised,
+            Walk::Absent { normalised, .. } => normalised,
+        }
+    }
+
+    /// Where the path leads after links.
+    pub fn resolved(&self) -> &str {
+        match self {
+            Walk::Reached(r) => &r.resolved,
+            Walk::Absent { resolved, .. } => resolved,
+        }
+    }
+}
+
+/// One component of the location reached so far.
+struct Entry<D> {
+    name: String,
+    /// Reached by following a link, or a mount point: on Windows a later `..` must not leave it,
+    /// because Windows would read that `..` textually, against a different parent.
+    sticky: bool,
+    /// Its handle: for a directory below a root once looked at, for a root (or a directory on the
+    /// way to one) once needed. `None` below a root means it does not exist as a directory, and
+    /// nothing below it does either.
+    held: Option<D>,
+}
+
+/// Work still to do while walking.
+enum Step {
+    /// Go into this component; `follow` says whether a link here is resolved; `last` marks the
+    /// component the whole walk ends on.
+    Name {
+        name: String,
+        follow: bool,
+        last: bool,
+    },
+    /// The target of this link is fully walked: the place reached must lie within a root.
+    LinkEnd { link: String, target: String },
+}
+
+/// How many times a directory being created is looked at again when it keeps changing.
+const CREATE_ATTEMPTS: usize = 8;
+
+impl PathPolicy {
+    /// Walks `path` for operation `op` through `walker`'s handles, as the OS would resolve it but
+    /// checking every link and mount point on the way (see the module docs of [`super`]).
+    pub fn walk<W: Walker + ?Sized>(
+        &self,
+        op: &str,
+        path: &str,
+        mode: Mode,
+        walker: &W,
+    ) -> Result<Walk<W::Dir>> {
+        let style = self.style;
+        let path = &*self.qualified(path);
+        let (comps, root_len) = self.lexical_inside(op, path)?;
+        let normalised = style.render(&comps);
+        let deny = |cause: String| Error::new(Kind::PermissionDenied, op, shown(path), cause);
+        let io_err = |at: &str, e: &io::Error| {
+            Error::io(op, format!("{} (checking {at:?})", shown(path)), e)
+        };
+        let roots = || self.roots.join(", ");
+
+        // Components up to the root are not looked at: the administrator chose the root.
+        let mut stack: Vec<Entry<W::Dir>> = comps[..root_len]
+            .iter()
+            .map(|c| Entry {
+                name: c.to_string(),
+                sticky: false,
+                held: None,
+            })
+            .collect();
+        let below = &comps[root_len..];
+        let mut steps: Vec<Step> = below
+            .iter()
+            .enumerate()
+            .rev()
+            .map(|(i, c)| {
+                let last = i + 1 == below.len();
+                Step::Name {
+                    name: c.to_string(),
+                    follow: !last || mode.follow_final,
+                    last,
+                }
+            })
+            .collect();
+        // Links whose targets are being walked, innermost last (for messages).
+        let mut links: Vec<(String, String)> = Vec::new();
+        let mut hops = 0usize;
+        // What the final component is, once it has been looked at.
+        let mut last_found: Option<Found<W::Dir>> = None;
+
+        while let Some(step) = steps.pop() {
+            let (name, follow, last) = match step {
+                Step::Name { name, follow, last } => (name, follow, last),
+                Step::LinkEnd { link, target } => {
+                    links.pop();
+                    if !self.within(&stack) {
+                        return Err(deny(format!(
+                            "{link:?} is a link to {target:?}, which resolves to {:?}, outside \
+                             the allowed roots [{}]",
+                            style.render(&names(&stack)),
+                            roots()
+                        )));
+                    }
+                    if let Some(top) = stack.last_mut() {
+                        top.sticky = true;
+                    }
+                    continue;
+                }
+            };
+            // Only link targets contain `.` and `..`; client paths were refused for them.
+            if name == "." {
+                continue;
+            }
+            if name == ".." {
+                if stack.len() > style.base() {
+                    let top = stack.last().expect("stack is longer than its base");
+                    if style == PathStyle::Windows && top.sticky {
+                        let (link, target) = links.last().cloned().unwrap_or_default();
+                        return Err(deny(format!(
+                            "{link:?} is a link to {target:?}, whose '..' steps back out of the \
+                             link or mount point {:?}; Windows reads that '..' textually, so \
+                             where it leads cannot be proven",
+                            style.render(&names(&stack))
+                        )));
+                    }
+                    // Back at the parent, whose handle (if it exists) is still held: Windows
+                    // reads the `..` of a link target textually (`m\..\evil` is `evil` even
+                    // when `m` is missing or a file), so what follows is looked at again.
+                    stack.pop();
+                }
+                // `..` from within (or on the way to) a root stays within (or on the way).
+                continue;
+            }
+            let parent_held = self
+                .hold(&mut stack, walker, mode.create)
+                .map_err(|(at, e)| io_err(&at, &e))?;
+            stack.push(Entry {
+                name,
+                sticky: false,
+                held: None,
+            });
+            let place = self.place_of(&stack);
+            if place == Place::Outside {
+                // Only a link target can get here: the client path was checked lexically.
+                let (link, target) = links.last().cloned().unwrap_or_default();
+                return Err(deny(format!(
+                    "{link:?} is a link to {target:?}, which leads to {:?}, outside the allowed \
+                     roots [{}]",
+                    style.render(&names(&stack)),
+                    roots()
+                )));
+            }
+            if place != Place::Below || !parent_held {
+                continue;
+            }
+            let at = style.render(&names(&stack));
+            let n = stack.len();
+            let found = {
+                let (above, top) = stack.split_at_mut(n - 1);
+                let parent = above[n - 2].held.as_ref().expect("parent is held");
+                let create = mode.create && (follow || !last);
+                look_or_create(walker, parent, &top[0].name, &at, create)
+                    .map_err(|e| io_err(&at, &e))?
+            };
+            if last && !(follow && matches!(found, Found::Link(_))) {
+                // The final entry is reported as it is (a followed final link is walked on);
+                // the operation decides what it may do with a foreign mount there.
+                last_found = Some(found);
+                continue;
+            }
+            match found {
+                Found::Dir(d) => {
+                    stack[n - 1].held = Some(d);
+                }
+                Found::Volume(d) => {
+                    stack[n - 1].held = Some(d);
+                    stack[n - 1].sticky = true;
+                }
+                Found::Foreign(why) => {
+                    return Err(deny(format!(
+                        "{at:?} cannot be proven to stay within the allowed roots: {why}"
+                    )));
+                }
+                Found::Link(target) => {
+                    hops += 1;
+                    if hops > MAX_LINK_HOPS {
+                        return Err(Error::invalid(
+                            op,
+                            shown(path),
+                            format!(
+                                "too many levels of links (more than {MAX_LINK_HOPS}; the last \
+                                 was {at:?})"
+                            ),
+                        ));
+                    }
+                    let (start, tcomps) = parse_target(style, &target).map_err(|why| {
+                        deny(format!(
+                            "{at:?} is a link to {target:?}, which cannot be resolved safely: \
+                             {why}"
+                        ))
+                    })?;
+                    stack.pop();
+                    match start {
+                        Start::Relative => {}
+                        Start::Root => stack.clear(),
+                        Start::Drive(d) => {
+                            stack.clear();
+                            stack.push(Entry {
+                                name: d.to_string(),
+                                sticky: false,
+                                held: None,
+                            });
+                        }
+                    }
+                    steps.push(Step::LinkEnd {
+                        link: at.clone(),
+                        target: target.clone(),
+                    });
+                    let count = tcomps.len();
+                    steps.extend(tcomps.iter().enumerate().rev().map(|(i, c)| Step::Name {
+                        name: c.to_string(),
+                        follow: true,
+                        last: last && i + 1 == count,
+                    }));
+                    links.push((at, target));
+                    // A link target that names nothing (`.`) ends where its link was.
+                    continue;
+                }
+                Found::Other | Found::Missing => {
+                    if mode.create {
+                        return Err(Error::io(
+                            op,
+                            shown(path),
+                            &io::Error::new(
+                                io::ErrorKind::NotADirectory,
+                                format!("{at:?} exists and is not a directory"),
+                            ),
+                        ));
+                    }
+                    // Nothing below it exists; `held` stays empty.
+                }
+            }
+        }
+
+        self.reached(op, path, normalised, stack, last_found, walker, mode.create)
+    }
+
+    /// The walk's result from the location reached and what its final entry was found to be.
+    #[allow(clippy::too_many_arguments)]
+    fn reached<W: Walker + ?Sized>(
+        &self,
+        op: &str,
+        path: &str,
+        normalised: String,
+        mut stack: Vec<Entry<W::Dir>>,
+        last_found: Option<Found<W::Dir>>,
+        walker: &W,
+        create: bool,
+    ) -> Result<Walk<W::Dir>> {
+        let style = self.style;
+        let resolved = style.render(&names(&stack));
+        let io_err =
+            |at: &str, e: &io::Error| Error::io(op, format!("{} (checking {at:?})", shown(path)), e);
+        if stack.len() <= style.base() {
+            // Only a link to the filesystem root could end here, and the walk refused it.
+            return Err(Error::new(
+                Kind::PermissionDenied,
+                op,
+                shown(path),
+                "resolves to the filesystem root",
+            ));
+        }
+        let last = stack.pop().expect("stack is longer than its base");
+        let parent_held = self
+            .hold(&mut stack, walker, create)
+            .map_err(|(at, e)| io_err(&at, &e))?;
+        if !parent_held {
+            return Ok(Walk::Absent {
+                normalised,
+                resolved,
+            });
+        }
+        let found = match (last_found, last.held) {
+            (Some(found), _) => found,
+            (None, Some(d)) => Found::Dir(d),
+            (None, None) => {
+                // A root itself (or the way to one): opened as the administrator named it.
+                let mut on_path = names(&stack);
+                on_path.push(&last.name);
+                if self.place_of_names(&on_path) == Place::OnRootPath {
+                    match walker.open_trusted(&resolved, create) {
+                        Ok(d) => Found::Dir(d),
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => Found::Missing,
+                        Err(e) if e.kind() == io::ErrorKind::NotADirectory => Found::Other,
+                        Err(e) => return Err(io_err(&resolved, &e)),
+                    }
+                } else {
+                    Found::Missing
+                }
+            }
+        };
+        let parent = stack
+            .pop()
+            .and_then(|e| e.held)
+            .expect("the parent was just held");
+        Ok(Walk::Reached(Reached {
+            parent,
+            name: last.name,
+            found,
+            normalised,
+            resolved,
+        }))
+    }
+
+    /// Makes sure the top of `stack` is held, opening it as trusted when it is a root or on the
+    /// way to one. `false` when it is below a root and does not exist as a directory.
+    fn hold<W: Walker + ?Sized>(
+        &self,
+        stack: &mut [Entry<W::Dir>],
+        walker: &W,
+        create: bool,
+    ) -> std::result::Result<bool, (String, io::Error)> {
+        let Some(top) = stack.last() else {
+            return Ok(false);
+        };
+        if top.held.is_some() {
+            return Ok(true);
+        }
+        if self.place_of(stack) != Place::OnRootPath {
+            return Ok(false);
+        }
+        let at = self.style.render(&names(stack));
+        match walker.open_trusted(&at, create) {
+            Ok(d) => {
+                if let Some(top) = stack.last_mut() {
+                    top.held = Some(d);
+                }
+                Ok(true)
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err((at, e)),
+        }
+    }
+
+    fn place_of<D>(&self, loc: &[Entry<D>]) -> Place {
+        self.place_of_names(&names(loc))
+    }
+
+    /// Whether a location is a root or lies inside one.
+    fn within<D>(&self, loc: &[Entry<D>]) -> bool {
+        self.root_comps.iter().any(|r| {
+            loc.len() >= r.len() && r.iter().zip(loc).all(|(r, e)| self.style.same(&e.name, r))
+        })
+    }
+
+    /// Walks `path` through a [`LinkProbe`] (which answers about path strings) and returns
+    /// (normalised, resolved). For checks whose caller then acts on the string itself.
+    pub(super) fn walk_probe(
+        &self,
+        op: &str,
+        path: &str,
+        follow_final: bool,
+        probe: &dyn LinkProbe,
+    ) -> Result<(String, String)> {
+        let mode = Mode {
+            follow_final,
+            create: false,
+        };
+        let walk = self.walk(op, path, mode, &ProbeWalker(probe))?;
+        Ok((walk.normalised().to_string(), walk.resolved().to_string()))
+    }
+}
+
+/// Looks at `name` in `parent`, creating it first when `create` and it is missing.
+fn look_or_create<W: Walker + ?Sized>(
+    walker: &W,
+    parent: &W::Dir,
+    name: &str,
+    at: &str,
+    create: bool,
+) -> io::Result<Found<W::Dir>> {
+    for _ in 0..CREATE_ATTEMPTS {
+        match walker.look(parent, name, at)? {
+            Found::Missing if create => walker.make_dir(parent, name, at)?,
+            found => return Ok(found),
+        }
+    }
+    Err(io::Error::other(format!(
+        "{at:?} vanished {CREATE_ATTEMPTS} times right after it was created"
+    )))
+}
+
+fn names<D>(stack: &[Entry<D>]) -> Vec<&str> {
+    stack.iter().map(|e| e.name.as_str()).collect()
+}
+
+/// A [`Walker`] over a [`LinkProbe`]: the "handles" are the paths themselves. A probe answering
+/// `None` (a plain entry, or one it cannot tell is missing) lets the walk go on.
+struct ProbeWalker<'a>(&'a dyn LinkProbe);
+
+impl Walker for ProbeWalker<'_> {
+    type Dir = ();
+
+    fn open_trusted(&self, _: &str, _: bool) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn look(&self, _: &(), _: &str, at: &str) -> io::Result<Found<()>> {
+        match self.0.link_target(at) {
+            Ok(None) => Ok(Found::Dir(())),
+            Ok(Some(LinkTarget::Volume)) => Ok(Found::Volume(())),
+            Ok(Some(LinkTarget::Path(t))) => Ok(Found::Link(t)),
+            Ok(Some(LinkTarget::Foreign(why))) => Ok(Found::Foreign(why)),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                ) =>
+            {
+                Ok(Found::Missing)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn make_dir(&self, _: &(), _: &str, _: &str) -> io::Result<()> {
+        Ok(())
+    }
+}
