@@ -2,14 +2,16 @@
 //! ([`PartialDiskHost`] and its siblings) that let a fake implement only what its test reaches.
 
 use crate::filesystem::{FilesystemHost, FilesystemService};
-use crate::paths::{LinkProbe, LinkTarget, PathPolicy, PathStyle};
+use crate::paths::{Found, Held, LinkProbe, LinkTarget, PathPolicy, PathStyle, Walker};
 use std::io;
 use std::sync::Arc;
 
 mod partial;
+mod path_ops;
 pub use partial::{
     PartialDiskHost, PartialIscsiHost, PartialSmbHost, PartialSystemHost, PartialVolumeHost,
 };
+pub use path_ops::PathOps;
 
 /// A filesystem host with no links anywhere on it, where every operation succeeds and nothing
 /// exists; for tests of groups that only need path confinement from the filesystem service.
@@ -22,26 +24,33 @@ impl LinkProbe for NoLinksFs {
     }
 }
 
+impl Walker for NoLinksFs {
+    type Dir = Held;
+    fn open_trusted(&self, _: &str, _: bool) -> io::Result<Held> {
+        Ok(Box::new(()))
+    }
+    fn look(&self, _: &Held, _: &str, _: &str) -> io::Result<Found<Held>> {
+        Ok(Found::Missing)
+    }
+    fn make_dir(&self, _: &Held, _: &str, _: &str) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 impl FilesystemHost for NoLinksFs {
-    fn path_exists(&self, _: &str) -> io::Result<bool> {
-        Ok(false)
-    }
-    fn mkdir_all(&self, _: &str) -> io::Result<()> {
+    fn remove(&self, _: &Held, _: &str) -> io::Result<()> {
         Ok(())
     }
-    fn remove(&self, _: &str) -> io::Result<()> {
+    fn remove_all(&self, _: &Held, _: &str) -> io::Result<()> {
         Ok(())
     }
-    fn remove_all(&self, _: &str) -> io::Result<()> {
+    fn remove_contents(&self, _: &Held) -> io::Result<()> {
         Ok(())
     }
-    fn remove_contents(&self, _: &str) -> io::Result<()> {
+    fn create_symlink(&self, _: &Held, _: &str, _: &str) -> io::Result<()> {
         Ok(())
     }
-    fn create_symlink(&self, _: &str, _: &str) -> io::Result<()> {
-        Ok(())
-    }
-    fn is_symlink(&self, _: &str) -> io::Result<bool> {
+    fn is_symlink(&self, _: &Held, _: &str) -> io::Result<bool> {
         Ok(false)
     }
 }

@@ -5,8 +5,9 @@
 
 #![cfg(target_os = "linux")]
 
-use csi_proxy_core::filesystem::FilesystemHost;
+use csi_proxy_core::paths::PathStyle;
 use csi_proxy_core::paths::{LinkProbe, LinkTarget};
+use csi_proxy_core::testing::PathOps;
 use csi_proxy_host::linux::filesystem::LinuxFilesystemHost;
 use csi_proxy_host::linux::mountinfo;
 use rustix::mount::{MountFlags, UnmountFlags};
@@ -14,8 +15,8 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-fn host() -> LinuxFilesystemHost {
-    LinuxFilesystemHost::new()
+fn host() -> PathOps<LinuxFilesystemHost> {
+    PathOps::new(LinuxFilesystemHost::new(), PathStyle::Posix)
 }
 
 fn s(p: &Path) -> &str {

@@ -6,20 +6,23 @@
 
 #![cfg(any(target_os = "linux", windows))]
 
-use csi_proxy_core::filesystem::FilesystemHost;
+use csi_proxy_core::paths::PathStyle;
 use csi_proxy_core::paths::{LinkProbe, LinkTarget};
+use csi_proxy_core::testing::PathOps;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
 #[cfg(target_os = "linux")]
-fn host() -> csi_proxy_host::linux::filesystem::LinuxFilesystemHost {
-    csi_proxy_host::linux::filesystem::LinuxFilesystemHost::new()
+fn host() -> PathOps<csi_proxy_host::linux::filesystem::LinuxFilesystemHost> {
+    let host = csi_proxy_host::linux::filesystem::LinuxFilesystemHost::new();
+    PathOps::new(host, PathStyle::Posix)
 }
 
 #[cfg(windows)]
-fn host() -> csi_proxy_host::windows::filesystem::WindowsFilesystemHost {
-    csi_proxy_host::windows::filesystem::WindowsFilesystemHost::new()
+fn host() -> PathOps<csi_proxy_host::windows::filesystem::WindowsFilesystemHost> {
+    let host = csi_proxy_host::windows::filesystem::WindowsFilesystemHost::new();
+    PathOps::new(host, PathStyle::Windows)
 }
 
 fn s(p: &Path) -> &str {

@@ -9,7 +9,7 @@ use csi_proxy_api::filesystem::v1::filesystem_client::FilesystemClient;
 use csi_proxy_api::filesystem::v1::{MkdirRequest, PathExistsRequest};
 use csi_proxy_client::Connector;
 use csi_proxy_core::filesystem::{FilesystemHost, FilesystemService};
-use csi_proxy_core::paths::{LinkProbe, LinkTarget, PathPolicy, PathStyle};
+use csi_proxy_core::paths::{Found, Held, PathPolicy, PathStyle, Walker};
 use csi_proxy_server::daemon::{self, Listen};
 use csi_proxy_server::registry::{self, Hosts, Services};
 use std::io;
@@ -28,14 +28,13 @@ struct Fs {
     threads: Mutex<Vec<(String, String)>>,
 }
 
-impl LinkProbe for Fs {
-    fn link_target(&self, _: &str) -> io::Result<Option<LinkTarget>> {
-        Ok(None)
+impl Walker for Fs {
+    type Dir = Held;
+    fn open_trusted(&self, _: &str, _: bool) -> io::Result<Held> {
+        Ok(Box::new(()))
     }
-}
-
-impl FilesystemHost for Fs {
-    fn path_exists(&self, path: &str) -> io::Result<bool> {
+    /// PathExists looks at the final entry here.
+    fn look(&self, _: &Held, _: &str, path: &str) -> io::Result<Found<Held>> {
         let name = std::thread::current().name().unwrap_or("").to_string();
         self.threads.lock().unwrap().push((path.to_string(), name));
         if path.ends_with("panic") {
@@ -53,24 +52,27 @@ impl FilesystemHost for Fs {
                 released = self.wake.wait(released).unwrap();
             }
         }
-        Ok(true)
+        Ok(Found::Dir(Box::new(())))
     }
-    fn mkdir_all(&self, _: &str) -> io::Result<()> {
+    fn make_dir(&self, _: &Held, _: &str, _: &str) -> io::Result<()> {
         Ok(())
     }
-    fn remove(&self, _: &str) -> io::Result<()> {
+}
+
+impl FilesystemHost for Fs {
+    fn remove(&self, _: &Held, _: &str) -> io::Result<()> {
         Ok(())
     }
-    fn remove_all(&self, _: &str) -> io::Result<()> {
+    fn remove_all(&self, _: &Held, _: &str) -> io::Result<()> {
         Ok(())
     }
-    fn remove_contents(&self, _: &str) -> io::Result<()> {
+    fn remove_contents(&self, _: &Held) -> io::Result<()> {
         Ok(())
     }
-    fn create_symlink(&self, _: &str, _: &str) -> io::Result<()> {
+    fn create_symlink(&self, _: &Held, _: &str, _: &str) -> io::Result<()> {
         Ok(())
     }
-    fn is_symlink(&self, _: &str) -> io::Result<bool> {
+    fn is_symlink(&self, _: &Held, _: &str) -> io::Result<bool> {
         Ok(false)
     }
 }

@@ -4,33 +4,34 @@
 //! [`FilesystemHost`] trait is the thin OS layer implemented per platform in `csi-proxy-host`.
 
 use crate::error::{Error, Kind, Result};
-use crate::paths::{LinkProbe, PathPolicy};
+use crate::paths::{Found, Held, Mode, PathPolicy, Reached, Walk, Walker};
 use std::io;
 use std::sync::Arc;
 
-/// OS primitives of the filesystem group. Paths are already confined and normalised.
+/// OS primitives of the filesystem group, acting inside directories the host's [`Walker`] opened
+/// while the path policy walked the request path (design.md §5): every method is handed the held
+/// directory, never a path to resolve again.
 ///
 /// Semantics follow upstream (upstream-behaviour.md §2.3): nothing here follows a final-component
-/// link unless it says so.
-pub trait FilesystemHost: LinkProbe + Send + Sync {
-    /// Whether anything exists at `path`, without following a final link (a dangling link exists).
-    fn path_exists(&self, path: &str) -> io::Result<bool>;
-    /// Creates `path` and missing parents; an existing directory (or link to one) is success.
-    fn mkdir_all(&self, path: &str) -> io::Result<()>;
-    /// Removes an empty directory, or a link / mount point itself; fails on a missing path.
-    fn remove(&self, path: &str) -> io::Result<()>;
-    /// Removes `path` recursively without following links and without touching what links and
-    /// mount points lead to (they are unlinked / unmounted); a missing path is success.
-    fn remove_all(&self, path: &str) -> io::Result<()>;
-    /// Removes everything inside the directory `path` as [`FilesystemHost::remove_all`] would,
-    /// keeping `path` itself; fails if `path` is missing.
-    fn remove_contents(&self, path: &str) -> io::Result<()>;
-    /// Creates a link at `link` pointing to `target` (a directory link when `target` is a
-    /// directory); fails if `link` exists.
-    fn create_symlink(&self, target: &str, link: &str) -> io::Result<()>;
-    /// True for a link / mount point whose target exists, false for anything else that exists;
-    /// an error for a missing path.
-    fn is_symlink(&self, path: &str) -> io::Result<bool>;
+/// link unless it says so. Creating directories and telling whether an entry exists are the
+/// walker's ([`Walker::make_dir`], [`Walker::look`]).
+pub trait FilesystemHost: Walker<Dir = Held> + Send + Sync {
+    /// Removes the empty directory, link or mount point `name` inside `parent`; fails on a
+    /// missing entry.
+    fn remove(&self, parent: &Held, name: &str) -> io::Result<()>;
+    /// Removes `name` inside `parent` recursively without following links and without touching
+    /// what links and mount points lead to (they are unlinked / unmounted); a missing entry is
+    /// success.
+    fn remove_all(&self, parent: &Held, name: &str) -> io::Result<()>;
+    /// Removes everything inside the held directory `dir` as [`FilesystemHost::remove_all`]
+    /// would, keeping `dir` itself.
+    fn remove_contents(&self, dir: &Held) -> io::Result<()>;
+    /// Creates a link `name` inside `parent` pointing to `target` (a directory link when `target`
+    /// is a directory); fails if `name` exists.
+    fn create_symlink(&self, parent: &Held, name: &str, target: &str) -> io::Result<()>;
+    /// True for a link / mount point `name` inside `parent` whose target exists, false for
+    /// anything else that exists; an error for a missing entry.
+    fn is_symlink(&self, parent: &Held, name: &str) -> io::Result<bool>;
 }
 
 /// The version-agnostic filesystem service every filesystem API version is served by.
@@ -56,92 +57,187 @@ impl FilesystemService {
         &self.host
     }
 
-    /// Confines `path` for operation `op`.
+    /// Walks `path` for operation `op` through the host's handles.
+    pub fn walk(&self, op: &str, path: &str, mode: Mode) -> Result<Walk<Held>> {
+        self.policy.walk(op, path, mode, self.host.as_ref())
+    }
+
+    /// Confines `path` for operation `op`; returns it normalised.
     pub fn confine(&self, op: &str, path: &str) -> Result<String> {
-        self.policy.confine(op, path, self.host.as_ref())
+        self.walk(op, path, Mode::ENTRY)
+            .map(|w| w.normalised().to_string())
     }
 
     /// Confines `path` for operation `op`, following a link at the final component too; returns
     /// where the path leads (for operations that act on the link's destination).
     pub fn confine_following(&self, op: &str, path: &str) -> Result<String> {
-        self.policy.confine_following(op, path, self.host.as_ref())
+        self.walk(op, path, Mode::FOLLOW)
+            .map(|w| w.resolved().to_string())
     }
 
-    fn protect_root(&self, op: &str, path: &str) -> Result<()> {
-        if self.policy.is_root(path) {
-            return Err(Error::new(
-                Kind::PermissionDenied,
-                op,
-                format!("{path:?}"),
-                "an allowed root itself cannot be removed or emptied",
-            ));
+    /// Refuses a path that is, or leads to, an allowed root.
+    fn protect_root(&self, op: &str, walk: &Walk<Held>) -> Result<()> {
+        for path in [walk.normalised(), walk.resolved()] {
+            if self.policy.is_root(path) {
+                return Err(Error::new(
+                    Kind::PermissionDenied,
+                    op,
+                    format!("{path:?}"),
+                    "an allowed root itself cannot be removed or emptied",
+                ));
+            }
         }
         Ok(())
     }
 
     /// PathExists: whether anything exists at `path` (a dangling link counts).
     pub fn path_exists(&self, path: &str) -> Result<bool> {
-        const OP: &str = "PathExists";
-        let p = self.confine(OP, path)?;
-        self.host
-            .path_exists(&p)
-            .map_err(|e| Error::io(OP, format!("{p:?}"), &e))
+        Ok(match self.walk("PathExists", path, Mode::ENTRY)? {
+            Walk::Reached(r) => r.found.exists(),
+            Walk::Absent { .. } => false,
+        })
     }
 
-    /// Mkdir: recursive and idempotent.
+    /// Mkdir: recursive and idempotent; an existing directory, or a link to one, is success.
     pub fn mkdir(&self, path: &str) -> Result<()> {
         const OP: &str = "Mkdir";
-        let p = self.confine(OP, path)?;
-        self.host
-            .mkdir_all(&p)
-            .map_err(|e| Error::io(OP, format!("{p:?}"), &e))
+        let r = reached(OP, self.walk(OP, path, Mode::CREATE)?)?;
+        match r.found {
+            Found::Dir(_) | Found::Volume(_) | Found::Foreign(_) => Ok(()),
+            _ => Err(io_error(
+                OP,
+                &r,
+                io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    "exists and is not a directory",
+                ),
+            )),
+        }
     }
 
     /// Rmdir: with `force`, recursive and a missing path is success; without, only an empty
     /// directory or a link is removed.
     pub fn rmdir(&self, path: &str, force: bool) -> Result<()> {
         const OP: &str = "Rmdir";
-        let p = self.confine(OP, path)?;
-        self.protect_root(OP, &p)?;
-        let r = if force {
-            self.host.remove_all(&p)
-        } else {
-            self.host.remove(&p)
+        let walk = self.walk(OP, path, Mode::ENTRY)?;
+        self.protect_root(OP, &walk)?;
+        let r = match walk {
+            Walk::Reached(r) if r.found.exists() => r,
+            _ if force => return Ok(()),
+            absent => return Err(not_found(OP, &absent)),
         };
-        r.map_err(|e| Error::io(OP, format!("{p:?}"), &e))
+        // The entry itself is removed: a handle the walk opened on it would stand in the way
+        // (Windows refuses to delete what is open without FILE_SHARE_DELETE).
+        let Reached {
+            parent,
+            name,
+            found,
+            normalised,
+            ..
+        } = r;
+        drop(found);
+        if force {
+            self.host.remove_all(&parent, &name)
+        } else {
+            self.host.remove(&parent, &name)
+        }
+        .map_err(|e| Error::io(OP, format!("{normalised:?}"), &e))
     }
 
-    /// RmdirContents: empties the directory, keeps it.
+    /// RmdirContents: empties the directory (or what a final link leads to), keeps it.
     pub fn rmdir_contents(&self, path: &str) -> Result<()> {
         const OP: &str = "RmdirContents";
-        // Emptying follows a final link, so the link's destination is what must be confined
-        // (and must not be a root).
-        let p = self
-            .policy
-            .confine_following(OP, path, self.host.as_ref())?;
-        self.protect_root(OP, &p)?;
-        self.host
-            .remove_contents(&p)
-            .map_err(|e| Error::io(OP, format!("{p:?}"), &e))
+        let walk = self.walk(OP, path, Mode::FOLLOW)?;
+        self.protect_root(OP, &walk)?;
+        let r = reached(OP, walk)?;
+        match &r.found {
+            Found::Dir(dir) | Found::Volume(dir) => self
+                .host
+                .remove_contents(dir)
+                .map_err(|e| io_error(OP, &r, e)),
+            Found::Foreign(why) => Err(Error::new(
+                Kind::PermissionDenied,
+                OP,
+                format!("{path:?}"),
+                format!(
+                    "{:?} cannot be proven to stay within the allowed roots: {why}",
+                    r.resolved
+                ),
+            )),
+            Found::Missing => Err(not_found(OP, &Walk::Reached(r))),
+            Found::Other | Found::Link(_) => Err(io_error(
+                OP,
+                &r,
+                io::Error::new(io::ErrorKind::NotADirectory, "not a directory"),
+            )),
+        }
     }
 
     /// CreateSymlink: a link at `target_path` pointing to `source_path` (upstream's naming).
     pub fn create_symlink(&self, source_path: &str, target_path: &str) -> Result<()> {
         const OP: &str = "CreateSymlink";
         // Upstream validates the target (the link) first, then the source.
-        let link = self.confine(OP, target_path)?;
+        let walk = self.walk(OP, target_path, Mode::ENTRY)?;
         let source = self.confine(OP, source_path)?;
+        let what = |link: &str| format!("link {link:?} -> {source:?}");
+        let r = match walk {
+            Walk::Reached(r) if !r.found.exists() => r,
+            Walk::Reached(r) => {
+                return Err(Error::new(
+                    Kind::AlreadyExists,
+                    OP,
+                    what(&r.normalised),
+                    "the link's path exists already",
+                ));
+            }
+            Walk::Absent { normalised, .. } => {
+                return Err(Error::new(
+                    Kind::NotFound,
+                    OP,
+                    what(&normalised),
+                    "the directory to hold the link does not exist",
+                ));
+            }
+        };
         self.host
-            .create_symlink(&source, &link)
-            .map_err(|e| Error::io(OP, format!("link {link:?} -> {source:?}"), &e))
+            .create_symlink(&r.parent, &r.name, &source)
+            .map_err(|e| Error::io(OP, what(&r.normalised), &e))
     }
 
     /// IsSymlink: true for a link or mount point whose target exists; error on a missing path.
     pub fn is_symlink(&self, path: &str) -> Result<bool> {
         const OP: &str = "IsSymlink";
-        let p = self.confine(OP, path)?;
+        let r = match self.walk(OP, path, Mode::ENTRY)? {
+            Walk::Reached(r) if r.found.exists() => r,
+            absent => return Err(not_found(OP, &absent)),
+        };
+        // What counts as a link is the host's: mount points do (drivers use `!IsSymlink` as
+        // "likely not a mount point"), a file can be one (raw block volumes), and only a
+        // link's direct target is looked at.
         self.host
-            .is_symlink(&p)
-            .map_err(|e| Error::io(OP, format!("{p:?}"), &e))
+            .is_symlink(&r.parent, &r.name)
+            .map_err(|e| io_error(OP, &r, e))
     }
+}
+
+/// The walk's result when every component before the last must exist.
+fn reached(op: &str, walk: Walk<Held>) -> Result<Reached<Held>> {
+    match walk {
+        Walk::Reached(r) => Ok(r),
+        absent => Err(not_found(op, &absent)),
+    }
+}
+
+/// "No such file or directory" about the request path.
+fn not_found(op: &str, walk: &Walk<Held>) -> Error {
+    Error::io(
+        op,
+        format!("{:?}", walk.normalised()),
+        &io::Error::from(io::ErrorKind::NotFound),
+    )
+}
+
+/// A host error about the request path.
+fn io_error(op: &str, r: &Reached<Held>, e: io::Error) -> Error {
+    Error::io(op, format!("{:?}", r.normalised), &e)
 }

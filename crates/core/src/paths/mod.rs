@@ -38,10 +38,10 @@ mod tests;
 mod walk;
 
 pub use lexical::is_drive_root;
-pub use walk::{Found, Held, Mode, Reached, Walk, Walker};
 #[cfg(test)]
 use lexical::parse_target;
 use lexical::{posix_lexical, windows_lexical};
+pub use walk::{Found, Held, Mode, Reached, Walk, Walker};
 
 use crate::error::{Error, Kind, Result};
 use std::io;
@@ -224,6 +224,23 @@ impl PathPolicy {
             roots,
             root_comps,
         })
+    }
+
+    /// A policy whose one root is the filesystem root (every drive on Windows): for host tests
+    /// that walk arbitrary paths; never for serving requests (see [`PathPolicy::new`]).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn unconfined(style: PathStyle) -> Self {
+        let root_comps: Vec<Vec<String>> = match style {
+            PathStyle::Posix => vec![Vec::new()],
+            PathStyle::Windows => (b'A'..=b'Z')
+                .map(|d| vec![format!("{}:", d as char)])
+                .collect(),
+        };
+        Self {
+            style,
+            roots: root_comps.iter().map(|r| style.render(r)).collect(),
+            root_comps,
+        }
     }
 
     /// The path syntax this policy checks.

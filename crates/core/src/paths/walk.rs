@@ -171,6 +171,14 @@ enum Step {
     LinkEnd { link: String, target: String },
 }
 
+/// Where a walk ended: the location, the filesystem root if it was held, and what the final
+/// entry was found to be.
+struct End<D> {
+    stack: Vec<Entry<D>>,
+    fs_root: Option<D>,
+    last_found: Option<Found<D>>,
+}
+
 /// How many times a directory being created is looked at again when it keeps changing.
 const CREATE_ATTEMPTS: usize = 8;
 
@@ -222,6 +230,8 @@ impl PathPolicy {
         let mut hops = 0usize;
         // What the final component is, once it has been looked at.
         let mut last_found: Option<Found<W::Dir>> = None;
+        // The filesystem root, held when a root is the filesystem root (tests only).
+        let mut fs_root: Option<W::Dir> = None;
 
         while let Some(step) = steps.pop() {
             let (name, follow, last) = match step {
@@ -266,9 +276,6 @@ impl PathPolicy {
                 // `..` from within (or on the way to) a root stays within (or on the way).
                 continue;
             }
-            let parent_held = self
-                .hold(&mut stack, walker, mode.create)
-                .map_err(|(at, e)| io_err(&at, &e))?;
             stack.push(Entry {
                 name,
                 sticky: false,
@@ -285,18 +292,22 @@ impl PathPolicy {
                     roots()
                 )));
             }
-            if place != Place::Below || !parent_held {
+            if place != Place::Below {
                 continue;
             }
-            let at = style.render(&names(&stack));
             let n = stack.len();
-            let found = {
-                let (above, top) = stack.split_at_mut(n - 1);
-                let parent = above[n - 2].held.as_ref().expect("parent is held");
-                let create = mode.create && (follow || !last);
-                look_or_create(walker, parent, &top[0].name, &at, create)
-                    .map_err(|e| io_err(&at, &e))?
+            let at = style.render(&names(&stack));
+            let (above, top) = stack.split_at_mut(n - 1);
+            let parent = match self
+                .hold(above, &mut fs_root, walker, mode.create)
+                .map_err(|(at, e)| io_err(&at, &e))?
+            {
+                Some(parent) => parent,
+                None => continue,
             };
+            let create = mode.create && (follow || !last);
+            let found = look_or_create(walker, parent, &top[0].name, &at, create)
+                .map_err(|e| io_err(&at, &e))?;
             if last && !(follow && matches!(found, Found::Link(_))) {
                 // The final entry is reported as it is (a followed final link is walked on);
                 // the operation decides what it may do with a foreign mount there.
@@ -377,39 +388,43 @@ impl PathPolicy {
             }
         }
 
-        self.reached(op, path, normalised, stack, last_found, walker, mode.create)
+        let end = End {
+            stack,
+            fs_root,
+            last_found,
+        };
+        self.reached(op, path, normalised, end, walker, mode.create)
     }
 
     /// The walk's result from the location reached and what its final entry was found to be.
-    #[allow(clippy::too_many_arguments)]
     fn reached<W: Walker + ?Sized>(
         &self,
         op: &str,
         path: &str,
         normalised: String,
-        mut stack: Vec<Entry<W::Dir>>,
-        last_found: Option<Found<W::Dir>>,
+        end: End<W::Dir>,
         walker: &W,
         create: bool,
     ) -> Result<Walk<W::Dir>> {
-        let style = self.style;
-        let resolved = style.render(&names(&stack));
-        let io_err =
-            |at: &str, e: &io::Error| Error::io(op, format!("{} (checking {at:?})", shown(path)), e);
-        if stack.len() <= style.base() {
-            // Only a link to the filesystem root could end here, and the walk refused it.
-            return Err(Error::new(
-                Kind::PermissionDenied,
-                op,
-                shown(path),
-                "resolves to the filesystem root",
-            ));
-        }
-        let last = stack.pop().expect("stack is longer than its base");
-        let parent_held = self
-            .hold(&mut stack, walker, create)
-            .map_err(|(at, e)| io_err(&at, &e))?;
-        if !parent_held {
+        let End {
+            mut stack,
+            mut fs_root,
+            last_found,
+        } = end;
+        let resolved = self.style.render(&names(&stack));
+        let io_err = |at: &str, e: &io::Error| {
+            Error::io(op, format!("{} (checking {at:?})", shown(path)), e)
+        };
+        // Only a link to the filesystem root or a drive could end there, and the walk refused it
+        // unless that is a root itself (host tests).
+        let Some(last) = stack.pop() else {
+            return Err(Error::invalid(op, shown(path), "names the filesystem root"));
+        };
+        if self
+            .hold(&mut stack, &mut fs_root, walker, create)
+            .map_err(|(at, e)| io_err(&at, &e))?
+            .is_none()
+        {
             return Ok(Walk::Absent {
                 normalised,
                 resolved,
@@ -434,10 +449,11 @@ impl PathPolicy {
                 }
             }
         };
-        let parent = stack
-            .pop()
-            .and_then(|e| e.held)
-            .expect("the parent was just held");
+        let parent = match stack.pop() {
+            Some(e) => e.held,
+            None => fs_root,
+        }
+        .expect("the parent was just held");
         Ok(Walk::Reached(Reached {
             parent,
             name: last.name,
@@ -447,41 +463,40 @@ impl PathPolicy {
         }))
     }
 
-    /// Makes sure the top of `stack` is held, opening it as trusted when it is a root or on the
-    /// way to one. `false` when it is below a root and does not exist as a directory.
-    fn hold<W: Walker + ?Sized>(
+    /// The handle of the location `stack` names, opening it as trusted when it is a root or on
+    /// the way to one (`fs_root` holds the filesystem root for an empty stack). `None` when it is
+    /// below a root and does not exist as a directory.
+    fn hold<'s, W: Walker + ?Sized>(
         &self,
-        stack: &mut [Entry<W::Dir>],
+        stack: &'s mut [Entry<W::Dir>],
+        fs_root: &'s mut Option<W::Dir>,
         walker: &W,
         create: bool,
-    ) -> std::result::Result<bool, (String, io::Error)> {
-        let Some(top) = stack.last() else {
-            return Ok(false);
-        };
-        if top.held.is_some() {
-            return Ok(true);
-        }
-        if self.place_of(stack) != Place::OnRootPath {
-            return Ok(false);
-        }
+    ) -> std::result::Result<Option<&'s W::Dir>, (String, io::Error)> {
+        let on_root_path = self.place_of(stack) == Place::OnRootPath;
         let at = self.style.render(&names(stack));
-        match walker.open_trusted(&at, create) {
-            Ok(d) => {
-                if let Some(top) = stack.last_mut() {
-                    top.held = Some(d);
+        let slot = match stack.last_mut() {
+            Some(top) => &mut top.held,
+            None => fs_root,
+        };
+        if slot.is_none() {
+            if !on_root_path {
+                return Ok(None);
+            }
+            match walker.open_trusted(&at, create) {
+                Ok(d) => *slot = Some(d),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                    ) =>
+                {
+                    return Ok(None);
                 }
-                Ok(true)
+                Err(e) => return Err((at, e)),
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
-                ) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err((at, e)),
         }
+        Ok(slot.as_ref())
     }
 
     fn place_of<D>(&self, loc: &[Entry<D>]) -> Place {

@@ -20,6 +20,14 @@
 //!   renamed away and replaced by a junction meanwhile.
 //! * `FILE_ATTRIBUTE_READONLY` blocks deletion; it is cleared (through a handle opened on the
 //!   entry itself) when a delete fails with `ERROR_ACCESS_DENIED`, and the delete retried.
+//! * Request paths are walked by the path policy through this host's [`Walker`]: each component
+//!   below a root is opened as itself (`FILE_FLAG_OPEN_REPARSE_POINT`) without
+//!   `FILE_SHARE_DELETE`, its reparse data read and checked by the policy, and every directory
+//!   reached stays open that way while the operation runs ([`PinnedDir`]). CreateFileW: "If this
+//!   flag is not specified, but the file or device has been opened for delete access, the
+//!   function fails"; renaming or deleting an entry needs delete access, so none of the held
+//!   directories can be renamed away and replaced by a junction, and the path built from them
+//!   names the directories that were checked (the scheme of kubelet's subPath fix on Windows).
 //! * Paths of 248 UTF-16 units or more (the documented `CreateDirectoryW` limit of `MAX_PATH`
 //!   minus an 8.3 name) are passed with the `\\?\` prefix, which lifts the limit to 32,767.
 
@@ -29,8 +37,9 @@ use super::os::files::{
 use super::os::{Handle, OsError, Win32, Win32Result, code, seam_host};
 use crate::reparse::{self, LinkDestination, ReparsePoint};
 use csi_proxy_core::filesystem::FilesystemHost;
-use csi_proxy_core::paths::{LinkProbe, LinkTarget};
+use csi_proxy_core::paths::{Found, Held, LinkProbe, LinkTarget, Walker};
 use std::io;
+use std::sync::Arc;
 
 /// How many times one entry is re-examined when it keeps changing under us.
 const MAX_ATTEMPTS: usize = 16;
@@ -455,8 +464,109 @@ impl WindowsFilesystemHost {
     fn fs(&self) -> Fs<'_> {
         Fs { os: &*self.os }
     }
+
+    /// Opens `path` as itself (or, with `follow`, what it leads to) and pins it.
+    fn pin(&self, path: WPath, follow: bool, up: Option<PinnedDir>) -> Win32Result<PinnedDir> {
+        let raw = self
+            .os
+            .open_entry(&z(&path), access::READ_ATTRIBUTES, SHARE_PIN, follow)?;
+        let pin = PinnedDir(Arc::new(Pin {
+            path,
+            os: self.os.clone(),
+            raw,
+            _up: up,
+        }));
+        Ok(pin)
+    }
 }
 
+/// A directory held open without `FILE_SHARE_DELETE`, and with it every directory above it that
+/// the walk reached (see the module docs): while it lives, its path names what was checked.
+#[derive(Clone)]
+pub(crate) struct PinnedDir(Arc<Pin>);
+
+struct Pin {
+    path: WPath,
+    os: Arc<dyn Win32>,
+    raw: u64,
+    _up: Option<PinnedDir>,
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        self.os.close(self.raw);
+    }
+}
+
+impl PinnedDir {
+    /// The path of `name` inside this directory.
+    fn child(&self, name: &str) -> io::Result<WPath> {
+        Ok(join(&self.0.path, &wpath(name)?))
+    }
+}
+
+/// The directory a walk on this host holds.
+fn pinned(h: &Held) -> io::Result<&PinnedDir> {
+    h.downcast_ref::<PinnedDir>()
+        .ok_or_else(|| io::Error::other("a directory handle that this host did not open"))
+}
+
+impl Walker for WindowsFilesystemHost {
+    type Dir = Held;
+
+    fn open_trusted(&self, path: &str, create: bool) -> io::Result<Held> {
+        let p = wpath(path)?;
+        if create {
+            self.fs().mkdir_all(&p).map_err(|e| io_error(&e))?;
+        }
+        // A root is the administrator's: a link there is followed.
+        let pin = self.pin(p, true, None).map_err(|e| io_error(&e))?;
+        let (attrs, _) = self.os.attribute_tag(pin.0.raw).map_err(|e| io_error(&e))?;
+        if !has(attrs, attr::DIRECTORY) {
+            return Err(io_error(&OsError::new(ERROR_DIRECTORY)));
+        }
+        Ok(Box::new(pin))
+    }
+
+    fn look(&self, dir: &Held, name: &str, _at: &str) -> io::Result<Found<Held>> {
+        let dir = pinned(dir)?;
+        let path = dir.child(name)?;
+        let pin = match self.pin(path, false, Some(dir.clone())) {
+            Ok(pin) => pin,
+            Err(e) if not_found(&e) => return Ok(Found::Missing),
+            Err(e) => return Err(io_error(&e)),
+        };
+        let (attrs, _) = self.os.attribute_tag(pin.0.raw).map_err(|e| io_error(&e))?;
+        if has(attrs, attr::REPARSE_POINT) {
+            // Read while the entry is held: it cannot be replaced meanwhile.
+            match self.fs().read_reparse_point(&pin.0.path)?.destination() {
+                Some(LinkDestination::Path(target)) => return Ok(Found::Link(target)),
+                Some(LinkDestination::Volume(_)) => return Ok(Found::Volume(Box::new(pin))),
+                Some(LinkDestination::Other(nt)) => {
+                    return Ok(Found::Foreign(format!("link to the NT path {nt:?}")));
+                }
+                // Deduplication, cloud files, …: data reparse points, not links.
+                None => {}
+            }
+        }
+        Ok(if has(attrs, attr::DIRECTORY) {
+            Found::Dir(Box::new(pin))
+        } else {
+            Found::Other
+        })
+    }
+
+    fn make_dir(&self, dir: &Held, name: &str, _at: &str) -> io::Result<()> {
+        let path = pinned(dir)?.child(name)?;
+        match self.os.create_directory(&z(&path)) {
+            Err(e) if !is_code(&e, code::ALREADY_EXISTS) => Err(io_error(&e)),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Answers about a path string (for callers that only check a path; request paths go through
+/// [`Walker`]).
 impl LinkProbe for WindowsFilesystemHost {
     fn link_target(&self, path: &str) -> io::Result<Option<LinkTarget>> {
         let fs = self.fs();
@@ -482,23 +592,9 @@ impl LinkProbe for WindowsFilesystemHost {
 }
 
 impl FilesystemHost for WindowsFilesystemHost {
-    fn path_exists(&self, path: &str) -> io::Result<bool> {
-        // GetFileAttributesW opens nothing and answers for a link itself: a dangling link
-        // exists, as with upstream's Lstat.
-        match self.fs().attributes(&wpath(path)?) {
-            Ok(_) => Ok(true),
-            Err(e) if not_found(&e) => Ok(false),
-            Err(e) => Err(io_error(&e)),
-        }
-    }
-
-    fn mkdir_all(&self, path: &str) -> io::Result<()> {
-        self.fs().mkdir_all(&wpath(path)?).map_err(|e| io_error(&e))
-    }
-
-    fn remove(&self, path: &str) -> io::Result<()> {
+    fn remove(&self, parent: &Held, name: &str) -> io::Result<()> {
         let fs = self.fs();
-        let p = wpath(path)?;
+        let p = pinned(parent)?.child(name)?;
         let attrs = fs.attributes(&p).map_err(|e| io_error(&e))?;
         if has(attrs, attr::REPARSE_POINT) {
             fs.remove_reparse_point(&p, attrs)
@@ -510,13 +606,13 @@ impl FilesystemHost for WindowsFilesystemHost {
         .map_err(|e| io_error(&e))
     }
 
-    fn remove_all(&self, path: &str) -> io::Result<()> {
-        self.fs().remove_tree(wpath(path)?)
+    fn remove_all(&self, parent: &Held, name: &str) -> io::Result<()> {
+        self.fs().remove_tree(pinned(parent)?.child(name)?)
     }
 
-    fn remove_contents(&self, path: &str) -> io::Result<()> {
+    fn remove_contents(&self, dir: &Held) -> io::Result<()> {
         let fs = self.fs();
-        let p = wpath(path)?;
+        let p = pinned(dir)?.0.path.clone();
         let attrs = fs.attributes(&p).map_err(|e| io_error(&e))?;
         // The contents of a mounted volume are the directory's contents; a symbolic link's or
         // junction's target is somewhere else and is not emptied through it.
@@ -550,18 +646,20 @@ impl FilesystemHost for WindowsFilesystemHost {
         first_error.map_or(Ok(()), Err)
     }
 
-    fn create_symlink(&self, target: &str, link: &str) -> io::Result<()> {
+    fn create_symlink(&self, parent: &Held, name: &str, target: &str) -> io::Result<()> {
         let fs = self.fs();
         let target_w = wpath(target)?;
         // A directory link iff the target is a directory now (following links), as upstream;
         // a missing target gives a file link.
         let directory = fs.is_dir_following(&target_w);
-        create_symlink(fs.os, &z(&wpath(link)?), &z(&target_w), directory).map_err(|e| io_error(&e))
+        let link = pinned(parent)?.child(name)?;
+        create_symlink(fs.os, &z(&link), &z(&target_w), directory).map_err(|e| io_error(&e))
     }
 
-    fn is_symlink(&self, path: &str) -> io::Result<bool> {
+    fn is_symlink(&self, parent: &Held, name: &str) -> io::Result<bool> {
         let fs = self.fs();
-        let p = wpath(path)?;
+        let p = pinned(parent)?.child(name)?;
+        let path = &show(&p);
         let attrs = fs.attributes(&p).map_err(|e| io_error(&e))?;
         if !has(attrs, attr::REPARSE_POINT) {
             return Ok(false);

@@ -22,16 +22,18 @@
 //!   kernels a different `st_dev` or mount ID from the parent, or an entry in
 //!   `/proc/self/mountinfo` ([`super::mountinfo`]), counts as a mount point.
 //!
-//! The leading components of a path given to this host are resolved normally (they have been
-//! confined by the path policy, which checks links and mount points); only the final component
-//! and everything below it are handled without following links.
+//! Paths are never resolved here: the path policy walks each request path through this host's
+//! [`Walker`] (every component below a root opened relative to its parent's descriptor with
+//! `O_NOFOLLOW`, links read and checked by the policy), and the operations act on the final name
+//! inside the directory descriptor the walk held. A component swapped for a link after it was
+//! looked at cannot redirect them.
 //!
 //! Files: this one the host's operations and its link probe; `nofollow.rs` the files examined
 //! through directory descriptors, mount points among them, and the recursive removal.
 
 use crate::linux::mountinfo::{self, MountInfo};
 use csi_proxy_core::filesystem::FilesystemHost;
-use csi_proxy_core::paths::{LinkProbe, LinkTarget};
+use csi_proxy_core::paths::{Found, Held, LinkProbe, LinkTarget, Walker};
 use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, StatxAttributes, StatxFlags};
 use rustix::io::Errno;
@@ -131,6 +133,111 @@ fn mount_target(
     Ok(LinkTarget::Volume)
 }
 
+/// What `name` inside `parent` is, without following it; a directory is opened relative to
+/// `parent` (`O_NOFOLLOW`), and what was opened is what is described.
+fn look_at(parent: &OpenDir, name: &OsStr) -> io::Result<Found<OpenDir>> {
+    let dirfd = parent.fd.as_fd();
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    for _ in 0..MAX_ATTEMPTS {
+        match rustix::fs::openat(dirfd, name, flags, Mode::empty()) {
+            Ok(fd) => {
+                let node = node_of(fd.as_fd())?;
+                let dir = OpenDir {
+                    fd,
+                    node,
+                    path: parent.child_path(name),
+                };
+                let mut mounts = Mounts::default();
+                if !mounts.is_mount_point(parent, name, &dir.node)? {
+                    return Ok(Found::Dir(dir));
+                }
+                return Ok(match mount_target(&mut mounts, parent, name, &dir.node)? {
+                    LinkTarget::Volume => Found::Volume(dir),
+                    LinkTarget::Foreign(why) | LinkTarget::Path(why) => Found::Foreign(why),
+                });
+            }
+            Err(Errno::NOENT) => return Ok(Found::Missing),
+            // A symlink (with O_NOFOLLOW) or not a directory: the entry itself says which.
+            Err(Errno::LOOP) | Err(Errno::NOTDIR) => {
+                let node = match node_at(dirfd, name) {
+                    Ok(n) => n,
+                    Err(Errno::NOENT) => return Ok(Found::Missing),
+                    Err(e) => return Err(e.into()),
+                };
+                if node.file_type != FileType::Symlink {
+                    if node.is_dir() {
+                        continue; // a directory was put there meanwhile
+                    }
+                    return Ok(Found::Other);
+                }
+                match rustix::fs::readlinkat(dirfd, name, Vec::new()) {
+                    Ok(target) => {
+                        return Ok(match target.into_string() {
+                            Ok(s) => Found::Link(s),
+                            Err(e) => Found::Foreign(format!(
+                                "symlink to a non-UTF-8 path {:?}",
+                                String::from_utf8_lossy(e.into_cstring().as_bytes())
+                            )),
+                        });
+                    }
+                    // Replaced by something that is not a link meanwhile.
+                    Err(Errno::INVAL) | Err(Errno::NOENT) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(io::Error::other(format!(
+        "{}: changed {MAX_ATTEMPTS} times while being looked at",
+        parent.child_path(name).display()
+    )))
+}
+
+/// The directory a walk on this host holds.
+fn held(h: &Held) -> io::Result<&OpenDir> {
+    h.downcast_ref::<OpenDir>()
+        .ok_or_else(|| io::Error::other("a directory handle that this host did not open"))
+}
+
+impl Walker for LinuxFilesystemHost {
+    type Dir = Held;
+
+    fn open_trusted(&self, path: &str, create: bool) -> io::Result<Held> {
+        if create {
+            use std::os::unix::fs::DirBuilderExt;
+            // A root and the way to it are the administrator's: created as std does, links
+            // followed (an existing directory, or a link to one, is success).
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(DIR_MODE)
+                .create(path)?;
+        }
+        Ok(Box::new(OpenDir::open(Path::new(path), false)?))
+    }
+
+    fn look(&self, dir: &Held, name: &str, _at: &str) -> io::Result<Found<Held>> {
+        Ok(match look_at(held(dir)?, OsStr::new(name))? {
+            Found::Dir(d) => Found::Dir(Box::new(d)),
+            Found::Volume(d) => Found::Volume(Box::new(d)),
+            Found::Missing => Found::Missing,
+            Found::Link(t) => Found::Link(t),
+            Found::Foreign(why) => Found::Foreign(why),
+            Found::Other => Found::Other,
+        })
+    }
+
+    fn make_dir(&self, dir: &Held, name: &str, _at: &str) -> io::Result<()> {
+        let mode = Mode::from_raw_mode(DIR_MODE);
+        match rustix::fs::mkdirat(held(dir)?.fd.as_fd(), name, mode) {
+            Ok(()) | Err(Errno::EXIST) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// Answers about a path string: opens its parent as the OS resolves it (for callers that only
+/// check a path; request paths go through [`Walker`]).
 impl LinkProbe for LinuxFilesystemHost {
     fn link_target(&self, path: &str) -> io::Result<Option<LinkTarget>> {
         if Path::new(path) == Path::new("/") {
@@ -149,68 +256,25 @@ impl LinkProbe for LinuxFilesystemHost {
             }
             Err(e) => return Err(e),
         };
-        let node = match node_at(parent.fd.as_fd(), name) {
-            Ok(n) => n,
-            Err(Errno::NOENT) | Err(Errno::NOTDIR) => return Ok(None),
-            Err(e) => return Err(e.into()),
-        };
-        if node.file_type == FileType::Symlink {
-            let target = rustix::fs::readlinkat(parent.fd.as_fd(), name, Vec::new())?;
-            return Ok(Some(match target.into_string() {
-                Ok(s) => LinkTarget::Path(s),
-                Err(e) => LinkTarget::Foreign(format!(
-                    "symlink to a non-UTF-8 path {:?}",
-                    String::from_utf8_lossy(e.into_cstring().as_bytes())
-                )),
-            }));
-        }
-        // Only a directory mount can be passed through; nothing is reached through a file that
-        // has something mounted on it (a raw block volume), so it is not a link here.
-        let mut mounts = Mounts::default();
-        if node.is_dir() && mounts.is_mount_point(&parent, name, &node)? {
-            return mount_target(&mut mounts, &parent, name, &node).map(Some);
-        }
-        Ok(None)
+        Ok(match look_at(&parent, name)? {
+            Found::Link(target) => Some(LinkTarget::Path(target)),
+            Found::Volume(_) => Some(LinkTarget::Volume),
+            Found::Foreign(why) => Some(LinkTarget::Foreign(why)),
+            Found::Dir(_) | Found::Missing | Found::Other => None,
+        })
     }
 }
 
 impl FilesystemHost for LinuxFilesystemHost {
-    fn path_exists(&self, path: &str) -> io::Result<bool> {
-        match std::fs::symlink_metadata(path) {
-            Ok(_) => Ok(true),
-            // ENOTDIR (a leading component is a file) is "not there" too, as Windows'
-            // ERROR_PATH_NOT_FOUND is for upstream.
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
-                ) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    fn mkdir_all(&self, path: &str) -> io::Result<()> {
-        use std::os::unix::fs::DirBuilderExt;
-        // std's recursive create: an existing directory (or a link to one) is success, an
-        // existing non-directory is EEXIST.
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(DIR_MODE)
-            .create(path)
-    }
-
-    fn remove(&self, path: &str) -> io::Result<()> {
-        let (parent, name) = split(path)?;
-        let parent = OpenDir::open(parent, false)?;
+    fn remove(&self, parent: &Held, name: &str) -> io::Result<()> {
+        let parent = held(parent)?;
+        let name = OsStr::new(name);
         let dirfd = parent.fd.as_fd();
         let mut mounts = Mounts::default();
         for _ in 0..MAX_ATTEMPTS {
             let node = node_at(dirfd, name)?;
-            if node.file_type != FileType::Symlink && mounts.is_mount_point(&parent, name, &node)? {
-                unmount_at(&parent, name)?;
+            if node.file_type != FileType::Symlink && mounts.is_mount_point(parent, name, &node)? {
+                unmount_at(parent, name)?;
                 mounts.invalidate();
                 continue;
             }
@@ -226,62 +290,46 @@ impl FilesystemHost for LinuxFilesystemHost {
             };
         }
         Err(io::Error::other(format!(
-            "{path}: changed {MAX_ATTEMPTS} times while being removed"
+            "{}: changed {MAX_ATTEMPTS} times while being removed",
+            parent.child_path(name).display()
         )))
     }
 
-    fn remove_all(&self, path: &str) -> io::Result<()> {
-        let (parent, name) = split(path)?;
-        let parent = match OpenDir::open(parent, false) {
-            Ok(d) => d,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(e),
-        };
+    fn remove_all(&self, parent: &Held, name: &str) -> io::Result<()> {
+        let parent = held(parent)?;
         let mut mounts = Mounts::default();
-        refuse_mounts_below(&mut mounts, &parent.child_path(name))?;
-        remove_tree(&mut mounts, &parent, name, true)
+        refuse_mounts_below(&mut mounts, &parent.child_path(OsStr::new(name)))?;
+        remove_tree(&mut mounts, parent, OsStr::new(name), true)
     }
 
-    fn remove_contents(&self, path: &str) -> io::Result<()> {
-        let dir = OpenDir::open(Path::new(path), true).map_err(|e| {
-            if e.raw_os_error() == Some(Errno::LOOP.raw_os_error()) {
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "is a symbolic link; its target is not emptied through it",
-                )
-            } else {
-                e
-            }
-        })?;
+    fn remove_contents(&self, dir: &Held) -> io::Result<()> {
+        let dir = held(dir)?;
         let mut mounts = Mounts::default();
         refuse_mounts_below(&mut mounts, &dir.path)?;
         let mut first_error = None;
         for name in dir.names()? {
-            if let Err(e) = remove_tree(&mut mounts, &dir, &name, false) {
+            if let Err(e) = remove_tree(&mut mounts, dir, &name, false) {
                 first_error.get_or_insert(e);
             }
         }
         first_error.map_or(Ok(()), Err)
     }
 
-    fn create_symlink(&self, target: &str, link: &str) -> io::Result<()> {
-        // Linux symlinks have no file/directory flavour; EEXIST if `link` exists.
-        std::os::unix::fs::symlink(target, link)
+    fn create_symlink(&self, parent: &Held, name: &str, target: &str) -> io::Result<()> {
+        // Linux symlinks have no file/directory flavour; EEXIST if `name` exists.
+        rustix::fs::symlinkat(target, held(parent)?.fd.as_fd(), name).map_err(Into::into)
     }
 
-    fn is_symlink(&self, path: &str) -> io::Result<bool> {
-        if Path::new(path) == Path::new("/") {
-            return Ok(true); // the root of the mount tree
-        }
-        let (parent, name) = split(path)?;
-        let parent = OpenDir::open(parent, false)?;
+    fn is_symlink(&self, parent: &Held, name: &str) -> io::Result<bool> {
+        let parent = held(parent)?;
+        let name = OsStr::new(name);
         let node = node_at(parent.fd.as_fd(), name)?;
         if node.file_type == FileType::Symlink {
             return target_exists(parent.fd.as_fd(), name);
         }
         // Upstream counts mount points as links: drivers use `!IsSymlink` as "likely not a
         // mount point". A file can be a mount point too (raw block volumes).
-        Mounts::default().is_mount_point(&parent, name, &node)
+        Mounts::default().is_mount_point(parent, name, &node)
     }
 }
 
