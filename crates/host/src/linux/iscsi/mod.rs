@@ -1,7 +1,7 @@
 //! iSCSI on Linux: portal bookkeeping and SendTargets discovery in-process, sessions through
 //! open-iscsi.
 //!
-//! * Portals live in a state file the daemon owns (`<state dir>/portals`, one `address port` a
+//! * Portals live in a state file the daemon owns (`<--state-dir>/iscsi/portals`, one `address port` a
 //!   line, replaced atomically), so a daemon restart loses none. Discovery runs the in-process
 //!   client ([`crate::iscsi_discovery`]), so it needs neither `iscsid` nor the kernel initiator.
 //! * ConnectTarget / DisconnectTarget run `iscsiadm` (a child process is acceptable on Linux).
@@ -9,8 +9,9 @@
 //!   itself (mode 0600), which is where open-iscsi keeps them anyway; any output of `iscsiadm`
 //!   that reaches an error message is scrubbed of the secrets first. The node record is deleted
 //!   on DisconnectTarget.
-//! * SetMutualChapSecret keeps the initiator's mutual secret in `<state dir>/mutual-chap`
-//!   (mode 0600); a mutual-CHAP ConnectTarget writes it as the record's `password_in`.
+//! * SetMutualChapSecret keeps the initiator's mutual secret in `<--state-dir>/iscsi/mutual-chap`
+//!   (mode 0600, in a directory only root can enter; never in the socket directory clients
+//!   mount); a mutual-CHAP ConnectTarget writes it as the record's `password_in`.
 //! * GetTargetDisks reads sysfs: the block devices under the target's iSCSI session, named by
 //!   their `diskseq` like the disk group names disks.
 //!
@@ -18,11 +19,12 @@
 //! records, `sessions.rs` the sessions and their disks as sysfs shows them.
 
 use crate::iscsi_discovery::{Discovery, pdu::DiscoveredTarget};
+use crate::linux::state_dir;
 use csi_proxy_core::iscsi::{AuthType, Chap, IscsiHost, Secret, TargetPortal};
 use csi_proxy_core::{Error, Kind, Result};
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -60,25 +62,27 @@ impl LinuxIscsiHost {
         }
     }
 
-    fn portals_file(&self) -> PathBuf {
-        self.state_dir.join("portals")
-    }
-
     fn guard(&self) -> std::sync::MutexGuard<'_, ()> {
         self.lock.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn read_portals(&self, op: &str) -> Result<Vec<TargetPortal>> {
-        let path = self.portals_file();
-        match fs::read_to_string(&path) {
-            Ok(s) => Ok(parse_portals(&s)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-            Err(e) => Err(Error::io(
+        Ok(self
+            .read_state(op, "portals")?
+            .map(|s| parse_portals(&s))
+            .unwrap_or_default())
+    }
+
+    /// A state file's text, `None` when it was never written.
+    fn read_state(&self, op: &str, name: &str) -> Result<Option<String>> {
+        let bytes = state_dir::read_file(&self.state_dir, name).map_err(|e| {
+            Error::io(
                 op,
-                format!("state file {:?}", path.display()),
+                format!("state file {:?}", self.state_dir.join(name).display()),
                 &e,
-            )),
-        }
+            )
+        })?;
+        Ok(bytes.map(|b| String::from_utf8_lossy(&b).into_owned()))
     }
 
     fn write_portals(&self, op: &str, portals: &[TargetPortal]) -> Result<()> {
@@ -89,27 +93,16 @@ impl LinuxIscsiHost {
         self.write_state(op, "portals", text.as_bytes())
     }
 
-    /// Writes a state file atomically with mode 0600 (it may hold a secret).
+    /// Writes a state file atomically with mode 0600 (it may hold a secret), through the
+    /// state directory's handle (see [`state_dir::write_file`]).
     fn write_state(&self, op: &str, name: &str, bytes: &[u8]) -> Result<()> {
-        let dir = &self.state_dir;
-        let object = || format!("state file {:?}", dir.join(name).display());
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| Error::io(op, object(), &e))?;
-        let tmp = dir.join(format!(".{name}.tmp"));
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(|e| Error::io(op, object(), &e))?;
-        f.write_all(bytes)
-            .and_then(|_| f.sync_all())
-            .and_then(|_| fs::rename(&tmp, dir.join(name)))
-            .map_err(|e| Error::io(op, object(), &e))
+        state_dir::write_file(&self.state_dir, name, bytes, 0o600).map_err(|e| {
+            Error::io(
+                op,
+                format!("state file {:?}", self.state_dir.join(name).display()),
+                &e,
+            )
+        })
     }
 
     fn require_portal(&self, op: &str, portal: &TargetPortal) -> Result<()> {
@@ -144,17 +137,10 @@ impl LinuxIscsiHost {
     }
 
     fn mutual_secret(&self, op: &str) -> Result<Option<Secret>> {
-        let path = self.state_dir.join("mutual-chap");
-        match fs::read_to_string(&path) {
-            Ok(s) if s.is_empty() => Ok(None),
-            Ok(s) => Ok(Some(Secret::new(s))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::io(
-                op,
-                format!("state file {:?}", path.display()),
-                &e,
-            )),
-        }
+        Ok(self
+            .read_state(op, "mutual-chap")?
+            .filter(|s| !s.is_empty())
+            .map(Secret::new))
     }
 }
 
