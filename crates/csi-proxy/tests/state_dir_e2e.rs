@@ -197,3 +197,41 @@ async fn clients_reach_the_sockets_through_a_read_only_mount() {
     assert!(fs.path_exists(&d.k("")).await.unwrap());
     let _ = Command::new("umount").arg(&view).status();
 }
+
+/// A portal address is a host name or an IP address: free text (a cron line, as a client
+/// could once have had written into a file through a planted link) is INVALID_ARGUMENT naming
+/// the RPC, and nothing is kept.
+#[tokio::test]
+async fn a_portal_address_that_is_no_host_name_is_refused() {
+    let d = Daemon::start(&[]);
+    let ch = d.connector().channel("iscsi", "v1alpha2").await.unwrap();
+    let mut c = iscsi2::iscsi_client::IscsiClient::new(ch);
+    for bad in [
+        "10.0.0.1 3260\n* * * * * root touch /tmp/owned",
+        "host\tname",
+        "a/b",
+    ] {
+        let s = c
+            .add_target_portal(iscsi2::AddTargetPortalRequest {
+                target_portal: Some(iscsi2::TargetPortal {
+                    target_address: bad.into(),
+                    target_port: 3260,
+                }),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(s.code(), tonic::Code::InvalidArgument, "{bad:?}: {s:?}");
+        assert!(
+            s.message().contains("AddTargetPortal") && s.message().contains("target_address"),
+            "{s:?}"
+        );
+    }
+    let listed = c
+        .list_target_portals(iscsi2::ListTargetPortalsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .target_portals;
+    assert!(listed.is_empty(), "{listed:?}");
+    assert!(!d.state.join("iscsi/portals").exists());
+}
