@@ -36,7 +36,7 @@ mod sessions;
 mod tests;
 
 use open_iscsi::*;
-pub use open_iscsi::{apply_settings, record_settings, scrub};
+pub use open_iscsi::{apply_settings, record_settings, scrub, session_chap_matches};
 use sessions::*;
 
 /// The initiator's name as open-iscsi configures it.
@@ -257,10 +257,6 @@ impl IscsiHost for LinuxIscsiHost {
         if let Some(why) = session_support_missing() {
             return Err(Error::new(Kind::FailedPrecondition, OP, &object, why));
         }
-        if session_of(portal, iqn).is_some() {
-            return Ok(());
-        }
-        let p = portal.to_string();
         let mutual = if chap.auth_type == AuthType::MutualChap {
             let m = self.mutual_secret(OP)?;
             if m.is_none() {
@@ -275,6 +271,15 @@ impl IscsiHost for LinuxIscsiHost {
         } else {
             None
         };
+        // An existing session is this request's only when it was made with the same CHAP
+        // settings: a request with other (or no) credentials must not get a session, and the
+        // disks behind it, that someone else's credentials opened.
+        if !sessions_of(portal, iqn).is_empty() {
+            let record = node_record(iqn, portal).and_then(|r| fs::read_to_string(r).ok());
+            return session_chap_matches(record.as_deref(), chap, iqn, mutual.as_ref())
+                .map_err(|why| Error::new(Kind::FailedPrecondition, OP, &object, why));
+        }
+        let p = portal.to_string();
         let secrets = [
             chap.secret.expose(),
             mutual.as_ref().map(|m| m.expose()).unwrap_or(""),
@@ -334,7 +339,7 @@ impl IscsiHost for LinuxIscsiHost {
     fn disconnect_target(&self, portal: &TargetPortal, iqn: &str) -> Result<()> {
         const OP: &str = "DisconnectTarget";
         let object = format!("target {iqn:?} at portal {portal}");
-        let has_session = session_of(portal, iqn).is_some();
+        let has_session = !sessions_of(portal, iqn).is_empty();
         let record = node_record(iqn, portal);
         if !has_session && record.is_none() {
             return Ok(());
@@ -361,10 +366,22 @@ impl IscsiHost for LinuxIscsiHost {
         Ok(())
     }
 
+    /// The disks of every session to the target through the portal: a logout ends them all,
+    /// so the in-use check must see them all.
     fn get_target_disks(&self, portal: &TargetPortal, iqn: &str) -> Result<Vec<u32>> {
-        Ok(session_of(portal, iqn)
-            .map(|s| session_disks(&s))
-            .unwrap_or_default())
+        let mut disks = Vec::new();
+        for s in sessions_of(portal, iqn) {
+            disks.extend(session_disks(&s).map_err(|e| {
+                Error::io(
+                    "GetTargetDisks",
+                    format!("target {iqn:?} at portal {portal}: session {}", s.display()),
+                    &e,
+                )
+            })?);
+        }
+        disks.sort_unstable();
+        disks.dedup();
+        Ok(disks)
     }
 
     fn target_disk_in_use(&self, number: u32) -> Result<Option<String>> {
