@@ -87,7 +87,7 @@ impl SmbHost for Fake {
         );
         Ok(())
     }
-    fn new_smb_link(&self, remote: &str, local: &str) -> Result<()> {
+    fn new_smb_link(&self, _: &SmbMapping, remote: &str, local: &str) -> Result<()> {
         self.calls
             .lock()
             .unwrap()
@@ -133,6 +133,9 @@ impl SmbHost for Fake {
     }
     fn smb_global_mappings(&self) -> Result<Vec<String>> {
         Ok(self.mapped())
+    }
+    fn credential_mapping(&self, _: &SmbMapping) -> Result<Option<MappingState>> {
+        Ok(None)
     }
     fn smb_mapping_users(&self, root: &str, scan_roots: &[String]) -> Result<Vec<SmbLinkUse>> {
         assert_eq!(scan_roots, [KUBELET.to_string()]);

@@ -7,9 +7,10 @@ use csi_proxy_core::paths::PathPolicy;
 use csi_proxy_server::registry::{Hosts, Services};
 use std::sync::Arc;
 
-/// The services of every group over this platform's hosts.
-pub fn services(policy: Arc<PathPolicy>, flags: &Flags) -> Services {
-    let (filesystem, hosts) = platform::hosts(flags);
+/// The services of every group over this platform's hosts; an error (an unsafe `--state-dir`)
+/// stops the start-up.
+pub fn services(policy: Arc<PathPolicy>, flags: &Flags) -> Result<Services, String> {
+    let (filesystem, hosts) = platform::hosts(flags, &policy)?;
     let mut s = Services::new(
         FilesystemService::new(filesystem, policy),
         hosts,
@@ -21,35 +22,62 @@ pub fn services(policy: Arc<PathPolicy>, flags: &Flags) -> Services {
     if cfg!(target_os = "linux") && flags.allowed_services.iter().all(|n| n.is_empty()) {
         s.system = s.system.allowing_no_service();
     }
-    s
+    Ok(s)
 }
 
 #[cfg(target_os = "linux")]
 mod platform {
     use super::*;
     use csi_proxy_host::linux;
+    use std::path::Path;
 
     /// The Linux hosts.
-    pub fn hosts(flags: &Flags) -> (Arc<dyn FilesystemHost>, Hosts) {
-        // SMB mounts and iSCSI bookkeeping live beside the sockets (`/run/csi-proxy/{smb,iscsi}`
-        // by default): daemon-owned, kept across daemon restarts, gone with a reboot like the
-        // mounts and sessions themselves.
-        let state = std::path::Path::new(&flags.socket_dir);
+    pub fn hosts(
+        flags: &Flags,
+        policy: &PathPolicy,
+    ) -> Result<(Arc<dyn FilesystemHost>, Hosts), String> {
+        // Everything the daemon keeps (format records, iSCSI portals and the mutual-CHAP
+        // secret, the SMB mounts and their credential key) lives in the state directory, which
+        // no client reaches: never beside the sockets, which every client container mounts.
+        let state = linux::state_dir::prepare(std::path::Path::new(&flags.state_dir))?;
+        not_shared(&state, flags, policy)?;
         // The flag's parser admits only the names FsType knows.
         let fs_type = flags.format_filesystem.parse().unwrap_or_default();
-        (
+        Ok((
             Arc::new(linux::filesystem::LinuxFilesystemHost::new()),
             Hosts {
                 disk: Arc::new(linux::disk::LinuxDiskHost::new()),
-                volume: Arc::new(linux::volume::LinuxVolumeHost::new(
-                    &flags.state_dir,
-                    fs_type,
-                )),
+                volume: Arc::new(linux::volume::LinuxVolumeHost::new(&state, fs_type)),
                 smb: Arc::new(linux::smb::LinuxSmbHost::new(state.join("smb"))),
                 system: Arc::new(linux::system::LinuxSystemHost::new()),
                 iscsi: Arc::new(linux::iscsi::LinuxIscsiHost::new(state.join("iscsi"))),
             },
-        )
+        ))
+    }
+
+    /// Refuses a state directory that clients reach: the socket directory, the kubelet path or
+    /// a working dir, one inside them, or one holding them.
+    fn not_shared(state: &Path, flags: &Flags, policy: &PathPolicy) -> Result<(), String> {
+        let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        let state = real(state);
+        let shared = std::iter::once(("--socket-dir", flags.socket_dir.as_str())).chain(
+            policy
+                .roots()
+                .iter()
+                .map(|r| ("--kubelet-path/--working-dir", r.as_str())),
+        );
+        for (flag, dir) in shared {
+            let dir = real(Path::new(dir));
+            if state.starts_with(&dir) || dir.starts_with(&state) {
+                return Err(format!(
+                    "--state-dir {:?} overlaps {flag} {:?}, which clients reach; the daemon's \
+                     state must live where no client can read or write it",
+                    state.display(),
+                    dir.display()
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -59,8 +87,11 @@ mod platform {
     use csi_proxy_host::windows;
 
     /// The Windows hosts.
-    pub fn hosts(flags: &Flags) -> (Arc<dyn FilesystemHost>, Hosts) {
-        (
+    pub fn hosts(
+        flags: &Flags,
+        _policy: &PathPolicy,
+    ) -> Result<(Arc<dyn FilesystemHost>, Hosts), String> {
+        Ok((
             Arc::new(windows::filesystem::WindowsFilesystemHost::new()),
             Hosts {
                 disk: Arc::new(windows::disk::WindowsDiskHost::new()),
@@ -69,6 +100,6 @@ mod platform {
                 system: Arc::new(windows::system::WindowsSystemHost::new()),
                 iscsi: Arc::new(windows::iscsi::WindowsIscsiHost::new()),
             },
-        )
+        ))
     }
 }

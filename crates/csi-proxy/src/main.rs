@@ -94,7 +94,7 @@ async fn run(
     )
     .map_err(|e| format!("invalid --kubelet-path/--working-dir: {e}"))?;
     tracing::info!(roots = ?policy.roots(), require_privacy = flags.require_privacy, "path roots");
-    let services = hosts::services(Arc::new(policy), &flags);
+    let services = hosts::services(Arc::new(policy), &flags)?;
     let listen = listen(&flags)?;
     daemon::serve_and_tell(registry::endpoints(&services), listen, ready, shutdown)
         .await

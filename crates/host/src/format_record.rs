@@ -9,8 +9,7 @@
 //!   (FormatVolume refuses volumes that hold anything), so formatting again is safe;
 //! - no record, or another identity: the filesystem is not ours, and is refused.
 
-use std::fs::{self, File};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 pub use csi_proxy_core::volume::rules::FormatRecord;
@@ -36,8 +35,7 @@ impl FormatRecords {
     /// that cannot be read or parsed counts as none: the volume is then treated as not ours,
     /// the safe side.
     pub fn read(&self, key: &str) -> Option<FormatRecord> {
-        let path = self.path(key).ok()?;
-        let text = fs::read_to_string(path).ok()?;
+        let text = self.read_text(key).ok()?;
         let field = |k: &str| {
             text.lines()
                 .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
@@ -55,12 +53,10 @@ impl FormatRecords {
     }
 
     /// Writes the record of volume `key` durably: a temporary file, flushed, renamed over the
-    /// old record, and (on Unix) the directory flushed, so a crash leaves the old or the new
+    /// old record, and (on Linux) the directory flushed, so a crash leaves the old or the new
     /// record, never a torn one.
     pub fn write(&self, key: &str, record: &FormatRecord, volume: &str) -> io::Result<()> {
-        let path = self.path(key)?;
-        fs::create_dir_all(&self.dir)?;
-        let tmp = self.dir.join(format!(".{key}.tmp"));
+        let name = Self::name(key)?;
         let body = format!(
             "fs={}\nuuid={}\nstate={}\nvolume={}\n",
             record.fs,
@@ -68,25 +64,51 @@ impl FormatRecords {
             if record.done { "done" } else { "pending" },
             volume.replace(['\n', '\r'], " ")
         );
-        {
-            let mut f = File::create(&tmp)?;
-            f.write_all(body.as_bytes())?;
-            f.sync_all()?;
-        }
-        fs::rename(&tmp, &path)?;
-        // A directory is opened and flushed like a file on Unix; Windows has no such handle
-        // without backup semantics, and NTFS journals the rename itself.
-        #[cfg(unix)]
-        File::open(&self.dir)?.sync_all()?;
-        Ok(())
+        self.write_text(&name, body.as_bytes())
     }
 
-    fn path(&self, key: &str) -> io::Result<PathBuf> {
+    /// On Linux through the directory's handle, never following a link (see
+    /// `linux::state_dir`).
+    #[cfg(target_os = "linux")]
+    fn write_text(&self, name: &str, body: &[u8]) -> io::Result<()> {
+        crate::linux::state_dir::write_file(&self.dir, name, body, 0o600)
+    }
+
+    /// On Windows the state directory (under `C:\ProgramData`) is writable by administrators
+    /// only, who need no link to reach anything; NTFS journals the rename itself.
+    #[cfg(not(target_os = "linux"))]
+    fn write_text(&self, name: &str, body: &[u8]) -> io::Result<()> {
+        use std::fs::File;
+        use std::io::Write;
+        std::fs::create_dir_all(&self.dir)?;
+        let tmp = self.dir.join(format!(".{name}.tmp"));
+        {
+            let mut f = File::create(&tmp)?;
+            f.write_all(body)?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, self.dir.join(name))
+    }
+
+    #[cfg(target_os = "linux")]
+    fn read_text(&self, key: &str) -> io::Result<String> {
+        let bytes = crate::linux::state_dir::read_file(&self.dir, &Self::name(key)?)?
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn read_text(&self, key: &str) -> io::Result<String> {
+        std::fs::read_to_string(self.dir.join(Self::name(key)?))
+    }
+
+    /// The record's file name: the GUID in lower case.
+    fn name(key: &str) -> io::Result<String> {
         let ok = !key.is_empty()
             && key.len() <= 64
             && key.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
         if ok {
-            Ok(self.dir.join(key.to_ascii_lowercase()))
+            Ok(key.to_ascii_lowercase())
         } else {
             Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -99,6 +121,7 @@ impl FormatRecords {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
     fn records_round_trip_replace_each_other_and_refuse_odd_keys() {
@@ -144,5 +167,36 @@ mod tests {
         // A torn or foreign record counts as none.
         fs::write(r.dir().join("abcd"), "fs=ext4\nstate=maybe\n").unwrap();
         assert_eq!(r.read("abcd"), None);
+    }
+
+    /// The records directory and its files are reached without following links: one planted at
+    /// the temporary name, at a record or as the directory is never written through.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn records_never_follow_planted_links() {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside");
+        fs::write(&outside, "untouched").unwrap();
+        let r = FormatRecords::new(dir.path().join("format"));
+        let key = "abcd-01";
+        let rec = FormatRecord {
+            fs: "ext4".into(),
+            id: "u".into(),
+            done: false,
+        };
+        r.write(key, &rec, "v").unwrap();
+        symlink(&outside, r.dir().join(".abcd-01.tmp")).unwrap();
+        r.write(key, &rec, "v").unwrap();
+        fs::remove_file(r.dir().join(key)).unwrap();
+        symlink(&outside, r.dir().join(key)).unwrap();
+        assert_eq!(r.read(key), None, "a link is no record");
+        r.write(key, &rec, "v").unwrap();
+        assert_eq!(r.read(key), Some(rec.clone()));
+        let linked = FormatRecords::new(dir.path().join("linked"));
+        symlink(dir.path(), linked.dir()).unwrap();
+        assert!(linked.write("abcd", &rec, "v").is_err());
+        assert!(!dir.path().join("abcd").exists());
+        assert_eq!(fs::read_to_string(&outside).unwrap(), "untouched");
     }
 }

@@ -10,6 +10,15 @@ use csi_proxy_host::linux::smb::{LinuxSmbHost, cifs_missing};
 use std::os::unix::fs::symlink;
 
 const ROOT: &str = "\\\\fileserver\\share";
+
+/// The mapping links are made through (no credentials: the node's own).
+fn guest(root: &str) -> SmbMapping {
+    SmbMapping {
+        root: root.into(),
+        credentials: None,
+        require_privacy: true,
+    }
+}
 const PASSWORD: &str = "Smb-Passw0rd,with=comma";
 
 #[test]
@@ -21,32 +30,58 @@ fn links_lead_into_the_mount_directory_and_are_found_as_users() {
     std::fs::create_dir_all(&pods).unwrap();
     let k = |rel: &str| kubelet.join(rel).display().to_string();
 
-    host.new_smb_link("\\\\FileServer\\Share\\dir\\sub", &k("pods/p1/volumes/v1"))
-        .unwrap();
+    host.new_smb_link(
+        &guest(ROOT),
+        "\\\\FileServer\\Share\\dir\\sub",
+        &k("pods/p1/volumes/v1"),
+    )
+    .unwrap();
     let target = std::fs::read_link(k("pods/p1/volumes/v1")).unwrap();
-    assert_eq!(target, host.mount_dir(ROOT).join("dir").join("sub"));
+    assert_eq!(
+        target,
+        host.mount_dir(&guest(ROOT))
+            .unwrap()
+            .join("dir")
+            .join("sub")
+    );
     // A retry of the same request is fine; another target at the same path is not.
-    host.new_smb_link("\\\\FileServer\\Share\\dir\\sub", &k("pods/p1/volumes/v1"))
-        .unwrap();
+    host.new_smb_link(
+        &guest(ROOT),
+        "\\\\FileServer\\Share\\dir\\sub",
+        &k("pods/p1/volumes/v1"),
+    )
+    .unwrap();
     let e = host
-        .new_smb_link("\\\\FileServer\\Share\\other", &k("pods/p1/volumes/v1"))
+        .new_smb_link(
+            &guest(ROOT),
+            "\\\\FileServer\\Share\\other",
+            &k("pods/p1/volumes/v1"),
+        )
         .unwrap_err();
     assert_eq!(e.kind(), Kind::AlreadyExists, "{e}");
 
     // Another volume on the same share, one on another share, one elsewhere, a relative link
     // into the share, and a link to a directory holding a link (not followed).
-    host.new_smb_link("//fileserver/share", &k("pods/p1/volumes/v2"))
+    host.new_smb_link(&guest(ROOT), "//fileserver/share", &k("pods/p1/volumes/v2"))
         .unwrap();
-    host.new_smb_link("\\\\fileserver\\other", &k("pods/p1/volumes/v3"))
-        .unwrap();
+    host.new_smb_link(
+        &guest("\\\\fileserver\\other"),
+        "\\\\fileserver\\other",
+        &k("pods/p1/volumes/v3"),
+    )
+    .unwrap();
     symlink("/etc", k("pods/p1/volumes/v4")).unwrap();
     let deep = kubelet.join("plugins/a/b/c/d");
     std::fs::create_dir_all(&deep).unwrap();
-    let rel = pathdiff(&host.mount_dir(ROOT), &deep);
+    let rel = pathdiff(&host.mount_dir(&guest(ROOT)).unwrap(), &deep);
     symlink(&rel, deep.join("globalmount")).unwrap();
     let outside = tmp.path().join("outside");
     std::fs::create_dir_all(&outside).unwrap();
-    symlink(host.mount_dir(ROOT), outside.join("hidden")).unwrap();
+    symlink(
+        host.mount_dir(&guest(ROOT)).unwrap(),
+        outside.join("hidden"),
+    )
+    .unwrap();
     symlink(&outside, k("pods/p1/volumes/v5")).unwrap();
 
     let users = host

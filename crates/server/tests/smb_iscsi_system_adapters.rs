@@ -106,7 +106,7 @@ impl PartialSmbHost for Recorder<SmbCall> {
         self.record(SmbCall::Map(mapping.clone()));
         Ok(())
     }
-    fn new_smb_link(&self, remote_path: &str, local_path: &str) -> Result<()> {
+    fn new_smb_link(&self, _: &SmbMapping, remote_path: &str, local_path: &str) -> Result<()> {
         self.record(SmbCall::Link {
             remote: remote_path.into(),
             local: local_path.into(),

@@ -13,6 +13,8 @@ pub use crate::smb::Secret;
 use std::fmt;
 use std::sync::Arc;
 
+pub mod portal;
+
 /// The port a portal listens on when the request says 0 (upstream's default).
 pub const DEFAULT_PORT: u16 = 3260;
 
@@ -36,32 +38,25 @@ pub struct TargetPortal {
 
 impl TargetPortal {
     /// Validates the portal of an `op` request. Upstream crashed the daemon on a missing portal
-    /// and truncated ports above 65535 silently; both are InvalidArgument here.
+    /// and truncated ports above 65535 silently; both are InvalidArgument here, and so is an
+    /// address that is not a host name or an IP address (see [`portal::validate_address`]; an
+    /// IPv6 address in brackets is kept without them).
     pub fn from_raw(op: &str, raw: Option<&RawTargetPortal>) -> Result<Self> {
         let Some(raw) = raw else {
             return Err(Error::invalid(op, "request", "target_portal is missing"));
         };
-        if raw.address.is_empty() {
-            return Err(Error::invalid(
-                op,
-                "target portal",
-                "target_address is empty",
-            ));
-        }
+        let address = portal::validate_address(op, &raw.address)?;
         let port = match raw.port {
             0 => DEFAULT_PORT,
             p => u16::try_from(p).map_err(|_| {
                 Error::invalid(
                     op,
-                    format!("target portal {:?}", raw.address),
+                    format!("target portal {address:?}"),
                     format!("target_port {p} is out of range (1-65535, 0 for {DEFAULT_PORT})"),
                 )
             })?,
         };
-        Ok(Self {
-            address: raw.address.clone(),
-            port,
-        })
+        Ok(Self { address, port })
     }
 }
 
@@ -343,6 +338,61 @@ mod tests {
         }
         let e = TargetPortal::from_raw("Op", Some(&raw("h", 70000))).unwrap_err();
         assert!(e.message().contains("70000"), "{}", e.message());
+    }
+
+    /// Every RPC that takes a portal refuses an address that is not a host name or an IP
+    /// address before the host sees it (the host here would answer UNIMPLEMENTED).
+    #[test]
+    fn every_rpc_refuses_a_portal_address_that_is_free_text() {
+        let svc = IscsiService::new(Arc::new(crate::testing::UnimplementedHost));
+        let bad = raw("10.0.0.1 3260\n* * * * * root touch /x", 0);
+        let iqn = "iqn.2026-01.test:a";
+        let results = [
+            (
+                "AddTargetPortal",
+                svc.add_target_portal(Some(&bad)).map(drop),
+            ),
+            (
+                "DiscoverTargetPortal",
+                svc.discover_target_portal(Some(&bad)).map(drop),
+            ),
+            (
+                "RemoveTargetPortal",
+                svc.remove_target_portal(Some(&bad)).map(drop),
+            ),
+            (
+                "ConnectTarget",
+                svc.connect_target(&ConnectTargetRequest {
+                    target_portal: Some(bad.clone()),
+                    iqn: iqn.into(),
+                    ..Default::default()
+                }),
+            ),
+            ("DisconnectTarget", svc.disconnect_target(Some(&bad), iqn)),
+            (
+                "GetTargetDisks",
+                svc.get_target_disks(Some(&bad), iqn).map(drop),
+            ),
+        ];
+        for (op, r) in results {
+            let e = r.unwrap_err();
+            assert_eq!(e.kind(), Kind::InvalidArgument, "{op}: {e}");
+            assert!(
+                e.message().starts_with(op) && e.message().contains("target_address"),
+                "{}",
+                e.message()
+            );
+        }
+        // An IPv6 address in brackets reaches the host without them.
+        let host = Arc::new(Recorder::default());
+        IscsiService::new(host.clone())
+            .connect_target(&ConnectTargetRequest {
+                target_portal: Some(raw("[fe80::1]", 0)),
+                iqn: iqn.into(),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(host.0.lock().unwrap()[0].0.address, "fe80::1");
     }
 
     #[test]

@@ -154,15 +154,26 @@ pub trait SmbHost: Send + Sync {
     fn new_smb_global_mapping(&self, mapping: &SmbMapping) -> Result<()>;
 
     /// Creates a directory link at `local_path` (confined) to `remote_path` (normalised full
-    /// remote path, original case) through the mapping of its root; fails if `local_path` exists.
-    fn new_smb_link(&self, remote_path: &str, local_path: &str) -> Result<()>;
+    /// remote path, original case) through `mapping`, the mapping of its root the request made
+    /// or reused (a host with a mapping per credential links into that credential's); fails if
+    /// `local_path` exists.
+    fn new_smb_link(&self, mapping: &SmbMapping, remote_path: &str, local_path: &str)
+    -> Result<()>;
 
     /// Removes the node-wide mapping of `root` (forcibly: open handles are closed); NotFound when
     /// there is none. Links to it are left alone.
     fn remove_smb_global_mapping(&self, root: &str) -> Result<()>;
 
-    /// The state of the mapping of `root` (lower-cased `\\server\share`).
+    /// The state of the mapping of `root` (lower-cased `\\server\share`); where the host keeps
+    /// a mapping per credential, of all of them together (present when any is).
     fn smb_global_mapping(&self, root: &str) -> Result<MappingState>;
+
+    /// Where the host keeps a separate mapping of a root per credential (Linux: a cifs mount
+    /// per user and password, so a mount made with one tenant's credentials never serves a
+    /// request made with another's), the state of the one `mapping`'s credentials have;
+    /// `None` where a root has one mapping whatever its credentials (Windows), and
+    /// [`SmbHost::smb_global_mapping`] tells its state.
+    fn credential_mapping(&self, mapping: &SmbMapping) -> Result<Option<MappingState>>;
 
     /// The roots of every node-wide mapping (lower-cased `\\server\share`), whatever its state.
     fn smb_global_mappings(&self) -> Result<Vec<String>>;
@@ -327,9 +338,18 @@ impl SmbService {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         self.ensure_mapped(&mapping, local.as_deref(), &mut remembered)?;
         match local {
-            Some(local) => self.host.new_smb_link(&remote.path, &local),
+            Some(local) => self.host.new_smb_link(&mapping, &remote.path, &local),
             None => Ok(()),
         }
+    }
+
+    /// The state of the mapping `mapping` would use, and whether the host keeps it per
+    /// credential (see [`SmbHost::credential_mapping`]).
+    fn state_for(&self, mapping: &SmbMapping) -> Result<(MappingState, bool)> {
+        Ok(match self.host.credential_mapping(mapping)? {
+            Some(state) => (state, true),
+            None => (self.host.smb_global_mapping(&mapping.root)?, false),
+        })
     }
 
     /// The links that use the mapping of `root`, but for `own_link` (the request's own local
@@ -355,13 +375,14 @@ impl SmbService {
     ) -> Result<()> {
         let root = &mapping.root;
         let fingerprint = self.manager.fingerprint(mapping.credentials.as_ref());
-        let state = self.host.smb_global_mapping(root)?;
-        match decide(
-            &state,
-            mapping.credentials.as_ref(),
-            fingerprint,
-            remembered.get(root).copied(),
-        ) {
+        let (state, per_credential) = self.state_for(mapping)?;
+        // A mapping kept per credential was made with these very credentials.
+        let made_with = if per_credential {
+            None
+        } else {
+            remembered.get(root).copied()
+        };
+        match decide(&state, mapping.credentials.as_ref(), fingerprint, made_with) {
             Decision::Reuse => {
                 return Ok(());
             }
@@ -429,7 +450,7 @@ impl SmbService {
         refused: Error,
     ) -> Result<()> {
         let root = &mapping.root;
-        let state = self.host.smb_global_mapping(root)?;
+        let (state, _) = self.state_for(mapping)?;
         if let MappingState::Present(_) = &state
             && decide(&state, mapping.credentials.as_ref(), fingerprint, None) == Decision::Reuse
         {

@@ -154,7 +154,7 @@ partial_host! {
         fn new_smb_global_mapping(&self, mapping: &SmbMapping) -> Result<()> {
             unimplemented("smb", "NewSmbGlobalMapping")
         }
-        fn new_smb_link(&self, remote_path: &str, local_path: &str) -> Result<()> {
+        fn new_smb_link(&self, mapping: &SmbMapping, remote_path: &str, local_path: &str) -> Result<()> {
             unimplemented("smb", "NewSmbGlobalMapping")
         }
         fn remove_smb_global_mapping(&self, root: &str) -> Result<()> {
@@ -162,6 +162,9 @@ partial_host! {
         }
         fn smb_global_mapping(&self, root: &str) -> Result<MappingState> {
             Ok(MappingState::Unknown)
+        }
+        fn credential_mapping(&self, mapping: &SmbMapping) -> Result<Option<MappingState>> {
+            Ok(None)
         }
         fn smb_global_mappings(&self) -> Result<Vec<String>> {
             Ok(Vec::new())

@@ -15,6 +15,7 @@ pub mod mountinfo;
 pub mod namespace;
 pub mod os;
 pub mod smb;
+pub mod state_dir;
 pub mod system;
 pub mod tool;
 pub mod volume;

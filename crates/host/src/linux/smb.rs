@@ -1,7 +1,17 @@
 //! SMB on Linux: a node-wide "mapping" is a cifs mount of the share root at a directory the
-//! daemon manages, `<base>/<root key>` (by default `/run/csi-proxy/smb/…`, beside the sockets:
-//! on tmpfs, like the mounts themselves it does not outlive a reboot); `local_path` becomes a
+//! daemon manages, `<state dir>/smb/<root key>@<credential tag>`; `local_path` becomes a
 //! symlink to `<mount>/<sub path>`.
+//!
+//! * **One mount per credential.** The tag is a keyed hash of the user and password (see
+//!   `credential_key.rs`), so a request made with other credentials gets a mount of its own
+//!   and never reaches the share through another tenant's login; the password itself is
+//!   stored nowhere.
+//! * **The share's links never lead the host out of the mount**: mounts carry `nosuid`,
+//!   `nodev` and `nosymfollow` (Linux 5.10+: a symbolic link on the share is not followed at
+//!   all). On a kernel that refuses or ignores `nosymfollow` (the mount table then lacks it),
+//!   each component of the staging link's target is checked beneath the mount root, without
+//!   following links, before the link is made.
+//! * The mount base is in the state directory (root's, 0700), which no client reaches.
 //!
 //! The mount is made with `mount(2)` directly (no `mount.cifs` helper): the kernel cifs client
 //! takes the server's address (`ip=`), the UNC and the credentials in the mount data, so the
@@ -12,24 +22,35 @@
 
 use csi_proxy_core::smb::{MappingInfo, MappingState, SmbHost, SmbLinkUse, SmbMapping};
 use csi_proxy_core::{Error, Kind, Result};
-use rustix::mount::{MountFlags, UnmountFlags};
+use rustix::mount::MountFlags;
 use std::ffi::CString;
 use std::fs;
-use std::net::ToSocketAddrs;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::Arc;
 
-use super::mountinfo;
+use super::mountinfo::{self, MountInfo};
+use super::state_dir;
+
+mod cifs;
+mod credential_key;
+#[cfg(test)]
+mod tests;
+
+pub use cifs::{CifsOs, RealCifs};
+pub use credential_key::CredentialKey;
 
 const NEW: &str = "NewSmbGlobalMapping";
 const REMOVE: &str = "RemoveSmbGlobalMapping";
-/// How long a mount may take to answer `statfs` before it counts as disconnected.
-const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
+/// Between a root's key and its credential tag in a mount directory's name (`@` is
+/// percent-encoded in root keys, so the split is unambiguous).
+const TAG_SEPARATOR: char = '@';
 
 /// The Linux SMB host.
 pub struct LinuxSmbHost {
     base: PathBuf,
+    os: Arc<dyn CifsOs>,
+    /// `None` when the kernel gave no random key: mappings then fail, naming why.
+    key: Option<CredentialKey>,
 }
 
 /// The mount directory name of a lower-cased `\\server\share` root.
@@ -46,8 +67,12 @@ pub fn root_key(root: &str) -> String {
     out
 }
 
-/// The root a mount directory name stands for, if it is one of ours.
-pub fn key_root(key: &str) -> Option<String> {
+/// The root a mount directory name (`<root key>@<tag>`) stands for, if it is one of ours.
+pub fn key_root(name: &str) -> Option<String> {
+    let (key, tag) = name.split_once(TAG_SEPARATOR)?;
+    if tag.is_empty() || !tag.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
     let mut bytes = Vec::new();
     let mut it = key.bytes();
     while let Some(b) = it.next() {
@@ -103,63 +128,172 @@ pub fn mount_data(mapping: &SmbMapping, ip: &str) -> std::result::Result<String,
 
 /// Why cifs mounts cannot work on this kernel, if they cannot.
 pub fn cifs_missing() -> Option<String> {
-    let fs = fs::read_to_string("/proc/filesystems").unwrap_or_default();
-    let has = fs
-        .lines()
-        .any(|l| matches!(l.split_whitespace().last(), Some("cifs" | "smb3")));
-    (!has).then(|| {
-        "the kernel has no cifs filesystem (not in /proc/filesystems; load module cifs)".into()
-    })
+    RealCifs.cifs_missing()
 }
 
 impl LinuxSmbHost {
-    /// A host mounting shares under `base`, which is made (or made again) mode 0700 now and
+    /// A host mounting shares under `base` (in the state directory), on the real kernel.
+    pub fn new(base: impl Into<PathBuf>) -> Self {
+        Self::with_os(base, Arc::new(RealCifs))
+    }
+
+    /// As [`Self::new`], acting through `os`. `base` is made (or made again) mode 0700 now and
     /// before each mapping: a mapping is mounted with the node's credentials for the share, so
     /// only root may reach its files there (pods reach them through kubelet's bind mounts).
-    pub fn new(base: impl Into<PathBuf>) -> Self {
-        let host = Self { base: base.into() };
-        if let Err(e) = host.private_base() {
-            tracing::warn!(dir = %host.base.display(), "cannot make the SMB mount directory private: {e}");
+    pub fn with_os(base: impl Into<PathBuf>, os: Arc<dyn CifsOs>) -> Self {
+        let mut base = base.into();
+        if let Err(e) = private_base(&base) {
+            tracing::warn!(dir = %base.display(), "cannot make the SMB mount directory private: {e}");
         }
-        host
+        // The mount table names mount points by their real path.
+        if let Ok(real) = fs::canonicalize(&base) {
+            base = real;
+        }
+        let key = CredentialKey::load_or_create(&base)
+            .map_err(|e| tracing::error!("no random key for SMB credential tags: {e}"))
+            .ok();
+        Self { base, os, key }
     }
 
-    fn private_base(&self) -> std::io::Result<()> {
-        use std::os::unix::fs::PermissionsExt;
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&self.base)?;
-        fs::set_permissions(&self.base, fs::Permissions::from_mode(0o700))
+    /// Where the mapping of `mapping.root` with `mapping`'s credentials is mounted.
+    pub fn mount_dir(&self, mapping: &SmbMapping) -> Result<PathBuf> {
+        let key = self.key.as_ref().ok_or_else(|| {
+            Error::new(
+                Kind::Unavailable,
+                NEW,
+                format!("mapping {:?}", mapping.root),
+                "the kernel gave no random key to tell credentials apart (see the log)",
+            )
+        })?;
+        Ok(self.base.join(format!(
+            "{}{TAG_SEPARATOR}{}",
+            root_key(&mapping.root),
+            key.tag(mapping)
+        )))
     }
 
-    /// Where the mapping of `root` is mounted.
-    pub fn mount_dir(&self, root: &str) -> PathBuf {
-        self.base.join(root_key(root))
+    fn table(&self, op: &str) -> Result<Vec<MountInfo>> {
+        self.os
+            .mount_table()
+            .map_err(|e| Error::io(op, "mount table /proc/self/mountinfo", &e))
     }
 
-    fn cifs_mount_at(&self, op: &str, dir: &Path) -> Result<Option<mountinfo::MountInfo>> {
-        let table =
-            mountinfo::read().map_err(|e| Error::io(op, "mount table /proc/self/mountinfo", &e))?;
-        Ok(mountinfo::topmost_at(&table, dir)
-            .filter(|m| matches!(m.fs_type.as_str(), "cifs" | "smb3"))
+    fn cifs_mount_at(&self, op: &str, dir: &Path) -> Result<Option<MountInfo>> {
+        Ok(mountinfo::topmost_at(&self.table(op)?, dir)
+            .filter(|m| is_cifs(m))
             .cloned())
+    }
+
+    /// The cifs mounts of `root` under the base, one per credential it was mapped with.
+    fn mounts_of(&self, op: &str, root: &str) -> Result<Vec<MountInfo>> {
+        let mut mounts: Vec<MountInfo> = self
+            .table(op)?
+            .into_iter()
+            .filter(|m| {
+                is_cifs(m) && self.root_of_mount_point(&m.mount_point).as_deref() == Some(root)
+            })
+            .collect();
+        mounts.sort_by(|a, b| a.mount_point.cmp(&b.mount_point));
+        mounts.dedup_by(|a, b| a.mount_point == b.mount_point);
+        Ok(mounts)
+    }
+
+    /// The root whose mapping `dir` is, if it is a mount directory of this base.
+    fn root_of_mount_point(&self, dir: &Path) -> Option<String> {
+        (dir.parent() == Some(self.base.as_path()))
+            .then(|| key_root(&dir.file_name()?.to_string_lossy()))
+            .flatten()
+    }
+
+    fn state_of(&self, dir: &Path) -> MappingState {
+        let (healthy, status) = match self.os.answers(dir) {
+            Ok(()) => (true, "OK".to_string()),
+            Err(why) => (false, why),
+        };
+        MappingState::Present(MappingInfo {
+            healthy,
+            status,
+            // The directory's tag already says whose credentials made it.
+            username: None,
+        })
+    }
+
+    /// Mounts `source` at `dir` with `nosuid,nodev,nosymfollow`; a kernel older than 5.10
+    /// refuses `nosymfollow` with EINVAL, and the mount is then made without it (links are
+    /// then checked when a staging link is made, see [`Self::check_beneath`]).
+    fn mount(
+        &self,
+        source: &str,
+        dir: &Path,
+        data: &CString,
+    ) -> std::result::Result<(), rustix::io::Errno> {
+        let safe = MountFlags::NOSUID | MountFlags::NODEV;
+        match self
+            .os
+            .mount(source, dir, safe | MountFlags::NOSYMFOLLOW, data)
+        {
+            Err(rustix::io::Errno::INVAL) => {
+                let r = self.os.mount(source, dir, safe, data);
+                if r.is_ok() {
+                    tracing::warn!(dir = %dir.display(), "the kernel refused nosymfollow; links on the share are checked before each staging link instead");
+                }
+                r
+            }
+            r => r,
+        }
+    }
+
+    /// Checks, on a mount made without `nosymfollow`, that `sub` leads beneath the mount root
+    /// `dir` through no symbolic link: each existing component is opened beneath the previous
+    /// one without following links. A missing component ends the check (the link dangles
+    /// until the share has it).
+    fn check_beneath(&self, dir: &Path, sub: &[String], object: &str) -> Result<()> {
+        use rustix::fs::{Mode, OFlags};
+        let mount = self.cifs_mount_at(NEW, dir)?;
+        if mount
+            .as_ref()
+            .is_none_or(|m| m.mount_options.split(',').any(|o| o == "nosymfollow"))
+        {
+            return Ok(()); // nothing mounted (nothing to follow), or the kernel follows nothing
+        }
+        let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let mut fd = rustix::fs::open(dir, flags, Mode::empty())
+            .map_err(|e| Error::io(NEW, format!("mount {:?}", dir.display()), &e.into()))?;
+        for c in sub {
+            fd = match rustix::fs::openat(&fd, c.as_str(), flags, Mode::empty()) {
+                Ok(next) => next,
+                Err(rustix::io::Errno::NOENT) => return Ok(()),
+                Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => {
+                    return Err(Error::new(
+                        Kind::FailedPrecondition,
+                        NEW,
+                        object,
+                        format!(
+                            "{c:?} on the share is a symbolic link or not a directory; this \
+                             kernel mounts without nosymfollow, so no staging link is made \
+                             through it"
+                        ),
+                    ));
+                }
+                Err(e) => return Err(Error::io(NEW, object, &e.into())),
+            };
+        }
+        Ok(())
     }
 }
 
-/// Whether `dir` answers `statfs` within the limit (a dead server makes it hang; the probe thread
-/// is then left behind, bounded by the kernel's own cifs timeouts).
-fn answers(dir: &Path) -> std::result::Result<(), String> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let d = dir.to_path_buf();
-    std::thread::spawn(move || {
-        let _ = tx.send(rustix::fs::statfs(&d).map(|_| ()));
-    });
-    match rx.recv_timeout(HEALTH_TIMEOUT) {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(format!("not answering ({e})")),
-        Err(_) => Err(format!("not answering within {HEALTH_TIMEOUT:?}")),
+fn is_cifs(m: &MountInfo) -> bool {
+    matches!(m.fs_type.as_str(), "cifs" | "smb3")
+}
+
+/// Makes the mount base, mode 0700, without following a link at it.
+fn private_base(base: &Path) -> std::io::Result<()> {
+    if let Some(parent) = base.parent() {
+        fs::create_dir_all(parent)?;
     }
+    let fd = state_dir::open_dir(base, true)?;
+    rustix::fs::fchmod(&fd, rustix::fs::Mode::from_raw_mode(0o700))?;
+    Ok(())
 }
 
 /// `path` with `.` and `..` resolved textually (link targets are read, never followed).
@@ -178,63 +312,44 @@ fn lexical(path: &Path) -> PathBuf {
     out
 }
 
-fn option<'a>(options: &'a str, key: &str) -> Option<&'a str> {
-    options
-        .split(',')
-        .find_map(|o| o.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
-}
-
 impl SmbHost for LinuxSmbHost {
     fn new_smb_global_mapping(&self, mapping: &SmbMapping) -> Result<()> {
         let object = format!("mapping {:?}", mapping.root);
-        if let Some(why) = cifs_missing() {
+        if let Some(why) = self.os.cifs_missing() {
             return Err(Error::new(Kind::FailedPrecondition, NEW, &object, why));
         }
-        let dir = self.mount_dir(&mapping.root);
+        let dir = self.mount_dir(mapping)?;
         if self.cifs_mount_at(NEW, &dir)?.is_some() {
             return Err(Error::new(
                 Kind::AlreadyExists,
                 NEW,
                 &object,
-                "already mounted",
+                "already mounted with these credentials",
             ));
         }
         let body = mapping.root.trim_start_matches('\\');
         let server = body.split('\\').next().unwrap_or(body);
         // The kernel client cannot resolve names: resolve here, as mount.cifs does.
-        let ip = (server, 445u16)
-            .to_socket_addrs()
-            .ok()
-            .and_then(|mut a| a.next())
-            .map(|a| a.ip().to_string())
-            .ok_or_else(|| {
-                Error::new(
-                    Kind::NotFound,
-                    NEW,
-                    &object,
-                    format!("server {server:?} does not resolve to an address"),
-                )
-            })?;
+        let ip = self.os.resolve(server).ok_or_else(|| {
+            Error::new(
+                Kind::NotFound,
+                NEW,
+                &object,
+                format!("server {server:?} does not resolve to an address"),
+            )
+        })?;
         let data = mount_data(mapping, &ip).map_err(|why| Error::invalid(NEW, &object, why))?;
         let data = CString::new(data)
             .map_err(|_| Error::invalid(NEW, &object, "a credential contains a NUL character"))?;
-        self.private_base()
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned());
+        private_base(&self.base)
             .and_then(|()| {
-                fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(&dir)
+                let base = state_dir::open_dir(&self.base, false)?;
+                state_dir::make_subdir(&base, name.as_deref().unwrap_or_default())
             })
             .map_err(|e| Error::io(NEW, format!("mount directory {:?}", dir.display()), &e))?;
         let source = format!("//{}", body.replace('\\', "/"));
-        rustix::mount::mount(
-            source.as_str(),
-            &dir,
-            "cifs",
-            MountFlags::NOSUID | MountFlags::NODEV,
-            Some(data.as_c_str()),
-        )
-        .map_err(|errno| {
+        self.mount(&source, &dir, &data).map_err(|errno| {
             let _ = fs::remove_dir(&dir);
             let kind = match errno {
                 rustix::io::Errno::ACCESS | rustix::io::Errno::PERM => Kind::PermissionDenied,
@@ -258,10 +373,21 @@ impl SmbHost for LinuxSmbHost {
         Ok(())
     }
 
-    fn new_smb_link(&self, remote_path: &str, local_path: &str) -> Result<()> {
+    fn new_smb_link(
+        &self,
+        mapping: &SmbMapping,
+        remote_path: &str,
+        local_path: &str,
+    ) -> Result<()> {
         let remote = csi_proxy_core::smb::RemotePath::parse(NEW, remote_path)?;
-        let mut target = self.mount_dir(&remote.root);
-        for c in remote.sub_components() {
+        let mount = self.mount_dir(mapping)?;
+        let sub: Vec<String> = remote
+            .sub_components()
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        let mut target = mount.clone();
+        for c in &sub {
             target.push(c);
         }
         if let Ok(existing) = fs::read_link(local_path)
@@ -269,19 +395,17 @@ impl SmbHost for LinuxSmbHost {
         {
             return Ok(()); // a retry of the same request
         }
-        std::os::unix::fs::symlink(&target, local_path).map_err(|e| {
-            Error::io(
-                NEW,
-                format!("creating link {local_path:?} to {remote_path:?}"),
-                &e,
-            )
-        })
+        let object = format!("creating link {local_path:?} to {remote_path:?}");
+        self.check_beneath(&mount, &sub, &object)?;
+        std::os::unix::fs::symlink(&target, local_path).map_err(|e| Error::io(NEW, object, &e))
     }
 
+    /// Detaches every mount of `root` (one per credential it was mapped with): the service
+    /// removes a mapping only when no other volume's link uses it.
     fn remove_smb_global_mapping(&self, root: &str) -> Result<()> {
         let object = format!("mapping {root:?}");
-        let dir = self.mount_dir(root);
-        if self.cifs_mount_at(REMOVE, &dir)?.is_none() {
+        let mounts = self.mounts_of(REMOVE, root)?;
+        if mounts.is_empty() {
             return Err(Error::new(
                 Kind::NotFound,
                 REMOVE,
@@ -289,59 +413,60 @@ impl SmbHost for LinuxSmbHost {
                 "no such SMB global mapping",
             ));
         }
-        // Detach: open files keep working until closed, new lookups no longer reach the share
-        // (what a forced removal of a Windows global mapping comes closest to without data loss).
-        rustix::mount::unmount(&dir, UnmountFlags::DETACH).map_err(|errno| {
-            Error::new(
-                Kind::Internal,
-                REMOVE,
-                &object,
-                format!("unmount {:?}: {errno}", dir.display()),
-            )
-        })?;
-        let _ = fs::remove_dir(&dir);
+        for m in mounts {
+            let dir = &m.mount_point;
+            // Detach: open files keep working until closed, new lookups no longer reach the
+            // share (what a forced removal of a Windows global mapping comes closest to
+            // without data loss).
+            self.os.unmount_detach(dir).map_err(|errno| {
+                Error::new(
+                    Kind::Internal,
+                    REMOVE,
+                    &object,
+                    format!("unmount {:?}: {errno}", dir.display()),
+                )
+            })?;
+            let _ = fs::remove_dir(dir);
+        }
         tracing::info!(root = %root, "SMB share unmounted");
         Ok(())
     }
 
     fn smb_global_mapping(&self, root: &str) -> Result<MappingState> {
-        let dir = self.mount_dir(root);
-        let Some(m) = self.cifs_mount_at(NEW, &dir)? else {
-            return Ok(MappingState::Absent);
-        };
-        let (healthy, status) = match answers(&dir) {
-            Ok(()) => (true, "OK".to_string()),
-            Err(why) => (false, why),
-        };
-        let username = option(&m.super_options, "username")
-            .or_else(|| option(&m.mount_options, "username"))
-            .map(|u| match option(&m.super_options, "domain") {
-                Some(d) if !d.is_empty() => format!("{d}\\{u}"),
-                _ => u.to_string(),
-            });
-        Ok(MappingState::Present(MappingInfo {
-            healthy,
-            status,
-            username,
+        let mounts = self.mounts_of(NEW, root)?;
+        // Healthy when every credential's mount answers.
+        let mut state = MappingState::Absent;
+        for m in &mounts {
+            state = self.state_of(&m.mount_point);
+            if matches!(&state, MappingState::Present(i) if !i.healthy) {
+                break;
+            }
+        }
+        Ok(state)
+    }
+
+    fn credential_mapping(&self, mapping: &SmbMapping) -> Result<Option<MappingState>> {
+        let dir = self.mount_dir(mapping)?;
+        Ok(Some(match self.cifs_mount_at(NEW, &dir)? {
+            Some(_) => self.state_of(&dir),
+            None => MappingState::Absent,
         }))
     }
 
     fn smb_global_mappings(&self) -> Result<Vec<String>> {
-        let table = mountinfo::read()
-            .map_err(|e| Error::io(NEW, "mount table /proc/self/mountinfo", &e))?;
-        let mut roots: Vec<String> = table
+        let mut roots: Vec<String> = self
+            .table(NEW)?
             .iter()
-            .filter(|m| matches!(m.fs_type.as_str(), "cifs" | "smb3"))
-            .filter(|m| m.mount_point.parent() == Some(self.base.as_path()))
-            .filter_map(|m| key_root(&m.mount_point.file_name()?.to_string_lossy()))
+            .filter(|m| is_cifs(m))
+            .filter_map(|m| self.root_of_mount_point(&m.mount_point))
             .collect();
         roots.sort();
         roots.dedup();
         Ok(roots)
     }
 
+    /// The links leading into any credential's mount of `root`.
     fn smb_mapping_users(&self, root: &str, scan_roots: &[String]) -> Result<Vec<SmbLinkUse>> {
-        let dir = self.mount_dir(root);
         let resolved = |target: &Path, link: &Path| {
             lexical(&if target.is_absolute() {
                 target.to_path_buf()
@@ -349,12 +474,20 @@ impl SmbHost for LinuxSmbHost {
                 link.parent().unwrap_or(Path::new("/")).join(target)
             })
         };
+        // The mount directory a path lies in, if it is one of `root`'s.
+        let mount_of = |p: &Path| -> Option<PathBuf> {
+            let rest = p.strip_prefix(&self.base).ok()?;
+            let first = rest.components().next()?;
+            let dir = self.base.join(first);
+            (self.root_of_mount_point(&dir).as_deref() == Some(root)).then_some(dir)
+        };
         Ok(
-            crate::smb_scan::links_using(scan_roots, |t, l| resolved(t, l).starts_with(&dir))
+            crate::smb_scan::links_using(scan_roots, |t, l| mount_of(&resolved(t, l)).is_some())
                 .into_iter()
                 .map(|(link, target)| {
                     // The remote path is the root plus the link's path inside the mount.
                     let inside = resolved(&target, Path::new(&link));
+                    let dir = mount_of(&inside).unwrap_or_default();
                     let mut remote = root.to_string();
                     for c in inside.strip_prefix(&dir).unwrap_or(Path::new("")).iter() {
                         remote.push('\\');
@@ -364,54 +497,5 @@ impl SmbHost for LinuxSmbHost {
                 })
                 .collect(),
         )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use csi_proxy_core::smb::SmbCredentials;
-
-    #[test]
-    fn root_keys_round_trip_and_stay_one_component() {
-        for root in ["\\\\srv\\share", "\\\\10.0.0.1\\a b$", "\\\\h\\..%/x"] {
-            let key = root_key(root);
-            assert!(!key.contains('/') && key != "." && key != "..", "{key}");
-            assert_eq!(key_root(&key).as_deref(), Some(root), "{key}");
-        }
-        assert_eq!(root_key("\\\\srv\\share"), "srv%5Cshare");
-        assert_eq!(key_root("lost+found"), None);
-    }
-
-    fn mapping(user: Option<&str>, password: &str, privacy: bool) -> SmbMapping {
-        SmbMapping {
-            root: "\\\\srv\\share".into(),
-            credentials: user.map(|u| SmbCredentials {
-                username: u.into(),
-                password: password.into(),
-            }),
-            require_privacy: privacy,
-        }
-    }
-
-    #[test]
-    fn mount_data_carries_domain_user_escaped_password_and_seal() {
-        let d = mount_data(&mapping(Some("CORP\\alice"), "p,w=x\\y", true), "10.0.0.9").unwrap();
-        assert_eq!(
-            d,
-            "unc=\\\\srv\\share,ip=10.0.0.9,username=alice,domain=CORP,password=p,,w=x\\y,seal"
-        );
-        let d = mount_data(&mapping(None, "", false), "::1").unwrap();
-        assert_eq!(d, "unc=\\\\srv\\share,ip=::1,guest");
-        let e = mount_data(&mapping(Some("a,b"), "Secret-1", false), "1.2.3.4").unwrap_err();
-        assert!(e.contains("user name") && !e.contains("Secret-1"), "{e}");
-    }
-
-    #[test]
-    fn options_are_found_by_exact_key() {
-        let o = "rw,vers=3.1.1,cache=strict,username=bob,domain=CORP,uid=0";
-        assert_eq!(option(o, "username"), Some("bob"));
-        assert_eq!(option(o, "domain"), Some("CORP"));
-        assert_eq!(option(o, "user"), None);
     }
 }

@@ -170,7 +170,7 @@ impl SmbHost for WindowsSmbHost {
         Ok(())
     }
 
-    fn new_smb_link(&self, remote_path: &str, local_path: &str) -> Result<()> {
+    fn new_smb_link(&self, _: &SmbMapping, remote_path: &str, local_path: &str) -> Result<()> {
         let os = &*self.os;
         let mut target = remote_path.to_string();
         if !target.ends_with('\\') {
@@ -235,6 +235,12 @@ impl SmbHost for WindowsSmbHost {
             // MSFT_SmbGlobalMapping does not report the user a mapping was made as.
             username: None,
         }))
+    }
+
+    /// One mapping per root whatever its credentials: `MSFT_SmbGlobalMapping` keys mappings by
+    /// remote path alone.
+    fn credential_mapping(&self, _: &SmbMapping) -> Result<Option<MappingState>> {
+        Ok(None)
     }
 
     fn smb_global_mappings(&self) -> Result<Vec<String>> {

@@ -60,14 +60,7 @@ pub fn bind(path: &Path, gid: Option<u32>) -> io::Result<UnixListener> {
     }
     let listener = UnixListener::bind(path)
         .map_err(|e| io::Error::new(e.kind(), format!("binding {}: {e}", path.display())))?;
-    let restrict = || -> io::Result<()> {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE))?;
-        if let Some(gid) = gid {
-            std::os::unix::fs::chown(path, None, Some(gid))?;
-        }
-        Ok(())
-    };
-    if let Err(e) = restrict() {
+    if let Err(e) = restrict(path, gid) {
         let _ = std::fs::remove_file(path);
         return Err(io::Error::new(
             e.kind(),
@@ -75,6 +68,36 @@ pub fn bind(path: &Path, gid: Option<u32>) -> io::Result<UnixListener> {
         ));
     }
     Ok(listener)
+}
+
+/// Gives the socket file just bound at `path` mode [`SOCKET_MODE`] and group `gid`, acting on
+/// the file itself: it is opened with `O_PATH | O_NOFOLLOW` and must be a socket, so a link a
+/// client swapped in meanwhile is refused, never followed to what it names.
+fn restrict(path: &Path, gid: Option<u32>) -> io::Result<()> {
+    use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags};
+    use std::os::fd::AsRawFd;
+    let fd = rustix::fs::open(
+        path,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    if FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode) != FileType::Socket {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            "it was replaced by something that is not a socket",
+        ));
+    }
+    // chmod has no form taking an O_PATH handle before fchmodat2 (Linux 6.6); the fd's
+    // /proc/self/fd entry names the held inode itself (what glibc's fchmodat with
+    // AT_SYMLINK_NOFOLLOW does).
+    rustix::fs::chmod(
+        format!("/proc/self/fd/{}", fd.as_raw_fd()).as_str(),
+        Mode::from_raw_mode(SOCKET_MODE),
+    )?;
+    if let Some(gid) = gid {
+        rustix::fs::chownat(&fd, "", None, Some(Gid::from_raw(gid)), AtFlags::EMPTY_PATH)?;
+    }
+    Ok(())
 }
 
 /// Creates the socket directory (mode 0755 if new) when it does not exist.
@@ -160,6 +183,29 @@ mod tests {
         let err = rt.block_on(async { bind(&path, None).unwrap_err() });
         assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
         assert_eq!(std::fs::read(&path).unwrap(), b"data");
+    }
+
+    /// A link swapped in for the socket between bind and chmod is refused, and what it names
+    /// keeps its mode and group.
+    #[test]
+    fn the_socket_mode_is_never_set_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"x").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let link = dir.path().join("csi-proxy-disk-v1.sock");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        assert!(restrict(&link, Some(4242)).is_err());
+        let meta = std::fs::metadata(&victim).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert_ne!(std::os::unix::fs::MetadataExt::gid(&meta), 4242);
+        // On the socket itself both are set.
+        let sock = dir.path().join("s.sock");
+        let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        restrict(&sock, Some(4242)).unwrap();
+        let meta = std::fs::symlink_metadata(&sock).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, SOCKET_MODE);
+        assert_eq!(std::os::unix::fs::MetadataExt::gid(&meta), 4242);
     }
 
     #[test]

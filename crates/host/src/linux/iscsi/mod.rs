@@ -1,7 +1,7 @@
 //! iSCSI on Linux: portal bookkeeping and SendTargets discovery in-process, sessions through
 //! open-iscsi.
 //!
-//! * Portals live in a state file the daemon owns (`<state dir>/portals`, one `address port` a
+//! * Portals live in a state file the daemon owns (`<--state-dir>/iscsi/portals`, one `address port` a
 //!   line, replaced atomically), so a daemon restart loses none. Discovery runs the in-process
 //!   client ([`crate::iscsi_discovery`]), so it needs neither `iscsid` nor the kernel initiator.
 //! * ConnectTarget / DisconnectTarget run `iscsiadm` (a child process is acceptable on Linux).
@@ -9,8 +9,9 @@
 //!   itself (mode 0600), which is where open-iscsi keeps them anyway; any output of `iscsiadm`
 //!   that reaches an error message is scrubbed of the secrets first. The node record is deleted
 //!   on DisconnectTarget.
-//! * SetMutualChapSecret keeps the initiator's mutual secret in `<state dir>/mutual-chap`
-//!   (mode 0600); a mutual-CHAP ConnectTarget writes it as the record's `password_in`.
+//! * SetMutualChapSecret keeps the initiator's mutual secret in `<--state-dir>/iscsi/mutual-chap`
+//!   (mode 0600, in a directory only root can enter; never in the socket directory clients
+//!   mount); a mutual-CHAP ConnectTarget writes it as the record's `password_in`.
 //! * GetTargetDisks reads sysfs: the block devices under the target's iSCSI session, named by
 //!   their `diskseq` like the disk group names disks.
 //!
@@ -18,11 +19,12 @@
 //! records, `sessions.rs` the sessions and their disks as sysfs shows them.
 
 use crate::iscsi_discovery::{Discovery, pdu::DiscoveredTarget};
+use crate::linux::state_dir;
 use csi_proxy_core::iscsi::{AuthType, Chap, IscsiHost, Secret, TargetPortal};
 use csi_proxy_core::{Error, Kind, Result};
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -34,7 +36,7 @@ mod sessions;
 mod tests;
 
 use open_iscsi::*;
-pub use open_iscsi::{apply_settings, record_settings, scrub};
+pub use open_iscsi::{apply_settings, record_settings, scrub, session_chap_matches};
 use sessions::*;
 
 /// The initiator's name as open-iscsi configures it.
@@ -60,25 +62,27 @@ impl LinuxIscsiHost {
         }
     }
 
-    fn portals_file(&self) -> PathBuf {
-        self.state_dir.join("portals")
-    }
-
     fn guard(&self) -> std::sync::MutexGuard<'_, ()> {
         self.lock.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn read_portals(&self, op: &str) -> Result<Vec<TargetPortal>> {
-        let path = self.portals_file();
-        match fs::read_to_string(&path) {
-            Ok(s) => Ok(parse_portals(&s)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-            Err(e) => Err(Error::io(
+        Ok(self
+            .read_state(op, "portals")?
+            .map(|s| parse_portals(&s))
+            .unwrap_or_default())
+    }
+
+    /// A state file's text, `None` when it was never written.
+    fn read_state(&self, op: &str, name: &str) -> Result<Option<String>> {
+        let bytes = state_dir::read_file(&self.state_dir, name).map_err(|e| {
+            Error::io(
                 op,
-                format!("state file {:?}", path.display()),
+                format!("state file {:?}", self.state_dir.join(name).display()),
                 &e,
-            )),
-        }
+            )
+        })?;
+        Ok(bytes.map(|b| String::from_utf8_lossy(&b).into_owned()))
     }
 
     fn write_portals(&self, op: &str, portals: &[TargetPortal]) -> Result<()> {
@@ -89,27 +93,16 @@ impl LinuxIscsiHost {
         self.write_state(op, "portals", text.as_bytes())
     }
 
-    /// Writes a state file atomically with mode 0600 (it may hold a secret).
+    /// Writes a state file atomically with mode 0600 (it may hold a secret), through the
+    /// state directory's handle (see [`state_dir::write_file`]).
     fn write_state(&self, op: &str, name: &str, bytes: &[u8]) -> Result<()> {
-        let dir = &self.state_dir;
-        let object = || format!("state file {:?}", dir.join(name).display());
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| Error::io(op, object(), &e))?;
-        let tmp = dir.join(format!(".{name}.tmp"));
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(|e| Error::io(op, object(), &e))?;
-        f.write_all(bytes)
-            .and_then(|_| f.sync_all())
-            .and_then(|_| fs::rename(&tmp, dir.join(name)))
-            .map_err(|e| Error::io(op, object(), &e))
+        state_dir::write_file(&self.state_dir, name, bytes, 0o600).map_err(|e| {
+            Error::io(
+                op,
+                format!("state file {:?}", self.state_dir.join(name).display()),
+                &e,
+            )
+        })
     }
 
     fn require_portal(&self, op: &str, portal: &TargetPortal) -> Result<()> {
@@ -144,17 +137,10 @@ impl LinuxIscsiHost {
     }
 
     fn mutual_secret(&self, op: &str) -> Result<Option<Secret>> {
-        let path = self.state_dir.join("mutual-chap");
-        match fs::read_to_string(&path) {
-            Ok(s) if s.is_empty() => Ok(None),
-            Ok(s) => Ok(Some(Secret::new(s))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::io(
-                op,
-                format!("state file {:?}", path.display()),
-                &e,
-            )),
-        }
+        Ok(self
+            .read_state(op, "mutual-chap")?
+            .filter(|s| !s.is_empty())
+            .map(Secret::new))
     }
 }
 
@@ -271,10 +257,6 @@ impl IscsiHost for LinuxIscsiHost {
         if let Some(why) = session_support_missing() {
             return Err(Error::new(Kind::FailedPrecondition, OP, &object, why));
         }
-        if session_of(portal, iqn).is_some() {
-            return Ok(());
-        }
-        let p = portal.to_string();
         let mutual = if chap.auth_type == AuthType::MutualChap {
             let m = self.mutual_secret(OP)?;
             if m.is_none() {
@@ -289,6 +271,15 @@ impl IscsiHost for LinuxIscsiHost {
         } else {
             None
         };
+        // An existing session is this request's only when it was made with the same CHAP
+        // settings: a request with other (or no) credentials must not get a session, and the
+        // disks behind it, that someone else's credentials opened.
+        if !sessions_of(portal, iqn).is_empty() {
+            let record = node_record(iqn, portal).and_then(|r| fs::read_to_string(r).ok());
+            return session_chap_matches(record.as_deref(), chap, iqn, mutual.as_ref())
+                .map_err(|why| Error::new(Kind::FailedPrecondition, OP, &object, why));
+        }
+        let p = portal.to_string();
         let secrets = [
             chap.secret.expose(),
             mutual.as_ref().map(|m| m.expose()).unwrap_or(""),
@@ -348,7 +339,7 @@ impl IscsiHost for LinuxIscsiHost {
     fn disconnect_target(&self, portal: &TargetPortal, iqn: &str) -> Result<()> {
         const OP: &str = "DisconnectTarget";
         let object = format!("target {iqn:?} at portal {portal}");
-        let has_session = session_of(portal, iqn).is_some();
+        let has_session = !sessions_of(portal, iqn).is_empty();
         let record = node_record(iqn, portal);
         if !has_session && record.is_none() {
             return Ok(());
@@ -375,10 +366,22 @@ impl IscsiHost for LinuxIscsiHost {
         Ok(())
     }
 
+    /// The disks of every session to the target through the portal: a logout ends them all,
+    /// so the in-use check must see them all.
     fn get_target_disks(&self, portal: &TargetPortal, iqn: &str) -> Result<Vec<u32>> {
-        Ok(session_of(portal, iqn)
-            .map(|s| session_disks(&s))
-            .unwrap_or_default())
+        let mut disks = Vec::new();
+        for s in sessions_of(portal, iqn) {
+            disks.extend(session_disks(&s).map_err(|e| {
+                Error::io(
+                    "GetTargetDisks",
+                    format!("target {iqn:?} at portal {portal}: session {}", s.display()),
+                    &e,
+                )
+            })?);
+        }
+        disks.sort_unstable();
+        disks.dedup();
+        Ok(disks)
     }
 
     fn target_disk_in_use(&self, number: u32) -> Result<Option<String>> {

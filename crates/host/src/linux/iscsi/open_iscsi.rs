@@ -70,6 +70,87 @@ pub fn record_settings(
     v
 }
 
+/// The authentication keys a login compares: what [`record_settings`] writes.
+const AUTH_KEYS: [&str; 5] = [
+    "node.session.auth.authmethod",
+    "node.session.auth.username",
+    "node.session.auth.password",
+    "node.session.auth.username_in",
+    "node.session.auth.password_in",
+];
+
+/// Whether an existing session, whose node record reads `record` (`None`: open-iscsi keeps no
+/// record of it, as for a session an operator made by other means), was made with the CHAP
+/// settings a ConnectTarget with `chap` (and the node's `mutual` secret) would write. `Err`
+/// says why not, without any secret. An empty value counts as absent, and method `None` as no
+/// method.
+pub fn session_chap_matches(
+    record: Option<&str>,
+    chap: &Chap,
+    iqn: &str,
+    mutual: Option<&Secret>,
+) -> std::result::Result<(), String> {
+    let Some(record) = record else {
+        return Err(
+            "open-iscsi keeps no node record of the session, so its CHAP credentials \
+                    cannot be compared"
+                .into(),
+        );
+    };
+    let auth = |pairs: &mut dyn Iterator<Item = (String, String)>| {
+        let mut m = std::collections::BTreeMap::new();
+        for (k, v) in pairs {
+            let v = if k == AUTH_KEYS[0] && v.eq_ignore_ascii_case("none") {
+                String::new()
+            } else {
+                v
+            };
+            if AUTH_KEYS.contains(&k.as_str()) && !v.is_empty() {
+                m.insert(k, v);
+            }
+        }
+        m
+    };
+    let have = auth(&mut record.lines().filter_map(|l| {
+        let (k, v) = l.split_once('=')?;
+        Some((k.trim().to_string(), v.trim().to_string()))
+    }));
+    let want = auth(
+        &mut record_settings(chap, iqn, mutual)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v)),
+    );
+    let differing: Vec<&str> = AUTH_KEYS
+        .iter()
+        .filter(|k| !same_value(have.get(**k), want.get(**k), k.contains("password")))
+        .map(|k| k.trim_start_matches("node.session.auth."))
+        .collect();
+    if differing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "a session to this target exists, made with other CHAP settings ({} differ); \
+             DisconnectTarget first to log in with these",
+            differing.join(", ")
+        ))
+    }
+}
+
+/// Equality of two record values; secrets compared without an early exit on the first
+/// differing byte.
+fn same_value(a: Option<&String>, b: Option<&String>, secret: bool) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) if secret => {
+            a.len() == b.len()
+                && a.bytes()
+                    .zip(b.bytes())
+                    .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+                    == 0
+        }
+        (a, b) => a == b,
+    }
+}
+
 /// `text` (a node record) with every key of `settings` replaced by its new value.
 pub fn apply_settings(text: &str, settings: &[(&'static str, String)]) -> String {
     let keys: Vec<&str> = settings.iter().map(|(k, _)| *k).collect();

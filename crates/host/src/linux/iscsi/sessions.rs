@@ -37,11 +37,14 @@ pub(super) fn sessions() -> Vec<(PathBuf, String, String, u16)> {
     out
 }
 
-pub(super) fn session_of(portal: &TargetPortal, iqn: &str) -> Option<PathBuf> {
+/// Every session to `iqn` through `portal` (open-iscsi can hold several: one per interface,
+/// or ones made by other means).
+pub(super) fn sessions_of(portal: &TargetPortal, iqn: &str) -> Vec<PathBuf> {
     sessions()
         .into_iter()
-        .find(|(_, t, a, p)| t == iqn && *p == portal.port && same_address(a, &portal.address))
+        .filter(|(_, t, a, p)| t == iqn && *p == portal.port && same_address(a, &portal.address))
         .map(|(d, ..)| d)
+        .collect()
 }
 
 pub(super) fn same_address(sysfs: &str, requested: &str) -> bool {
@@ -56,29 +59,38 @@ pub(super) fn same_address(sysfs: &str, requested: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// Block devices under a session directory, as disk numbers (`diskseq`).
-pub(super) fn session_disks(session: &Path) -> Vec<u32> {
+/// Block devices under a session directory, as disk numbers (`diskseq`). Fails closed: a
+/// directory that cannot be read (but for one gone meanwhile) or a disk without a readable
+/// `diskseq` is an error, never a disk left out of the in-use check.
+pub(super) fn session_disks(session: &Path) -> std::io::Result<Vec<u32>> {
+    let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
     let mut out = Vec::new();
     let mut stack = vec![(session.join("device"), 0)];
     while let Some((dir, depth)) = stack.pop() {
-        let Ok(entries) = fs::read_dir(&dir) else {
-            continue;
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if gone(&e) => continue,
+            Err(e) => return Err(e),
         };
-        for e in entries.flatten() {
+        for e in entries {
+            let e = e?;
             let name = e.file_name().to_string_lossy().into_owned();
             let path = e.path();
             if name == "block" {
-                for b in fs::read_dir(&path).into_iter().flatten().flatten() {
-                    let seq = fs::read_to_string(b.path().join("diskseq"))
-                        .ok()
-                        .and_then(|s| s.trim().parse().ok());
-                    if let Some(n) = seq {
-                        out.push(n);
-                    }
+                for b in fs::read_dir(&path)? {
+                    let b = b?;
+                    let seq = fs::read_to_string(b.path().join("diskseq"))?;
+                    let n = seq.trim().parse().map_err(|_| {
+                        std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            format!("{}: diskseq {:?}", b.path().display(), seq.trim()),
+                        )
+                    })?;
+                    out.push(n);
                 }
             } else if depth < 4
                 && (name.starts_with("target") || name.contains(':'))
-                && e.file_type().map(|t| t.is_dir()).unwrap_or(false)
+                && e.file_type()?.is_dir()
             {
                 stack.push((path, depth + 1));
             }
@@ -86,5 +98,5 @@ pub(super) fn session_disks(session: &Path) -> Vec<u32> {
     }
     out.sort_unstable();
     out.dedup();
-    out
+    Ok(out)
 }
