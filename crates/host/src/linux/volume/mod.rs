@@ -219,11 +219,10 @@ impl VolumeHost for LinuxVolumeHost {
         let Ok(disk) = block::find_disk(&self.os, OP, number) else {
             return Ok(Vec::new());
         };
-        // Best effort: listing what the kernel knows beats failing on a disk we cannot open.
-        if let Err(e) = block::ensure_partitions(&self.os, OP, &disk) {
-            tracing::debug!(disk = number, error = %e, "partition table not synced");
-        }
-        block::partitions(&self.os, &disk)
+        // Only what the disk's own table lists is a volume of it: a partition device the
+        // kernel kept from an image the device held before is not.
+        let listed = block::ensure_partitions(&self.os, OP, &disk)?;
+        block::volume_partitions(&self.os, &listed, &disk)
             .into_iter()
             .filter(|p| partition.is_none_or(|want| want.get() == p.number))
             .map(|p| make_volume(&self.os, OP, &disk, p.number).map(|v| v.id))
