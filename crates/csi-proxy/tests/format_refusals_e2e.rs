@@ -53,7 +53,7 @@ fn put_md_10(dev: &Path) {
     let mut sb = vec![0u8; 256];
     sb[..4].copy_from_slice(&MD_MAGIC.to_le_bytes());
     sb[4..8].copy_from_slice(&1u32.to_le_bytes());
-    sb[128..136].copy_from_slice(&(at / 512).to_le_bytes());
+    sb[144..152].copy_from_slice(&(at / 512).to_le_bytes()); // super_offset
     write(dev, at, &sb);
 }
 

@@ -221,7 +221,17 @@ impl VolumeHost for LinuxVolumeHost {
         };
         // Only what the disk's own table lists is a volume of it: a partition device the
         // kernel kept from an image the device held before is not.
-        let listed = block::ensure_partitions(&self.os, OP, &disk)?;
+        let listed = match block::ensure_partitions(&self.os, OP, &disk) {
+            Ok(listed) => listed,
+            // A table that cannot be trusted is said so.
+            Err(e) if e.kind() == Kind::FailedPrecondition => return Err(e),
+            // A disk this daemon cannot read (the host's own, behind a device policy) has no
+            // partition it could act on: none is a volume.
+            Err(e) => {
+                tracing::debug!(disk = number, error = %e, "disk not readable; no volumes listed");
+                return Ok(Vec::new());
+            }
+        };
         block::volume_partitions(&self.os, &listed, &disk)
             .into_iter()
             .filter(|p| partition.is_none_or(|want| want.get() == p.number))
@@ -240,7 +250,12 @@ impl VolumeHost for LinuxVolumeHost {
     fn is_volume_formatted(&self, id: &str) -> Result<bool> {
         const OP: &str = "IsVolumeFormatted";
         let vol = self.resolve(OP, id)?;
-        Ok(self.probe(OP, &vol)?.0.is_some())
+        if self.probe(OP, &vol)?.0.is_some() {
+            return Ok(true);
+        }
+        // What only libblkid knows (nilfs2, romfs, VDO, ...) is not an empty volume either.
+        let node = vol.node().to_string_lossy().into_owned();
+        Ok(super::blkid::probe(&*self.os, OP, &shown(id), &node)?.is_some())
     }
 
     fn format_volume(&self, id: &str) -> Result<()> {
