@@ -514,3 +514,67 @@ async fn foreign_content_matrix_through_the_stage_sequence() {
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// An old MBR left in sector 0 of a disk later made into a whole-disk ext4 (as a disk image
+/// carries it): before, PartitionDisk took the MBR's entry as the disk's partition, told the
+/// kernel about it, and the stage sequence formatted that partition over the filesystem. Now
+/// both together are FAILED_PRECONDITION, and no partition of that MBR is a volume.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_old_mbr_over_a_whole_disk_filesystem_is_refused() {
+    if !can_use_loop_devices() {
+        return;
+    }
+    let d = Daemon::start(&[]);
+    let (mut dc, mut vc) = v1_clients(&d).await;
+    let l = LoopDisk::new(d.dir.path(), "oldmbr", 64).unwrap();
+    l.run("mkfs.ext4", &["-q", "-F"], &l.dev);
+    let mut entry = [0u8; 16];
+    entry[4] = 0x83;
+    entry[8..12].copy_from_slice(&2048u32.to_le_bytes());
+    entry[12..16].copy_from_slice(&((len_of(&l.dev) / 512 - 2048) as u32).to_le_bytes());
+    write_at(&l.dev, 446, &entry).unwrap();
+    write_at(&l.dev, 510, &[0x55, 0xAA]).unwrap();
+    let n = l.disk_number();
+    let before = l.fingerprint();
+
+    let log = node_stage_lenient(&mut dc, &mut vc, n).await;
+    assert_eq!(l.fingerprint(), before, "the disk changed: {log:#?}");
+    let s = dc
+        .partition_disk(d1::PartitionDiskRequest { disk_number: n })
+        .await
+        .expect_err("an MBR over a whole-disk filesystem is refused");
+    assert_eq!(s.code(), Code::FailedPrecondition, "{}", s.message());
+    assert!(
+        s.message().contains("MBR") && s.message().contains("ext4"),
+        "{}",
+        s.message()
+    );
+    assert!(
+        !l.partition(1).exists(),
+        "the MBR's partition was never added"
+    );
+    l.run("e2fsck", &["-n", "-f"], &l.dev);
+}
+
+/// [`node_stage`], where ListVolumesOnDisk may refuse the disk too.
+async fn node_stage_lenient(dc: &mut DiskClient, vc: &mut VolumeClient, n: u32) -> Vec<String> {
+    let listed = vc
+        .list_volumes_on_disk(v1::ListVolumesOnDiskRequest {
+            disk_number: n,
+            partition_number: 0,
+        })
+        .await;
+    match listed {
+        Ok(_) => node_stage(dc, vc, n).await,
+        Err(s) => {
+            assert_eq!(s.code(), Code::FailedPrecondition, "{}", s.message());
+            let parted = dc
+                .partition_disk(d1::PartitionDiskRequest { disk_number: n })
+                .await;
+            vec![
+                format!("ListVolumesOnDisk: {}", s.message()),
+                format!("PartitionDisk: {:?}", parted.map(drop)),
+            ]
+        }
+    }
+}
