@@ -83,7 +83,9 @@ impl FormatTarget for Formatting<'_> {
         vol.unchanged(OP)?;
         let xfs_uuid = format!("uuid={uuid}");
         let (program, mut args, force) = match self.host.fs_type {
-            FsType::Ext4 => ("mkfs.ext4", vec!["-q", "-U", uuid], "-F"),
+            // `-m 0`: no blocks reserved for root (k8s mount-utils does the same): a volume's
+            // users are pods, which would hit ENOSPC at 95 % otherwise.
+            FsType::Ext4 => ("mkfs.ext4", vec!["-q", "-m", "0", "-U", uuid], "-F"),
             FsType::Xfs => ("mkfs.xfs", vec!["-q", "-m", xfs_uuid.as_str()], "-f"),
         };
         if finishing {
