@@ -45,7 +45,13 @@ APT_PACKAGES=(
     open-iscsi                             # iscsiadm: iSCSI login tests (run where iscsi_tcp exists)
     python3-venv                           # a venv for kubernetes-validate (manifests step)
     systemd                                # systemd-analyze verify (manifests step)
+    # The foreign-content matrix (foreign_content_e2e): content made by the real tools.
+    # (md members and ZFS labels are crafted: mdadm and zpool need kernel drivers CI lacks).
+    cryptsetup-bin lvm2 f2fs-tools dosfstools exfatprogs ntfs-3g nilfs-tools bcache-tools
 )
+# Installed without their recommends: lvm2's and bcache-tools' pull in an initramfs generator
+# no test uses.
+APT_NO_RECOMMENDS=(cryptsetup-bin lvm2 f2fs-tools dosfstools exfatprogs ntfs-3g nilfs-tools bcache-tools)
 ALL_STEPS=(install wine-setup fmt clippy clippy-windows test test-windows manifests fuzz-smoke)
 
 usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -96,7 +102,16 @@ step_install() {
     if (( ${#missing[@]} )); then
         echo "installing: ${missing[*]}"
         as_root apt-get update
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
+        local plain=() bare=()
+        for pkg in "${missing[@]}"; do
+            if [[ " ${APT_NO_RECOMMENDS[*]} " == *" $pkg "* ]]; then bare+=("$pkg"); else plain+=("$pkg"); fi
+        done
+        if (( ${#plain[@]} )); then
+            as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y "${plain[@]}"
+        fi
+        if (( ${#bare[@]} )); then
+            as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${bare[@]}"
+        fi
     else
         echo "apt packages present: ${APT_PACKAGES[*]}"
     fi

@@ -6,6 +6,7 @@
 pub mod format_record;
 pub mod gpt;
 pub mod iscsi_discovery;
+pub mod layout;
 #[cfg(target_os = "linux")]
 pub mod linux;
 pub mod partition_plan;

@@ -14,6 +14,7 @@
 //! A whole-disk filesystem that still carries an old backup table at the end fails that test.
 
 use crate::gpt::{self, Found, Gpt, GptError, Partition};
+use crate::layout;
 use crate::signatures;
 
 /// What PartitionDisk does to a disk.
@@ -125,6 +126,10 @@ fn plan_from_tables(head: &[u8], tail: &[u8], sector: u64, total: u64) -> Result
             if blank_lba0 {
                 return Ok(Plan::ProtectiveMbr(t));
             }
+            if let Some(sig) = layout::outside(head, tail, sector, total, &layout::gpt_extents(&t))
+            {
+                return Err(layout::conflict("a GPT", &sig));
+            }
             Ok(Plan::Partitioned(t.data_extents()))
         }
         Ok(Found::Backup(t)) => {
@@ -148,7 +153,9 @@ fn plan_from_tables(head: &[u8], tail: &[u8], sector: u64, total: u64) -> Result
                 );
             }
             if !mbr.is_empty() {
-                return Ok(Plan::Partitioned(gpt::mbr_data_extents(head, sector)));
+                // Whole-disk content first: mke2fs and mkfs.xfs leave an old MBR in sector 0,
+                // and syncing its partition would let the stage format over the filesystem.
+                return layout::listed(head, tail, sector, total).map(Plan::Partitioned);
             }
             if let Some(sig) = signatures::probe(head) {
                 return Err(format!(
@@ -213,7 +220,7 @@ fn lba0_protective(head: &[u8]) -> bool {
 /// `Ok` when the start of the disk holds nothing a table write could destroy: LBA 0 blank or a
 /// protective MBR, LBA 1 blank or a GPT header, and no signature [`signatures::probe`] knows
 /// other than a partition table's own. `Err` names what was found.
-fn start_holds_only_a_table(head: &[u8], sector: u64) -> Result<(), String> {
+pub(crate) fn start_holds_only_a_table(head: &[u8], sector: u64) -> Result<(), String> {
     if !lba0_blank(head, sector) && !lba0_protective(head) {
         return Err(if gpt::mbr_partitions(head).is_empty() {
             "LBA 0 holds data (not a protective MBR)".to_string()

@@ -197,15 +197,16 @@ pub fn probe_tail(tail: &[u8], device_len: u64) -> Option<Signature> {
     let rel = |abs: u64| usize::try_from(abs.checked_sub(tail_start)?).ok();
     // 0.90: a 64 KiB block, 64 KiB-aligned, at least 64 KiB before the end.
     let md090 = (device_len & !0xFFFF).checked_sub(0x1_0000);
-    // 1.0: 8 KiB before the end, rounded down to 4 KiB; `super_offset` (le64 at +128) in
-    // sectors names that very place.
+    // 1.0: 8 KiB before the end, rounded down to 4 KiB; `super_offset` (le64 at +144, after
+    // `data_offset` and `data_size`; md_p.h `struct mdp_superblock_1`) in sectors names that
+    // very place.
     let md10 = (device_len / 512).checked_sub(16).map(|s| (s & !7) * 512);
     let found090 = md090.and_then(rel).is_some_and(|o| {
         (le32(tail, o) == MD_MAGIC && le32(tail, o + 4) == 0)
             || (be32(tail, o) == MD_MAGIC && be32(tail, o + 4) == 0)
     });
     let found10 = md10.zip(md10.and_then(rel)).is_some_and(|(abs, o)| {
-        le32(tail, o) == MD_MAGIC && le32(tail, o + 4) == 1 && le64(tail, o + 128) == abs / 512
+        le32(tail, o) == MD_MAGIC && le32(tail, o + 4) == 1 && le64(tail, o + 144) == abs / 512
     });
     (found090 || found10).then(|| sig("linux_raid_member", None, None))
 }
@@ -272,6 +273,17 @@ pub fn superblock_usage(buf: &[u8]) -> Option<SuperblockUsage> {
     }
 }
 
+/// How many bytes of its device a filesystem spans, from its superblock: what it must be grown
+/// past. For xfs this includes the internal log, which [`superblock_usage`] leaves out (as
+/// statvfs does); an xfs filling its partition is then never taken for a smaller one.
+pub fn filesystem_bytes(buf: &[u8]) -> Option<u64> {
+    let usage = superblock_usage(buf)?;
+    match probe(buf)?.kind {
+        "xfs" => be64(buf, 8).checked_mul(u64::from(be32(buf, 4))),
+        _ => Some(usage.total_bytes),
+    }
+}
+
 /// A filesystem UUID as text (`8-4-4-4-12`, lowercase, bytes in order).
 pub fn uuid_string(u: &[u8; 16]) -> String {
     uuid::Uuid::from_bytes(*u).to_string()
@@ -309,13 +321,13 @@ mod tests {
         let o = (abs10 - tail_start) as usize;
         put(&mut t, o, &0xa92b4efcu32.to_le_bytes());
         put(&mut t, o + 4, &1u32.to_le_bytes());
-        put(&mut t, o + 128, &(abs10 / 512).to_le_bytes());
+        put(&mut t, o + 144, &(abs10 / 512).to_le_bytes());
         assert_eq!(
             probe_tail(&t, len).map(|s| s.kind),
             Some("linux_raid_member")
         );
         // A 1.x superblock naming another offset is not a 1.0 member at the end.
-        put(&mut t, o + 128, &8u64.to_le_bytes());
+        put(&mut t, o + 144, &8u64.to_le_bytes());
         assert_eq!(probe_tail(&t, len), None);
         // Short or oversized inputs never panic.
         assert_eq!(probe_tail(&t, 10), None);
@@ -464,6 +476,14 @@ mod tests {
                 free_bytes: 4096 * 1000
             })
         );
+        // Its span includes the internal log (sb_logstart != 0, sb_logblocks 100).
+        put(&mut b, 48, &1u64.to_be_bytes());
+        put(&mut b, 96, &100u32.to_be_bytes());
+        assert_eq!(
+            superblock_usage(&b).unwrap().total_bytes,
+            (262144 - 100) * 4096
+        );
+        assert_eq!(filesystem_bytes(&b), Some(1 << 30));
         assert_eq!(
             uuid_string(&[0xAB; 16]),
             "abababab-abab-abab-abab-abababababab"

@@ -62,6 +62,17 @@ pub struct LoopDisk {
 impl LoopDisk {
     /// A loop disk of `mib` MiB backed by `<dir>/<name>.img`, or why one cannot be made here.
     pub fn new(dir: &Path, name: &str, mib: u64) -> Result<LoopDisk, String> {
+        LoopDisk::attach(dir, name, mib, true)
+    }
+
+    /// As [`LoopDisk::new`], with the kernel's partition scan off (`losetup -f` without `-P`,
+    /// as many tools attach images): partitions then appear only when added with BLKPG, and
+    /// stay when the image is detached.
+    pub fn without_partscan(dir: &Path, name: &str, mib: u64) -> Result<LoopDisk, String> {
+        LoopDisk::attach(dir, name, mib, false)
+    }
+
+    fn attach(dir: &Path, name: &str, mib: u64, partscan: bool) -> Result<LoopDisk, String> {
         if !is_root() {
             return Err("not root".into());
         }
@@ -70,7 +81,7 @@ impl LoopDisk {
         f.set_len(mib << 20).map_err(|e| e.to_string())?;
         drop(f);
         let out = Command::new("losetup")
-            .args(["-fP", "--show"])
+            .args([if partscan { "-fP" } else { "-f" }, "--show"])
             .arg(&file)
             .output()
             .map_err(|e| format!("losetup: {e}"))?;
@@ -181,6 +192,13 @@ impl Drop for LoopDisk {
                 }
             }
         }
+        // Partitions added with BLKPG outlive a detach without partition scan: the next image
+        // on this device must not inherit them.
+        let _ = Command::new("partx")
+            .arg("-d")
+            .arg(&self.dev)
+            .stderr(Stdio::null())
+            .status();
         let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
         let _ = std::fs::remove_file(&self.file);
     }

@@ -6,6 +6,7 @@
 
 use super::mountinfo;
 use super::os::{self, Blkpg, Fd, Open, Os};
+use crate::layout::Extent;
 use csi_proxy_core::disk::DiskUsage;
 use csi_proxy_core::error::io_kind;
 use csi_proxy_core::{Error, Kind, Result};
@@ -38,6 +39,8 @@ pub struct Part {
     pub number: u32,
     /// Size in bytes.
     pub size: u64,
+    /// Where it starts on the disk, in bytes.
+    pub start: u64,
 }
 
 /// `dev_t` of a sysfs block entry, from its `dev` file (`major:minor`).
@@ -118,6 +121,85 @@ pub fn disk(op: &str, number: u32) -> Result<Disk> {
     find_disk(&os::system(), op, number)
 }
 
+/// Opens the device node `name` of `disk` as `how` and checks that it is the device sysfs
+/// described (`dev`) on the disk asked for: a node can be replaced, and a disk detached and
+/// another attached under its name, between the sysfs read and the open. The handle holds the
+/// disk from then on: the kernel does not give a loop device held open to another image.
+pub fn open_checked(
+    os: &Os,
+    op: &str,
+    disk: &Disk,
+    name: &str,
+    dev: (u32, u32),
+    how: Open,
+) -> Result<Fd> {
+    let at = || format!("disk {} ({})", disk.number, disk.name);
+    let path = node(name);
+    let f = Fd::open(os, &path, how).map_err(|e| {
+        let why = match e.raw_os_error() {
+            Some(16) => "the disk or one of its partitions is in use (EBUSY)".to_string(),
+            _ => format!("open {}: {e}", path.display()),
+        };
+        let kind = if e.raw_os_error() == Some(16) {
+            Kind::FailedPrecondition
+        } else {
+            io_kind(&e)
+        };
+        Error::new(kind, op, at(), why)
+    })?;
+    let rdev = f
+        .device_number()
+        .map_err(|e| Error::new(io_kind(&e), op, at(), format!("fstat: {e}")))?;
+    let seq = f
+        .diskseq()
+        .map_err(|e| Error::new(io_kind(&e), op, at(), format!("read the diskseq: {e}")))?;
+    if rdev != dev || seq != u64::from(disk.number) {
+        return Err(Error::new(
+            Kind::NotFound,
+            op,
+            at(),
+            format!(
+                "{} is now device {}:{} of diskseq {seq}, not the device {}:{} the disk had; it was detached or replaced",
+                path.display(),
+                rdev.0,
+                rdev.1,
+                dev.0,
+                dev.1
+            ),
+        ));
+    }
+    Ok(f)
+}
+
+/// [`open_checked`] of the whole disk.
+pub fn open_disk(os: &Os, op: &str, disk: &Disk, how: Open) -> Result<Fd> {
+    let dev = dev_numbers(os, &sys_disk(&disk.name)).map_err(|e| {
+        Error::new(
+            io_kind(&e),
+            op,
+            format!("disk {} ({})", disk.number, disk.name),
+            format!("read dev: {e}"),
+        )
+    })?;
+    open_checked(os, op, disk, &disk.name, dev, how)
+}
+
+/// Checks that the disk held open as `file` is still `disk` (its diskseq is unchanged), right
+/// after acting on it by name.
+pub fn still_held(op: &str, disk: &Disk, file: &Fd) -> Result<()> {
+    match file.diskseq() {
+        Ok(seq) if seq == u64::from(disk.number) => Ok(()),
+        r => Err(Error::new(
+            Kind::NotFound,
+            op,
+            format!("disk {} ({})", disk.number, disk.name),
+            format!(
+                "the disk was detached or replaced while the request ran (its device now reports {r:?})"
+            ),
+        )),
+    }
+}
+
 /// The partitions of a disk the kernel knows, by number.
 pub fn partitions(os: &Os, disk: &Disk) -> Vec<Part> {
     let dir = sys_disk(&disk.name);
@@ -135,6 +217,7 @@ pub fn partitions(os: &Os, disk: &Disk) -> Vec<Part> {
                 name,
                 number,
                 size: os::read_u64(&**os, &p.join("size")).ok()? * 512,
+                start: os::read_u64(&**os, &p.join("start")).ok()? * 512,
             })
         })
         .collect();
@@ -440,24 +523,69 @@ pub fn sync_partitions(
     Ok(())
 }
 
-/// The partitions recorded in the disk's own table (GPT data partitions, or MBR entries) as
-/// (number, start, length) in bytes; empty when it has none or the table is unreadable.
-pub fn table_partitions(os: &Os, disk: &Disk, file: &Fd) -> Vec<(u32, u64, u64)> {
-    let sector = sector_size(os, disk);
-    let Ok(head) = file.read_at(0, crate::gpt::head_len(sector)) else {
-        return Vec::new();
-    };
-    match crate::gpt::Gpt::parse(&head, sector, disk.size / sector) {
-        Ok(Some(t)) => t.data_extents(),
-        Ok(None) => crate::gpt::mbr_data_extents(&head, sector),
-        Err(_) => Vec::new(),
+/// The partitions the disk's own table lists ([`crate::layout::listed`]: GPT data partitions or
+/// MBR entries, and nothing on the whole disk besides them), as (number, start, length) in
+/// bytes. FAILED_PRECONDITION naming why when the table cannot be trusted.
+pub fn table_partitions(os: &Os, op: &str, disk: &Disk, file: &Fd) -> Result<Vec<Extent>> {
+    let e = super::disk::read_ends(os, op, disk, file)?;
+    crate::layout::listed(&e.head, &e.tail, e.sector, e.total)
+        .map_err(|why| super::disk::refused(op, disk, why))
+}
+
+/// The kernel's partitions of `disk` that are volumes of it: those its own table lists, at the
+/// start the table gives. Any other partition device is stale (left by an image the device
+/// held before, or by a table since rewritten) and is never acted on.
+pub fn volume_partitions(os: &Os, listed: &[Extent], disk: &Disk) -> Vec<Part> {
+    partitions(os, disk)
+        .into_iter()
+        .filter(|p| is_listed(listed, p))
+        .collect()
+}
+
+fn is_listed(listed: &[Extent], p: &Part) -> bool {
+    listed
+        .iter()
+        .any(|&(n, start, _)| n == p.number && start == p.start)
+}
+
+/// Makes the kernel forget the partitions of `disk` that its table (`listed`) does not list, so
+/// no tool is ever pointed at one. One still open (mounted, held) is left and reported.
+pub fn drop_stale_partitions(
+    os: &Os,
+    op: &str,
+    disk: &Disk,
+    file: &Fd,
+    listed: &[Extent],
+) -> Result<()> {
+    for p in partitions(os, disk) {
+        if is_listed(listed, &p) {
+            continue;
+        }
+        match file.blkpg(Blkpg::Delete, p.number, 0, 0) {
+            Ok(()) => {
+                tracing::warn!(disk = disk.number, partition = %p.name, "dropped a partition device the disk's table does not list (stale)");
+            }
+            Err(e) => {
+                return Err(Error::new(
+                    io_kind(&e),
+                    op,
+                    format!("disk {} ({})", disk.number, disk.name),
+                    format!(
+                        "the kernel's partition {} is not in the disk's table (a stale device) and cannot be dropped: {e}",
+                        p.name
+                    ),
+                ));
+            }
+        }
     }
+    Ok(())
 }
 
 /// Makes sure the kernel knows every partition in the disk's table (see [`sync_partitions`]),
 /// so volumes are found on disks attached after the daemon or on kernels that do not parse
-/// tables themselves.
-pub fn ensure_partitions(os: &Os, op: &str, disk: &Disk) -> Result<()> {
+/// tables themselves (best effort: a partition the kernel refuses is missing from the
+/// volumes, not an error of the listing). Returns what the table lists.
+pub fn ensure_partitions(os: &Os, op: &str, disk: &Disk) -> Result<Vec<Extent>> {
     let file = Fd::open(os, &node(&disk.name), Open::Read).map_err(|e| {
         Error::new(
             io_kind(&e),
@@ -466,8 +594,11 @@ pub fn ensure_partitions(os: &Os, op: &str, disk: &Disk) -> Result<()> {
             format!("open: {e}"),
         )
     })?;
-    let parts = table_partitions(os, disk, &file);
-    sync_partitions(os, op, disk, &file, &parts)
+    let parts = table_partitions(os, op, disk, &file)?;
+    if let Err(e) = sync_partitions(os, op, disk, &file, &parts) {
+        tracing::debug!(disk = disk.number, error = %e, "partition table not synced");
+    }
+    Ok(parts)
 }
 
 /// Waits (bounded) until the kernel lists partition `number` of `disk` and its device node

@@ -1,6 +1,7 @@
 //! What the disk group does on Linux: disks by `diskseq`, IDs and locations from sysfs, GPT
 //! written in-process, online state through the SCSI device state.
 
+use super::blkid;
 use super::block::{self, Disk};
 use super::os::{self, Fd, Open, Os};
 use crate::gpt::{self, Gpt, random_guid};
@@ -85,31 +86,31 @@ impl DiskHost for LinuxDiskHost {
         if block::read_only(&self.os, &disk) {
             return Err(refused(OP, &disk, "the disk is read-only"));
         }
-        let path = block::node(&disk.name);
         // First a look without taking the disk: drivers call PartitionDisk on every stage, and
-        // a partitioned disk whose partition is mounted must answer OK, not EBUSY.
-        let reader = Fd::open(&self.os, &path, Open::Read)
-            .map_err(|e| io_err(OP, &disk, &format!("open {}", path.display()), &e))?;
-        if let Plan::Partitioned(parts) = plan_for(&self.os, OP, &disk, &reader)? {
+        // a partitioned disk whose partition is mounted must answer OK, not EBUSY. The handle
+        // holds the disk checked to be the one numbered, as the volume RPCs do.
+        let reader = block::open_disk(&self.os, OP, &disk, Open::Read)?;
+        let ends = read_ends(&self.os, OP, &disk, &reader)?;
+        // Partition devices the disk's table does not list (kept from an image the device held
+        // before) go first, whatever is decided next: no tool may ever be pointed at one.
+        if let Ok(listed) = crate::layout::listed(&ends.head, &ends.tail, ends.sector, ends.total) {
+            block::drop_stale_partitions(&self.os, OP, &disk, &reader, &listed)?;
+        }
+        if let Plan::Partitioned(parts) = plan_for(OP, &disk, &ends)? {
             return block::sync_partitions(&self.os, OP, &disk, &reader, &parts);
         }
         drop(reader);
         // A write is due. O_EXCL: the kernel refuses while any partition is mounted or otherwise
         // held; and the decision is taken again from what the disk holds now.
-        let file =
-            Fd::open(&self.os, &path, Open::Write { exclusive: true }).map_err(|e| {
-                match e.raw_os_error() {
-                    Some(16) => refused(
-                        OP,
-                        &disk,
-                        "the disk or one of its partitions is in use (EBUSY)",
-                    ),
-                    _ => io_err(OP, &disk, &format!("open {}", path.display()), &e),
-                }
-            })?;
-        let sector = block::sector_size(&self.os, &disk);
-        let total = disk.size / sector;
-        let mut table = match plan_for(&self.os, OP, &disk, &file)? {
+        let file = block::open_disk(&self.os, OP, &disk, Open::Write { exclusive: true })?;
+        let ends = read_ends(&self.os, OP, &disk, &file)?;
+        let (sector, total) = (ends.sector, ends.total);
+        let plan = plan_for(OP, &disk, &ends)?;
+        if !matches!(plan, Plan::Partitioned(_)) {
+            self.libblkid_agrees(OP, &disk, &plan)?;
+            block::still_held(OP, &disk, &file)?;
+        }
+        let mut table = match plan {
             Plan::Partitioned(parts) => {
                 return block::sync_partitions(&self.os, OP, &disk, &file, &parts);
             }
@@ -288,11 +289,38 @@ pub(super) fn read_tail(op: &str, disk: &Disk, sector: u64, file: &Fd) -> Result
     }
 }
 
-/// What PartitionDisk does to `disk` as it is now ([`partition_plan::plan`]); a refusal is
-/// FAILED_PRECONDITION naming what was found.
-fn plan_for(os: &Os, op: &str, disk: &Disk, file: &Fd) -> Result<Plan> {
-    let e = read_ends(os, op, disk, file)?;
+/// What PartitionDisk does to `disk` as its ends `e` are ([`partition_plan::plan`]); a
+/// refusal is FAILED_PRECONDITION naming what was found.
+fn plan_for(op: &str, disk: &Disk, e: &Ends) -> Result<Plan> {
     partition_plan::plan(&e.head, &e.tail, e.sector, e.total).map_err(|why| refused(op, disk, why))
+}
+
+impl LinuxDiskHost {
+    /// libblkid's full probe of the whole disk, the probe of record before a table write: it
+    /// must find nothing (a blank disk) or only the GPT being finished. Our own probe decided
+    /// `plan` already; this catches what only libblkid knows.
+    fn libblkid_agrees(&self, op: &str, disk: &Disk, plan: &Plan) -> Result<()> {
+        let object = format!("disk {} ({})", disk.number, disk.name);
+        let node = block::node(&disk.name);
+        let found = blkid::probe(&*self.os, op, &object, &node.to_string_lossy())?;
+        let ours = |t: &Option<String>| {
+            !matches!(plan, Plan::New) && matches!(t.as_deref(), Some("gpt" | "PMBR"))
+        };
+        match found {
+            None => Ok(()),
+            Some(blkid::Found::One {
+                kind: None, table, ..
+            }) if ours(&table) => Ok(()),
+            Some(f) => Err(refused(
+                op,
+                disk,
+                format!(
+                    "the disk holds {}; refusing to write a partition table to it",
+                    f.shown()
+                ),
+            )),
+        }
+    }
 }
 
 /// Where a partition table is written: a disk's device node, or a recorder in tests.

@@ -35,6 +35,8 @@ pub enum Open {
 pub enum Blkpg {
     /// `BLKPG_ADD_PARTITION`: tell the kernel about a new partition.
     Add = 1,
+    /// `BLKPG_DEL_PARTITION`: the kernel forgets a partition (EBUSY while it is open).
+    Delete = 2,
     /// `BLKPG_RESIZE_PARTITION`: a partition's length changed (its start must not); works
     /// while the partition is mounted, unlike BLKRRPART.
     Resize = 3,

@@ -355,6 +355,11 @@ impl LinuxOs for FakeLinux {
                 Ok(())
             }
             (Blkpg::Resize, _) => Err(errno(ENXIO)),
+            (Blkpg::Delete, Some(at)) => {
+                parts.remove(at);
+                Ok(())
+            }
+            (Blkpg::Delete, None) => Err(errno(ENXIO)),
         }
     }
 

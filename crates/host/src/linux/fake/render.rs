@@ -67,6 +67,7 @@ pub(super) fn read(s: &State, path: &Path) -> io::Result<String> {
             match *attr {
                 "partition" => p.number.to_string(),
                 "size" => (p.len / 512).to_string(),
+                "start" => (p.start / 512).to_string(),
                 "dev" => format!("{}:{}", d.major, d.minor + p.number),
                 _ => return Err(errno(ENOENT)),
             }

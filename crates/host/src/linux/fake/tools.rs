@@ -207,7 +207,13 @@ fn blkid(s: &State, args: &[&str]) -> Ran {
             if let Some(u) = sig.uuid {
                 out += &format!("UUID={}\n", signatures::uuid_string(&u));
             }
-            out += &format!("TYPE={}\n", sig.kind);
+            // libblkid names partition tables PTTYPE, everything else TYPE.
+            let key = if matches!(sig.kind, "gpt" | "dos") {
+                "PTTYPE"
+            } else {
+                "TYPE"
+            };
+            out += &format!("{key}={}\n", sig.kind);
             ran(0, &out, "")
         }
     }

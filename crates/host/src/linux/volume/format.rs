@@ -8,6 +8,7 @@
 //! format of ours whose record is pending.
 
 use super::*;
+use crate::linux::blkid;
 use csi_proxy_core::volume::rules::{self, Content, FormatTarget};
 
 /// One resolved volume, as the core's format rule asks about it.
@@ -82,7 +83,9 @@ impl FormatTarget for Formatting<'_> {
         vol.unchanged(OP)?;
         let xfs_uuid = format!("uuid={uuid}");
         let (program, mut args, force) = match self.host.fs_type {
-            FsType::Ext4 => ("mkfs.ext4", vec!["-q", "-U", uuid], "-F"),
+            // `-m 0`: no blocks reserved for root (k8s mount-utils does the same): a volume's
+            // users are pods, which would hit ENOSPC at 95 % otherwise.
+            FsType::Ext4 => ("mkfs.ext4", vec!["-q", "-m", "0", "-U", uuid], "-F"),
             FsType::Xfs => ("mkfs.xfs", vec!["-q", "-m", xfs_uuid.as_str()], "-f"),
         };
         if finishing {
@@ -125,48 +128,25 @@ impl LinuxVolumeHost {
     }
 }
 
-/// What libblkid's low-level probe of `node` finds (`blkid -p`: every superblock and partition
-/// table util-linux knows, at every place it looks). blkid(8): exit 2 when nothing is found, 8
-/// when the result is ambivalent (several signatures).
+/// What libblkid's low-level probe of `node` finds ([`blkid::probe`]), as the rules see it.
 fn libblkid_content(os: &dyn os::LinuxOs, object: &str, node: &str) -> Result<Option<Content>> {
-    match tool::run_on(os, OP, object, "blkid", &["-p", "-o", "export", node]) {
-        Ok(found) => {
-            let field = |k: &str| {
-                found
-                    .lines()
-                    .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
-                    .map(str::to_string)
-            };
-            // A partition's PART_ENTRY_* lines describe the parent table's entry, not content.
-            let Some(kind) =
-                field("TYPE").or_else(|| field("PTTYPE").map(|t| format!("a {t} partition table")))
-            else {
-                return Ok(None);
-            };
-            let id = field("UUID");
-            Ok(Some(Content {
-                shown: match &id {
-                    Some(u) => format!("{kind} (UUID {u}, found by libblkid)"),
-                    None => format!("{kind} (found by libblkid)"),
-                },
-                kind,
-                id,
-            }))
+    Ok(blkid::probe(os, OP, object, node)?.map(|found| {
+        let shown = found.shown();
+        match found {
+            blkid::Found::One { kind, uuid, table } => Content {
+                kind: kind
+                    .or_else(|| table.map(|t| format!("a {t} partition table")))
+                    .unwrap_or_default(),
+                id: uuid,
+                shown,
+            },
+            blkid::Found::Ambivalent(_) => Content {
+                kind: "several signatures".into(),
+                id: None,
+                shown,
+            },
         }
-        Err(Ok(f)) if f.code == Some(2) => Ok(None),
-        Err(Ok(f)) if f.code == Some(8) => Ok(Some(Content {
-            kind: "several signatures".into(),
-            id: None,
-            shown: format!("several signatures (found by libblkid: {})", f.output),
-        })),
-        Err(Ok(f)) => Err(Error::new(
-            Kind::Internal,
-            OP,
-            object,
-            format!("blkid -p failed (exit {:?}): {}", f.code, f.output),
-        )),
-        Err(Err(e)) => Err(e),
-    }
+    }))
 }
 
 /// What mkfs says when the volume is the reason it refuses (an existing signature, a volume too

@@ -219,11 +219,20 @@ impl VolumeHost for LinuxVolumeHost {
         let Ok(disk) = block::find_disk(&self.os, OP, number) else {
             return Ok(Vec::new());
         };
-        // Best effort: listing what the kernel knows beats failing on a disk we cannot open.
-        if let Err(e) = block::ensure_partitions(&self.os, OP, &disk) {
-            tracing::debug!(disk = number, error = %e, "partition table not synced");
-        }
-        block::partitions(&self.os, &disk)
+        // Only what the disk's own table lists is a volume of it: a partition device the
+        // kernel kept from an image the device held before is not.
+        let listed = match block::ensure_partitions(&self.os, OP, &disk) {
+            Ok(listed) => listed,
+            // A table that cannot be trusted is said so.
+            Err(e) if e.kind() == Kind::FailedPrecondition => return Err(e),
+            // A disk this daemon cannot read (the host's own, behind a device policy) has no
+            // partition it could act on: none is a volume.
+            Err(e) => {
+                tracing::debug!(disk = number, error = %e, "disk not readable; no volumes listed");
+                return Ok(Vec::new());
+            }
+        };
+        block::volume_partitions(&self.os, &listed, &disk)
             .into_iter()
             .filter(|p| partition.is_none_or(|want| want.get() == p.number))
             .map(|p| make_volume(&self.os, OP, &disk, p.number).map(|v| v.id))
@@ -241,7 +250,12 @@ impl VolumeHost for LinuxVolumeHost {
     fn is_volume_formatted(&self, id: &str) -> Result<bool> {
         const OP: &str = "IsVolumeFormatted";
         let vol = self.resolve(OP, id)?;
-        Ok(self.probe(OP, &vol)?.0.is_some())
+        if self.probe(OP, &vol)?.0.is_some() {
+            return Ok(true);
+        }
+        // What only libblkid knows (nilfs2, romfs, VDO, ...) is not an empty volume either.
+        let node = vol.node().to_string_lossy().into_owned();
+        Ok(super::blkid::probe(&*self.os, OP, &shown(id), &node)?.is_some())
     }
 
     fn format_volume(&self, id: &str) -> Result<()> {

@@ -16,9 +16,8 @@ impl LinuxVolumeHost {
         let fs_bytes = match &sig {
             None => None,
             Some(sig) => Some(
-                signatures::superblock_usage(&buf)
+                signatures::filesystem_bytes(&buf)
                     .filter(|_| GROWABLE.contains(&sig.kind))
-                    .map(|u| u.total_bytes)
                     .ok_or_else(|| {
                         Error::new(
                             Kind::FailedPrecondition,

@@ -143,32 +143,29 @@ fn volume_uuid(op: &str, disk: &Disk, sector: u64, f: &Fd, part: u32) -> Result<
             .into_iter()
             .find(|p| p.number == part)
             .map_or_else(|| "none".into(), |p| p.unique_guid.to_string()),
-        None => format!("{:08x}-{part:02x}", gpt::mbr_disk_signature(&head)),
+        // An MBR-style name only for an entry the MBR has: a disk without a table has none.
+        None if gpt::mbr_data_extents(&head, sector)
+            .iter()
+            .any(|e| e.0 == part) =>
+        {
+            format!("{:08x}-{part:02x}", gpt::mbr_disk_signature(&head))
+        }
+        None => "none".into(),
     })
 }
 
 pub(super) fn make_volume(os: &Os, op: &str, disk: &Disk, part: u32) -> Result<Volume> {
-    let name = if part == 0 {
-        disk.name.clone()
+    let disk_node = || {
+        Fd::open(os, &block::node(&disk.name), Open::Read).map_err(|e| io_err(op, disk, "open", &e))
+    };
+    let (name, disk_file) = if part == 0 {
+        (disk.name.clone(), None)
     } else {
-        let mut parts = block::partitions(os, disk);
-        if !parts.iter().any(|p| p.number == part) {
-            // Best effort; a partition still unknown is reported below.
-            let _ = block::ensure_partitions(os, op, disk);
-            parts = block::partitions(os, disk);
-        }
-        parts
-            .into_iter()
-            .find(|p| p.number == part)
-            .map(|p| p.name)
-            .ok_or_else(|| {
-                Error::new(
-                    Kind::NotFound,
-                    op,
-                    format!("disk {} ({})", disk.number, disk.name),
-                    format!("no partition {part}"),
-                )
-            })?
+        let disk_file = disk_node()?;
+        (
+            partition_name(os, op, disk, &disk_file, part)?,
+            Some(disk_file),
+        )
     };
     let sys = if part == 0 {
         block::sys_disk(&disk.name)
@@ -177,12 +174,7 @@ pub(super) fn make_volume(os: &Os, op: &str, disk: &Disk, part: u32) -> Result<V
     };
     let dev = block::dev_numbers(os, &sys).map_err(|e| io_err(op, disk, "read dev", &e))?;
     let file = Arc::new(open_volume_device(os, op, disk, &name, dev)?);
-    let disk_file = if part == 0 {
-        file.clone()
-    } else {
-        let node = block::node(&disk.name);
-        Arc::new(Fd::open(os, &node, Open::Read).map_err(|e| io_err(op, disk, "open", &e))?)
-    };
+    let disk_file = disk_file.map_or_else(|| file.clone(), Arc::new);
     let sector = block::sector_size(os, disk);
     let uuid = volume_uuid(op, disk, sector, &disk_file, part)?;
     Ok(Volume {
@@ -198,35 +190,43 @@ pub(super) fn make_volume(os: &Os, op: &str, disk: &Disk, part: u32) -> Result<V
     })
 }
 
-/// Opens the device node `name` of `disk` and checks that it is the device sysfs described
-/// (`dev`) on the disk asked for: a node can be replaced, and a disk detached, between the sysfs
-/// read and the open.
-fn open_volume_device(os: &Os, op: &str, disk: &Disk, name: &str, dev: (u32, u32)) -> Result<Fd> {
-    let node = block::node(name);
-    let f = Fd::open(os, &node, Open::Read)
-        .map_err(|e| io_err(op, disk, &format!("open {}", node.display()), &e))?;
-    let rdev = f
-        .device_number()
-        .map_err(|e| io_err(op, disk, "fstat", &e))?;
-    let seq = f
-        .diskseq()
-        .map_err(|e| io_err(op, disk, "read the diskseq", &e))?;
-    if rdev != dev || seq != u64::from(disk.number) {
-        return Err(Error::new(
+/// The kernel name of partition `part` of `disk`, which must be one the disk's own table lists,
+/// where the table puts it: a partition device the kernel kept from an image the device held
+/// before is no volume of this one.
+fn partition_name(os: &Os, op: &str, disk: &Disk, disk_file: &Fd, part: u32) -> Result<String> {
+    let listed = block::table_partitions(os, op, disk, disk_file)?;
+    let find = || {
+        block::volume_partitions(os, &listed, disk)
+            .into_iter()
+            .find(|p| p.number == part)
+    };
+    let found = find().or_else(|| {
+        // Best effort; a partition still unknown is reported below.
+        let _ = block::sync_partitions(os, op, disk, disk_file, &listed);
+        find()
+    });
+    found.map(|p| p.name).ok_or_else(|| {
+        let stale = block::partitions(os, disk).iter().any(|p| p.number == part);
+        Error::new(
             Kind::NotFound,
             op,
             format!("disk {} ({})", disk.number, disk.name),
-            format!(
-                "{} is now device {}:{} of diskseq {seq}, not the device {}:{} the disk had; it was detached or replaced",
-                node.display(),
-                rdev.0,
-                rdev.1,
-                dev.0,
-                dev.1
-            ),
-        ));
-    }
-    Ok(f)
+            if stale {
+                format!(
+                    "no partition {part} in the disk's table (the kernel's partition {part} is a \
+                     stale device, not a volume of this disk)"
+                )
+            } else {
+                format!("no partition {part}")
+            },
+        )
+    })
+}
+
+/// Opens the volume's device node read-only and checks it is the one sysfs described
+/// ([`block::open_checked`]).
+fn open_volume_device(os: &Os, op: &str, disk: &Disk, name: &str, dev: (u32, u32)) -> Result<Fd> {
+    block::open_checked(os, op, disk, name, dev, Open::Read)
 }
 
 /// The ID of the volume a mount's device is, if it is a disk or partition.
