@@ -42,13 +42,16 @@ pub(super) fn open_disk<'a>(
     n: u32,
     write: bool,
 ) -> Result<Handle<'a>> {
-    os::open(os, &disk_path(n), write).map_err(|e| {
-        if e.kind() == Kind::NotFound {
-            Error::new(Kind::NotFound, op, format!("disk {n}"), "no such disk")
-        } else {
-            os_error(op, format!("disk {n}"), &e, &[])
-        }
-    })
+    os::open(os, &disk_path(n), write).map_err(|e| disk_open_error(op, n, &e))
+}
+
+/// The error of a failed open of disk `n`.
+fn disk_open_error(op: &str, n: u32, e: &OsError) -> Error {
+    if e.kind() == Kind::NotFound {
+        Error::new(Kind::NotFound, op, format!("disk {n}"), "no such disk")
+    } else {
+        os_error(op, format!("disk {n}"), e, &[])
+    }
 }
 
 /// Numbers of the disks present: every device of the disk interface class, by the number its
@@ -60,7 +63,9 @@ pub(super) fn disk_numbers(os: &dyn Win32, op: &str) -> Result<Vec<u32>> {
         .map_err(|e| os_error(op, "disk interfaces", &e, &[]))?;
     let mut out = BTreeSet::new();
     for path in interfaces {
-        let h = match os::open(os, &path, false) {
+        // STORAGE_GET_DEVICE_NUMBER is FILE_ANY_ACCESS: a query open is enough, and works on
+        // a removable disk without media.
+        let h = match os::open_query(os, &path) {
             Ok(h) => h,
             Err(e) if e.kind() == Kind::NotFound => continue,
             Err(e) => return Err(os_error(op, format!("disk device {path}"), &e, &[])),
@@ -119,7 +124,7 @@ fn disks_of_path(os: &dyn Win32, op: &str, path: &str) -> Result<BTreeSet<u32>> 
         .volume_name_for_mount_point(&mount)
         .map_err(|e| os_error(op, &mount, &e, &[]))?;
     let device = volume_device(&volume);
-    let h = os::open(os, &device, false).map_err(|e| os_error(op, &device, &e, &[]))?;
+    let h = os::open_query(os, &device).map_err(|e| os_error(op, &device, &e, &[]))?;
     Ok(volume_extents(op, &device, &h)?
         .into_iter()
         .map(|e| e.disk_number)
@@ -198,7 +203,7 @@ pub(super) fn read_layout(op: &str, n: u32, h: &Handle<'_>) -> Result<(layout::L
 
 /// The disk's attributes (`GET_DISK_ATTRIBUTES.Attributes`).
 fn disk_attributes(os: &dyn Win32, op: &str, n: u32) -> Result<u64> {
-    let h = open_disk(os, op, n, false)?;
+    let h = os::open_query(os, &disk_path(n)).map_err(|e| disk_open_error(op, n, &e))?;
     let out = ioctl(&h, io::DISK_GET_DISK_ATTRIBUTES, &[], 16)
         .map_err(|e| os_error(op, format!("disk {n}"), &e, &[]))?;
     // GET_DISK_ATTRIBUTES: Version u32 @0, Reserved1 u32 @4, Attributes u64 @8.
@@ -221,14 +226,17 @@ fn on_no_disk(e: &OsError) -> bool {
 
 /// Every mount path (drive letters and mounted folders) of the volumes with an extent on
 /// `disk`. Fails closed: a volume whose disks or mount paths cannot be read is an error, never
-/// "not on this disk", because the answer guards a disk against being written to.
+/// "not on this disk", because the answer guards a disk against being written to. Volumes are
+/// opened for queries only (access 0): that mounts no filesystem, so an optical drive without
+/// media and a volume another process locked answer like any other, and the extents control
+/// (FILE_ANY_ACCESS) needs nothing more.
 pub(super) fn mount_points_on(os: &dyn Win32, op: &str, disk: u32) -> Result<Vec<String>> {
     let mut out = Vec::new();
     let volumes = os.volumes().map_err(|e| os_error(op, "volumes", &e, &[]))?;
     for volume in volumes {
         let device = volume_device(&volume);
         let context = || format!("telling whether disk {disk} is in use");
-        let h = match os::open(os, &device, false) {
+        let h = match os::open_query(os, &device) {
             Ok(h) => h,
             // Gone since it was listed.
             Err(e) if e.kind() == Kind::NotFound => continue,
@@ -291,7 +299,7 @@ fn wait_for_volume(os: &dyn Win32, op: &str, disk: u32, offset: u64) -> Result<S
 /// The GUID path of the volume whose extent starts at `offset` on `disk`, once it resolves.
 fn volume_at_offset(os: &dyn Win32, disk: u32, offset: u64) -> Option<String> {
     os.volumes().ok()?.into_iter().find(|volume| {
-        let Ok(h) = os::open(os, &volume_device(volume), false) else {
+        let Ok(h) = os::open_query(os, &volume_device(volume)) else {
             return false;
         };
         let on_it = query_extents(&h)

@@ -160,6 +160,21 @@ fn describe(code: u32) -> String {
     text.to_string()
 }
 
+/// The access a device is opened with (`CreateFileW`'s `dwDesiredAccess`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// 0: "the application can query certain metadata such as file, directory, or device
+    /// attributes without accessing that file or device". Opening a volume this way mounts no
+    /// filesystem, so it works on a drive without media and on a volume someone else locked;
+    /// I/O controls defined with `FILE_ANY_ACCESS` (volume extents, layout, attributes) work
+    /// through it.
+    Query,
+    /// `GENERIC_READ`.
+    Read,
+    /// `GENERIC_READ | GENERIC_WRITE`.
+    ReadWrite,
+}
+
 /// An iSCSI session as the initiator lists it (`ISCSI_SESSION_INFOW`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IscsiSession {
@@ -232,10 +247,10 @@ impl fmt::Debug for Handle<'_> {
 /// documented enumeration idiom) of the real OS; see `super::win32` for which. The file and
 /// directory primitives are in [`FileApi`].
 pub trait Win32: FileApi + Send + Sync {
-    /// `CreateFileW(path, GENERIC_READ [| GENERIC_WRITE], FILE_SHARE_READ | FILE_SHARE_WRITE,
-    /// OPEN_EXISTING)`: a device (`\\.\PhysicalDriveN`, `\\.\Volume{GUID}`, a disk interface
-    /// path). Returns the raw handle value; [`open`] wraps it.
-    fn open_raw(&self, path: &str, write: bool) -> Win32Result<u64>;
+    /// `CreateFileW(path, access, FILE_SHARE_READ | FILE_SHARE_WRITE, OPEN_EXISTING)`: a
+    /// device (`\\.\PhysicalDriveN`, `\\.\Volume{GUID}`, a disk interface path). Returns the
+    /// raw handle value; [`open`] and [`open_query`] wrap it.
+    fn open_raw(&self, path: &str, access: Access) -> Win32Result<u64>;
     /// `CloseHandle`.
     fn close(&self, handle: u64);
     /// One synchronous `DeviceIoControl` with an output buffer of `out_len` bytes. A short
@@ -427,9 +442,24 @@ macro_rules! seam_host {
 }
 pub(crate) use seam_host;
 
-/// Opens a device through the seam.
+/// Opens a device through the seam with `access`.
+pub fn open_with<'a>(os: &'a dyn Win32, path: &str, access: Access) -> Win32Result<Handle<'a>> {
+    os.open_raw(path, access).map(|raw| Handle { os, raw })
+}
+
+/// Opens a device through the seam for reading, and writing with `write`.
 pub fn open<'a>(os: &'a dyn Win32, path: &str, write: bool) -> Win32Result<Handle<'a>> {
-    os.open_raw(path, write).map(|raw| Handle { os, raw })
+    let access = if write {
+        Access::ReadWrite
+    } else {
+        Access::Read
+    };
+    open_with(os, path, access)
+}
+
+/// Opens a device through the seam for queries only ([`Access::Query`]).
+pub fn open_query<'a>(os: &'a dyn Win32, path: &str) -> Win32Result<Handle<'a>> {
+    open_with(os, path, Access::Query)
 }
 
 /// Opens a file or directory through the seam ([`FileApi::open_entry`]).

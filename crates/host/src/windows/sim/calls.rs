@@ -4,14 +4,19 @@
 use super::*;
 
 impl Win32 for SimWindows {
-    fn open_raw(&self, path: &str, write: bool) -> Win32Result<u64> {
+    fn open_raw(&self, path: &str, access: Access) -> Win32Result<u64> {
         let mut s = self.lock();
         s.take_fault("open")?;
         s.settle();
         let target = devices::resolve_device(&s, path).ok_or(OsError::new(code::FILE_NOT_FOUND))?;
+        if let Target::Volume(v) = target
+            && let Some(e) = storage::volume_open_error(&s, v, access)
+        {
+            return Err(e);
+        }
         s.next_handle += 4;
         let h = s.next_handle;
-        s.handles.insert(h, Open { target, write });
+        s.handles.insert(h, Open { target, access });
         Ok(h)
     }
 
@@ -41,7 +46,12 @@ impl Win32 for SimWindows {
     fn read(&self, handle: u64, len: usize) -> Win32Result<Vec<u8>> {
         let mut s = self.lock();
         s.take_fault("read")?;
-        match s.handles.get(&handle).map(|o| o.target) {
+        let open = s.handles.get(&handle).copied();
+        // ReadFile needs a handle opened with GENERIC_READ.
+        if open.is_some_and(|o| o.access == Access::Query) {
+            return Err(OsError::new(code::ACCESS_DENIED));
+        }
+        match open.map(|o| o.target) {
             Some(Target::Volume(v)) => {
                 let mut out = s.volumes[v].head.clone();
                 out.resize(len, 0);
@@ -57,7 +67,7 @@ impl Win32 for SimWindows {
         s.take_fault("flush")?;
         match s.handles.get(&handle) {
             // FlushFileBuffers on a volume needs a handle with write access.
-            Some(o) if !o.write => Err(OsError::new(code::ACCESS_DENIED)),
+            Some(o) if o.access != Access::ReadWrite => Err(OsError::new(code::ACCESS_DENIED)),
             Some(_) => Ok(()),
             None => Err(OsError::new(code::INVALID_HANDLE)),
         }
@@ -135,6 +145,9 @@ impl Win32 for SimWindows {
         let v = s
             .volume_at(root)
             .ok_or(OsError::new(code::PATH_NOT_FOUND))?;
+        if let Some(e) = storage::filesystem_error(&s, v) {
+            return Err(e);
+        }
         s.volumes[v]
             .fs
             .clone()
@@ -147,6 +160,9 @@ impl Win32 for SimWindows {
         let v = s
             .volume_at(root)
             .ok_or(OsError::new(code::PATH_NOT_FOUND))?;
+        if let Some(e) = storage::filesystem_error(&s, v) {
+            return Err(e);
+        }
         let vol = &s.volumes[v];
         match vol.fs {
             // NTFS keeps its metadata in the volume: a fresh one is about 1% used.

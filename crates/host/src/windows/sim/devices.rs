@@ -102,15 +102,7 @@ pub(super) fn ioctl(
     out_len: usize,
 ) -> Win32Result<Vec<u8>> {
     let invalid = || OsError::new(code::INVALID_PARAMETER);
-    let needs_write = matches!(
-        code_,
-        io::DISK_SET_DRIVE_LAYOUT_EX
-            | io::DISK_CREATE_DISK
-            | io::DISK_GROW_PARTITION
-            | io::DISK_SET_DISK_ATTRIBUTES
-            | io::DISK_UPDATE_DRIVE_SIZE
-    );
-    if needs_write && !open.write {
+    if !super::storage::access_allows(open.access, code_) {
         return Err(OsError::new(code::ACCESS_DENIED));
     }
     match open.target {
@@ -249,6 +241,8 @@ pub(super) fn ioctl(
                 _ => Err(OsError::new(code::INVALID_FUNCTION)),
             }
         }
+        // A drive without media answers every request with "the device is not ready".
+        Target::Volume(v) if s.volumes[v].no_media => Err(OsError::new(code::NOT_READY)),
         Target::Volume(v) => match code_ {
             io::VOLUME_GET_VOLUME_DISK_EXTENTS => {
                 let p = partition_of(s, v).ok_or(OsError::new(code::FILE_NOT_FOUND))?;

@@ -3,7 +3,8 @@
 //! deployments. The Windows hosts' logic runs over it on Linux, in unit tests and through the
 //! daemon's gRPC endpoints.
 //!
-//! What it models, each with the documentation it follows:
+//! `LEDGER.md` (next to this file) lists every modelled behaviour with the page it follows and
+//! the tests that rely on it. In short:
 //! - A partition's volume appears *asynchronously* after `IOCTL_DISK_SET_DRIVE_LAYOUT_EX`
 //!   (Plug and Play creates the volume device once the partition manager reports the partition;
 //!   "Volume arrival" is a PnP event), after a configurable delay ([`SimWindows::set_arrival_delay`]).
@@ -30,8 +31,9 @@ mod filesystem;
 mod iscsi;
 pub mod services;
 mod smb;
+mod storage;
 
-use super::os::{IscsiSession, OsError, ReturnValue, Win32, Win32Result, code};
+use super::os::{Access, IscsiSession, OsError, ReturnValue, Win32, Win32Result, code};
 use crate::windows_data::layout::{BASIC_DATA, MSR, NO_DRIVE_LETTER, STYLE_GPT, STYLE_RAW};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
@@ -93,6 +95,10 @@ struct Volume {
     /// Directories and files on the volume while no folder shows them, as paths relative to
     /// its root (`true` for a directory).
     contents: Vec<(String, bool)>,
+    /// An optical or floppy drive with no media in it: on no disk, and only query opens work.
+    no_media: bool,
+    /// Another process holds `FSCTL_LOCK_VOLUME` on it: only query opens work.
+    locked: bool,
 }
 
 /// What an open handle refers to.
@@ -105,7 +111,7 @@ enum Target {
 #[derive(Debug, Clone, Copy)]
 struct Open {
     target: Target,
-    write: bool,
+    access: Access,
 }
 
 /// A volume the partition manager has reported that Plug and Play has not created yet.
@@ -246,24 +252,33 @@ impl State {
             fs_size: 0,
             head: Vec::new(),
             contents: Vec::new(),
+            no_media: false,
+            locked: false,
         });
         let index = self.volumes.len() - 1;
         if self.automount && p.attributes & NO_DRIVE_LETTER == 0 {
-            let taken: BTreeSet<String> = self.mount_points.keys().cloned().collect();
-            if let Some(letter) = ('D'..='Z').find(|l| !taken.contains(&mp_key(&format!("{l}:")))) {
-                let text = format!(r"{letter}:\");
-                self.mount_points.insert(mp_key(&text), (text, index));
-            }
+            self.give_letter(index);
         }
         Some(index)
     }
 
-    /// Whether the volume can be seen: its disk is online and still has its partition.
+    /// Mounts volume `index` at the first free drive letter from D:.
+    fn give_letter(&mut self, index: usize) {
+        let taken: BTreeSet<String> = self.mount_points.keys().cloned().collect();
+        if let Some(letter) = ('D'..='Z').find(|l| !taken.contains(&mp_key(&format!("{l}:")))) {
+            let text = format!(r"{letter}:\");
+            self.mount_points.insert(mp_key(&text), (text, index));
+        }
+    }
+
+    /// Whether the volume can be seen: a drive without media always is; a partition's volume
+    /// while its disk is online and still has its partition.
     fn visible(&self, v: usize) -> bool {
         self.volumes.get(v).is_some_and(|vol| {
-            self.disks
-                .get(&vol.disk)
-                .is_some_and(|d| !d.offline && d.parts.iter().any(|p| p.number == vol.partition))
+            vol.no_media
+                || self.disks.get(&vol.disk).is_some_and(|d| {
+                    !d.offline && d.parts.iter().any(|p| p.number == vol.partition)
+                })
         })
     }
 
@@ -529,5 +544,7 @@ mod filesystem_tests;
 mod iscsi_tests;
 #[cfg(test)]
 mod service_tests;
+#[cfg(test)]
+mod storage_tests;
 #[cfg(test)]
 mod tests;

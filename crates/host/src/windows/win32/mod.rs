@@ -13,7 +13,7 @@ mod wmi_calls;
 pub use files::running_under_wine;
 use wmi_calls::wmi_os;
 
-use super::os::{IscsiSession, OsError, ReturnValue, Win32, Win32Result, code};
+use super::os::{Access, IscsiSession, OsError, ReturnValue, Win32, Win32Result, code};
 use super::win::{from_wide, wide};
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
@@ -104,12 +104,14 @@ fn configret(call: &str, cr: u32) -> OsError {
 }
 
 impl Win32 for SystemWin32 {
-    fn open_raw(&self, path: &str, write: bool) -> Win32Result<u64> {
+    fn open_raw(&self, path: &str, access: Access) -> Win32Result<u64> {
         let w = wide(path);
-        let access = if write {
-            GENERIC_READ.0 | GENERIC_WRITE.0
-        } else {
-            GENERIC_READ.0
+        // 0 is "query access": no filesystem is mounted for the open, so a drive without media
+        // or a volume locked by another process still answers its FILE_ANY_ACCESS controls.
+        let access = match access {
+            Access::Query => 0,
+            Access::Read => GENERIC_READ.0,
+            Access::ReadWrite => GENERIC_READ.0 | GENERIC_WRITE.0,
         };
         // SAFETY: `w` is NUL-terminated and outlives the call. Sharing read and write lets the
         // volume manager and WMI keep working, as CreateFile requires for physical disks ("the

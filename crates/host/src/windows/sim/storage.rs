@@ -1,0 +1,79 @@
+//! Storage situations a node meets that the simulated machine can be put in: drives without
+//! media, volumes locked by another process. Each follows the documentation cited in
+//! `LEDGER.md`.
+
+use super::*;
+
+/// The access an I/O control code demands of the handle: the `RequiredAccess` bits of
+/// `CTL_CODE` (bit 0 `FILE_READ_ACCESS`, bit 1 `FILE_WRITE_ACCESS`; 0 is `FILE_ANY_ACCESS`).
+pub(super) fn required_access(code_: u32) -> u32 {
+    (code_ >> 14) & 3
+}
+
+/// Whether a handle opened with `access` may send `code_`: the I/O manager checks the
+/// handle's granted access against the code's `RequiredAccess` before the driver sees it.
+pub(super) fn access_allows(access: Access, code_: u32) -> bool {
+    let granted = match access {
+        Access::Query => 0,
+        Access::Read => 1,
+        Access::ReadWrite => 3,
+    };
+    required_access(code_) & !granted == 0
+}
+
+/// Why an open of volume `v` with `access` fails, if it does: a data-access open mounts the
+/// filesystem, which a drive without media cannot (ERROR_NOT_READY), and which a volume
+/// locked by another handle refuses (ERROR_ACCESS_DENIED). A query open (access 0) reaches
+/// the volume device without the filesystem and works in both cases.
+pub(super) fn volume_open_error(s: &State, v: usize, access: Access) -> Option<OsError> {
+    let vol = s.volumes.get(v)?;
+    if access == Access::Query {
+        return None;
+    }
+    if vol.no_media {
+        return Some(OsError::new(code::NOT_READY));
+    }
+    if vol.locked {
+        return Some(OsError::new(code::ACCESS_DENIED));
+    }
+    None
+}
+
+/// Why a filesystem call on volume `v` (`GetVolumeInformationW`, `GetDiskFreeSpaceExW`,
+/// which open its root directory) fails, if it does.
+pub(super) fn filesystem_error(s: &State, v: usize) -> Option<OsError> {
+    volume_open_error(s, v, Access::Read)
+}
+
+impl SimWindows {
+    /// Adds an optical (or floppy) drive with no media, lettered from D: as Windows letters
+    /// it (the empty virtual DVD drive of vSphere and Hyper-V templates); returns its volume
+    /// GUID path.
+    pub fn add_empty_drive(&self) -> String {
+        let mut s = self.lock();
+        let name = s.volume_guid_path();
+        s.volumes.push(Volume {
+            names: vec![name.clone()],
+            disk: u32::MAX,
+            partition: 0,
+            fs: None,
+            fs_size: 0,
+            head: Vec::new(),
+            contents: Vec::new(),
+            no_media: true,
+            locked: false,
+        });
+        let index = s.volumes.len() - 1;
+        s.give_letter(index);
+        name
+    }
+
+    /// Another process (a format, chkdsk, a backup agent) takes or releases
+    /// `FSCTL_LOCK_VOLUME` on `volume`.
+    pub fn set_volume_locked(&self, volume: &str, locked: bool) {
+        let mut s = self.lock();
+        if let Some(v) = s.volume_named(volume) {
+            s.volumes[v].locked = locked;
+        }
+    }
+}
