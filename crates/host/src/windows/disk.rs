@@ -217,6 +217,26 @@ fn disk_attributes(os: &dyn Win32, op: &str, n: u32) -> Result<u64> {
     })
 }
 
+/// FAILED_PRECONDITION naming `attribute` when the disk has it: an offline disk surfaces no
+/// volume ("no volume devices are surfaced through Plug and Play"), and on a read-only one
+/// "writes to the disk will fail".
+fn refuse_attribute(op: &str, disk: u32, attrs: u64, attribute: u64) -> Result<()> {
+    if attrs & attribute == 0 {
+        return Ok(());
+    }
+    let (name, state) = if attribute == io::DISK_ATTRIBUTE_OFFLINE {
+        ("DISK_ATTRIBUTE_OFFLINE", "offline")
+    } else {
+        ("DISK_ATTRIBUTE_READ_ONLY", "read-only")
+    };
+    Err(Error::new(
+        Kind::FailedPrecondition,
+        op,
+        format!("disk {disk}"),
+        format!("the disk is {state} ({name}); bring it online with SetDiskState first"),
+    ))
+}
+
 /// Whether a failure to read a volume's extents says it is on no disk at all: a removable
 /// drive without media ("the device is not ready") or a device that is not a disk volume
 /// ("incorrect function": a CD-ROM volume). Anything else is unknown.
@@ -445,7 +465,15 @@ impl DiskHost for WindowsDiskHost {
     fn set_disk_online(&self, disk_number: u32, online: bool) -> Result<()> {
         const OP: &str = "SetDiskState";
         let os = &*self.os;
-        if (disk_attributes(os, OP, disk_number)? & io::DISK_ATTRIBUTE_OFFLINE == 0) == online {
+        let attrs = disk_attributes(os, OP, disk_number)?;
+        // Online means online and writable: under the SAN policy Windows Server ships with
+        // (OfflineShared), a disk on a shared bus arrives offline and read-only.
+        let done = if online {
+            attrs & (io::DISK_ATTRIBUTE_OFFLINE | io::DISK_ATTRIBUTE_READ_ONLY) == 0
+        } else {
+            attrs & io::DISK_ATTRIBUTE_OFFLINE != 0
+        };
+        if done {
             return Ok(());
         }
         if !online {
@@ -467,12 +495,15 @@ impl DiskHost for WindowsDiskHost {
         let os = &*self.os;
         let object = format!("disk {disk_number}");
         let h = open_disk(os, OP, disk_number, true)?;
+        let attrs = disk_attributes(os, OP, disk_number)?;
+        refuse_attribute(OP, disk_number, attrs, io::DISK_ATTRIBUTE_OFFLINE)?;
         let (mut l, sector) = read_layout(OP, disk_number, &h)?;
         // Idempotent and safe: a disk with any data partition is left alone before anything
         // else is looked at.
         if layout::plan_data_partition(&l, sector) == Ok(PartitionPlan::Nothing) {
             return Ok(());
         }
+        refuse_attribute(OP, disk_number, attrs, io::DISK_ATTRIBUTE_READ_ONLY)?;
         refuse_system_disk(os, OP, disk_number)?;
         let guid = || os.new_guid().map_err(|e| os_error(OP, "GUID", &e, &[]));
         if l.style == STYLE_RAW {

@@ -148,6 +148,7 @@ fn describe(code: u32) -> String {
         code::ACCESS_DENIED => "Access is denied.",
         code::NO_MORE_FILES => "There are no more files.",
         code::NOT_READY => "The device is not ready.",
+        code::WRITE_PROTECT => "The media is write protected.",
         code::INVALID_PARAMETER => "The parameter is incorrect.",
         code::INSUFFICIENT_BUFFER => "The data area passed to a system call is too small.",
         code::DIR_NOT_EMPTY => "The directory is not empty.",

@@ -134,6 +134,10 @@ pub(super) fn ioctl(
                         io::DISK_ATTRIBUTE_OFFLINE
                     } else {
                         0
+                    } | if d.read_only {
+                        io::DISK_ATTRIBUTE_READ_ONLY
+                    } else {
+                        0
                     };
                     a[8..16].copy_from_slice(&attrs.to_le_bytes());
                     fit(a, out_len, code::INSUFFICIENT_BUFFER)
@@ -143,6 +147,13 @@ pub(super) fn ioctl(
                     let mask = io::le_u64(input, 16).ok_or_else(invalid)?;
                     if mask & io::DISK_ATTRIBUTE_OFFLINE != 0 {
                         d.offline = attrs & io::DISK_ATTRIBUTE_OFFLINE != 0;
+                    }
+                    if mask & io::DISK_ATTRIBUTE_READ_ONLY != 0 {
+                        d.read_only = attrs & io::DISK_ATTRIBUTE_READ_ONLY != 0;
+                    }
+                    // Persist: "these settings are persisted across reboots".
+                    if input.get(4).is_some_and(|p| *p != 0) {
+                        d.persisted = (d.offline, d.read_only);
                     }
                     Ok(Vec::new())
                 }
@@ -170,6 +181,13 @@ pub(super) fn ioctl(
                         _ => return Err(OsError::new(code::INVALID_FUNCTION)),
                     };
                     fit(out, out_len, code::INSUFFICIENT_BUFFER)
+                }
+                // "If the disk is READONLY, disk data and metadata can be read, but writes to the
+                // disk will fail."
+                io::DISK_CREATE_DISK | io::DISK_SET_DRIVE_LAYOUT_EX | io::DISK_GROW_PARTITION
+                    if d.read_only =>
+                {
+                    Err(OsError::new(code::WRITE_PROTECT))
                 }
                 io::DISK_CREATE_DISK => {
                     if io::le_u32(input, 0) != Some(STYLE_GPT) {

@@ -73,6 +73,11 @@ struct Disk {
     usable_length: u64,
     parts: Vec<Part>,
     offline: bool,
+    /// `DISK_ATTRIBUTE_READ_ONLY`: writes fail ERROR_WRITE_PROTECT.
+    read_only: bool,
+    /// `(offline, read_only)` as persisted: what the disk comes back with when it is seen
+    /// again (a reboot, a re-attach).
+    persisted: (bool, bool),
     /// `(port, path, target, lun)`; `None` for a disk that is not SCSI-addressed.
     scsi: Option<(u8, u8, u8, u8)>,
     page83: String,
@@ -354,6 +359,8 @@ impl SimWindows {
                         part(3, 117 * MIB, size - 118 * MIB, BASIC_DATA, os, 0),
                     ],
                     offline: false,
+                    read_only: false,
+                    persisted: (false, false),
                     scsi: Some((0, 0, 0, 0)),
                     page83: "system-disk".into(),
                     serial: "SIM-SYSTEM".into(),
@@ -399,6 +406,8 @@ impl SimWindows {
                 usable_length: 0,
                 parts: Vec::new(),
                 offline: false,
+                read_only: false,
+                persisted: (false, false),
                 scsi: Some((0, 0, 0, lun)),
                 page83: format!("sim-disk-{n}"),
                 serial: format!("SIM{n:04}"),

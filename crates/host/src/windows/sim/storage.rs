@@ -77,3 +77,42 @@ impl SimWindows {
         }
     }
 }
+
+impl SimWindows {
+    /// Attaches a RAW disk on a shared bus (iSCSI, SAN) as the default SAN policy of Windows
+    /// Server (OfflineShared) leaves it: offline and read-only; returns its number.
+    pub fn add_san_disk(&self, size: u64, lun: u8) -> u32 {
+        let n = self.add_disk(size, lun);
+        if let Some(d) = self.lock().disks.get_mut(&n) {
+            d.offline = true;
+            d.read_only = true;
+            d.persisted = (true, true);
+        }
+        n
+    }
+
+    /// Makes a disk read-only (`DISK_ATTRIBUTE_READ_ONLY`) or writable, as an administrator's
+    /// `attributes disk set readonly` would, persistently.
+    pub fn set_disk_read_only(&self, disk: u32, read_only: bool) {
+        if let Some(d) = self.lock().disks.get_mut(&disk) {
+            d.read_only = read_only;
+            d.persisted.1 = read_only;
+        }
+    }
+
+    /// The disk is seen again (the node rebooted, or the disk was detached and attached): its
+    /// attributes are the persisted ones.
+    pub fn reattach_disk(&self, disk: u32) {
+        if let Some(d) = self.lock().disks.get_mut(&disk) {
+            (d.offline, d.read_only) = d.persisted;
+        }
+    }
+
+    /// The disk's `(offline, read_only)` attributes.
+    pub fn disk_attributes(&self, disk: u32) -> Option<(bool, bool)> {
+        self.lock()
+            .disks
+            .get(&disk)
+            .map(|d| (d.offline, d.read_only))
+    }
+}

@@ -5,6 +5,7 @@ use super::tests::{Machine, machine};
 use super::*;
 use crate::windows::filesystem::WindowsFilesystemHost;
 use crate::windows::os::{self as seam};
+use csi_proxy_core::Kind;
 use csi_proxy_core::disk::DiskService;
 use csi_proxy_core::filesystem::FilesystemService;
 use csi_proxy_core::paths::{PathPolicy, PathStyle};
@@ -102,4 +103,58 @@ fn a_volume_locked_by_another_process_blocks_nothing_else() {
     assert!(seen[0].contains(r"\disk"), "{seen:?}");
     // The locked volume is still listed on its disk (its extents need no data access).
     assert_eq!(vol.list_volumes_on_disk(a, 0).unwrap(), [locked.clone()]);
+}
+
+#[test]
+fn a_san_disk_brought_online_is_writable_and_stays_so() {
+    let m = machine();
+    let (disk, _) = services(&m);
+    // Windows Server's default SAN policy leaves an iSCSI disk offline and read-only.
+    let n = m.sim.add_san_disk(10 * GIB, 3);
+    assert_eq!(m.sim.disk_attributes(n), Some((true, true)));
+    disk.set_disk_state(n, true).unwrap();
+    assert_eq!(m.sim.disk_attributes(n), Some((false, false)));
+    disk.partition_disk(n).unwrap();
+    // Persisted: after a reboot the disk is still online and writable.
+    m.sim.reattach_disk(n);
+    assert_eq!(m.sim.disk_attributes(n), Some((false, false)));
+    // An online disk made read-only is made writable by SetDiskState(online) too.
+    m.sim.set_disk_read_only(n, true);
+    disk.set_disk_state(n, true).unwrap();
+    assert_eq!(m.sim.disk_attributes(n), Some((false, false)));
+}
+
+#[test]
+fn partition_disk_refuses_an_offline_or_read_only_disk_naming_the_attribute() {
+    let m = machine();
+    let (disk, _) = services(&m);
+    let n = m.sim.add_san_disk(10 * GIB, 3);
+    let before = m.sim.clock();
+    let e = disk.partition_disk(n).unwrap_err();
+    assert_eq!(e.kind(), Kind::FailedPrecondition, "{}", e.message());
+    assert!(
+        e.message().contains("DISK_ATTRIBUTE_OFFLINE"),
+        "{}",
+        e.message()
+    );
+    // Refused at once (no 30 s wait for a volume an offline disk never surfaces), nothing
+    // written.
+    assert!(m.sim.clock() - before < Duration::from_secs(1));
+    assert!(m.sim.partitions(n).is_empty());
+    // Online but read-only (an administrator's `attributes disk set readonly`).
+    let n = m.sim.add_disk(10 * GIB, 4);
+    m.sim.set_disk_read_only(n, true);
+    let e = disk.partition_disk(n).unwrap_err();
+    assert_eq!(e.kind(), Kind::FailedPrecondition, "{}", e.message());
+    assert!(
+        e.message().contains("DISK_ATTRIBUTE_READ_ONLY"),
+        "{}",
+        e.message()
+    );
+    assert!(m.sim.partitions(n).is_empty());
+    // The simulated Windows refuses the write itself, as Windows does.
+    let h = seam::open(&*m.sim, &format!(r"\\.\PhysicalDrive{n}"), true).unwrap();
+    let create = crate::windows_data::ioctl::create_gpt_disk(uuid::Uuid::nil());
+    let e = seam::ioctl(&h, crate::windows_data::ioctl::DISK_CREATE_DISK, &create, 0).unwrap_err();
+    assert_eq!(e.code, code::WRITE_PROTECT);
 }

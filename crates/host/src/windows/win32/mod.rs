@@ -55,6 +55,7 @@ const _: () = {
     assert!(io::STORAGE_GET_DEVICE_NUMBER == w::IOCTL_STORAGE_GET_DEVICE_NUMBER);
     assert!(io::FSCTL_EXTEND_VOLUME == w::FSCTL_EXTEND_VOLUME);
     assert!(io::DISK_ATTRIBUTE_OFFLINE == w::DISK_ATTRIBUTE_OFFLINE);
+    assert!(io::DISK_ATTRIBUTE_READ_ONLY == w::DISK_ATTRIBUTE_READ_ONLY);
     assert!(io::CREATE_DISK_SIZE == size_of::<w::CREATE_DISK>());
     assert!(io::SET_DISK_ATTRIBUTES_SIZE == size_of::<w::SET_DISK_ATTRIBUTES>());
 };
