@@ -11,6 +11,7 @@
 //! Whatever cannot be read while deciding whether a disk is in use counts as "in use".
 
 use super::os::{self, Handle, OsError, Win32, code, ioctl, os_error};
+use crate::signatures;
 use crate::windows_data::ioctl as io;
 use crate::windows_data::layout::{self, NewEntry, PartitionPlan, STYLE_RAW};
 use crate::windows_data::storage;
@@ -199,6 +200,51 @@ pub(super) fn read_layout(op: &str, n: u32, h: &Handle<'_>) -> Result<(layout::L
         .filter(|s| *s >= 512 && s.is_power_of_two())
         .ok_or_else(|| Error::new(Kind::Internal, op, &object, "bad DISK_GEOMETRY_EX"))?;
     Ok((l, u64::from(sector)))
+}
+
+/// The disk's length in bytes (`IOCTL_DISK_GET_LENGTH_INFO`, which needs read access).
+pub(super) fn disk_length(op: &str, n: u32, h: &Handle<'_>) -> Result<u64> {
+    let object = format!("disk {n}");
+    // GET_LENGTH_INFORMATION: Length i64 @0.
+    let out =
+        ioctl(h, io::DISK_GET_LENGTH_INFO, &[], 8).map_err(|e| os_error(op, &object, &e, &[]))?;
+    io::le_u64(&out, 0)
+        .filter(|v| i64::try_from(*v).is_ok())
+        .ok_or_else(|| Error::new(Kind::Internal, op, &object, "bad length"))
+}
+
+/// Refuses a disk Windows reports as RAW when its first or last bytes hold anything the
+/// shared probe knows: RAW only means "no MBR or GPT", and a whole-disk ext4, LUKS, LVM, ZFS
+/// or md member is RAW to Windows. Head and tail are read through the disk handle, in whole
+/// sectors (noncached disk I/O); `sector` is the logical sector size.
+fn refuse_raw_content(os: &dyn Win32, op: &str, n: u32, h: &Handle<'_>, sector: u64) -> Result<()> {
+    let object = format!("disk {n}");
+    let length = disk_length(op, n, h)? / sector * sector;
+    let read = |offset: u64, len: u64| {
+        os.read_at(h.raw(), offset, len as usize).map_err(|e| {
+            os_error(op, &object, &e, &[]).context("reading the RAW disk before initialising it")
+        })
+    };
+    let head = read(0, (signatures::PROBE_LEN as u64).min(length))?;
+    let tail_len = (signatures::TAIL_PROBE_LEN as u64)
+        .next_multiple_of(sector)
+        .min(length);
+    let found = match signatures::probe(&head) {
+        Some(sig) => Some(sig),
+        None => signatures::probe_tail(&read(length - tail_len, tail_len)?, length),
+    };
+    match found {
+        None => Ok(()),
+        Some(sig) => Err(Error::new(
+            Kind::FailedPrecondition,
+            op,
+            &object,
+            format!(
+                "Windows sees no partition table (RAW), but the disk holds {}; refusing to initialise it",
+                sig.kind
+            ),
+        )),
+    }
 }
 
 /// The disk's attributes (`GET_DISK_ATTRIBUTES.Attributes`).
@@ -445,14 +491,8 @@ impl DiskHost for WindowsDiskHost {
 
     fn get_disk_size(&self, disk_number: u32) -> Result<u64> {
         const OP: &str = "GetDiskStats";
-        let object = format!("disk {disk_number}");
         let h = open_disk(&*self.os, OP, disk_number, false)?;
-        // GET_LENGTH_INFORMATION: Length i64 @0.
-        let out = ioctl(&h, io::DISK_GET_LENGTH_INFO, &[], 8)
-            .map_err(|e| os_error(OP, &object, &e, &[]))?;
-        io::le_u64(&out, 0)
-            .filter(|v| i64::try_from(*v).is_ok())
-            .ok_or_else(|| Error::new(Kind::Internal, OP, &object, "bad length"))
+        disk_length(OP, disk_number, &h)
     }
 
     fn is_disk_online(&self, disk_number: u32) -> Result<bool> {
@@ -507,8 +547,9 @@ impl DiskHost for WindowsDiskHost {
         refuse_system_disk(os, OP, disk_number)?;
         let guid = || os.new_guid().map_err(|e| os_error(OP, "GUID", &e, &[]));
         if l.style == STYLE_RAW {
+            refuse_raw_content(os, OP, disk_number, &h, sector)?;
             // IOCTL_DISK_CREATE_DISK "initializes a disk and disk partition table"; it only
-            // runs on a RAW disk here because the layout was just read as RAW.
+            // runs on a RAW disk here because the layout was just read as RAW and found empty.
             ioctl(&h, io::DISK_CREATE_DISK, &io::create_gpt_disk(guid()?), 0)
                 .map_err(|e| os_error(OP, &object, &e, &[]))?;
             (l, _) = read_layout(OP, disk_number, &h)?;

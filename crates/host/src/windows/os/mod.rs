@@ -264,8 +264,10 @@ pub trait Win32: FileApi + Send + Sync {
         input: &[u8],
         out_len: usize,
     ) -> Win32Result<Vec<u8>>;
-    /// `ReadFile` of `len` bytes at the handle's file pointer (0 on a fresh handle).
-    fn read(&self, handle: u64, len: usize) -> Win32Result<Vec<u8>>;
+    /// `ReadFile` of `len` bytes at byte `offset` (an `OVERLAPPED` offset on a synchronous
+    /// handle), into a buffer aligned for noncached disk and volume I/O. On a disk or volume
+    /// handle `offset` and `len` must be whole sectors (ERROR_INVALID_PARAMETER otherwise).
+    fn read_at(&self, handle: u64, offset: u64, len: usize) -> Win32Result<Vec<u8>>;
     /// `FlushFileBuffers`: on a volume handle, every open file of the volume.
     fn flush(&self, handle: u64) -> Win32Result<()>;
     /// `FindFirstVolumeW` / `FindNextVolumeW` / `FindVolumeClose`: every volume's GUID path,

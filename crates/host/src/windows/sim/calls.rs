@@ -43,7 +43,7 @@ impl Win32 for SimWindows {
         devices::ioctl(&mut s, open, ioctl, input, out_len)
     }
 
-    fn read(&self, handle: u64, len: usize) -> Win32Result<Vec<u8>> {
+    fn read_at(&self, handle: u64, offset: u64, len: usize) -> Win32Result<Vec<u8>> {
         let mut s = self.lock();
         s.take_fault("read")?;
         let open = s.handles.get(&handle).copied();
@@ -53,11 +53,18 @@ impl Win32 for SimWindows {
         }
         match open.map(|o| o.target) {
             Some(Target::Volume(v)) => {
-                let mut out = s.volumes[v].head.clone();
+                if !offset.is_multiple_of(SECTOR) || !(len as u64).is_multiple_of(SECTOR) {
+                    return Err(OsError::new(code::INVALID_PARAMETER));
+                }
+                let head = &s.volumes[v].head;
+                let mut out = head.get(offset as usize..).unwrap_or_default().to_vec();
                 out.resize(len, 0);
                 Ok(out)
             }
-            Some(Target::Disk(_)) => Ok(vec![0; len]),
+            Some(Target::Disk(n)) => {
+                let d = s.disks.get(&n).ok_or(OsError::new(code::FILE_NOT_FOUND))?;
+                storage::read_disk(d, offset, len)
+            }
             None => Err(OsError::new(code::INVALID_HANDLE)),
         }
     }

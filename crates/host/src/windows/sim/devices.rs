@@ -119,7 +119,7 @@ pub(super) fn ioctl(
                 }
                 io::DISK_GET_DRIVE_GEOMETRY_EX => {
                     let mut g = vec![0u8; 32];
-                    g[20..24].copy_from_slice(&(SECTOR as u32).to_le_bytes());
+                    g[20..24].copy_from_slice(&(d.sector as u32).to_le_bytes());
                     g[24..32].copy_from_slice(&(d.size as i64).to_le_bytes());
                     fit(g, out_len, code::INSUFFICIENT_BUFFER)
                 }
@@ -197,11 +197,13 @@ pub(super) fn ioctl(
                     id.copy_from_slice(input.get(4..20).ok_or_else(invalid)?);
                     d.style = STYLE_GPT;
                     d.disk_id = Uuid::from_bytes_le(id);
-                    // LBA 0 protective MBR, LBA 1 header, 32 sectors of entries; the same at
-                    // the end for the backup.
-                    d.usable_start = 34 * SECTOR;
-                    d.usable_length = d.size - 67 * SECTOR;
+                    // LBA 0 protective MBR, LBA 1 header, 16 KiB of entries; the same at the
+                    // end for the backup.
+                    let (start, end) = d.gpt_usable();
+                    d.usable_start = start;
+                    d.usable_length = end - start;
                     d.parts.clear();
+                    d.write_gpt_headers();
                     Ok(Vec::new())
                 }
                 io::DISK_SET_DRIVE_LAYOUT_EX => {
@@ -250,7 +252,7 @@ pub(super) fn ioctl(
                         d.size = size;
                         if d.style == STYLE_GPT {
                             // Windows moves the backup GPT to the new end of the disk.
-                            d.usable_length = size - 33 * SECTOR - d.usable_start;
+                            d.usable_length = d.gpt_usable().1 - d.usable_start;
                         }
                     }
                     fit(vec![0u8; 32], out_len.max(32), code::INSUFFICIENT_BUFFER)
@@ -278,11 +280,12 @@ pub(super) fn ioctl(
             io::FSCTL_EXTEND_VOLUME => {
                 let sectors = le_i64(input, 0).ok_or_else(invalid)?;
                 let length = partition_of(s, v).map_or(0, |p| p.length);
+                let sector = s.disks.get(&s.volumes[v].disk).map_or(SECTOR, |d| d.sector);
                 let vol = &mut s.volumes[v];
                 if vol.fs.is_none() {
                     return Err(OsError::new(code::UNRECOGNIZED_VOLUME));
                 }
-                let bytes = sectors.checked_mul(SECTOR).ok_or_else(invalid)?;
+                let bytes = sectors.checked_mul(sector).ok_or_else(invalid)?;
                 if bytes > length || bytes < vol.fs_size {
                     return Err(invalid());
                 }
@@ -336,7 +339,8 @@ fn set_layout(d: &mut Disk, input: &[u8]) -> Win32Result<Vec<u32>> {
         {
             return Err(invalid());
         }
-        if q.start < d.usable_start || q.start + q.length > end || !q.start.is_multiple_of(SECTOR) {
+        if q.start < d.usable_start || q.start + q.length > end || !q.start.is_multiple_of(d.sector)
+        {
             return Err(invalid());
         }
         if parts

@@ -78,6 +78,10 @@ struct Disk {
     /// `(offline, read_only)` as persisted: what the disk comes back with when it is seen
     /// again (a reboot, a re-attach).
     persisted: (bool, bool),
+    /// Logical sector size: 512 (512n, 512e) or 4096 (4Kn).
+    sector: u64,
+    /// What is written on the disk, sparse: sector index to its bytes (absent is zeros).
+    data: BTreeMap<u64, Vec<u8>>,
     /// `(port, path, target, lun)`; `None` for a disk that is not SCSI-addressed.
     scsi: Option<(u8, u8, u8, u8)>,
     page83: String,
@@ -361,6 +365,8 @@ impl SimWindows {
                     offline: false,
                     read_only: false,
                     persisted: (false, false),
+                    sector: SECTOR,
+                    data: BTreeMap::new(),
                     scsi: Some((0, 0, 0, 0)),
                     page83: "system-disk".into(),
                     serial: "SIM-SYSTEM".into(),
@@ -408,6 +414,8 @@ impl SimWindows {
                 offline: false,
                 read_only: false,
                 persisted: (false, false),
+                sector: SECTOR,
+                data: BTreeMap::new(),
                 scsi: Some((0, 0, 0, lun)),
                 page83: format!("sim-disk-{n}"),
                 serial: format!("SIM{n:04}"),
@@ -547,6 +555,8 @@ fn part(number: u32, start: u64, length: u64, gpt_type: Uuid, id: Uuid, attribut
     }
 }
 
+#[cfg(test)]
+mod content_tests;
 #[cfg(test)]
 mod filesystem_tests;
 #[cfg(test)]

@@ -116,3 +116,95 @@ impl SimWindows {
             .map(|d| (d.offline, d.read_only))
     }
 }
+
+impl Disk {
+    /// The GPT's usable area for this disk's size and sector: after the protective MBR, the
+    /// header and 16 KiB of entries; before the backup entries and header.
+    pub(super) fn gpt_usable(&self) -> (u64, u64) {
+        let entries = (16 << 10) / self.sector;
+        (
+            (2 + entries) * self.sector,
+            self.size - (1 + entries) * self.sector,
+        )
+    }
+
+    /// `len` bytes at byte `offset` (zeros where nothing was written; short at the end).
+    pub(super) fn read_bytes(&self, offset: u64, len: usize) -> Vec<u8> {
+        let end = (offset + len as u64).min(self.size);
+        let mut out = vec![0u8; end.saturating_sub(offset) as usize];
+        for (lba, bytes) in self
+            .data
+            .range(offset / self.sector..end.div_ceil(self.sector))
+        {
+            let at = lba * self.sector;
+            for (i, b) in bytes.iter().enumerate() {
+                let pos = at + i as u64;
+                if (offset..end).contains(&pos) {
+                    out[(pos - offset) as usize] = *b;
+                }
+            }
+        }
+        out
+    }
+
+    /// Writes `bytes` at byte `offset`.
+    pub(super) fn write_bytes(&mut self, offset: u64, bytes: &[u8]) {
+        for (i, b) in bytes.iter().enumerate() {
+            let pos = offset + i as u64;
+            let sector = self.sector;
+            let s = self
+                .data
+                .entry(pos / sector)
+                .or_insert_with(|| vec![0; sector as usize]);
+            s[(pos % sector) as usize] = *b;
+        }
+    }
+
+    /// What `IOCTL_DISK_CREATE_DISK` writes for GPT: a protective MBR (one 0xEE entry) at LBA
+    /// 0, the header ("EFI PART") at LBA 1 and the backup header at the last LBA.
+    pub(super) fn write_gpt_headers(&mut self) {
+        let mut mbr = vec![0u8; 512];
+        mbr[446 + 4] = 0xEE;
+        mbr[510] = 0x55;
+        mbr[511] = 0xAA;
+        self.write_bytes(0, &mbr);
+        self.write_bytes(self.sector, b"EFI PART");
+        self.write_bytes(self.size - self.sector, b"EFI PART");
+    }
+}
+
+/// `ReadFile` at `offset` on a disk: whole sectors only, as noncached disk I/O requires.
+pub(super) fn read_disk(d: &Disk, offset: u64, len: usize) -> Win32Result<Vec<u8>> {
+    if !offset.is_multiple_of(d.sector) || !(len as u64).is_multiple_of(d.sector) {
+        return Err(OsError::new(code::INVALID_PARAMETER));
+    }
+    Ok(d.read_bytes(offset, len))
+}
+
+impl SimWindows {
+    /// Attaches a new RAW disk like [`SimWindows::add_disk`] with a logical sector of `sector`
+    /// bytes (4096: a 4Kn disk).
+    pub fn add_disk_with_sector(&self, size: u64, lun: u8, sector: u64) -> u32 {
+        let n = self.add_disk(size, lun);
+        if let Some(d) = self.lock().disks.get_mut(&n) {
+            d.sector = sector;
+        }
+        n
+    }
+
+    /// Writes `bytes` on disk `disk` at byte `offset` (what another OS or a previous owner
+    /// left there); Windows still sees the disk as it saw it before (RAW stays RAW).
+    pub fn write_disk(&self, disk: u32, offset: u64, bytes: &[u8]) {
+        if let Some(d) = self.lock().disks.get_mut(&disk) {
+            d.write_bytes(offset, bytes);
+        }
+    }
+
+    /// `len` bytes of disk `disk` at byte `offset`.
+    pub fn disk_bytes(&self, disk: u32, offset: u64, len: usize) -> Vec<u8> {
+        self.lock()
+            .disks
+            .get(&disk)
+            .map_or_else(Vec::new, |d| d.read_bytes(offset, len))
+    }
+}

@@ -263,7 +263,7 @@ fn flush(os: &dyn Win32, op: &str, id: &str, v: &VolumeName) -> Result<()> {
 /// handle must be.
 fn read_head(os: &dyn Win32, op: &str, id: &str, v: &VolumeName) -> Result<Vec<u8>> {
     let h = open_volume(os, op, id, v, Access::Read)?;
-    os.read(h.raw(), signatures::PROBE_LEN)
+    os.read_at(h.raw(), 0, signatures::PROBE_LEN)
         .map_err(|e| os_error(op, shown(id), &e, &[]))
 }
 

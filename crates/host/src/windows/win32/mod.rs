@@ -30,7 +30,7 @@ use windows::Win32::Storage::FileSystem::{
     GetVolumeInformationW, GetVolumeNameForVolumeMountPointW, GetVolumePathNameW,
     GetVolumePathNamesForVolumeNameW, OPEN_EXISTING, ReadFile, SetVolumeMountPointW,
 };
-use windows::Win32::System::IO::DeviceIoControl;
+use windows::Win32::System::IO::{DeviceIoControl, OVERLAPPED};
 use windows::Win32::System::Ioctl::GUID_DEVINTERFACE_DISK;
 use windows::Win32::System::SystemInformation::GetSystemDirectoryW;
 use windows::core::{GUID, PCWSTR};
@@ -168,14 +168,30 @@ impl Win32 for SystemWin32 {
         Ok(bytes[..(returned as usize).min(out_len)].to_vec())
     }
 
-    fn read(&self, raw: u64, len: usize) -> Win32Result<Vec<u8>> {
-        let mut buf = vec![0u8; len];
+    fn read_at(&self, raw: u64, offset: u64, len: usize) -> Win32Result<Vec<u8>> {
+        // Disk and volume handles do noncached I/O, whose buffers must be aligned to the
+        // physical sector ("File Buffering"); 4 KiB covers 512-byte, 512e and 4Kn disks.
+        const ALIGN: usize = 4096;
+        let mut storage = vec![0u8; len + ALIGN];
+        let pad = storage.as_ptr().align_offset(ALIGN).min(ALIGN);
+        let buf = &mut storage[pad..pad + len];
+        let mut overlapped = OVERLAPPED::default();
+        overlapped.Anonymous.Anonymous.Offset = offset as u32;
+        overlapped.Anonymous.Anonymous.OffsetHigh = (offset >> 32) as u32;
         let mut got = 0u32;
-        // SAFETY: `buf` is writable for its length; synchronous handle, no OVERLAPPED.
-        unsafe { ReadFile(handle(raw), Some(&mut buf), Some(&raw mut got), None) }
-            .map_err(|e| os(&e))?;
-        buf.truncate(got as usize);
-        Ok(buf)
+        // SAFETY: `buf` is writable for its length and outlives the call; the handle was opened
+        // without FILE_FLAG_OVERLAPPED, so with an OVERLAPPED "the read operation starts at the
+        // offset that is specified in the OVERLAPPED structure" and completes before returning.
+        unsafe {
+            ReadFile(
+                handle(raw),
+                Some(buf),
+                Some(&raw mut got),
+                Some(&raw mut overlapped),
+            )
+        }
+        .map_err(|e| os(&e))?;
+        Ok(storage[pad..pad + (got as usize).min(len)].to_vec())
     }
 
     fn flush(&self, raw: u64) -> Win32Result<()> {
