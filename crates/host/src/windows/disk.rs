@@ -18,13 +18,11 @@ use crate::windows_data::storage;
 use csi_proxy_core::disk::{DiskHost, DiskIds, DiskLocation, DiskUsage};
 use csi_proxy_core::{Error, Kind, Result};
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
-/// How long PartitionDisk waits for the new partition's volume to appear: the volume manager
-/// creates it asynchronously after the layout is written, usually within a second.
-pub const VOLUME_ARRIVAL_LIMIT: Duration = Duration::from_secs(30);
-/// The pause between two looks for the new volume.
-const VOLUME_ARRIVAL_POLL: Duration = Duration::from_millis(100);
+mod arrival;
+
+pub use arrival::VOLUME_ARRIVAL_LIMIT;
+use arrival::wait_for_volumes;
 
 super::os::seam_host! {
     /// The Windows disk host.
@@ -337,48 +335,6 @@ pub(super) fn volume_path_names(os: &dyn Win32, op: &str, volume: &str) -> Resul
     }
 }
 
-/// Waits (up to [`VOLUME_ARRIVAL_LIMIT`]) until the volume of the partition that starts at
-/// `offset` on `disk` exists and its GUID path resolves: Windows creates the volume
-/// asynchronously after the layout write, and drivers list the disk's volumes right after
-/// PartitionDisk returns.
-fn wait_for_volume(os: &dyn Win32, op: &str, disk: u32, offset: u64) -> Result<String> {
-    let until = os.now() + VOLUME_ARRIVAL_LIMIT;
-    loop {
-        if let Some(v) = volume_at_offset(os, disk, offset) {
-            return Ok(v);
-        }
-        if os.now() >= until {
-            return Err(Error::new(
-                Kind::Unavailable,
-                op,
-                format!("disk {disk}"),
-                format!(
-                    "the new partition's volume did not appear within {} s; call again",
-                    VOLUME_ARRIVAL_LIMIT.as_secs()
-                ),
-            ));
-        }
-        os.sleep(VOLUME_ARRIVAL_POLL);
-    }
-}
-
-/// The GUID path of the volume whose extent starts at `offset` on `disk`, once it resolves.
-fn volume_at_offset(os: &dyn Win32, disk: u32, offset: u64) -> Option<String> {
-    os.volumes().ok()?.into_iter().find(|volume| {
-        let Ok(h) = os::open_query(os, &volume_device(volume)) else {
-            return false;
-        };
-        let on_it = query_extents(&h)
-            .ok()
-            .and_then(std::result::Result::ok)
-            .is_some_and(|x| {
-                x.iter()
-                    .any(|e| e.disk_number == disk && e.starting_offset == offset)
-            });
-        on_it && os.volume_name_for_mount_point(volume).is_ok()
-    })
-}
-
 impl DiskHost for WindowsDiskHost {
     fn disk_usage(&self, disk_number: u32) -> Result<DiskUsage> {
         const OP: &str = "DiskUsage";
@@ -513,20 +469,29 @@ impl DiskHost for WindowsDiskHost {
         } else {
             attrs & io::DISK_ATTRIBUTE_OFFLINE != 0
         };
-        if done {
+        if done && !online {
             return Ok(());
         }
         if !online {
             refuse_system_disk(os, OP, disk_number)?;
         }
         let h = open_disk(os, OP, disk_number, true)?;
-        ioctl(
-            &h,
-            io::DISK_SET_DISK_ATTRIBUTES,
-            &io::set_offline(!online),
-            0,
-        )
-        .map_err(|e| os_error(OP, format!("disk {disk_number}"), &e, &[]))?;
+        if !done {
+            ioctl(
+                &h,
+                io::DISK_SET_DISK_ATTRIBUTES,
+                &io::set_offline(!online),
+                0,
+            )
+            .map_err(|e| os_error(OP, format!("disk {disk_number}"), &e, &[]))?;
+        }
+        if online {
+            // Online also means "its volumes exist": Plug and Play surfaces them only after
+            // the disk comes online (or was just attached).
+            let (l, _) = read_layout(OP, disk_number, &h)?;
+            drop(h);
+            wait_for_volumes(os, OP, disk_number, &l)?;
+        }
         Ok(())
     }
 
@@ -541,6 +506,10 @@ impl DiskHost for WindowsDiskHost {
         // Idempotent and safe: a disk with any data partition is left alone before anything
         // else is looked at.
         if layout::plan_data_partition(&l, sector) == Ok(PartitionPlan::Nothing) {
+            // Partitioned already (by an earlier call, or before the disk was attached): done
+            // once its volumes exist, which after an attach or a reboot takes a moment.
+            drop(h);
+            wait_for_volumes(os, OP, disk_number, &l)?;
             return Ok(());
         }
         refuse_attribute(OP, disk_number, attrs, io::DISK_ATTRIBUTE_READ_ONLY)?;
@@ -585,9 +554,10 @@ impl DiskHost for WindowsDiskHost {
         // assigned (as upstream's AssignDriveLetter=false); nothing is formatted.
         ioctl(&h, io::DISK_UPDATE_PROPERTIES, &[], 0)
             .map_err(|e| os_error(OP, &object, &e, &[]))?;
+        let (written, _) = read_layout(OP, disk_number, &h)?;
         drop(h);
-        let volume = wait_for_volume(os, OP, disk_number, new.start)?;
-        tracing::info!(disk = disk_number, volume, "partitioned");
+        let volumes = wait_for_volumes(os, OP, disk_number, &written)?;
+        tracing::info!(disk = disk_number, volume = ?volumes.get(&new.start), "partitioned");
         Ok(())
     }
 }

@@ -145,6 +145,7 @@ pub(super) fn ioctl(
                 io::DISK_SET_DISK_ATTRIBUTES => {
                     let attrs = io::le_u64(input, 8).ok_or_else(invalid)?;
                     let mask = io::le_u64(input, 16).ok_or_else(invalid)?;
+                    let was_offline = d.offline;
                     if mask & io::DISK_ATTRIBUTE_OFFLINE != 0 {
                         d.offline = attrs & io::DISK_ATTRIBUTE_OFFLINE != 0;
                     }
@@ -154,6 +155,9 @@ pub(super) fn ioctl(
                     // Persist: "these settings are persisted across reboots".
                     if input.get(4).is_some_and(|p| *p != 0) {
                         d.persisted = (d.offline, d.read_only);
+                    }
+                    if was_offline && !d.offline {
+                        s.volumes_arrive(n);
                     }
                     Ok(Vec::new())
                 }

@@ -108,6 +108,9 @@ struct Volume {
     no_media: bool,
     /// Another process holds `FSCTL_LOCK_VOLUME` on it: only query opens work.
     locked: bool,
+    /// When Plug and Play surfaces it again after its disk came online or was attached; it
+    /// does not exist before.
+    arrives: Duration,
 }
 
 /// What an open handle refers to.
@@ -263,6 +266,7 @@ impl State {
             contents: Vec::new(),
             no_media: false,
             locked: false,
+            arrives: Duration::ZERO,
         });
         let index = self.volumes.len() - 1;
         if self.automount && p.attributes & NO_DRIVE_LETTER == 0 {
@@ -285,9 +289,10 @@ impl State {
     fn visible(&self, v: usize) -> bool {
         self.volumes.get(v).is_some_and(|vol| {
             vol.no_media
-                || self.disks.get(&vol.disk).is_some_and(|d| {
-                    !d.offline && d.parts.iter().any(|p| p.number == vol.partition)
-                })
+                || vol.arrives <= self.clock
+                    && self.disks.get(&vol.disk).is_some_and(|d| {
+                        !d.offline && d.parts.iter().any(|p| p.number == vol.partition)
+                    })
         })
     }
 

@@ -62,6 +62,7 @@ impl SimWindows {
             contents: Vec::new(),
             no_media: true,
             locked: false,
+            arrives: Duration::ZERO,
         });
         let index = s.volumes.len() - 1;
         s.give_letter(index);
@@ -102,10 +103,13 @@ impl SimWindows {
 
     /// The disk is seen again (the node rebooted, or the disk was detached and attached): its
     /// attributes are the persisted ones.
+    /// Its volumes arrive again asynchronously, as after any attach.
     pub fn reattach_disk(&self, disk: u32) {
-        if let Some(d) = self.lock().disks.get_mut(&disk) {
+        let mut s = self.lock();
+        if let Some(d) = s.disks.get_mut(&disk) {
             (d.offline, d.read_only) = d.persisted;
         }
+        s.volumes_arrive(disk);
     }
 
     /// The disk's `(offline, read_only)` attributes.
@@ -206,5 +210,17 @@ impl SimWindows {
             .disks
             .get(&disk)
             .map_or_else(Vec::new, |d| d.read_bytes(offset, len))
+    }
+}
+
+impl State {
+    /// The volumes of `disk` are surfaced again by Plug and Play, after the arrival delay: what
+    /// happens when a disk comes online or is attached ("When a disk is online, one or more
+    /// volume devices are installed for the disk").
+    pub(super) fn volumes_arrive(&mut self, disk: u32) {
+        let due = self.clock + self.arrival_delay;
+        for v in self.volumes.iter_mut().filter(|v| v.disk == disk) {
+            v.arrives = due;
+        }
     }
 }

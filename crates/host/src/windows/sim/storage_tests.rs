@@ -6,6 +6,7 @@ use super::*;
 use crate::windows::filesystem::WindowsFilesystemHost;
 use crate::windows::os::{self as seam};
 use csi_proxy_core::Kind;
+use csi_proxy_core::disk::DiskHost;
 use csi_proxy_core::disk::DiskService;
 use csi_proxy_core::filesystem::FilesystemService;
 use csi_proxy_core::paths::{PathPolicy, PathStyle};
@@ -157,4 +158,55 @@ fn partition_disk_refuses_an_offline_or_read_only_disk_naming_the_attribute() {
     let create = crate::windows_data::ioctl::create_gpt_disk(uuid::Uuid::nil());
     let e = seam::ioctl(&h, crate::windows_data::ioctl::DISK_CREATE_DISK, &create, 0).unwrap_err();
     assert_eq!(e.code, code::WRITE_PROTECT);
+}
+
+#[test]
+fn set_disk_state_online_returns_once_every_data_volume_exists() {
+    let m = machine();
+    let (disk, vol) = services(&m);
+    m.sim.set_arrival_delay(Duration::from_secs(2));
+    let (n, id) = stage(&m, &disk, &vol);
+    let target =
+        vol.get_volume_id_from_target_path(&format!(r"{KUBELET}\plugins\pd\disk{n}\globalmount"));
+    assert_eq!(target.unwrap(), id);
+    disk.set_disk_state(n, false).unwrap();
+    assert!(vol.list_volumes_on_disk(n, 0).unwrap().is_empty());
+    // Plug and Play surfaces the volume 2 s after the disk comes online; drivers list the
+    // disk's volumes right after SetDiskState and take the first.
+    let before = m.sim.clock();
+    disk.set_disk_state(n, true).unwrap();
+    assert!(m.sim.clock() - before >= Duration::from_secs(2));
+    assert_eq!(vol.list_volumes_on_disk(n, 0).unwrap(), [id]);
+}
+
+#[test]
+fn partition_disk_on_an_attached_partitioned_disk_returns_once_its_volume_exists() {
+    let m = machine();
+    let (disk, vol) = services(&m);
+    m.sim.set_arrival_delay(Duration::from_secs(2));
+    let (n, id) = stage(&m, &disk, &vol);
+    // The disk is detached and attached again (to this node, or after a reboot): its volume
+    // arrives asynchronously.
+    m.sim.reattach_disk(n);
+    assert!(vol.list_volumes_on_disk(n, 0).unwrap().is_empty());
+    disk.partition_disk(n).unwrap();
+    assert_eq!(vol.list_volumes_on_disk(n, 0).unwrap(), [id]);
+}
+
+#[test]
+fn the_wait_for_volumes_ends_at_the_callers_deadline() {
+    let m = machine();
+    let (disk, vol) = services(&m);
+    m.sim.set_arrival_delay(Duration::from_secs(2));
+    let (n, _) = stage(&m, &disk, &vol);
+    m.sim.reattach_disk(n);
+    let gone = std::time::Instant::now() - Duration::from_millis(1);
+    // The caller stopped waiting before the volume arrived; the lock wait is not reached (the
+    // deadline is checked inside the wait, after the disk was claimed).
+    let e = csi_proxy_core::deadline::within(Some(gone), || {
+        crate::windows::disk::WindowsDiskHost::with_os(m.sim.clone()).partition_disk(n)
+    })
+    .unwrap_err();
+    assert_eq!(e.kind(), Kind::DeadlineExceeded, "{}", e.message());
+    assert!(m.sim.clock() < Duration::from_secs(60));
 }
