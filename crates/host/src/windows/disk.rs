@@ -134,7 +134,7 @@ fn disks_of_path(os: &dyn Win32, op: &str, path: &str) -> Result<BTreeSet<u32>> 
 /// with a drive letter counts as holding one (refused), and a disk without one does not (a page
 /// file needs a lettered volume).
 fn page_file_use(os: &dyn Win32, op: &str, disk: u32, mount_points: &[String]) -> Option<String> {
-    match os.page_files() {
+    match os::wmi_retrying(os, || os.page_files()) {
         Ok(files) => files
             .into_iter()
             .find_map(|f| match disks_of_path(os, op, &f) {

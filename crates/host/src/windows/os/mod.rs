@@ -496,12 +496,18 @@ pub fn ioctl(h: &Handle<'_>, code: u32, input: &[u8], initial: usize) -> Win32Re
 }
 
 /// Whether a WMI failure means the connection is dead (`winmgmt` restarted, its RPC server
-/// gone) and a fresh connection would answer.
+/// gone) and a fresh connection would answer. Which code a call gets depends on when the
+/// server went: before the call (RPC_E_DISCONNECTED, RPC_S_SERVER_UNAVAILABLE), during it
+/// (RPC_S_CALL_FAILED, RPC_E_SERVER_DIED, or RPC_E_SERVER_DIED_DNE when the call "did not
+/// execute"), or while shutting down.
 pub fn wmi_disconnected(e: &OsError) -> bool {
     matches!(
         e.code,
         0x8001_0108 // RPC_E_DISCONNECTED
             | 0x8007_06BA // RPC_S_SERVER_UNAVAILABLE
+            | 0x8007_06BE // RPC_S_CALL_FAILED
+            | 0x8001_0007 // RPC_E_SERVER_DIED
+            | 0x8001_0012 // RPC_E_SERVER_DIED_DNE
             | 0x8004_1015 // WBEM_E_TRANSPORT_FAILURE
             | 0x8004_1033 // WBEM_E_SHUTTING_DOWN
     )

@@ -244,18 +244,14 @@ impl Win32 for SimWindows {
     fn page_files(&self) -> Win32Result<Vec<String>> {
         let mut s = self.lock();
         s.take_fault("page_files")?;
-        if s.wmi_disconnected {
-            return Err(OsError::new(RPC_E_DISCONNECTED));
-        }
+        smb::connected(&s)?;
         Ok(s.page_files.clone())
     }
 
     fn format_ntfs(&self, volume: &str) -> Win32Result<ReturnValue> {
         let mut s = self.lock();
         s.take_fault("format_ntfs")?;
-        if s.wmi_disconnected {
-            return Err(OsError::new(RPC_E_DISCONNECTED));
-        }
+        smb::connected(&s)?;
         if let Some(odd) = s.odd_return.take() {
             return Ok(odd);
         }
@@ -463,7 +459,7 @@ impl Win32 for SimWindows {
     fn reset_wmi(&self) {
         let mut s = self.lock();
         *s.calls.entry("reset_wmi").or_default() += 1;
-        s.wmi_disconnected = false;
+        s.wmi_gone = None;
     }
 
     fn now(&self) -> Duration {

@@ -164,7 +164,9 @@ struct State {
     shares: BTreeMap<String, smb::Share>,
     /// Node-wide SMB mappings, keyed by lower-cased root.
     smb_mappings: BTreeMap<String, smb::Mapping>,
-    wmi_disconnected: bool,
+    /// What a WMI connection made before `winmgmt` restarted answers (RPC_E_DISCONNECTED, or
+    /// another "server gone" code); `None` while connected.
+    wmi_gone: Option<u32>,
     /// What the next WMI method call answers instead of doing its work.
     odd_return: Option<ReturnValue>,
     /// Services, keyed lower-case (service names are case-insensitive).
@@ -481,7 +483,13 @@ impl SimWindows {
 
     /// Restarts the WMI service: connections made before answer RPC_E_DISCONNECTED.
     pub fn restart_wmi(&self) {
-        self.lock().wmi_disconnected = true;
+        self.restart_wmi_with(RPC_E_DISCONNECTED);
+    }
+
+    /// Restarts the WMI service, connections made before answering `code` (RPC_S_CALL_FAILED,
+    /// RPC_E_SERVER_DIED, ...: how a call finds its server gone depends on when it died).
+    pub fn restart_wmi_with(&self, code: u32) {
+        self.lock().wmi_gone = Some(code);
     }
 
     /// Makes the next call of `call` (a [`Win32`] method name, e.g. `"volume_path_names"`)
@@ -572,3 +580,5 @@ mod service_tests;
 mod storage_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod wmi_tests;

@@ -224,3 +224,13 @@ impl State {
         }
     }
 }
+
+impl SimWindows {
+    /// Gives `volume` the next free drive letter (as automount or an administrator would).
+    pub fn assign_letter(&self, volume: &str) {
+        let mut s = self.lock();
+        if let Some(v) = s.volume_named(volume) {
+            s.give_letter(v);
+        }
+    }
+}
