@@ -187,6 +187,19 @@ pub struct IscsiSession {
     pub connections: Vec<(String, u16)>,
 }
 
+/// A persistent login as the initiator lists it (`PERSISTENT_ISCSI_LOGIN_INFOW`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PersistentLogin {
+    /// `TargetName`, the IQN.
+    pub iqn: String,
+    /// `InitiatorInstance`: the initiator (HBA) that keeps the login.
+    pub initiator: String,
+    /// `InitiatorPortNumber`.
+    pub initiator_port: u32,
+    /// `TargetPortal.Address` and `TargetPortal.Socket`.
+    pub portal: (String, u16),
+}
+
 /// What a WMI method answered in its `ReturnValue` out-parameter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReturnValue {
@@ -377,13 +390,13 @@ pub trait Win32: FileApi + Send + Sync {
     ) -> Win32Result<()>;
     /// `LogoutIScsiTarget(session)`.
     fn iscsi_logout(&self, session: (u64, u64)) -> Win32Result<()>;
-    /// `RemoveIScsiPersistentTargetW(NULL, ISCSI_ALL_INITIATOR_PORTS, iqn, portal)`.
-    fn iscsi_remove_persistent_target(
-        &self,
-        iqn: &str,
-        address: &str,
-        port: u16,
-    ) -> Win32Result<()>;
+    /// `ReportIScsiPersistentLoginsW` with `capacity` bytes: every persistent login. Too small:
+    /// ERROR_INSUFFICIENT_BUFFER, `needed` bytes.
+    fn iscsi_persistent_logins(&self, capacity: usize) -> Win32Result<Vec<PersistentLogin>>;
+    /// `RemoveIScsiPersistentTargetW(InitiatorInstance, InitiatorPortNumber, TargetName,
+    /// TargetPortal)` of one listed login, with its own initiator and port: the initiator is
+    /// `[in]`, not optional.
+    fn iscsi_remove_persistent_target(&self, login: &PersistentLogin) -> Win32Result<()>;
     /// `GetDevicesForIScsiSessionW(session)` with room for `capacity` entries: each device's
     /// `STORAGE_DEVICE_NUMBER` as `(DeviceType, DeviceNumber)`. Too small:
     /// ERROR_INSUFFICIENT_BUFFER, `needed` entries.

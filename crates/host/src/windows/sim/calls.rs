@@ -429,15 +429,16 @@ impl Win32 for SimWindows {
         iscsi::logout(&mut s, session)
     }
 
-    fn iscsi_remove_persistent_target(
-        &self,
-        iqn: &str,
-        address: &str,
-        port: u16,
-    ) -> Win32Result<()> {
+    fn iscsi_persistent_logins(&self, capacity: usize) -> Win32Result<Vec<PersistentLogin>> {
+        let mut s = self.lock();
+        s.take_fault("iscsi_persistent_logins")?;
+        iscsi::persistent_logins(&mut s, capacity)
+    }
+
+    fn iscsi_remove_persistent_target(&self, login: &PersistentLogin) -> Win32Result<()> {
         let mut s = self.lock();
         s.take_fault("iscsi_remove_persistent_target")?;
-        iscsi::remove_persistent(&mut s, iqn, address, port)
+        iscsi::remove_persistent(&mut s, login)
     }
 
     fn iscsi_session_devices(

@@ -33,7 +33,9 @@ pub mod services;
 mod smb;
 mod storage;
 
-use super::os::{Access, IscsiSession, OsError, ReturnValue, Win32, Win32Result, code};
+use super::os::{
+    Access, IscsiSession, OsError, PersistentLogin, ReturnValue, Win32, Win32Result, code,
+};
 use crate::windows_data::layout::{BASIC_DATA, MSR, NO_DRIVE_LETTER, STYLE_GPT, STYLE_RAW};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};

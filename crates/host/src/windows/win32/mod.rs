@@ -13,7 +13,9 @@ mod wmi_calls;
 pub use files::running_under_wine;
 use wmi_calls::wmi_os;
 
-use super::os::{Access, IscsiSession, OsError, ReturnValue, Win32, Win32Result, code};
+use super::os::{
+    Access, IscsiSession, OsError, PersistentLogin, ReturnValue, Win32, Win32Result, code,
+};
 use super::win::{from_wide, wide};
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
@@ -498,13 +500,12 @@ impl Win32 for SystemWin32 {
         iscsi::logout(session)
     }
 
-    fn iscsi_remove_persistent_target(
-        &self,
-        iqn: &str,
-        address: &str,
-        port: u16,
-    ) -> Win32Result<()> {
-        iscsi::remove_persistent_target(iqn, address, port)
+    fn iscsi_persistent_logins(&self, capacity: usize) -> Win32Result<Vec<PersistentLogin>> {
+        iscsi::persistent_logins(capacity)
+    }
+
+    fn iscsi_remove_persistent_target(&self, login: &PersistentLogin) -> Win32Result<()> {
+        iscsi::remove_persistent_target(login)
     }
 
     fn iscsi_session_devices(
