@@ -277,7 +277,16 @@ pub fn max_partition_size(
         .find(|p| p.number == number)
         .ok_or_else(|| PlanError::Invalid(format!("no partition {number} on the disk")))?;
     let limit = if layout.style == STYLE_GPT {
-        layout.usable_start.saturating_add(layout.usable_length)
+        // The disk's end less the backup GPT (entries, then the header in the last sector),
+        // not the usable area the table records: after the disk grew, that is the old end,
+        // and IOCTL_DISK_GROW_PARTITION is the documented way into the new space (it refuses
+        // what it cannot do, so nothing is taken for grown that was not).
+        let entries = (u64::from(layout.max_partitions.max(128)) * 128)
+            .div_ceil(sector.max(1))
+            .saturating_mul(sector.max(1));
+        disk_length
+            .saturating_sub(entries + sector.max(1))
+            .max(layout.usable_start.saturating_add(layout.usable_length))
     } else {
         disk_length
     };

@@ -107,3 +107,32 @@ fn disk_reads_must_be_whole_sectors() {
         code::ACCESS_DENIED
     );
 }
+
+#[test]
+fn resize_after_the_disk_grew_never_succeeds_without_growing() {
+    let m = machine();
+    let (disk, vol) = services(&m);
+    for sector in [512u64, 4096] {
+        let n = m.sim.add_disk_with_sector(10 * GIB, 3, sector);
+        disk.partition_disk(n).unwrap();
+        let id = vol.list_volumes_on_disk(n, 0).unwrap().remove(0);
+        vol.format_volume(&id).unwrap();
+        let before = vol.get_volume_stats(&id).unwrap().total_bytes;
+        // The disk grows; Windows re-reads its size but its GPT still records the old usable
+        // area (nothing documents the backup GPT moving).
+        m.sim.grow_disk(n, 20 * GIB);
+        vol.resize_volume(&id, 0).unwrap();
+        let after = vol.get_volume_stats(&id).unwrap().total_bytes;
+        assert!(after > before + 9 * GIB, "{sector}: {before} -> {after}");
+    }
+    // Where the partition manager will not grow past the recorded usable area, the resize
+    // fails, naming the grow: never OK with nothing grown.
+    let n = m.sim.add_disk(10 * GIB, 3);
+    disk.partition_disk(n).unwrap();
+    let id = vol.list_volumes_on_disk(n, 0).unwrap().remove(0);
+    vol.format_volume(&id).unwrap();
+    m.sim.keep_usable_area(n);
+    m.sim.grow_disk(n, 20 * GIB);
+    let e = vol.resize_volume(&id, 0).unwrap_err();
+    assert!(e.message().contains("partition"), "{}", e.message());
+}

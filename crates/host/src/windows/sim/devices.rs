@@ -224,10 +224,15 @@ pub(super) fn ioctl(
                 io::DISK_GROW_PARTITION => {
                     let number = io::le_u32(input, 0).ok_or_else(invalid)?;
                     let grow = le_i64(input, 8).ok_or_else(invalid)?;
-                    let limit = if d.style == STYLE_GPT {
+                    // The documented way into space a grown disk added: partmgr writes the table
+                    // back with its backup at the disk's end, so the usable area follows the
+                    // disk (unless the simulation keeps the old one: `keep_usable_area`).
+                    let limit = if d.style != STYLE_GPT {
+                        d.size
+                    } else if d.keep_usable {
                         d.usable_start + d.usable_length
                     } else {
-                        d.size
+                        d.gpt_usable().1
                     };
                     let p = d
                         .parts
@@ -249,15 +254,16 @@ pub(super) fn ioctl(
                     if let Some(p) = d.parts.iter_mut().find(|p| p.number == number) {
                         p.length += grow;
                     }
+                    if d.style == STYLE_GPT {
+                        d.usable_length = limit - d.usable_start;
+                    }
                     Ok(Vec::new())
                 }
                 io::DISK_UPDATE_DRIVE_SIZE => {
                     if let Some(size) = d.pending_size.take() {
+                        // The backup GPT stays where it was: nothing documents that re-reading
+                        // the size rewrites the table, so the usable area is the old one.
                         d.size = size;
-                        if d.style == STYLE_GPT {
-                            // Windows moves the backup GPT to the new end of the disk.
-                            d.usable_length = d.gpt_usable().1 - d.usable_start;
-                        }
                     }
                     fit(vec![0u8; 32], out_len.max(32), code::INSUFFICIENT_BUFFER)
                 }

@@ -80,6 +80,9 @@ struct Disk {
     /// `(offline, read_only)` as persisted: what the disk comes back with when it is seen
     /// again (a reboot, a re-attach).
     persisted: (bool, bool),
+    /// `IOCTL_DISK_GROW_PARTITION` stays within the GPT's recorded usable area (a partition
+    /// manager that does not relocate the backup GPT).
+    keep_usable: bool,
     /// Logical sector size: 512 (512n, 512e) or 4096 (4Kn).
     sector: u64,
     /// What is written on the disk, sparse: sector index to its bytes (absent is zeros).
@@ -375,6 +378,7 @@ impl SimWindows {
                     read_only: false,
                     persisted: (false, false),
                     sector: SECTOR,
+                    keep_usable: false,
                     data: BTreeMap::new(),
                     scsi: Some((0, 0, 0, 0)),
                     page83: "system-disk".into(),
@@ -424,6 +428,7 @@ impl SimWindows {
                 read_only: false,
                 persisted: (false, false),
                 sector: SECTOR,
+                keep_usable: false,
                 data: BTreeMap::new(),
                 scsi: Some((0, 0, 0, lun)),
                 page83: format!("sim-disk-{n}"),

@@ -234,3 +234,14 @@ impl SimWindows {
         }
     }
 }
+
+impl SimWindows {
+    /// Makes `IOCTL_DISK_GROW_PARTITION` on `disk` stay within the usable area its GPT records,
+    /// as a partition manager that never relocates the backup GPT would: after the disk grew,
+    /// the new space cannot be grown into.
+    pub fn keep_usable_area(&self, disk: u32) {
+        if let Some(d) = self.lock().disks.get_mut(&disk) {
+            d.keep_usable = true;
+        }
+    }
+}

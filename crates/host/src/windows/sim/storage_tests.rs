@@ -103,7 +103,7 @@ fn a_volume_locked_by_another_process_blocks_nothing_else() {
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert!(seen[0].contains(r"\disk"), "{seen:?}");
     // The locked volume is still listed on its disk (its extents need no data access).
-    assert_eq!(vol.list_volumes_on_disk(a, 0).unwrap(), [locked.clone()]);
+    assert_eq!(vol.list_volumes_on_disk(a, 0).unwrap(), [locked]);
 }
 
 #[test]
