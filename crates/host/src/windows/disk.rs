@@ -69,8 +69,12 @@ pub(super) fn disk_numbers(os: &dyn Win32, op: &str) -> Result<Vec<u32>> {
             Err(e) if e.kind() == Kind::NotFound => continue,
             Err(e) => return Err(os_error(op, format!("disk device {path}"), &e, &[])),
         };
-        let raw = ioctl(&h, io::STORAGE_GET_DEVICE_NUMBER, &[], 12)
-            .map_err(|e| os_error(op, format!("disk device {path}"), &e, &[]))?;
+        let raw = match ioctl(&h, io::STORAGE_GET_DEVICE_NUMBER, &[], 12) {
+            Ok(raw) => raw,
+            // Being removed (ERROR_DEVICE_REMOVED, ERROR_NO_SUCH_DEVICE): no longer a disk.
+            Err(e) if e.kind() == Kind::NotFound => continue,
+            Err(e) => return Err(os_error(op, format!("disk device {path}"), &e, &[])),
+        };
         let (number, _) = storage::parse_device_number(&raw)
             .map_err(|e| Error::new(Kind::Internal, op, format!("disk device {path}"), e))?;
         out.insert(number);
@@ -310,7 +314,8 @@ pub(super) fn mount_points_on(os: &dyn Win32, op: &str, disk: u32) -> Result<Vec
             Ok(parsed) => {
                 parsed.map_err(|e| Error::new(Kind::Internal, op, &volume, e).context(context()))?
             }
-            Err(e) if on_no_disk(&e) => continue,
+            // On no disk (no media), or gone with its disk since it was listed.
+            Err(e) if on_no_disk(&e) || e.kind() == Kind::NotFound => continue,
             Err(e) => return Err(os_error(op, &volume, &e, &[]).context(context())),
         };
         if extents.iter().any(|e| e.disk_number == disk) {
@@ -417,7 +422,12 @@ impl DiskHost for WindowsDiskHost {
         let mut out = BTreeMap::new();
         for n in disk_numbers(os, OP)? {
             let object = format!("disk {n}");
-            let h = open_disk(os, OP, n, false)?;
+            let h = match open_disk(os, OP, n, false) {
+                Ok(h) => h,
+                // Removed since it was listed.
+                Err(e) if e.kind() == Kind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
             // Upstream fails the whole call when any disk fails (e.g. "Incorrect function"
             // from a disk without VPD page 0x83 support); so does this.
             let query = |property| {
@@ -429,18 +439,26 @@ impl DiskHost for WindowsDiskHost {
                 )
                 .map_err(|e| os_error(OP, &object, &e, &[]).context("IOCTL_STORAGE_QUERY_PROPERTY"))
             };
-            let ids = storage::parse_device_id_descriptor(&query(io::STORAGE_DEVICE_ID_PROPERTY)?)
-                .map_err(|e| Error::new(Kind::Internal, OP, &object, e))?;
-            let serial_number =
-                storage::device_descriptor_serial(&query(io::STORAGE_DEVICE_PROPERTY)?)
-                    .map_err(|e| Error::new(Kind::Internal, OP, &object, e))?;
-            out.insert(
-                n,
-                DiskIds {
+            let read = || -> Result<DiskIds> {
+                let ids =
+                    storage::parse_device_id_descriptor(&query(io::STORAGE_DEVICE_ID_PROPERTY)?)
+                        .map_err(|e| Error::new(Kind::Internal, OP, &object, e))?;
+                let serial_number =
+                    storage::device_descriptor_serial(&query(io::STORAGE_DEVICE_PROPERTY)?)
+                        .map_err(|e| Error::new(Kind::Internal, OP, &object, e))?;
+                Ok(DiskIds {
                     page83: storage::page83(&ids),
                     serial_number,
-                },
-            );
+                })
+            };
+            match read() {
+                Ok(ids) => {
+                    out.insert(n, ids);
+                }
+                // Removed while being read (ERROR_DEVICE_REMOVED): no longer listed.
+                Err(e) if e.kind() == Kind::NotFound => {}
+                Err(e) => return Err(e),
+            }
         }
         Ok(out)
     }

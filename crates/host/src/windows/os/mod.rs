@@ -55,6 +55,10 @@ pub mod code {
     pub const UNRECOGNIZED_VOLUME: u32 = 1005;
     /// ERROR_DEVICE_NOT_CONNECTED.
     pub const DEVICE_NOT_CONNECTED: u32 = 1167;
+    /// ERROR_NO_SUCH_DEVICE: "A device which does not exist was specified."
+    pub const NO_SUCH_DEVICE: u32 = 433;
+    /// ERROR_DEVICE_REMOVED: "The device has been removed."
+    pub const DEVICE_REMOVED: u32 = 1617;
     /// ERROR_NOT_A_REPARSE_POINT.
     pub const NOT_A_REPARSE_POINT: u32 = 4390;
     /// ERROR_DEPENDENT_SERVICES_RUNNING: other running services depend on the one to stop.
@@ -114,9 +118,11 @@ impl OsError {
             return hresult_kind(self.code as i32);
         }
         match self.code {
-            code::FILE_NOT_FOUND | code::PATH_NOT_FOUND | code::DEVICE_NOT_CONNECTED => {
-                Kind::NotFound
-            }
+            code::FILE_NOT_FOUND
+            | code::PATH_NOT_FOUND
+            | code::DEVICE_NOT_CONNECTED
+            | code::NO_SUCH_DEVICE
+            | code::DEVICE_REMOVED => Kind::NotFound,
             code::ACCESS_DENIED | code::WRITE_PROTECT => Kind::PermissionDenied,
             code::FILE_EXISTS | code::ALREADY_EXISTS => Kind::AlreadyExists,
             code::INVALID_PARAMETER => Kind::InvalidArgument,
@@ -155,6 +161,8 @@ fn describe(code: u32) -> String {
         code::MORE_DATA => "More data is available.",
         code::UNRECOGNIZED_VOLUME => "The volume does not contain a recognized file system.",
         code::NOT_A_REPARSE_POINT => "The file or directory is not a reparse point.",
+        code::NO_SUCH_DEVICE => "A device which does not exist was specified.",
+        code::DEVICE_REMOVED => "The device has been removed.",
         c if c & 0x8000_0000 != 0 => return describe_hresult(c as i32),
         _ => "The operation failed.",
     };

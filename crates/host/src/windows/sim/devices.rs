@@ -113,6 +113,9 @@ pub(super) fn ioctl(
                 .disks
                 .get_mut(&n)
                 .ok_or(OsError::new(code::FILE_NOT_FOUND))?;
+            if d.removing {
+                return Err(OsError::new(code::DEVICE_REMOVED));
+            }
             match code_ {
                 io::DISK_GET_DRIVE_LAYOUT_EX => {
                     fit(drive_layout(d), out_len, code::INSUFFICIENT_BUFFER)
@@ -273,6 +276,10 @@ pub(super) fn ioctl(
         }
         // A drive without media answers every request with "the device is not ready".
         Target::Volume(v) if s.volumes[v].no_media => Err(OsError::new(code::NOT_READY)),
+        // A volume on a disk being removed goes with it.
+        Target::Volume(v) if s.disks.get(&s.volumes[v].disk).is_some_and(|d| d.removing) => {
+            Err(OsError::new(code::DEVICE_REMOVED))
+        }
         Target::Volume(v) => match code_ {
             io::VOLUME_GET_VOLUME_DISK_EXTENTS => {
                 let p = partition_of(s, v).ok_or(OsError::new(code::FILE_NOT_FOUND))?;

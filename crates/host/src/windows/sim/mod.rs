@@ -83,6 +83,9 @@ struct Disk {
     /// `IOCTL_DISK_GROW_PARTITION` stays within the GPT's recorded usable area (a partition
     /// manager that does not relocate the backup GPT).
     keep_usable: bool,
+    /// Surprise-removed: Plug and Play still lists it, but every request fails
+    /// ERROR_DEVICE_REMOVED.
+    removing: bool,
     /// Logical sector size: 512 (512n, 512e) or 4096 (4Kn).
     sector: u64,
     /// What is written on the disk, sparse: sector index to its bytes (absent is zeros).
@@ -379,6 +382,7 @@ impl SimWindows {
                     persisted: (false, false),
                     sector: SECTOR,
                     keep_usable: false,
+                    removing: false,
                     data: BTreeMap::new(),
                     scsi: Some((0, 0, 0, 0)),
                     page83: "system-disk".into(),
@@ -429,6 +433,7 @@ impl SimWindows {
                 persisted: (false, false),
                 sector: SECTOR,
                 keep_usable: false,
+                removing: false,
                 data: BTreeMap::new(),
                 scsi: Some((0, 0, 0, lun)),
                 page83: format!("sim-disk-{n}"),

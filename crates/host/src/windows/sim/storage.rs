@@ -245,3 +245,14 @@ impl SimWindows {
         }
     }
 }
+
+impl SimWindows {
+    /// Starts a surprise removal of `disk` (detached from the VM): Plug and Play still lists
+    /// its interface and volumes for a moment, and opens still work, but every request fails
+    /// ERROR_DEVICE_REMOVED.
+    pub fn start_removing_disk(&self, disk: u32) {
+        if let Some(d) = self.lock().disks.get_mut(&disk) {
+            d.removing = true;
+        }
+    }
+}

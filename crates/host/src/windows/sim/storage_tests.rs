@@ -210,3 +210,18 @@ fn the_wait_for_volumes_ends_at_the_callers_deadline() {
     assert_eq!(e.kind(), Kind::DeadlineExceeded, "{}", e.message());
     assert!(m.sim.clock() < Duration::from_secs(60));
 }
+
+#[test]
+fn a_disk_being_removed_does_not_fail_the_listings() {
+    let m = machine();
+    let (disk, vol) = services(&m);
+    let (a, _) = stage(&m, &disk, &vol);
+    let (b, _) = stage(&m, &disk, &vol);
+    m.sim.start_removing_disk(b);
+    let ids = disk.list_disk_ids().unwrap();
+    assert!(ids.contains_key(&a) && !ids.contains_key(&b), "{ids:?}");
+    assert!(!disk.list_disk_locations().unwrap().contains_key(&b));
+    // The in-use scan meets disk b's volume: gone, so on no disk that matters.
+    assert_eq!(m.disk.disk_usage(a).unwrap().mount_points.len(), 1);
+    disk.rescan().unwrap();
+}
