@@ -500,9 +500,15 @@ pub fn open_entry<'a>(
 
 /// Sends `code` with `input`, growing the output buffer (from `initial` bytes, up to 1 MiB) while
 /// the driver answers ERROR_INSUFFICIENT_BUFFER or ERROR_MORE_DATA, as variable-length outputs
-/// (layouts, descriptors, extents) require.
+/// (layouts, descriptors, extents) require. With `initial` 0 the control returns nothing (and
+/// changes state: CREATE_DISK, SET_DRIVE_LAYOUT_EX, GROW_PARTITION, SET_DISK_ATTRIBUTES,
+/// FSCTL_EXTEND_VOLUME): it is sent once with no output buffer, as their pages specify, and
+/// never repeated, since a repeat of one that applied would apply it twice.
 pub fn ioctl(h: &Handle<'_>, code: u32, input: &[u8], initial: usize) -> Win32Result<Vec<u8>> {
-    let mut size = initial.max(8);
+    if initial == 0 {
+        return h.os.device_io_control(h.raw, code, input, 0);
+    }
+    let mut size = initial;
     loop {
         match h.os.device_io_control(h.raw, code, input, size) {
             Err(e)

@@ -40,7 +40,13 @@ impl Win32 for SimWindows {
             .handles
             .get(&handle)
             .ok_or(OsError::new(code::INVALID_HANDLE))?;
-        devices::ioctl(&mut s, open, ioctl, input, out_len)
+        let out = devices::ioctl(&mut s, open, ioctl, input, out_len)?;
+        if out_len > 0 && storage::takes_no_output(ioctl) {
+            // Applied, and then a short-buffer answer for the output buffer the page says
+            // must be NULL: a caller that retries applies it again.
+            return Err(OsError::new(code::MORE_DATA));
+        }
+        Ok(out)
     }
 
     fn read_at(&self, handle: u64, offset: u64, len: usize) -> Win32Result<Vec<u8>> {

@@ -136,3 +136,20 @@ fn resize_after_the_disk_grew_never_succeeds_without_growing() {
     let e = vol.resize_volume(&id, 0).unwrap_err();
     assert!(e.message().contains("partition"), "{}", e.message());
 }
+
+#[test]
+fn state_changing_controls_are_sent_once_with_no_output_buffer() {
+    let m = machine();
+    let (disk, vol) = services(&m);
+    let n = m.sim.add_disk(10 * GIB, 3);
+    disk.partition_disk(n).unwrap();
+    // One data volume for the one data partition (a layout write applied twice would queue two).
+    assert_eq!(vol.list_volumes_on_disk(n, 0).unwrap().len(), 1);
+    let id = vol.list_volumes_on_disk(n, 0).unwrap().remove(0);
+    vol.format_volume(&id).unwrap();
+    m.sim.grow_disk(n, 12 * GIB);
+    vol.resize_volume(&id, 0).unwrap();
+    // Grown once, to the disk's end less the backup GPT: not twice, and not refused.
+    let (_, start, length, _) = m.sim.partitions(n)[1];
+    assert_eq!(start + length, 12 * GIB - 33 * 512, "{start} + {length}");
+}

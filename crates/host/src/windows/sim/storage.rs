@@ -256,3 +256,18 @@ impl SimWindows {
         }
     }
 }
+
+/// The controls whose pages give no output buffer ("lpOutBuffer: NULL, nOutBufferSize: 0") and
+/// that change state.
+pub(super) fn takes_no_output(code_: u32) -> bool {
+    use crate::windows_data::ioctl as io;
+    matches!(
+        code_,
+        io::DISK_CREATE_DISK
+            | io::DISK_SET_DRIVE_LAYOUT_EX
+            | io::DISK_GROW_PARTITION
+            | io::DISK_SET_DISK_ATTRIBUTES
+            | io::DISK_UPDATE_PROPERTIES
+            | io::FSCTL_EXTEND_VOLUME
+    )
+}
