@@ -204,6 +204,20 @@ pub(super) fn read_layout(op: &str, n: u32, h: &Handle<'_>) -> Result<(layout::L
     Ok((l, u64::from(sector)))
 }
 
+/// A storage property's whole descriptor. A buffer too small for it gets its first bytes,
+/// successfully, with the length the whole needs in the header's `Size`
+/// (STORAGE_DESCRIPTOR_HEADER: Version u32 @0, Size u32 @4): the query is repeated with that.
+fn query_property(h: &Handle<'_>, property: u32) -> os::Win32Result<Vec<u8>> {
+    let query = io::property_query(property);
+    let out = ioctl(h, io::STORAGE_QUERY_PROPERTY, &query, 4096)?;
+    match io::le_u32(&out, 4).map(|n| n as usize) {
+        Some(size) if size > out.len() && size <= 1 << 20 => {
+            ioctl(h, io::STORAGE_QUERY_PROPERTY, &query, size)
+        }
+        _ => Ok(out),
+    }
+}
+
 /// The disk's length in bytes (`IOCTL_DISK_GET_LENGTH_INFO`, which needs read access).
 pub(super) fn disk_length(op: &str, n: u32, h: &Handle<'_>) -> Result<u64> {
     let object = format!("disk {n}");
@@ -431,13 +445,9 @@ impl DiskHost for WindowsDiskHost {
             // Upstream fails the whole call when any disk fails (e.g. "Incorrect function"
             // from a disk without VPD page 0x83 support); so does this.
             let query = |property| {
-                ioctl(
-                    &h,
-                    io::STORAGE_QUERY_PROPERTY,
-                    &io::property_query(property),
-                    4096,
-                )
-                .map_err(|e| os_error(OP, &object, &e, &[]).context("IOCTL_STORAGE_QUERY_PROPERTY"))
+                query_property(&h, property).map_err(|e| {
+                    os_error(OP, &object, &e, &[]).context("IOCTL_STORAGE_QUERY_PROPERTY")
+                })
             };
             let read = || -> Result<DiskIds> {
                 let ids =

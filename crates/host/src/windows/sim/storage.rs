@@ -271,3 +271,12 @@ pub(super) fn takes_no_output(code_: u32) -> bool {
             | io::FSCTL_EXTEND_VOLUME
     )
 }
+
+impl SimWindows {
+    /// Sets the SCSI name string disk `disk` reports in its device identification page.
+    pub fn set_disk_page83(&self, disk: u32, id: &str) {
+        if let Some(d) = self.lock().disks.get_mut(&disk) {
+            d.page83 = id.into();
+        }
+    }
+}

@@ -225,3 +225,14 @@ fn a_disk_being_removed_does_not_fail_the_listings() {
     assert_eq!(m.disk.disk_usage(a).unwrap().mount_points.len(), 1);
     disk.rescan().unwrap();
 }
+
+#[test]
+fn a_long_storage_descriptor_is_read_whole() {
+    let m = machine();
+    let n = m.sim.add_disk(GIB, 3);
+    // Longer than the first buffer the query offers.
+    let long = format!("naa.{}", "6".repeat(6000));
+    m.sim.set_disk_page83(n, &long);
+    let ids = m.disk.list_disk_ids().unwrap();
+    assert_eq!(ids[&n].page83, long);
+}
