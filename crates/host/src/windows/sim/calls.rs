@@ -266,11 +266,13 @@ impl Win32 for SimWindows {
             .find(|&v| s.visible(v) && s.volumes[v].names[0].eq_ignore_ascii_case(volume))
             .ok_or(OsError::new(WBEM_E_NOT_FOUND))?;
         let length = devices::partition_of(&s, v).map_or(0, |p| p.length);
+        let sector = s.disks.get(&s.volumes[v].disk).map_or(SECTOR, |d| d.sector);
         let serial = s.next_serial;
         s.next_serial += 1;
         let vol = &mut s.volumes[v];
         vol.fs = Some(("NTFS".into(), serial));
-        vol.fs_size = length;
+        // NTFS leaves the partition's last sector to its backup boot sector.
+        vol.fs_size = length - sector;
         // An NTFS boot sector: what a later signature probe finds.
         let mut head = vec![0u8; 512];
         head[3..11].copy_from_slice(b"NTFS    ");

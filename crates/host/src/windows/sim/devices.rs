@@ -93,6 +93,9 @@ fn le_i64(b: &[u8], at: usize) -> Option<u64> {
     io::le_u64(b, at).filter(|v| i64::try_from(*v).is_ok())
 }
 
+/// NTFS's default cluster size.
+const NTFS_CLUSTER: u64 = 4096;
+
 /// Sends one I/O control to the device behind `open`.
 pub(super) fn ioctl(
     s: &mut State,
@@ -305,7 +308,10 @@ pub(super) fn ioctl(
                     return Err(OsError::new(code::UNRECOGNIZED_VOLUME));
                 }
                 let bytes = sectors.checked_mul(sector).ok_or_else(invalid)?;
-                if bytes > length || bytes < vol.fs_size {
+                // NTFS keeps its backup boot sector in the sector after the volume, so the
+                // volume ends one sector short of its partition; growing needs at least one
+                // more cluster (4 KiB by default).
+                if bytes > length.saturating_sub(sector) || bytes < vol.fs_size + NTFS_CLUSTER {
                     return Err(invalid());
                 }
                 vol.fs_size = bytes;
