@@ -11,19 +11,18 @@
 //! Whatever cannot be read while deciding whether a disk is in use counts as "in use".
 
 use super::os::{self, Handle, OsError, Win32, code, ioctl, os_error};
+use crate::signatures;
 use crate::windows_data::ioctl as io;
 use crate::windows_data::layout::{self, NewEntry, PartitionPlan, STYLE_RAW};
 use crate::windows_data::storage;
 use csi_proxy_core::disk::{DiskHost, DiskIds, DiskLocation, DiskUsage};
 use csi_proxy_core::{Error, Kind, Result};
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
-/// How long PartitionDisk waits for the new partition's volume to appear: the volume manager
-/// creates it asynchronously after the layout is written, usually within a second.
-pub const VOLUME_ARRIVAL_LIMIT: Duration = Duration::from_secs(30);
-/// The pause between two looks for the new volume.
-const VOLUME_ARRIVAL_POLL: Duration = Duration::from_millis(100);
+mod arrival;
+
+pub use arrival::VOLUME_ARRIVAL_LIMIT;
+use arrival::wait_for_volumes;
 
 super::os::seam_host! {
     /// The Windows disk host.
@@ -42,13 +41,16 @@ pub(super) fn open_disk<'a>(
     n: u32,
     write: bool,
 ) -> Result<Handle<'a>> {
-    os::open(os, &disk_path(n), write).map_err(|e| {
-        if e.kind() == Kind::NotFound {
-            Error::new(Kind::NotFound, op, format!("disk {n}"), "no such disk")
-        } else {
-            os_error(op, format!("disk {n}"), &e, &[])
-        }
-    })
+    os::open(os, &disk_path(n), write).map_err(|e| disk_open_error(op, n, &e))
+}
+
+/// The error of a failed open of disk `n`.
+fn disk_open_error(op: &str, n: u32, e: &OsError) -> Error {
+    if e.kind() == Kind::NotFound {
+        Error::new(Kind::NotFound, op, format!("disk {n}"), "no such disk")
+    } else {
+        os_error(op, format!("disk {n}"), e, &[])
+    }
 }
 
 /// Numbers of the disks present: every device of the disk interface class, by the number its
@@ -60,13 +62,19 @@ pub(super) fn disk_numbers(os: &dyn Win32, op: &str) -> Result<Vec<u32>> {
         .map_err(|e| os_error(op, "disk interfaces", &e, &[]))?;
     let mut out = BTreeSet::new();
     for path in interfaces {
-        let h = match os::open(os, &path, false) {
+        // STORAGE_GET_DEVICE_NUMBER is FILE_ANY_ACCESS: a query open is enough, and works on
+        // a removable disk without media.
+        let h = match os::open_query(os, &path) {
             Ok(h) => h,
             Err(e) if e.kind() == Kind::NotFound => continue,
             Err(e) => return Err(os_error(op, format!("disk device {path}"), &e, &[])),
         };
-        let raw = ioctl(&h, io::STORAGE_GET_DEVICE_NUMBER, &[], 12)
-            .map_err(|e| os_error(op, format!("disk device {path}"), &e, &[]))?;
+        let raw = match ioctl(&h, io::STORAGE_GET_DEVICE_NUMBER, &[], 12) {
+            Ok(raw) => raw,
+            // Being removed (ERROR_DEVICE_REMOVED, ERROR_NO_SUCH_DEVICE): no longer a disk.
+            Err(e) if e.kind() == Kind::NotFound => continue,
+            Err(e) => return Err(os_error(op, format!("disk device {path}"), &e, &[])),
+        };
         let (number, _) = storage::parse_device_number(&raw)
             .map_err(|e| Error::new(Kind::Internal, op, format!("disk device {path}"), e))?;
         out.insert(number);
@@ -119,7 +127,7 @@ fn disks_of_path(os: &dyn Win32, op: &str, path: &str) -> Result<BTreeSet<u32>> 
         .volume_name_for_mount_point(&mount)
         .map_err(|e| os_error(op, &mount, &e, &[]))?;
     let device = volume_device(&volume);
-    let h = os::open(os, &device, false).map_err(|e| os_error(op, &device, &e, &[]))?;
+    let h = os::open_query(os, &device).map_err(|e| os_error(op, &device, &e, &[]))?;
     Ok(volume_extents(op, &device, &h)?
         .into_iter()
         .map(|e| e.disk_number)
@@ -130,7 +138,7 @@ fn disks_of_path(os: &dyn Win32, op: &str, path: &str) -> Result<BTreeSet<u32>> 
 /// with a drive letter counts as holding one (refused), and a disk without one does not (a page
 /// file needs a lettered volume).
 fn page_file_use(os: &dyn Win32, op: &str, disk: u32, mount_points: &[String]) -> Option<String> {
-    match os.page_files() {
+    match os::wmi_retrying(os, || os.page_files()) {
         Ok(files) => files
             .into_iter()
             .find_map(|f| match disks_of_path(os, op, &f) {
@@ -196,9 +204,68 @@ pub(super) fn read_layout(op: &str, n: u32, h: &Handle<'_>) -> Result<(layout::L
     Ok((l, u64::from(sector)))
 }
 
+/// A storage property's whole descriptor. A buffer too small for it gets its first bytes,
+/// successfully, with the length the whole needs in the header's `Size`
+/// (STORAGE_DESCRIPTOR_HEADER: Version u32 @0, Size u32 @4): the query is repeated with that.
+fn query_property(h: &Handle<'_>, property: u32) -> os::Win32Result<Vec<u8>> {
+    let query = io::property_query(property);
+    let out = ioctl(h, io::STORAGE_QUERY_PROPERTY, &query, 4096)?;
+    match io::le_u32(&out, 4).map(|n| n as usize) {
+        Some(size) if size > out.len() && size <= 1 << 20 => {
+            ioctl(h, io::STORAGE_QUERY_PROPERTY, &query, size)
+        }
+        _ => Ok(out),
+    }
+}
+
+/// The disk's length in bytes (`IOCTL_DISK_GET_LENGTH_INFO`, which needs read access).
+pub(super) fn disk_length(op: &str, n: u32, h: &Handle<'_>) -> Result<u64> {
+    let object = format!("disk {n}");
+    // GET_LENGTH_INFORMATION: Length i64 @0.
+    let out =
+        ioctl(h, io::DISK_GET_LENGTH_INFO, &[], 8).map_err(|e| os_error(op, &object, &e, &[]))?;
+    io::le_u64(&out, 0)
+        .filter(|v| i64::try_from(*v).is_ok())
+        .ok_or_else(|| Error::new(Kind::Internal, op, &object, "bad length"))
+}
+
+/// Refuses a disk Windows reports as RAW when its first or last bytes hold anything the
+/// shared probe knows: RAW only means "no MBR or GPT", and a whole-disk ext4, LUKS, LVM, ZFS
+/// or md member is RAW to Windows. Head and tail are read through the disk handle, in whole
+/// sectors (noncached disk I/O); `sector` is the logical sector size.
+fn refuse_raw_content(os: &dyn Win32, op: &str, n: u32, h: &Handle<'_>, sector: u64) -> Result<()> {
+    let object = format!("disk {n}");
+    let length = disk_length(op, n, h)? / sector * sector;
+    let read = |offset: u64, len: u64| {
+        os.read_at(h.raw(), offset, len as usize).map_err(|e| {
+            os_error(op, &object, &e, &[]).context("reading the RAW disk before initialising it")
+        })
+    };
+    let head = read(0, (signatures::PROBE_LEN as u64).min(length))?;
+    let tail_len = (signatures::TAIL_PROBE_LEN as u64)
+        .next_multiple_of(sector)
+        .min(length);
+    let found = match signatures::probe(&head) {
+        Some(sig) => Some(sig),
+        None => signatures::probe_tail(&read(length - tail_len, tail_len)?, length),
+    };
+    match found {
+        None => Ok(()),
+        Some(sig) => Err(Error::new(
+            Kind::FailedPrecondition,
+            op,
+            &object,
+            format!(
+                "Windows sees no partition table (RAW), but the disk holds {}; refusing to initialise it",
+                sig.kind
+            ),
+        )),
+    }
+}
+
 /// The disk's attributes (`GET_DISK_ATTRIBUTES.Attributes`).
 fn disk_attributes(os: &dyn Win32, op: &str, n: u32) -> Result<u64> {
-    let h = open_disk(os, op, n, false)?;
+    let h = os::open_query(os, &disk_path(n)).map_err(|e| disk_open_error(op, n, &e))?;
     let out = ioctl(&h, io::DISK_GET_DISK_ATTRIBUTES, &[], 16)
         .map_err(|e| os_error(op, format!("disk {n}"), &e, &[]))?;
     // GET_DISK_ATTRIBUTES: Version u32 @0, Reserved1 u32 @4, Attributes u64 @8.
@@ -212,6 +279,26 @@ fn disk_attributes(os: &dyn Win32, op: &str, n: u32) -> Result<u64> {
     })
 }
 
+/// FAILED_PRECONDITION naming `attribute` when the disk has it: an offline disk surfaces no
+/// volume ("no volume devices are surfaced through Plug and Play"), and on a read-only one
+/// "writes to the disk will fail".
+fn refuse_attribute(op: &str, disk: u32, attrs: u64, attribute: u64) -> Result<()> {
+    if attrs & attribute == 0 {
+        return Ok(());
+    }
+    let (name, state) = if attribute == io::DISK_ATTRIBUTE_OFFLINE {
+        ("DISK_ATTRIBUTE_OFFLINE", "offline")
+    } else {
+        ("DISK_ATTRIBUTE_READ_ONLY", "read-only")
+    };
+    Err(Error::new(
+        Kind::FailedPrecondition,
+        op,
+        format!("disk {disk}"),
+        format!("the disk is {state} ({name}); bring it online with SetDiskState first"),
+    ))
+}
+
 /// Whether a failure to read a volume's extents says it is on no disk at all: a removable
 /// drive without media ("the device is not ready") or a device that is not a disk volume
 /// ("incorrect function": a CD-ROM volume). Anything else is unknown.
@@ -221,14 +308,17 @@ fn on_no_disk(e: &OsError) -> bool {
 
 /// Every mount path (drive letters and mounted folders) of the volumes with an extent on
 /// `disk`. Fails closed: a volume whose disks or mount paths cannot be read is an error, never
-/// "not on this disk", because the answer guards a disk against being written to.
+/// "not on this disk", because the answer guards a disk against being written to. Volumes are
+/// opened for queries only (access 0): that mounts no filesystem, so an optical drive without
+/// media and a volume another process locked answer like any other, and the extents control
+/// (FILE_ANY_ACCESS) needs nothing more.
 pub(super) fn mount_points_on(os: &dyn Win32, op: &str, disk: u32) -> Result<Vec<String>> {
     let mut out = Vec::new();
     let volumes = os.volumes().map_err(|e| os_error(op, "volumes", &e, &[]))?;
     for volume in volumes {
         let device = volume_device(&volume);
         let context = || format!("telling whether disk {disk} is in use");
-        let h = match os::open(os, &device, false) {
+        let h = match os::open_query(os, &device) {
             Ok(h) => h,
             // Gone since it was listed.
             Err(e) if e.kind() == Kind::NotFound => continue,
@@ -238,7 +328,8 @@ pub(super) fn mount_points_on(os: &dyn Win32, op: &str, disk: u32) -> Result<Vec
             Ok(parsed) => {
                 parsed.map_err(|e| Error::new(Kind::Internal, op, &volume, e).context(context()))?
             }
-            Err(e) if on_no_disk(&e) => continue,
+            // On no disk (no media), or gone with its disk since it was listed.
+            Err(e) if on_no_disk(&e) || e.kind() == Kind::NotFound => continue,
             Err(e) => return Err(os_error(op, &volume, &e, &[]).context(context())),
         };
         if extents.iter().any(|e| e.disk_number == disk) {
@@ -261,48 +352,6 @@ pub(super) fn volume_path_names(os: &dyn Win32, op: &str, volume: &str) -> Resul
             Err(e) => return Err(os_error(op, volume, &e, &[])),
         }
     }
-}
-
-/// Waits (up to [`VOLUME_ARRIVAL_LIMIT`]) until the volume of the partition that starts at
-/// `offset` on `disk` exists and its GUID path resolves: Windows creates the volume
-/// asynchronously after the layout write, and drivers list the disk's volumes right after
-/// PartitionDisk returns.
-fn wait_for_volume(os: &dyn Win32, op: &str, disk: u32, offset: u64) -> Result<String> {
-    let until = os.now() + VOLUME_ARRIVAL_LIMIT;
-    loop {
-        if let Some(v) = volume_at_offset(os, disk, offset) {
-            return Ok(v);
-        }
-        if os.now() >= until {
-            return Err(Error::new(
-                Kind::Unavailable,
-                op,
-                format!("disk {disk}"),
-                format!(
-                    "the new partition's volume did not appear within {} s; call again",
-                    VOLUME_ARRIVAL_LIMIT.as_secs()
-                ),
-            ));
-        }
-        os.sleep(VOLUME_ARRIVAL_POLL);
-    }
-}
-
-/// The GUID path of the volume whose extent starts at `offset` on `disk`, once it resolves.
-fn volume_at_offset(os: &dyn Win32, disk: u32, offset: u64) -> Option<String> {
-    os.volumes().ok()?.into_iter().find(|volume| {
-        let Ok(h) = os::open(os, &volume_device(volume), false) else {
-            return false;
-        };
-        let on_it = query_extents(&h)
-            .ok()
-            .and_then(std::result::Result::ok)
-            .is_some_and(|x| {
-                x.iter()
-                    .any(|e| e.disk_number == disk && e.starting_offset == offset)
-            });
-        on_it && os.volume_name_for_mount_point(volume).is_ok()
-    })
 }
 
 impl DiskHost for WindowsDiskHost {
@@ -387,44 +436,47 @@ impl DiskHost for WindowsDiskHost {
         let mut out = BTreeMap::new();
         for n in disk_numbers(os, OP)? {
             let object = format!("disk {n}");
-            let h = open_disk(os, OP, n, false)?;
+            let h = match open_disk(os, OP, n, false) {
+                Ok(h) => h,
+                // Removed since it was listed.
+                Err(e) if e.kind() == Kind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
             // Upstream fails the whole call when any disk fails (e.g. "Incorrect function"
             // from a disk without VPD page 0x83 support); so does this.
             let query = |property| {
-                ioctl(
-                    &h,
-                    io::STORAGE_QUERY_PROPERTY,
-                    &io::property_query(property),
-                    4096,
-                )
-                .map_err(|e| os_error(OP, &object, &e, &[]).context("IOCTL_STORAGE_QUERY_PROPERTY"))
+                query_property(&h, property).map_err(|e| {
+                    os_error(OP, &object, &e, &[]).context("IOCTL_STORAGE_QUERY_PROPERTY")
+                })
             };
-            let ids = storage::parse_device_id_descriptor(&query(io::STORAGE_DEVICE_ID_PROPERTY)?)
-                .map_err(|e| Error::new(Kind::Internal, OP, &object, e))?;
-            let serial_number =
-                storage::device_descriptor_serial(&query(io::STORAGE_DEVICE_PROPERTY)?)
-                    .map_err(|e| Error::new(Kind::Internal, OP, &object, e))?;
-            out.insert(
-                n,
-                DiskIds {
+            let read = || -> Result<DiskIds> {
+                let ids =
+                    storage::parse_device_id_descriptor(&query(io::STORAGE_DEVICE_ID_PROPERTY)?)
+                        .map_err(|e| Error::new(Kind::Internal, OP, &object, e))?;
+                let serial_number =
+                    storage::device_descriptor_serial(&query(io::STORAGE_DEVICE_PROPERTY)?)
+                        .map_err(|e| Error::new(Kind::Internal, OP, &object, e))?;
+                Ok(DiskIds {
                     page83: storage::page83(&ids),
                     serial_number,
-                },
-            );
+                })
+            };
+            match read() {
+                Ok(ids) => {
+                    out.insert(n, ids);
+                }
+                // Removed while being read (ERROR_DEVICE_REMOVED): no longer listed.
+                Err(e) if e.kind() == Kind::NotFound => {}
+                Err(e) => return Err(e),
+            }
         }
         Ok(out)
     }
 
     fn get_disk_size(&self, disk_number: u32) -> Result<u64> {
         const OP: &str = "GetDiskStats";
-        let object = format!("disk {disk_number}");
         let h = open_disk(&*self.os, OP, disk_number, false)?;
-        // GET_LENGTH_INFORMATION: Length i64 @0.
-        let out = ioctl(&h, io::DISK_GET_LENGTH_INFO, &[], 8)
-            .map_err(|e| os_error(OP, &object, &e, &[]))?;
-        io::le_u64(&out, 0)
-            .filter(|v| i64::try_from(*v).is_ok())
-            .ok_or_else(|| Error::new(Kind::Internal, OP, &object, "bad length"))
+        disk_length(OP, disk_number, &h)
     }
 
     fn is_disk_online(&self, disk_number: u32) -> Result<bool> {
@@ -437,20 +489,37 @@ impl DiskHost for WindowsDiskHost {
     fn set_disk_online(&self, disk_number: u32, online: bool) -> Result<()> {
         const OP: &str = "SetDiskState";
         let os = &*self.os;
-        if (disk_attributes(os, OP, disk_number)? & io::DISK_ATTRIBUTE_OFFLINE == 0) == online {
+        let attrs = disk_attributes(os, OP, disk_number)?;
+        // Online means online and writable: under the SAN policy Windows Server ships with
+        // (OfflineShared), a disk on a shared bus arrives offline and read-only.
+        let done = if online {
+            attrs & (io::DISK_ATTRIBUTE_OFFLINE | io::DISK_ATTRIBUTE_READ_ONLY) == 0
+        } else {
+            attrs & io::DISK_ATTRIBUTE_OFFLINE != 0
+        };
+        if done && !online {
             return Ok(());
         }
         if !online {
             refuse_system_disk(os, OP, disk_number)?;
         }
         let h = open_disk(os, OP, disk_number, true)?;
-        ioctl(
-            &h,
-            io::DISK_SET_DISK_ATTRIBUTES,
-            &io::set_offline(!online),
-            0,
-        )
-        .map_err(|e| os_error(OP, format!("disk {disk_number}"), &e, &[]))?;
+        if !done {
+            ioctl(
+                &h,
+                io::DISK_SET_DISK_ATTRIBUTES,
+                &io::set_offline(!online),
+                0,
+            )
+            .map_err(|e| os_error(OP, format!("disk {disk_number}"), &e, &[]))?;
+        }
+        if online {
+            // Online also means "its volumes exist": Plug and Play surfaces them only after
+            // the disk comes online (or was just attached).
+            let (l, _) = read_layout(OP, disk_number, &h)?;
+            drop(h);
+            wait_for_volumes(os, OP, disk_number, &l)?;
+        }
         Ok(())
     }
 
@@ -459,17 +528,25 @@ impl DiskHost for WindowsDiskHost {
         let os = &*self.os;
         let object = format!("disk {disk_number}");
         let h = open_disk(os, OP, disk_number, true)?;
+        let attrs = disk_attributes(os, OP, disk_number)?;
+        refuse_attribute(OP, disk_number, attrs, io::DISK_ATTRIBUTE_OFFLINE)?;
         let (mut l, sector) = read_layout(OP, disk_number, &h)?;
         // Idempotent and safe: a disk with any data partition is left alone before anything
         // else is looked at.
         if layout::plan_data_partition(&l, sector) == Ok(PartitionPlan::Nothing) {
+            // Partitioned already (by an earlier call, or before the disk was attached): done
+            // once its volumes exist, which after an attach or a reboot takes a moment.
+            drop(h);
+            wait_for_volumes(os, OP, disk_number, &l)?;
             return Ok(());
         }
+        refuse_attribute(OP, disk_number, attrs, io::DISK_ATTRIBUTE_READ_ONLY)?;
         refuse_system_disk(os, OP, disk_number)?;
         let guid = || os.new_guid().map_err(|e| os_error(OP, "GUID", &e, &[]));
         if l.style == STYLE_RAW {
+            refuse_raw_content(os, OP, disk_number, &h, sector)?;
             // IOCTL_DISK_CREATE_DISK "initializes a disk and disk partition table"; it only
-            // runs on a RAW disk here because the layout was just read as RAW.
+            // runs on a RAW disk here because the layout was just read as RAW and found empty.
             ioctl(&h, io::DISK_CREATE_DISK, &io::create_gpt_disk(guid()?), 0)
                 .map_err(|e| os_error(OP, &object, &e, &[]))?;
             (l, _) = read_layout(OP, disk_number, &h)?;
@@ -505,9 +582,10 @@ impl DiskHost for WindowsDiskHost {
         // assigned (as upstream's AssignDriveLetter=false); nothing is formatted.
         ioctl(&h, io::DISK_UPDATE_PROPERTIES, &[], 0)
             .map_err(|e| os_error(OP, &object, &e, &[]))?;
+        let (written, _) = read_layout(OP, disk_number, &h)?;
         drop(h);
-        let volume = wait_for_volume(os, OP, disk_number, new.start)?;
-        tracing::info!(disk = disk_number, volume, "partitioned");
+        let volumes = wait_for_volumes(os, OP, disk_number, &written)?;
+        tracing::info!(disk = disk_number, volume = ?volumes.get(&new.start), "partitioned");
         Ok(())
     }
 }

@@ -328,13 +328,24 @@ impl IscsiHost for WindowsIscsiHost {
         // A persistent login of this target through this portal (one upstream or an operator
         // made) would log in again at the next boot: it goes too, as upstream's disconnect
         // removes it. This host's own logins are never persistent, so usually there is none.
-        match os.iscsi_remove_persistent_target(iqn, &portal.address, portal.port) {
-            Ok(()) => {
-                tracing::info!(target = %iqn, portal = %portal, "iSCSI persistent login removed");
+        // Each is removed with the initiator and port that keep it (the initiator is a
+        // required argument of RemoveIScsiPersistentTargetW).
+        let logins = fetch(OP, &object, "ReportIScsiPersistentLoginsW", 0, |_, cap| {
+            os.iscsi_persistent_logins(cap)
+        })?;
+        for login in logins
+            .iter()
+            .filter(|l| l.iqn == iqn && data::is_portal(&l.portal.0, l.portal.1, portal))
+        {
+            match os.iscsi_remove_persistent_target(login) {
+                Ok(()) => {
+                    tracing::info!(target = %iqn, portal = %portal, initiator = %login.initiator,
+                        port = login.initiator_port, "iSCSI persistent login removed");
+                }
+                // Removed meanwhile: what was asked for.
+                Err(e) if e.code == isdsc::TARGET_NOT_FOUND || e.code == code::FILE_NOT_FOUND => {}
+                Err(e) => return Err(failed(OP, &object, "RemoveIScsiPersistentTargetW", &e)),
             }
-            // ISDSC_TARGET_NOT_FOUND or ERROR_FILE_NOT_FOUND: there was none.
-            Err(e) if e.code == isdsc::TARGET_NOT_FOUND || e.code == code::FILE_NOT_FOUND => {}
-            Err(e) => return Err(failed(OP, &object, "RemoveIScsiPersistentTargetW", &e)),
         }
         Ok(())
     }

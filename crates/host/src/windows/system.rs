@@ -158,9 +158,7 @@ impl SystemHost for WindowsSystemHost {
             Ok(Some(s)) => Ok(s),
             // No SMBIOS table through this API (old or virtual firmware, Wine without DMI
             // data): ask WMI's Win32_BIOS, the source upstream used.
-            Ok(None) | Err(_) => self
-                .os
-                .wmi_bios_serial()
+            Ok(None) | Err(_) => super::os::wmi_retrying(&*self.os, || self.os.wmi_bios_serial())
                 .map_err(|e| os_error(OP, "Win32_BIOS", &e, &[])),
         }
     }

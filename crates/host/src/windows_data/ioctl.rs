@@ -52,6 +52,8 @@ pub const FSCTL_EXTEND_VOLUME: u32 = ctl_code(FILE_DEVICE_FILE_SYSTEM, 60, 0, AN
 
 /// `DISK_ATTRIBUTE_OFFLINE`.
 pub const DISK_ATTRIBUTE_OFFLINE: u64 = 1;
+/// `DISK_ATTRIBUTE_READ_ONLY`: "The disk is read-only."
+pub const DISK_ATTRIBUTE_READ_ONLY: u64 = 2;
 /// `STORAGE_PROPERTY_ID` StorageDeviceProperty.
 pub const STORAGE_DEVICE_PROPERTY: u32 = 0;
 /// `STORAGE_PROPERTY_ID` StorageDeviceIdProperty.
@@ -80,16 +82,23 @@ pub fn create_gpt_disk(disk_id: uuid::Uuid) -> [u8; CREATE_DISK_SIZE] {
     b
 }
 
-/// `SET_DISK_ATTRIBUTES` setting or clearing the offline attribute, persistently (the state
-/// survives a reboot, as `MSFT_Disk.Online/Offline` make it): Version u32 @0, Persist BOOLEAN
-/// @4, Attributes u64 @8, AttributesMask u64 @16.
+/// `SET_DISK_ATTRIBUTES` persistently ("If TRUE, these settings are persisted across
+/// reboots", as `MSFT_Disk.Online/Offline` make them): offline sets DISK_ATTRIBUTE_OFFLINE
+/// only; online clears it and DISK_ATTRIBUTE_READ_ONLY too, because a disk the SAN policy left
+/// offline is read-only as well ("Disks that are left offline are read-only by default") and
+/// an online disk that cannot be written is of no use to a driver. Version u32 @0, Persist
+/// BOOLEAN @4, Attributes u64 @8, AttributesMask u64 @16.
 pub fn set_offline(offline: bool) -> [u8; SET_DISK_ATTRIBUTES_SIZE] {
     let mut b = [0u8; SET_DISK_ATTRIBUTES_SIZE];
     b[0..4].copy_from_slice(&(SET_DISK_ATTRIBUTES_SIZE as u32).to_le_bytes());
     b[4] = 1;
-    let attrs = if offline { DISK_ATTRIBUTE_OFFLINE } else { 0 };
+    let (attrs, mask) = if offline {
+        (DISK_ATTRIBUTE_OFFLINE, DISK_ATTRIBUTE_OFFLINE)
+    } else {
+        (0, DISK_ATTRIBUTE_OFFLINE | DISK_ATTRIBUTE_READ_ONLY)
+    };
     b[8..16].copy_from_slice(&attrs.to_le_bytes());
-    b[16..24].copy_from_slice(&DISK_ATTRIBUTE_OFFLINE.to_le_bytes());
+    b[16..24].copy_from_slice(&mask.to_le_bytes());
     b
 }
 

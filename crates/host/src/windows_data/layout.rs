@@ -227,6 +227,22 @@ fn largest_free(layout: &Layout, sector: u64) -> Option<(u64, u64)> {
     best
 }
 
+/// The starting offsets of the partitions Windows surfaces a volume for: GPT basic-data
+/// partitions, and MBR partitions of the types `IsRecognizedPartition` accepts (FAT12, FAT16,
+/// huge FAT16, IFS/NTFS, FAT32, FAT32 and FAT16 with INT13 extensions). Extended containers,
+/// the MSR and foreign types get none.
+pub fn volume_offsets(layout: &Layout) -> Vec<u64> {
+    layout
+        .partitions
+        .iter()
+        .filter(|p| match p.gpt_type {
+            Some(t) => t == BASIC_DATA,
+            None => matches!(p.mbr_type, 0x01 | 0x04 | 0x06 | 0x07 | 0x0B | 0x0C | 0x0E),
+        })
+        .map(|p| p.start)
+        .collect()
+}
+
 /// PartitionDisk's plan for a disk whose layout is `layout` (read after any GPT initialisation)
 /// and whose logical sector size is `sector`: nothing when a non-reserved partition exists,
 /// else one basic-data partition over the largest free extent.
@@ -261,7 +277,16 @@ pub fn max_partition_size(
         .find(|p| p.number == number)
         .ok_or_else(|| PlanError::Invalid(format!("no partition {number} on the disk")))?;
     let limit = if layout.style == STYLE_GPT {
-        layout.usable_start.saturating_add(layout.usable_length)
+        // The disk's end less the backup GPT (entries, then the header in the last sector),
+        // not the usable area the table records: after the disk grew, that is the old end,
+        // and IOCTL_DISK_GROW_PARTITION is the documented way into the new space (it refuses
+        // what it cannot do, so nothing is taken for grown that was not).
+        let entries = (u64::from(layout.max_partitions.max(128)) * 128)
+            .div_ceil(sector.max(1))
+            .saturating_mul(sector.max(1));
+        disk_length
+            .saturating_sub(entries + sector.max(1))
+            .max(layout.usable_start.saturating_add(layout.usable_length))
     } else {
         disk_length
     };
@@ -594,5 +619,43 @@ mod tests {
         l.usable_length = 10 * GIB;
         assert_eq!(msr_entry(&l, 512, Uuid::nil()), None);
         assert_eq!(plan_data_partition(&l, 512), Err(PlanError::NoSpace));
+    }
+}
+
+#[cfg(test)]
+mod volume_tests {
+    use super::*;
+
+    fn part(start: u64, gpt_type: Option<Uuid>, mbr_type: u8) -> Partition {
+        Partition {
+            start,
+            length: 1 << 20,
+            number: 1,
+            gpt_type,
+            mbr_type,
+            raw: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn only_partitions_windows_surfaces_are_waited_for() {
+        let mut l = Layout {
+            style: STYLE_GPT,
+            disk_id: Uuid::nil(),
+            usable_start: 0,
+            usable_length: 0,
+            max_partitions: 128,
+            partitions: vec![part(1, Some(MSR), 0), part(2, Some(BASIC_DATA), 0)],
+        };
+        assert_eq!(volume_offsets(&l), [2]);
+        // MBR: NTFS and FAT32 get volumes; an extended container and a Linux partition none.
+        l.style = STYLE_MBR;
+        l.partitions = vec![
+            part(1, None, 0x07),
+            part(2, None, 0x0C),
+            part(3, None, 0x05),
+        ];
+        l.partitions.push(part(4, None, 0x83));
+        assert_eq!(volume_offsets(&l), [1, 2]);
     }
 }

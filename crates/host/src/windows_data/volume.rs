@@ -72,9 +72,11 @@ pub fn filesystem_present(name: &str) -> bool {
 
 /// The number of sectors of `bytes_per_sector` a filesystem occupies when it fills a partition
 /// of `partition_length` bytes: the input of `FSCTL_EXTEND_VOLUME` ("the total number of
-/// sectors that should be in the extended volume").
+/// sectors that should be in the extended volume"). One short of the partition: NTFS keeps its
+/// backup boot sector in the partition's last sector, outside the volume (as `format` leaves
+/// it).
 pub fn extend_sectors(partition_length: u64, bytes_per_sector: u32) -> u64 {
-    partition_length / u64::from(bytes_per_sector.max(1))
+    (partition_length / u64::from(bytes_per_sector.max(1))).saturating_sub(1)
 }
 
 /// The filesystem is extended when it is smaller than its partition by more than this: NTFS

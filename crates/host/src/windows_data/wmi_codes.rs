@@ -64,6 +64,9 @@ const HRESULTS: &[(u32, &str, Kind)] = &[
     (0x8007_0057, "E_INVALIDARG", Kind::InvalidArgument),
     (0x8007_06BA, "RPC_S_SERVER_UNAVAILABLE", Kind::Unavailable),
     (0x8001_0108, "RPC_E_DISCONNECTED", Kind::Unavailable),
+    (0x8007_06BE, "RPC_S_CALL_FAILED", Kind::Unavailable),
+    (0x8001_0007, "RPC_E_SERVER_DIED", Kind::Unavailable),
+    (0x8001_0012, "RPC_E_SERVER_DIED_DNE", Kind::Unavailable),
 ];
 
 /// The kind of a failed WMI call's HRESULT; unknown codes are INTERNAL.

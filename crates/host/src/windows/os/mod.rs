@@ -55,6 +55,10 @@ pub mod code {
     pub const UNRECOGNIZED_VOLUME: u32 = 1005;
     /// ERROR_DEVICE_NOT_CONNECTED.
     pub const DEVICE_NOT_CONNECTED: u32 = 1167;
+    /// ERROR_NO_SUCH_DEVICE: "A device which does not exist was specified."
+    pub const NO_SUCH_DEVICE: u32 = 433;
+    /// ERROR_DEVICE_REMOVED: "The device has been removed."
+    pub const DEVICE_REMOVED: u32 = 1617;
     /// ERROR_NOT_A_REPARSE_POINT.
     pub const NOT_A_REPARSE_POINT: u32 = 4390;
     /// ERROR_DEPENDENT_SERVICES_RUNNING: other running services depend on the one to stop.
@@ -114,9 +118,11 @@ impl OsError {
             return hresult_kind(self.code as i32);
         }
         match self.code {
-            code::FILE_NOT_FOUND | code::PATH_NOT_FOUND | code::DEVICE_NOT_CONNECTED => {
-                Kind::NotFound
-            }
+            code::FILE_NOT_FOUND
+            | code::PATH_NOT_FOUND
+            | code::DEVICE_NOT_CONNECTED
+            | code::NO_SUCH_DEVICE
+            | code::DEVICE_REMOVED => Kind::NotFound,
             code::ACCESS_DENIED | code::WRITE_PROTECT => Kind::PermissionDenied,
             code::FILE_EXISTS | code::ALREADY_EXISTS => Kind::AlreadyExists,
             code::INVALID_PARAMETER => Kind::InvalidArgument,
@@ -148,16 +154,34 @@ fn describe(code: u32) -> String {
         code::ACCESS_DENIED => "Access is denied.",
         code::NO_MORE_FILES => "There are no more files.",
         code::NOT_READY => "The device is not ready.",
+        code::WRITE_PROTECT => "The media is write protected.",
         code::INVALID_PARAMETER => "The parameter is incorrect.",
         code::INSUFFICIENT_BUFFER => "The data area passed to a system call is too small.",
         code::DIR_NOT_EMPTY => "The directory is not empty.",
         code::MORE_DATA => "More data is available.",
         code::UNRECOGNIZED_VOLUME => "The volume does not contain a recognized file system.",
         code::NOT_A_REPARSE_POINT => "The file or directory is not a reparse point.",
+        code::NO_SUCH_DEVICE => "A device which does not exist was specified.",
+        code::DEVICE_REMOVED => "The device has been removed.",
         c if c & 0x8000_0000 != 0 => return describe_hresult(c as i32),
         _ => "The operation failed.",
     };
     text.to_string()
+}
+
+/// The access a device is opened with (`CreateFileW`'s `dwDesiredAccess`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// 0: "the application can query certain metadata such as file, directory, or device
+    /// attributes without accessing that file or device". Opening a volume this way mounts no
+    /// filesystem, so it works on a drive without media and on a volume someone else locked;
+    /// I/O controls defined with `FILE_ANY_ACCESS` (volume extents, layout, attributes) work
+    /// through it.
+    Query,
+    /// `GENERIC_READ`.
+    Read,
+    /// `GENERIC_READ | GENERIC_WRITE`.
+    ReadWrite,
 }
 
 /// An iSCSI session as the initiator lists it (`ISCSI_SESSION_INFOW`).
@@ -169,6 +193,19 @@ pub struct IscsiSession {
     pub names: [String; 2],
     /// `(TargetAddress, TargetSocket)` of each connection.
     pub connections: Vec<(String, u16)>,
+}
+
+/// A persistent login as the initiator lists it (`PERSISTENT_ISCSI_LOGIN_INFOW`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PersistentLogin {
+    /// `TargetName`, the IQN.
+    pub iqn: String,
+    /// `InitiatorInstance`: the initiator (HBA) that keeps the login.
+    pub initiator: String,
+    /// `InitiatorPortNumber`.
+    pub initiator_port: u32,
+    /// `TargetPortal.Address` and `TargetPortal.Socket`.
+    pub portal: (String, u16),
 }
 
 /// What a WMI method answered in its `ReturnValue` out-parameter.
@@ -232,10 +269,10 @@ impl fmt::Debug for Handle<'_> {
 /// documented enumeration idiom) of the real OS; see `super::win32` for which. The file and
 /// directory primitives are in [`FileApi`].
 pub trait Win32: FileApi + Send + Sync {
-    /// `CreateFileW(path, GENERIC_READ [| GENERIC_WRITE], FILE_SHARE_READ | FILE_SHARE_WRITE,
-    /// OPEN_EXISTING)`: a device (`\\.\PhysicalDriveN`, `\\.\Volume{GUID}`, a disk interface
-    /// path). Returns the raw handle value; [`open`] wraps it.
-    fn open_raw(&self, path: &str, write: bool) -> Win32Result<u64>;
+    /// `CreateFileW(path, access, FILE_SHARE_READ | FILE_SHARE_WRITE, OPEN_EXISTING)`: a
+    /// device (`\\.\PhysicalDriveN`, `\\.\Volume{GUID}`, a disk interface path). Returns the
+    /// raw handle value; [`open`] and [`open_query`] wrap it.
+    fn open_raw(&self, path: &str, access: Access) -> Win32Result<u64>;
     /// `CloseHandle`.
     fn close(&self, handle: u64);
     /// One synchronous `DeviceIoControl` with an output buffer of `out_len` bytes. A short
@@ -248,8 +285,10 @@ pub trait Win32: FileApi + Send + Sync {
         input: &[u8],
         out_len: usize,
     ) -> Win32Result<Vec<u8>>;
-    /// `ReadFile` of `len` bytes at the handle's file pointer (0 on a fresh handle).
-    fn read(&self, handle: u64, len: usize) -> Win32Result<Vec<u8>>;
+    /// `ReadFile` of `len` bytes at byte `offset` (an `OVERLAPPED` offset on a synchronous
+    /// handle), into a buffer aligned for noncached disk and volume I/O. On a disk or volume
+    /// handle `offset` and `len` must be whole sectors (ERROR_INVALID_PARAMETER otherwise).
+    fn read_at(&self, handle: u64, offset: u64, len: usize) -> Win32Result<Vec<u8>>;
     /// `FlushFileBuffers`: on a volume handle, every open file of the volume.
     fn flush(&self, handle: u64) -> Win32Result<()>;
     /// `FindFirstVolumeW` / `FindNextVolumeW` / `FindVolumeClose`: every volume's GUID path,
@@ -359,13 +398,13 @@ pub trait Win32: FileApi + Send + Sync {
     ) -> Win32Result<()>;
     /// `LogoutIScsiTarget(session)`.
     fn iscsi_logout(&self, session: (u64, u64)) -> Win32Result<()>;
-    /// `RemoveIScsiPersistentTargetW(NULL, ISCSI_ALL_INITIATOR_PORTS, iqn, portal)`.
-    fn iscsi_remove_persistent_target(
-        &self,
-        iqn: &str,
-        address: &str,
-        port: u16,
-    ) -> Win32Result<()>;
+    /// `ReportIScsiPersistentLoginsW` with `capacity` bytes: every persistent login. Too small:
+    /// ERROR_INSUFFICIENT_BUFFER, `needed` bytes.
+    fn iscsi_persistent_logins(&self, capacity: usize) -> Win32Result<Vec<PersistentLogin>>;
+    /// `RemoveIScsiPersistentTargetW(InitiatorInstance, InitiatorPortNumber, TargetName,
+    /// TargetPortal)` of one listed login, with its own initiator and port: the initiator is
+    /// `[in]`, not optional.
+    fn iscsi_remove_persistent_target(&self, login: &PersistentLogin) -> Win32Result<()>;
     /// `GetDevicesForIScsiSessionW(session)` with room for `capacity` entries: each device's
     /// `STORAGE_DEVICE_NUMBER` as `(DeviceType, DeviceNumber)`. Too small:
     /// ERROR_INSUFFICIENT_BUFFER, `needed` entries.
@@ -427,9 +466,24 @@ macro_rules! seam_host {
 }
 pub(crate) use seam_host;
 
-/// Opens a device through the seam.
+/// Opens a device through the seam with `access`.
+pub fn open_with<'a>(os: &'a dyn Win32, path: &str, access: Access) -> Win32Result<Handle<'a>> {
+    os.open_raw(path, access).map(|raw| Handle { os, raw })
+}
+
+/// Opens a device through the seam for reading, and writing with `write`.
 pub fn open<'a>(os: &'a dyn Win32, path: &str, write: bool) -> Win32Result<Handle<'a>> {
-    os.open_raw(path, write).map(|raw| Handle { os, raw })
+    let access = if write {
+        Access::ReadWrite
+    } else {
+        Access::Read
+    };
+    open_with(os, path, access)
+}
+
+/// Opens a device through the seam for queries only ([`Access::Query`]).
+pub fn open_query<'a>(os: &'a dyn Win32, path: &str) -> Win32Result<Handle<'a>> {
+    open_with(os, path, Access::Query)
 }
 
 /// Opens a file or directory through the seam ([`FileApi::open_entry`]).
@@ -446,9 +500,15 @@ pub fn open_entry<'a>(
 
 /// Sends `code` with `input`, growing the output buffer (from `initial` bytes, up to 1 MiB) while
 /// the driver answers ERROR_INSUFFICIENT_BUFFER or ERROR_MORE_DATA, as variable-length outputs
-/// (layouts, descriptors, extents) require.
+/// (layouts, descriptors, extents) require. With `initial` 0 the control returns nothing (and
+/// changes state: CREATE_DISK, SET_DRIVE_LAYOUT_EX, GROW_PARTITION, SET_DISK_ATTRIBUTES,
+/// FSCTL_EXTEND_VOLUME): it is sent once with no output buffer, as their pages specify, and
+/// never repeated, since a repeat of one that applied would apply it twice.
 pub fn ioctl(h: &Handle<'_>, code: u32, input: &[u8], initial: usize) -> Win32Result<Vec<u8>> {
-    let mut size = initial.max(8);
+    if initial == 0 {
+        return h.os.device_io_control(h.raw, code, input, 0);
+    }
+    let mut size = initial;
     loop {
         match h.os.device_io_control(h.raw, code, input, size) {
             Err(e)
@@ -463,12 +523,18 @@ pub fn ioctl(h: &Handle<'_>, code: u32, input: &[u8], initial: usize) -> Win32Re
 }
 
 /// Whether a WMI failure means the connection is dead (`winmgmt` restarted, its RPC server
-/// gone) and a fresh connection would answer.
+/// gone) and a fresh connection would answer. Which code a call gets depends on when the
+/// server went: before the call (RPC_E_DISCONNECTED, RPC_S_SERVER_UNAVAILABLE), during it
+/// (RPC_S_CALL_FAILED, RPC_E_SERVER_DIED, or RPC_E_SERVER_DIED_DNE when the call "did not
+/// execute"), or while shutting down.
 pub fn wmi_disconnected(e: &OsError) -> bool {
     matches!(
         e.code,
         0x8001_0108 // RPC_E_DISCONNECTED
             | 0x8007_06BA // RPC_S_SERVER_UNAVAILABLE
+            | 0x8007_06BE // RPC_S_CALL_FAILED
+            | 0x8001_0007 // RPC_E_SERVER_DIED
+            | 0x8001_0012 // RPC_E_SERVER_DIED_DNE
             | 0x8004_1015 // WBEM_E_TRANSPORT_FAILURE
             | 0x8004_1033 // WBEM_E_SHUTTING_DOWN
     )

@@ -4,14 +4,19 @@
 use super::*;
 
 impl Win32 for SimWindows {
-    fn open_raw(&self, path: &str, write: bool) -> Win32Result<u64> {
+    fn open_raw(&self, path: &str, access: Access) -> Win32Result<u64> {
         let mut s = self.lock();
         s.take_fault("open")?;
         s.settle();
         let target = devices::resolve_device(&s, path).ok_or(OsError::new(code::FILE_NOT_FOUND))?;
+        if let Target::Volume(v) = target
+            && let Some(e) = storage::volume_open_error(&s, v, access)
+        {
+            return Err(e);
+        }
         s.next_handle += 4;
         let h = s.next_handle;
-        s.handles.insert(h, Open { target, write });
+        s.handles.insert(h, Open { target, access });
         Ok(h)
     }
 
@@ -35,19 +40,37 @@ impl Win32 for SimWindows {
             .handles
             .get(&handle)
             .ok_or(OsError::new(code::INVALID_HANDLE))?;
-        devices::ioctl(&mut s, open, ioctl, input, out_len)
+        let out = devices::ioctl(&mut s, open, ioctl, input, out_len)?;
+        if out_len > 0 && storage::takes_no_output(ioctl) {
+            // Applied, and then a short-buffer answer for the output buffer the page says
+            // must be NULL: a caller that retries applies it again.
+            return Err(OsError::new(code::MORE_DATA));
+        }
+        Ok(out)
     }
 
-    fn read(&self, handle: u64, len: usize) -> Win32Result<Vec<u8>> {
+    fn read_at(&self, handle: u64, offset: u64, len: usize) -> Win32Result<Vec<u8>> {
         let mut s = self.lock();
         s.take_fault("read")?;
-        match s.handles.get(&handle).map(|o| o.target) {
+        let open = s.handles.get(&handle).copied();
+        // ReadFile needs a handle opened with GENERIC_READ.
+        if open.is_some_and(|o| o.access == Access::Query) {
+            return Err(OsError::new(code::ACCESS_DENIED));
+        }
+        match open.map(|o| o.target) {
             Some(Target::Volume(v)) => {
-                let mut out = s.volumes[v].head.clone();
+                if !offset.is_multiple_of(SECTOR) || !(len as u64).is_multiple_of(SECTOR) {
+                    return Err(OsError::new(code::INVALID_PARAMETER));
+                }
+                let head = &s.volumes[v].head;
+                let mut out = head.get(offset as usize..).unwrap_or_default().to_vec();
                 out.resize(len, 0);
                 Ok(out)
             }
-            Some(Target::Disk(_)) => Ok(vec![0; len]),
+            Some(Target::Disk(n)) => {
+                let d = s.disks.get(&n).ok_or(OsError::new(code::FILE_NOT_FOUND))?;
+                storage::read_disk(d, offset, len)
+            }
             None => Err(OsError::new(code::INVALID_HANDLE)),
         }
     }
@@ -57,7 +80,7 @@ impl Win32 for SimWindows {
         s.take_fault("flush")?;
         match s.handles.get(&handle) {
             // FlushFileBuffers on a volume needs a handle with write access.
-            Some(o) if !o.write => Err(OsError::new(code::ACCESS_DENIED)),
+            Some(o) if o.access != Access::ReadWrite => Err(OsError::new(code::ACCESS_DENIED)),
             Some(_) => Ok(()),
             None => Err(OsError::new(code::INVALID_HANDLE)),
         }
@@ -135,6 +158,9 @@ impl Win32 for SimWindows {
         let v = s
             .volume_at(root)
             .ok_or(OsError::new(code::PATH_NOT_FOUND))?;
+        if let Some(e) = storage::filesystem_error(&s, v) {
+            return Err(e);
+        }
         s.volumes[v]
             .fs
             .clone()
@@ -147,6 +173,9 @@ impl Win32 for SimWindows {
         let v = s
             .volume_at(root)
             .ok_or(OsError::new(code::PATH_NOT_FOUND))?;
+        if let Some(e) = storage::filesystem_error(&s, v) {
+            return Err(e);
+        }
         let vol = &s.volumes[v];
         match vol.fs {
             // NTFS keeps its metadata in the volume: a fresh one is about 1% used.
@@ -221,18 +250,14 @@ impl Win32 for SimWindows {
     fn page_files(&self) -> Win32Result<Vec<String>> {
         let mut s = self.lock();
         s.take_fault("page_files")?;
-        if s.wmi_disconnected {
-            return Err(OsError::new(RPC_E_DISCONNECTED));
-        }
+        smb::connected(&s)?;
         Ok(s.page_files.clone())
     }
 
     fn format_ntfs(&self, volume: &str) -> Win32Result<ReturnValue> {
         let mut s = self.lock();
         s.take_fault("format_ntfs")?;
-        if s.wmi_disconnected {
-            return Err(OsError::new(RPC_E_DISCONNECTED));
-        }
+        smb::connected(&s)?;
         if let Some(odd) = s.odd_return.take() {
             return Ok(odd);
         }
@@ -241,11 +266,13 @@ impl Win32 for SimWindows {
             .find(|&v| s.visible(v) && s.volumes[v].names[0].eq_ignore_ascii_case(volume))
             .ok_or(OsError::new(WBEM_E_NOT_FOUND))?;
         let length = devices::partition_of(&s, v).map_or(0, |p| p.length);
+        let sector = s.disks.get(&s.volumes[v].disk).map_or(SECTOR, |d| d.sector);
         let serial = s.next_serial;
         s.next_serial += 1;
         let vol = &mut s.volumes[v];
         vol.fs = Some(("NTFS".into(), serial));
-        vol.fs_size = length;
+        // NTFS leaves the partition's last sector to its backup boot sector.
+        vol.fs_size = length - sector;
         // An NTFS boot sector: what a later signature probe finds.
         let mut head = vec![0u8; 512];
         head[3..11].copy_from_slice(b"NTFS    ");
@@ -410,15 +437,16 @@ impl Win32 for SimWindows {
         iscsi::logout(&mut s, session)
     }
 
-    fn iscsi_remove_persistent_target(
-        &self,
-        iqn: &str,
-        address: &str,
-        port: u16,
-    ) -> Win32Result<()> {
+    fn iscsi_persistent_logins(&self, capacity: usize) -> Win32Result<Vec<PersistentLogin>> {
+        let mut s = self.lock();
+        s.take_fault("iscsi_persistent_logins")?;
+        iscsi::persistent_logins(&mut s, capacity)
+    }
+
+    fn iscsi_remove_persistent_target(&self, login: &PersistentLogin) -> Win32Result<()> {
         let mut s = self.lock();
         s.take_fault("iscsi_remove_persistent_target")?;
-        iscsi::remove_persistent(&mut s, iqn, address, port)
+        iscsi::remove_persistent(&mut s, login)
     }
 
     fn iscsi_session_devices(
@@ -440,7 +468,7 @@ impl Win32 for SimWindows {
     fn reset_wmi(&self) {
         let mut s = self.lock();
         *s.calls.entry("reset_wmi").or_default() += 1;
-        s.wmi_disconnected = false;
+        s.wmi_gone = None;
     }
 
     fn now(&self) -> Duration {

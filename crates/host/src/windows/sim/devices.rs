@@ -93,6 +93,9 @@ fn le_i64(b: &[u8], at: usize) -> Option<u64> {
     io::le_u64(b, at).filter(|v| i64::try_from(*v).is_ok())
 }
 
+/// NTFS's default cluster size.
+const NTFS_CLUSTER: u64 = 4096;
+
 /// Sends one I/O control to the device behind `open`.
 pub(super) fn ioctl(
     s: &mut State,
@@ -102,15 +105,7 @@ pub(super) fn ioctl(
     out_len: usize,
 ) -> Win32Result<Vec<u8>> {
     let invalid = || OsError::new(code::INVALID_PARAMETER);
-    let needs_write = matches!(
-        code_,
-        io::DISK_SET_DRIVE_LAYOUT_EX
-            | io::DISK_CREATE_DISK
-            | io::DISK_GROW_PARTITION
-            | io::DISK_SET_DISK_ATTRIBUTES
-            | io::DISK_UPDATE_DRIVE_SIZE
-    );
-    if needs_write && !open.write {
+    if !super::storage::access_allows(open.access, code_) {
         return Err(OsError::new(code::ACCESS_DENIED));
     }
     match open.target {
@@ -121,13 +116,16 @@ pub(super) fn ioctl(
                 .disks
                 .get_mut(&n)
                 .ok_or(OsError::new(code::FILE_NOT_FOUND))?;
+            if d.removing {
+                return Err(OsError::new(code::DEVICE_REMOVED));
+            }
             match code_ {
                 io::DISK_GET_DRIVE_LAYOUT_EX => {
                     fit(drive_layout(d), out_len, code::INSUFFICIENT_BUFFER)
                 }
                 io::DISK_GET_DRIVE_GEOMETRY_EX => {
                     let mut g = vec![0u8; 32];
-                    g[20..24].copy_from_slice(&(SECTOR as u32).to_le_bytes());
+                    g[20..24].copy_from_slice(&(d.sector as u32).to_le_bytes());
                     g[24..32].copy_from_slice(&(d.size as i64).to_le_bytes());
                     fit(g, out_len, code::INSUFFICIENT_BUFFER)
                 }
@@ -142,6 +140,10 @@ pub(super) fn ioctl(
                         io::DISK_ATTRIBUTE_OFFLINE
                     } else {
                         0
+                    } | if d.read_only {
+                        io::DISK_ATTRIBUTE_READ_ONLY
+                    } else {
+                        0
                     };
                     a[8..16].copy_from_slice(&attrs.to_le_bytes());
                     fit(a, out_len, code::INSUFFICIENT_BUFFER)
@@ -149,8 +151,19 @@ pub(super) fn ioctl(
                 io::DISK_SET_DISK_ATTRIBUTES => {
                     let attrs = io::le_u64(input, 8).ok_or_else(invalid)?;
                     let mask = io::le_u64(input, 16).ok_or_else(invalid)?;
+                    let was_offline = d.offline;
                     if mask & io::DISK_ATTRIBUTE_OFFLINE != 0 {
                         d.offline = attrs & io::DISK_ATTRIBUTE_OFFLINE != 0;
+                    }
+                    if mask & io::DISK_ATTRIBUTE_READ_ONLY != 0 {
+                        d.read_only = attrs & io::DISK_ATTRIBUTE_READ_ONLY != 0;
+                    }
+                    // Persist: "these settings are persisted across reboots".
+                    if input.get(4).is_some_and(|p| *p != 0) {
+                        d.persisted = (d.offline, d.read_only);
+                    }
+                    if was_offline && !d.offline {
+                        s.volumes_arrive(n);
                     }
                     Ok(Vec::new())
                 }
@@ -177,7 +190,16 @@ pub(super) fn ioctl(
                         io::STORAGE_DEVICE_PROPERTY => device_descriptor(&d.serial),
                         _ => return Err(OsError::new(code::INVALID_FUNCTION)),
                     };
-                    fit(out, out_len, code::INSUFFICIENT_BUFFER)
+                    // A short buffer gets the descriptor's first bytes, successfully: its
+                    // header's `Size` says how much the whole needs.
+                    Ok(out[..out.len().min(out_len)].to_vec())
+                }
+                // "If the disk is READONLY, disk data and metadata can be read, but writes to the
+                // disk will fail."
+                io::DISK_CREATE_DISK | io::DISK_SET_DRIVE_LAYOUT_EX | io::DISK_GROW_PARTITION
+                    if d.read_only =>
+                {
+                    Err(OsError::new(code::WRITE_PROTECT))
                 }
                 io::DISK_CREATE_DISK => {
                     if io::le_u32(input, 0) != Some(STYLE_GPT) {
@@ -187,11 +209,13 @@ pub(super) fn ioctl(
                     id.copy_from_slice(input.get(4..20).ok_or_else(invalid)?);
                     d.style = STYLE_GPT;
                     d.disk_id = Uuid::from_bytes_le(id);
-                    // LBA 0 protective MBR, LBA 1 header, 32 sectors of entries; the same at
-                    // the end for the backup.
-                    d.usable_start = 34 * SECTOR;
-                    d.usable_length = d.size - 67 * SECTOR;
+                    // LBA 0 protective MBR, LBA 1 header, 16 KiB of entries; the same at the
+                    // end for the backup.
+                    let (start, end) = d.gpt_usable();
+                    d.usable_start = start;
+                    d.usable_length = end - start;
                     d.parts.clear();
+                    d.write_gpt_headers();
                     Ok(Vec::new())
                 }
                 io::DISK_SET_DRIVE_LAYOUT_EX => {
@@ -208,10 +232,15 @@ pub(super) fn ioctl(
                 io::DISK_GROW_PARTITION => {
                     let number = io::le_u32(input, 0).ok_or_else(invalid)?;
                     let grow = le_i64(input, 8).ok_or_else(invalid)?;
-                    let limit = if d.style == STYLE_GPT {
+                    // The documented way into space a grown disk added: partmgr writes the table
+                    // back with its backup at the disk's end, so the usable area follows the
+                    // disk (unless the simulation keeps the old one: `keep_usable_area`).
+                    let limit = if d.style != STYLE_GPT {
+                        d.size
+                    } else if d.keep_usable {
                         d.usable_start + d.usable_length
                     } else {
-                        d.size
+                        d.gpt_usable().1
                     };
                     let p = d
                         .parts
@@ -233,21 +262,28 @@ pub(super) fn ioctl(
                     if let Some(p) = d.parts.iter_mut().find(|p| p.number == number) {
                         p.length += grow;
                     }
+                    if d.style == STYLE_GPT {
+                        d.usable_length = limit - d.usable_start;
+                    }
                     Ok(Vec::new())
                 }
                 io::DISK_UPDATE_DRIVE_SIZE => {
                     if let Some(size) = d.pending_size.take() {
+                        // The backup GPT stays where it was: nothing documents that re-reading
+                        // the size rewrites the table, so the usable area is the old one.
                         d.size = size;
-                        if d.style == STYLE_GPT {
-                            // Windows moves the backup GPT to the new end of the disk.
-                            d.usable_length = size - 33 * SECTOR - d.usable_start;
-                        }
                     }
                     fit(vec![0u8; 32], out_len.max(32), code::INSUFFICIENT_BUFFER)
                 }
                 io::DISK_UPDATE_PROPERTIES => Ok(Vec::new()),
                 _ => Err(OsError::new(code::INVALID_FUNCTION)),
             }
+        }
+        // A drive without media answers every request with "the device is not ready".
+        Target::Volume(v) if s.volumes[v].no_media => Err(OsError::new(code::NOT_READY)),
+        // A volume on a disk being removed goes with it.
+        Target::Volume(v) if s.disks.get(&s.volumes[v].disk).is_some_and(|d| d.removing) => {
+            Err(OsError::new(code::DEVICE_REMOVED))
         }
         Target::Volume(v) => match code_ {
             io::VOLUME_GET_VOLUME_DISK_EXTENTS => {
@@ -266,12 +302,16 @@ pub(super) fn ioctl(
             io::FSCTL_EXTEND_VOLUME => {
                 let sectors = le_i64(input, 0).ok_or_else(invalid)?;
                 let length = partition_of(s, v).map_or(0, |p| p.length);
+                let sector = s.disks.get(&s.volumes[v].disk).map_or(SECTOR, |d| d.sector);
                 let vol = &mut s.volumes[v];
                 if vol.fs.is_none() {
                     return Err(OsError::new(code::UNRECOGNIZED_VOLUME));
                 }
-                let bytes = sectors.checked_mul(SECTOR).ok_or_else(invalid)?;
-                if bytes > length || bytes < vol.fs_size {
+                let bytes = sectors.checked_mul(sector).ok_or_else(invalid)?;
+                // NTFS keeps its backup boot sector in the sector after the volume, so the
+                // volume ends one sector short of its partition; growing needs at least one
+                // more cluster (4 KiB by default).
+                if bytes > length.saturating_sub(sector) || bytes < vol.fs_size + NTFS_CLUSTER {
                     return Err(invalid());
                 }
                 vol.fs_size = bytes;
@@ -324,7 +364,8 @@ fn set_layout(d: &mut Disk, input: &[u8]) -> Win32Result<Vec<u32>> {
         {
             return Err(invalid());
         }
-        if q.start < d.usable_start || q.start + q.length > end || !q.start.is_multiple_of(SECTOR) {
+        if q.start < d.usable_start || q.start + q.length > end || !q.start.is_multiple_of(d.sector)
+        {
             return Err(invalid());
         }
         if parts

@@ -10,8 +10,8 @@
 //! - every list call answers ERROR_INSUFFICIENT_BUFFER with the size it needs when too small.
 
 use super::{SimWindows, State};
-use crate::windows::os::{IscsiSession, OsError, Win32Result, code};
-use crate::windows_data::iscsi::{self as data, isdsc};
+use crate::windows::os::{IscsiSession, OsError, PersistentLogin, Win32Result, code};
+use crate::windows_data::iscsi::{self as data, ISCSI_ALL_INITIATOR_PORTS, isdsc};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// ISDSC_LOGIN_FAILED: the target refused the login (authentication).
@@ -22,6 +22,12 @@ const INVALID_CHAP_SECRET: u32 = 0xEFFF_0070;
 const PORTS: usize = 2;
 /// The bytes one session takes in `GetIScsiSessionListW`'s buffer (structures and strings).
 const SESSION_BYTES: usize = 512;
+/// The size of one `PERSISTENT_ISCSI_LOGIN_INFOW` with its strings.
+const PERSISTENT_LOGIN_BYTES: usize = 1600;
+/// The Microsoft software initiator's instance name.
+const SOFTWARE_INITIATOR: &str = r"ROOT\ISCSIPRT\0000_0";
+/// RPC_X_NULL_REF_POINTER: "A null reference pointer was passed to the stub."
+const RPC_X_NULL_REF_POINTER: u32 = 1780;
 
 /// A target an iSCSI array offers.
 #[derive(Debug, Clone)]
@@ -53,7 +59,8 @@ pub(super) struct Initiator {
     forced_discoveries: u64,
     sessions: Vec<Session>,
     next_session: u64,
-    persistent: BTreeSet<(String, String, u16)>,
+    /// Persistent logins: (IQN, initiator instance, initiator port, portal address, port).
+    persistent: BTreeSet<(String, String, u32, String, u16)>,
     chap_secret: Option<Vec<u8>>,
 }
 
@@ -238,16 +245,48 @@ pub(super) fn logout(s: &mut State, session: (u64, u64)) -> Win32Result<()> {
     Ok(())
 }
 
-pub(super) fn remove_persistent(
+/// `ReportIScsiPersistentLoginsW`: every persistent login, each with the initiator and port
+/// that keep it.
+pub(super) fn persistent_logins(
     s: &mut State,
-    iqn: &str,
-    address: &str,
-    port: u16,
-) -> Win32Result<()> {
+    capacity: usize,
+) -> Win32Result<Vec<PersistentLogin>> {
     let i = s.initiator()?;
-    if i.persistent
-        .remove(&(iqn.to_string(), address.to_ascii_lowercase(), port))
-    {
+    let needed = i.persistent.len() * PERSISTENT_LOGIN_BYTES;
+    if capacity < needed {
+        return Err(short(needed));
+    }
+    Ok(i.persistent
+        .iter()
+        .map(
+            |(iqn, initiator, initiator_port, address, port)| PersistentLogin {
+                iqn: iqn.clone(),
+                initiator: initiator.clone(),
+                initiator_port: *initiator_port,
+                portal: (address.clone(), *port),
+            },
+        )
+        .collect())
+}
+
+/// `RemoveIScsiPersistentTargetW`: removes the login kept by exactly this initiator on this
+/// port (or on all its ports with ISCSI_ALL_INITIATOR_PORTS); an empty initiator is a null
+/// `[in]` pointer, which the RPC layer refuses.
+pub(super) fn remove_persistent(s: &mut State, login: &PersistentLogin) -> Win32Result<()> {
+    let i = s.initiator()?;
+    if login.initiator.is_empty() {
+        return Err(OsError::new(RPC_X_NULL_REF_POINTER));
+    }
+    let address = login.portal.0.to_ascii_lowercase();
+    let before = i.persistent.len();
+    i.persistent.retain(|(iqn, initiator, port, a, p)| {
+        !(iqn == &login.iqn
+            && initiator.eq_ignore_ascii_case(&login.initiator)
+            && (login.initiator_port == ISCSI_ALL_INITIATOR_PORTS || *port == login.initiator_port)
+            && *a == address
+            && *p == login.portal.1)
+    });
+    if i.persistent.len() < before {
         Ok(())
     } else {
         Err(err(isdsc::TARGET_NOT_FOUND))
@@ -306,12 +345,19 @@ impl SimWindows {
             });
     }
 
-    /// A persistent login of `iqn` through `address:port` (one made by upstream or an operator).
+    /// A persistent login of `iqn` through `address:port` (one made by upstream or an
+    /// operator), kept by the software initiator on each of its two ports.
     pub fn add_persistent_login(&self, iqn: &str, address: &str, port: u16) {
-        self.lock()
-            .iscsi
-            .persistent
-            .insert((iqn.into(), address.to_ascii_lowercase(), port));
+        let mut s = self.lock();
+        for initiator_port in [0, 1] {
+            s.iscsi.persistent.insert((
+                iqn.into(),
+                SOFTWARE_INITIATOR.into(),
+                initiator_port,
+                address.to_ascii_lowercase(),
+                port,
+            ));
+        }
     }
 
     /// The persistent logins.

@@ -99,3 +99,18 @@ fn a_missing_initiator_is_a_precondition_not_a_crash() {
     assert_eq!(e.kind(), Kind::FailedPrecondition);
     assert!(e.message().contains("iscsidsc.dll"), "{}", e.message());
 }
+
+#[test]
+fn each_persistent_login_is_removed_with_its_own_initiator_and_port() {
+    let (sim, h) = host();
+    sim.add_iscsi_target("10.0.0.5", 3260, IQN, &[4], None);
+    h.add_target_portal(&portal()).unwrap();
+    h.connect_target(&portal(), IQN, &no_chap()).unwrap();
+    // Kept by the software initiator on both its ports; and one through another portal.
+    sim.add_persistent_login(IQN, "10.0.0.5", 3260);
+    sim.add_persistent_login(IQN, "10.0.0.6", 3260);
+    assert_eq!(sim.persistent_logins(), 4);
+    h.disconnect_target(&portal(), IQN).unwrap();
+    // Both logins through this portal are gone; the other portal's stay.
+    assert_eq!(sim.persistent_logins(), 2);
+}

@@ -3,7 +3,8 @@
 //! deployments. The Windows hosts' logic runs over it on Linux, in unit tests and through the
 //! daemon's gRPC endpoints.
 //!
-//! What it models, each with the documentation it follows:
+//! `LEDGER.md` (next to this file) lists every modelled behaviour with the page it follows and
+//! the tests that rely on it. In short:
 //! - A partition's volume appears *asynchronously* after `IOCTL_DISK_SET_DRIVE_LAYOUT_EX`
 //!   (Plug and Play creates the volume device once the partition manager reports the partition;
 //!   "Volume arrival" is a PnP event), after a configurable delay ([`SimWindows::set_arrival_delay`]).
@@ -30,8 +31,11 @@ mod filesystem;
 mod iscsi;
 pub mod services;
 mod smb;
+mod storage;
 
-use super::os::{IscsiSession, OsError, ReturnValue, Win32, Win32Result, code};
+use super::os::{
+    Access, IscsiSession, OsError, PersistentLogin, ReturnValue, Win32, Win32Result, code,
+};
 use crate::windows_data::layout::{BASIC_DATA, MSR, NO_DRIVE_LETTER, STYLE_GPT, STYLE_RAW};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
@@ -71,6 +75,21 @@ struct Disk {
     usable_length: u64,
     parts: Vec<Part>,
     offline: bool,
+    /// `DISK_ATTRIBUTE_READ_ONLY`: writes fail ERROR_WRITE_PROTECT.
+    read_only: bool,
+    /// `(offline, read_only)` as persisted: what the disk comes back with when it is seen
+    /// again (a reboot, a re-attach).
+    persisted: (bool, bool),
+    /// `IOCTL_DISK_GROW_PARTITION` stays within the GPT's recorded usable area (a partition
+    /// manager that does not relocate the backup GPT).
+    keep_usable: bool,
+    /// Surprise-removed: Plug and Play still lists it, but every request fails
+    /// ERROR_DEVICE_REMOVED.
+    removing: bool,
+    /// Logical sector size: 512 (512n, 512e) or 4096 (4Kn).
+    sector: u64,
+    /// What is written on the disk, sparse: sector index to its bytes (absent is zeros).
+    data: BTreeMap<u64, Vec<u8>>,
     /// `(port, path, target, lun)`; `None` for a disk that is not SCSI-addressed.
     scsi: Option<(u8, u8, u8, u8)>,
     page83: String,
@@ -93,6 +112,13 @@ struct Volume {
     /// Directories and files on the volume while no folder shows them, as paths relative to
     /// its root (`true` for a directory).
     contents: Vec<(String, bool)>,
+    /// An optical or floppy drive with no media in it: on no disk, and only query opens work.
+    no_media: bool,
+    /// Another process holds `FSCTL_LOCK_VOLUME` on it: only query opens work.
+    locked: bool,
+    /// When Plug and Play surfaces it again after its disk came online or was attached; it
+    /// does not exist before.
+    arrives: Duration,
 }
 
 /// What an open handle refers to.
@@ -105,7 +131,7 @@ enum Target {
 #[derive(Debug, Clone, Copy)]
 struct Open {
     target: Target,
-    write: bool,
+    access: Access,
 }
 
 /// A volume the partition manager has reported that Plug and Play has not created yet.
@@ -146,7 +172,9 @@ struct State {
     shares: BTreeMap<String, smb::Share>,
     /// Node-wide SMB mappings, keyed by lower-cased root.
     smb_mappings: BTreeMap<String, smb::Mapping>,
-    wmi_disconnected: bool,
+    /// What a WMI connection made before `winmgmt` restarted answers (RPC_E_DISCONNECTED, or
+    /// another "server gone" code); `None` while connected.
+    wmi_gone: Option<u32>,
     /// What the next WMI method call answers instead of doing its work.
     odd_return: Option<ReturnValue>,
     /// Services, keyed lower-case (service names are case-insensitive).
@@ -246,24 +274,35 @@ impl State {
             fs_size: 0,
             head: Vec::new(),
             contents: Vec::new(),
+            no_media: false,
+            locked: false,
+            arrives: Duration::ZERO,
         });
         let index = self.volumes.len() - 1;
         if self.automount && p.attributes & NO_DRIVE_LETTER == 0 {
-            let taken: BTreeSet<String> = self.mount_points.keys().cloned().collect();
-            if let Some(letter) = ('D'..='Z').find(|l| !taken.contains(&mp_key(&format!("{l}:")))) {
-                let text = format!(r"{letter}:\");
-                self.mount_points.insert(mp_key(&text), (text, index));
-            }
+            self.give_letter(index);
         }
         Some(index)
     }
 
-    /// Whether the volume can be seen: its disk is online and still has its partition.
+    /// Mounts volume `index` at the first free drive letter from D:.
+    fn give_letter(&mut self, index: usize) {
+        let taken: BTreeSet<String> = self.mount_points.keys().cloned().collect();
+        if let Some(letter) = ('D'..='Z').find(|l| !taken.contains(&mp_key(&format!("{l}:")))) {
+            let text = format!(r"{letter}:\");
+            self.mount_points.insert(mp_key(&text), (text, index));
+        }
+    }
+
+    /// Whether the volume can be seen: a drive without media always is; a partition's volume
+    /// while its disk is online and still has its partition.
     fn visible(&self, v: usize) -> bool {
         self.volumes.get(v).is_some_and(|vol| {
-            self.disks
-                .get(&vol.disk)
-                .is_some_and(|d| !d.offline && d.parts.iter().any(|p| p.number == vol.partition))
+            vol.no_media
+                || vol.arrives <= self.clock
+                    && self.disks.get(&vol.disk).is_some_and(|d| {
+                        !d.offline && d.parts.iter().any(|p| p.number == vol.partition)
+                    })
         })
     }
 
@@ -339,6 +378,12 @@ impl SimWindows {
                         part(3, 117 * MIB, size - 118 * MIB, BASIC_DATA, os, 0),
                     ],
                     offline: false,
+                    read_only: false,
+                    persisted: (false, false),
+                    sector: SECTOR,
+                    keep_usable: false,
+                    removing: false,
+                    data: BTreeMap::new(),
                     scsi: Some((0, 0, 0, 0)),
                     page83: "system-disk".into(),
                     serial: "SIM-SYSTEM".into(),
@@ -384,6 +429,12 @@ impl SimWindows {
                 usable_length: 0,
                 parts: Vec::new(),
                 offline: false,
+                read_only: false,
+                persisted: (false, false),
+                sector: SECTOR,
+                keep_usable: false,
+                removing: false,
+                data: BTreeMap::new(),
                 scsi: Some((0, 0, 0, lun)),
                 page83: format!("sim-disk-{n}"),
                 serial: format!("SIM{n:04}"),
@@ -444,7 +495,13 @@ impl SimWindows {
 
     /// Restarts the WMI service: connections made before answer RPC_E_DISCONNECTED.
     pub fn restart_wmi(&self) {
-        self.lock().wmi_disconnected = true;
+        self.restart_wmi_with(RPC_E_DISCONNECTED);
+    }
+
+    /// Restarts the WMI service, connections made before answering `code` (RPC_S_CALL_FAILED,
+    /// RPC_E_SERVER_DIED, ...: how a call finds its server gone depends on when it died).
+    pub fn restart_wmi_with(&self, code: u32) {
+        self.lock().wmi_gone = Some(code);
     }
 
     /// Makes the next call of `call` (a [`Win32`] method name, e.g. `"volume_path_names"`)
@@ -524,10 +581,16 @@ fn part(number: u32, start: u64, length: u64, gpt_type: Uuid, id: Uuid, attribut
 }
 
 #[cfg(test)]
+mod content_tests;
+#[cfg(test)]
 mod filesystem_tests;
 #[cfg(test)]
 mod iscsi_tests;
 #[cfg(test)]
 mod service_tests;
 #[cfg(test)]
+mod storage_tests;
+#[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod wmi_tests;

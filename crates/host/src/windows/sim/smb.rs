@@ -8,7 +8,7 @@
 //! - a mapping whose server stopped answering is listed `Disconnected` (status 2), and paths
 //!   below it do not answer.
 
-use super::{OsError, RPC_E_DISCONNECTED, SimWindows, State, Win32Result};
+use super::{OsError, SimWindows, State, Win32Result};
 
 /// A share a simulated server offers.
 #[derive(Debug, Clone)]
@@ -53,11 +53,7 @@ pub(super) fn unc_exists(s: &State, path: &str) -> Option<bool> {
 
 /// Fails while WMI is restarting, as every WMI call does.
 pub(super) fn connected(s: &State) -> Win32Result<()> {
-    if s.wmi_disconnected {
-        Err(OsError::new(RPC_E_DISCONNECTED))
-    } else {
-        Ok(())
-    }
+    s.wmi_gone.map_or(Ok(()), |code| Err(OsError::new(code)))
 }
 
 /// `MSFT_SmbGlobalMapping.Status` of a mapping: OK, or Disconnected when its server is down.

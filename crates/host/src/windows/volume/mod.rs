@@ -15,7 +15,7 @@ mod targets;
 
 use super::disk::{WindowsDiskHost, open_disk, read_layout, volume_extents, volume_path_names};
 use super::os::files::utf16;
-use super::os::{self, Handle, Win32, code, ioctl, os_error};
+use super::os::{self, Access, Handle, Win32, code, ioctl, os_error};
 use crate::format_record::{FormatRecord, FormatRecords};
 use crate::reparse::{self, LinkDestination, ReparsePoint};
 use crate::signatures;
@@ -91,16 +91,18 @@ fn name(op: &str, id: &str) -> Result<VolumeName> {
     })
 }
 
-/// Opens the volume device `\\.\Volume{GUID}`; NOT_FOUND naming the volume when it does not
-/// exist. Reading, writing and the volume I/O controls all go through this handle.
+/// Opens the volume device `\\.\Volume{GUID}` with `access`; NOT_FOUND naming the volume
+/// when it does not exist. Reading, writing and the volume I/O controls all go through this
+/// handle; [`Access::Query`] is enough for the controls defined with FILE_ANY_ACCESS (extents,
+/// partition information) and works on a volume another process locked.
 fn open_volume<'a>(
     os: &'a dyn Win32,
     op: &str,
     id: &str,
     v: &VolumeName,
-    write: bool,
+    access: Access,
 ) -> Result<Handle<'a>> {
-    os::open(os, &v.device_path(), write).map_err(|e| {
+    os::open_with(os, &v.device_path(), access).map_err(|e| {
         if e.kind() == Kind::NotFound {
             Error::new(Kind::NotFound, op, shown(id), "no such volume")
         } else {
@@ -112,7 +114,7 @@ fn open_volume<'a>(
 /// The disk number of the volume's first extent.
 fn first_disk(os: &dyn Win32, op: &str, id: &str) -> Result<u32> {
     let v = name(op, id)?;
-    let h = open_volume(os, op, id, &v, false)?;
+    let h = open_volume(os, op, id, &v, Access::Query)?;
     volume_extents(op, &shown(id), &h)?
         .first()
         .map(|e| e.disk_number)
@@ -251,7 +253,7 @@ fn volume_id_at(os: &dyn Win32, op: &str, path: &str) -> Result<String> {
 /// Writes the volume's cached data to the disk: `FlushFileBuffers` on a volume handle "flushes
 /// all open files on the volume" and needs a handle with write access (an administrator's).
 fn flush(os: &dyn Win32, op: &str, id: &str, v: &VolumeName) -> Result<()> {
-    let h = open_volume(os, op, id, v, true)?;
+    let h = open_volume(os, op, id, v, Access::ReadWrite)?;
     os.flush(h.raw())
         .map_err(|e| os_error(op, shown(id), &e, &[]))
 }
@@ -260,8 +262,8 @@ fn flush(os: &dyn Win32, op: &str, id: &str, v: &VolumeName) -> Result<()> {
 /// file pointer is at byte 0, and PROBE_LEN is a whole number of sectors, as reads from a volume
 /// handle must be.
 fn read_head(os: &dyn Win32, op: &str, id: &str, v: &VolumeName) -> Result<Vec<u8>> {
-    let h = open_volume(os, op, id, v, false)?;
-    os.read(h.raw(), signatures::PROBE_LEN)
+    let h = open_volume(os, op, id, v, Access::Read)?;
+    os.read_at(h.raw(), 0, signatures::PROBE_LEN)
         .map_err(|e| os_error(op, shown(id), &e, &[]))
 }
 
@@ -295,7 +297,7 @@ impl VolumeHost for WindowsVolumeHost {
             };
             // Volumes that cannot be opened or have no disk extents (an empty CD drive, a
             // volume being removed) are on no disk.
-            let Ok(h) = open_volume(os, OP, &id, &v, false) else {
+            let Ok(h) = open_volume(os, OP, &id, &v, Access::Query) else {
                 continue;
             };
             let Ok(ext) = volume_extents(OP, &shown(&id), &h) else {
@@ -319,7 +321,7 @@ impl VolumeHost for WindowsVolumeHost {
     fn mount_volume(&self, id: &str, target: &str) -> Result<()> {
         const OP: &str = "MountVolume";
         let v = name(OP, id)?;
-        drop(open_volume(self.os(), OP, id, &v, false)?);
+        drop(open_volume(self.os(), OP, id, &v, Access::Query)?);
         rules::mount(
             OP,
             &Resolved {
@@ -360,14 +362,14 @@ impl VolumeHost for WindowsVolumeHost {
         const OP: &str = "IsVolumeFormatted";
         let os = self.os();
         let v = name(OP, id)?;
-        drop(open_volume(os, OP, id, &v, false)?);
+        drop(open_volume(os, OP, id, &v, Access::Query)?);
         Ok(volume_filesystem(os, OP, id, &v)?.is_some())
     }
 
     fn format_volume(&self, id: &str) -> Result<()> {
         const OP: &str = "FormatVolume";
         let v = name(OP, id)?;
-        drop(open_volume(self.os(), OP, id, &v, false)?);
+        drop(open_volume(self.os(), OP, id, &v, Access::Query)?);
         rules::format(
             OP,
             &Resolved {
@@ -384,7 +386,7 @@ impl VolumeHost for WindowsVolumeHost {
         let os = self.os();
         let v = name(OP, id)?;
         let object = shown(id);
-        let vh = open_volume(os, OP, id, &v, true)?;
+        let vh = open_volume(os, OP, id, &v, Access::ReadWrite)?;
         let ext = volume_extents(OP, &object, &vh)?;
         let [extent] = ext.as_slice() else {
             return Err(Error::new(
@@ -480,7 +482,7 @@ impl VolumeHost for WindowsVolumeHost {
         const OP: &str = "GetVolumeStats";
         let os = self.os();
         let v = name(OP, id)?;
-        drop(open_volume(os, OP, id, &v, false)?);
+        drop(open_volume(os, OP, id, &v, Access::Query)?);
         // The GUID path names the volume's root directory, mounted or not; the total free bytes
         // are asked for, not the caller's quota.
         let (total, free) = os.disk_free_space(&v.guid_path()).map_err(|e| {

@@ -7,7 +7,7 @@
 //! signatures `iscsidsc.h` declares. Each function below is one initiator call.
 
 use super::{OsError, Win32Result};
-use crate::windows::os::{IscsiSession, code};
+use crate::windows::os::{IscsiSession, PersistentLogin, code};
 use crate::windows::win::from_wide;
 use crate::windows_data::iscsi::{self as data, ISCSI_ALL_INITIATOR_PORTS};
 use std::ffi::c_void;
@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use windows::Win32::Storage::IscsiDisc::{
     ISCSI_AUTH_TYPES, ISCSI_CONNECTION_INFOW, ISCSI_DEVICE_ON_SESSIONW, ISCSI_LOGIN_OPTIONS,
     ISCSI_SESSION_INFOW, ISCSI_TARGET_PORTAL_INFO_EXW, ISCSI_TARGET_PORTALW,
-    ISCSI_UNIQUE_SESSION_ID,
+    ISCSI_UNIQUE_SESSION_ID, PERSISTENT_ISCSI_LOGIN_INFOW,
 };
 use windows::Win32::System::LibraryLoader::{
     GetProcAddress, LOAD_LIBRARY_SEARCH_SYSTEM32, LoadLibraryExW,
@@ -57,6 +57,8 @@ type GetDevicesForSessionW = unsafe extern "system" fn(
     *mut u32,
     *mut ISCSI_DEVICE_ON_SESSIONW,
 ) -> u32;
+type ReportPersistentLoginsW =
+    unsafe extern "system" fn(*mut u32, *mut PERSISTENT_ISCSI_LOGIN_INFOW, *mut u32) -> u32;
 type RemovePersistentTargetW =
     unsafe extern "system" fn(*const u16, u32, *const u16, *mut ISCSI_TARGET_PORTALW) -> u32;
 type SetChapSharedSecret = unsafe extern "system" fn(u32, *mut u8) -> u32;
@@ -72,6 +74,7 @@ struct Api {
     login: LoginTargetW,
     sessions: GetSessionListW,
     logout: LogoutTarget,
+    report_persistent: ReportPersistentLoginsW,
     remove_persistent: RemovePersistentTargetW,
     devices: GetDevicesForSessionW,
     set_chap_secret: SetChapSharedSecret,
@@ -116,6 +119,7 @@ impl Api {
             login: get!("LoginIScsiTargetW"),
             sessions: get!("GetIScsiSessionListW"),
             logout: get!("LogoutIScsiTarget"),
+            report_persistent: get!("ReportIScsiPersistentLoginsW"),
             remove_persistent: get!("RemoveIScsiPersistentTargetW"),
             devices: get!("GetDevicesForIScsiSessionW"),
             set_chap_secret: get!("SetIScsiInitiatorCHAPSharedSecret"),
@@ -387,16 +391,52 @@ pub(super) fn logout(session: (u64, u64)) -> Win32Result<()> {
     status(code, 0)
 }
 
-pub(super) fn remove_persistent_target(iqn: &str, address: &str, port: u16) -> Win32Result<()> {
+pub(super) fn persistent_logins(capacity: usize) -> Win32Result<Vec<PersistentLogin>> {
     let api = api()?;
-    let mut p = portal(address, port)?;
-    let name: Vec<u16> = iqn.encode_utf16().chain([0]).collect();
-    // SAFETY: a null initiator instance means any initiator; `name` is NUL-terminated and `p` a
-    // live portal structure, both outliving the call.
+    let mut buf = vec![0u64; capacity.div_ceil(8)];
+    let mut size = capacity as u32;
+    let mut count = 0u32;
+    let ptr: *mut PERSISTENT_ISCSI_LOGIN_INFOW = if buf.is_empty() {
+        std::ptr::null_mut()
+    } else {
+        buf.as_mut_ptr().cast()
+    };
+    // SAFETY: `ptr` is null with size 0, or `size` writable, 8-byte aligned bytes.
+    let code = unsafe { (api.report_persistent)(&mut count, ptr, &mut size) };
+    status(code, size as usize)?;
+    let cap = buf.len() * 8 / size_of::<PERSISTENT_ISCSI_LOGIN_INFOW>();
+    Ok((0..(count as usize).min(cap))
+        .map(|i| {
+            // SAFETY: `count` structures were written at the start of `buf`; the fields read
+            // are inline arrays and integers.
+            let l = unsafe { &*ptr.add(i) };
+            PersistentLogin {
+                iqn: from_wide(&l.TargetName),
+                initiator: from_wide(&l.InitiatorInstance),
+                initiator_port: l.InitiatorPortNumber,
+                portal: (from_wide(&l.TargetPortal.Address), l.TargetPortal.Socket),
+            }
+        })
+        .collect())
+}
+
+pub(super) fn remove_persistent_target(login: &PersistentLogin) -> Win32Result<()> {
+    let api = api()?;
+    let mut p = ISCSI_TARGET_PORTALW::default();
+    let address: Vec<u16> = login.portal.0.encode_utf16().collect();
+    if address.len() >= p.Address.len() {
+        return Err(OsError::new(code::INVALID_PARAMETER));
+    }
+    p.Address[..address.len()].copy_from_slice(&address);
+    p.Socket = login.portal.1;
+    let initiator: Vec<u16> = login.initiator.encode_utf16().chain([0]).collect();
+    let name: Vec<u16> = login.iqn.encode_utf16().chain([0]).collect();
+    // SAFETY: `initiator` and `name` are NUL-terminated and `p` a live portal structure, all
+    // outliving the call. The initiator and port are the ones the login was listed with.
     let code = unsafe {
         (api.remove_persistent)(
-            std::ptr::null(),
-            ISCSI_ALL_INITIATOR_PORTS,
+            initiator.as_ptr(),
+            login.initiator_port,
             name.as_ptr(),
             &mut p,
         )

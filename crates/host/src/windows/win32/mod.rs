@@ -13,7 +13,9 @@ mod wmi_calls;
 pub use files::running_under_wine;
 use wmi_calls::wmi_os;
 
-use super::os::{IscsiSession, OsError, ReturnValue, Win32, Win32Result, code};
+use super::os::{
+    Access, IscsiSession, OsError, PersistentLogin, ReturnValue, Win32, Win32Result, code,
+};
 use super::win::{from_wide, wide};
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
@@ -30,7 +32,7 @@ use windows::Win32::Storage::FileSystem::{
     GetVolumeInformationW, GetVolumeNameForVolumeMountPointW, GetVolumePathNameW,
     GetVolumePathNamesForVolumeNameW, OPEN_EXISTING, ReadFile, SetVolumeMountPointW,
 };
-use windows::Win32::System::IO::DeviceIoControl;
+use windows::Win32::System::IO::{DeviceIoControl, OVERLAPPED};
 use windows::Win32::System::Ioctl::GUID_DEVINTERFACE_DISK;
 use windows::Win32::System::SystemInformation::GetSystemDirectoryW;
 use windows::core::{GUID, PCWSTR};
@@ -55,6 +57,7 @@ const _: () = {
     assert!(io::STORAGE_GET_DEVICE_NUMBER == w::IOCTL_STORAGE_GET_DEVICE_NUMBER);
     assert!(io::FSCTL_EXTEND_VOLUME == w::FSCTL_EXTEND_VOLUME);
     assert!(io::DISK_ATTRIBUTE_OFFLINE == w::DISK_ATTRIBUTE_OFFLINE);
+    assert!(io::DISK_ATTRIBUTE_READ_ONLY == w::DISK_ATTRIBUTE_READ_ONLY);
     assert!(io::CREATE_DISK_SIZE == size_of::<w::CREATE_DISK>());
     assert!(io::SET_DISK_ATTRIBUTES_SIZE == size_of::<w::SET_DISK_ATTRIBUTES>());
 };
@@ -104,12 +107,14 @@ fn configret(call: &str, cr: u32) -> OsError {
 }
 
 impl Win32 for SystemWin32 {
-    fn open_raw(&self, path: &str, write: bool) -> Win32Result<u64> {
+    fn open_raw(&self, path: &str, access: Access) -> Win32Result<u64> {
         let w = wide(path);
-        let access = if write {
-            GENERIC_READ.0 | GENERIC_WRITE.0
-        } else {
-            GENERIC_READ.0
+        // 0 is "query access": no filesystem is mounted for the open, so a drive without media
+        // or a volume locked by another process still answers its FILE_ANY_ACCESS controls.
+        let access = match access {
+            Access::Query => 0,
+            Access::Read => GENERIC_READ.0,
+            Access::ReadWrite => GENERIC_READ.0 | GENERIC_WRITE.0,
         };
         // SAFETY: `w` is NUL-terminated and outlives the call. Sharing read and write lets the
         // volume manager and WMI keep working, as CreateFile requires for physical disks ("the
@@ -165,14 +170,30 @@ impl Win32 for SystemWin32 {
         Ok(bytes[..(returned as usize).min(out_len)].to_vec())
     }
 
-    fn read(&self, raw: u64, len: usize) -> Win32Result<Vec<u8>> {
-        let mut buf = vec![0u8; len];
+    fn read_at(&self, raw: u64, offset: u64, len: usize) -> Win32Result<Vec<u8>> {
+        // Disk and volume handles do noncached I/O, whose buffers must be aligned to the
+        // physical sector ("File Buffering"); 4 KiB covers 512-byte, 512e and 4Kn disks.
+        const ALIGN: usize = 4096;
+        let mut storage = vec![0u8; len + ALIGN];
+        let pad = storage.as_ptr().align_offset(ALIGN).min(ALIGN);
+        let buf = &mut storage[pad..pad + len];
+        let mut overlapped = OVERLAPPED::default();
+        overlapped.Anonymous.Anonymous.Offset = offset as u32;
+        overlapped.Anonymous.Anonymous.OffsetHigh = (offset >> 32) as u32;
         let mut got = 0u32;
-        // SAFETY: `buf` is writable for its length; synchronous handle, no OVERLAPPED.
-        unsafe { ReadFile(handle(raw), Some(&mut buf), Some(&raw mut got), None) }
-            .map_err(|e| os(&e))?;
-        buf.truncate(got as usize);
-        Ok(buf)
+        // SAFETY: `buf` is writable for its length and outlives the call; the handle was opened
+        // without FILE_FLAG_OVERLAPPED, so with an OVERLAPPED "the read operation starts at the
+        // offset that is specified in the OVERLAPPED structure" and completes before returning.
+        unsafe {
+            ReadFile(
+                handle(raw),
+                Some(buf),
+                Some(&raw mut got),
+                Some(&raw mut overlapped),
+            )
+        }
+        .map_err(|e| os(&e))?;
+        Ok(storage[pad..pad + (got as usize).min(len)].to_vec())
     }
 
     fn flush(&self, raw: u64) -> Win32Result<()> {
@@ -479,13 +500,12 @@ impl Win32 for SystemWin32 {
         iscsi::logout(session)
     }
 
-    fn iscsi_remove_persistent_target(
-        &self,
-        iqn: &str,
-        address: &str,
-        port: u16,
-    ) -> Win32Result<()> {
-        iscsi::remove_persistent_target(iqn, address, port)
+    fn iscsi_persistent_logins(&self, capacity: usize) -> Win32Result<Vec<PersistentLogin>> {
+        iscsi::persistent_logins(capacity)
+    }
+
+    fn iscsi_remove_persistent_target(&self, login: &PersistentLogin) -> Win32Result<()> {
+        iscsi::remove_persistent_target(login)
     }
 
     fn iscsi_session_devices(

@@ -1,0 +1,82 @@
+//! Waiting for Windows to surface a disk's volumes: Plug and Play creates them asynchronously
+//! after a layout write, after a disk comes online and after a disk is attached, and drivers
+//! list the disk's volumes right after PartitionDisk or SetDiskState return and take the first
+//! with no length check (aws-ebs, azuredisk, vSphere).
+
+use super::{os, query_extents, volume_device};
+use crate::windows::os::Win32;
+use crate::windows_data::layout::{self, Layout};
+use csi_proxy_core::{Error, Kind, Result};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// How long PartitionDisk and SetDiskState wait for the disk's volumes to appear: the volume
+/// manager creates them asynchronously, usually within a second.
+pub const VOLUME_ARRIVAL_LIMIT: Duration = Duration::from_secs(30);
+/// The pause between two looks.
+const VOLUME_ARRIVAL_POLL: Duration = Duration::from_millis(100);
+
+/// Waits until every partition of `layout` that Windows surfaces a volume for
+/// ([`layout::volume_offsets`]) has one on `disk` whose GUID path resolves; returns the volumes
+/// by partition offset. Bounded by [`VOLUME_ARRIVAL_LIMIT`] (UNAVAILABLE, "call again") and by
+/// the caller's deadline (DEADLINE_EXCEEDED): a call whose caller stopped waiting gives its
+/// thread back.
+pub(super) fn wait_for_volumes(
+    os: &dyn Win32,
+    op: &str,
+    disk: u32,
+    layout: &Layout,
+) -> Result<BTreeMap<u64, String>> {
+    let wanted = layout::volume_offsets(layout);
+    let until = os.now() + VOLUME_ARRIVAL_LIMIT;
+    loop {
+        let found = volumes_on(os, disk);
+        if wanted.iter().all(|o| found.contains_key(o)) {
+            return Ok(found);
+        }
+        let missing = wanted.iter().filter(|o| !found.contains_key(o)).count();
+        if csi_proxy_core::deadline::current().is_some_and(|d| Instant::now() >= d) {
+            return Err(Error::new(
+                Kind::DeadlineExceeded,
+                op,
+                format!("disk {disk}"),
+                format!(
+                    "the caller's deadline passed while {missing} of the disk's volumes had not appeared; call again"
+                ),
+            ));
+        }
+        if os.now() >= until {
+            return Err(Error::new(
+                Kind::Unavailable,
+                op,
+                format!("disk {disk}"),
+                format!(
+                    "{missing} of the disk's volumes did not appear within {} s; call again",
+                    VOLUME_ARRIVAL_LIMIT.as_secs()
+                ),
+            ));
+        }
+        os.sleep(VOLUME_ARRIVAL_POLL);
+    }
+}
+
+/// The volumes with an extent on `disk` whose GUID path resolves, by the extent's starting
+/// offset. Volumes that cannot be read are left out: this only decides whether to keep
+/// waiting.
+fn volumes_on(os: &dyn Win32, disk: u32) -> BTreeMap<u64, String> {
+    let mut out = BTreeMap::new();
+    for volume in os.volumes().unwrap_or_default() {
+        let Ok(h) = os::open_query(os, &volume_device(&volume)) else {
+            continue;
+        };
+        let Some(extents) = query_extents(&h).ok().and_then(std::result::Result::ok) else {
+            continue;
+        };
+        for e in extents.iter().filter(|e| e.disk_number == disk) {
+            if os.volume_name_for_mount_point(&volume).is_ok() {
+                out.insert(e.starting_offset, volume.clone());
+            }
+        }
+    }
+    out
+}

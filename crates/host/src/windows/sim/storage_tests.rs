@@ -1,0 +1,238 @@
+//! The disk and volume services over the simulated Windows in the storage situations of a
+//! stock node (issue 27): drives without media, volumes locked by another process.
+
+use super::tests::{Machine, machine};
+use super::*;
+use crate::windows::filesystem::WindowsFilesystemHost;
+use crate::windows::os::{self as seam};
+use csi_proxy_core::Kind;
+use csi_proxy_core::disk::DiskHost;
+use csi_proxy_core::disk::DiskService;
+use csi_proxy_core::filesystem::FilesystemService;
+use csi_proxy_core::paths::{PathPolicy, PathStyle};
+use csi_proxy_core::volume::VolumeService;
+use std::sync::Arc;
+
+const GIB: u64 = 1 << 30;
+const KUBELET: &str = r"C:\var\lib\kubelet";
+
+/// The disk and volume services (with their host-disk guard) over the machine.
+pub(super) fn services(m: &Machine) -> (DiskService, VolumeService) {
+    let policy = Arc::new(PathPolicy::new(PathStyle::Windows, KUBELET, &[]).unwrap());
+    let fs = FilesystemService::new(
+        Arc::new(WindowsFilesystemHost::with_os(m.sim.clone())),
+        policy.clone(),
+    );
+    (
+        DiskService::new(Arc::new(m.disk.clone()), policy),
+        VolumeService::new(Arc::new(m.volume.clone()), fs),
+    )
+}
+
+/// A driver's whole node sequence on a new disk through the services: SetDiskState online,
+/// PartitionDisk, FormatVolume, MountVolume, ResizeVolume after the disk grew. Returns the disk
+/// and its volume.
+pub(super) fn stage(m: &Machine, disk: &DiskService, vol: &VolumeService) -> (u32, String) {
+    let n = m.sim.add_disk(10 * GIB, 3);
+    disk.set_disk_state(n, true).unwrap();
+    disk.partition_disk(n).unwrap();
+    let id = vol.list_volumes_on_disk(n, 0).unwrap().remove(0);
+    vol.format_volume(&id).unwrap();
+    let target = format!(r"{KUBELET}\plugins\pd\disk{n}\globalmount");
+    m.sim.mkdir(&target);
+    vol.mount_volume(&id, &target).unwrap();
+    m.sim.grow_disk(n, 20 * GIB);
+    vol.resize_volume(&id, 0).unwrap();
+    (n, id)
+}
+
+#[test]
+fn an_empty_dvd_drive_opens_only_for_queries() {
+    let m = machine();
+    let dvd = m.sim.add_empty_drive();
+    let device = crate::windows::disk::volume_device(&dvd);
+    let e = seam::open(&*m.sim, &device, false).unwrap_err();
+    assert_eq!(e.code, code::NOT_READY);
+    let h = seam::open_query(&*m.sim, &device).unwrap();
+    let e = seam::ioctl(
+        &h,
+        crate::windows_data::ioctl::VOLUME_GET_VOLUME_DISK_EXTENTS,
+        &[],
+        64,
+    )
+    .unwrap_err();
+    assert_eq!(e.code, code::NOT_READY);
+    // It has its drive letter, as Windows gives one to every optical drive.
+    assert!(
+        m.sim
+            .mount_points()
+            .iter()
+            .any(|(p, v)| *v == dvd && p == r"D:\")
+    );
+}
+
+#[test]
+fn an_empty_dvd_drive_blocks_no_disk_or_volume_call() {
+    let m = machine();
+    m.sim.add_empty_drive();
+    let (disk, vol) = services(&m);
+    let (n, _) = stage(&m, &disk, &vol);
+    assert!(csi_proxy_core::disk::DiskHost::disk_usage(&m.disk, n).is_ok());
+    disk.set_disk_state(n, false).unwrap();
+}
+
+#[test]
+fn a_volume_locked_by_another_process_blocks_nothing_else() {
+    let m = machine();
+    let (disk, vol) = services(&m);
+    let (a, locked) = stage(&m, &disk, &vol);
+    // A backup agent (or chkdsk, or a format) holds FSCTL_LOCK_VOLUME on disk a's volume.
+    m.sim.set_volume_locked(&locked, true);
+    let device = crate::windows::disk::volume_device(&locked);
+    assert_eq!(
+        seam::open(&*m.sim, &device, false).unwrap_err().code,
+        code::ACCESS_DENIED
+    );
+    // Every other disk is staged as usual...
+    stage(&m, &disk, &vol);
+    // ...and disk a's own use is still read: its mount point is seen through a query open.
+    let usage = crate::windows::disk::WindowsDiskHost::with_os(m.sim.clone());
+    let seen = csi_proxy_core::disk::DiskHost::disk_usage(&usage, a)
+        .unwrap()
+        .mount_points;
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(seen[0].contains(r"\disk"), "{seen:?}");
+    // The locked volume is still listed on its disk (its extents need no data access).
+    assert_eq!(vol.list_volumes_on_disk(a, 0).unwrap(), [locked]);
+}
+
+#[test]
+fn a_san_disk_brought_online_is_writable_and_stays_so() {
+    let m = machine();
+    let (disk, _) = services(&m);
+    // Windows Server's default SAN policy leaves an iSCSI disk offline and read-only.
+    let n = m.sim.add_san_disk(10 * GIB, 3);
+    assert_eq!(m.sim.disk_attributes(n), Some((true, true)));
+    disk.set_disk_state(n, true).unwrap();
+    assert_eq!(m.sim.disk_attributes(n), Some((false, false)));
+    disk.partition_disk(n).unwrap();
+    // Persisted: after a reboot the disk is still online and writable.
+    m.sim.reattach_disk(n);
+    assert_eq!(m.sim.disk_attributes(n), Some((false, false)));
+    // An online disk made read-only is made writable by SetDiskState(online) too.
+    m.sim.set_disk_read_only(n, true);
+    disk.set_disk_state(n, true).unwrap();
+    assert_eq!(m.sim.disk_attributes(n), Some((false, false)));
+}
+
+#[test]
+fn partition_disk_refuses_an_offline_or_read_only_disk_naming_the_attribute() {
+    let m = machine();
+    let (disk, _) = services(&m);
+    let n = m.sim.add_san_disk(10 * GIB, 3);
+    let before = m.sim.clock();
+    let e = disk.partition_disk(n).unwrap_err();
+    assert_eq!(e.kind(), Kind::FailedPrecondition, "{}", e.message());
+    assert!(
+        e.message().contains("DISK_ATTRIBUTE_OFFLINE"),
+        "{}",
+        e.message()
+    );
+    // Refused at once (no 30 s wait for a volume an offline disk never surfaces), nothing
+    // written.
+    assert!(m.sim.clock() - before < Duration::from_secs(1));
+    assert!(m.sim.partitions(n).is_empty());
+    // Online but read-only (an administrator's `attributes disk set readonly`).
+    let n = m.sim.add_disk(10 * GIB, 4);
+    m.sim.set_disk_read_only(n, true);
+    let e = disk.partition_disk(n).unwrap_err();
+    assert_eq!(e.kind(), Kind::FailedPrecondition, "{}", e.message());
+    assert!(
+        e.message().contains("DISK_ATTRIBUTE_READ_ONLY"),
+        "{}",
+        e.message()
+    );
+    assert!(m.sim.partitions(n).is_empty());
+    // The simulated Windows refuses the write itself, as Windows does.
+    let h = seam::open(&*m.sim, &format!(r"\\.\PhysicalDrive{n}"), true).unwrap();
+    let create = crate::windows_data::ioctl::create_gpt_disk(uuid::Uuid::nil());
+    let e = seam::ioctl(&h, crate::windows_data::ioctl::DISK_CREATE_DISK, &create, 0).unwrap_err();
+    assert_eq!(e.code, code::WRITE_PROTECT);
+}
+
+#[test]
+fn set_disk_state_online_returns_once_every_data_volume_exists() {
+    let m = machine();
+    let (disk, vol) = services(&m);
+    m.sim.set_arrival_delay(Duration::from_secs(2));
+    let (n, id) = stage(&m, &disk, &vol);
+    let target =
+        vol.get_volume_id_from_target_path(&format!(r"{KUBELET}\plugins\pd\disk{n}\globalmount"));
+    assert_eq!(target.unwrap(), id);
+    disk.set_disk_state(n, false).unwrap();
+    assert!(vol.list_volumes_on_disk(n, 0).unwrap().is_empty());
+    // Plug and Play surfaces the volume 2 s after the disk comes online; drivers list the
+    // disk's volumes right after SetDiskState and take the first.
+    let before = m.sim.clock();
+    disk.set_disk_state(n, true).unwrap();
+    assert!(m.sim.clock() - before >= Duration::from_secs(2));
+    assert_eq!(vol.list_volumes_on_disk(n, 0).unwrap(), [id]);
+}
+
+#[test]
+fn partition_disk_on_an_attached_partitioned_disk_returns_once_its_volume_exists() {
+    let m = machine();
+    let (disk, vol) = services(&m);
+    m.sim.set_arrival_delay(Duration::from_secs(2));
+    let (n, id) = stage(&m, &disk, &vol);
+    // The disk is detached and attached again (to this node, or after a reboot): its volume
+    // arrives asynchronously.
+    m.sim.reattach_disk(n);
+    assert!(vol.list_volumes_on_disk(n, 0).unwrap().is_empty());
+    disk.partition_disk(n).unwrap();
+    assert_eq!(vol.list_volumes_on_disk(n, 0).unwrap(), [id]);
+}
+
+#[test]
+fn the_wait_for_volumes_ends_at_the_callers_deadline() {
+    let m = machine();
+    let (disk, vol) = services(&m);
+    m.sim.set_arrival_delay(Duration::from_secs(2));
+    let (n, _) = stage(&m, &disk, &vol);
+    m.sim.reattach_disk(n);
+    let gone = std::time::Instant::now() - Duration::from_millis(1);
+    // The caller stopped waiting before the volume arrived; the lock wait is not reached (the
+    // deadline is checked inside the wait, after the disk was claimed).
+    let e = csi_proxy_core::deadline::within(Some(gone), || {
+        crate::windows::disk::WindowsDiskHost::with_os(m.sim.clone()).partition_disk(n)
+    })
+    .unwrap_err();
+    assert_eq!(e.kind(), Kind::DeadlineExceeded, "{}", e.message());
+    assert!(m.sim.clock() < Duration::from_secs(60));
+}
+
+#[test]
+fn a_disk_being_removed_does_not_fail_the_listings() {
+    let m = machine();
+    let (disk, vol) = services(&m);
+    let (a, _) = stage(&m, &disk, &vol);
+    let (b, _) = stage(&m, &disk, &vol);
+    m.sim.start_removing_disk(b);
+    let ids = disk.list_disk_ids().unwrap();
+    assert!(ids.contains_key(&a) && !ids.contains_key(&b), "{ids:?}");
+    assert!(!disk.list_disk_locations().unwrap().contains_key(&b));
+    // The in-use scan meets disk b's volume: gone, so on no disk that matters.
+    assert_eq!(m.disk.disk_usage(a).unwrap().mount_points.len(), 1);
+    disk.rescan().unwrap();
+}
+
+#[test]
+fn a_long_storage_descriptor_is_read_whole() {
+    let m = machine();
+    let n = m.sim.add_disk(GIB, 3);
+    // Longer than the first buffer the query offers.
+    let long = format!("naa.{}", "6".repeat(6000));
+    m.sim.set_disk_page83(n, &long);
+    let ids = m.disk.list_disk_ids().unwrap();
+    assert_eq!(ids[&n].page83, long);
+}

@@ -1,0 +1,61 @@
+//! WMI after `winmgmt` restarted, through every lookup that uses it (issue 27 item 4).
+
+use super::tests::machine;
+use crate::windows::system::WindowsSystemHost;
+use csi_proxy_core::disk::DiskHost;
+use csi_proxy_core::system::SystemHost;
+use csi_proxy_core::volume::VolumeHost;
+
+const GIB: u64 = 1 << 30;
+
+/// The codes a call on a connection whose server is gone can fail with: RPC_E_DISCONNECTED,
+/// RPC_S_SERVER_UNAVAILABLE, RPC_S_CALL_FAILED, RPC_E_SERVER_DIED, RPC_E_SERVER_DIED_DNE.
+const GONE: [u32; 5] = [
+    0x8001_0108,
+    0x8007_06BA,
+    0x8007_06BE,
+    0x8001_0007,
+    0x8001_0012,
+];
+
+#[test]
+fn the_page_file_lookup_reconnects_so_a_lettered_disk_is_not_refused() {
+    let m = machine();
+    let n = m.sim.add_disk(10 * GIB, 3);
+    m.disk.partition_disk(n).unwrap();
+    let id = m.volume.list_volumes_on_disk(n, None).unwrap().remove(0);
+    m.sim.assign_letter(&id);
+    for code in GONE {
+        m.sim.restart_wmi_with(code);
+        let usage = m.disk.disk_usage(n).unwrap();
+        assert_eq!(usage.system_use, None, "{code:#x}: {usage:?}");
+    }
+    assert_eq!(m.sim.calls()["reset_wmi"], GONE.len() as u64);
+    // The system disk still holds the page file, also after a restart.
+    m.sim.restart_wmi();
+    assert!(m.disk.disk_usage(0).unwrap().system_use.is_some());
+}
+
+#[test]
+fn the_bios_serial_lookup_reconnects() {
+    let m = machine();
+    m.sim.set_firmware(None, "FROM-WMI");
+    let h = WindowsSystemHost::with_os(m.sim.clone());
+    for code in GONE {
+        m.sim.restart_wmi_with(code);
+        assert_eq!(h.bios_serial_number().unwrap(), "FROM-WMI", "{code:#x}");
+    }
+}
+
+#[test]
+fn format_reconnects_after_every_server_gone_code() {
+    let m = machine();
+    for code in GONE {
+        let n = m.sim.add_disk(10 * GIB, 3);
+        m.disk.partition_disk(n).unwrap();
+        let id = m.volume.list_volumes_on_disk(n, None).unwrap().remove(0);
+        m.sim.restart_wmi_with(code);
+        m.volume.format_volume(&id).unwrap();
+        assert!(m.volume.is_volume_formatted(&id).unwrap(), "{code:#x}");
+    }
+}
