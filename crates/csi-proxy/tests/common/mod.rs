@@ -13,6 +13,10 @@ mod host;
 mod loopdisk;
 mod process;
 mod raw;
+#[cfg(unix)]
+mod simwin;
+#[cfg(unix)]
+mod smb_driver;
 mod volume;
 
 pub use contract::*;
@@ -22,4 +26,8 @@ pub use host::*;
 pub use loopdisk::*;
 pub use process::*;
 pub use raw::*;
+#[cfg(unix)]
+pub use simwin::*;
+#[cfg(unix)]
+pub use smb_driver::*;
 pub use volume::*;
