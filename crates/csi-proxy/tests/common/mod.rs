@@ -14,6 +14,8 @@ mod loopdisk;
 mod process;
 mod raw;
 #[cfg(unix)]
+mod pd_driver;
+#[cfg(unix)]
 mod simwin;
 #[cfg(unix)]
 mod smb_driver;
@@ -26,6 +28,8 @@ pub use host::*;
 pub use loopdisk::*;
 pub use process::*;
 pub use raw::*;
+#[cfg(unix)]
+pub use pd_driver::*;
 #[cfg(unix)]
 pub use simwin::*;
 #[cfg(unix)]
