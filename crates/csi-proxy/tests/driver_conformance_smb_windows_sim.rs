@@ -164,3 +164,25 @@ async fn a_working_mapping_is_never_replaced_under_live_links() {
     assert_eq!(d.sim.calls().get("smb_remove_global_mapping"), None);
     assert!(drv.reads(&t1) && drv.reads(&staging("b")));
 }
+
+/// Divergence 3 of issue 28: a share whose name has a space (`\\fs01\Team Share`, valid on
+/// Windows), given as csi-driver-smb's users write sources (`//fs01/Team Share`) with a
+/// sub-directory that has one too, stages, publishes and unstages. Before, the daemon refused
+/// the name (INVALID_ARGUMENT), a rule meant only for the Linux cifs option string.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_share_name_with_spaces_stages() {
+    let d = SimDaemon::start().await;
+    let mut drv = SmbDriver::new(&d, SmbFlavour::CsiDriverSmb).await;
+    d.sim.add_share(r"\\fs01\Team Share", Some((r"CORP\svc", "pw")));
+    let st = staging("sp");
+    let target = publish_path(&d, "uid-1", "pvc 1");
+    drv.stage("pvc-1", "//fs01/Team Share", Some("pvc 1"), &st, r"CORP\svc", "pw")
+        .await
+        .expect("a share name with a space is valid");
+    assert_eq!(d.sim.smb_roots(), [r"\\fs01\team share"]);
+    drv.publish(&st, &target).await.unwrap();
+    assert!(drv.reads(&target));
+    drv.unpublish(&target).await.unwrap();
+    drv.unstage("pvc-1", &st).await.unwrap();
+    assert!(d.sim.smb_roots().is_empty());
+}

@@ -67,7 +67,12 @@ pub fn key_root(key: &str) -> Option<String> {
 /// Errors name the field, never its value.
 pub fn mount_data(mapping: &SmbMapping, ip: &str) -> std::result::Result<String, String> {
     let body = mapping.root.trim_start_matches('\\');
-    let mut parts = vec![format!("unc=\\\\{body}"), format!("ip={ip}")];
+    // The kernel splits the data at `,` and reads `,,` as a literal comma in any value; white
+    // space needs no quoting (`unc=\\fs01\Team Share` is one option).
+    let mut parts = vec![
+        format!("unc=\\\\{}", body.replace(',', ",,")),
+        format!("ip={ip}"),
+    ];
     match &mapping.credentials {
         Some(c) => {
             let (domain, user) = match c.username.split_once('\\') {
@@ -403,6 +408,10 @@ mod tests {
         );
         let d = mount_data(&mapping(None, "", false), "::1").unwrap();
         assert_eq!(d, "unc=\\\\srv\\share,ip=::1,guest");
+        let mut spaced = mapping(None, "", false);
+        spaced.root = "\\\\fs01\\team share".into();
+        let d = mount_data(&spaced, "10.0.0.9").unwrap();
+        assert_eq!(d, "unc=\\\\fs01\\team share,ip=10.0.0.9,guest");
         let e = mount_data(&mapping(Some("a,b"), "Secret-1", false), "1.2.3.4").unwrap_err();
         assert!(e.contains("user name") && !e.contains("Secret-1"), "{e}");
     }
