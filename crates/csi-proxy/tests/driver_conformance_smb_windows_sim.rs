@@ -137,7 +137,10 @@ async fn a_broken_mapping_other_volumes_use_is_made_again_with_the_new_secret() 
         d.sim.drop_smb_sessions(root);
         assert!(!drv.reads(&st1));
         let first = drv.stage("pvc-1", source, Some("pvc-1"), &st1, user, "key3");
-        assert!(first.await.is_err(), "{flavour:?}: the driver's own failure");
+        assert!(
+            first.await.is_err(),
+            "{flavour:?}: the driver's own failure"
+        );
         drv.stage("pvc-1", source, Some("pvc-1"), &st1, user, "key3")
             .await
             .unwrap_or_else(|e| panic!("{flavour:?}: {e:?}"));
@@ -152,15 +155,30 @@ async fn a_broken_mapping_other_volumes_use_is_made_again_with_the_new_secret() 
 async fn a_working_mapping_is_never_replaced_under_live_links() {
     let d = SimDaemon::start().await;
     let mut drv = SmbDriver::new(&d, SmbFlavour::CsiDriverSmb).await;
-    d.sim.add_share(r"\\fs01\vols", Some((r"AZURE\svc", "good")));
+    d.sim
+        .add_share(r"\\fs01\vols", Some((r"AZURE\svc", "good")));
     let t1 = publish_path(&d, "uid-1", "pvc-1");
-    drv.stage("pvc-1", "//fs01/vols", Some("pvc-1"), &staging("a"), "svc", "good")
-        .await
-        .unwrap();
+    drv.stage(
+        "pvc-1",
+        "//fs01/vols",
+        Some("pvc-1"),
+        &staging("a"),
+        "svc",
+        "good",
+    )
+    .await
+    .unwrap();
     drv.publish(&staging("a"), &t1).await.unwrap();
-    drv.stage("pvc-2", "//fs01/vols", Some("pvc-2"), &staging("b"), "svc", "wrong")
-        .await
-        .unwrap();
+    drv.stage(
+        "pvc-2",
+        "//fs01/vols",
+        Some("pvc-2"),
+        &staging("b"),
+        "svc",
+        "wrong",
+    )
+    .await
+    .unwrap();
     assert_eq!(d.sim.calls().get("smb_remove_global_mapping"), None);
     assert!(drv.reads(&t1) && drv.reads(&staging("b")));
 }
@@ -173,12 +191,20 @@ async fn a_working_mapping_is_never_replaced_under_live_links() {
 async fn a_share_name_with_spaces_stages() {
     let d = SimDaemon::start().await;
     let mut drv = SmbDriver::new(&d, SmbFlavour::CsiDriverSmb).await;
-    d.sim.add_share(r"\\fs01\Team Share", Some((r"CORP\svc", "pw")));
+    d.sim
+        .add_share(r"\\fs01\Team Share", Some((r"CORP\svc", "pw")));
     let st = staging("sp");
     let target = publish_path(&d, "uid-1", "pvc 1");
-    drv.stage("pvc-1", "//fs01/Team Share", Some("pvc 1"), &st, r"CORP\svc", "pw")
-        .await
-        .expect("a share name with a space is valid");
+    drv.stage(
+        "pvc-1",
+        "//fs01/Team Share",
+        Some("pvc 1"),
+        &st,
+        r"CORP\svc",
+        "pw",
+    )
+    .await
+    .expect("a share name with a space is valid");
     assert_eq!(d.sim.smb_roots(), [r"\\fs01\team share"]);
     drv.publish(&st, &target).await.unwrap();
     assert!(drv.reads(&target));

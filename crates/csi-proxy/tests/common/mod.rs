@@ -11,10 +11,10 @@ mod daemon;
 mod driver;
 mod host;
 mod loopdisk;
-mod process;
-mod raw;
 #[cfg(unix)]
 mod pd_driver;
+mod process;
+mod raw;
 #[cfg(unix)]
 mod simwin;
 #[cfg(unix)]
@@ -26,10 +26,10 @@ pub use daemon::*;
 pub use driver::*;
 pub use host::*;
 pub use loopdisk::*;
-pub use process::*;
-pub use raw::*;
 #[cfg(unix)]
 pub use pd_driver::*;
+pub use process::*;
+pub use raw::*;
 #[cfg(unix)]
 pub use simwin::*;
 #[cfg(unix)]

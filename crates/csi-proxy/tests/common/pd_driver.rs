@@ -96,7 +96,9 @@ impl PdDriver {
             .into_inner()
             .volume_ids;
         let Some(id) = ids.first().cloned() else {
-            return Err(Status::internal("ListVolumesOnDisk does not return any volumes"));
+            return Err(Status::internal(
+                "ListVolumesOnDisk does not return any volumes",
+            ));
         };
         let formatted = self
             .vol

@@ -264,7 +264,10 @@ pub(super) fn ioctl(
             }
             io::DISK_GET_PARTITION_INFO_EX => {
                 let p = partition_of(s, v).ok_or(OsError::new(code::FILE_NOT_FOUND))?;
-                let style = s.disks.get(&s.volumes[v].disk).map_or(STYLE_GPT, |d| d.style);
+                let style = s
+                    .disks
+                    .get(&s.volumes[v].disk)
+                    .map_or(STYLE_GPT, |d| d.style);
                 fit(entry(p, style).to_vec(), out_len, code::INSUFFICIENT_BUFFER)
             }
             io::FSCTL_EXTEND_VOLUME => {

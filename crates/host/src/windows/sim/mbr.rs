@@ -47,12 +47,17 @@ impl SimWindows {
             // Kept as basic data, the simulator's mark of a partition a volume lives on.
             d.parts = vec![part(1, MIB, partition, BASIC_DATA, Uuid::nil(), 0)];
         }
-        let v = s.create_volume(n, 1).expect("a basic partition has a volume");
+        let v = s
+            .create_volume(n, 1)
+            .expect("a basic partition has a volume");
         let name = s.volumes[v].names[0].clone();
         drop(s);
         // Formatted the way Windows formats it (the WMI call the simulator models).
         let formatted = self.format_ntfs(&name);
-        assert!(matches!(formatted, Ok(ReturnValue::Code(0))), "{formatted:?}");
+        assert!(
+            matches!(formatted, Ok(ReturnValue::Code(0))),
+            "{formatted:?}"
+        );
         (n, name)
     }
 }

@@ -152,8 +152,7 @@ impl SimWindows {
     /// rotation); sessions already made keep working until [`Self::drop_smb_sessions`].
     pub fn set_share_credential(&self, root: &str, credential: Option<(&str, &str)>) {
         if let Some(sh) = self.lock().shares.get_mut(&root.to_ascii_lowercase()) {
-            sh.credential =
-                credential.map(|(u, p)| crate::windows::smb::credential_string(u, p));
+            sh.credential = credential.map(|(u, p)| crate::windows::smb::credential_string(u, p));
         }
     }
 

@@ -42,7 +42,9 @@ pub fn grow_limit(
             // An MBR entry holds its start and length as 32-bit sector counts: nothing past
             // 2^32 sectors (2 TiB with 512-byte sectors) can be addressed.
             let addressable = u64::from(u32::MAX) * sector.max(1);
-            maximum = maximum.min(addressable.saturating_sub(p.start)).max(p.length);
+            maximum = maximum
+                .min(addressable.saturating_sub(p.start))
+                .max(p.length);
             let logical = l.partitions.iter().any(|q| {
                 MBR_EXTENDED.contains(&q.mbr_type)
                     && q.start <= p.start
@@ -59,7 +61,9 @@ pub fn grow_limit(
                 None
             }
         }
-        other => Some(format!("the disk's partition style {other} is neither GPT nor MBR")),
+        other => Some(format!(
+            "the disk's partition style {other} is neither GPT nor MBR"
+        )),
     };
     Ok(GrowLimit { maximum, refusal })
 }
