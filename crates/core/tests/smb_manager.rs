@@ -244,10 +244,11 @@ fn a_rotated_password_replaces_the_mapping_so_it_takes_effect() {
 }
 
 /// Two volumes on one share with different secrets (or a rotation while another volume is
-/// staged): the mapping the other volume uses is reused, never removed under it. Before, it was
-/// removed and made again, closing the other pods' open files.
+/// staged): the working mapping the other volume uses is reused, never removed under it (before,
+/// it was removed and made again, closing the other pods' open files); a broken one is made
+/// again (before, FAILED_PRECONDITION while another volume was staged: the share never healed).
 #[test]
-fn a_mapping_other_volumes_use_is_never_replaced_under_them() {
+fn a_working_mapping_others_use_is_kept_and_a_broken_one_repaired() {
     let host = Arc::new(Fake::default());
     let svc = service(host.clone());
     svc.new_smb_global_mapping(&req(ROOT, "v1", "u", PASSWORD))
@@ -263,16 +264,20 @@ fn a_mapping_other_volumes_use_is_never_replaced_under_them() {
         )],
         "reused as it is"
     );
-    // Broken and used by others: not replaced under them; the request says why.
+    // Broken and used by others: it serves none of them, so it is made again with this
+    // request's credentials (a rotated key), which heals every volume of the share.
     host.set_healthy(ROOT, false);
-    let e = svc
-        .new_smb_global_mapping(&req(ROOT, "v3", "u", PASSWORD))
-        .unwrap_err();
-    assert_eq!(e.kind(), Kind::FailedPrecondition, "{e}");
-    assert!(e.message().contains("other links use it"), "{e}");
-    assert!(e.message().contains(&format!("{KUBELET}/v1")), "{e}");
-    assert!(!e.message().contains(PASSWORD), "{e}");
-    assert_eq!(host.take(), [], "nothing removed, nothing linked");
+    svc.new_smb_global_mapping(&req(ROOT, "v3", "u", NEW_PASSWORD))
+        .unwrap();
+    assert_eq!(
+        host.take(),
+        [
+            Call::Remove(ROOT.into()),
+            create(ROOT, "u"),
+            Call::Link(ROOT.into(), format!("{KUBELET}/v3"))
+        ],
+        "repaired under the other links"
+    );
     assert_eq!(host.mapped(), [ROOT]);
 }
 

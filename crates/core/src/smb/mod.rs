@@ -233,11 +233,11 @@ pub fn decide(
 /// The version-agnostic SMB service every SMB API version is served by, and the mapping
 /// manager: it decides from what the host reports, so a restart loses nothing.
 ///
-/// * NewSmbGlobalMapping reuses a healthy mapping made with the same credentials, replaces a
-///   disconnected or inaccessible one and one made with other credentials (so a rotated password
-///   takes effect) when no other volume's link uses it, reuses a healthy one that others use
-///   whatever its credentials (as upstream), and treats "already exists" / Windows error 1219 as
-///   reuse-or-rebind.
+/// * NewSmbGlobalMapping reuses a healthy mapping made with the same credentials, replaces one
+///   made with other credentials (so a rotated password takes effect) when no other volume's
+///   link uses it, reuses a healthy one that others use whatever its credentials (as upstream),
+///   repairs a broken (disconnected, inaccessible) one whoever uses it, and treats "already
+///   exists" / Windows error 1219 as reuse-or-rebind.
 /// * RemoveSmbGlobalMapping removes the mapping unless another volume's link still leads into
 ///   it (see `keep_for`: csi-driver-smb asks before removing its own staging link), so two
 ///   volumes on one share do not break each other.
@@ -387,9 +387,12 @@ impl SmbService {
                 return Ok(());
             }
             Decision::Replace(why) => {
-                // Removing a mapping closes every handle opened through it: never under other
-                // volumes' links. A healthy one is reused as it is, whatever credentials made
-                // it (as upstream does); a broken one cannot be, so the request waits.
+                // Removing a working mapping closes every handle opened through it: never
+                // under other volumes' links, so a healthy one they use is reused as it is,
+                // whatever credentials made it (as upstream does). A broken one serves none of
+                // them: made again with this request's credentials (after a password change or
+                // a storage key rotation), it heals every volume of the share, as upstream's
+                // remove-and-map-again does.
                 let others = self.other_users(root, own_link)?;
                 if !others.is_empty() {
                     if let MappingState::Present(info) = &state
@@ -402,16 +405,11 @@ impl SmbService {
                         );
                         return Ok(());
                     }
-                    return Err(Error::new(
-                        Kind::FailedPrecondition,
-                        NEW,
-                        format!("mapping {root:?}"),
-                        format!(
-                            "it must be made again ({why}) but other links use it: {}; \
-                             not removed under them",
-                            others.join(", ")
-                        ),
-                    ));
+                    tracing::warn!(
+                        root = %root,
+                        users = others.len(),
+                        "repairing a broken mapping other links use ({why}): made again with this request's credentials"
+                    );
                 }
                 remembered.remove(root);
                 match self.host.remove_smb_global_mapping(root) {

@@ -67,14 +67,12 @@ impl RemotePath {
             ));
         }
         // Windows refuses these characters in share names, and none appears in a DNS, NetBIOS
-        // or IP server name; on Linux the root becomes the cifs mount data, where `,` starts a
-        // new mount option and `=` gives it a value: letting them through would let whoever
-        // writes a volume's source (a pod author, for inline volumes) set mount options.
+        // or IP server name. (On Linux the root becomes the cifs mount data, where `,` would
+        // start a new mount option: the host escapes the value as the kernel expects, and this
+        // rule keeps `,` out of it in the first place.) White space is valid: `\\fs01\Team
+        // Share` is an ordinary Windows share, which csi-driver-smb passes through.
         for (what, name) in [("server", server), ("share", share)] {
-            if let Some(c) = name
-                .chars()
-                .find(|c| SHARE_ROOT_FORBIDDEN.contains(*c) || c.is_whitespace())
-            {
+            if let Some(c) = name.chars().find(|c| SHARE_ROOT_FORBIDDEN.contains(*c)) {
                 return Err(Error::with_message(
                     Kind::InvalidArgument,
                     format!(

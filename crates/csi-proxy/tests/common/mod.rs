@@ -11,8 +11,14 @@ mod daemon;
 mod driver;
 mod host;
 mod loopdisk;
+#[cfg(unix)]
+mod pd_driver;
 mod process;
 mod raw;
+#[cfg(unix)]
+mod simwin;
+#[cfg(unix)]
+mod smb_driver;
 mod volume;
 
 pub use contract::*;
@@ -20,6 +26,12 @@ pub use daemon::*;
 pub use driver::*;
 pub use host::*;
 pub use loopdisk::*;
+#[cfg(unix)]
+pub use pd_driver::*;
 pub use process::*;
 pub use raw::*;
+#[cfg(unix)]
+pub use simwin::*;
+#[cfg(unix)]
+pub use smb_driver::*;
 pub use volume::*;

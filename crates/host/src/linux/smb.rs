@@ -92,7 +92,12 @@ pub fn key_root(name: &str) -> Option<String> {
 /// Errors name the field, never its value.
 pub fn mount_data(mapping: &SmbMapping, ip: &str) -> std::result::Result<String, String> {
     let body = mapping.root.trim_start_matches('\\');
-    let mut parts = vec![format!("unc=\\\\{body}"), format!("ip={ip}")];
+    // The kernel splits the data at `,` and reads `,,` as a literal comma in any value; white
+    // space needs no quoting (`unc=\\fs01\Team Share` is one option).
+    let mut parts = vec![
+        format!("unc=\\\\{}", body.replace(',', ",,")),
+        format!("ip={ip}"),
+    ];
     match &mapping.credentials {
         Some(c) => {
             let (domain, user) = match c.username.split_once('\\') {

@@ -222,12 +222,16 @@ impl SmbHost for WindowsSmbHost {
         let Some(found) = self.list(NEW)?.into_iter().find(|m| m.root == root) else {
             return Ok(MappingState::Absent);
         };
-        let ok = found.status == 0;
-        let healthy = ok && self.os.dir_answers(&format!("{root}\\"), HEALTH_TIMEOUT);
-        let status = if ok && !healthy {
-            "inaccessible".to_string()
-        } else {
-            status_text(found.status).to_string()
+        // Health is whether the share root answers, whatever the listed status: an idle
+        // `Disconnected` mapping reconnects when a path below it is opened, a `Reconnecting` one
+        // gets the probe's time to finish, and one listed OK may refuse every open (its
+        // credential no longer accepted). Only a mapping that does not answer is broken, and
+        // only a broken one is ever replaced under other volumes' links.
+        let healthy = self.os.dir_answers(&format!("{root}\\"), HEALTH_TIMEOUT);
+        let status = match (healthy, found.status) {
+            (true, _) => "OK".to_string(),
+            (false, 0) => "inaccessible".to_string(),
+            (false, s) => status_text(s).to_string(),
         };
         Ok(MappingState::Present(MappingInfo {
             healthy,

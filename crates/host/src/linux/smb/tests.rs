@@ -44,6 +44,10 @@ fn mount_data_carries_domain_user_escaped_password_and_seal() {
     );
     let d = mount_data(&mapping(None, "", false), "::1").unwrap();
     assert_eq!(d, "unc=\\\\srv\\share,ip=::1,guest");
+    let mut spaced = mapping(None, "", false);
+    spaced.root = "\\\\fs01\\team share".into();
+    let d = mount_data(&spaced, "10.0.0.9").unwrap();
+    assert_eq!(d, "unc=\\\\fs01\\team share,ip=10.0.0.9,guest");
     let e = mount_data(&mapping(Some("a,b"), "Secret-1", false), "1.2.3.4").unwrap_err();
     assert!(e.contains("user name") && !e.contains("Secret-1"), "{e}");
 }

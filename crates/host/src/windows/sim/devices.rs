@@ -48,8 +48,11 @@ pub(super) fn partition_of(s: &State, v: usize) -> Option<&Part> {
         .find(|p| p.number == vol.partition)
 }
 
-/// A `PARTITION_INFORMATION_EX` for `p` on a GPT disk.
-fn entry(p: &Part) -> [u8; ENTRY_SIZE] {
+/// A `PARTITION_INFORMATION_EX` for `p` on a disk of partition style `style`.
+fn entry(p: &Part, style: u32) -> [u8; ENTRY_SIZE] {
+    if style == layout::STYLE_MBR {
+        return super::mbr::entry(p);
+    }
     let mut e = layout::NewEntry {
         start: p.start,
         length: p.length,
@@ -75,7 +78,7 @@ fn drive_layout(d: &Disk) -> Vec<u8> {
         out[40..44].copy_from_slice(&128u32.to_le_bytes());
     }
     for (i, p) in d.parts.iter().enumerate() {
-        out[HEADER_SIZE + i * ENTRY_SIZE..][..ENTRY_SIZE].copy_from_slice(&entry(p));
+        out[HEADER_SIZE + i * ENTRY_SIZE..][..ENTRY_SIZE].copy_from_slice(&entry(p, d.style));
     }
     out
 }
@@ -297,7 +300,11 @@ pub(super) fn ioctl(
             }
             io::DISK_GET_PARTITION_INFO_EX => {
                 let p = partition_of(s, v).ok_or(OsError::new(code::FILE_NOT_FOUND))?;
-                fit(entry(p).to_vec(), out_len, code::INSUFFICIENT_BUFFER)
+                let style = s
+                    .disks
+                    .get(&s.volumes[v].disk)
+                    .map_or(STYLE_GPT, |d| d.style);
+                fit(entry(p, style).to_vec(), out_len, code::INSUFFICIENT_BUFFER)
             }
             io::FSCTL_EXTEND_VOLUME => {
                 let sectors = le_i64(input, 0).ok_or_else(invalid)?;

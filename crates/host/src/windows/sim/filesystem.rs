@@ -115,6 +115,9 @@ impl State {
 
     /// The error for nothing at `path`: ERROR_PATH_NOT_FOUND when its directory is missing too.
     fn missing(&self, path: &str) -> OsError {
+        if let Some(e) = smb::unc_error(self, path) {
+            return e;
+        }
         match parent_key(&key(path)) {
             Some(p) if self.entry(&p).is_none() => OsError::new(code::PATH_NOT_FOUND),
             _ => OsError::new(code::FILE_NOT_FOUND),

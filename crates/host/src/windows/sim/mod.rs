@@ -29,6 +29,7 @@ mod calls;
 mod devices;
 mod filesystem;
 mod iscsi;
+mod mbr;
 pub mod services;
 mod smb;
 mod storage;

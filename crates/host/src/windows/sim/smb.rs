@@ -6,7 +6,13 @@
 //! - wrong credentials fail with ERROR_LOGON_FAILURE (1326), an unknown server with
 //!   ERROR_BAD_NETPATH (53), an unknown share with ERROR_BAD_NET_NAME (67);
 //! - a mapping whose server stopped answering is listed `Disconnected` (status 2), and paths
-//!   below it do not answer.
+//!   below it do not answer;
+//! - a server whose password changed (an Azure Files key rotation) keeps the sessions already
+//!   made; once they drop (server restart, failover, network blip) the client signs in again
+//!   with the credential the mapping was made with, which fails (ERROR_LOGON_FAILURE, 1326):
+//!   paths below the mapping stop answering while it stays listed. Microsoft documents no
+//!   `Status` value for that state; it is listed OK, the harder case for the daemon (only the
+//!   probe of its root shows it broken, as upstream's `PathValid` check sees it).
 
 use super::{OsError, SimWindows, State, Win32Result};
 
@@ -24,6 +30,8 @@ pub(super) struct Mapping {
     /// `RemotePath` as created.
     pub(super) remote: String,
     credential: Option<String>,
+    /// The server refused the credential when the session was made again.
+    signed_out: bool,
 }
 
 /// The lower-cased `\\server\share` of a UNC path, if `path` is one.
@@ -48,7 +56,23 @@ fn server_of(root: &str) -> &str {
 pub(super) fn unc_exists(s: &State, path: &str) -> Option<bool> {
     let root = unc_root(path)?;
     let up = s.shares.get(&root).is_some_and(|sh| sh.up);
-    Some(up && s.smb_mappings.contains_key(&root))
+    Some(up && s.smb_mappings.get(&root).is_some_and(|m| !m.signed_out))
+}
+
+/// Why a UNC path below a share does not answer, as opening it fails on Windows
+/// (learn.microsoft.com/windows/win32/debug/system-error-codes): ERROR_BAD_NETPATH (53) while
+/// the server is down, ERROR_LOGON_FAILURE (1326) through a mapping whose credential the server
+/// refused when signing in again; `None` when it answers or the simulator has no reason.
+pub(super) fn unc_error(s: &State, path: &str) -> Option<OsError> {
+    let root = unc_root(path)?;
+    let share = s.shares.get(&root)?;
+    if !share.up {
+        return Some(OsError::new(53));
+    }
+    s.smb_mappings
+        .get(&root)
+        .filter(|m| m.signed_out)
+        .map(|_| OsError::new(1326))
 }
 
 /// Fails while WMI is restarting, as every WMI call does.
@@ -94,6 +118,7 @@ pub(super) fn create(s: &mut State, remote: &str, credential: Option<&str>) -> u
         Mapping {
             remote: remote.to_string(),
             credential: credential.map(str::to_string),
+            signed_out: false,
         },
     );
     0
@@ -116,6 +141,27 @@ impl SimWindows {
     pub fn set_share_up(&self, root: &str, up: bool) {
         if let Some(sh) = self.lock().shares.get_mut(&root.to_ascii_lowercase()) {
             sh.up = up;
+        }
+    }
+
+    /// The share takes only this credential from now on (a password change, a storage key
+    /// rotation); sessions already made keep working until [`Self::drop_smb_sessions`].
+    pub fn set_share_credential(&self, root: &str, credential: Option<(&str, &str)>) {
+        if let Some(sh) = self.lock().shares.get_mut(&root.to_ascii_lowercase()) {
+            sh.credential = credential.map(|(u, p)| crate::windows::smb::credential_string(u, p));
+        }
+    }
+
+    /// The share's server drops its sessions: each mapping of it signs in again with the
+    /// credential it was made with, and one the share no longer takes stops answering.
+    pub fn drop_smb_sessions(&self, root: &str) {
+        let mut s = self.lock();
+        let root = root.to_ascii_lowercase();
+        let Some(wanted) = s.shares.get(&root).map(|sh| sh.credential.clone()) else {
+            return;
+        };
+        if let Some(m) = s.smb_mappings.get_mut(&root) {
+            m.signed_out = wanted.is_some() && m.credential != wanted;
         }
     }
 

@@ -11,6 +11,7 @@
 //! FormatVolume never formats a volume that is mounted anywhere or that carries a filesystem or
 //! any other recognised signature; ResizeVolume only grows, only in place.
 
+mod grow;
 mod targets;
 
 use super::disk::{WindowsDiskHost, open_disk, read_layout, volume_extents, volume_path_names};
@@ -412,22 +413,15 @@ impl VolumeHost for WindowsVolumeHost {
         ioctl(&dh, io::DISK_UPDATE_PROPERTIES, &[], 0)
             .map_err(|e| os_error(OP, &disk_object, &e, &[]))?;
         let (l, sector) = read_layout(OP, disk, &dh)?;
-        if l.style != layout::STYLE_GPT {
-            return Err(Error::new(
-                Kind::FailedPrecondition,
-                OP,
-                &object,
-                format!("{disk_object} is not GPT; only partitions of GPT disks are grown"),
-            ));
-        }
         // GET_LENGTH_INFORMATION: Length i64 @0.
         let disk_length = ioctl(&dh, io::DISK_GET_LENGTH_INFO, &[], 8)
             .ok()
             .and_then(|b| io::le_u64(&b, 0))
             .filter(|n| i64::try_from(*n).is_ok())
             .ok_or_else(|| Error::new(Kind::Internal, OP, &disk_object, "no disk length"))?;
-        let maximum = layout::max_partition_size(&l, part.number, disk_length, sector)
+        let limit = grow::grow_limit(&l, part.number, disk_length, sector)
             .map_err(|e| Error::new(Kind::Internal, OP, &object, e))?;
+        let maximum = limit.maximum;
         // No filesystem: only the partition is grown (FSCTL_EXTEND_VOLUME on a RAW volume is
         // accepted but means nothing).
         let fs_total = os
@@ -446,6 +440,21 @@ impl VolumeHost for WindowsVolumeHost {
             },
             target,
         )?;
+        // Only a partition that must grow is refused for its kind: callers resize on every
+        // stage (gce-pd) and must pass on any disk that has nothing to grow.
+        if steps.grow_partition > 0
+            && let Some(why) = limit.refusal
+        {
+            return Err(Error::new(
+                Kind::FailedPrecondition,
+                OP,
+                &object,
+                format!(
+                    "{disk_object} partition {} must grow by {} bytes, but {why}; it is not grown",
+                    part.number, steps.grow_partition
+                ),
+            ));
+        }
         if steps.grow_partition > 0 {
             // The documented way to enlarge a live partition ("you can grow an active
             // partition, and the partition can be open for sharing during the operation");

@@ -1,0 +1,61 @@
+//! gce-pd replayed over the simulated Windows (`common/pd_driver.rs`): its NodeStage (with the
+//! ResizeVolume(id, 0) every stage makes), NodePublish, NodeExpand, NodeUnpublish and
+//! NodeUnstage as its Windows mounter makes them through the v1 endpoints, with kubelet's raw
+//! staging path. Needs nothing from the host.
+#![cfg(unix)]
+
+mod common;
+
+use common::{GIB, PdDriver, SimDaemon};
+use csi_proxy_api::volume::v1;
+
+const STAGING: &str =
+    r"\var\lib\kubelet\plugins\kubernetes.io\csi\pd.csi.storage.gke.io\abc\globalmount";
+
+/// Divergence 2 of issue 28. A disk that arrives initialised MBR (restored from an image)
+/// stages: ResizeVolume(id, 0) on a partition that already fills the disk has nothing to grow
+/// and answers OK; once the disk is grown, NodeExpand grows the MBR partition and its NTFS.
+/// The disk is taken offline at unstage and staged again in gce-pd's order (PartitionDisk on
+/// the offline disk first). Before, ResizeVolume refused every non-GPT disk, so the stage
+/// failed.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_mbr_disk_stages_and_grows() {
+    let d = SimDaemon::start().await;
+    let mut pd = PdDriver::new(&d.connector).await;
+    let (disk, volume) = d.sim.add_mbr_disk(10 * GIB, 2, 10 * GIB - (1 << 20));
+    let device = format!("sim-disk-{disk}");
+    d.sim.mkdir(&common::normalize_windows_path(STAGING));
+    let target = r"c:\var\lib\kubelet\pods\uid-1\volumes\kubernetes.io~csi\pvc-1\mount";
+    d.sim
+        .mkdir(r"c:\var\lib\kubelet\pods\uid-1\volumes\kubernetes.io~csi\pvc-1\mount");
+
+    let id = pd.stage(&device, STAGING).await.expect("staged");
+    assert_eq!(id, volume, "the volume the image brought, not a new one");
+    assert_eq!(pd.stage(&device, STAGING).await.unwrap(), id);
+    pd.publish(STAGING, target).await.unwrap();
+
+    let total = |pd: &mut PdDriver| {
+        let mut vol = pd.vol.clone();
+        let id = id.clone();
+        async move {
+            vol.get_volume_stats(v1::GetVolumeStatsRequest { volume_id: id })
+                .await
+                .unwrap()
+                .into_inner()
+                .total_bytes
+        }
+    };
+    let before = total(&mut pd).await;
+    d.sim.grow_disk(disk, 20 * GIB);
+    pd.expand(target).await.expect("the MBR partition grows");
+    let after = total(&mut pd).await;
+    assert!(after > before + 9 * GIB as i64, "{before} -> {after}");
+    pd.expand(target).await.expect("nothing more to grow: OK");
+
+    pd.unpublish(target).await.unwrap();
+    pd.unstage(STAGING).await.unwrap();
+    pd.unstage(STAGING).await.unwrap();
+    d.sim.mkdir(&common::normalize_windows_path(STAGING));
+    assert_eq!(pd.stage(&device, STAGING).await.unwrap(), id);
+    pd.unstage(STAGING).await.unwrap();
+}

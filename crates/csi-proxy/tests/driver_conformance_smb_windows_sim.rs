@@ -1,0 +1,214 @@
+//! csi-driver-smb and azurefile replayed over the simulated Windows (`common/smb_driver.rs`):
+//! each CSI operation as their Windows mounters make it through the v1 endpoints, kubelet's
+//! path forms (staging `\var\lib\kubelet\…` without a drive, publish `c:\var\lib\kubelet\…`)
+//! normalised their way, and kubelet's retries. Needs nothing from the host.
+#![cfg(unix)]
+
+mod common;
+
+use common::{SimDaemon, SmbDriver, SmbFlavour};
+
+const STAGING: &str = r"\var\lib\kubelet\plugins\kubernetes.io\csi\smb.csi.k8s.io";
+const PODS: &str = r"c:\var\lib\kubelet\pods";
+
+fn staging(hash: &str) -> String {
+    format!(r"{STAGING}\{hash}\globalmount")
+}
+
+/// The publish path of `pvc` in pod `uid`, whose parent kubelet has made.
+fn publish_path(d: &SimDaemon, uid: &str, pvc: &str) -> String {
+    let parent = format!(r"{PODS}\{uid}\volumes\kubernetes.io~csi\{pvc}");
+    d.sim.mkdir(&parent);
+    format!(r"{parent}\mount")
+}
+
+/// csi-driver-smb through a volume life, each operation twice as kubelet retries: stage (the
+/// mapping and its link), publish, unpublish, unstage (its count, then the mapping removed
+/// before the staging link); a second volume on the same share with a secret the server also
+/// takes reuses the healthy mapping, which the daemon keeps while that volume's link lives even
+/// when the driver, restarted, lost its counts.
+#[tokio::test(flavor = "multi_thread")]
+async fn smb_node_operations_each_twice() {
+    let d = SimDaemon::start().await;
+    let mut drv = SmbDriver::new(&d, SmbFlavour::CsiDriverSmb).await;
+    d.sim
+        .add_share(r"\\files.example\vols", Some((r"AZURE\svc", "s3cret")));
+    let (st1, st2) = (staging("h1"), staging("h2"));
+    let target = publish_path(&d, "uid-1", "pvc-1");
+    let source = "//files.example/vols";
+
+    // Unstage of a volume never staged: nothing to read, nothing to remove.
+    drv.unstage("pvc-1", &st1).await.unwrap();
+
+    for _ in 0..2 {
+        drv.stage("pvc-1", source, Some("pvc-1"), &st1, "svc", "s3cret")
+            .await
+            .unwrap();
+    }
+    assert_eq!(d.sim.smb_roots(), [r"\\files.example\vols"]);
+    assert!(drv.reads(&st1));
+
+    for _ in 0..2 {
+        drv.publish(&st1, &target).await.unwrap();
+    }
+    assert!(drv.reads(&target));
+
+    // The same server also takes another secret of the same user: the healthy mapping is
+    // reused, not replaced under the first volume.
+    drv.stage("pvc-2", source, Some("pvc-2"), &st2, "svc", "rotated")
+        .await
+        .unwrap();
+    assert_eq!(d.sim.calls()["smb_create_global_mapping"], 1);
+    assert!(drv.reads(&target), "the first volume still answers");
+
+    for _ in 0..2 {
+        drv.unpublish(&target).await.unwrap();
+    }
+    assert!(!d.sim.entry_exists(&target));
+
+    // The driver restarts and loses its counts: its unstage of the first volume asks for the
+    // mapping's removal, and the daemon keeps it for the second volume's link.
+    drv.restart();
+    for _ in 0..2 {
+        drv.unstage("pvc-1", &st1).await.unwrap();
+    }
+    assert!(!d.sim.entry_exists(&common::normalize_windows_path(&st1)));
+    assert_eq!(d.sim.smb_roots().len(), 1, "kept for the other volume");
+    assert!(drv.reads(&st2));
+
+    // The last volume unstages in the driver's order: the mapping goes, then its link.
+    for _ in 0..2 {
+        drv.unstage("pvc-2", &st2).await.unwrap();
+    }
+    assert!(d.sim.smb_roots().is_empty(), "{:?}", d.sim.smb_roots());
+    assert!(!d.sim.entry_exists(&common::normalize_windows_path(&st2)));
+}
+
+/// Divergence 1 of issue 28. The share's password changes (an Azure Files key rotation) and
+/// the server drops its sessions: the mapping made with the old secret stops answering, and
+/// with it every staged volume of the share. The next NodeStage of a volume on that share,
+/// with the new secret from its Kubernetes secret, repairs the mapping while the other volumes'
+/// links still lead into it, and every volume answers again. (Before, the daemon refused with
+/// FAILED_PRECONDITION as long as another volume was staged, so the share stayed broken.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_broken_mapping_other_volumes_use_is_made_again_with_the_new_secret() {
+    for flavour in [SmbFlavour::CsiDriverSmb, SmbFlavour::AzureFile] {
+        let d = SimDaemon::start().await;
+        let mut drv = SmbDriver::new(&d, flavour).await;
+        let (root, user, source) = match flavour {
+            SmbFlavour::CsiDriverSmb => (r"\\fs01\vols", r"AZURE\svc", "//fs01/vols"),
+            SmbFlavour::AzureFile => (
+                r"\\acct.file.core.windows.net\pvc-share",
+                r"AZURE\acct",
+                r"\\acct.file.core.windows.net\pvc-share",
+            ),
+        };
+        d.sim.add_share(root, Some((user, "key1")));
+        let (st1, st2, st3) = (staging("a"), staging("b"), staging("c"));
+        let t1 = publish_path(&d, "uid-1", "pvc-1");
+        let t2 = publish_path(&d, "uid-2", "pvc-2");
+        for (vol, st, t) in [("pvc-1", &st1, &t1), ("pvc-2", &st2, &t2)] {
+            drv.stage(vol, source, Some(vol), st, user, "key1")
+                .await
+                .unwrap();
+            drv.publish(st, t).await.unwrap();
+            assert!(drv.reads(t));
+        }
+
+        d.sim.set_share_credential(root, Some((user, "key2")));
+        assert!(drv.reads(&t1), "sessions made before the change still work");
+        d.sim.drop_smb_sessions(root);
+        assert!(!drv.reads(&t1) && !drv.reads(&t2), "{flavour:?}");
+
+        // A third volume of the share is staged with the new key: the broken mapping is made
+        // again with it, under the two other volumes' links.
+        drv.stage("pvc-3", source, Some("pvc-3"), &st3, user, "key2")
+            .await
+            .unwrap_or_else(|e| panic!("{flavour:?}: {e:?}"));
+        assert!(drv.reads(&st3));
+        assert!(
+            drv.reads(&t1) && drv.reads(&t2),
+            "{flavour:?}: every volume of the share answers again"
+        );
+
+        // Again, with the first volume re-staged on its dead link (the key rotates once more):
+        // the driver removes the link it cannot read and fails; kubelet's retry maps again.
+        d.sim.set_share_credential(root, Some((user, "key3")));
+        d.sim.drop_smb_sessions(root);
+        assert!(!drv.reads(&st1));
+        let first = drv.stage("pvc-1", source, Some("pvc-1"), &st1, user, "key3");
+        assert!(
+            first.await.is_err(),
+            "{flavour:?}: the driver's own failure"
+        );
+        drv.stage("pvc-1", source, Some("pvc-1"), &st1, user, "key3")
+            .await
+            .unwrap_or_else(|e| panic!("{flavour:?}: {e:?}"));
+        assert!(drv.reads(&t1) && drv.reads(&t2) && drv.reads(&st3));
+        assert_eq!(d.sim.smb_roots().len(), 1);
+    }
+}
+
+/// A working mapping is never replaced under live links: a stage with a secret the server
+/// refuses, while the mapping still answers, reuses it (as upstream) and breaks nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_working_mapping_is_never_replaced_under_live_links() {
+    let d = SimDaemon::start().await;
+    let mut drv = SmbDriver::new(&d, SmbFlavour::CsiDriverSmb).await;
+    d.sim
+        .add_share(r"\\fs01\vols", Some((r"AZURE\svc", "good")));
+    let t1 = publish_path(&d, "uid-1", "pvc-1");
+    drv.stage(
+        "pvc-1",
+        "//fs01/vols",
+        Some("pvc-1"),
+        &staging("a"),
+        "svc",
+        "good",
+    )
+    .await
+    .unwrap();
+    drv.publish(&staging("a"), &t1).await.unwrap();
+    drv.stage(
+        "pvc-2",
+        "//fs01/vols",
+        Some("pvc-2"),
+        &staging("b"),
+        "svc",
+        "wrong",
+    )
+    .await
+    .unwrap();
+    assert_eq!(d.sim.calls().get("smb_remove_global_mapping"), None);
+    assert!(drv.reads(&t1) && drv.reads(&staging("b")));
+}
+
+/// Divergence 3 of issue 28: a share whose name has a space (`\\fs01\Team Share`, valid on
+/// Windows), given as csi-driver-smb's users write sources (`//fs01/Team Share`) with a
+/// sub-directory that has one too, stages, publishes and unstages. Before, the daemon refused
+/// the name (INVALID_ARGUMENT), a rule meant only for the Linux cifs option string.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_share_name_with_spaces_stages() {
+    let d = SimDaemon::start().await;
+    let mut drv = SmbDriver::new(&d, SmbFlavour::CsiDriverSmb).await;
+    d.sim
+        .add_share(r"\\fs01\Team Share", Some((r"CORP\svc", "pw")));
+    let st = staging("sp");
+    let target = publish_path(&d, "uid-1", "pvc 1");
+    drv.stage(
+        "pvc-1",
+        "//fs01/Team Share",
+        Some("pvc 1"),
+        &st,
+        r"CORP\svc",
+        "pw",
+    )
+    .await
+    .expect("a share name with a space is valid");
+    assert_eq!(d.sim.smb_roots(), [r"\\fs01\team share"]);
+    drv.publish(&st, &target).await.unwrap();
+    assert!(drv.reads(&target));
+    drv.unpublish(&target).await.unwrap();
+    drv.unstage("pvc-1", &st).await.unwrap();
+    assert!(d.sim.smb_roots().is_empty());
+}
