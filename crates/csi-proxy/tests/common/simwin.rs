@@ -34,6 +34,8 @@ impl SimDaemon {
         sim.set_arrival_delay(Duration::from_secs(2));
         sim.mkdir(KUBELET);
         let dir = tempfile::tempdir().unwrap();
+        // The daemon prepares its state dir at start-up; the hosts write inside it only.
+        std::fs::create_dir_all(dir.path().join("state")).unwrap();
         let policy = Arc::new(PathPolicy::new(PathStyle::Windows, KUBELET, &[]).unwrap());
         // Every Windows host, over the one simulated machine.
         let fs = FilesystemService::new(
