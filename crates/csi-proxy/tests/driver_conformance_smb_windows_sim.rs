@@ -146,6 +146,17 @@ async fn a_broken_mapping_other_volumes_use_is_made_again_with_the_new_secret() 
             .unwrap_or_else(|e| panic!("{flavour:?}: {e:?}"));
         assert!(drv.reads(&t1) && drv.reads(&t2) && drv.reads(&st3));
         assert_eq!(d.sim.smb_roots().len(), 1);
+
+        for t in [&t1, &t2] {
+            drv.unpublish(t).await.unwrap();
+        }
+        for (vol, st) in [("pvc-1", &st1), ("pvc-2", &st2), ("pvc-3", &st3)] {
+            drv.unstage(vol, st).await.unwrap();
+            drv.unstage(vol, st).await.unwrap();
+        }
+        // azurefile never removes a mapping; csi-driver-smb removes it with its last volume.
+        let left = usize::from(flavour == SmbFlavour::AzureFile);
+        assert_eq!(d.sim.smb_roots().len(), left, "{flavour:?}");
     }
 }
 
