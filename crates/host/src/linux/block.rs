@@ -4,6 +4,7 @@
 //! A disk's number is its `diskseq` (`/sys/block/<name>/diskseq`, Linux 5.15+): unique per boot
 //! and never reused, so a number a driver holds can never name a disk attached later.
 
+use super::block_users;
 use super::mountinfo;
 use super::os::{self, Blkpg, Fd, Open, Os};
 use crate::layout::Extent;
@@ -261,18 +262,21 @@ pub fn dev_exists(os: &Os, major: u32, minor: u32) -> bool {
     os.exists(&Path::new(SYS_DEV_BLOCK).join(format!("{major}:{minor}")))
 }
 
-/// Devices stacked on `name` (dm, md), recursively, by kernel name.
-fn holders(os: &Os, sys_entry: &Path, out: &mut Vec<String>) {
-    for name in os
-        .list_dir(&sys_entry.join("holders"))
-        .into_iter()
-        .flatten()
-    {
+/// Devices stacked on `name` (dm, md), recursively, by kernel name. Fails closed: a
+/// `holders` directory that exists but cannot be listed is an error, never "none".
+fn holders(os: &Os, sys_entry: &Path, out: &mut Vec<String>) -> io::Result<()> {
+    let names = match os.list_dir(&sys_entry.join("holders")) {
+        Ok(n) => n,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for name in names {
         if !out.contains(&name) {
             out.push(name.clone());
-            holders(os, &sys_disk(&name), out);
+            holders(os, &sys_disk(&name), out)?;
         }
     }
+    Ok(())
 }
 
 /// What the host uses the disk for: every mount of it, its partitions and the devices stacked on
@@ -286,7 +290,8 @@ pub fn usage(os: &Os, disk: &Disk) -> Result<DiskUsage> {
     }
     let mut stacked = Vec::new();
     for (_, dir) in &members {
-        holders(os, dir, &mut stacked);
+        holders(os, dir, &mut stacked)
+            .map_err(|e| Error::io(op, format!("holders of {}", dir.display()), &e))?;
     }
     let mut devs = Vec::new();
     let mut nodes = Vec::new();
@@ -340,9 +345,13 @@ pub fn usage(os: &Os, disk: &Disk) -> Result<DiskUsage> {
 }
 
 /// Why `disk` is in use, or `None`: a filesystem on it (or on a device stacked on it) is
-/// mounted, it backs swap or a stacked device, or something holds it open exclusively (an
-/// `O_EXCL` open of the whole disk fails with EBUSY while any of its partitions is claimed).
+/// mounted, it backs swap or a stacked device, a loop device is backed by it or one of its
+/// partitions (kubelet maps raw block volumes so), a process holds one of them open, or
+/// something claims it exclusively (an `O_EXCL` open of the whole disk fails with EBUSY while
+/// any of its partitions is claimed). Fails closed: what cannot be read is an error.
 pub fn disk_in_use(os: &Os, disk: &Disk) -> Result<Option<String>> {
+    const OP: &str = "DisconnectTarget";
+    let object = format!("disk {} ({})", disk.number, disk.name);
     let usage = usage(os, disk)?;
     if let Some(why) = usage.system_use {
         return Ok(Some(why));
@@ -350,13 +359,37 @@ pub fn disk_in_use(os: &Os, disk: &Disk) -> Result<Option<String>> {
     if !usage.mount_points.is_empty() {
         return Ok(Some(format!("is mounted at {:?}", usage.mount_points)));
     }
-    match Fd::open(os, &node(&disk.name), Open::Write { exclusive: true }) {
-        Err(e) if e.raw_os_error() == Some(16) => Ok(Some(
+    let mut devs = Vec::new();
+    for dir in std::iter::once(sys_disk(&disk.name)).chain(
+        partitions(os, disk)
+            .into_iter()
+            .map(|p| sys_disk(&disk.name).join(p.name)),
+    ) {
+        devs.push(dev_numbers(os, &dir).map_err(|e| Error::io(OP, &object, &e))?);
+    }
+    let err = |e: io::Error| Error::io(OP, &object, &e);
+    let loops = block_users::loops_backed_by(Path::new("/sys/block"), &devs).map_err(err)?;
+    if !loops.is_empty() {
+        return Ok(Some(format!(
+            "backs loop device(s) {} (a raw block volume, or a mapping of it)",
+            loops.join(", ")
+        )));
+    }
+    let open = Fd::open(os, &node(&disk.name), Open::Write { exclusive: true }).map(drop);
+    if block_users::exclusively_held(open).map_err(err)? {
+        return Ok(Some(
             "is held open exclusively (by a mount in another namespace, a stacked device or a process)"
                 .into(),
-        )),
-        _ => Ok(None),
+        ));
     }
+    let holders = block_users::processes_holding(Path::new("/proc"), &devs).map_err(err)?;
+    if !holders.is_empty() {
+        return Ok(Some(format!(
+            "is held open by process(es) {}",
+            holders.join(", ")
+        )));
+    }
+    Ok(None)
 }
 
 /// [`disk_in_use`] on this machine.
