@@ -5,6 +5,7 @@ use super::{Disk, Open, Part, SECTOR, State, Target};
 use crate::windows::os::{OsError, Win32Result, code};
 use crate::windows_data::ioctl as io;
 use crate::windows_data::layout::{self, ENTRY_SIZE, HEADER_SIZE, STYLE_GPT, STYLE_RAW};
+use std::time::Duration;
 use uuid::Uuid;
 
 /// The device interface path of disk `n` (`GUID_DEVINTERFACE_DISK`); the number in it is
@@ -265,6 +266,15 @@ pub(super) fn ioctl(
                     if d.style == STYLE_GPT {
                         d.usable_length = limit - d.usable_start;
                     }
+                    // The volume on it re-reads its size: briefly not ready.
+                    let settles = clock + Duration::from_millis(300);
+                    for v in s
+                        .volumes
+                        .iter_mut()
+                        .filter(|v| v.disk == n && v.partition == number)
+                    {
+                        v.settles = settles;
+                    }
                     Ok(Vec::new())
                 }
                 io::DISK_UPDATE_DRIVE_SIZE => {
@@ -298,6 +308,9 @@ pub(super) fn ioctl(
             io::DISK_GET_PARTITION_INFO_EX => {
                 let p = partition_of(s, v).ok_or(OsError::new(code::FILE_NOT_FOUND))?;
                 fit(entry(p).to_vec(), out_len, code::INSUFFICIENT_BUFFER)
+            }
+            io::FSCTL_EXTEND_VOLUME if s.volumes[v].settles > s.clock => {
+                Err(OsError::new(code::NOT_READY))
             }
             io::FSCTL_EXTEND_VOLUME => {
                 let sectors = le_i64(input, 0).ok_or_else(invalid)?;

@@ -119,6 +119,9 @@ struct Volume {
     /// When Plug and Play surfaces it again after its disk came online or was attached; it
     /// does not exist before.
     arrives: Duration,
+    /// Until when it answers filesystem controls with ERROR_NOT_READY, its partition having
+    /// just grown underneath it.
+    settles: Duration,
 }
 
 /// What an open handle refers to.
@@ -277,6 +280,7 @@ impl State {
             no_media: false,
             locked: false,
             arrives: Duration::ZERO,
+            settles: Duration::ZERO,
         });
         let index = self.volumes.len() - 1;
         if self.automount && p.attributes & NO_DRIVE_LETTER == 0 {

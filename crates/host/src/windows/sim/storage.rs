@@ -63,6 +63,7 @@ impl SimWindows {
             no_media: true,
             locked: false,
             arrives: Duration::ZERO,
+            settles: Duration::ZERO,
         });
         let index = s.volumes.len() - 1;
         s.give_letter(index);
