@@ -31,6 +31,19 @@ pub(super) fn resolve_device(s: &State, path: &str) -> Option<Target> {
             .find(|&&n| interface_path(n).eq_ignore_ascii_case(path))
             .map(|&n| Target::Disk(n));
     }
+    // A partition device, `\\.\HarddiskNPartitionM`, once Plug and Play surfaced it.
+    if let Some((n, m)) = lower
+        .strip_prefix(r"\\.\harddisk")
+        .and_then(|r| r.split_once("partition"))
+    {
+        let (n, m): (u32, u32) = (n.parse().ok()?, m.parse().ok()?);
+        let d = s.disks.get(&n)?;
+        let arrived = d
+            .parts
+            .iter()
+            .any(|p| p.number == m && (p.gpt_type != layout::MSR || d.msr_due <= s.clock));
+        return arrived.then_some(Target::Disk(n));
+    }
     // A volume device is `\\.\Volume{GUID}` with no trailing backslash (with one, the root
     // directory would be opened instead).
     if lower.starts_with(r"\\.\volume{") && !lower.ends_with('\\') {
@@ -113,6 +126,7 @@ pub(super) fn ioctl(
         Target::Disk(n) => {
             let delay = s.arrival_delay;
             let clock = s.clock;
+            let create_disk_msr = s.create_disk_msr;
             let d = s
                 .disks
                 .get_mut(&n)
@@ -217,7 +231,24 @@ pub(super) fn ioctl(
                     d.usable_length = end - start;
                     d.parts.clear();
                     d.write_gpt_headers();
+                    if create_disk_msr {
+                        // "an application should wait for the MSR partition arrival before
+                        // sending the IOCTL_DISK_SET_DRIVE_LAYOUT_EX control code"
+                        d.parts.push(Part {
+                            number: 1,
+                            start,
+                            length: layout::MSR_SIZE,
+                            gpt_type: layout::MSR,
+                            id: Uuid::from_bytes_le(id),
+                            attributes: 0,
+                        });
+                        d.msr_due = clock + delay;
+                    }
                     Ok(Vec::new())
+                }
+                // The table is still being surfaced (inferred: how an early write fails).
+                io::DISK_SET_DRIVE_LAYOUT_EX if d.msr_due > clock => {
+                    Err(OsError::new(code::NOT_READY))
                 }
                 io::DISK_SET_DRIVE_LAYOUT_EX => {
                     let new = set_layout(d, input)?;

@@ -83,6 +83,8 @@ struct Disk {
     /// `IOCTL_DISK_GROW_PARTITION` stays within the GPT's recorded usable area (a partition
     /// manager that does not relocate the backup GPT).
     keep_usable: bool,
+    /// When the MSR that `IOCTL_DISK_CREATE_DISK` made arrives (its partition device exists).
+    msr_due: Duration,
     /// Surprise-removed: Plug and Play still lists it, but every request fails
     /// ERROR_DEVICE_REMOVED.
     removing: bool,
@@ -178,6 +180,8 @@ struct State {
     /// What a WMI connection made before `winmgmt` restarted answers (RPC_E_DISCONNECTED, or
     /// another "server gone" code); `None` while connected.
     wmi_gone: Option<u32>,
+    /// `IOCTL_DISK_CREATE_DISK` (GPT) makes the Microsoft Reserved partition itself.
+    create_disk_msr: bool,
     /// What the next WMI method call answers instead of doing its work.
     odd_return: Option<ReturnValue>,
     /// Services, keyed lower-case (service names are case-insensitive).
@@ -387,6 +391,7 @@ impl SimWindows {
                     sector: SECTOR,
                     keep_usable: false,
                     removing: false,
+                    msr_due: Duration::ZERO,
                     data: BTreeMap::new(),
                     scsi: Some((0, 0, 0, 0)),
                     page83: "system-disk".into(),
@@ -438,6 +443,7 @@ impl SimWindows {
                 sector: SECTOR,
                 keep_usable: false,
                 removing: false,
+                msr_due: Duration::ZERO,
                 data: BTreeMap::new(),
                 scsi: Some((0, 0, 0, lun)),
                 page83: format!("sim-disk-{n}"),

@@ -281,3 +281,12 @@ impl SimWindows {
         }
     }
 }
+
+impl SimWindows {
+    /// Makes `IOCTL_DISK_CREATE_DISK` (GPT) create the Microsoft Reserved partition itself,
+    /// its partition device arriving after the arrival delay; a layout written before then
+    /// fails ERROR_NOT_READY.
+    pub fn set_create_disk_makes_msr(&self, on: bool) {
+        self.lock().create_disk_msr = on;
+    }
+}
