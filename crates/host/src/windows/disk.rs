@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 mod arrival;
 
 pub use arrival::VOLUME_ARRIVAL_LIMIT;
-use arrival::wait_for_volumes;
+use arrival::{wait_for_partition, wait_for_volumes};
 
 super::os::seam_host! {
     /// The Windows disk host.
@@ -550,6 +550,14 @@ impl DiskHost for WindowsDiskHost {
             ioctl(&h, io::DISK_CREATE_DISK, &io::create_gpt_disk(guid()?), 0)
                 .map_err(|e| os_error(OP, &object, &e, &[]))?;
             (l, _) = read_layout(OP, disk_number, &h)?;
+            // Windows may make the MSR itself; the layout is written once it has arrived.
+            if let Some(msr) = l
+                .partitions
+                .iter()
+                .find(|p| p.gpt_type == Some(layout::MSR))
+            {
+                wait_for_partition(os, OP, disk_number, msr.number)?;
+            }
         }
         // A GPT disk with no partition at all gets the Microsoft Reserved partition first, as
         // Windows' own initialisation makes it; the data partition is then number 2.

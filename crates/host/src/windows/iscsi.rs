@@ -57,14 +57,21 @@ fn check_portal(op: &str, portal: &TargetPortal) -> Result<()> {
         .map_err(|why| Error::invalid(op, format!("portal {portal}"), why))
 }
 
-/// Whether `s` is a session with target `iqn` through `portal`. A session whose connections are
-/// all gone (being re-established) counts by its IQN alone.
-fn is_session(s: &IscsiSession, portal: &TargetPortal, iqn: &str) -> bool {
-    s.names.iter().any(|n| n == iqn)
-        && (s.connections.is_empty()
-            || s.connections
-                .iter()
-                .any(|(a, p)| data::is_portal(a, *p, portal)))
+/// Whether `s` is a session with target `iqn` through `portal`: `None` when it is a session
+/// with `iqn` whose connections are all gone (being re-established), so its portal cannot be
+/// told.
+fn is_session(s: &IscsiSession, portal: &TargetPortal, iqn: &str) -> Option<bool> {
+    if !s.names.iter().any(|n| n == iqn) {
+        return Some(false);
+    }
+    if s.connections.is_empty() {
+        return None;
+    }
+    Some(
+        s.connections
+            .iter()
+            .any(|(a, p)| data::is_portal(a, *p, portal)),
+    )
 }
 
 /// Calls `call` with a growing capacity while it answers ERROR_INSUFFICIENT_BUFFER, as the
@@ -169,6 +176,30 @@ impl WindowsIscsiHost {
     }
 
     /// Every active session.
+    /// The sessions with `iqn` through `portal`; UNAVAILABLE while a session with `iqn` is
+    /// re-establishing its connection, since whether it is through `portal` cannot be told
+    /// (a session through another portal is never taken for this one).
+    fn sessions_through(
+        &self,
+        op: &str,
+        portal: &TargetPortal,
+        iqn: &str,
+    ) -> Result<Vec<IscsiSession>> {
+        let all = self.sessions(op)?;
+        if all.iter().any(|s| is_session(s, portal, iqn).is_none()) {
+            return Err(Error::new(
+                Kind::Unavailable,
+                op,
+                target_object(iqn, portal),
+                "a session with the target is re-establishing its connection, so the portal it uses cannot be told; call again",
+            ));
+        }
+        Ok(all
+            .into_iter()
+            .filter(|s| is_session(s, portal, iqn) == Some(true))
+            .collect())
+    }
+
     fn sessions(&self, op: &str) -> Result<Vec<IscsiSession>> {
         let os = self.os(op)?;
         fetch(op, "iSCSI sessions", "GetIScsiSessionListW", 0, |_, cap| {
@@ -278,11 +309,7 @@ impl IscsiHost for WindowsIscsiHost {
         check_iqn(OP, iqn, portal)?;
         check_portal(OP, portal)?;
         let mut auth = data::login_auth(chap).map_err(|why| Error::invalid(OP, &object, why))?;
-        if self
-            .sessions(OP)?
-            .iter()
-            .any(|s| is_session(s, portal, iqn))
-        {
+        if !self.sessions_through(OP, portal, iqn)?.is_empty() {
             return Ok(());
         }
         let r = self
@@ -300,7 +327,35 @@ impl IscsiHost for WindowsIscsiHost {
                 if e.code == isdsc::TARGET_ALREADY_LOGGED_IN
                     || e.code == isdsc::SESSION_ALREADY_EXISTS =>
             {
-                Ok(())
+                // Success only when the session is through this portal (one a concurrent
+                // call made); the initiator refuses a second session to the target through
+                // any portal.
+                if !self.sessions_through(OP, portal, iqn)?.is_empty() {
+                    return Ok(());
+                }
+                let elsewhere: Vec<String> = self
+                    .sessions(OP)?
+                    .iter()
+                    .filter(|s| s.names.iter().any(|n| n == iqn))
+                    .flat_map(|s| s.connections.iter().map(|(a, p)| format!("{a}:{p}")))
+                    .collect();
+                if elsewhere.is_empty() {
+                    return Err(Error::new(
+                        Kind::Unavailable,
+                        OP,
+                        &object,
+                        "the initiator reports the target logged in but lists no session with it; call again",
+                    ));
+                }
+                Err(Error::new(
+                    Kind::FailedPrecondition,
+                    OP,
+                    &object,
+                    format!(
+                        "the target is already logged in through portal {}; DisconnectTarget there first",
+                        elsewhere.join(", ")
+                    ),
+                ))
             }
             Err(e) => Err(failed(OP, &object, "LoginIScsiTargetW", &e)),
         }
@@ -312,11 +367,7 @@ impl IscsiHost for WindowsIscsiHost {
         check_iqn(OP, iqn, portal)?;
         check_portal(OP, portal)?;
         let os = self.os(OP)?;
-        for s in self
-            .sessions(OP)?
-            .into_iter()
-            .filter(|s| is_session(s, portal, iqn))
-        {
+        for s in self.sessions_through(OP, portal, iqn)? {
             match os.iscsi_logout(s.id) {
                 // A session that ended meanwhile is what was asked for.
                 Ok(()) => {}
@@ -361,11 +412,7 @@ impl IscsiHost for WindowsIscsiHost {
         let object = target_object(iqn, portal);
         check_iqn(OP, iqn, portal)?;
         let mut disks = Vec::new();
-        for s in self
-            .sessions(OP)?
-            .into_iter()
-            .filter(|s| is_session(s, portal, iqn))
-        {
+        for s in self.sessions_through(OP, portal, iqn)? {
             disks.extend(self.session_disks(OP, &object, s.id)?);
         }
         disks.sort_unstable();

@@ -1,12 +1,12 @@
-//! The WMI threads: every WMI call of the daemon runs on the thread of its namespace.
+//! The WMI threads: every WMI call of the daemon runs on a thread of its namespace's pool.
 //!
 //! A [`wmi::WMIConnection`] is `!Send` (a COM interface pointer bound to the apartment that
-//! created it), and connecting to a namespace costs a round trip to the WMI service, so one
-//! dedicated thread per namespace, started on first use, owns that namespace's connection.
-//! Callers hand it closures with [`with_namespace`] and wait at most [`CALL_LIMIT`] for the
-//! answer. Calls to one namespace are serialised; calls to different namespaces are not, so an
-//! SMB mapping stuck on a dead server (`ROOT\Microsoft\Windows\SMB`) never holds up a format
-//! (`ROOT\Microsoft\Windows\Storage`). WMI is only used for the few operations Windows has no
+//! created it), and connecting to a namespace costs a round trip to the WMI service, so each
+//! namespace has a small pool of threads ([`Pool`]), started as calls need them, each owning
+//! its own connection. Callers hand them closures with [`with_namespace`] and wait at most
+//! [`CALL_LIMIT`] (or their own deadline) for the answer; a call not started by then is
+//! dropped. An SMB mapping stuck on a dead server (`ROOT\Microsoft\Windows\SMB`) holds one
+//! thread, never a format (`ROOT\Microsoft\Windows\Storage`) nor the other mappings. WMI is only used for the few operations Windows has no
 //! documented Win32 call for (volume format, SMB global mappings, page files, the BIOS serial
 //! fallback).
 //!
@@ -18,33 +18,58 @@
 //! A closure that panics does not take the thread down: the panic is caught and reported as an
 //! INTERNAL error naming the operation, and the thread serves the next call.
 
+use super::os::pool::{self, CallError, Pool};
 use super::os::{OsError, Win32Result};
 use csi_proxy_core::{Error, Kind, Result};
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 pub use crate::windows_data::wmi_codes::hresult_kind;
 
-/// A unit of work for the WMI thread.
-type Job = Box<dyn FnOnce(&mut Connections) + Send>;
+/// A WMI thread's connection to its namespace, made on first use.
+type Connection = Option<wmi::WMIConnection>;
 
-/// The connections the WMI thread holds, by namespace.
-type Connections = HashMap<&'static str, wmi::WMIConnection>;
+/// Each namespace's pool of WMI threads.
+type Pools = HashMap<&'static str, Arc<Pool<Connection>>>;
 
-/// The sending side of each namespace thread's queue, created with the thread.
-static QUEUES: OnceLock<Mutex<HashMap<&'static str, SyncSender<Job>>>> = OnceLock::new();
+/// The pools, each created on first use of its namespace.
+static POOLS: OnceLock<Mutex<Pools>> = OnceLock::new();
 
-/// How many jobs may wait for a namespace's thread; more are refused as UNAVAILABLE.
+/// How many calls may wait for a namespace's threads; more are refused as UNAVAILABLE.
 const QUEUE_DEPTH: usize = 64;
 
-/// How long a caller waits for a WMI call: a quick format of a large volume takes seconds, an
-/// SMB mapping to a server that does not answer can take minutes. The call itself is not
-/// cancelled (WMI has no way to), but its caller is answered.
+/// How many threads (and connections) a namespace may have: a call stuck on a dead SMB server
+/// holds one of them, and the others keep serving.
+const THREADS_PER_NAMESPACE: usize = 4;
+
+/// How long a caller waits for a WMI call (less when its own deadline comes first): a quick
+/// format of a large volume takes seconds, an SMB mapping to a server that does not answer can
+/// take minutes. A call already running is not cancelled (WMI has no way to), but its caller is
+/// answered; a call not yet started when its caller stops waiting is dropped.
 pub const CALL_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
 
-/// Runs `f` on the WMI thread with a connection to `namespace` (e.g.
+/// The pool of `namespace`.
+fn pool_for(namespace: &'static str) -> Arc<Pool<Connection>> {
+    let pools = POOLS.get_or_init(|| Mutex::new(HashMap::new()));
+    // A poisoned lock only means another caller panicked while holding it; the map inside is
+    // still consistent.
+    pools
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry(namespace)
+        .or_insert_with(|| {
+            Arc::new(Pool::new(
+                "csi-proxy-wmi",
+                THREADS_PER_NAMESPACE,
+                QUEUE_DEPTH,
+                || None,
+            ))
+        })
+        .clone()
+}
+
+/// Runs `f` on a WMI thread with a connection to `namespace` (e.g.
 /// `r"ROOT\Microsoft\Windows\Storage"`), and returns its result.
 ///
 /// `op` names the operation for error messages. A namespace that cannot be connected to
@@ -55,31 +80,27 @@ where
     R: Send + 'static,
     F: FnOnce(&wmi::WMIConnection) -> Result<R> + Send + 'static,
 {
-    let (reply_tx, reply_rx) = sync_channel::<Result<R>>(1);
-    let job: Job = Box::new(move |conns: &mut Connections| {
-        let result = run_job(op, namespace, conns, f);
-        // The caller may have gone away (it never does today: it blocks on the reply); nothing
-        // to do then.
-        let _ = reply_tx.send(result);
-    });
-    submit(op, namespace, job)?;
-    match reply_rx.recv_timeout(CALL_LIMIT) {
+    let object = || format!("WMI namespace {namespace}");
+    match pool_for(namespace).call(pool::until(CALL_LIMIT), move |conn: &mut Connection| {
+        run_job(op, namespace, conn, f)
+    }) {
         Ok(r) => r,
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(Error::new(
+        Err(CallError::Full) => Err(Error::new(
             Kind::Unavailable,
             op,
-            format!("WMI namespace {namespace}"),
+            object(),
+            format!("{QUEUE_DEPTH} WMI calls are already waiting; try again later"),
+        )),
+        Err(CallError::TimedOut) => Err(Error::new(
+            Kind::Unavailable,
+            op,
+            object(),
             format!(
-                "WMI did not answer within {} s; the call may still complete",
+                "WMI did not answer before the caller's deadline or within {} s; a call already started may still complete, one not started was dropped",
                 CALL_LIMIT.as_secs()
             ),
         )),
-        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(Error::new(
-            Kind::Internal,
-            op,
-            format!("WMI namespace {namespace}"),
-            "the WMI thread ended without answering",
-        )),
+        Err(CallError::Failed(why)) => Err(Error::new(Kind::Internal, op, object(), why)),
     }
 }
 
@@ -87,26 +108,27 @@ where
 fn run_job<R, F>(
     op: &'static str,
     namespace: &'static str,
-    conns: &mut Connections,
+    conn: &mut Connection,
     f: F,
 ) -> Result<R>
 where
     F: FnOnce(&wmi::WMIConnection) -> Result<R>,
 {
-    let conn = match conns.entry(namespace) {
-        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-        std::collections::hash_map::Entry::Vacant(v) => {
-            let conn = wmi::WMIConnection::with_namespace_path(namespace)
-                .map_err(|e| wmi_error(op, format!("WMI namespace {namespace}"), &e))?;
-            v.insert(conn)
-        }
+    if conn.is_none() {
+        *conn = Some(
+            wmi::WMIConnection::with_namespace_path(namespace)
+                .map_err(|e| wmi_error(op, format!("WMI namespace {namespace}"), &e))?,
+        );
+    }
+    let Some(c) = conn.as_ref() else {
+        return Err(Error::new(Kind::Internal, op, "WMI", "no connection"));
     };
-    match catch_unwind(AssertUnwindSafe(|| f(conn))) {
+    match catch_unwind(AssertUnwindSafe(|| f(c))) {
         Ok(result) => result,
         Err(_) => {
             // The connection may be mid-call in an unknown state; drop it so the next call
             // reconnects.
-            conns.remove(namespace);
+            *conn = None;
             Err(Error::new(
                 Kind::Internal,
                 op,
@@ -114,62 +136,6 @@ where
                 "the WMI call panicked",
             ))
         }
-    }
-}
-
-/// Hands `job` to `namespace`'s thread, starting it on first use (and again if it ever died).
-fn submit(op: &'static str, namespace: &'static str, job: Job) -> Result<()> {
-    let slot = QUEUES.get_or_init(|| Mutex::new(HashMap::new()));
-    // A poisoned lock only means another submitter panicked while holding it; the map inside
-    // is still consistent.
-    let mut queues = slot.lock().unwrap_or_else(|p| p.into_inner());
-    let mut job = job;
-    for _ in 0..2 {
-        let tx = match queues.entry(namespace) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(v) => v.insert(spawn_thread(op)?),
-        };
-        match tx.try_send(job) {
-            Ok(()) => return Ok(()),
-            Err(std::sync::mpsc::TrySendError::Full(_)) => {
-                return Err(Error::new(
-                    Kind::Unavailable,
-                    op,
-                    format!("WMI namespace {namespace}"),
-                    format!("{QUEUE_DEPTH} WMI calls are already waiting; try again later"),
-                ));
-            }
-            // The thread is gone (it only ends if its loop panicked outside a job): start a
-            // new one and retry once with the same job.
-            Err(std::sync::mpsc::TrySendError::Disconnected(back)) => {
-                job = back;
-                queues.remove(namespace);
-            }
-        }
-    }
-    Err(Error::new(
-        Kind::Internal,
-        op,
-        "WMI thread",
-        "could not hand the call to the WMI thread",
-    ))
-}
-
-/// Starts a WMI thread and returns its queue.
-fn spawn_thread(op: &'static str) -> Result<SyncSender<Job>> {
-    let (tx, rx) = sync_channel::<Job>(QUEUE_DEPTH);
-    std::thread::Builder::new()
-        .name("csi-proxy-wmi".into())
-        .spawn(move || serve(rx))
-        .map_err(|e| Error::io(op, "WMI thread", &e))?;
-    Ok(tx)
-}
-
-/// The WMI thread's loop: runs jobs until every sender is gone.
-fn serve(rx: Receiver<Job>) {
-    let mut conns = Connections::new();
-    while let Ok(job) = rx.recv() {
-        job(&mut conns);
     }
 }
 
@@ -196,23 +162,12 @@ where
 }
 
 /// Drops every cached WMI connection, so the next call connects again: after `winmgmt`
-/// restarts, a connection made before answers RPC_E_DISCONNECTED for ever. Each namespace's
-/// thread drops its own before its next job.
+/// restarts, a connection made before answers RPC_E_DISCONNECTED for ever. Each WMI thread
+/// makes its connection anew before its next call.
 pub fn reset() {
-    let namespaces: Vec<&'static str> = QUEUES
-        .get()
-        .map(|q| {
-            q.lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .keys()
-                .copied()
-                .collect()
-        })
-        .unwrap_or_default();
-    for namespace in namespaces {
-        let job: Job = Box::new(|conns: &mut Connections| conns.clear());
-        if let Err(e) = submit("WMI reset", namespace, job) {
-            tracing::warn!("could not reset the WMI connection to {namespace}: {e}");
+    if let Some(pools) = POOLS.get() {
+        for pool in pools.lock().unwrap_or_else(|p| p.into_inner()).values() {
+            pool.reset();
         }
     }
 }

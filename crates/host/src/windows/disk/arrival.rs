@@ -28,20 +28,51 @@ pub(super) fn wait_for_volumes(
     layout: &Layout,
 ) -> Result<BTreeMap<u64, String>> {
     let wanted = layout::volume_offsets(layout);
+    wait(os, op, disk, || {
+        let found = volumes_on(os, disk);
+        let missing = wanted.iter().filter(|o| !found.contains_key(o)).count();
+        if missing == 0 {
+            Ok(found)
+        } else {
+            Err(format!("{missing} of the disk's volumes"))
+        }
+    })
+}
+
+/// Waits (as [`wait_for_volumes`]) until partition `number` of `disk` has arrived: its
+/// partition device `\\.\HarddiskNPartitionM` opens. After `IOCTL_DISK_CREATE_DISK` made the
+/// MSR, "an application should wait for the MSR partition arrival before sending the
+/// IOCTL_DISK_SET_DRIVE_LAYOUT_EX control code".
+pub(super) fn wait_for_partition(os: &dyn Win32, op: &str, disk: u32, number: u32) -> Result<()> {
+    let device = format!(r"\\.\Harddisk{disk}Partition{number}");
+    wait(os, op, disk, || {
+        os::open_query(os, &device)
+            .map(drop)
+            .map_err(|_| format!("partition {number}"))
+    })
+}
+
+/// Polls `look` until it answers `Ok`, for at most [`VOLUME_ARRIVAL_LIMIT`] and never past the
+/// caller's deadline; `Err` names what has not appeared yet.
+fn wait<T>(
+    os: &dyn Win32,
+    op: &str,
+    disk: u32,
+    mut look: impl FnMut() -> std::result::Result<T, String>,
+) -> Result<T> {
     let until = os.now() + VOLUME_ARRIVAL_LIMIT;
     loop {
-        let found = volumes_on(os, disk);
-        if wanted.iter().all(|o| found.contains_key(o)) {
-            return Ok(found);
-        }
-        let missing = wanted.iter().filter(|o| !found.contains_key(o)).count();
+        let missing = match look() {
+            Ok(found) => return Ok(found),
+            Err(what) => what,
+        };
         if csi_proxy_core::deadline::current().is_some_and(|d| Instant::now() >= d) {
             return Err(Error::new(
                 Kind::DeadlineExceeded,
                 op,
                 format!("disk {disk}"),
                 format!(
-                    "the caller's deadline passed while {missing} of the disk's volumes had not appeared; call again"
+                    "the caller's deadline passed while {missing} had not appeared; call again"
                 ),
             ));
         }
@@ -51,7 +82,7 @@ pub(super) fn wait_for_volumes(
                 op,
                 format!("disk {disk}"),
                 format!(
-                    "{missing} of the disk's volumes did not appear within {} s; call again",
+                    "{missing} did not appear within {} s; call again",
                     VOLUME_ARRIVAL_LIMIT.as_secs()
                 ),
             ));

@@ -8,6 +8,7 @@
 //! tested on Linux. Shaped after youki's `Syscall` trait (see the design's anchors).
 
 pub mod files;
+pub mod pool;
 
 pub use files::FileApi;
 

@@ -153,3 +153,18 @@ fn state_changing_controls_are_sent_once_with_no_output_buffer() {
     let (_, start, length, _) = m.sim.partitions(n)[1];
     assert_eq!(start + length, 12 * GIB - 33 * 512, "{start} + {length}");
 }
+
+#[test]
+fn the_layout_is_written_once_the_msr_create_disk_made_has_arrived() {
+    let m = machine();
+    let (disk, vol) = services(&m);
+    m.sim.set_arrival_delay(Duration::from_secs(2));
+    m.sim.set_create_disk_makes_msr(true);
+    let n = m.sim.add_disk(10 * GIB, 3);
+    disk.partition_disk(n).unwrap();
+    // One MSR (the one CREATE_DISK made), then the data partition, number 2.
+    let parts = m.sim.partitions(n);
+    assert_eq!(parts.len(), 2, "{parts:?}");
+    assert_eq!(parts[1].0, 2);
+    assert_eq!(vol.list_volumes_on_disk(n, 2).unwrap().len(), 1);
+}

@@ -5,6 +5,7 @@ use super::{Disk, Open, Part, SECTOR, State, Target};
 use crate::windows::os::{OsError, Win32Result, code};
 use crate::windows_data::ioctl as io;
 use crate::windows_data::layout::{self, ENTRY_SIZE, HEADER_SIZE, STYLE_GPT, STYLE_RAW};
+use std::time::Duration;
 use uuid::Uuid;
 
 /// The device interface path of disk `n` (`GUID_DEVINTERFACE_DISK`); the number in it is
@@ -29,6 +30,19 @@ pub(super) fn resolve_device(s: &State, path: &str) -> Option<Target> {
             .keys()
             .find(|&&n| interface_path(n).eq_ignore_ascii_case(path))
             .map(|&n| Target::Disk(n));
+    }
+    // A partition device, `\\.\HarddiskNPartitionM`, once Plug and Play surfaced it.
+    if let Some((n, m)) = lower
+        .strip_prefix(r"\\.\harddisk")
+        .and_then(|r| r.split_once("partition"))
+    {
+        let (n, m): (u32, u32) = (n.parse().ok()?, m.parse().ok()?);
+        let d = s.disks.get(&n)?;
+        let arrived = d
+            .parts
+            .iter()
+            .any(|p| p.number == m && (p.gpt_type != layout::MSR || d.msr_due <= s.clock));
+        return arrived.then_some(Target::Disk(n));
     }
     // A volume device is `\\.\Volume{GUID}` with no trailing backslash (with one, the root
     // directory would be opened instead).
@@ -115,6 +129,7 @@ pub(super) fn ioctl(
         Target::Disk(n) => {
             let delay = s.arrival_delay;
             let clock = s.clock;
+            let create_disk_msr = s.create_disk_msr;
             let d = s
                 .disks
                 .get_mut(&n)
@@ -219,7 +234,24 @@ pub(super) fn ioctl(
                     d.usable_length = end - start;
                     d.parts.clear();
                     d.write_gpt_headers();
+                    if create_disk_msr {
+                        // "an application should wait for the MSR partition arrival before
+                        // sending the IOCTL_DISK_SET_DRIVE_LAYOUT_EX control code"
+                        d.parts.push(Part {
+                            number: 1,
+                            start,
+                            length: layout::MSR_SIZE,
+                            gpt_type: layout::MSR,
+                            id: Uuid::from_bytes_le(id),
+                            attributes: 0,
+                        });
+                        d.msr_due = clock + delay;
+                    }
                     Ok(Vec::new())
+                }
+                // The table is still being surfaced (inferred: how an early write fails).
+                io::DISK_SET_DRIVE_LAYOUT_EX if d.msr_due > clock => {
+                    Err(OsError::new(code::NOT_READY))
                 }
                 io::DISK_SET_DRIVE_LAYOUT_EX => {
                     let new = set_layout(d, input)?;
@@ -268,6 +300,15 @@ pub(super) fn ioctl(
                     if d.style == STYLE_GPT {
                         d.usable_length = limit - d.usable_start;
                     }
+                    // The volume on it re-reads its size: briefly not ready.
+                    let settles = clock + Duration::from_millis(300);
+                    for v in s
+                        .volumes
+                        .iter_mut()
+                        .filter(|v| v.disk == n && v.partition == number)
+                    {
+                        v.settles = settles;
+                    }
                     Ok(Vec::new())
                 }
                 io::DISK_UPDATE_DRIVE_SIZE => {
@@ -305,6 +346,9 @@ pub(super) fn ioctl(
                     .get(&s.volumes[v].disk)
                     .map_or(STYLE_GPT, |d| d.style);
                 fit(entry(p, style).to_vec(), out_len, code::INSUFFICIENT_BUFFER)
+            }
+            io::FSCTL_EXTEND_VOLUME if s.volumes[v].settles > s.clock => {
+                Err(OsError::new(code::NOT_READY))
             }
             io::FSCTL_EXTEND_VOLUME => {
                 let sectors = le_i64(input, 0).ok_or_else(invalid)?;

@@ -44,6 +44,8 @@ struct Session {
     iqn: String,
     portal: (String, u16),
     disks: Vec<u32>,
+    /// Its connection dropped and is being re-established: it lists no connection.
+    reconnecting: bool,
 }
 
 /// The initiator's state.
@@ -193,7 +195,11 @@ pub(super) fn sessions(s: &mut State, capacity: usize) -> Win32Result<Vec<IscsiS
         .map(|x| IscsiSession {
             id: x.id,
             names: [x.iqn.clone(), x.iqn.clone()],
-            connections: vec![x.portal.clone()],
+            connections: if x.reconnecting {
+                Vec::new()
+            } else {
+                vec![x.portal.clone()]
+            },
         })
         .collect())
 }
@@ -221,7 +227,9 @@ pub(super) fn login(
     {
         return Err(err(LOGIN_FAILED));
     }
-    if i.sessions.iter().any(|x| x.iqn == iqn && x.portal == p) {
+    // "The target has already been logged in via an iSCSI session": through any portal
+    // (without MPIO a second session to the same target is refused).
+    if i.sessions.iter().any(|x| x.iqn == iqn) {
         return Err(err(isdsc::TARGET_ALREADY_LOGGED_IN));
     }
     i.next_session += 1;
@@ -231,6 +239,7 @@ pub(super) fn login(
         iqn: iqn.into(),
         portal: p,
         disks: target.disks,
+        reconnecting: false,
     });
     Ok(())
 }
@@ -373,6 +382,19 @@ impl SimWindows {
     /// The number of iSCSI sessions.
     pub fn iscsi_sessions(&self) -> usize {
         self.lock().iscsi.sessions.len()
+    }
+
+    /// The sessions to `iqn` lose their connection and are being re-established.
+    pub fn drop_iscsi_connections(&self, iqn: &str) {
+        for x in self
+            .lock()
+            .iscsi
+            .sessions
+            .iter_mut()
+            .filter(|x| x.iqn == iqn)
+        {
+            x.reconnecting = true;
+        }
     }
 
     /// Makes the initiator missing (as under Wine).

@@ -114,3 +114,50 @@ fn each_persistent_login_is_removed_with_its_own_initiator_and_port() {
     // Both logins through this portal are gone; the other portal's stay.
     assert_eq!(sim.persistent_logins(), 2);
 }
+
+fn other_portal() -> TargetPortal {
+    TargetPortal {
+        address: "10.0.0.6".into(),
+        port: 3260,
+    }
+}
+
+#[test]
+fn a_session_through_another_portal_is_neither_success_nor_touched() {
+    let (sim, h) = host();
+    // One target reachable through two portals.
+    sim.add_iscsi_target("10.0.0.5", 3260, IQN, &[4], None);
+    sim.add_iscsi_target("10.0.0.6", 3260, IQN, &[4], None);
+    h.add_target_portal(&portal()).unwrap();
+    h.add_target_portal(&other_portal()).unwrap();
+    h.connect_target(&portal(), IQN, &no_chap()).unwrap();
+    // The initiator refuses a second session (TARGET_ALREADY_LOGGED_IN): not a login through
+    // the other portal.
+    let e = h
+        .connect_target(&other_portal(), IQN, &no_chap())
+        .unwrap_err();
+    assert_eq!(e.kind(), Kind::FailedPrecondition, "{}", e.message());
+    assert!(e.message().contains("10.0.0.5:3260"), "{}", e.message());
+    assert!(h.get_target_disks(&other_portal(), IQN).unwrap().is_empty());
+    h.disconnect_target(&other_portal(), IQN).unwrap();
+    assert_eq!(sim.iscsi_sessions(), 1, "the other portal's session stays");
+}
+
+#[test]
+fn a_reconnecting_session_is_not_matched_by_its_name_alone() {
+    let (sim, h) = host();
+    sim.add_iscsi_target("10.0.0.5", 3260, IQN, &[4], None);
+    sim.add_iscsi_target("10.0.0.6", 3260, IQN, &[4], None);
+    h.add_target_portal(&portal()).unwrap();
+    h.add_target_portal(&other_portal()).unwrap();
+    h.connect_target(&portal(), IQN, &no_chap()).unwrap();
+    sim.drop_iscsi_connections(IQN);
+    // Through which portal it was made cannot be told now: no answer is given for either.
+    let e = h.disconnect_target(&other_portal(), IQN).unwrap_err();
+    assert_eq!(e.kind(), Kind::Unavailable, "{}", e.message());
+    assert_eq!(sim.iscsi_sessions(), 1, "not logged out");
+    let e = h.get_target_disks(&other_portal(), IQN).unwrap_err();
+    assert_eq!(e.kind(), Kind::Unavailable, "{}", e.message());
+    let e = h.connect_target(&portal(), IQN, &no_chap()).unwrap_err();
+    assert_eq!(e.kind(), Kind::Unavailable, "{}", e.message());
+}

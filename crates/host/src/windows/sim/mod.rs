@@ -84,6 +84,8 @@ struct Disk {
     /// `IOCTL_DISK_GROW_PARTITION` stays within the GPT's recorded usable area (a partition
     /// manager that does not relocate the backup GPT).
     keep_usable: bool,
+    /// When the MSR that `IOCTL_DISK_CREATE_DISK` made arrives (its partition device exists).
+    msr_due: Duration,
     /// Surprise-removed: Plug and Play still lists it, but every request fails
     /// ERROR_DEVICE_REMOVED.
     removing: bool,
@@ -120,6 +122,9 @@ struct Volume {
     /// When Plug and Play surfaces it again after its disk came online or was attached; it
     /// does not exist before.
     arrives: Duration,
+    /// Until when it answers filesystem controls with ERROR_NOT_READY, its partition having
+    /// just grown underneath it.
+    settles: Duration,
 }
 
 /// What an open handle refers to.
@@ -176,6 +181,8 @@ struct State {
     /// What a WMI connection made before `winmgmt` restarted answers (RPC_E_DISCONNECTED, or
     /// another "server gone" code); `None` while connected.
     wmi_gone: Option<u32>,
+    /// `IOCTL_DISK_CREATE_DISK` (GPT) makes the Microsoft Reserved partition itself.
+    create_disk_msr: bool,
     /// What the next WMI method call answers instead of doing its work.
     odd_return: Option<ReturnValue>,
     /// Services, keyed lower-case (service names are case-insensitive).
@@ -278,6 +285,7 @@ impl State {
             no_media: false,
             locked: false,
             arrives: Duration::ZERO,
+            settles: Duration::ZERO,
         });
         let index = self.volumes.len() - 1;
         if self.automount && p.attributes & NO_DRIVE_LETTER == 0 {
@@ -384,6 +392,7 @@ impl SimWindows {
                     sector: SECTOR,
                     keep_usable: false,
                     removing: false,
+                    msr_due: Duration::ZERO,
                     data: BTreeMap::new(),
                     scsi: Some((0, 0, 0, 0)),
                     page83: "system-disk".into(),
@@ -435,6 +444,7 @@ impl SimWindows {
                 sector: SECTOR,
                 keep_usable: false,
                 removing: false,
+                msr_due: Duration::ZERO,
                 data: BTreeMap::new(),
                 scsi: Some((0, 0, 0, lun)),
                 page83: format!("sim-disk-{n}"),

@@ -63,6 +63,7 @@ impl SimWindows {
             no_media: true,
             locked: false,
             arrives: Duration::ZERO,
+            settles: Duration::ZERO,
         });
         let index = s.volumes.len() - 1;
         s.give_letter(index);
@@ -278,5 +279,14 @@ impl SimWindows {
         if let Some(d) = self.lock().disks.get_mut(&disk) {
             d.page83 = id.into();
         }
+    }
+}
+
+impl SimWindows {
+    /// Makes `IOCTL_DISK_CREATE_DISK` (GPT) create the Microsoft Reserved partition itself,
+    /// its partition device arriving after the arrival delay; a layout written before then
+    /// fails ERROR_NOT_READY.
+    pub fn set_create_disk_makes_msr(&self, on: bool) {
+        self.lock().create_disk_msr = on;
     }
 }

@@ -480,8 +480,22 @@ impl VolumeHost for WindowsVolumeHost {
             // FSCTL_EXTEND_VOLUME takes "the total number of sectors that should be in the
             // extended volume" and works on a live, mounted NTFS or ReFS volume.
             let sectors = extend_sectors(new_length, sector as u32) as i64;
-            ioctl(&vh, io::FSCTL_EXTEND_VOLUME, &sectors.to_le_bytes(), 0)
-                .map_err(|e| os_error(OP, &object, &e, &[]).context("FSCTL_EXTEND_VOLUME"))?;
+            // Right after the grow the volume re-reads its partition and may answer "not
+            // ready" for a moment: asked again for up to 10 s.
+            let until = os.now() + std::time::Duration::from_secs(10);
+            loop {
+                match ioctl(&vh, io::FSCTL_EXTEND_VOLUME, &sectors.to_le_bytes(), 0) {
+                    Err(e) if e.code == code::NOT_READY && os.now() < until => {
+                        os.sleep(std::time::Duration::from_millis(100));
+                    }
+                    r => {
+                        r.map_err(|e| {
+                            os_error(OP, &object, &e, &[]).context("FSCTL_EXTEND_VOLUME")
+                        })?;
+                        break;
+                    }
+                }
+            }
         }
         tracing::info!(volume = id, grown_by = steps.grow_partition, "resized");
         Ok(())

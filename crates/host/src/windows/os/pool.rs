@@ -1,0 +1,251 @@
+//! A small pool of threads, each with its own state, for calls that may block for long: the
+//! WMI calls of one namespace (each thread holds its own `!Send` connection). A call stuck on a
+//! dead SMB server holds one thread, not every call of its namespace, and a call whose caller
+//! stopped waiting before a thread took it is never started (a Create that would re-create a
+//! mapping after its NodeUnstage).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{RecvTimeoutError, sync_channel};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// A unit of work, given the running thread's state.
+type Job<S> = Box<dyn FnOnce(&mut S) + Send>;
+
+/// Why a call got no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallError {
+    /// `max_queue` calls are already waiting.
+    Full,
+    /// The wait ended (the caller's deadline or the pool's limit); the call, if it started,
+    /// may still complete.
+    TimedOut,
+    /// A thread could not be started, or ended without answering.
+    Failed(String),
+}
+
+struct Queue<S> {
+    jobs: VecDeque<Job<S>>,
+    threads: usize,
+    idle: usize,
+}
+
+struct Inner<S> {
+    name: &'static str,
+    max_threads: usize,
+    max_queue: usize,
+    init: fn() -> S,
+    queue: Mutex<Queue<S>>,
+    ready: Condvar,
+    /// Bumped by [`Pool::reset`]: each thread makes its state anew before its next job.
+    generation: AtomicU64,
+}
+
+/// A pool of up to `max_threads` threads, started as calls need them, each holding a state
+/// made by `init` on that thread.
+pub struct Pool<S: 'static> {
+    inner: Arc<Inner<S>>,
+}
+
+impl<S: 'static> Pool<S> {
+    /// A pool whose threads are named `name`.
+    pub fn new(name: &'static str, max_threads: usize, max_queue: usize, init: fn() -> S) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                name,
+                max_threads: max_threads.max(1),
+                max_queue,
+                init,
+                queue: Mutex::new(Queue {
+                    jobs: VecDeque::new(),
+                    threads: 0,
+                    idle: 0,
+                }),
+                ready: Condvar::new(),
+                generation: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Queue<S>> {
+        self.inner.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` on a pool thread and waits for its answer until `until`. When the wait ends
+    /// first, a call no thread has taken yet is dropped, never started.
+    pub fn call<R: Send + 'static>(
+        &self,
+        until: Instant,
+        f: impl FnOnce(&mut S) -> R + Send + 'static,
+    ) -> Result<R, CallError> {
+        let (tx, rx) = sync_channel::<R>(1);
+        let gone = Arc::new(AtomicBool::new(false));
+        let gone_job = gone.clone();
+        let job: Job<S> = Box::new(move |state| {
+            // The caller stopped waiting before this call was taken: not started at all.
+            if gone_job.load(Ordering::SeqCst) || Instant::now() >= until {
+                return;
+            }
+            let _ = tx.send(f(state));
+        });
+        self.submit(job)?;
+        let wait = until.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(wait) {
+            Ok(r) => Ok(r),
+            Err(RecvTimeoutError::Timeout) => {
+                gone.store(true, Ordering::SeqCst);
+                Err(CallError::TimedOut)
+            }
+            Err(RecvTimeoutError::Disconnected) if Instant::now() >= until => {
+                Err(CallError::TimedOut)
+            }
+            Err(RecvTimeoutError::Disconnected) => Err(CallError::Failed(
+                "the call's thread ended without answering".into(),
+            )),
+        }
+    }
+
+    /// Makes every thread make its state anew (`init`) before its next call.
+    pub fn reset(&self) {
+        self.inner.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn submit(&self, job: Job<S>) -> Result<(), CallError> {
+        let mut q = self.lock();
+        if q.jobs.len() >= self.inner.max_queue {
+            return Err(CallError::Full);
+        }
+        q.jobs.push_back(job);
+        // Every thread busy (one may be stuck on a dead server): start another, up to the
+        // limit; past it the call waits for the first thread that frees up.
+        if q.idle < q.jobs.len() && q.threads < self.inner.max_threads {
+            let inner = self.inner.clone();
+            std::thread::Builder::new()
+                .name(self.inner.name.into())
+                .spawn(move || serve(&inner))
+                .map_err(|e| CallError::Failed(format!("starting a thread: {e}")))?;
+            q.threads += 1;
+        }
+        drop(q);
+        self.inner.ready.notify_one();
+        Ok(())
+    }
+
+    /// How many threads the pool has started.
+    pub fn threads(&self) -> usize {
+        self.lock().threads
+    }
+}
+
+/// A pool thread: takes calls until the process ends, its state made on this thread.
+fn serve<S>(inner: &Inner<S>) {
+    let mut state = (inner.init)();
+    let mut seen = inner.generation.load(Ordering::SeqCst);
+    loop {
+        let job = {
+            let mut q = inner.queue.lock().unwrap_or_else(|p| p.into_inner());
+            q.idle += 1;
+            while q.jobs.is_empty() {
+                q = inner.ready.wait(q).unwrap_or_else(|p| p.into_inner());
+            }
+            q.idle -= 1;
+            q.jobs.pop_front()
+        };
+        let Some(job) = job else { continue };
+        let now = inner.generation.load(Ordering::SeqCst);
+        if now != seen {
+            state = (inner.init)();
+            seen = now;
+        }
+        // A panicking call does not end the thread; its state may be mid-call, so it is made
+        // anew.
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut state))).is_err() {
+            state = (inner.init)();
+        }
+    }
+}
+
+/// `now + limit`, or the current call's deadline when that comes first.
+pub fn until(limit: Duration) -> Instant {
+    let by_limit = Instant::now() + limit;
+    csi_proxy_core::deadline::current().map_or(by_limit, |d| d.min(by_limit))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    fn soon(ms: u64) -> Instant {
+        Instant::now() + Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn a_stuck_call_holds_one_thread_not_the_others() {
+        let pool: Pool<()> = Pool::new("test-pool", 4, 16, || ());
+        let (release, stuck) = std::sync::mpsc::channel::<()>();
+        let stuck = Arc::new(Mutex::new(stuck));
+        // A call to a dead server: blocks until released.
+        let held = stuck.clone();
+        let t = std::thread::spawn({
+            let pool = Pool {
+                inner: pool.inner.clone(),
+            };
+            move || {
+                pool.call(soon(5_000), move |_| {
+                    let _ = held.lock().unwrap().recv();
+                })
+            }
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        // Another call of the same pool answers at once.
+        assert_eq!(pool.call(soon(1_000), |_| 7), Ok(7));
+        assert_eq!(pool.threads(), 2);
+        release.send(()).unwrap();
+        t.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn a_call_whose_caller_gave_up_is_never_started() {
+        let pool: Pool<()> = Pool::new("test-pool", 1, 16, || ());
+        let ran = Arc::new(AtomicUsize::new(0));
+        // The one thread is busy for 200 ms.
+        let busy = std::thread::spawn({
+            let pool = Pool {
+                inner: pool.inner.clone(),
+            };
+            move || {
+                pool.call(soon(5_000), |_| {
+                    std::thread::sleep(Duration::from_millis(200))
+                })
+            }
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        let r = ran.clone();
+        let answer = pool.call(soon(50), move |_| {
+            r.fetch_add(1, Ordering::SeqCst);
+        });
+        assert_eq!(answer, Err(CallError::TimedOut));
+        busy.join().unwrap().unwrap();
+        // The thread is free again; the abandoned call was dropped, not run.
+        assert_eq!(pool.call(soon(1_000), |_| 1), Ok(1));
+        assert_eq!(ran.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn reset_makes_each_state_anew_and_a_panic_does_not_end_the_thread() {
+        static MADE: AtomicUsize = AtomicUsize::new(0);
+        fn init() -> usize {
+            MADE.fetch_add(1, Ordering::SeqCst)
+        }
+        let pool: Pool<usize> = Pool::new("test-pool", 1, 16, init);
+        let first = pool.call(soon(1_000), |s| *s).unwrap();
+        assert_eq!(pool.call(soon(1_000), |s| *s).unwrap(), first);
+        pool.reset();
+        assert_ne!(pool.call(soon(1_000), |s| *s).unwrap(), first);
+        let e = pool.call(soon(1_000), |_| -> usize { panic!("boom") });
+        assert!(matches!(e, Err(CallError::Failed(_))), "{e:?}");
+        assert!(pool.call(soon(1_000), |s| *s).is_ok());
+    }
+}
