@@ -25,21 +25,13 @@ pub fn prepare(dir: &Path) -> Result<PathBuf, String> {
             dir.display()
         ));
     }
-    if let Some(parent) = dir.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| {
-            format!(
-                "--state-dir {:?}: cannot create its parent: {e}",
-                dir.display()
-            )
-        })?;
-    }
     open_dir(dir, true).map_err(|e| format!("--state-dir {:?}: {e}", dir.display()))?;
     Ok(dir.to_path_buf())
 }
 
-/// Opens directory `dir` (creating it with mode 0700 when `create` and it is missing) without
-/// following a link at its last component, and checks that it is the daemon's and writable by
-/// no one else.
+/// Opens directory `dir` (creating it with mode 0700, and its missing parents, when `create`)
+/// without following a link at its last component, and checks that it is the daemon's and
+/// writable by no one else.
 pub fn open_dir(dir: &Path, create: bool) -> io::Result<OwnedFd> {
     let (parent, name) = match (dir.parent(), dir.file_name()) {
         (Some(p), Some(n)) => (
@@ -57,6 +49,11 @@ pub fn open_dir(dir: &Path, create: bool) -> io::Result<OwnedFd> {
             )));
         }
     };
+    // The parents are the operator's (the state directory itself, checked at start-up, and
+    // above it); only the last component is ours to make and to check.
+    if create {
+        std::fs::create_dir_all(parent)?;
+    }
     let parent = rustix::fs::open(
         parent,
         OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::RDONLY,
