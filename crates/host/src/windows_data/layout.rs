@@ -395,10 +395,12 @@ pub fn gpt_layout_with(layout: &Layout, new: &[NewEntry]) -> Vec<u8> {
     out[32..40].copy_from_slice(&(layout.usable_length as i64).to_le_bytes());
     out[40..44].copy_from_slice(&layout.max_partitions.to_le_bytes());
     for (i, p) in layout.partitions.iter().enumerate() {
-        // Existing entries are written back exactly as read, with RewritePartition FALSE.
+        // Existing entries are written back as read, with RewritePartition TRUE: "The value of
+        // this parameter should be set to TRUE" (PARTITION_INFORMATION_EX), and the system uses
+        // it to tell which entries to write; one left FALSE could be dropped from the table.
         let e = &mut out[HEADER_SIZE + i * ENTRY_SIZE..][..ENTRY_SIZE];
         e.copy_from_slice(&p.raw);
-        e[28] = 0;
+        e[28] = 1;
     }
     for (i, n) in new.iter().enumerate() {
         let at = HEADER_SIZE + (layout.partitions.len() + i) * ENTRY_SIZE;
@@ -574,13 +576,19 @@ mod tests {
         assert_eq!(buf.len(), HEADER_SIZE + 2 * ENTRY_SIZE);
         let back = parse_drive_layout(&buf).unwrap();
         assert_eq!(back.partitions.len(), 2);
-        assert_eq!(back.partitions[0], l.partitions[0]);
+        let (kept, was) = (&back.partitions[0], &l.partitions[0]);
+        assert_eq!(
+            (kept.start, kept.length, kept.gpt_type),
+            (was.start, was.length, was.gpt_type)
+        );
+        assert_eq!(kept.raw[..28], was.raw[..28]);
+        assert_eq!(kept.raw[29..], was.raw[29..]);
         assert_eq!(back.partitions[1].gpt_type, Some(BASIC_DATA));
         assert_eq!(back.partitions[1].start, p.start);
         assert_eq!(back.usable_length, l.usable_length);
         let e = &buf[HEADER_SIZE + ENTRY_SIZE..];
-        assert_eq!(e[28], 1, "RewritePartition set on the new entry only");
-        assert_eq!(buf[HEADER_SIZE + 28], 0);
+        assert_eq!(e[28], 1, "RewritePartition set on the new entry");
+        assert_eq!(buf[HEADER_SIZE + 28], 1, "and on the kept one");
         assert_eq!(e[48..64], id.to_bytes_le());
         assert_eq!(e[64..72], NO_DRIVE_LETTER.to_le_bytes());
     }

@@ -388,9 +388,15 @@ fn set_layout(d: &mut Disk, input: &[u8]) -> Win32Result<Vec<u32>> {
     let end = d.usable_start + d.usable_length;
     let mut parts = Vec::new();
     let mut new = Vec::new();
-    for (i, p) in l.partitions.iter().enumerate() {
-        let number = i as u32 + 1;
-        let rewrite = p.raw.get(28).copied().unwrap_or(0) != 0;
+    for p in &l.partitions {
+        // "RewritePartition: ... The value of this parameter should be set to TRUE"; the
+        // system "uses this member to determine which partitions have changed and need their
+        // information rewritten": an entry left FALSE is taken as one not to write (the worst
+        // reading; inferred).
+        if p.raw.get(28).copied().unwrap_or(0) == 0 {
+            continue;
+        }
+        let number = parts.len() as u32 + 1;
         let gpt_type = p.gpt_type.ok_or_else(invalid)?;
         let id = p
             .raw
@@ -407,14 +413,10 @@ fn set_layout(d: &mut Disk, input: &[u8]) -> Win32Result<Vec<u32>> {
             id,
             attributes,
         };
-        if !rewrite
-            && !d
-                .parts
-                .iter()
-                .any(|e| e.start == q.start && e.length == q.length && e.id == q.id)
-        {
-            return Err(invalid());
-        }
+        let kept = d
+            .parts
+            .iter()
+            .any(|e| e.start == q.start && e.length == q.length && e.id == q.id);
         if q.start < d.usable_start || q.start + q.length > end || !q.start.is_multiple_of(d.sector)
         {
             return Err(invalid());
@@ -425,7 +427,7 @@ fn set_layout(d: &mut Disk, input: &[u8]) -> Win32Result<Vec<u32>> {
         {
             return Err(invalid());
         }
-        if rewrite {
+        if !kept {
             new.push(number);
         }
         parts.push(q);

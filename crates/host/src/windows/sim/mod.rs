@@ -19,7 +19,9 @@
 //! - A WMI connection made before `winmgmt` restarted answers RPC_E_DISCONNECTED until the
 //!   client connects again ([`SimWindows::restart_wmi`]).
 //! - An offline disk's volumes disappear until the disk is online again
-//!   (`DISK_ATTRIBUTE_OFFLINE`).
+//!   (`DISK_ATTRIBUTE_OFFLINE`), and then arrive asynchronously, as after an attach.
+//! - Drives without media, volumes locked by another process, the SAN policy and read-only
+//!   disks, disk contents and 4Kn sectors, surprise removal (`storage.rs`).
 //! - Any call can be made to fail once with a chosen error ([`SimWindows::fail_next`]).
 //!
 //! Machine at start: disk 0 holds the system (an EFI partition, the MSR and `C:`, NTFS, with
