@@ -89,6 +89,15 @@ impl Error {
         &self.message
     }
 
+    /// The message with the path a host was given (`os_path`, which names a held directory)
+    /// shown as the request's path, keeping the kind.
+    pub fn shown_as(mut self, os_path: &str, shown: &str) -> Self {
+        if os_path != shown {
+            self.message = self.message.replace(os_path, shown);
+        }
+        self
+    }
+
     /// Prefixes the message with more context, keeping the kind.
     pub fn context(mut self, prefix: impl fmt::Display) -> Self {
         self.message = format!("{prefix}: {}", self.message);

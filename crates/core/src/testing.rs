@@ -13,8 +13,8 @@ pub use partial::{
 };
 pub use path_ops::PathOps;
 
-/// A filesystem host with no links anywhere on it, where every operation succeeds and nothing
-/// exists; for tests of groups that only need path confinement from the filesystem service.
+/// A filesystem host with no links anywhere on it, where every path is a directory and every
+/// operation succeeds; for tests of groups that only need path confinement from the filesystem service.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoLinksFs;
 
@@ -30,7 +30,7 @@ impl Walker for NoLinksFs {
         Ok(Box::new(()))
     }
     fn look(&self, _: &Held, _: &str, _: &str) -> io::Result<Found<Held>> {
-        Ok(Found::Missing)
+        Ok(Found::Dir(Box::new(())))
     }
     fn make_dir(&self, _: &Held, _: &str, _: &str) -> io::Result<()> {
         Ok(())
@@ -52,6 +52,12 @@ impl FilesystemHost for NoLinksFs {
     }
     fn is_symlink(&self, _: &Held, _: &str) -> io::Result<bool> {
         Ok(false)
+    }
+    fn held_entry_path(&self, _: &Held, _: &str) -> Option<String> {
+        None
+    }
+    fn held_dir_path(&self, _: &Held) -> Option<String> {
+        None
     }
 }
 

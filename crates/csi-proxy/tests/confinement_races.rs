@@ -25,6 +25,9 @@ const RACE: Duration = Duration::from_secs(2);
 /// A thread exchanging `dir/a` (a real directory) and `dir/a.swap` (a link to `outside`).
 struct Swapper {
     stop: Arc<AtomicBool>,
+    /// Asks the swapper to leave the real directory at `a` and wait (`paused` says it does).
+    pause: Arc<AtomicBool>,
+    paused: Arc<AtomicBool>,
     swaps: Arc<AtomicU64>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -36,10 +39,24 @@ impl Swapper {
         std::fs::create_dir_all(&a).unwrap();
         std::os::unix::fs::symlink(outside, &swap).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
+        let pause = Arc::new(AtomicBool::new(false));
+        let paused = Arc::new(AtomicBool::new(false));
         let swaps = Arc::new(AtomicU64::new(0));
         let (s, n) = (stop.clone(), swaps.clone());
+        let (p, pd) = (pause.clone(), paused.clone());
         let thread = std::thread::spawn(move || {
             while !s.load(Ordering::Relaxed) {
+                if p.load(Ordering::Acquire) {
+                    if std::fs::symlink_metadata(&a).unwrap().is_symlink() {
+                        renameat_with(CWD, &a, CWD, &swap, RenameFlags::EXCHANGE).unwrap();
+                    }
+                    pd.store(true, Ordering::Release);
+                    while p.load(Ordering::Acquire) && !s.load(Ordering::Relaxed) {
+                        std::thread::yield_now();
+                    }
+                    pd.store(false, Ordering::Release);
+                    continue;
+                }
                 renameat_with(CWD, &a, CWD, &swap, RenameFlags::EXCHANGE).unwrap();
                 n.fetch_add(1, Ordering::Relaxed);
             }
@@ -50,6 +67,8 @@ impl Swapper {
         });
         Swapper {
             stop,
+            pause,
+            paused,
             swaps,
             thread: Some(thread),
         }
@@ -57,6 +76,17 @@ impl Swapper {
 
     fn swaps(&self) -> u64 {
         self.swaps.load(Ordering::Relaxed)
+    }
+
+    /// Runs `f` with the real directory at `a` and no swapping (the test's own clean-up).
+    fn paused<T>(&self, f: impl FnOnce() -> T) -> T {
+        self.pause.store(true, Ordering::Release);
+        while !self.paused.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        let out = f();
+        self.pause.store(false, Ordering::Release);
+        out
     }
 }
 
@@ -80,11 +110,17 @@ struct Race {
 
 impl Race {
     async fn start() -> Race {
+        Race::start_with(|_, _| {}).await
+    }
+
+    /// As [`Race::start`], with `prepare(a, outside)` run before the swapping starts.
+    async fn start_with(prepare: impl FnOnce(&Path, &Path)) -> Race {
         let d = Daemon::start(&[]);
         let outside = d.dir.path().join("outside");
         std::fs::create_dir_all(&outside).unwrap();
         let plugin = d.kubelet.join("plugins/racer");
-        std::fs::create_dir_all(&plugin).unwrap();
+        std::fs::create_dir_all(plugin.join("a")).unwrap();
+        prepare(&plugin.join("a"), &outside);
         let swapper = Swapper::start(&plugin, &outside);
         let fs = FilesystemClient::connect(&d.connector()).await.unwrap();
         Race {
@@ -298,5 +334,169 @@ async fn path_exists_and_is_symlink_never_reveal_outside_while_a_component_is_sw
     assert_eq!(
         escapes, 0,
         "IsSymlink answered about a path outside the kubelet path"
+    );
+}
+
+/// `mount` or `umount` (util-linux) as the test's own clean-up; panics when it fails.
+fn run(program: &str, args: &[&str]) {
+    let out = std::process::Command::new(program)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A race over a formatted volume on a loop disk: `a/mnt`, `a/held` and `a/probe` exist inside
+/// and outside; with `mounted_outside`, the volume is also mounted on `outside/held` and
+/// `outside/probe`, where a swapped link leads (MountVolume would refuse a volume the host uses
+/// outside the roots, so its race has none).
+struct VolumeRace {
+    r: Race,
+    vc: csi_proxy_api::volume::v1::volume_client::VolumeClient<tonic::transport::Channel>,
+    id: String,
+    dev: String,
+    _disk: common::LoopDisk,
+}
+
+impl VolumeRace {
+    async fn start(mounted_outside: bool) -> Option<VolumeRace> {
+        use common::{LoopDisk, format_ok, partition_one, v1_clients};
+        if skip_unless_root() {
+            return None;
+        }
+        let r = Race::start_with(|a, outside| {
+            for dir in ["mnt", "held", "probe"] {
+                std::fs::create_dir_all(a.join(dir)).unwrap();
+                std::fs::create_dir_all(outside.join(dir)).unwrap();
+            }
+        })
+        .await;
+        let disk = LoopDisk::or_skip(r.d.dir.path(), "race", 64)?;
+        let (mut dc, mut vc) = v1_clients(&r.d).await;
+        let id = partition_one(&mut dc, &mut vc, disk.disk_number()).await;
+        format_ok(&mut vc, &id).await;
+        let dev = disk.partition(1).display().to_string();
+        if mounted_outside {
+            for dir in ["held", "probe"] {
+                run("mount", &[&dev, r.outside.join(dir).to_str().unwrap()]);
+            }
+        }
+        Some(VolumeRace {
+            r,
+            vc,
+            id,
+            dev,
+            _disk: disk,
+        })
+    }
+}
+
+impl Drop for VolumeRace {
+    fn drop(&mut self) {
+        for dir in ["mnt", "held", "probe"] {
+            let _ = std::process::Command::new("umount")
+                .arg(self.r.outside.join(dir))
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mount_volume_never_mounts_outside_while_a_component_is_swapped() {
+    use common::is_mounted;
+    use csi_proxy_api::volume::v1 as vol;
+    let Some(mut v) = VolumeRace::start(false).await else {
+        return;
+    };
+    let outside = v.r.outside.clone();
+    let real_a = v.r.d.kubelet.join("plugins/racer/a");
+    let target = v.r.a("mnt");
+    let start = Instant::now();
+    let (mut calls, mut escapes) = (0u64, 0u64);
+    while start.elapsed() < RACE {
+        let answer =
+            v.vc.mount_volume(vol::MountVolumeRequest {
+                volume_id: v.id.clone(),
+                target_path: target.clone(),
+            })
+            .await;
+        calls += 1;
+        v.r.swapper.paused(|| {
+            if is_mounted(&outside.join("mnt")) {
+                escapes += 1;
+                run("umount", &[outside.join("mnt").to_str().unwrap()]);
+            }
+            if answer.is_ok() && is_mounted(&real_a.join("mnt")) {
+                run("umount", &[real_a.join("mnt").to_str().unwrap()]);
+            }
+        });
+    }
+    println!("MountVolume: {calls} calls, {escapes} mounted outside the kubelet path");
+    assert!(calls > 20, "too few calls to mean anything: {calls}");
+    assert_eq!(escapes, 0, "MountVolume mounted outside the kubelet path");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unmount_volume_never_unmounts_outside_while_a_component_is_swapped() {
+    use common::is_mounted;
+    use csi_proxy_api::volume::v1 as vol;
+    let Some(mut v) = VolumeRace::start(true).await else {
+        return;
+    };
+    let held = v.r.outside.join("held");
+    // Nothing is mounted on `a/held` inside.
+    let target = v.r.a("held");
+    let start = Instant::now();
+    let (mut calls, mut escapes) = (0u64, 0u64);
+    while start.elapsed() < RACE {
+        let _ =
+            v.vc.unmount_volume(vol::UnmountVolumeRequest {
+                volume_id: v.id.clone(),
+                target_path: target.clone(),
+            })
+            .await;
+        calls += 1;
+        if !is_mounted(&held) {
+            escapes += 1;
+            run("mount", &[&v.dev, held.to_str().unwrap()]);
+        }
+    }
+    println!("UnmountVolume: {calls} calls, {escapes} unmounted outside the kubelet path");
+    assert!(calls > 20, "too few calls to mean anything: {calls}");
+    assert_eq!(
+        escapes, 0,
+        "UnmountVolume unmounted outside the kubelet path"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_volume_id_never_reveals_outside_while_a_component_is_swapped() {
+    use csi_proxy_api::volume::v1 as vol;
+    let Some(mut v) = VolumeRace::start(true).await else {
+        return;
+    };
+    // Not a mount point inside: any ID answered is about the mount outside.
+    let target = v.r.a("probe");
+    let start = Instant::now();
+    let (mut calls, mut escapes) = (0u64, 0u64);
+    while start.elapsed() < RACE {
+        let answer =
+            v.vc.get_volume_id_from_target_path(vol::GetVolumeIdFromTargetPathRequest {
+                target_path: target.clone(),
+            })
+            .await;
+        calls += 1;
+        escapes += u64::from(answer.is_ok());
+    }
+    println!("GetVolumeIDFromTargetPath: {calls} calls, {escapes} revealed a mount outside");
+    assert!(calls > 20, "too few calls to mean anything: {calls}");
+    assert_eq!(
+        escapes, 0,
+        "GetVolumeIDFromTargetPath revealed a mount outside"
     );
 }

@@ -75,6 +75,12 @@ impl FilesystemHost for Fs {
     fn is_symlink(&self, _: &Held, _: &str) -> io::Result<bool> {
         Ok(false)
     }
+    fn held_entry_path(&self, _: &Held, _: &str) -> Option<String> {
+        None
+    }
+    fn held_dir_path(&self, _: &Held) -> Option<String> {
+        None
+    }
 }
 
 fn request(path: &str) -> PathExistsRequest {

@@ -32,6 +32,23 @@ pub trait FilesystemHost: Walker<Dir = Held> + Send + Sync {
     /// True for a link / mount point `name` inside `parent` whose target exists, false for
     /// anything else that exists; an error for a missing entry.
     fn is_symlink(&self, parent: &Held, name: &str) -> io::Result<bool>;
+    /// A path naming `name` inside the held `parent` that the OS resolves only through the held
+    /// directory, valid while `parent` is held: for other groups' hosts, which act on paths.
+    /// `None` when this host has no such path (test doubles).
+    fn held_entry_path(&self, parent: &Held, name: &str) -> Option<String>;
+    /// A path naming exactly the held directory `dir`, as [`FilesystemHost::held_entry_path`].
+    fn held_dir_path(&self, dir: &Held) -> Option<String>;
+}
+
+/// A request path checked and held for another group's host: `os_path` names what was checked
+/// through the directories held open here, so the host acting on it while this lives acts on
+/// what was checked.
+pub struct HeldPath {
+    /// The path to give the OS (valid while this lives).
+    pub os_path: String,
+    /// The request path, normalised, for messages.
+    pub normalised: String,
+    _held: Reached<Held>,
 }
 
 /// The version-agnostic filesystem service every filesystem API version is served by.
@@ -73,6 +90,39 @@ impl FilesystemService {
     pub fn confine_following(&self, op: &str, path: &str) -> Result<String> {
         self.walk(op, path, Mode::FOLLOW)
             .map(|w| w.resolved().to_string())
+    }
+
+    /// Walks `path` for another group's operation `op` and holds it. With `follow`, a final link
+    /// is followed and the directory it leads to is held (its own path given to the OS); without,
+    /// the final entry is named inside its held parent. `Ok(None)`: nothing exists there (a
+    /// directory above it is missing, or, with `follow`, the entry itself).
+    pub fn hold(&self, op: &str, path: &str, follow: bool) -> Result<Option<HeldPath>> {
+        let mode = if follow { Mode::FOLLOW } else { Mode::ENTRY };
+        let r = match self.walk(op, path, mode)? {
+            Walk::Reached(r) => r,
+            Walk::Absent { .. } => return Ok(None),
+        };
+        let os_path = match &r.found {
+            Found::Missing if follow => return Ok(None),
+            Found::Foreign(why) if follow => {
+                return Err(Error::new(
+                    Kind::PermissionDenied,
+                    op,
+                    format!("{path:?}"),
+                    format!(
+                        "{:?} cannot be proven to stay within the allowed roots: {why}",
+                        r.resolved
+                    ),
+                ));
+            }
+            Found::Dir(d) | Found::Volume(d) if follow => self.host.held_dir_path(d),
+            _ => self.host.held_entry_path(&r.parent, &r.name),
+        };
+        Ok(Some(HeldPath {
+            os_path: os_path.unwrap_or_else(|| r.resolved.clone()),
+            normalised: r.normalised.clone(),
+            _held: r,
+        }))
     }
 
     /// Refuses a path that is, or leads to, an allowed root.

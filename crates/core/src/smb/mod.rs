@@ -317,10 +317,18 @@ impl SmbService {
     /// bad local path leaves nothing behind; the OK/non-OK outcome is the same.
     pub fn new_smb_global_mapping(&self, req: &NewSmbGlobalMappingRequest) -> Result<()> {
         let remote = RemotePath::parse(NEW, &req.remote_path)?;
+        // Held until the link is made: the host makes it inside the directory checked here.
         let local = if req.local_path.is_empty() {
             None
         } else {
-            Some(self.fs.confine(NEW, &req.local_path)?)
+            Some(self.fs.hold(NEW, &req.local_path, false)?.ok_or_else(|| {
+                Error::new(
+                    Kind::NotFound,
+                    NEW,
+                    format!("local_path {:?}", req.local_path),
+                    "the directory to hold the link does not exist",
+                )
+            })?)
         };
         let credentials = (!req.username.is_empty()).then(|| SmbCredentials {
             username: req.username.clone(),
@@ -336,9 +344,13 @@ impl SmbService {
             .lock
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        self.ensure_mapped(&mapping, local.as_deref(), &mut remembered)?;
+        let own_link = local.as_ref().map(|l| l.normalised.as_str());
+        self.ensure_mapped(&mapping, own_link, &mut remembered)?;
         match local {
-            Some(local) => self.host.new_smb_link(&mapping, &remote.path, &local),
+            Some(local) => self
+                .host
+                .new_smb_link(&mapping, &remote.path, &local.os_path)
+                .map_err(|e| e.shown_as(&local.os_path, &local.normalised)),
             None => Ok(()),
         }
     }

@@ -10,7 +10,7 @@
 
 use crate::disk::{DiskUsage, refuse_host_disk};
 use crate::error::{Error, Kind, Result};
-use crate::filesystem::FilesystemService;
+use crate::filesystem::{FilesystemService, HeldPath};
 use crate::locks::{DiskGuard, lock_disk};
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -145,10 +145,12 @@ impl VolumeService {
         Ok(guard)
     }
 
-    /// Checks that `target_path` is given and confines it to the allowed roots.
-    fn target(&self, op: &str, target_path: &str) -> Result<String> {
+    /// Checks that `target_path` is given, confines it to the allowed roots and holds it: the
+    /// host is given a path that names the checked entry through held directories, so a
+    /// component swapped for a link meanwhile cannot redirect it (design.md §5).
+    fn target(&self, op: &str, target_path: &str) -> Result<Option<HeldPath>> {
         required(op, "target_path", target_path)?;
-        self.fs.confine(op, target_path)
+        self.fs.hold(op, target_path, false)
     }
 
     /// ListVolumesOnDisk: volume IDs on the disk; `partition_number == 0` means all partitions.
@@ -165,9 +167,18 @@ impl VolumeService {
     pub fn mount_volume(&self, volume_id: &str, target_path: &str) -> Result<()> {
         const OP: &str = "MountVolume";
         required(OP, "volume_id", volume_id)?;
-        let target = self.target(OP, target_path)?;
+        let Some(target) = self.target(OP, target_path)? else {
+            return Err(Error::new(
+                Kind::NotFound,
+                OP,
+                format!("volume {volume_id:?} at {target_path:?}"),
+                "a directory above the target path does not exist",
+            ));
+        };
         let _held = self.claim(OP, volume_id, true)?;
-        self.host.mount_volume(volume_id, &target)
+        self.host
+            .mount_volume(volume_id, &target.os_path)
+            .map_err(|e| e.shown_as(&target.os_path, &target.normalised))
     }
 
     /// UnmountVolume: flush the volume and remove its mount point at `target_path` (confined).
@@ -183,7 +194,14 @@ impl VolumeService {
             Err(e) if e.kind() == Kind::NotFound => None,
             Err(e) => return Err(e),
         };
-        self.host.unmount_volume(volume_id, &target)
+        // Where nothing exists, nothing is mounted: success, as for any path that is not a
+        // mount point.
+        let Some(target) = target else {
+            return Ok(());
+        };
+        self.host
+            .unmount_volume(volume_id, &target.os_path)
+            .map_err(|e| e.shown_as(&target.os_path, &target.normalised))
     }
 
     /// IsVolumeFormatted: whether the volume has any filesystem.
@@ -237,8 +255,15 @@ impl VolumeService {
         const OP: &str = "GetVolumeIDFromTargetPath";
         required(OP, "target_path", target_path)?;
         self.fs
-            .confine_following(OP, target_path)
-            .and_then(|target| self.host.get_volume_id_from_target_path(&target))
+            .hold(OP, target_path, true)
+            .and_then(|target| match target {
+                Some(t) => self.host.get_volume_id_from_target_path(&t.os_path),
+                None => Err(Error::io(
+                    OP,
+                    format!("target_path {target_path:?}"),
+                    &std::io::Error::from(std::io::ErrorKind::NotFound),
+                )),
+            })
             .map_err(|e| match e.kind() {
                 Kind::NotFound => {
                     Error::with_message(e.kind(), format!("{}: {NOT_MOUNTED_TEXT}", e.message()))
@@ -252,8 +277,15 @@ impl VolumeService {
     pub fn get_closest_volume_id_from_target_path(&self, target_path: &str) -> Result<String> {
         const OP: &str = "GetClosestVolumeIDFromTargetPath";
         required(OP, "target_path", target_path)?;
-        let target = self.fs.confine_following(OP, target_path)?;
-        self.host.get_closest_volume_id_from_target_path(&target)
+        // The closest volume of a path that does not exist is that of its nearest existing
+        // ancestor: the normalised path is looked up in the mount table as text then.
+        match self.fs.hold(OP, target_path, true)? {
+            Some(t) => self.host.get_closest_volume_id_from_target_path(&t.os_path),
+            None => {
+                let path = self.fs.confine_following(OP, target_path)?;
+                self.host.get_closest_volume_id_from_target_path(&path)
+            }
+        }
     }
 
     /// WriteVolumeCache: flush the volume's write cache.

@@ -75,6 +75,10 @@ impl LinuxOs for SystemLinux {
         fs::canonicalize(path)
     }
 
+    fn read_link(&self, path: &Path) -> io::Result<PathBuf> {
+        fs::read_link(path)
+    }
+
     fn exists(&self, path: &Path) -> bool {
         path.exists()
     }

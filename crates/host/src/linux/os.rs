@@ -92,6 +92,9 @@ pub trait LinuxOs: Send + Sync {
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>>;
     /// realpath(3): `path` with every link resolved (`/sys/dev/block/M:m`, a target's parents).
     fn canonicalize(&self, path: &Path) -> io::Result<PathBuf>;
+    /// readlink(2) of `path` itself: the kernel's name for a held descriptor
+    /// (`/proc/self/fd/N`), which is not resolved again.
+    fn read_link(&self, path: &Path) -> io::Result<PathBuf>;
     /// stat(2) succeeds: something is at `path` (a device node, a sysfs entry).
     fn exists(&self, path: &Path) -> bool;
     /// mkdir(2) of `path` and its missing parents, new ones with `mode`.

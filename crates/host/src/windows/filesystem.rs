@@ -656,6 +656,16 @@ impl FilesystemHost for WindowsFilesystemHost {
         create_symlink(fs.os, &z(&link), &z(&target_w), directory).map_err(|e| io_error(&e))
     }
 
+    /// The pinned directory's path: every directory on it is held open without
+    /// `FILE_SHARE_DELETE`, so it names what was checked.
+    fn held_entry_path(&self, parent: &Held, name: &str) -> Option<String> {
+        Some(show(&pinned(parent).ok()?.child(name).ok()?))
+    }
+
+    fn held_dir_path(&self, dir: &Held) -> Option<String> {
+        Some(show(&pinned(dir).ok()?.0.path))
+    }
+
     fn is_symlink(&self, parent: &Held, name: &str) -> io::Result<bool> {
         let fs = self.fs();
         let p = pinned(parent)?.child(name)?;

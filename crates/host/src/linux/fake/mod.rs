@@ -186,6 +186,11 @@ impl LinuxOs for FakeLinux {
         render::sys_dev_link(&s, path).map_or_else(|| s.resolve(path), Ok)
     }
 
+    fn read_link(&self, path: &Path) -> io::Result<PathBuf> {
+        let s = self.record(format!("read_link {}", path.display()));
+        s.links.get(path).cloned().ok_or_else(|| errno(EINVAL))
+    }
+
     fn exists(&self, path: &Path) -> bool {
         let s = self.record(format!("exists {}", path.display()));
         render::sys_dev_link(&s, path).is_some()

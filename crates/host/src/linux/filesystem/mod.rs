@@ -331,6 +331,18 @@ impl FilesystemHost for LinuxFilesystemHost {
         // mount point". A file can be a mount point too (raw block volumes).
         Mounts::default().is_mount_point(parent, name, &node)
     }
+
+    /// `/proc/self/fd/<parent>/<name>`: the kernel jumps to the held directory itself and
+    /// resolves only `name` there.
+    fn held_entry_path(&self, parent: &Held, name: &str) -> Option<String> {
+        let parent = held(parent).ok()?;
+        Some(format!("/proc/self/fd/{}/{name}", parent.fd.as_raw_fd()))
+    }
+
+    fn held_dir_path(&self, dir: &Held) -> Option<String> {
+        let dir = held(dir).ok()?;
+        Some(format!("/proc/self/fd/{}", dir.fd.as_raw_fd()))
+    }
 }
 
 #[cfg(test)]

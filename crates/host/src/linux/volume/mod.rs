@@ -94,10 +94,39 @@ fn read_mountinfo(os: &Os, op: &str) -> Result<Vec<MountInfo>> {
 
 /// The path the kernel shows in mountinfo for `path` (links in its parents resolved, the final
 /// component kept as is).
-fn kernel_path(os: &Os, path: &Path) -> io::Result<PathBuf> {
+/// A path the service gave through a held directory (`/proc/self/fd/N[/name]`, see
+/// `FilesystemService::hold`), split into the descriptor's path and the rest.
+fn held_parts(path: &Path) -> Option<(PathBuf, &str)> {
+    let rest = path.to_str()?.strip_prefix("/proc/self/fd/")?;
+    let (fd, tail) = rest.split_once('/').unwrap_or((rest, ""));
+    Some((Path::new("/proc/self/fd").join(fd), tail))
+}
+
+/// The kernel's path of a target, as the mount table names mount points. A path through a held
+/// directory takes the kernel's own name for that directory: one readlink of the descriptor,
+/// never resolved again (realpath would walk that name again, through a link swapped in
+/// meanwhile). Any other path has its parents resolved; with `follow`, the final name too.
+fn kernel_path(os: &Os, path: &Path, follow: bool) -> io::Result<PathBuf> {
+    if let Some((dir, tail)) = held_parts(path) {
+        let dir = os.read_link(&dir)?;
+        return Ok(if tail.is_empty() { dir } else { dir.join(tail) });
+    }
+    if follow {
+        return os.canonicalize(path);
+    }
     match (path.parent(), path.file_name()) {
         (Some(parent), Some(name)) => Ok(os.canonicalize(parent)?.join(name)),
         _ => os.canonicalize(path),
+    }
+}
+
+/// How a target is shown in messages and the log: a path through a held directory as the
+/// kernel names it.
+fn shown_target(os: &Os, target: &str) -> String {
+    match held_parts(Path::new(target)) {
+        Some(_) => kernel_path(os, Path::new(target), false)
+            .map_or_else(|_| target.to_string(), |p| p.display().to_string()),
+        None => target.to_string(),
     }
 }
 
@@ -305,10 +334,8 @@ impl VolumeHost for LinuxVolumeHost {
 
     fn get_volume_id_from_target_path(&self, target: &str) -> Result<String> {
         const OP: &str = "GetVolumeIDFromTargetPath";
-        let object = format!("target_path {target:?}");
-        let path = self
-            .os
-            .canonicalize(Path::new(target))
+        let object = format!("target_path {:?}", shown_target(&self.os, target));
+        let path = kernel_path(&self.os, Path::new(target), true)
             .map_err(|e| Error::io(OP, &object, &e))?;
         let table = read_mountinfo(&self.os, OP)?;
         let m = mountinfo::topmost_at(&table, &path)
@@ -318,10 +345,8 @@ impl VolumeHost for LinuxVolumeHost {
 
     fn get_closest_volume_id_from_target_path(&self, target: &str) -> Result<String> {
         const OP: &str = "GetClosestVolumeIDFromTargetPath";
-        let object = format!("target_path {target:?}");
-        let path = self
-            .os
-            .canonicalize(Path::new(target))
+        let object = format!("target_path {:?}", shown_target(&self.os, target));
+        let path = kernel_path(&self.os, Path::new(target), true)
             .map_err(|e| Error::io(OP, &object, &e))?;
         let table = read_mountinfo(&self.os, OP)?;
         // The deepest mount point containing the path; among equals the last (topmost) one.

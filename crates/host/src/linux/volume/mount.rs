@@ -14,7 +14,10 @@ const OP: &str = "MountVolume";
 struct Mounting<'a> {
     host: &'a LinuxVolumeHost,
     vol: Volume,
+    /// The path acted on: through the directory the service holds (see `shown_target`).
     target: &'a str,
+    /// The target as messages show it.
+    shown: String,
     dir: RefCell<Option<Fd>>,
     /// What the probe found, for the mount's filesystem type.
     sig: RefCell<Option<Signature>>,
@@ -29,7 +32,7 @@ impl Mounting<'_> {
 
 impl MountTarget for Mounting<'_> {
     fn object(&self) -> String {
-        format!("{} at {:?}", shown(&self.vol.id), self.target)
+        format!("{} at {:?}", shown(&self.vol.id), self.shown)
     }
 
     fn target_exists(&self) -> Result<bool> {
@@ -51,7 +54,7 @@ impl MountTarget for Mounting<'_> {
 
     fn occupant(&self) -> Result<Occupant> {
         let table = read_mountinfo(&self.host.os, OP)?;
-        let kpath = kernel_path(&self.host.os, Path::new(self.target))
+        let kpath = kernel_path(&self.host.os, Path::new(self.target), false)
             .map_err(|e| Error::io(OP, self.object(), &e))?;
         Ok(match mountinfo::topmost_at(&table, &kpath) {
             None => Occupant::Nothing,
@@ -112,7 +115,7 @@ impl MountTarget for Mounting<'_> {
             let _ = os.unmount(At::Dir(&dir), false);
             return Err(e.context("after mount (unmounted again)"));
         }
-        tracing::info!(volume = vol.id, target = self.target, fs_type, "mounted");
+        tracing::info!(volume = vol.id, target = self.shown, fs_type, "mounted");
         Ok(())
     }
 }
@@ -126,6 +129,7 @@ impl LinuxVolumeHost {
                 host: self,
                 vol,
                 target,
+                shown: shown_target(&self.os, target),
                 dir: RefCell::new(None),
                 sig: RefCell::new(None),
             },
@@ -141,9 +145,10 @@ impl LinuxVolumeHost {
                 "not a volume ID of this host",
             ));
         }
-        let object = format!("{} at {target:?}", shown(id));
         let os = &self.os;
-        let kpath = match kernel_path(os, Path::new(target)) {
+        let shown_path = shown_target(os, target);
+        let object = format!("{} at {shown_path:?}", shown(id));
+        let kpath = match kernel_path(os, Path::new(target), false) {
             Ok(p) => p,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()), // nothing there
             Err(e) => return Err(Error::io(OP, &object, &e)),
@@ -185,22 +190,24 @@ impl LinuxVolumeHost {
                     }
                     tracing::warn!(
                         volume = id,
-                        target,
+                        target = shown_path,
                         source = m.source,
                         "the volume is gone; unmounting its stale mount"
                     );
                 }
                 Err(e) => return Err(e.clone()),
             }
-            if let Ok(d) = Fd::open(os, &kpath, Open::DirNoFollow) {
+            if let Ok(d) = Fd::open(os, Path::new(target), Open::DirNoFollow) {
                 let _ = d.syncfs();
             }
+            // Unmounted by the path given: through the held directory, so what is unmounted is
+            // the mount on the entry that was checked, not one a swapped link leads to.
             // EBUSY can be transient: a process another request starts at this moment (mkfs for
             // another disk) briefly holds copies of the daemon's descriptors until its exec
             // closes them. Retry for up to a second before calling the filesystem busy.
             let mut tries = 0;
             let unmounted = loop {
-                match os.unmount(At::Path(&kpath), true) {
+                match os.unmount(At::Path(Path::new(target)), true) {
                     Err(e) if e.raw_os_error() == Some(16) && tries < 20 => {
                         tries += 1;
                         os.sleep(std::time::Duration::from_millis(50));
@@ -220,7 +227,7 @@ impl LinuxVolumeHost {
                     Error::io(OP, &object, &e)
                 }
             })?;
-            tracing::info!(volume = id, target, "unmounted");
+            tracing::info!(volume = id, target = shown_path, "unmounted");
         }
         Err(Error::new(
             Kind::FailedPrecondition,
