@@ -161,6 +161,7 @@ async fn run(a: &Args) -> Result<Report, String> {
     std::fs::create_dir_all(&probe).map_err(|e| e.to_string())?;
     let probe = probe.display().to_string();
     let costs = endpoint_costs(a, &c, pid, &probe).await?;
+    deep_path_syscalls(a, &c, pid, &d.kubelet(), &mut rows).await?;
     let (seq, par) = (&costs.path_exists, &costs.many.0);
     let (h50, p50) = (costs.health.quantile(0.5), seq.quantile(0.5));
     rows.push(Row {
@@ -324,4 +325,46 @@ async fn run(a: &Args) -> Result<Report, String> {
     stage_flow(a, &d, &direct, &mut rows, load).await;
     drop(open);
     Ok((rows, layers))
+}
+
+/// System calls per PathExists and per Mkdir (of a directory that exists, as drivers call it on
+/// every stage) of a staging path as deep as kubelet makes them: what resolving each component
+/// beneath its held parent costs.
+async fn deep_path_syscalls(
+    a: &Args,
+    c: &Connector,
+    pid: u32,
+    kubelet: &std::path::Path,
+    rows: &mut Vec<Row>,
+) -> Result<(), String> {
+    const DEEP: &str = "plugins/kubernetes.io/csi/example.csi.io/0123abcd/globalmount";
+    let path = kubelet.join(DEEP);
+    std::fs::create_dir_all(&path).map_err(|e| e.to_string())?;
+    let path = path.display().to_string();
+    let what = |rpc: &str, n: usize| {
+        format!(
+            "daemon system calls per {rpc} of a path 6 levels below the kubelet path (strace -c -f, {n} calls)"
+        )
+    };
+    let n = a.calls.min(2000);
+    if let Err(why) = syscalls::available() {
+        na(rows, &what("PathExists / Mkdir", n), &why);
+        return Ok(());
+    }
+    let fs = FilesystemClient::connect(c)
+        .await
+        .map_err(|e| e.to_string())?;
+    let exists = || {
+        let (mut fs, p) = (fs.clone(), path.clone());
+        async move { fs.path_exists(&p).await.map(drop) }
+    };
+    let mkdir = || {
+        let (mut fs, p) = (fs.clone(), path.clone());
+        async move { fs.mkdir(&p).await.map(drop) }
+    };
+    let pe = syscalls::count(pid, n, exists).await?;
+    let mk = syscalls::count(pid, n, mkdir).await?;
+    rows.push(Row::single(what("PathExists", n), pe.shown()));
+    rows.push(Row::single(what("Mkdir", n), mk.shown()));
+    Ok(())
 }
