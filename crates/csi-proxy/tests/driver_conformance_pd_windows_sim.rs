@@ -7,7 +7,6 @@
 mod common;
 
 use common::{GIB, PdDriver, SimDaemon};
-use csi_proxy_api::volume::v1;
 
 const STAGING: &str =
     r"\var\lib\kubelet\plugins\kubernetes.io\csi\pd.csi.storage.gke.io\abc\globalmount";
@@ -22,6 +21,27 @@ const STAGING: &str =
 async fn an_mbr_disk_stages_and_grows() {
     let d = SimDaemon::start().await;
     let mut pd = PdDriver::new(&d.connector).await;
+    assert_eq!(pd.api.versions(), ("v1", "v1", "v1"));
+    mbr_disk_life(&d, &mut pd).await;
+}
+
+/// An older csi-proxy (no v1 endpoints): gce-pd falls back to filesystem v1beta1, disk v1beta2
+/// and volume v1beta1 and lives the same life.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_mbr_disk_stages_and_grows_through_the_v1beta_fallback() {
+    let d = SimDaemon::serving(|g, v| {
+        matches!(
+            (g, v),
+            ("filesystem", "v1beta1") | ("disk", "v1beta2") | ("volume", "v1beta1")
+        )
+    })
+    .await;
+    let mut pd = PdDriver::new(&d.connector).await;
+    assert_eq!(pd.api.versions(), ("v1beta1", "v1beta2", "v1beta1"));
+    mbr_disk_life(&d, &mut pd).await;
+}
+
+async fn mbr_disk_life(d: &SimDaemon, pd: &mut PdDriver) {
     let (disk, volume) = d.sim.add_mbr_disk(10 * GIB, 2, 10 * GIB - (1 << 20));
     let device = format!("sim-disk-{disk}");
     d.sim.mkdir(&common::normalize_windows_path(STAGING));
@@ -34,21 +54,10 @@ async fn an_mbr_disk_stages_and_grows() {
     assert_eq!(pd.stage(&device, STAGING).await.unwrap(), id);
     pd.publish(STAGING, target).await.unwrap();
 
-    let total = |pd: &mut PdDriver| {
-        let mut vol = pd.vol.clone();
-        let id = id.clone();
-        async move {
-            vol.get_volume_stats(v1::GetVolumeStatsRequest { volume_id: id })
-                .await
-                .unwrap()
-                .into_inner()
-                .total_bytes
-        }
-    };
-    let before = total(&mut pd).await;
+    let before = pd.api.volume_stats(&id).await.unwrap().0;
     d.sim.grow_disk(disk, 20 * GIB);
     pd.expand(target).await.expect("the MBR partition grows");
-    let after = total(&mut pd).await;
+    let after = pd.api.volume_stats(&id).await.unwrap().0;
     assert!(after > before + 9 * GIB as i64, "{before} -> {after}");
     pd.expand(target).await.expect("nothing more to grow: OK");
 

@@ -6,14 +6,20 @@
 // re-exports there.
 #![allow(dead_code, unused_imports)]
 
+#[cfg(unix)]
+mod azuredisk_driver;
 mod contract;
 mod daemon;
 mod driver;
+#[cfg(unix)]
+mod ebs_driver;
 mod host;
 mod loopdisk;
 #[cfg(unix)]
 mod pd_driver;
 mod process;
+#[cfg(unix)]
+mod proxy_api;
 mod raw;
 #[cfg(unix)]
 mod simwin;
@@ -21,14 +27,20 @@ mod simwin;
 mod smb_driver;
 mod volume;
 
+#[cfg(unix)]
+pub use azuredisk_driver::*;
 pub use contract::*;
 pub use daemon::*;
 pub use driver::*;
+#[cfg(unix)]
+pub use ebs_driver::*;
 pub use host::*;
 pub use loopdisk::*;
 #[cfg(unix)]
 pub use pd_driver::*;
 pub use process::*;
+#[cfg(unix)]
+pub use proxy_api::*;
 pub use raw::*;
 #[cfg(unix)]
 pub use simwin::*;

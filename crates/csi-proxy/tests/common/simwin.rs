@@ -4,7 +4,7 @@
 
 use super::Node;
 use csi_proxy_core::filesystem::FilesystemService;
-use csi_proxy_core::paths::{PathPolicy, PathStyle};
+use csi_proxy_core::paths::{LinkProbe, LinkTarget, PathPolicy, PathStyle};
 use csi_proxy_host::windows::disk::WindowsDiskHost;
 use csi_proxy_host::windows::filesystem::WindowsFilesystemHost;
 use csi_proxy_host::windows::iscsi::WindowsIscsiHost;
@@ -30,6 +30,12 @@ pub struct SimDaemon {
 
 impl SimDaemon {
     pub async fn start() -> SimDaemon {
+        Self::serving(|_, _| true).await
+    }
+
+    /// The daemon serving only the endpoints `serve(group, version)` keeps: a node where the
+    /// newer versions are absent (an older csi-proxy), for the drivers' fallbacks.
+    pub async fn serving(serve: impl Fn(&str, &str) -> bool) -> SimDaemon {
         let sim = Arc::new(SimWindows::new());
         sim.set_arrival_delay(Duration::from_secs(2));
         sim.mkdir(KUBELET);
@@ -57,7 +63,10 @@ impl SimDaemon {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (ready_tx, ready) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(daemon::serve_and_tell(
-            registry::endpoints(&s),
+            registry::endpoints(&s)
+                .into_iter()
+                .filter(|e| serve(e.group, e.version))
+                .collect(),
             Listen::Unix {
                 dir: sockets.clone(),
                 gid: None,
@@ -86,6 +95,33 @@ impl SimDaemon {
     pub fn k(rel: &str) -> String {
         format!(r"{KUBELET}\{rel}")
     }
+}
+
+/// What the driver's own container reaches at `path` through its bind mount of the kubelet
+/// directory (`os.Open`, `ReadDir`, `GetDiskFreeSpaceEx`): every link on the way followed, as
+/// Windows follows them; `None` when nothing is there.
+pub fn container_open(sim: &Arc<SimWindows>, path: &str) -> Option<String> {
+    let fs = WindowsFilesystemHost::with_os(sim.clone());
+    let mut p = super::normalize_windows_path(path);
+    for _ in 0..8 {
+        match fs.link_target(&p) {
+            Ok(Some(LinkTarget::Path(t))) => p = t,
+            _ => break,
+        }
+    }
+    sim.entry_exists(&p).then_some(p)
+}
+
+/// The volume and filesystem size `GetDiskFreeSpaceEx` in the driver's container reports at
+/// `path`: the volume mounted where its links lead.
+pub fn container_volume(sim: &Arc<SimWindows>, path: &str) -> Option<(String, u64)> {
+    let p = container_open(sim, path)?;
+    let (_, id) = sim.mount_points().into_iter().find(|(m, _)| {
+        m.trim_end_matches('\\')
+            .eq_ignore_ascii_case(p.trim_end_matches('\\'))
+    })?;
+    let size = sim.filesystem_of(&id)?.1;
+    Some((id, size))
 }
 
 impl Drop for SimDaemon {

@@ -78,15 +78,7 @@ impl SmbDriver {
 
     /// The driver's own `os.Open(target).ReadDir(1)`, through every link on the way.
     pub fn reads(&self, path: &str) -> bool {
-        let fs = WindowsFilesystemHost::with_os(self.sim.clone());
-        let mut p = normalize_windows_path(path);
-        for _ in 0..8 {
-            match fs.link_target(&p) {
-                Ok(Some(LinkTarget::Path(t))) => p = t,
-                _ => break,
-            }
-        }
-        self.sim.entry_exists(&p)
+        super::container_open(&self.sim, path).is_some()
     }
 
     async fn is_symlink(&mut self, path: &str) -> Result<bool, Status> {

@@ -529,17 +529,24 @@ impl DiskHost for WindowsDiskHost {
         let object = format!("disk {disk_number}");
         let h = open_disk(os, OP, disk_number, true)?;
         let attrs = disk_attributes(os, OP, disk_number)?;
-        refuse_attribute(OP, disk_number, attrs, io::DISK_ATTRIBUTE_OFFLINE)?;
+        // An offline disk's layout can still be read ("When a disk is offline, the disk layout
+        // can be read, but no volume devices are surfaced").
         let (mut l, sector) = read_layout(OP, disk_number, &h)?;
         // Idempotent and safe: a disk with any data partition is left alone before anything
         // else is looked at.
         if layout::plan_data_partition(&l, sector) == Ok(PartitionPlan::Nothing) {
             // Partitioned already (by an earlier call, or before the disk was attached): done
-            // once its volumes exist, which after an attach or a reboot takes a moment.
+            // once its volumes exist, which after an attach or a reboot takes a moment. An
+            // offline one surfaces them only once SetDiskState(online), which waits for them,
+            // has run: aws-ebs, gce-pd and vSphere take the disk offline at unstage and call
+            // PartitionDisk before SetDiskState when they stage it again.
             drop(h);
-            wait_for_volumes(os, OP, disk_number, &l)?;
+            if attrs & io::DISK_ATTRIBUTE_OFFLINE == 0 {
+                wait_for_volumes(os, OP, disk_number, &l)?;
+            }
             return Ok(());
         }
+        refuse_attribute(OP, disk_number, attrs, io::DISK_ATTRIBUTE_OFFLINE)?;
         refuse_attribute(OP, disk_number, attrs, io::DISK_ATTRIBUTE_READ_ONLY)?;
         refuse_system_disk(os, OP, disk_number)?;
         let guid = || os.new_guid().map_err(|e| os_error(OP, "GUID", &e, &[]));

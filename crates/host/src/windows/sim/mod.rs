@@ -30,6 +30,7 @@
 mod calls;
 mod devices;
 mod filesystem;
+mod identity;
 mod iscsi;
 mod mbr;
 pub mod services;
