@@ -23,7 +23,8 @@ fn foreign(len: u64) -> Vec<(&'static str, u64, Vec<u8>)> {
     let mut md = vec![0u8; 512];
     md[0..4].copy_from_slice(&0xa92b_4efcu32.to_le_bytes());
     md[4..8].copy_from_slice(&1u32.to_le_bytes());
-    md[128..136].copy_from_slice(&(md_at / 512).to_le_bytes());
+    // super_offset is at byte 144 of the 1.x superblock (128 is data_offset).
+    md[144..152].copy_from_slice(&(md_at / 512).to_le_bytes());
     vec![
         ("ext4", 0, ext4),
         ("crypto_LUKS", 0, b"LUKS\xba\xbe\x00\x02".to_vec()),

@@ -349,8 +349,10 @@ fn os_calls_per_mount_and_format() {
     svc.mount_volume(&id, target).unwrap();
     let mount = count() - before;
     eprintln!("seam calls: FormatVolume {format}, MountVolume {mount}");
+    // MountVolume includes the target's walk: an open and an attribute read of the root and of
+    // each of the three components below it, held while the mount point is set (8 calls).
     assert!(
-        format <= 30 && mount <= 30,
+        format <= 30 && mount <= 32,
         "format {format}, mount {mount}"
     );
 }
