@@ -48,7 +48,8 @@ pub struct HeldPath {
     pub os_path: String,
     /// The request path, normalised, for messages.
     pub normalised: String,
-    _held: Reached<Held>,
+    /// The parent directory and, when the path was followed, the directory it leads to.
+    _held: (Held, Option<Held>),
 }
 
 /// The version-agnostic filesystem service every filesystem API version is served by.
@@ -118,10 +119,21 @@ impl FilesystemService {
             Found::Dir(d) | Found::Volume(d) if follow => self.host.held_dir_path(d),
             _ => self.host.held_entry_path(&r.parent, &r.name),
         };
+        let os_path = os_path.unwrap_or_else(|| r.resolved.clone());
+        // Without `follow` the entry itself is acted on: a handle the walk opened on it would
+        // stand in the way (an open directory keeps a mount on it busy; Windows refuses to
+        // delete what is open without FILE_SHARE_DELETE). Its parent stays held.
+        let Reached {
+            parent,
+            found,
+            normalised,
+            ..
+        } = r;
+        let dir = if follow { found.into_dir() } else { None };
         Ok(Some(HeldPath {
-            os_path: os_path.unwrap_or_else(|| r.resolved.clone()),
-            normalised: r.normalised.clone(),
-            _held: r,
+            os_path,
+            normalised,
+            _held: (parent, dir),
         }))
     }
 

@@ -103,6 +103,9 @@ impl Win32 for SimWindows {
         if !mount_point.ends_with('\\') {
             return Err(OsError::new(code::INVALID_PARAMETER));
         }
+        // Links on the way are followed, the final component is the mount point itself.
+        let resolved = s.through_links(mount_point.trim_end_matches('\\'))? + "\\";
+        let mount_point = resolved.as_str();
         if let Some(v) = s.volume_at(mount_point) {
             return Ok(s.volumes[v].names[0].clone());
         }
@@ -190,6 +193,8 @@ impl Win32 for SimWindows {
         if !mount_point.ends_with('\\') || !volume.ends_with('\\') {
             return Err(OsError::new(code::INVALID_PARAMETER));
         }
+        let resolved = s.through_links(mount_point.trim_end_matches('\\'))? + "\\";
+        let mount_point = resolved.as_str();
         let v = s
             .volume_named(volume)
             .ok_or(OsError::new(code::FILE_NOT_FOUND))?;
@@ -212,6 +217,8 @@ impl Win32 for SimWindows {
     fn delete_volume_mount_point(&self, mount_point: &str) -> Win32Result<()> {
         let mut s = self.lock();
         s.take_fault("delete_volume_mount_point")?;
+        let resolved = s.through_links(mount_point.trim_end_matches('\\'))? + "\\";
+        let mount_point = resolved.as_str();
         let (_, v) = s
             .mount_points
             .remove(&mp_key(mount_point))

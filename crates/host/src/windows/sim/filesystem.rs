@@ -15,8 +15,9 @@
 //! - `FindFirstFileExW` lists `.` and `..` in every directory but a drive root; an empty root
 //!   lists nothing and fails with ERROR_FILE_NOT_FOUND.
 //!
-//! Not modelled: links in the middle of a path (only a final link is followed, when asked),
-//! file contents, times.
+//! - A link in the middle of a path is followed (`races.rs`); a final one only when asked.
+//!
+//! Not modelled: file contents, times.
 
 use super::{SimWindows, State, key, mp_key, parent_key, smb};
 use crate::reparse::{IO_REPARSE_TAG_MOUNT_POINT, IO_REPARSE_TAG_SYMLINK, SYMLINK_FLAG_RELATIVE};
@@ -38,7 +39,7 @@ pub(super) struct Link {
 #[derive(Debug, Clone)]
 pub(super) struct OpenEntry {
     /// The key of what the handle is open on (a followed link's target).
-    key: String,
+    pub(super) key: String,
     share: u32,
     /// Opened through a mounted folder: the handle is on the volume's root directory.
     volume_root: bool,
@@ -182,7 +183,7 @@ impl State {
     }
 
     /// Whether an open handle without FILE_SHARE_DELETE holds `k`.
-    fn pinned(&self, k: &str) -> bool {
+    pub(super) fn pinned(&self, k: &str) -> bool {
         self.entries
             .values()
             .any(|o| o.key == k && o.share & SHARE_DELETE == 0)
@@ -365,7 +366,7 @@ impl FileApi for SimWindows {
     fn file_attributes(&self, path: &[u16]) -> Win32Result<u32> {
         let mut s = self.lock();
         s.take_fault("file_attributes")?;
-        let p = text(path);
+        let p = s.through_links(&text(path))?;
         match s.entry(&p) {
             Some(e) => Ok(s.attributes(&p, e)),
             None => Err(s.missing(&p)),
@@ -375,7 +376,7 @@ impl FileApi for SimWindows {
     fn find_entry(&self, path: &[u16]) -> Win32Result<(u32, u32)> {
         let mut s = self.lock();
         s.take_fault("find_entry")?;
-        let p = text(path);
+        let p = s.through_links(&text(path))?;
         match s.entry(&p) {
             // A root is not an entry of any directory.
             None | Some(Entry::Root) => Err(s.missing(&p)),
@@ -386,7 +387,7 @@ impl FileApi for SimWindows {
     fn find_names(&self, pattern: &[u16]) -> Win32Result<Vec<Vec<u16>>> {
         let mut s = self.lock();
         s.take_fault("find_names")?;
-        let p = text(pattern);
+        let p = s.through_links(&text(pattern))?;
         let Some(dir) = p.strip_suffix(r"\*") else {
             return Err(OsError::new(code::INVALID_PARAMETER));
         };
@@ -410,7 +411,7 @@ impl FileApi for SimWindows {
     fn open_entry(&self, path: &[u16], _access: u32, share: u32, follow: bool) -> Win32Result<u64> {
         let mut s = self.lock();
         s.take_fault("open_entry")?;
-        let p = text(path);
+        let p = s.through_links(&text(path))?;
         let at = if follow {
             s.follow(&p)?
         } else if s.entry(&p).is_some() {
@@ -464,7 +465,7 @@ impl FileApi for SimWindows {
     fn reparse_data(&self, path: &[u16]) -> Win32Result<Vec<u8>> {
         let mut s = self.lock();
         s.take_fault("reparse_data")?;
-        let p = text(path);
+        let p = s.through_links(&text(path))?;
         match s.entry(&p) {
             Some(Entry::Link { .. }) => Ok(symlink_data(&s.links[&key(&p)].target)),
             Some(Entry::MountedFolder(v)) => Ok(mount_point_data(&s.volumes[v].names[0])),
@@ -476,7 +477,7 @@ impl FileApi for SimWindows {
     fn create_directory(&self, path: &[u16]) -> Win32Result<()> {
         let mut s = self.lock();
         s.take_fault("create_directory")?;
-        let p = text(path);
+        let p = s.through_links(&text(path))?;
         if s.entry(&p).is_some() {
             return Err(OsError::new(code::ALREADY_EXISTS));
         }
@@ -488,7 +489,7 @@ impl FileApi for SimWindows {
     fn remove_directory(&self, path: &[u16]) -> Win32Result<()> {
         let mut s = self.lock();
         s.take_fault("remove_directory")?;
-        let p = text(path);
+        let p = s.through_links(&text(path))?;
         match s.entry(&p) {
             None => return Err(s.missing(&p)),
             Some(Entry::Root) => return Err(OsError::new(code::ACCESS_DENIED)),
@@ -509,7 +510,7 @@ impl FileApi for SimWindows {
     fn delete_file(&self, path: &[u16]) -> Win32Result<()> {
         let mut s = self.lock();
         s.take_fault("delete_file")?;
-        let p = text(path);
+        let p = s.through_links(&text(path))?;
         match s.entry(&p) {
             None => Err(s.missing(&p)),
             Some(Entry::File | Entry::Link { directory: false }) => {
@@ -527,11 +528,8 @@ impl FileApi for SimWindows {
         if flags & !(link_flag::DIRECTORY | link_flag::ALLOW_UNPRIVILEGED_CREATE) != 0 {
             return Err(OsError::new(code::INVALID_PARAMETER));
         }
-        s.add_link(
-            &text(link),
-            &text(target),
-            flags & link_flag::DIRECTORY != 0,
-        )
+        let link = s.through_links(&text(link))?;
+        s.add_link(&link, &text(target), flags & link_flag::DIRECTORY != 0)
     }
 }
 

@@ -33,6 +33,7 @@ mod filesystem;
 mod identity;
 mod iscsi;
 mod mbr;
+mod races;
 pub mod services;
 mod smb;
 mod storage;
@@ -198,6 +199,10 @@ struct State {
     wmi_serial: String,
     faults: HashMap<String, VecDeque<OsError>>,
     calls: BTreeMap<&'static str, u64>,
+    /// Two entries a test has exchanged before every seam call (`races.rs`), and how many
+    /// exchanges were made.
+    swapping: Option<(String, String)>,
+    swaps: u64,
 }
 
 /// The simulated Windows. Cheap to share: all state is behind one lock.
@@ -344,6 +349,7 @@ impl State {
 
     fn take_fault(&mut self, call: &'static str) -> Win32Result<()> {
         *self.calls.entry(call).or_default() += 1;
+        self.race();
         match self.faults.get_mut(call).and_then(VecDeque::pop_front) {
             Some(e) => Err(e),
             None => Ok(()),
@@ -600,6 +606,8 @@ mod content_tests;
 mod filesystem_tests;
 #[cfg(test)]
 mod iscsi_tests;
+#[cfg(test)]
+mod race_tests;
 #[cfg(test)]
 mod service_tests;
 #[cfg(test)]

@@ -41,7 +41,7 @@ pub(super) fn formatted(m: &Machine) -> (u32, String) {
 }
 
 /// A new 10 GiB disk, partitioned; its data volume.
-fn partitioned(m: &Machine) -> (u32, String) {
+pub(super) fn partitioned(m: &Machine) -> (u32, String) {
     let n = m.sim.add_disk(10 * GIB, 3);
     m.disk.partition_disk(n).unwrap();
     let v = m.volume.list_volumes_on_disk(n, None).unwrap();

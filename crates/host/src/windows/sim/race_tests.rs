@@ -1,0 +1,124 @@
+//! Confinement while a client races the path, over the simulated Windows (issue 25): a directory
+//! below the kubelet path and a link to a directory outside it are exchanged before every seam
+//! call the host makes, while every path-taking filesystem RPC and MountVolume run. Nothing
+//! outside may be created, removed, emptied, mounted on or revealed.
+
+use super::tests::{machine, partitioned};
+use super::*;
+use crate::windows::filesystem::WindowsFilesystemHost;
+use crate::windows::os::files::FileApi;
+use csi_proxy_core::filesystem::FilesystemService;
+use csi_proxy_core::paths::{PathPolicy, PathStyle};
+use csi_proxy_core::volume::VolumeService;
+use std::sync::Arc;
+
+const A: &str = r"C:\var\lib\kubelet\plugins\racer\a";
+const SWAP: &str = r"C:\var\lib\kubelet\plugins\racer\a.swap";
+const OUTSIDE: &str = r"C:\outside";
+
+/// The sim with `a` (a directory) and `a.swap` (a link to `C:\outside`) ready to be exchanged,
+/// and the filesystem service over the Windows host.
+fn racing(sim: &Arc<SimWindows>) -> FilesystemService {
+    sim.mkdir(A);
+    sim.mkdir(OUTSIDE);
+    sim.add_dir_link(SWAP, OUTSIDE);
+    let policy = PathPolicy::new(PathStyle::Windows, r"C:\var\lib\kubelet", &[]).unwrap();
+    FilesystemService::new(
+        Arc::new(WindowsFilesystemHost::with_os(sim.clone())),
+        Arc::new(policy),
+    )
+}
+
+fn u(s: &str) -> Vec<u16> {
+    s.encode_utf16().collect()
+}
+
+/// The adversary bites: checking a path as a string and then acting on the same string (the
+/// old resolution) creates directories outside.
+#[test]
+fn check_then_act_on_a_string_escapes_when_a_component_is_swapped() {
+    let m = machine();
+    let _fs = racing(&m.sim);
+    m.sim.swap_before_calls(A, SWAP);
+    let mut escapes = 0;
+    for i in 0..100 {
+        let p = format!(r"{A}\c{i}");
+        // The old host: GetFileAttributesW says `a` is a plain directory, then CreateDirectoryW.
+        let checked = m.sim.file_attributes(&u(A)).is_ok_and(|a| a & 0x400 == 0);
+        if checked && m.sim.create_directory(&u(&p)).is_ok() {
+            escapes += usize::from(m.sim.entry_exists(&format!(r"{OUTSIDE}\c{i}")));
+        }
+    }
+    let swaps = m.sim.stop_swapping();
+    assert!(swaps > 100, "{swaps}");
+    assert!(escapes > 10, "the race never reached outside ({escapes})");
+}
+
+#[test]
+fn filesystem_rpcs_never_act_outside_while_a_component_is_swapped() {
+    let m = machine();
+    let fs = racing(&m.sim);
+    let sim = &m.sim;
+    sim.mkdir(&format!(r"{OUTSIDE}\victim"));
+    sim.add_file(&format!(r"{OUTSIDE}\victim\keep"));
+    sim.mkdir(&format!(r"{OUTSIDE}\full"));
+    sim.add_file(&format!(r"{OUTSIDE}\full\keep"));
+    sim.add_file(&format!(r"{OUTSIDE}\secret"));
+    sim.mkdir(r"C:\var\lib\kubelet\source");
+    sim.swap_before_calls(A, SWAP);
+    let (mut revealed, mut calls) = (0, 0);
+    for i in 0..50 {
+        let _ = fs.mkdir(&format!(r"{A}\m{i}\x"));
+        let _ = fs.create_symlink(r"C:\var\lib\kubelet\source", &format!(r"{A}\l{i}"));
+        let _ = fs.rmdir(&format!(r"{A}\victim"), true);
+        let _ = fs.rmdir(&format!(r"{A}\full"), false);
+        let _ = fs.rmdir_contents(&format!(r"{A}\full"));
+        revealed += usize::from(fs.path_exists(&format!(r"{A}\secret")).unwrap_or(false));
+        revealed += usize::from(fs.is_symlink(&format!(r"{A}\secret")).is_ok());
+        calls += 7;
+    }
+    let swaps = sim.stop_swapping();
+    eprintln!("{calls} calls, {swaps} exchanges before seam calls, {revealed} revealed");
+    assert!(swaps > 100, "the adversary barely ran: {swaps}");
+    assert!(calls >= 350);
+    let outside: Vec<String> = (0..50)
+        .flat_map(|i| [format!(r"{OUTSIDE}\m{i}"), format!(r"{OUTSIDE}\l{i}")])
+        .filter(|p| sim.entry_exists(p))
+        .collect();
+    assert!(outside.is_empty(), "made outside: {outside:?}");
+    assert!(sim.entry_exists(&format!(r"{OUTSIDE}\victim\keep")));
+    assert!(sim.entry_exists(&format!(r"{OUTSIDE}\full\keep")));
+    assert_eq!(
+        revealed, 0,
+        "PathExists/IsSymlink answered about the outside"
+    );
+}
+
+#[test]
+fn mount_volume_never_mounts_outside_while_a_component_is_swapped() {
+    let m = machine();
+    let (_, id) = partitioned(&m);
+    let fs = racing(&m.sim);
+    let svc = VolumeService::new(Arc::new(m.volume.clone()), fs);
+    svc.format_volume(&id).unwrap();
+    m.sim.mkdir(&format!(r"{A}\mnt"));
+    m.sim.mkdir(&format!(r"{OUTSIDE}\mnt"));
+    m.sim.swap_before_calls(A, SWAP);
+    for _ in 0..50 {
+        if svc.mount_volume(&id, &format!(r"{A}\mnt")).is_ok() {
+            let _ = svc.unmount_volume(&id, &format!(r"{A}\mnt"));
+        }
+        let outside: Vec<String> = m
+            .sim
+            .mount_points()
+            .into_iter()
+            .map(|(at, _)| at)
+            .filter(|at| at.to_ascii_lowercase().starts_with(r"c:\outside"))
+            .collect();
+        assert!(
+            outside.is_empty(),
+            "MountVolume mounted outside: {outside:?}"
+        );
+    }
+    assert!(m.sim.stop_swapping() > 20);
+}
