@@ -8,14 +8,16 @@
 //!   be absolute or relative links ... the path is parsed from the symbolic link", *Symbolic
 //!   Links*; the I/O manager reparses at each reparse point), at most 63 times
 //!   (ERROR_CANT_RESOLVE_FILENAME, "The name of the file cannot be resolved by the system").
-//! - Renaming an entry (MoveFileEx) needs DELETE access to it, so it fails while a handle open
-//!   on it does not share delete (CreateFileW: "If this flag is not specified, but the file or
-//!   device has been opened for delete access, the function fails"; ERROR_SHARING_VIOLATION).
-//!   Handles open below a renamed directory stay open on the same entries, under their new
-//!   path. Whether Windows refuses to rename a directory while something below it is open is
-//!   not modelled (the filesystem host keeps every directory above what it acts on open itself,
-//!   so it does not rely on it).
-
+//! - Renaming an entry needs delete access to it, and a handle open on it without
+//!   `FILE_SHARE_DELETE` denies that (CreateFileW, dwShareMode: FILE_SHARE_DELETE "Enables
+//!   subsequent open operations on a file or device to request delete access. Otherwise, other
+//!   processes cannot open the file or device if they request delete access";
+//!   ERROR_SHARING_VIOLATION). That a rename opens its source for delete access is **inferred**
+//!   (MoveFileEx does not say; the rename information class of NtSetInformationFile is set on
+//!   such a handle). Handles open below a renamed directory stay open on the same entries, under
+//!   their new path: NTFS lets a directory be renamed while something below it is open, so the
+//!   filesystem host keeps every directory above what it acts on open itself.
+//!
 use super::{SimWindows, State, key};
 use crate::windows::os::{OsError, Win32Result, code};
 
