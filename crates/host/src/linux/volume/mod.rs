@@ -13,6 +13,7 @@
 
 mod format;
 mod mount;
+mod mount_policy;
 mod resize;
 mod resolve;
 
@@ -77,6 +78,9 @@ pub struct LinuxVolumeHost {
     os: Os,
     state_dir: PathBuf,
     fs_type: FsType,
+    /// Kernel filesystem types MountVolume mounts besides [`mount_policy::BUILT_IN`]
+    /// (`--mount-filesystem`).
+    mount_filesystems: Arc<[String]>,
 }
 
 impl std::fmt::Debug for LinuxVolumeHost {
@@ -84,6 +88,7 @@ impl std::fmt::Debug for LinuxVolumeHost {
         f.debug_struct("LinuxVolumeHost")
             .field("state_dir", &self.state_dir)
             .field("fs_type", &self.fs_type)
+            .field("mount_filesystems", &self.mount_filesystems)
             .finish_non_exhaustive()
     }
 }
@@ -117,9 +122,18 @@ impl LinuxVolumeHost {
             os,
             state_dir: state_dir.into(),
             fs_type,
+            mount_filesystems: Arc::from([]),
         };
         host.recover_private_mounts();
         host
+    }
+
+    /// Lets MountVolume mount these kernel filesystem types too (`--mount-filesystem`), besides
+    /// the ones this host makes and grows: each is a kernel driver that will parse a tenant's
+    /// volume as root.
+    pub fn with_mount_filesystems(mut self, types: Vec<String>) -> Self {
+        self.mount_filesystems = types.into();
+        self
     }
 
     /// Makes `<state_dir>/mnt`, where filesystems are mounted for the tools that grow them, a
