@@ -156,3 +156,89 @@ async fn a_filesystem_this_host_does_not_make_is_not_mounted_unless_allowed() {
         }
     }
 }
+
+/// An md 1.0 member and a DRBD backing device keep their metadata at the end and their
+/// filesystem (the array's, the replicated device's) at the start. MountVolume and
+/// ResizeVolume refuse both: mounted directly, a mirror's legs diverge; grown, the filesystem
+/// overwrites the metadata. Nothing on the disk changes. Before: both were mounted read-write
+/// and grown. A metadata-looking block inside a filesystem that spans it is that filesystem's
+/// content, and the volume mounts.
+#[tokio::test(flavor = "multi_thread")]
+async fn members_with_metadata_at_the_end_are_neither_mounted_nor_grown() {
+    if !can_use_loop_devices() {
+        return;
+    }
+    let d = Daemon::start(&[]);
+    let (mut dc, mut vc) = v1_clients(&d).await;
+    let target = d.kubelet.join("member-mnt");
+    std::fs::create_dir(&target).unwrap();
+    let t = target.to_string_lossy().into_owned();
+    for (name, craft, kind) in [
+        (
+            "md10",
+            common::md10 as fn(&Path, &Path) -> Result<(), String>,
+            "linux_raid_member",
+        ),
+        ("drbd", common::drbd84, "drbd"),
+    ] {
+        let l = LoopDisk::new(d.dir.path(), name, 64).unwrap();
+        let id = common::partition_one(&mut dc, &mut vc, l.disk_number()).await;
+        let part = l.partition(1);
+        // The array's filesystem: smaller than the member, which keeps its metadata after it.
+        l.run("mkfs.ext4", &["-q", "-F"], &part);
+        run("resize2fs", &[&part.to_string_lossy(), "40M"]);
+        craft(&part, d.dir.path()).unwrap();
+        l.grow_to(256);
+        dc.rescan(csi_proxy_api::disk::v1::RescanRequest {})
+            .await
+            .unwrap();
+        let before = l.fingerprint();
+
+        let s = mount(&mut vc, &id, &t).await.expect_err(name);
+        assert_eq!(
+            s.code(),
+            Code::FailedPrecondition,
+            "{name}: {}",
+            s.message()
+        );
+        assert!(
+            s.message().contains("MountVolume")
+                && s.message().contains("ext4")
+                && s.message().contains(&format!("{kind} metadata at its end")),
+            "{name}: {}",
+            s.message()
+        );
+        assert!(!is_mounted(&target), "{name}: not mounted");
+        let s = vc
+            .resize_volume(v1::ResizeVolumeRequest {
+                volume_id: id.clone(),
+                size_bytes: 0,
+            })
+            .await
+            .expect_err(name);
+        assert_eq!(
+            s.code(),
+            Code::FailedPrecondition,
+            "{name}: {}",
+            s.message()
+        );
+        assert!(
+            s.message().contains("ResizeVolume") && s.message().contains(kind),
+            "{name}: {}",
+            s.message()
+        );
+        assert_eq!(
+            l.fingerprint(),
+            before,
+            "{name}: nothing on the disk changed"
+        );
+    }
+
+    // The same block inside an ext4 that spans the whole volume is file content.
+    let l = LoopDisk::new(d.dir.path(), "inside", 64).unwrap();
+    let id = common::partition_one(&mut dc, &mut vc, l.disk_number()).await;
+    common::format_ok(&mut vc, &id).await;
+    common::md10(&l.partition(1), d.dir.path()).unwrap();
+    mount(&mut vc, &id, &t).await.unwrap();
+    assert!(is_mounted(&target));
+}

@@ -7,6 +7,8 @@
 #![allow(dead_code, unused_imports)]
 
 mod contract;
+#[cfg(unix)]
+mod crafted;
 mod daemon;
 mod driver;
 mod host;
@@ -22,6 +24,8 @@ mod smb_driver;
 mod volume;
 
 pub use contract::*;
+#[cfg(unix)]
+pub use crafted::*;
 pub use daemon::*;
 pub use driver::*;
 pub use host::*;

@@ -212,14 +212,52 @@ impl LinuxVolumeHost {
         if let Some(sig) = signatures::probe(&buf) {
             return Ok((Some(sig), buf));
         }
-        let len = vol.file.device_len().map_err(err)?;
-        let from = len.saturating_sub(signatures::TAIL_PROBE_LEN as u64);
-        let tail = vol
-            .file
-            .read_at(from, signatures::TAIL_PROBE_LEN)
-            .map_err(err)?;
+        let (tail, len) = read_tail(op, vol)?;
         Ok((signatures::probe_tail(&tail, len), buf))
     }
+
+    /// Refuses a volume whose filesystem at its start (`head`, read from `buf`) belongs to
+    /// something that keeps its metadata at the volume's end, past the filesystem's last
+    /// byte: an md 0.90/1.0 member or a DRBD backing device. Its filesystem is the array's or
+    /// the replicated device's: mounted read-write directly, the mirror's legs diverge;
+    /// grown, it overwrites the metadata. Metadata the filesystem spans is its own content (a
+    /// file's bytes), not a member's.
+    fn refuse_member_at_end(
+        &self,
+        op: &str,
+        vol: &Volume,
+        head: &Signature,
+        buf: &[u8],
+    ) -> Result<()> {
+        let (tail, len) = read_tail(op, vol)?;
+        let Some((meta, at)) = signatures::metadata_at_end(&tail, len) else {
+            return Ok(());
+        };
+        if signatures::filesystem_bytes(buf).is_some_and(|fs| fs > at) {
+            return Ok(());
+        }
+        Err(Error::new(
+            Kind::FailedPrecondition,
+            op,
+            shown(&vol.id),
+            format!(
+                "the volume holds {} at its start and {} metadata at its end (byte {at}, past                  the filesystem): it is a member of a RAID array or a DRBD device, whose                  filesystem is used through that device, never directly (mounting it would let                  the copies diverge, growing it would overwrite the metadata); nothing was changed",
+                head.kind, meta.kind
+            ),
+        ))
+    }
+}
+
+/// The volume's last [`signatures::TAIL_PROBE_LEN`] bytes, and its length.
+fn read_tail(op: &str, vol: &Volume) -> Result<(Vec<u8>, u64)> {
+    let err = |e: io::Error| Error::io(op, shown(&vol.id), &e);
+    let len = vol.file.device_len().map_err(err)?;
+    let from = len.saturating_sub(signatures::TAIL_PROBE_LEN as u64);
+    let tail = vol
+        .file
+        .read_at(from, signatures::TAIL_PROBE_LEN)
+        .map_err(err)?;
+    Ok((tail, len))
 }
 
 impl VolumeHost for LinuxVolumeHost {

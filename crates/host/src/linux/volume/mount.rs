@@ -70,7 +70,11 @@ impl MountTarget for Mounting<'_> {
     }
 
     fn content(&self) -> Result<Option<Content>> {
-        let (sig, _) = self.host.probe(OP, &self.vol)?;
+        let (sig, buf) = self.host.probe(OP, &self.vol)?;
+        // A filesystem at the start (what the tail holds has no mount type).
+        if let Some(head) = sig.as_ref().filter(|s| s.mount_type.is_some()) {
+            self.host.refuse_member_at_end(OP, &self.vol, head, &buf)?;
+        }
         let content = sig.as_ref().map(content_of);
         *self.sig.borrow_mut() = sig;
         Ok(content)

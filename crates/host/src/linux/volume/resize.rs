@@ -13,6 +13,10 @@ impl LinuxVolumeHost {
         // size it cannot read) leaves the partition untouched, instead of a grown partition
         // under an ungrown filesystem and an OK that did nothing.
         let (sig, buf) = self.probe(OP, &vol)?;
+        // A filesystem at the start (what the tail holds has no mount type).
+        if let Some(head) = sig.as_ref().filter(|s| s.mount_type.is_some()) {
+            self.refuse_member_at_end(OP, &vol, head, &buf)?;
+        }
         let fs_bytes = match &sig {
             None => None,
             Some(sig) => Some(
