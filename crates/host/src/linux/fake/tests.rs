@@ -351,3 +351,33 @@ fn os_calls_per_mount_and_format() {
     assert_eq!(format, expected(2, 31));
     assert_eq!(mount, expected(3, 30));
 }
+
+/// SetDiskState holds the disk's `device/state` attribute and checks the disk's identity
+/// once it is open: a disk detached and another attached under the same name, at any moment
+/// of the request, is never written (NOT_FOUND). Before: the state was written by path, to
+/// whichever disk had the name by then.
+#[test]
+fn set_disk_state_never_writes_a_disk_attached_in_its_place() {
+    let n = Node::new(FsType::Ext4);
+    let mut seq = n.fake.add_scsi_disk("sdb", GIB);
+    n.disks.set_disk_online(seq, false).unwrap();
+    assert_eq!(n.fake.scsi_state("sdb").as_deref(), Some("offline"));
+    n.disks.set_disk_online(seq, true).unwrap();
+    assert_eq!(n.fake.scsi_state("sdb").as_deref(), Some("running"));
+    for after in [
+        "exists /sys/block/sdb/device/state",
+        "open /sys/block/sdb/device/state",
+        "read_at ",
+    ] {
+        n.fake.replace_disk_at(after, "sdb");
+        let e = n.disks.set_disk_online(seq, false).unwrap_err();
+        assert_eq!(e.kind(), Kind::NotFound, "{after}: {}", e.message());
+        assert_eq!(
+            n.fake.scsi_state("sdb").as_deref(),
+            Some("running"),
+            "{after}: the disk attached in its place was not taken offline"
+        );
+        seq += 1; // the disk now named sdb
+        n.disks.set_disk_online(seq, true).unwrap();
+    }
+}
