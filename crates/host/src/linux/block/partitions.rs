@@ -117,21 +117,48 @@ pub fn drop_stale_partitions(
 /// Makes sure the kernel knows every partition in the disk's table (see [`sync_partitions`]),
 /// so volumes are found on disks attached after the daemon or on kernels that do not parse
 /// tables themselves (best effort: a partition the kernel refuses is missing from the
-/// volumes, not an error of the listing). Returns what the table lists.
+/// volumes, not an error of the listing). Returns what the table lists. For a read (the
+/// caller holds the disk): a disk the host uses is never changed ([`host_uses`]), and the disk
+/// is opened checked to be the one numbered.
 pub fn ensure_partitions(os: &Os, op: &str, disk: &Disk) -> Result<Vec<Extent>> {
-    let file = Fd::open(os, &node(&disk.name), Open::Read).map_err(|e| {
-        Error::new(
-            io_kind(&e),
-            op,
-            format!("disk {} ({})", disk.number, disk.name),
-            format!("open: {e}"),
-        )
-    })?;
+    let file = open_disk(os, op, disk, Open::Read)?;
     let parts = table_partitions(os, op, disk, &file)?;
-    if let Err(e) = sync_partitions(os, op, disk, &file, &parts) {
-        tracing::debug!(disk = disk.number, error = %e, "partition table not synced");
+    let known = partitions(os, disk);
+    if parts
+        .iter()
+        .all(|(n, _, _)| known.iter().any(|k| k.number == *n))
+    {
+        return Ok(parts);
+    }
+    match host_uses(os, disk) {
+        Ok(None) => {
+            if let Err(e) = sync_partitions(os, op, disk, &file, &parts) {
+                tracing::debug!(disk = disk.number, error = %e, "partition table not synced");
+            }
+        }
+        Ok(Some(why)) => {
+            tracing::debug!(
+                disk = disk.number,
+                why,
+                "the host uses the disk; its kernel partitions are left as they are"
+            );
+        }
+        Err(e) => {
+            tracing::debug!(disk = disk.number, error = %e, "the disk's use is unknown; its kernel partitions are left as they are");
+        }
     }
     Ok(parts)
+}
+
+/// Why a read must leave the kernel's view of `disk` alone, if it must: the host uses it (it
+/// holds the root filesystem, swap or a stacked device) or something of it is mounted. Such
+/// a disk's partitions in use are known to the kernel already, and re-reading or editing its
+/// partitions is the business of whoever uses it, never of a read RPC.
+fn host_uses(os: &Os, disk: &Disk) -> Result<Option<String>> {
+    let u = usage(os, disk)?;
+    Ok(u.system_use.or_else(|| {
+        (!u.mount_points.is_empty()).then(|| format!("is mounted at {:?}", u.mount_points))
+    }))
 }
 
 /// Waits (bounded) until the kernel lists partition `number` of `disk` and its device node

@@ -29,7 +29,7 @@ use crate::signatures::{self, Signature};
 use csi_proxy_core::disk::DiskUsage;
 use csi_proxy_core::volume::{ResizeTarget, VolumeHost, VolumeStats};
 use csi_proxy_core::{Error, Kind, Result};
-use resolve::{Volume, id_of_mount, make_volume, parse_id, parse_or_refuse, shown};
+use resolve::{Sync, Volume, id_of_mount, make_volume, parse_id, parse_or_refuse, shown};
 use std::io;
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
@@ -287,7 +287,7 @@ impl VolumeHost for LinuxVolumeHost {
         block::volume_partitions(&self.os, &listed, &disk)
             .into_iter()
             .filter(|p| partition.is_none_or(|want| want.get() == p.number))
-            .map(|p| make_volume(&self.os, OP, &disk, p.number).map(|v| v.id))
+            .map(|p| make_volume(&self.os, OP, &disk, p.number, Sync::No).map(|v| v.id))
             .collect()
     }
 

@@ -120,7 +120,7 @@ impl MountTarget for Mounting<'_> {
 
 impl LinuxVolumeHost {
     pub(super) fn mount(&self, id: &str, target: &str) -> Result<()> {
-        let vol = self.resolve(OP, id)?;
+        let vol = self.resolve_to_change(OP, id)?;
         rules::mount(
             OP,
             &Mounting {
