@@ -141,6 +141,12 @@ impl FakeLinux {
         self.lock().interrupted.insert(program.into());
     }
 
+    /// The next run of `program` never ends on its own: it is stopped at the time limit it is
+    /// given (TimedOut), and a run without one fails the test.
+    pub fn hang(&self, program: &str) {
+        self.lock().hanging.insert(program.into());
+    }
+
     /// Unmounting what is mounted at `point` fails with EBUSY (open files on it).
     pub fn set_busy(&self, point: &str) {
         self.lock().busy.insert(point.into());
@@ -508,8 +514,16 @@ impl LinuxOs for FakeLinux {
         Ok(b)
     }
 
-    fn run(&self, program: &str, args: &[&str], _limit: Option<Duration>) -> io::Result<Ran> {
+    fn run(&self, program: &str, args: &[&str], limit: Option<Duration>) -> io::Result<Ran> {
         let mut s = self.record(format!("run {program} {}", args.join(" ")));
+        if s.hanging.remove(program) {
+            // Killed at its limit, as the real seam does; without one it would run for ever.
+            assert!(
+                limit.is_some(),
+                "{program} never ends and was given no time limit"
+            );
+            return Err(io::ErrorKind::TimedOut.into());
+        }
         tools::run(&mut s, program, args)
     }
 

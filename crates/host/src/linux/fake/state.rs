@@ -120,6 +120,8 @@ pub(super) struct State {
     pub(super) interrupted: BTreeSet<String>,
     /// Mount points whose unmount answers EBUSY.
     pub(super) busy: BTreeSet<PathBuf>,
+    /// Tools whose next run never ends on its own (a tenant's filesystem keeping it busy).
+    pub(super) hanging: BTreeSet<String>,
     /// A disk to swap for another right after a call (see `FakeLinux::replace_disk_at`).
     pub(super) replace_at: Option<(String, String)>,
 }

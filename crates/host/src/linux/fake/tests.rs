@@ -381,3 +381,31 @@ fn set_disk_state_never_writes_a_disk_attached_in_its_place() {
         n.disks.set_disk_online(seq, true).unwrap();
     }
 }
+
+/// A tool a tenant's filesystem keeps busy is stopped at its time limit, freeing the disk:
+/// UNAVAILABLE naming the tool and what the stop may have left. Before: resize2fs and e2fsck
+/// had no limit and held the disk for ever.
+#[test]
+fn a_hanging_resize2fs_is_stopped_and_reported() {
+    let n = Node::new(FsType::Ext4);
+    let id = n.volume("sda", GIB);
+    n.volumes.format_volume(&id).unwrap();
+    n.fake.resize_disk("sda", 2 * GIB);
+    n.fake.hang("resize2fs");
+    let e = n
+        .volumes
+        .resize_volume(&id, ResizeTarget::Maximum)
+        .unwrap_err();
+    assert_eq!(e.kind(), Kind::Unavailable, "{}", e.message());
+    assert!(
+        e.message().contains("ResizeVolume")
+            && e.message()
+                .contains("resize2fs did not finish within 3600 s")
+            && e.message().contains("e2fsck -f"),
+        "{}",
+        e.message()
+    );
+    // The retry grows the filesystem.
+    n.volumes.resize_volume(&id, ResizeTarget::Maximum).unwrap();
+    assert_eq!(n.ran("resize2fs").len(), 2);
+}
