@@ -237,6 +237,10 @@ fn xfs_is_grown_on_a_private_temporary_mount() {
     n.volumes.resize_volume(&id, ResizeTarget::Maximum).unwrap();
     let grow = n.ran("xfs_growfs");
     assert_eq!(grow.len(), 1);
+    // Named by the whole volume ID (diskseq included), never the PARTUUID alone, which a
+    // clone of the disk growing at the same time shares.
+    let private = format!("{}/{id}", n.volumes_state_mnt());
+    assert!(grow[0].ends_with(&private), "{grow:?}");
     assert_eq!(n.count("make_private"), 1);
     assert_eq!(
         n.fake.mount_points(),
@@ -339,17 +343,19 @@ fn os_calls_per_mount_and_format() {
     // ends (its table and whatever lies outside the partitions it lists) and the partition's
     // start: a partition device the table does not list is no volume. MountVolume reads the
     // volume's end too (its length and last 128 KiB): a filesystem whose volume keeps md or
-    // DRBD metadata past it is a member, never mounted directly.
+    // DRBD metadata past it is a member, never mounted directly. Both read the disk's page
+    // 0x83 ID and serial number once (six sysfs attributes when the disk has neither): the
+    // format record is kept under the disk's identity too, not the PARTUUID alone.
     let expected = |opens, total| Cost {
-        sysfs_reads: 9,
+        sysfs_reads: 15,
         sysfs_lists: 2,
         opens,
         gpt_reads: 3,
         mountinfo_reads: 1,
         total,
     };
-    assert_eq!(format, expected(2, 31));
-    assert_eq!(mount, expected(3, 30));
+    assert_eq!(format, expected(2, 37));
+    assert_eq!(mount, expected(3, 36));
 }
 
 /// SetDiskState holds the disk's `device/state` attribute and checks the disk's identity

@@ -192,15 +192,17 @@ impl LinuxVolumeHost {
     }
 
     fn read_intent(&self, vol: &Volume) -> Option<FormatRecord> {
-        self.records().read(&vol.uuid)
+        self.records().read(vol.record_key(&self.os))
     }
 
     fn write_intent(&self, op: &str, vol: &Volume, record: &FormatRecord) -> Result<()> {
         let records = self.records();
-        records.write(&vol.uuid, record, &vol.id).map_err(|e| {
-            Error::io(op, shown(&vol.id), &e)
-                .context(format!("state dir {}", records.dir().display()))
-        })
+        records
+            .write(vol.record_key(&self.os), record, &vol.id)
+            .map_err(|e| {
+                Error::io(op, shown(&vol.id), &e)
+                    .context(format!("state dir {}", records.dir().display()))
+            })
     }
 
     /// What the volume holds: its first [`signatures::PROBE_LEN`] bytes, then (when they hold

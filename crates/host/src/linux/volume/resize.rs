@@ -270,7 +270,9 @@ impl LinuxVolumeHost {
         // Only the tool works in it: nothing on it is run, opened as a device or set-uid; the
         // type is named as for MountVolume.
         let how = mount_policy::plan(op, &shown(&vol.id), Some(sig), &[], true)?;
-        let dir = self.state_dir.join("mnt").join(&vol.uuid);
+        // Named by the whole volume ID, diskseq included: clones of one disk share their
+        // PARTUUID and may grow at the same time, each on its own mount.
+        let dir = self.state_dir.join("mnt").join(&vol.id);
         let err = |e: io::Error| {
             Error::io(op, shown(&vol.id), &e).context(format!("temporary mount {}", dir.display()))
         };

@@ -24,6 +24,8 @@ pub(super) struct Volume {
     pub(super) disk_file: Arc<Fd>,
     /// The disk's logical sector size, read from sysfs once.
     pub(super) sector: u64,
+    /// See [`Volume::record_key`]; read from sysfs when first asked.
+    record_key: std::sync::OnceLock<String>,
 }
 
 impl Volume {
@@ -57,6 +59,27 @@ impl Volume {
             )));
         }
         Ok(())
+    }
+
+    /// What the volume's format record is kept under: the ID's third part (PARTUUID, or
+    /// `<disk signature>-<P>` on MBR) and the disk's own identity, since clones and snapshots
+    /// share a PARTUUID and every MBR disk without a signature has `00000000-0P`. The disk's
+    /// identity is its page 0x83 ID and serial number (a loop device's: its backing file),
+    /// which outlive a reboot; a disk with neither has only its diskseq, so its records last
+    /// until the next boot.
+    pub(super) fn record_key(&self, os: &Os) -> &str {
+        self.record_key.get_or_init(|| {
+            use md5::{Digest, Md5};
+            let (page83, serial) = (block::page83(os, &self.disk), block::serial(os, &self.disk));
+            let identity = if page83.is_empty() && serial.is_empty() {
+                format!("diskseq\0{}", self.disk.number)
+            } else {
+                format!("page83\0{page83}\0serial\0{serial}")
+            };
+            let digest = Md5::digest(identity.as_bytes());
+            let disk: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+            format!("{}-{disk}", self.uuid)
+        })
     }
 
     pub(super) fn mounts<'t>(&self, table: &'t [MountInfo]) -> Vec<&'t MountInfo> {
@@ -190,6 +213,7 @@ pub(super) fn make_volume(os: &Os, op: &str, disk: &Disk, part: u32, sync: Sync)
         file,
         disk_file,
         sector,
+        record_key: std::sync::OnceLock::new(),
     })
 }
 
