@@ -394,8 +394,14 @@ pub(super) fn write_ordered(
 }
 
 /// Writes `table` to `disk` in [`Gpt::serialize`]'s crash-safe order, each write durable before
-/// the next.
+/// the next. The header's end is rebuilt from the disk's geometry first (backup header in the
+/// last sector, usable sectors up to the backup array), never taken from what a header read
+/// from the disk said.
 pub(super) fn write_gpt(op: &str, disk: &Disk, file: &Fd, table: &Gpt, total: u64) -> Result<()> {
+    let mut table = table.clone();
+    table
+        .relocate_end(total)
+        .map_err(|e| refused(op, disk, e))?;
     write_ordered(file, &table.serialize(total))
         .map_err(|e| io_err(op, disk, "write the partition table", &e))
 }
