@@ -358,6 +358,10 @@ fn formats() -> Vec<Format> {
             make: md12,
         },
         Format {
+            name: "DRBD 8.4 metadata at the end",
+            make: common::drbd84,
+        },
+        Format {
             name: "ZFS member",
             make: zfs,
         },

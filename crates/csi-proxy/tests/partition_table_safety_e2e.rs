@@ -490,7 +490,9 @@ async fn mbr_entries_that_lie_are_refused_and_containers_are_no_volumes() {
         m[510..].copy_from_slice(&[0x55, 0xAA]);
         m
     };
-    let lies: [(&str, Vec<(u8, u32, u32)>, &str); 3] = [
+    /// What a lie is called, its entries (type, first sector, sectors), what the refusal says.
+    type MbrLie = (&'static str, Vec<(u8, u32, u32)>, &'static str);
+    let lies: [MbrLie; 3] = [
         ("starts in LBA 0", vec![(0x83, 0, 40960)], "starts in LBA 0"),
         ("past the end", vec![(0x83, 2048, total)], "past the end"),
         (
