@@ -46,6 +46,13 @@ pub struct Flags {
           value_parser = ["ext4", "xfs"])]
     pub format_filesystem: String,
 
+    /// A kernel filesystem type MountVolume may mount on Linux besides ext4, xfs and btrfs
+    /// (repeatable; e.g. `vfat`, `ntfs3`): each is a kernel driver that parses tenants' volumes
+    /// as root.
+    #[arg(long = "mount-filesystem", value_name = "TYPE", action = ArgAction::Append,
+          value_parser = filesystem_type)]
+    pub mount_filesystems: Vec<String>,
+
     /// Security descriptor (SDDL) of the named pipes (Windows). Default: SYSTEM and
     /// Administrators only.
     #[arg(long = "pipe-sddl", value_name = "SDDL")]
@@ -111,6 +118,22 @@ pub struct Flags {
     pub one_output: Option<bool>,
 }
 
+/// A kernel filesystem type name as `/proc/filesystems` lists them: lower-case letters, digits,
+/// `_` and `.`, at most 32 bytes (a name that could smuggle mount options is refused).
+fn filesystem_type(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 32
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'.');
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not a kernel filesystem type (lower-case letters, digits, '_' and '.', at most 32)"
+        ))
+    }
+}
+
 /// Rewrites Go-style `-long-name[=value]` arguments to `--long-name[=value]`; `-v`, `-v=4`,
 /// `-h` and anything after `--` are left alone.
 pub fn go_style(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
@@ -161,6 +184,17 @@ mod tests {
         let mut v = vec![OsString::from("csi-proxy")];
         v.extend(args.iter().map(OsString::from));
         Flags::try_parse_from(go_style(v)).unwrap()
+    }
+
+    #[test]
+    fn mount_filesystems_repeat_and_refuse_option_smuggling() {
+        let f = parse(&["-mount-filesystem=vfat", "--mount-filesystem", "ntfs3"]);
+        assert_eq!(f.mount_filesystems, ["vfat", "ntfs3"]);
+        assert!(parse(&[]).mount_filesystems.is_empty());
+        for bad in ["", "ext4,errors=panic", "VFAT", "a b"] {
+            let v = ["csi-proxy", "--mount-filesystem", bad].map(OsString::from);
+            assert!(Flags::try_parse_from(v).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

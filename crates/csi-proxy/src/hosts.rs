@@ -47,7 +47,10 @@ mod platform {
             Arc::new(linux::filesystem::LinuxFilesystemHost::new()),
             Hosts {
                 disk: Arc::new(linux::disk::LinuxDiskHost::new()),
-                volume: Arc::new(linux::volume::LinuxVolumeHost::new(&state, fs_type)),
+                volume: Arc::new(
+                    linux::volume::LinuxVolumeHost::new(&state, fs_type)
+                        .with_mount_filesystems(flags.mount_filesystems.clone()),
+                ),
                 smb: Arc::new(linux::smb::LinuxSmbHost::new(state.join("smb"))),
                 system: Arc::new(linux::system::LinuxSystemHost::new()),
                 iscsi: Arc::new(linux::iscsi::LinuxIscsiHost::new(state.join("iscsi"))),

@@ -92,3 +92,45 @@ async fn a_disk_swapped_under_a_running_format_is_never_formatted() {
     );
     assert!(Path::new(&b.file).exists());
 }
+
+/// Writes an MBR with one Linux partition and no disk signature (as many image tools leave
+/// it): its volume is named `…-part1-00000000-01`, like every other such disk's.
+fn signatureless_mbr(l: &LoopDisk) {
+    let mut mbr = vec![0u8; 512];
+    let sectors = (common::len_of(&l.dev) / 512 - 2048) as u32;
+    mbr[446 + 4] = 0x83;
+    mbr[446 + 8..446 + 12].copy_from_slice(&2048u32.to_le_bytes());
+    mbr[446 + 12..446 + 16].copy_from_slice(&sectors.to_le_bytes());
+    mbr[510..].copy_from_slice(&[0x55, 0xAA]);
+    common::write_at(&l.dev, 0, &mbr).unwrap();
+}
+
+/// Two disks whose partitions share a name (signature-less MBRs; clones share their PARTUUID
+/// the same way) keep separate format records: formatting the second does not make the
+/// first's retry (after a lost answer) a refusal. Before: the records were keyed by the
+/// shared name, the second format overwrote the first's, and the retry was
+/// FAILED_PRECONDITION "already holds ext4".
+#[tokio::test(flavor = "multi_thread")]
+async fn disks_sharing_a_partition_name_keep_their_own_format_records() {
+    if !common::can_use_loop_devices() {
+        return;
+    }
+    let d = Daemon::start(&[]);
+    let (_, mut vc) = v1_clients(&d).await;
+    let mut ids = Vec::new();
+    let mut disks = Vec::new();
+    for name in ["mbr-a", "mbr-b"] {
+        let l = LoopDisk::new(d.dir.path(), name, 64).unwrap();
+        signatureless_mbr(&l);
+        let listed = common::volumes_on(&mut vc, l.disk_number()).await;
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        assert!(listed[0].ends_with("-part1-00000000-01"), "{listed:?}");
+        ids.push(listed[0].clone());
+        disks.push(l);
+    }
+    common::format_ok(&mut vc, &ids[0]).await;
+    common::format_ok(&mut vc, &ids[1]).await;
+    // The first format's answer was lost: the driver retries.
+    common::format_ok(&mut vc, &ids[0]).await;
+    common::format_ok(&mut vc, &ids[1]).await;
+}

@@ -198,3 +198,41 @@ async fn ext4_is_made_with_no_blocks_reserved_for_root() {
         .map(str::trim);
     assert_eq!(reserved, Some("0"), "{text}");
 }
+
+/// A tool that prints without end (a tenant's content can make a checker do so) never puts
+/// more than a few KiB of it in the status message: its first and last bytes, with how much
+/// was left out. Before: the whole output went into the message.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tools_output_in_a_status_message_is_bounded() {
+    if !can_use_loop_devices() {
+        return;
+    }
+    let wrappers = tempfile::tempdir().unwrap();
+    let path = common::wrap_tool(
+        wrappers.path(),
+        "mkfs.ext4",
+        "echo 'mkfs.ext4: the first words' >&2; head -c 1048576 /dev/zero | tr '\\0' 'x' >&2; \
+         echo; echo 'the last words' >&2; exit 1",
+    );
+    let d = Daemon::start_env(&[], &[("PATH", &path)]);
+    let (mut dc, mut vc) = v1_clients(&d).await;
+    let l = LoopDisk::new(d.dir.path(), "chatty", 64).unwrap();
+    let id = common::partition_one(&mut dc, &mut vc, l.disk_number()).await;
+    let s = format(&mut vc, &id).await.expect_err("mkfs failed");
+    assert_eq!(
+        s.code(),
+        Code::Internal,
+        "{}",
+        &s.message()[..200.min(s.message().len())]
+    );
+    let msg = s.message();
+    assert!(msg.len() < 4096, "{} bytes", msg.len());
+    assert!(
+        msg.contains("FormatVolume")
+            && msg.contains("mkfs.ext4 failed")
+            && msg.contains("the first words")
+            && msg.contains("bytes left out")
+            && msg.contains("the last words"),
+        "{msg}"
+    );
+}

@@ -273,7 +273,8 @@ fn rewrite_gpt(dev: &Path, header_at: u64, edit: impl Fn(&mut Vec<u8>, &mut Vec<
 }
 
 /// Tables that lie (entries overlapping, an entry past the disk's end, a header claiming 2^32
-/// entries, a backup that disagrees with its primary), each with valid checksums, on a disk
+/// entries, a backup that disagrees with its primary, a header whose backup LBA or usable range
+/// does not fit the disk), each with valid checksums, on a disk
 /// holding a formatted volume: PartitionDisk, FormatVolume, ResizeVolume and ListVolumesOnDisk
 /// answer a precise status or a harmless OK, the daemon keeps serving, and not a byte of the
 /// disk changes.
@@ -298,7 +299,7 @@ async fn lying_tables_change_nothing_through_four_rpcs() {
     let total = end / SECTOR;
 
     type Lie = (&'static str, u64, fn(&mut Vec<u8>, &mut Vec<u8>, u64));
-    let lies: [Lie; 4] = [
+    let lies: [Lie; 7] = [
         ("overlapping entries", SECTOR, |_, e, _| {
             // Entry 2: a copy of entry 1 with another unique GUID, over the same sectors.
             let first = e[..128].to_vec();
@@ -314,6 +315,24 @@ async fn lying_tables_change_nothing_through_four_rpcs() {
         ("a backup that disagrees", 0, |_, e, _| {
             e[16] ^= 0xff; // entry 1's unique GUID, in the backup only
         }),
+        // Header fields a table write would trust: where the backup goes, what is usable.
+        (
+            "a backup header mid-disk, before usable sectors",
+            SECTOR,
+            |h, _, total| {
+                h[32..40].copy_from_slice(&(total / 2).to_le_bytes());
+            },
+        ),
+        ("a backup header past the disk", SECTOR, |h, _, total| {
+            h[32..40].copy_from_slice(&(total + 1000).to_le_bytes());
+        }),
+        (
+            "usable sectors inside the primary table",
+            SECTOR,
+            |h, _, _| {
+                h[40..48].copy_from_slice(&2u64.to_le_bytes());
+            },
+        ),
     ];
     for (what, header_at, lie) in lies {
         let header_at = if header_at == 0 {
@@ -397,4 +416,118 @@ async fn lying_tables_change_nothing_through_four_rpcs() {
         write(&l.dev, 0, &good);
         write(&l.dev, end - GPT_SECTORS * SECTOR, &good_tail);
     }
+}
+
+/// A GPT whose header puts its backup (and the end of the usable sectors) mid-disk, as the
+/// table of a disk that has since grown does, and no data partition: PartitionDisk adds the
+/// partition and writes the backup at the disk's real end, rebuilding the header from the
+/// disk's geometry; what lies where the header said the backup was is untouched. Before: the
+/// backup was written where the header said, over it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_table_write_rebuilds_the_header_from_the_disks_geometry() {
+    if !can_use_loop_devices() {
+        return;
+    }
+    let d = Daemon::start(&[]);
+    let l = LoopDisk::new(d.dir.path(), "grown", 64).unwrap();
+    let (mut dc, mut vc) = v1_clients(&d).await;
+    let total = size_of(&l.dev) / SECTOR;
+    let old_total = total / 2;
+    let table = csi_proxy_host::gpt::Gpt::new(
+        SECTOR,
+        old_total,
+        csi_proxy_host::uuid::Uuid::from_bytes([7; 16]),
+    )
+    .unwrap();
+    // The primary only (array, header, protective MBR): the old backup is long overwritten.
+    for (off, bytes) in table.serialize(old_total).into_iter().skip(1) {
+        write(&l.dev, off, &bytes);
+    }
+    let old_backup = (old_total - GPT_SECTORS) * SECTOR;
+    let data = vec![0x5a; (GPT_SECTORS * SECTOR) as usize];
+    write(&l.dev, old_backup, &data);
+
+    partition(&mut dc, l.disk_number()).await.unwrap();
+    assert_eq!(
+        read(&l.dev, old_backup, data.len()),
+        data,
+        "nothing was written where the header said the backup was"
+    );
+    let backup = read(&l.dev, (total - 1) * SECTOR, SECTOR as usize);
+    assert_eq!(&backup[..8], b"EFI PART", "the backup is at the disk's end");
+    let primary = read(&l.dev, SECTOR, SECTOR as usize);
+    let alternate = u64::from_le_bytes(primary[32..40].try_into().unwrap());
+    let last_usable = u64::from_le_bytes(primary[48..56].try_into().unwrap());
+    assert_eq!(alternate, total - 1);
+    assert_eq!(last_usable, total - 1 - GPT_SECTORS);
+    assert_eq!(common::volumes_on(&mut vc, l.disk_number()).await.len(), 1);
+}
+
+/// MBR entries that would let a format destroy the table or another partition (starting in
+/// LBA 0, past the disk's end, overlapping) make the disk's table untrusted:
+/// ListVolumesOnDisk and PartitionDisk answer FAILED_PRECONDITION naming the entry, and the
+/// disk is unchanged. An extended-partition container (0x85, Linux's) is never a volume.
+/// Before: the entries were taken as they were, and the container was listed as a volume.
+#[tokio::test(flavor = "multi_thread")]
+async fn mbr_entries_that_lie_are_refused_and_containers_are_no_volumes() {
+    if !can_use_loop_devices() {
+        return;
+    }
+    let d = Daemon::start(&[]);
+    let (mut dc, mut vc) = v1_clients(&d).await;
+    let l = LoopDisk::new(d.dir.path(), "mbrlies", 64).unwrap();
+    let n = l.disk_number();
+    let total = (size_of(&l.dev) / SECTOR) as u32;
+    let mbr = |entries: &[(u8, u32, u32)]| {
+        let mut m = vec![0u8; 512];
+        m[440..444].copy_from_slice(&0x1234_5678u32.to_le_bytes());
+        for (i, &(kind, start, len)) in entries.iter().enumerate() {
+            let e = &mut m[446 + 16 * i..462 + 16 * i];
+            e[4] = kind;
+            e[8..12].copy_from_slice(&start.to_le_bytes());
+            e[12..16].copy_from_slice(&len.to_le_bytes());
+        }
+        m[510..].copy_from_slice(&[0x55, 0xAA]);
+        m
+    };
+    /// What a lie is called, its entries (type, first sector, sectors), what the refusal says.
+    type MbrLie = (&'static str, Vec<(u8, u32, u32)>, &'static str);
+    let lies: [MbrLie; 3] = [
+        ("starts in LBA 0", vec![(0x83, 0, 40960)], "starts in LBA 0"),
+        ("past the end", vec![(0x83, 2048, total)], "past the end"),
+        (
+            "overlapping",
+            vec![(0x83, 2048, 40960), (0x83, 20480, 40960)],
+            "overlap",
+        ),
+    ];
+    for (what, entries, says) in lies {
+        write(&l.dev, 0, &mbr(&entries));
+        let before = l.fingerprint();
+        let listed = vc
+            .list_volumes_on_disk(v1::ListVolumesOnDiskRequest {
+                disk_number: n,
+                partition_number: 0,
+            })
+            .await
+            .map(|r| r.into_inner().volume_ids);
+        let msg = refusal(listed);
+        assert!(
+            msg.contains("ListVolumesOnDisk") && msg.contains(says),
+            "{what}: {msg}"
+        );
+        let msg = refusal(partition(&mut dc, n).await);
+        assert!(
+            msg.contains("PartitionDisk") && msg.contains(says),
+            "{what}: {msg}"
+        );
+        assert_eq!(l.fingerprint(), before, "{what}: the disk changed");
+    }
+    // An extended container with an empty chain: no volume, nothing to format over.
+    write(&l.dev, 0, &mbr(&[(0x85, 2048, 40960)]));
+    let before = l.fingerprint();
+    assert_eq!(common::volumes_on(&mut vc, n).await, Vec::<String>::new());
+    partition(&mut dc, n).await.unwrap();
+    assert_eq!(common::volumes_on(&mut vc, n).await, Vec::<String>::new());
+    assert_eq!(l.fingerprint(), before, "the container was left alone");
 }

@@ -31,7 +31,8 @@ impl FormatRecords {
         &self.dir
     }
 
-    /// The record of volume `key` (a partition GUID: hex digits and dashes), if any. A record
+    /// The record of volume `key` (a GUID, on Linux followed by the disk's identity: hex
+    /// digits and dashes), if any. A record
     /// that cannot be read or parsed counts as none: the volume is then treated as not ours,
     /// the safe side.
     pub fn read(&self, key: &str) -> Option<FormatRecord> {
@@ -102,7 +103,7 @@ impl FormatRecords {
         std::fs::read_to_string(self.dir.join(Self::name(key)?))
     }
 
-    /// The record's file name: the GUID in lower case.
+    /// The record's file name: the key in lower case.
     fn name(key: &str) -> io::Result<String> {
         let ok = !key.is_empty()
             && key.len() <= 64

@@ -73,6 +73,9 @@ pub fn listed(head: &[u8], tail: &[u8], sector: u64, total: u64) -> Result<Vec<E
             if mbr.is_empty() {
                 return Ok(Vec::new());
             }
+            if let Some(why) = gpt::mbr_problem(&mbr, total) {
+                return Err(format!("{why}; the table is not trusted"));
+            }
             let covered = mbr
                 .iter()
                 .map(|p| {

@@ -190,9 +190,21 @@ const MD_MAGIC: u32 = 0xa92b_4efc;
 
 /// Recognises what a device keeps at its end, where [`probe`] does not look: md RAID 0.90 and
 /// 1.0 members (a 1.0 member's data starts at sector 0, and an array's first sectors may be
-/// blank). `tail` is the device's last bytes (ideally [`TAIL_PROBE_LEN`]) and `device_len` its
-/// length in bytes; a shorter tail only finds what lies within it.
+/// blank) and DRBD's internal metadata. `tail` is the device's last bytes (ideally
+/// [`TAIL_PROBE_LEN`]) and `device_len` its length in bytes; a shorter tail only finds what
+/// lies within it.
 pub fn probe_tail(tail: &[u8], device_len: u64) -> Option<Signature> {
+    metadata_at_end(tail, device_len).map(|(sig, _)| sig)
+}
+
+/// DRBD's internal metadata magics (`DRBD_MD_MAGIC_08`, `_84_UNCLEAN`, `_09`), big-endian at
+/// +60 of the metadata block (`struct md_on_disk_08` and `meta_data_on_disk_9` alike).
+const DRBD_MAGICS: [u32; 3] = [0x8374_026b, 0x8374_026c, 0x8374_026d];
+
+/// As [`probe_tail`], with the byte offset on the device where the metadata found starts:
+/// what a filesystem at the device's start must end before for the metadata not to be its
+/// own content.
+pub fn metadata_at_end(tail: &[u8], device_len: u64) -> Option<(Signature, u64)> {
     let tail_start = device_len.checked_sub(tail.len() as u64)?;
     let rel = |abs: u64| usize::try_from(abs.checked_sub(tail_start)?).ok();
     // 0.90: a 64 KiB block, 64 KiB-aligned, at least 64 KiB before the end.
@@ -201,14 +213,28 @@ pub fn probe_tail(tail: &[u8], device_len: u64) -> Option<Signature> {
     // `data_offset` and `data_size`; md_p.h `struct mdp_superblock_1`) in sectors names that
     // very place.
     let md10 = (device_len / 512).checked_sub(16).map(|s| (s & !7) * 512);
-    let found090 = md090.and_then(rel).is_some_and(|o| {
-        (le32(tail, o) == MD_MAGIC && le32(tail, o + 4) == 0)
-            || (be32(tail, o) == MD_MAGIC && be32(tail, o + 4) == 0)
+    // DRBD (internal metadata): the last whole 4 KiB block; never on a device under 64 KiB.
+    let drbd = (device_len & !0xFFF)
+        .checked_sub(0x1000)
+        .filter(|_| device_len >= 0x1_0000);
+    let found090 = md090.filter(|&abs| {
+        rel(abs).is_some_and(|o| {
+            (le32(tail, o) == MD_MAGIC && le32(tail, o + 4) == 0)
+                || (be32(tail, o) == MD_MAGIC && be32(tail, o + 4) == 0)
+        })
     });
-    let found10 = md10.zip(md10.and_then(rel)).is_some_and(|(abs, o)| {
-        le32(tail, o) == MD_MAGIC && le32(tail, o + 4) == 1 && le64(tail, o + 144) == abs / 512
+    let found10 = md10.filter(|&abs| {
+        rel(abs).is_some_and(|o| {
+            le32(tail, o) == MD_MAGIC && le32(tail, o + 4) == 1 && le64(tail, o + 144) == abs / 512
+        })
     });
-    (found090 || found10).then(|| sig("linux_raid_member", None, None))
+    let raid = found090
+        .or(found10)
+        .map(|at| (sig("linux_raid_member", None, None), at));
+    raid.or_else(|| {
+        drbd.filter(|&abs| rel(abs).is_some_and(|o| DRBD_MAGICS.contains(&be32(tail, o + 60))))
+            .map(|at| (sig("drbd", None, None), at))
+    })
 }
 
 const BCACHE_MAGIC: [u8; 16] = [
@@ -333,6 +359,40 @@ mod tests {
         assert_eq!(probe_tail(&t, 10), None);
         assert_eq!(probe_tail(&[], len), None);
         assert_eq!(probe_tail(&[0xFF; 100], 100), None);
+    }
+
+    #[test]
+    fn drbd_metadata_is_found_in_the_last_4k_block_with_its_offset() {
+        let len: u64 = (100 << 20) + 5 * 512;
+        let tail_start = len - TAIL_PROBE_LEN as u64;
+        let abs = (len & !0xFFF) - 0x1000;
+        for magic in [0x8374_026bu32, 0x8374_026c, 0x8374_026d] {
+            let mut t = vec![0u8; TAIL_PROBE_LEN];
+            put(
+                &mut t,
+                (abs - tail_start) as usize + 60,
+                &magic.to_be_bytes(),
+            );
+            let (sig, at) = metadata_at_end(&t, len).unwrap();
+            assert_eq!((sig.kind, at), ("drbd", abs));
+            // Little-endian, or one block off, is not DRBD's.
+            let mut t = vec![0u8; TAIL_PROBE_LEN];
+            put(
+                &mut t,
+                (abs - tail_start) as usize + 60,
+                &magic.to_le_bytes(),
+            );
+            put(
+                &mut t,
+                (abs - 4096 - tail_start) as usize + 60,
+                &magic.to_be_bytes(),
+            );
+            assert_eq!(metadata_at_end(&t, len), None);
+        }
+        // A device under 64 KiB is never DRBD.
+        let mut t = vec![0u8; 0x8000];
+        put(&mut t, 0x7000 + 60, &0x8374_026bu32.to_be_bytes());
+        assert_eq!(metadata_at_end(&t, 0x8000), None);
     }
 
     #[test]

@@ -154,11 +154,17 @@ impl VolumeService {
     }
 
     /// ListVolumesOnDisk: volume IDs on the disk; `partition_number == 0` means all partitions.
+    ///
+    /// Holds the disk: listing may bring the kernel's view of the disk's partitions in line
+    /// with its table (Linux: BLKRRPART, BLKPG), which must never interleave with a table write,
+    /// a format or a resize of the same disk.
     pub fn list_volumes_on_disk(
         &self,
         disk_number: u32,
         partition_number: u32,
     ) -> Result<Vec<String>> {
+        const OP: &str = "ListVolumesOnDisk";
+        let _held = lock_disk(disk_number, OP, &format!("disk {disk_number}"))?;
         self.host
             .list_volumes_on_disk(disk_number, NonZeroU32::new(partition_number))
     }

@@ -9,6 +9,8 @@
 #[cfg(unix)]
 mod azuredisk_driver;
 mod contract;
+#[cfg(unix)]
+mod crafted;
 mod daemon;
 mod driver;
 #[cfg(unix)]
@@ -30,6 +32,8 @@ mod volume;
 #[cfg(unix)]
 pub use azuredisk_driver::*;
 pub use contract::*;
+#[cfg(unix)]
+pub use crafted::*;
 pub use daemon::*;
 pub use driver::*;
 #[cfg(unix)]

@@ -52,12 +52,54 @@ pub fn mbr_partitions(lba0: &[u8]) -> Vec<MbrPartition> {
         .collect()
 }
 
+/// Extended-partition containers (DOS 0x05, Windows LBA 0x0F, Linux 0x85): they hold the
+/// chain of logical partitions' boot records, never a filesystem of their own.
+const EXTENDED: [u8; 3] = [0x05, 0x0F, 0x85];
+
+/// Why the primary entries `parts` of an MBR on a disk of `total_sectors` cannot be trusted,
+/// if they cannot: an entry starting in LBA 0 (over the table itself), one ending past the
+/// disk, two sharing sectors. A format of one such partition would destroy the table or
+/// another partition.
+pub fn mbr_problem(parts: &[MbrPartition], total_sectors: u64) -> Option<String> {
+    let end = |p: &MbrPartition| u64::from(p.first_lba) + u64::from(p.sectors);
+    if let Some(p) = parts.iter().find(|p| p.first_lba == 0) {
+        return Some(format!(
+            "MBR partition {} starts in LBA 0, over the partition table itself",
+            p.number
+        ));
+    }
+    if let Some(p) = parts.iter().find(|p| end(p) > total_sectors) {
+        return Some(format!(
+            "MBR partition {} spans sectors {}..{} past the end of the disk ({total_sectors} sectors)",
+            p.number,
+            p.first_lba,
+            end(p)
+        ));
+    }
+    let mut sorted = parts.to_vec();
+    sorted.sort_by_key(|p| p.first_lba);
+    sorted
+        .windows(2)
+        .find(|w| end(&w[0]) > u64::from(w[1].first_lba))
+        .map(|w| {
+            format!(
+                "MBR partitions {} and {} overlap (sectors {}..{} and {}..{})",
+                w[0].number,
+                w[1].number,
+                w[0].first_lba,
+                end(&w[0]),
+                w[1].first_lba,
+                end(&w[1])
+            )
+        })
+}
+
 /// The primary MBR partitions of `lba0` that hold data, as (number, start, length) in bytes:
-/// the GPT's protective entry and extended-partition containers (0x05, 0x0F) are left out.
+/// the GPT's protective entry and extended-partition containers ([`EXTENDED`]) are left out.
 pub fn mbr_data_extents(lba0: &[u8], sector: u64) -> Vec<(u32, u64, u64)> {
     mbr_partitions(lba0)
         .iter()
-        .filter(|p| !matches!(p.kind, 0xEE | 0x05 | 0x0F))
+        .filter(|p| p.kind != 0xEE && !EXTENDED.contains(&p.kind))
         .map(|p| {
             (
                 p.number,

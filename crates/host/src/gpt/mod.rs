@@ -9,7 +9,9 @@ mod mbr;
 #[cfg(test)]
 mod tests;
 
-pub use mbr::{MbrPartition, mbr_data_extents, mbr_disk_signature, mbr_partitions, protective_mbr};
+pub use mbr::{
+    MbrPartition, mbr_data_extents, mbr_disk_signature, mbr_partitions, mbr_problem, protective_mbr,
+};
 
 use std::fmt;
 use uuid::{Uuid, uuid};
@@ -246,12 +248,15 @@ impl Gpt {
                 "{entry_count} entries of {entry_size} bytes"
             )));
         }
-        if first_usable > last_usable || last_usable >= total_sectors {
-            return Err(GptError::Invalid(format!(
-                "usable sectors {first_usable}..={last_usable} on a disk of {total_sectors}"
-            )));
-        }
         let array_len = u64::from(entry_count) * u64::from(entry_size);
+        check_geometry(
+            my_lba,
+            alternate_lba,
+            entries_lba,
+            array_len.div_ceil(sector),
+            (first_usable, last_usable),
+            total_sectors,
+        )?;
         let start = entries_lba
             .checked_sub(buf_lba)
             .and_then(|l| l.checked_mul(sector))
@@ -470,7 +475,7 @@ impl Gpt {
         let array = &self.entries;
         let array_sectors = (array.len() as u64).div_ceil(self.sector);
         let backup_lba = self.alternate_lba;
-        let backup_array_lba = backup_lba - array_sectors;
+        let backup_array_lba = backup_lba.saturating_sub(array_sectors);
         let header = |my: u64, alt: u64, array_lba: u64| {
             let mut h = vec![0u8; s];
             h[0..8].copy_from_slice(b"EFI PART");
@@ -502,6 +507,58 @@ impl Gpt {
             (0, protective_mbr(s, total_sectors)),
         ]
     }
+}
+
+/// Checks that a header's places agree with each other and with a disk of `total_sectors`:
+/// the header at `my_lba`, its entry array (`array_sectors` from `entries_lba`) between the
+/// header and the usable sectors on its side, the backup header (`alternate_lba`, as seen from
+/// the primary) on the disk and after the usable sectors and the backup array. A header that
+/// lies about any of them would have a table write put the backup over data (mid-disk, or
+/// inside a partition) or past the disk.
+fn check_geometry(
+    my_lba: u64,
+    alternate_lba: u64,
+    entries_lba: u64,
+    array_sectors: u64,
+    (first_usable, last_usable): (u64, u64),
+    total_sectors: u64,
+) -> Result<(), GptError> {
+    let invalid = |why: String| Err(GptError::Invalid(why));
+    if first_usable > last_usable {
+        return invalid(format!("usable sectors {first_usable}..={last_usable}"));
+    }
+    if alternate_lba >= total_sectors || alternate_lba <= 1 {
+        return invalid(format!(
+            "backup header at LBA {alternate_lba} on a disk of {total_sectors} sectors"
+        ));
+    }
+    // The backup array lies right before the backup header, after every usable sector.
+    if last_usable.saturating_add(array_sectors) >= alternate_lba {
+        return invalid(format!(
+            "usable sectors {first_usable}..={last_usable} reach the backup table (header at \
+             LBA {alternate_lba}, {array_sectors} sectors of entries before it)"
+        ));
+    }
+    // The primary array (at LBA 2 when written by anyone following UEFI) fits before them.
+    if first_usable < 2 + array_sectors {
+        return invalid(format!(
+            "usable sectors start at {first_usable}, inside the primary table \
+             ({array_sectors} sectors of entries after LBA 1)"
+        ));
+    }
+    let array_end = entries_lba.saturating_add(array_sectors);
+    let array_fits = if my_lba == 1 {
+        entries_lba >= 2 && array_end <= first_usable
+    } else {
+        entries_lba > last_usable && array_end <= my_lba
+    };
+    if !array_fits {
+        return invalid(format!(
+            "the entry array of the header at LBA {my_lba} is at LBA {entries_lba} \
+             ({array_sectors} sectors), outside its place"
+        ));
+    }
+    Ok(())
 }
 
 /// The last usable sector of a disk of `total_sectors` with an entry array of `array_bytes`

@@ -302,3 +302,76 @@ fn mbr_tables_and_boot_sectors_are_told_apart() {
     lba0[446 + 16] = 0x33; // not a boot flag: code, not a table
     assert!(mbr_partitions(&lba0).is_empty());
 }
+
+/// Header fields a table write trusts: a backup LBA past the disk or with usable sectors
+/// reaching it, usable sectors inside the primary array, an array outside its place.
+#[test]
+fn header_geometry_that_does_not_fit_the_disk_is_refused() {
+    let total = 131_072u64;
+    let ok = |alt, entries, first, last| check_geometry(1, alt, entries, 32, (first, last), total);
+    assert!(ok(total - 1, 2, 34, total - 34).is_ok());
+    // A disk that grew: the backup where the old end was, usable sectors before it.
+    assert!(ok(total / 2, 2, 34, total / 2 - 33).is_ok());
+    for (alt, entries, first, last) in [
+        (total, 2, 34, total - 34),      // backup past the disk
+        (total / 2, 2, 34, total - 34),  // usable sectors over the backup
+        (1, 2, 34, 40),                  // backup over the primary
+        (total - 1, 2, 2, total - 34),   // usable sectors inside the primary array
+        (total - 1, 1, 34, total - 34),  // array over the primary header
+        (total - 1, 40, 34, total - 34), // array inside the usable sectors
+        (total - 1, 2, 100, 50),         // empty usable range
+    ] {
+        assert!(
+            ok(alt, entries, first, last).is_err(),
+            "{alt} {entries} {first} {last}"
+        );
+    }
+    // The backup header's array lies between the usable sectors and itself.
+    assert!(
+        check_geometry(
+            total - 1,
+            total - 1,
+            total - 33,
+            32,
+            (34, total - 34),
+            total
+        )
+        .is_ok()
+    );
+    assert!(check_geometry(total - 1, total - 1, 2, 32, (34, total - 34), total).is_err());
+}
+
+#[test]
+fn mbr_entries_are_checked_against_each_other_and_the_disk() {
+    let p = |number, first_lba, sectors| MbrPartition {
+        number,
+        kind: 0x83,
+        first_lba,
+        sectors,
+    };
+    assert_eq!(
+        mbr_problem(&[p(1, 2048, 1000), p(2, 3048, 1000)], 10_000),
+        None
+    );
+    for (parts, says) in [
+        (vec![p(1, 0, 100)], "LBA 0"),
+        (vec![p(1, 2048, 9000)], "past the end"),
+        (vec![p(2, 5000, 100), p(1, 2048, 3000)], "overlap"),
+    ] {
+        let why = mbr_problem(&parts, 10_000).unwrap();
+        assert!(why.contains(says), "{why}");
+    }
+    // Extended containers (0x05, 0x0F, 0x85) are never data.
+    let mut lba0 = vec![0u8; 512];
+    for (i, kind) in [0x05u8, 0x0F, 0x85, 0x83].into_iter().enumerate() {
+        let e = &mut lba0[446 + 16 * i..462 + 16 * i];
+        e[4] = kind;
+        e[8..12].copy_from_slice(&(2048 + 1000 * i as u32).to_le_bytes());
+        e[12..16].copy_from_slice(&1000u32.to_le_bytes());
+    }
+    lba0[510..].copy_from_slice(&[0x55, 0xAA]);
+    assert_eq!(
+        mbr_data_extents(&lba0, 512),
+        vec![(4, 5048 * 512, 1000 * 512)]
+    );
+}

@@ -222,14 +222,33 @@ impl DiskHost for LinuxDiskHost {
             ));
         };
         let want = if online { "running" } else { "offline" };
-        let now = os::read_text(&*self.os, &state)
-            .map_err(|e| io_err(OP, &disk, "read device/state", &e))?;
-        if now.trim() == want {
+        // The attribute is held open and read and written through that handle: an open sysfs
+        // attribute belongs to the device it was opened on, and fails with ENODEV once that
+        // device is gone, so a disk detached and another attached under the same name in the
+        // meantime is never written. (The block device itself is not opened: an offline SCSI
+        // disk refuses opens.)
+        let attr = Fd::open(&self.os, &state, Open::Write { exclusive: false })
+            .map_err(|e| io_err(OP, &disk, "open device/state", &e))?;
+        // Checked once the attribute is open: the name still names the disk numbered (a
+        // diskseq is never reused), so the attribute opened is that disk's.
+        still_named(&self.os, OP, &disk)?;
+        let gone = |e: std::io::Error, what: &str| match e.raw_os_error() {
+            Some(19) => Error::new(
+                Kind::NotFound,
+                OP,
+                format!("disk {} ({})", disk.number, disk.name),
+                "the disk was detached while the request ran; nothing was changed",
+            ),
+            _ => io_err(OP, &disk, what, &e),
+        };
+        let now = attr
+            .read_at(0, 64)
+            .map_err(|e| gone(e, "read device/state"))?;
+        if String::from_utf8_lossy(&now).trim() == want {
             return Ok(());
         }
-        self.os
-            .write_file(&state, want)
-            .map_err(|e| io_err(OP, &disk, &format!("set device/state to {want}"), &e))
+        attr.write_at(0, want.as_bytes())
+            .map_err(|e| gone(e, &format!("set device/state to {want}")))
     }
 
     fn is_disk_online(&self, number: u32) -> Result<bool> {
@@ -246,6 +265,24 @@ impl DiskHost for LinuxDiskHost {
     fn disk_usage(&self, number: u32) -> Result<DiskUsage> {
         block::usage(&self.os, &block::find_disk(&self.os, "disk usage", number)?)
     }
+}
+
+/// Checks that `disk`'s kernel name still names the disk with its number (its sysfs `diskseq`):
+/// what was opened by that name since it was found is then the disk's. NOT_FOUND otherwise.
+fn still_named(os: &Os, op: &str, disk: &Disk) -> Result<()> {
+    let seq = os::read_u64(&**os, &block::sys_disk(&disk.name).join("diskseq")).ok();
+    if seq == Some(u64::from(disk.number)) {
+        return Ok(());
+    }
+    Err(Error::new(
+        Kind::NotFound,
+        op,
+        format!("disk {} ({})", disk.number, disk.name),
+        format!(
+            "the disk was detached or replaced while the request ran ({} now has diskseq {seq:?}); nothing was changed",
+            disk.name
+        ),
+    ))
 }
 
 /// The bytes a table decision is taken from: the disk's first [`signatures::PROBE_LEN`] bytes
@@ -357,8 +394,14 @@ pub(super) fn write_ordered(
 }
 
 /// Writes `table` to `disk` in [`Gpt::serialize`]'s crash-safe order, each write durable before
-/// the next.
+/// the next. The header's end is rebuilt from the disk's geometry first (backup header in the
+/// last sector, usable sectors up to the backup array), never taken from what a header read
+/// from the disk said.
 pub(super) fn write_gpt(op: &str, disk: &Disk, file: &Fd, table: &Gpt, total: u64) -> Result<()> {
+    let mut table = table.clone();
+    table
+        .relocate_end(total)
+        .map_err(|e| refused(op, disk, e))?;
     write_ordered(file, &table.serialize(total))
         .map_err(|e| io_err(op, disk, "write the partition table", &e))
 }

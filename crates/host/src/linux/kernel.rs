@@ -241,13 +241,14 @@ impl LinuxOs for SystemLinux {
         flags: MountFlags,
     ) -> io::Result<()> {
         let (target, _held) = self.path(target)?;
-        let mut f = rustix::mount::MountFlags::empty();
-        if flags.restricted {
-            f |= rustix::mount::MountFlags::NOSUID
-                | rustix::mount::MountFlags::NODEV
-                | rustix::mount::MountFlags::NOEXEC;
+        let mut f = rustix::mount::MountFlags::NOSUID | rustix::mount::MountFlags::NODEV;
+        if flags.noexec {
+            f |= rustix::mount::MountFlags::NOEXEC;
         }
-        Ok(rustix::mount::mount(source, &target, fs_type, f, None)?)
+        let data = std::ffi::CString::new(flags.data)
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let data = (!flags.data.is_empty()).then_some(data.as_c_str());
+        Ok(rustix::mount::mount(source, &target, fs_type, f, data)?)
     }
 
     fn bind_onto_itself(&self, dir: &Path) -> io::Result<()> {

@@ -52,12 +52,15 @@ pub enum At<'a> {
     Dir(&'a Fd),
 }
 
-/// mount(2) flags the hosts use.
+/// mount(2) flags and options the hosts use. Every volume mount is `MS_NOSUID | MS_NODEV`: a
+/// tenant's filesystem never carries a set-uid program or a device node the host honours.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MountFlags {
-    /// `MS_NOSUID | MS_NODEV | MS_NOEXEC`: nothing on the filesystem is run, opened as a device
-    /// or set-uid (the private mounts tools work in).
-    pub restricted: bool,
+    /// `MS_NOEXEC` too: nothing on the filesystem is run (the private mounts tools work in).
+    pub noexec: bool,
+    /// The filesystem's own options (mount(2)'s `data`, e.g. `errors=remount-ro`); empty for
+    /// none.
+    pub data: &'static str,
 }
 
 /// What a finished tool left.
@@ -128,7 +131,8 @@ pub trait LinuxOs: Send + Sync {
     /// Whether the directory opened as `fd` has no entries (getdents(2) of its `/proc/self/fd`
     /// link).
     fn dir_is_empty(&self, fd: u64) -> io::Result<bool>;
-    /// mount(2) of the block device `source` holding `fs_type` at `target`.
+    /// mount(2) of the block device `source` holding `fs_type` at `target`, with
+    /// `MS_NOSUID | MS_NODEV` and `flags`.
     fn mount(
         &self,
         source: &Path,

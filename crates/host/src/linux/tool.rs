@@ -21,18 +21,36 @@ pub struct Failure {
     pub output: String,
 }
 
-/// How long `program` may run before it is stopped. `None`: never stopped, because cutting it
-/// off can damage the filesystem it works on (an offline resize2fs moving metadata, an e2fsck
-/// repairing it); the disk stays held until it ends, and a stopping daemon waits for it.
-/// The others are safe to stop: an interrupted mkfs is redone from its pending record,
-/// xfs_growfs and btrfs resize commit in kernel transactions, blkid only reads.
-pub fn time_limit(program: &str) -> Option<Duration> {
+/// How long `program` may run before it is stopped: every tool reads a tenant's content while
+/// the disk is held, and a crafted filesystem can keep a checker or a resizer busy for ever.
+/// An interrupted mkfs is redone from its pending record; xfs_growfs and btrfs resize commit in
+/// kernel transactions; blkid only reads. resize2fs and e2fsck get the longest limit, as
+/// stopping an offline resize2fs moving metadata can leave the filesystem needing a check
+/// (the message says so; the retry's resize2fs asks for e2fsck -f, which the daemon runs).
+pub fn time_limit(program: &str) -> Duration {
     match program {
-        "resize2fs" | "e2fsck" => None,
-        "blkid" => Some(Duration::from_secs(60)),
-        _ => Some(Duration::from_secs(20 * 60)),
+        "blkid" => Duration::from_secs(60),
+        "resize2fs" | "e2fsck" => Duration::from_secs(60 * 60),
+        _ => Duration::from_secs(20 * 60),
     }
 }
+
+/// What a status message says after a tool was stopped at its limit, besides the retry.
+fn stopped_leaves(program: &str) -> &'static str {
+    match program {
+        "resize2fs" | "e2fsck" => {
+            "the filesystem may need a check (e2fsck -f) before it is mounted; a retry runs it"
+        }
+        _ => "nothing was reported done",
+    }
+}
+
+/// How much of each output stream of a tool is kept in memory: its first and last `KEPT`
+/// bytes (a reason is at one end or the other; a tenant's filesystem can make e2fsck print
+/// without end).
+const KEPT: usize = 32 << 10;
+/// How much of a tool's output a status message carries: its first and last `SHOWN` bytes.
+const SHOWN: usize = 1536;
 
 /// Runs `program args…` on this machine; see [`run_on`].
 pub fn run(
@@ -54,7 +72,7 @@ pub fn run_on(
     program: &str,
     args: &[&str],
 ) -> Result<String, Result<Failure>> {
-    run_limited(os, op, object, program, args, time_limit(program))
+    run_limited(os, op, object, program, args, Some(time_limit(program)))
 }
 
 fn run_limited(
@@ -82,9 +100,10 @@ fn run_limited(
                 op,
                 object,
                 format!(
-                    "{program} did not finish within {} s and was stopped; nothing was \
-                     reported done, a retry starts it again",
-                    limit.as_secs()
+                    "{program} did not finish within {} s and was stopped, which frees the \
+                     disk; {}, a retry starts it again",
+                    limit.as_secs(),
+                    stopped_leaves(program)
                 ),
             ),
             _ => Error::io(op, object, &e).context(format!("running {program}")),
@@ -123,11 +142,19 @@ pub(crate) struct Finished {
 pub(crate) fn finish(mut child: Child, limit: Option<Duration>) -> std::io::Result<Finished> {
     let drain = |r: Option<Box<dyn Read + Send>>| {
         std::thread::spawn(move || {
-            let mut buf = Vec::new();
+            let mut kept = Kept::default();
+            let mut buf = vec![0u8; 8192];
             if let Some(mut r) = r {
-                let _ = r.read_to_end(&mut buf);
+                loop {
+                    match r.read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(n) => kept.push(&buf[..n]),
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(_) => break,
+                    }
+                }
             }
-            buf
+            kept.into_bytes()
         })
     };
     let stdout = drain(
@@ -174,14 +201,73 @@ fn wait(child: &mut Child, limit: Option<Duration>) -> std::io::Result<ExitStatu
 
 /// What a failed tool said, on one line: its lines joined with "; ", without the usage text
 /// some tools print after the reason (mkfs.xfs's is 28 lines; a status message carries only the
-/// reason).
+/// reason), and at most its first and last [`SHOWN`] bytes.
 fn reason(text: &str) -> String {
-    text.lines()
+    let joined = text
+        .lines()
         .map(str::trim)
         .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("usage:"))
         .filter(|l| !l.is_empty())
         .collect::<Vec<_>>()
-        .join("; ")
+        .join("; ");
+    ends(&joined, SHOWN)
+}
+
+/// `text` when it is at most `2 * keep` bytes, else its first and last `keep` bytes (cut at
+/// character boundaries) around a note of how much was left out.
+fn ends(text: &str, keep: usize) -> String {
+    if text.len() <= 2 * keep {
+        return text.to_string();
+    }
+    let mut head = keep;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = text.len() - keep;
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!(
+        "{} [... {} bytes left out ...] {}",
+        &text[..head],
+        tail - head,
+        &text[tail..]
+    )
+}
+
+/// A tool's output stream as kept: the first and last [`KEPT`] bytes, and how many were read.
+#[derive(Default)]
+struct Kept {
+    head: Vec<u8>,
+    tail: std::collections::VecDeque<u8>,
+    total: usize,
+}
+
+impl Kept {
+    fn push(&mut self, mut bytes: &[u8]) {
+        self.total += bytes.len();
+        let room = KEPT - self.head.len();
+        let (first, rest) = bytes.split_at(room.min(bytes.len()));
+        self.head.extend_from_slice(first);
+        bytes = rest;
+        if bytes.len() >= KEPT {
+            self.tail.clear();
+            bytes = &bytes[bytes.len() - KEPT..];
+        }
+        let over = (self.tail.len() + bytes.len()).saturating_sub(KEPT);
+        self.tail.drain(..over);
+        self.tail.extend(bytes);
+    }
+
+    fn into_bytes(self) -> Vec<u8> {
+        let mut out = self.head;
+        let left_out = self.total - out.len() - self.tail.len();
+        if left_out > 0 {
+            out.extend_from_slice(format!("\n[... {left_out} bytes left out ...]\n").as_bytes());
+        }
+        out.extend(self.tail);
+        out
+    }
 }
 
 /// Prepares `cmd` to start a helper process: it dies with the daemon and gets the open-file
@@ -254,6 +340,29 @@ mod tests {
     }
 
     #[test]
+    fn output_is_kept_and_shown_bounded_at_both_ends() {
+        let mut k = super::Kept::default();
+        for _ in 0..1000 {
+            k.push(&[b'a'; 1000]);
+        }
+        k.push(b"THE END");
+        let kept = k.into_bytes();
+        assert!(kept.len() < 2 * super::KEPT + 100, "{}", kept.len());
+        assert!(kept.starts_with(b"aaa") && kept.ends_with(b"THE END"));
+        let text = format!("first line\n{}\nlast line", "x".repeat(100_000));
+        let r = super::reason(&text);
+        assert!(r.len() <= 2 * super::SHOWN + 64, "{}", r.len());
+        assert!(
+            r.starts_with("first line; x") && r.ends_with("x; last line"),
+            "{r}"
+        );
+        assert!(r.contains("bytes left out"), "{r}");
+        // Multi-byte characters are never cut.
+        let r = super::ends(&"é".repeat(5000), 101);
+        assert!(r.contains("bytes left out"));
+    }
+
+    #[test]
     fn a_tool_past_its_limit_is_stopped_and_reported_unavailable() {
         let t = std::time::Instant::now();
         let os = super::super::os::system();
@@ -290,6 +399,9 @@ mod tests {
         .unwrap();
         assert_eq!(out.code, Some(3));
         assert_eq!(out.output, "oops; hi");
-        assert_eq!(super::time_limit("resize2fs"), None, "never cut off");
+        assert_eq!(
+            super::time_limit("resize2fs"),
+            std::time::Duration::from_secs(3600)
+        );
     }
 }

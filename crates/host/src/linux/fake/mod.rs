@@ -8,6 +8,7 @@
 //! count what an operation costs.
 
 mod render;
+mod scsi;
 mod state;
 mod tools;
 
@@ -70,6 +71,7 @@ impl FakeLinux {
     fn record(&self, call: String) -> MutexGuard<'_, State> {
         let mut s = self.lock();
         s.calls.push(call);
+        s.fire_replacement();
         s
     }
 
@@ -88,6 +90,7 @@ impl FakeLinux {
             size,
             data: HashMap::new(),
             parts: Vec::new(),
+            scsi_state: None,
         });
         seq as u32
     }
@@ -138,6 +141,12 @@ impl FakeLinux {
         self.lock().interrupted.insert(program.into());
     }
 
+    /// The next run of `program` never ends on its own: it is stopped at the time limit it is
+    /// given (TimedOut), and a run without one fails the test.
+    pub fn hang(&self, program: &str) {
+        self.lock().hanging.insert(program.into());
+    }
+
     /// Unmounting what is mounted at `point` fails with EBUSY (open files on it).
     pub fn set_busy(&self, point: &str) {
         self.lock().busy.insert(point.into());
@@ -169,11 +178,18 @@ impl LinuxOs for FakeLinux {
         render::read(&s, path).map(String::into_bytes)
     }
 
-    fn write_file(&self, path: &Path, _text: &str) -> io::Result<()> {
-        drop(self.record(format!("write_file {}", path.display())));
-        // The writable attributes are SCSI and NVMe rescans and device states; a fake disk has
-        // neither, as a loop device has not.
-        Err(errno(ENOENT))
+    fn write_file(&self, path: &Path, text: &str) -> io::Result<()> {
+        let mut s = self.record(format!("write_file {} {text}", path.display()));
+        // The writable attributes are SCSI and NVMe rescans and SCSI device states; a fake
+        // disk has only the last, and only when it is a SCSI one.
+        match s.open_scsi_state(path) {
+            Some(Ok(Handle::ScsiState { seq })) => {
+                s.scsi_disk(seq)?.scsi_state = Some(text.trim().into());
+                Ok(())
+            }
+            Some(Err(e)) => Err(e),
+            _ => Err(errno(ENOENT)),
+        }
     }
 
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
@@ -225,7 +241,9 @@ impl LinuxOs for FakeLinux {
 
     fn open_raw(&self, path: &Path, how: Open) -> io::Result<u64> {
         let mut s = self.record(format!("open {} {how:?}", path.display()));
-        let handle = if let Some((disk, part)) = s.device_at(path) {
+        let handle = if let Some(attr) = s.open_scsi_state(path) {
+            attr?
+        } else if let Some((disk, part)) = s.device_at(path) {
             if how == Open::DirNoFollow {
                 return Err(errno(ENOTDIR));
             }
@@ -282,7 +300,16 @@ impl LinuxOs for FakeLinux {
     }
 
     fn read_at(&self, fd: u64, offset: u64, len: usize) -> io::Result<Vec<u8>> {
-        let s = self.record(format!("read_at {fd} {offset} {len}"));
+        let mut s = self.record(format!("read_at {fd} {offset} {len}"));
+        if let Handle::ScsiState { seq } = s.handle(fd)? {
+            let text = format!(
+                "{}\n",
+                s.scsi_disk(seq)?.scsi_state.clone().unwrap_or_default()
+            );
+            let bytes = text.as_bytes();
+            let from = (offset as usize).min(bytes.len());
+            return Ok(bytes[from..(from + len).min(bytes.len())].to_vec());
+        }
         let (i, start, dev_len) = s.extent(&s.handle(fd)?)?;
         let len = (len as u64).min(dev_len.saturating_sub(offset)) as usize;
         Ok(s.disks[i].read(start + offset, len))
@@ -290,6 +317,11 @@ impl LinuxOs for FakeLinux {
 
     fn write_at(&self, fd: u64, offset: u64, bytes: &[u8]) -> io::Result<()> {
         let mut s = self.record(format!("write_at {fd} {offset} {}", bytes.len()));
+        if let Handle::ScsiState { seq } = s.handle(fd)? {
+            let text = String::from_utf8_lossy(bytes).trim().to_string();
+            s.scsi_disk(seq)?.scsi_state = Some(text);
+            return Ok(());
+        }
         let (i, start, dev_len) = s.extent(&s.handle(fd)?)?;
         if offset + bytes.len() as u64 > dev_len {
             return Err(errno(ENOSPC));
@@ -487,8 +519,16 @@ impl LinuxOs for FakeLinux {
         Ok(b)
     }
 
-    fn run(&self, program: &str, args: &[&str], _limit: Option<Duration>) -> io::Result<Ran> {
+    fn run(&self, program: &str, args: &[&str], limit: Option<Duration>) -> io::Result<Ran> {
         let mut s = self.record(format!("run {program} {}", args.join(" ")));
+        if s.hanging.remove(program) {
+            // Killed at its limit, as the real seam does; without one it would run for ever.
+            assert!(
+                limit.is_some(),
+                "{program} never ends and was given no time limit"
+            );
+            return Err(io::ErrorKind::TimedOut.into());
+        }
         tools::run(&mut s, program, args)
     }
 

@@ -58,6 +58,7 @@ pub(super) fn read(s: &State, path: &Path) -> io::Result<String> {
         ["dev"] => format!("{}:{}", d.major, d.minor),
         ["ro"] => "0".into(),
         ["queue", "logical_block_size"] => d.sector.to_string(),
+        ["device", "state"] => d.scsi_state.clone().ok_or_else(|| errno(ENOENT))?,
         [part, attr] => {
             let p = d
                 .parts

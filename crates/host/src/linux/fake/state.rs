@@ -19,6 +19,8 @@ pub(super) struct Disk {
     /// Sparse contents: chunk index to [`CHUNK`] bytes; missing chunks read as zeros.
     pub(super) data: HashMap<u64, Vec<u8>>,
     pub(super) parts: Vec<Part>,
+    /// SCSI `device/state` (`running`, `offline`); `None`: not a SCSI disk (loop, virtio).
+    pub(super) scsi_state: Option<String>,
 }
 
 /// A partition as the kernel knows it (bytes).
@@ -95,6 +97,10 @@ pub(super) enum Handle {
         part: u32,
     },
     Dir(PathBuf),
+    /// The `device/state` attribute of the SCSI disk with this diskseq.
+    ScsiState {
+        seq: u64,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -114,6 +120,10 @@ pub(super) struct State {
     pub(super) interrupted: BTreeSet<String>,
     /// Mount points whose unmount answers EBUSY.
     pub(super) busy: BTreeSet<PathBuf>,
+    /// Tools whose next run never ends on its own (a tenant's filesystem keeping it busy).
+    pub(super) hanging: BTreeSet<String>,
+    /// A disk to swap for another right after a call (see `FakeLinux::replace_disk_at`).
+    pub(super) replace_at: Option<(String, String)>,
 }
 
 impl State {
@@ -215,7 +225,7 @@ impl State {
             At::Path(p) => self.resolve(p),
             At::Dir(fd) => match self.handle(fd.raw())? {
                 Handle::Dir(p) => Ok(p),
-                Handle::Device { .. } => Err(errno(ENOTDIR)),
+                Handle::Device { .. } | Handle::ScsiState { .. } => Err(errno(ENOTDIR)),
             },
         }
     }

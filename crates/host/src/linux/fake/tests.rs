@@ -237,6 +237,10 @@ fn xfs_is_grown_on_a_private_temporary_mount() {
     n.volumes.resize_volume(&id, ResizeTarget::Maximum).unwrap();
     let grow = n.ran("xfs_growfs");
     assert_eq!(grow.len(), 1);
+    // Named by the whole volume ID (diskseq included), never the PARTUUID alone, which a
+    // clone of the disk growing at the same time shares.
+    let private = format!("{}/{id}", n.volumes_state_mnt());
+    assert!(grow[0].ends_with(&private), "{grow:?}");
     assert_eq!(n.count("make_private"), 1);
     assert_eq!(
         n.fake.mount_points(),
@@ -337,15 +341,77 @@ fn os_calls_per_mount_and_format() {
     // Before (every step naming the volume again): FormatVolume 66 sysfs reads, 3 listings,
     // 4 opens, 89 calls; MountVolume 66, 3, 5, 86. Naming a partition also reads the disk's
     // ends (its table and whatever lies outside the partitions it lists) and the partition's
-    // start: a partition device the table does not list is no volume.
+    // start: a partition device the table does not list is no volume. MountVolume reads the
+    // volume's end too (its length and last 128 KiB): a filesystem whose volume keeps md or
+    // DRBD metadata past it is a member, never mounted directly. Both read the disk's page
+    // 0x83 ID and serial number once (six sysfs attributes when the disk has neither): the
+    // format record is kept under the disk's identity too, not the PARTUUID alone.
     let expected = |opens, total| Cost {
-        sysfs_reads: 9,
+        sysfs_reads: 15,
         sysfs_lists: 2,
         opens,
         gpt_reads: 3,
         mountinfo_reads: 1,
         total,
     };
-    assert_eq!(format, expected(2, 31));
-    assert_eq!(mount, expected(3, 28));
+    assert_eq!(format, expected(2, 37));
+    assert_eq!(mount, expected(3, 36));
+}
+
+/// SetDiskState holds the disk's `device/state` attribute and checks the disk's identity
+/// once it is open: a disk detached and another attached under the same name, at any moment
+/// of the request, is never written (NOT_FOUND). Before: the state was written by path, to
+/// whichever disk had the name by then.
+#[test]
+fn set_disk_state_never_writes_a_disk_attached_in_its_place() {
+    let n = Node::new(FsType::Ext4);
+    let mut seq = n.fake.add_scsi_disk("sdb", GIB);
+    n.disks.set_disk_online(seq, false).unwrap();
+    assert_eq!(n.fake.scsi_state("sdb").as_deref(), Some("offline"));
+    n.disks.set_disk_online(seq, true).unwrap();
+    assert_eq!(n.fake.scsi_state("sdb").as_deref(), Some("running"));
+    for after in [
+        "exists /sys/block/sdb/device/state",
+        "open /sys/block/sdb/device/state",
+        "read_at ",
+    ] {
+        n.fake.replace_disk_at(after, "sdb");
+        let e = n.disks.set_disk_online(seq, false).unwrap_err();
+        assert_eq!(e.kind(), Kind::NotFound, "{after}: {}", e.message());
+        assert_eq!(
+            n.fake.scsi_state("sdb").as_deref(),
+            Some("running"),
+            "{after}: the disk attached in its place was not taken offline"
+        );
+        seq += 1; // the disk now named sdb
+        n.disks.set_disk_online(seq, true).unwrap();
+    }
+}
+
+/// A tool a tenant's filesystem keeps busy is stopped at its time limit, freeing the disk:
+/// UNAVAILABLE naming the tool and what the stop may have left. Before: resize2fs and e2fsck
+/// had no limit and held the disk for ever.
+#[test]
+fn a_hanging_resize2fs_is_stopped_and_reported() {
+    let n = Node::new(FsType::Ext4);
+    let id = n.volume("sda", GIB);
+    n.volumes.format_volume(&id).unwrap();
+    n.fake.resize_disk("sda", 2 * GIB);
+    n.fake.hang("resize2fs");
+    let e = n
+        .volumes
+        .resize_volume(&id, ResizeTarget::Maximum)
+        .unwrap_err();
+    assert_eq!(e.kind(), Kind::Unavailable, "{}", e.message());
+    assert!(
+        e.message().contains("ResizeVolume")
+            && e.message()
+                .contains("resize2fs did not finish within 3600 s")
+            && e.message().contains("e2fsck -f"),
+        "{}",
+        e.message()
+    );
+    // The retry grows the filesystem.
+    n.volumes.resize_volume(&id, ResizeTarget::Maximum).unwrap();
+    assert_eq!(n.ran("resize2fs").len(), 2);
 }

@@ -13,6 +13,7 @@
 
 mod format;
 mod mount;
+mod mount_policy;
 mod resize;
 mod resolve;
 
@@ -28,7 +29,7 @@ use crate::signatures::{self, Signature};
 use csi_proxy_core::disk::DiskUsage;
 use csi_proxy_core::volume::{ResizeTarget, VolumeHost, VolumeStats};
 use csi_proxy_core::{Error, Kind, Result};
-use resolve::{Volume, id_of_mount, make_volume, parse_id, parse_or_refuse, shown};
+use resolve::{Sync, Volume, id_of_mount, make_volume, parse_id, parse_or_refuse, shown};
 use std::io;
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
@@ -77,6 +78,9 @@ pub struct LinuxVolumeHost {
     os: Os,
     state_dir: PathBuf,
     fs_type: FsType,
+    /// Kernel filesystem types MountVolume mounts besides [`mount_policy::BUILT_IN`]
+    /// (`--mount-filesystem`).
+    mount_filesystems: Arc<[String]>,
 }
 
 impl std::fmt::Debug for LinuxVolumeHost {
@@ -84,6 +88,7 @@ impl std::fmt::Debug for LinuxVolumeHost {
         f.debug_struct("LinuxVolumeHost")
             .field("state_dir", &self.state_dir)
             .field("fs_type", &self.fs_type)
+            .field("mount_filesystems", &self.mount_filesystems)
             .finish_non_exhaustive()
     }
 }
@@ -146,9 +151,18 @@ impl LinuxVolumeHost {
             os,
             state_dir: state_dir.into(),
             fs_type,
+            mount_filesystems: Arc::from([]),
         };
         host.recover_private_mounts();
         host
+    }
+
+    /// Lets MountVolume mount these kernel filesystem types too (`--mount-filesystem`), besides
+    /// the ones this host makes and grows: each is a kernel driver that will parse a tenant's
+    /// volume as root.
+    pub fn with_mount_filesystems(mut self, types: Vec<String>) -> Self {
+        self.mount_filesystems = types.into();
+        self
     }
 
     /// Makes `<state_dir>/mnt`, where filesystems are mounted for the tools that grow them, a
@@ -207,15 +221,17 @@ impl LinuxVolumeHost {
     }
 
     fn read_intent(&self, vol: &Volume) -> Option<FormatRecord> {
-        self.records().read(&vol.uuid)
+        self.records().read(vol.record_key(&self.os))
     }
 
     fn write_intent(&self, op: &str, vol: &Volume, record: &FormatRecord) -> Result<()> {
         let records = self.records();
-        records.write(&vol.uuid, record, &vol.id).map_err(|e| {
-            Error::io(op, shown(&vol.id), &e)
-                .context(format!("state dir {}", records.dir().display()))
-        })
+        records
+            .write(vol.record_key(&self.os), record, &vol.id)
+            .map_err(|e| {
+                Error::io(op, shown(&vol.id), &e)
+                    .context(format!("state dir {}", records.dir().display()))
+            })
     }
 
     /// What the volume holds: its first [`signatures::PROBE_LEN`] bytes, then (when they hold
@@ -227,14 +243,52 @@ impl LinuxVolumeHost {
         if let Some(sig) = signatures::probe(&buf) {
             return Ok((Some(sig), buf));
         }
-        let len = vol.file.device_len().map_err(err)?;
-        let from = len.saturating_sub(signatures::TAIL_PROBE_LEN as u64);
-        let tail = vol
-            .file
-            .read_at(from, signatures::TAIL_PROBE_LEN)
-            .map_err(err)?;
+        let (tail, len) = read_tail(op, vol)?;
         Ok((signatures::probe_tail(&tail, len), buf))
     }
+
+    /// Refuses a volume whose filesystem at its start (`head`, read from `buf`) belongs to
+    /// something that keeps its metadata at the volume's end, past the filesystem's last
+    /// byte: an md 0.90/1.0 member or a DRBD backing device. Its filesystem is the array's or
+    /// the replicated device's: mounted read-write directly, the mirror's legs diverge;
+    /// grown, it overwrites the metadata. Metadata the filesystem spans is its own content (a
+    /// file's bytes), not a member's.
+    fn refuse_member_at_end(
+        &self,
+        op: &str,
+        vol: &Volume,
+        head: &Signature,
+        buf: &[u8],
+    ) -> Result<()> {
+        let (tail, len) = read_tail(op, vol)?;
+        let Some((meta, at)) = signatures::metadata_at_end(&tail, len) else {
+            return Ok(());
+        };
+        if signatures::filesystem_bytes(buf).is_some_and(|fs| fs > at) {
+            return Ok(());
+        }
+        Err(Error::new(
+            Kind::FailedPrecondition,
+            op,
+            shown(&vol.id),
+            format!(
+                "the volume holds {} at its start and {} metadata at its end (byte {at}, past                  the filesystem): it is a member of a RAID array or a DRBD device, whose                  filesystem is used through that device, never directly (mounting it would let                  the copies diverge, growing it would overwrite the metadata); nothing was changed",
+                head.kind, meta.kind
+            ),
+        ))
+    }
+}
+
+/// The volume's last [`signatures::TAIL_PROBE_LEN`] bytes, and its length.
+fn read_tail(op: &str, vol: &Volume) -> Result<(Vec<u8>, u64)> {
+    let err = |e: io::Error| Error::io(op, shown(&vol.id), &e);
+    let len = vol.file.device_len().map_err(err)?;
+    let from = len.saturating_sub(signatures::TAIL_PROBE_LEN as u64);
+    let tail = vol
+        .file
+        .read_at(from, signatures::TAIL_PROBE_LEN)
+        .map_err(err)?;
+    Ok((tail, len))
 }
 
 impl VolumeHost for LinuxVolumeHost {
@@ -264,7 +318,7 @@ impl VolumeHost for LinuxVolumeHost {
         block::volume_partitions(&self.os, &listed, &disk)
             .into_iter()
             .filter(|p| partition.is_none_or(|want| want.get() == p.number))
-            .map(|p| make_volume(&self.os, OP, &disk, p.number).map(|v| v.id))
+            .map(|p| make_volume(&self.os, OP, &disk, p.number, Sync::No).map(|v| v.id))
             .collect()
     }
 

@@ -2,6 +2,7 @@
 //! umount(2) of what is mounted at the target.
 
 use super::format::content_of;
+use super::mount_policy;
 use super::*;
 use csi_proxy_core::volume::rules::{self, Content, MountTarget, Occupant};
 use std::cell::{Ref, RefCell};
@@ -72,7 +73,11 @@ impl MountTarget for Mounting<'_> {
     }
 
     fn content(&self) -> Result<Option<Content>> {
-        let (sig, _) = self.host.probe(OP, &self.vol)?;
+        let (sig, buf) = self.host.probe(OP, &self.vol)?;
+        // A filesystem at the start (what the tail holds has no mount type).
+        if let Some(head) = sig.as_ref().filter(|s| s.mount_type.is_some()) {
+            self.host.refuse_member_at_end(OP, &self.vol, head, &buf)?;
+        }
         let content = sig.as_ref().map(content_of);
         *self.sig.borrow_mut() = sig;
         Ok(content)
@@ -85,24 +90,20 @@ impl MountTarget for Mounting<'_> {
     fn mount(&self) -> Result<()> {
         let object = self.object();
         let vol = &self.vol;
-        let sig = self.sig.borrow();
-        let Some(fs_type) = sig.as_ref().and_then(|s| s.mount_type) else {
-            return Err(Error::new(
-                Kind::FailedPrecondition,
-                OP,
-                &object,
-                format!(
-                    "the volume holds {}, which is not a filesystem this host mounts",
-                    sig.as_ref().map_or("nothing", |s| s.kind)
-                ),
-            ));
-        };
+        let how = mount_policy::plan(
+            OP,
+            &object,
+            self.sig.borrow().as_ref(),
+            &self.host.mount_filesystems,
+            false,
+        )?;
+        let fs_type = how.fs_type;
         vol.unchanged(OP)?;
         // Mount onto the handle opened first, so the directory checked is the directory
         // mounted on.
         let dir = self.dir()?;
         let os = &self.host.os;
-        os.mount(&vol.node(), At::Dir(&dir), fs_type, MountFlags::default())
+        os.mount(&vol.node(), At::Dir(&dir), fs_type, how.flags)
             .map_err(|e| {
                 let kind = match e.raw_os_error() {
                     Some(16) | Some(22) => Kind::FailedPrecondition,
@@ -122,7 +123,7 @@ impl MountTarget for Mounting<'_> {
 
 impl LinuxVolumeHost {
     pub(super) fn mount(&self, id: &str, target: &str) -> Result<()> {
-        let vol = self.resolve(OP, id)?;
+        let vol = self.resolve_to_change(OP, id)?;
         rules::mount(
             OP,
             &Mounting {

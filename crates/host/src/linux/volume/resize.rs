@@ -13,6 +13,10 @@ impl LinuxVolumeHost {
         // size it cannot read) leaves the partition untouched, instead of a grown partition
         // under an ungrown filesystem and an OK that did nothing.
         let (sig, buf) = self.probe(OP, &vol)?;
+        // A filesystem at the start (what the tail holds has no mount type).
+        if let Some(head) = sig.as_ref().filter(|s| s.mount_type.is_some()) {
+            self.refuse_member_at_end(OP, &vol, head, &buf)?;
+        }
         let fs_bytes = match &sig {
             None => None,
             Some(sig) => Some(
@@ -243,7 +247,7 @@ impl LinuxVolumeHost {
                 match mounted_at {
                     Some(mp) => grow(mp),
                     // Both grow only while mounted.
-                    None => self.with_temporary_mount(op, vol, sig.kind, grow),
+                    None => self.with_temporary_mount(op, vol, sig, grow),
                 }
             }
             other => Err(Error::new(
@@ -260,19 +264,22 @@ impl LinuxVolumeHost {
         &self,
         op: &str,
         vol: &Volume,
-        fs_type: &str,
+        sig: &Signature,
         f: impl FnOnce(&Path) -> Result<T>,
     ) -> Result<T> {
-        let dir = self.state_dir.join("mnt").join(&vol.uuid);
+        // Only the tool works in it: nothing on it is run, opened as a device or set-uid; the
+        // type is named as for MountVolume.
+        let how = mount_policy::plan(op, &shown(&vol.id), Some(sig), &[], true)?;
+        // Named by the whole volume ID, diskseq included: clones of one disk share their
+        // PARTUUID and may grow at the same time, each on its own mount.
+        let dir = self.state_dir.join("mnt").join(&vol.id);
         let err = |e: io::Error| {
             Error::io(op, shown(&vol.id), &e).context(format!("temporary mount {}", dir.display()))
         };
         self.make_mount_dir_private().map_err(err)?;
         self.os.create_dir_all(&dir, 0o777).map_err(err)?;
-        // Only the tool works in it: nothing on it is run, opened as a device or set-uid.
-        let flags = MountFlags { restricted: true };
         (self.os)
-            .mount(&vol.node(), At::Path(&dir), fs_type, flags)
+            .mount(&vol.node(), At::Path(&dir), how.fs_type, how.flags)
             .map_err(err)?;
         let r = f(&dir);
         let u = self.os.unmount(At::Path(&dir), false);

@@ -24,6 +24,8 @@ pub(super) struct Volume {
     pub(super) disk_file: Arc<Fd>,
     /// The disk's logical sector size, read from sysfs once.
     pub(super) sector: u64,
+    /// See [`Volume::record_key`]; read from sysfs when first asked.
+    record_key: std::sync::OnceLock<String>,
 }
 
 impl Volume {
@@ -57,6 +59,27 @@ impl Volume {
             )));
         }
         Ok(())
+    }
+
+    /// What the volume's format record is kept under: the ID's third part (PARTUUID, or
+    /// `<disk signature>-<P>` on MBR) and the disk's own identity, since clones and snapshots
+    /// share a PARTUUID and every MBR disk without a signature has `00000000-0P`. The disk's
+    /// identity is its page 0x83 ID and serial number (a loop device's: its backing file),
+    /// which outlive a reboot; a disk with neither has only its diskseq, so its records last
+    /// until the next boot.
+    pub(super) fn record_key(&self, os: &Os) -> &str {
+        self.record_key.get_or_init(|| {
+            use md5::{Digest, Md5};
+            let (page83, serial) = (block::page83(os, &self.disk), block::serial(os, &self.disk));
+            let identity = if page83.is_empty() && serial.is_empty() {
+                format!("diskseq\0{}", self.disk.number)
+            } else {
+                format!("page83\0{page83}\0serial\0{serial}")
+            };
+            let digest = Md5::digest(identity.as_bytes());
+            let disk: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+            format!("{}-{disk}", self.uuid)
+        })
     }
 
     pub(super) fn mounts<'t>(&self, table: &'t [MountInfo]) -> Vec<&'t MountInfo> {
@@ -154,7 +177,10 @@ fn volume_uuid(op: &str, disk: &Disk, sector: u64, f: &Fd, part: u32) -> Result<
     })
 }
 
-pub(super) fn make_volume(os: &Os, op: &str, disk: &Disk, part: u32) -> Result<Volume> {
+/// The volume `part` of `disk` (0: the whole disk). With `sync` (the caller holds the disk
+/// and is about to change the volume), a partition the table lists but the kernel lacks is
+/// added first; a read never changes the kernel's partitions.
+pub(super) fn make_volume(os: &Os, op: &str, disk: &Disk, part: u32, sync: Sync) -> Result<Volume> {
     let disk_node = || {
         Fd::open(os, &block::node(&disk.name), Open::Read).map_err(|e| io_err(op, disk, "open", &e))
     };
@@ -163,7 +189,7 @@ pub(super) fn make_volume(os: &Os, op: &str, disk: &Disk, part: u32) -> Result<V
     } else {
         let disk_file = disk_node()?;
         (
-            partition_name(os, op, disk, &disk_file, part)?,
+            partition_name(os, op, disk, &disk_file, part, sync)?,
             Some(disk_file),
         )
     };
@@ -187,13 +213,21 @@ pub(super) fn make_volume(os: &Os, op: &str, disk: &Disk, part: u32) -> Result<V
         file,
         disk_file,
         sector,
+        record_key: std::sync::OnceLock::new(),
     })
 }
 
 /// The kernel name of partition `part` of `disk`, which must be one the disk's own table lists,
 /// where the table puts it: a partition device the kernel kept from an image the device held
 /// before is no volume of this one.
-fn partition_name(os: &Os, op: &str, disk: &Disk, disk_file: &Fd, part: u32) -> Result<String> {
+fn partition_name(
+    os: &Os,
+    op: &str,
+    disk: &Disk,
+    disk_file: &Fd,
+    part: u32,
+    sync: Sync,
+) -> Result<String> {
     let listed = block::table_partitions(os, op, disk, disk_file)?;
     let find = || {
         block::volume_partitions(os, &listed, disk)
@@ -201,6 +235,9 @@ fn partition_name(os: &Os, op: &str, disk: &Disk, disk_file: &Fd, part: u32) -> 
             .find(|p| p.number == part)
     };
     let found = find().or_else(|| {
+        if sync == Sync::No {
+            return None;
+        }
         // Best effort; a partition still unknown is reported below.
         let _ = block::sync_partitions(os, op, disk, disk_file, &listed);
         find()
@@ -242,11 +279,31 @@ pub(super) fn id_of_mount(os: &Os, op: &str, m: &MountInfo) -> Result<String> {
             ),
         )
     })?;
-    Ok(make_volume(os, op, &disk, part)?.id)
+    Ok(make_volume(os, op, &disk, part, Sync::No)?.id)
+}
+
+/// Whether naming a volume may bring the kernel's partitions in line with the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Sync {
+    /// A read: the kernel's partitions are left as they are.
+    No,
+    /// The caller holds the disk (the core's lock) and changes the volume.
+    Yes,
 }
 
 impl LinuxVolumeHost {
+    /// The volume `id` names, for a read: a partition the kernel does not know yet is NOT_FOUND
+    /// (ListVolumesOnDisk, which holds the disk, makes it known).
     pub(super) fn resolve(&self, op: &str, id: &str) -> Result<Volume> {
+        self.resolve_with(op, id, Sync::No)
+    }
+
+    /// As [`Self::resolve`], for an operation that holds the disk and changes the volume.
+    pub(super) fn resolve_to_change(&self, op: &str, id: &str) -> Result<Volume> {
+        self.resolve_with(op, id, Sync::Yes)
+    }
+
+    fn resolve_with(&self, op: &str, id: &str, sync: Sync) -> Result<Volume> {
         let (number, part, uuid) = parse_or_refuse(op, id)?;
         let disk = block::find_disk(&self.os, op, number).map_err(|e| {
             Error::new(
@@ -256,7 +313,7 @@ impl LinuxVolumeHost {
                 format!("disk {number} is not attached (detached, or the host rebooted)"),
             )
         })?;
-        let vol = make_volume(&self.os, op, &disk, part).map_err(|e| {
+        let vol = make_volume(&self.os, op, &disk, part, sync).map_err(|e| {
             if e.kind() == Kind::NotFound {
                 Error::new(
                     Kind::NotFound,
@@ -285,7 +342,7 @@ impl LinuxVolumeHost {
     /// As [`Self::resolve`], for operations that need a partition: a whole-disk volume is
     /// FAILED_PRECONDITION, "a whole-disk volume `why`".
     pub(super) fn resolve_partition(&self, op: &str, id: &str, why: &str) -> Result<Volume> {
-        let vol = self.resolve(op, id)?;
+        let vol = self.resolve_to_change(op, id)?;
         if vol.part == 0 {
             return Err(Error::new(
                 Kind::FailedPrecondition,
