@@ -105,17 +105,7 @@ impl FilesystemService {
         };
         let os_path = match &r.found {
             Found::Missing if follow => return Ok(None),
-            Found::Foreign(why) if follow => {
-                return Err(Error::new(
-                    Kind::PermissionDenied,
-                    op,
-                    format!("{path:?}"),
-                    format!(
-                        "{:?} cannot be proven to stay within the allowed roots: {why}",
-                        r.resolved
-                    ),
-                ));
-            }
+            // (A foreign mount a followed path leads to was refused by the walk.)
             Found::Dir(d) | Found::Volume(d) if follow => self.host.held_dir_path(d),
             _ => self.host.held_entry_path(&r.parent, &r.name),
         };
@@ -217,17 +207,9 @@ impl FilesystemService {
                 .host
                 .remove_contents(dir)
                 .map_err(|e| io_error(OP, &r, e)),
-            Found::Foreign(why) => Err(Error::new(
-                Kind::PermissionDenied,
-                OP,
-                format!("{path:?}"),
-                format!(
-                    "{:?} cannot be proven to stay within the allowed roots: {why}",
-                    r.resolved
-                ),
-            )),
             Found::Missing => Err(not_found(OP, &Walk::Reached(r))),
-            Found::Other | Found::Link(_) => Err(io_error(
+            // The walk refused a foreign mount it followed to; a link it followed is walked on.
+            Found::Other | Found::Link(_) | Found::Foreign(_) => Err(io_error(
                 OP,
                 &r,
                 io::Error::new(io::ErrorKind::NotADirectory, "not a directory"),

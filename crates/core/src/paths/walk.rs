@@ -309,8 +309,14 @@ impl PathPolicy {
             let found = look_or_create(walker, parent, &top[0].name, &at, create)
                 .map_err(|e| io_err(&at, &e))?;
             if last && !(follow && matches!(found, Found::Link(_))) {
-                // The final entry is reported as it is (a followed final link is walked on);
-                // the operation decides what it may do with a foreign mount there.
+                // The final entry is reported as it is (a followed final link is walked on).
+                // What a followed path leads to must be provably inside, except that Mkdir
+                // accepts an existing directory whatever is mounted on it: it acts on nothing.
+                if let (true, false, Found::Foreign(why)) = (follow, mode.create, &found) {
+                    return Err(deny(format!(
+                        "{at:?} cannot be proven to stay within the allowed roots: {why}"
+                    )));
+                }
                 last_found = Some(found);
                 continue;
             }
