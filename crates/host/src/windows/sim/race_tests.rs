@@ -122,3 +122,60 @@ fn mount_volume_never_mounts_outside_while_a_component_is_swapped() {
     }
     assert!(m.sim.stop_swapping() > 20);
 }
+
+/// The volume mounted on `C:\outside\held` and `C:\outside\probe` too, where the swapped link
+/// leads, and nothing mounted on `a\held` or `a\probe` inside.
+fn mounted_outside(m: &super::tests::Machine) -> (String, VolumeService) {
+    use crate::windows::os::Win32;
+    let (_, id) = partitioned(m);
+    let fs = racing(&m.sim);
+    let svc = VolumeService::new(Arc::new(m.volume.clone()), fs);
+    svc.format_volume(&id).unwrap();
+    for dir in ["held", "probe"] {
+        m.sim.mkdir(&format!(r"{A}\{dir}"));
+        m.sim.mkdir(&format!(r"{OUTSIDE}\{dir}"));
+        m.sim
+            .set_volume_mount_point(&format!(r"{OUTSIDE}\{dir}\"), &id)
+            .unwrap();
+    }
+    (id, svc)
+}
+
+fn mounted_outside_at(m: &super::tests::Machine, dir: &str) -> bool {
+    let at = format!(r"{OUTSIDE}\{dir}").to_ascii_lowercase();
+    m.sim
+        .mount_points()
+        .iter()
+        .any(|(p, _)| p.trim_end_matches('\\').to_ascii_lowercase() == at)
+}
+
+#[test]
+fn unmount_volume_never_unmounts_outside_while_a_component_is_swapped() {
+    let m = machine();
+    let (id, svc) = mounted_outside(&m);
+    m.sim.swap_before_calls(A, SWAP);
+    for _ in 0..50 {
+        let _ = svc.unmount_volume(&id, &format!(r"{A}\held"));
+        assert!(
+            mounted_outside_at(&m, "held"),
+            "UnmountVolume removed a mount point outside the kubelet path"
+        );
+    }
+    assert!(m.sim.stop_swapping() > 20);
+}
+
+#[test]
+fn get_volume_id_never_reveals_outside_while_a_component_is_swapped() {
+    let m = machine();
+    let (_, svc) = mounted_outside(&m);
+    m.sim.swap_before_calls(A, SWAP);
+    for _ in 0..50 {
+        let answer = svc.get_volume_id_from_target_path(&format!(r"{A}\probe"));
+        assert!(
+            answer.is_err(),
+            "revealed the volume mounted outside: {answer:?}"
+        );
+    }
+    assert!(m.sim.stop_swapping() > 20);
+    assert!(mounted_outside_at(&m, "probe"));
+}
