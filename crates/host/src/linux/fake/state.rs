@@ -118,6 +118,10 @@ pub(super) struct State {
     pub(super) calls: Vec<String>,
     /// Tools that are killed (exit by signal) after doing their work, once each.
     pub(super) interrupted: BTreeSet<String>,
+    /// Device nodes whose resize2fs was killed mid-way: until `e2fsck -f -y` repairs them,
+    /// resize2fs asks for e2fsck -f and `e2fsck -p` stops at the invalid resize inode, as a
+    /// real ext4 can be left.
+    pub(super) resize_damaged: BTreeSet<String>,
     /// Mount points whose unmount answers EBUSY.
     pub(super) busy: BTreeSet<PathBuf>,
     /// Tools whose next run never ends on its own (a tenant's filesystem keeping it busy).

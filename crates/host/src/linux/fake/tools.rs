@@ -85,10 +85,26 @@ fn set_xfs_blocks(sb: &mut [u8], blocks: u64) {
 
 /// Runs `program` against the fake's devices.
 pub(super) fn run(s: &mut State, program: &str, args: &[&str]) -> io::Result<Ran> {
+    // A resize2fs killed mid-way has not finished growing: the superblock keeps its old size
+    // and the resize inode is left invalid.
+    if program == "resize2fs" && s.interrupted.remove(program) {
+        let node = args.last().copied().unwrap_or_default().to_string();
+        s.resize_damaged.insert(node);
+        return Ok(Ran {
+            code: None,
+            ..ran(0, "", "")
+        });
+    }
     let done = match program {
         "mkfs.ext4" | "mkfs.xfs" => mkfs(s, program, args)?,
+        "resize2fs"
+            if s.resize_damaged
+                .contains(args.last().copied().unwrap_or_default()) =>
+        {
+            ran(1, "", "Please run 'e2fsck -f /dev/x' first.")
+        }
         "resize2fs" | "xfs_growfs" => grow(s, program, args)?,
-        "e2fsck" => ran(0, "", ""),
+        "e2fsck" => e2fsck(s, args),
         "blkid" => blkid(s, args),
         _ => return Err(errno(super::ENOENT)), // not installed
     };
@@ -192,6 +208,25 @@ fn grow(s: &mut State, program: &str, args: &[&str]) -> io::Result<Ran> {
         }
     }
     Ok(ran(0, "", ""))
+}
+
+/// e2fsck: a filesystem a killed resize2fs left is repaired only by `-y`; `-p` stops at it.
+fn e2fsck(s: &mut State, args: &[&str]) -> Ran {
+    let node = args.last().copied().unwrap_or_default();
+    if !s.resize_damaged.contains(node) {
+        return ran(0, "", "");
+    }
+    if args.contains(&"-y") {
+        s.resize_damaged.remove(node);
+        return ran(1, "Resize inode not valid.  Recreate? yes", "");
+    }
+    ran(
+        4,
+        &format!(
+            "{node}: Resize inode not valid.\n\n{node}: UNEXPECTED INCONSISTENCY; RUN fsck MANUALLY."
+        ),
+        "",
+    )
 }
 
 /// `blkid -p -o export <node>`: what the probe finds, as `KEY=value` lines.

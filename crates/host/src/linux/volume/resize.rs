@@ -2,6 +2,7 @@
 //! the filesystem.
 
 use super::*;
+use crate::linux::state_dir;
 use csi_proxy_core::volume::rules;
 
 impl LinuxVolumeHost {
@@ -178,13 +179,42 @@ impl LinuxVolumeHost {
         let os = &*self.os;
         match sig.kind {
             "ext2" | "ext3" | "ext4" => {
+                // A resize2fs of ours that was killed (with the daemon, or by a signal) can
+                // leave what `e2fsck -p` will not repair (an invalid resize inode); a marker
+                // in the state dir, there only while resize2fs runs, says the damage is our
+                // own unfinished work, which `e2fsck -f -y` then finishes, as resize2fs's
+                // manual says to. Best effort: without the marker the answer is as before.
+                let marker = format!("resizing-{}", vol.id);
+                let ours = mounted_at.is_none()
+                    && matches!(state_dir::read_file(&self.state_dir, &marker), Ok(Some(_)));
+                let mark = || {
+                    if mounted_at.is_none() {
+                        let _ = state_dir::write_file(&self.state_dir, &marker, b"", 0o600);
+                    }
+                };
+                let unmark = |r: &std::result::Result<String, Result<tool::Failure>>| {
+                    // A killed resize2fs (no exit code) keeps the marker.
+                    if !matches!(r, Err(Ok(f)) if f.code.is_none()) {
+                        let _ = state_dir::remove_file(&self.state_dir, &marker);
+                    }
+                };
+                mark();
                 let mut r = tool::run_on(os, op, &object, "resize2fs", &[&node]);
+                unmark(&r);
                 if let Err(Ok(f)) = &r
                     && mounted_at.is_none()
                     && f.output.contains("e2fsck -f")
                 {
                     // resize2fs wants a freshly checked filesystem when it is offline.
-                    match tool::run_on(os, op, &object, "e2fsck", &["-f", "-p", &node]) {
+                    let mut fsck = tool::run_on(os, op, &object, "e2fsck", &["-f", "-p", &node]);
+                    if ours && matches!(&fsck, Err(Ok(f)) if f.code == Some(4)) {
+                        tracing::warn!(
+                            volume = vol.id,
+                            "finishing a resize2fs of ours that was killed: e2fsck -f -y"
+                        );
+                        fsck = tool::run_on(os, op, &object, "e2fsck", &["-f", "-y", &node]);
+                    }
+                    match fsck {
                         Ok(_) => {}
                         Err(Ok(f)) if f.code == Some(1) => {} // errors corrected
                         Err(Ok(f)) if f.output.contains("Device or resource busy") => {
@@ -203,7 +233,9 @@ impl LinuxVolumeHost {
                         }
                         Err(Err(e)) => return Err(e),
                     }
+                    mark();
                     r = tool::run_on(os, op, &object, "resize2fs", &[&node]);
+                    unmark(&r);
                 }
                 match r {
                     Ok(_) => Ok(()),
