@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::Daemon;
+use common::{Daemon, run};
 use csi_proxy_client::filesystem::FilesystemClient;
 use rustix::fs::{CWD, RenameFlags, renameat_with};
 use std::path::{Path, PathBuf};
@@ -334,19 +334,6 @@ async fn path_exists_and_is_symlink_never_reveal_outside_while_a_component_is_sw
     assert_eq!(
         escapes, 0,
         "IsSymlink answered about a path outside the kubelet path"
-    );
-}
-
-/// `mount` or `umount` (util-linux) as the test's own clean-up; panics when it fails.
-fn run(program: &str, args: &[&str]) {
-    let out = std::process::Command::new(program)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
     );
 }
 

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{Daemon, LoopDisk, can_use_loop_devices, is_mounted, v1_clients};
+use common::{Daemon, LoopDisk, can_use_loop_devices, is_mounted, run, v1_clients};
 use csi_proxy_api::volume::v1;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -34,18 +34,6 @@ fn mount_options(target: &Path) -> Option<(String, String)> {
         let sep = f.iter().position(|x| *x == "-")?;
         Some((f[5].to_string(), f.get(sep + 3)?.to_string()))
     })
-}
-
-fn run(program: &str, args: &[&str]) {
-    let out = std::process::Command::new(program)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// An ext4 whose superblock says `errors=panic` (tune2fs -e panic) is mounted with

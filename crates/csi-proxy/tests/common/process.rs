@@ -163,3 +163,17 @@ pub fn hold_first_run(dir: &std::path::Path, tool: &str) -> (String, std::path::
     );
     (path, marker)
 }
+
+/// Runs a tool as the test's own set-up or clean-up (`mount`, `umount`, `resize2fs`); panics,
+/// naming it and what it said, when it fails.
+pub fn run(program: &str, args: &[&str]) {
+    let out = std::process::Command::new(program)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
