@@ -7,17 +7,7 @@ mod common;
 
 use common::{Daemon, LoopDisk, partition_one, spawn_format, v1_clients, wrap_tool};
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
-
-fn run(program: &str, args: &[&str]) -> std::process::Output {
-    Command::new(program).args(args).output().unwrap()
-}
-
-fn checked(program: &str, args: &[&str]) {
-    let out = run(program, args);
-    assert!(out.status.success(), "{program} {args:?}: {out:?}");
-}
 
 /// A loop disk, detached while FormatVolume's mkfs is about to run, and another tenant's disk
 /// (a GPT with an ext4 partition) attached under the same name: before, nothing held the device,
@@ -48,11 +38,11 @@ async fn a_disk_swapped_under_a_running_format_is_never_formatted() {
     // The other tenant's disk: partitioned by the daemon too, with an ext4 of its own.
     let b = LoopDisk::new(d.dir.path(), "bystander", 64).unwrap();
     partition_one(&mut dc, &mut vc, b.disk_number()).await;
-    checked(
+    common::run(
         "mkfs.ext4",
         &["-q", "-F", &b.partition(1).display().to_string()],
     );
-    checked("losetup", &["-d", &b.dev.display().to_string()]);
+    b.detach();
     let before = std::fs::read(&b.file).unwrap();
 
     std::fs::write(&gate, "").unwrap();
@@ -63,19 +53,13 @@ async fn a_disk_swapped_under_a_running_format_is_never_formatted() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let a_dev = a.dev.display().to_string();
-    checked("losetup", &["-d", &a_dev]);
-    let took_name = run("losetup", &[&a_dev, &b.file.display().to_string()])
-        .status
-        .success();
+    let took_name = a.replace_image(&b.file, Duration::ZERO).is_ok();
     if took_name {
         // As a kernel without a GPT parser needs: the other disk's partition gets its node.
-        let _ = run("partx", &["-a", &a_dev]);
+        let _ = common::output("partx", &["-a", &a_dev]);
     }
     std::fs::remove_file(&gate).unwrap();
     let answer = format.await.unwrap();
-    if took_name {
-        checked("losetup", &["-d", &a_dev]);
-    }
 
     assert!(
         !took_name,

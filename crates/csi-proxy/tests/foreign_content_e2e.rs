@@ -15,27 +15,12 @@ use csi_proxy_api::disk::v1 as d1;
 use csi_proxy_api::volume::v1;
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 use tonic::Code;
-
-fn run(program: &str, args: &[&str]) -> std::process::Output {
-    Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{program}: {e}"))
-}
-
-fn checked(program: &str, args: &[&str]) {
-    let out = run(program, args);
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// A whole-disk LUKS2 volume with a fast key derivation, keyed by `key`.
 fn luks_format(on: &Path, key: &Path, version: &str) {
-    checked(
+    common::run(
         "cryptsetup",
         &[
             "luksFormat",
@@ -55,7 +40,7 @@ fn luks_format(on: &Path, key: &Path, version: &str) {
 
 /// Whether `key` still opens the LUKS volume on `on` (its header and keyslot are intact).
 fn luks_opens(on: &Path, key: &Path) -> bool {
-    run(
+    common::output(
         "cryptsetup",
         &[
             "open",
@@ -141,9 +126,7 @@ async fn a_stale_partition_device_is_never_a_volume_of_the_next_image() {
         .set_len(64 << 20)
         .unwrap();
     luks_format(&luks, &key, "luks2");
-    let dev = l.dev.display().to_string();
-    checked("losetup", &["-d", &dev]);
-    checked("losetup", &[&dev, &luks.display().to_string()]);
+    l.replace_image(&luks, Duration::from_secs(10)).unwrap();
     assert!(
         l.partition(1).exists(),
         "the kernel kept the old image's partition (the case under test)"

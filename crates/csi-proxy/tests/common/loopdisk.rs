@@ -3,6 +3,19 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Held while a test of this process attaches or detaches a loop device. A device one test
+/// detaches to put another image on it is free in between, and `losetup -f` in a test running
+/// beside it would take it (CI saw exactly that: the re-attach failed with "busy").
+static ATTACHING: Mutex<()> = Mutex::new(());
+
+fn attaching() -> MutexGuard<'static, ()> {
+    // A test that panicked while holding it left nothing half-done that matters here.
+    ATTACHING.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// Whether this process runs with effective uid 0 (loop devices and mounts need it).
 pub fn is_root() -> bool {
@@ -57,6 +70,8 @@ pub struct LoopDisk {
     pub dev: PathBuf,
     /// The backing file; the daemon reports its path as the disk's serial number.
     pub file: PathBuf,
+    /// Set once the device was detached by the test itself: it may be another test's by now.
+    detached: AtomicBool,
 }
 
 impl LoopDisk {
@@ -80,6 +95,7 @@ impl LoopDisk {
         let f = std::fs::File::create(&file).map_err(|e| format!("{}: {e}", file.display()))?;
         f.set_len(mib << 20).map_err(|e| e.to_string())?;
         drop(f);
+        let _attaching = attaching();
         let out = Command::new("losetup")
             .args([if partscan { "-fP" } else { "-f" }, "--show"])
             .arg(&file)
@@ -93,7 +109,58 @@ impl LoopDisk {
             ));
         }
         let dev = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string());
-        Ok(LoopDisk { dev, file })
+        Ok(LoopDisk {
+            dev,
+            file,
+            detached: AtomicBool::new(false),
+        })
+    }
+
+    /// Detaches this device's image and attaches `image` to the same device, as the next
+    /// tenant's image gets a freed loop device. While the device stays busy after the detach
+    /// (udev still probing it, or an opener keeping it until autoclear), the attach is retried
+    /// for up to `patience`; the error says why it did not take.
+    pub fn replace_image(&self, image: &Path, patience: Duration) -> Result<(), String> {
+        let _attaching = attaching();
+        let dev = self.dev.display().to_string();
+        let detach = Command::new("losetup").args(["-d", &dev]).output().unwrap();
+        assert!(
+            detach.status.success(),
+            "losetup -d {dev}: {}",
+            String::from_utf8_lossy(&detach.stderr)
+        );
+        let t = Instant::now();
+        loop {
+            let out = Command::new("losetup")
+                .arg(&dev)
+                .arg(image)
+                .output()
+                .unwrap();
+            if out.status.success() {
+                return Ok(());
+            }
+            let why = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            if !why.contains("busy") || t.elapsed() >= patience {
+                // The device is no longer ours: another test may attach it next.
+                self.detached.store(true, Ordering::Relaxed);
+                return Err(format!("losetup {dev} {}: {why}", image.display()));
+            }
+            let _ = Command::new("udevadm").arg("settle").status();
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Detaches the image now; the device is then no longer this disk's to detach on drop.
+    pub fn detach(&self) {
+        let _attaching = attaching();
+        let dev = self.dev.display().to_string();
+        let out = Command::new("losetup").args(["-d", &dev]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "losetup -d {dev}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.detached.store(true, Ordering::Relaxed);
     }
 
     /// As [`LoopDisk::new`], printing `SKIPPED: why` when none can be made here.
@@ -172,6 +239,10 @@ impl LoopDisk {
 
 impl Drop for LoopDisk {
     fn drop(&mut self) {
+        if *self.detached.get_mut() {
+            let _ = std::fs::remove_file(&self.file);
+            return;
+        }
         // Anything still mounted from this disk would keep it busy: unmount lazily first.
         if let Ok(mi) = std::fs::read_to_string("/proc/self/mountinfo") {
             let dev = self.dev.display().to_string();
@@ -199,6 +270,7 @@ impl Drop for LoopDisk {
             .arg(&self.dev)
             .stderr(Stdio::null())
             .status();
+        let _attaching = attaching();
         let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
         let _ = std::fs::remove_file(&self.file);
     }

@@ -164,13 +164,18 @@ pub fn hold_first_run(dir: &std::path::Path, tool: &str) -> (String, std::path::
     (path, marker)
 }
 
+/// Runs a tool and returns what it did; panics only when it cannot be started.
+pub fn output(program: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e}"))
+}
+
 /// Runs a tool as the test's own set-up or clean-up (`mount`, `umount`, `resize2fs`); panics,
 /// naming it and what it said, when it fails.
 pub fn run(program: &str, args: &[&str]) {
-    let out = std::process::Command::new(program)
-        .args(args)
-        .output()
-        .unwrap();
+    let out = output(program, args);
     assert!(
         out.status.success(),
         "{program} {args:?}: {}",
