@@ -425,6 +425,53 @@ async fn foreign_content_matrix_through_the_stage_sequence() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Fakeraid metadata the firmware keeps at the end of a whole disk (Intel IMSM, SNIA DDF): only
+/// libblkid knows these formats, so only its probe of the whole disk before any table write
+/// keeps PartitionDisk from writing a table over an array member. Checked against the old code
+/// by answering "nothing found" from the blkid probe: the IMSM member was partitioned over.
+#[tokio::test(flavor = "multi_thread")]
+async fn fakeraid_metadata_at_the_end_of_a_disk_is_never_partitioned_over() {
+    if !can_use_loop_devices() {
+        return;
+    }
+    let d = Daemon::start(&[]);
+    let (mut dc, mut vc) = v1_clients(&d).await;
+    for (name, kind, make) in [
+        (
+            "imsm",
+            "isw_raid_member",
+            common::imsm as fn(&Path, &Path) -> _,
+        ),
+        ("ddf", "ddf_raid_member", common::ddf),
+    ] {
+        let l = LoopDisk::new(d.dir.path(), name, 64).unwrap();
+        make(&l.dev, d.dir.path()).unwrap();
+        let n = l.disk_number();
+        let before = l.fingerprint();
+        let log = node_stage(&mut dc, &mut vc, n).await;
+        assert_eq!(
+            l.fingerprint(),
+            before,
+            "{kind}: the disk changed: {log:#?}"
+        );
+        assert!(
+            !log.iter().any(|l| l.starts_with("FormatVolume")),
+            "{kind}: a volume was listed: {log:#?}"
+        );
+        let s = dc
+            .partition_disk(d1::PartitionDiskRequest { disk_number: n })
+            .await
+            .expect_err("a fakeraid member is never partitioned");
+        assert_eq!(
+            s.code(),
+            Code::FailedPrecondition,
+            "{kind}: {}",
+            s.message()
+        );
+        assert!(s.message().contains(kind), "{}", s.message());
+    }
+}
+
 /// An old MBR left in sector 0 of a disk later made into a whole-disk ext4 (as a disk image
 /// carries it): before, PartitionDisk took the MBR's entry as the disk's partition, told the
 /// kernel about it, and the stage sequence formatted that partition over the filesystem. Now

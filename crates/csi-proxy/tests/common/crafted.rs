@@ -97,3 +97,25 @@ pub fn drbd84(dev: &Path, _: &Path) -> Result<(), String> {
     md[64..68].copy_from_slice(&8u32.to_be_bytes()); // md_size_sect
     write_at(dev, (len_of(dev) & !0xFFF) - 0x1000, &md)
 }
+
+/// Intel Matrix Storage (IMSM) fakeraid metadata as the firmware leaves it: its signature and
+/// version in the second-to-last sector of the whole disk.
+pub fn imsm(dev: &Path, _: &Path) -> Result<(), String> {
+    let mut mpb = vec![0u8; 512];
+    mpb[..30].copy_from_slice(b"Intel Raid ISM Cfg Sig. 1.3.00");
+    mpb[36..40].copy_from_slice(&512u32.to_le_bytes()); // mpb_size
+    write_at(dev, (len_of(dev) / 512 - 2) * 512, &mpb)
+}
+
+/// SNIA DDF fakeraid metadata: the anchor header (big-endian magic, revision 01.02.00) in the
+/// last sector of the whole disk, pointing at no primary copy.
+pub fn ddf(dev: &Path, _: &Path) -> Result<(), String> {
+    let mut anchor = vec![0xFFu8; 512];
+    anchor[0..4].copy_from_slice(&0xDE11_DE11u32.to_be_bytes());
+    anchor[4..8].copy_from_slice(&[0; 4]); // crc
+    anchor[8..32].copy_from_slice(b"csi-proxy-test-ddf-guid!");
+    anchor[32..40].copy_from_slice(b"01.02.00");
+    anchor[96..104].copy_from_slice(&0u64.to_be_bytes()); // primary_lba
+    anchor[104..112].copy_from_slice(&0u64.to_be_bytes()); // secondary_lba
+    write_at(dev, len_of(dev) / 512 * 512 - 512, &anchor)
+}
