@@ -72,6 +72,8 @@ pub struct LoopDisk {
     pub file: PathBuf,
     /// Set once the device was detached by the test itself: it may be another test's by now.
     detached: AtomicBool,
+    /// Whether the backing file is this disk's own, removed on drop (not for a second path).
+    owns_file: bool,
 }
 
 impl LoopDisk {
@@ -87,6 +89,29 @@ impl LoopDisk {
         LoopDisk::attach(dir, name, mib, false)
     }
 
+    /// A copy of this disk's image as it is now, attached as another disk: a clone, as a
+    /// snapshot restored on the same node is (same partition table, PARTUUIDs, filesystem
+    /// UUIDs).
+    pub fn clone_as(&self, name: &str) -> LoopDisk {
+        let file = self.file.with_file_name(format!("{name}.img"));
+        let out = Command::new("cp")
+            .arg("--sparse=always")
+            .arg(&self.file)
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "cp: {out:?}");
+        LoopDisk::attach_file(file, true).unwrap()
+    }
+
+    /// The same image attached a second time, as one disk reached through two paths is (two
+    /// SCSI paths without multipath): the same serial number, another device.
+    pub fn another_path(&self) -> LoopDisk {
+        let mut path = LoopDisk::attach_file(self.file.clone(), true).unwrap();
+        path.owns_file = false;
+        path
+    }
+
     fn attach(dir: &Path, name: &str, mib: u64, partscan: bool) -> Result<LoopDisk, String> {
         if !is_root() {
             return Err("not root".into());
@@ -95,6 +120,10 @@ impl LoopDisk {
         let f = std::fs::File::create(&file).map_err(|e| format!("{}: {e}", file.display()))?;
         f.set_len(mib << 20).map_err(|e| e.to_string())?;
         drop(f);
+        LoopDisk::attach_file(file, partscan)
+    }
+
+    fn attach_file(file: PathBuf, partscan: bool) -> Result<LoopDisk, String> {
         let _attaching = attaching();
         let out = Command::new("losetup")
             .args([if partscan { "-fP" } else { "-f" }, "--show"])
@@ -113,6 +142,7 @@ impl LoopDisk {
             dev,
             file,
             detached: AtomicBool::new(false),
+            owns_file: true,
         })
     }
 
@@ -240,7 +270,9 @@ impl LoopDisk {
 impl Drop for LoopDisk {
     fn drop(&mut self) {
         if *self.detached.get_mut() {
-            let _ = std::fs::remove_file(&self.file);
+            if self.owns_file {
+                let _ = std::fs::remove_file(&self.file);
+            }
             return;
         }
         // Anything still mounted from this disk would keep it busy: unmount lazily first.
@@ -272,6 +304,8 @@ impl Drop for LoopDisk {
             .status();
         let _attaching = attaching();
         let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
-        let _ = std::fs::remove_file(&self.file);
+        if self.owns_file {
+            let _ = std::fs::remove_file(&self.file);
+        }
     }
 }

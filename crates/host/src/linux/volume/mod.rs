@@ -11,6 +11,7 @@
 //! filesystem whose UUID matches a completed record of ours is "already done"; one matching a
 //! pending record (the daemon died mid-mkfs) is formatted again; anything else is refused.
 
+mod clones;
 mod format;
 mod mount;
 mod mount_policy;

@@ -90,13 +90,20 @@ impl MountTarget for Mounting<'_> {
     fn mount(&self) -> Result<()> {
         let object = self.object();
         let vol = &self.vol;
+        let sig = self.sig.borrow();
+        let clone = match sig.as_ref() {
+            Some(sig) => self.host.mount_as_clone(OP, vol, sig)?,
+            None => false,
+        };
         let how = mount_policy::plan(
             OP,
             &object,
-            self.sig.borrow().as_ref(),
+            sig.as_ref(),
             &self.host.mount_filesystems,
             false,
+            clone,
         )?;
+        drop(sig);
         let fs_type = how.fs_type;
         vol.unchanged(OP)?;
         // Mount onto the handle opened first, so the directory checked is the directory

@@ -24,25 +24,31 @@ pub(super) struct MountPlan {
     pub(super) flags: MountFlags,
 }
 
-/// The filesystem's own options (mount(2)'s `data`) for `fs_type`.
-fn options_for(fs_type: &str) -> &'static str {
+/// The filesystem's own options (mount(2)'s `data`) for `fs_type`; `clone` for a clone of a
+/// mounted filesystem (see [`super::clones`]).
+fn options_for(fs_type: &str, clone: bool) -> &'static str {
     match fs_type {
         // Overrides the superblock's `s_errors` (ext4(5): "errors=... Define the behavior
         // when an error is encountered"; the mount option wins over the tune2fs default).
         "ext4" => "errors=remount-ro",
+        // xfs(5): "nouuid: Don't check for double mounted file systems using the file
+        // system uuid."
+        "xfs" if clone => "nouuid",
         _ => "",
     }
 }
 
 /// How `sig` may be mounted on this host, whose operator allowed `extra` types beyond
 /// [`BUILT_IN`]; FAILED_PRECONDITION naming the type and the flag otherwise. `noexec` adds
-/// `MS_NOEXEC` (the private mounts tools work in).
+/// `MS_NOEXEC` (the private mounts tools work in); `clone` says the volume is a clone of a
+/// mounted filesystem ([`super::clones`]).
 pub(super) fn plan(
     op: &str,
     object: &str,
     sig: Option<&Signature>,
     extra: &[String],
     noexec: bool,
+    clone: bool,
 ) -> Result<MountPlan> {
     let refuse = |why: String| Error::new(Kind::FailedPrecondition, op, object, why);
     let Some(sig) = sig else {
@@ -74,7 +80,7 @@ pub(super) fn plan(
         fs_type,
         flags: MountFlags {
             noexec,
-            data: options_for(fs_type),
+            data: options_for(fs_type, clone),
         },
     })
 }
@@ -93,10 +99,18 @@ mod tests {
 
     #[test]
     fn only_built_in_and_allowed_types_are_mounted_with_their_options() {
-        let p = plan("Op", "v", Some(&sig("ext3", Some("ext4"))), &[], false).unwrap();
+        let p = plan(
+            "Op",
+            "v",
+            Some(&sig("ext3", Some("ext4"))),
+            &[],
+            false,
+            false,
+        )
+        .unwrap();
         assert_eq!(p.fs_type, "ext4");
         assert_eq!(p.flags.data, "errors=remount-ro");
-        let p = plan("Op", "v", Some(&sig("xfs", Some("xfs"))), &[], true).unwrap();
+        let p = plan("Op", "v", Some(&sig("xfs", Some("xfs"))), &[], true, false).unwrap();
         assert_eq!((p.fs_type, p.flags.data, p.flags.noexec), ("xfs", "", true));
 
         for (kind, ty) in [
@@ -105,7 +119,7 @@ mod tests {
             ("f2fs", "f2fs"),
             ("ntfs", "ntfs3"),
         ] {
-            let e = plan("Op", "v", Some(&sig(kind, Some(ty))), &[], false).unwrap_err();
+            let e = plan("Op", "v", Some(&sig(kind, Some(ty))), &[], false, false).unwrap_err();
             assert_eq!(e.kind(), Kind::FailedPrecondition);
             assert!(
                 e.message().contains(kind)
@@ -115,14 +129,21 @@ mod tests {
             );
             let allowed = vec![ty.to_string()];
             assert_eq!(
-                plan("Op", "v", Some(&sig(kind, Some(ty))), &allowed, false)
-                    .unwrap()
-                    .fs_type,
+                plan(
+                    "Op",
+                    "v",
+                    Some(&sig(kind, Some(ty))),
+                    &allowed,
+                    false,
+                    false
+                )
+                .unwrap()
+                .fs_type,
                 ty
             );
         }
-        let e = plan("Op", "v", Some(&sig("swap", None)), &[], false).unwrap_err();
+        let e = plan("Op", "v", Some(&sig("swap", None)), &[], false, false).unwrap_err();
         assert!(e.message().contains("swap"), "{}", e.message());
-        assert!(plan("Op", "v", None, &[], false).is_err());
+        assert!(plan("Op", "v", None, &[], false, false).is_err());
     }
 }

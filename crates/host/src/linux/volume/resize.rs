@@ -301,7 +301,8 @@ impl LinuxVolumeHost {
     ) -> Result<T> {
         // Only the tool works in it: nothing on it is run, opened as a device or set-uid; the
         // type is named as for MountVolume.
-        let how = mount_policy::plan(op, &shown(&vol.id), Some(sig), &[], true)?;
+        let clone = self.mount_as_clone(op, vol, sig)?;
+        let how = mount_policy::plan(op, &shown(&vol.id), Some(sig), &[], true, clone)?;
         // Named by the whole volume ID, diskseq included: clones of one disk share their
         // PARTUUID and may grow at the same time, each on its own mount.
         let dir = self.state_dir.join("mnt").join(&vol.id);

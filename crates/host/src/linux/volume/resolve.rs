@@ -70,12 +70,8 @@ impl Volume {
     pub(super) fn record_key(&self, os: &Os) -> &str {
         self.record_key.get_or_init(|| {
             use md5::{Digest, Md5};
-            let (page83, serial) = (block::page83(os, &self.disk), block::serial(os, &self.disk));
-            let identity = if page83.is_empty() && serial.is_empty() {
-                format!("diskseq\0{}", self.disk.number)
-            } else {
-                format!("page83\0{page83}\0serial\0{serial}")
-            };
+            let identity = super::clones::identity(os, &self.disk)
+                .unwrap_or_else(|| format!("diskseq\0{}", self.disk.number));
             let digest = Md5::digest(identity.as_bytes());
             let disk: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
             format!("{}-{disk}", self.uuid)
