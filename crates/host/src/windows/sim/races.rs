@@ -124,20 +124,31 @@ impl State {
 
     /// The swap a test asked for, made before a seam call (see [`SimWindows::swap_before_calls`]).
     pub(super) fn race(&mut self) {
-        if let Some((a, b)) = self.swapping.clone()
-            && self.exchange(&a, &b).is_ok()
-        {
+        let Some((a, b)) = self.swapping.clone() else {
+            return;
+        };
+        // Even odds per call, from a fixed seed: an exchange before *every* call would keep
+        // the state's parity in lockstep with the host's call sequence, so an RPC whose calls
+        // happen to come in an even number would never see the swapped state at its act.
+        let mut x = self.race_draw;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.race_draw = x;
+        if x & 1 == 1 && self.exchange(&a, &b).is_ok() {
             self.swaps += 1;
         }
     }
 }
 
 impl SimWindows {
-    /// Before every seam call from now on, exchanges the entries at `a` and `b` (as a client
-    /// renaming them into each other's place would), unless one of them is held open without
-    /// `FILE_SHARE_DELETE`. [`SimWindows::stop_swapping`] ends it.
+    /// Before seam calls from now on (each with even odds, drawn from a fixed seed so a run
+    /// repeats exactly), exchanges the entries at `a` and `b` (as a client renaming them into
+    /// each other's place would), unless one of them is held open without `FILE_SHARE_DELETE`. [`SimWindows::stop_swapping`] ends it.
     pub fn swap_before_calls(&self, a: &str, b: &str) {
-        self.lock().swapping = Some((a.to_string(), b.to_string()));
+        let mut s = self.lock();
+        s.swapping = Some((a.to_string(), b.to_string()));
+        s.race_draw = 0x9e37_79b9_7f4a_7c15;
     }
 
     /// Ends [`SimWindows::swap_before_calls`]; returns how many exchanges were made.
