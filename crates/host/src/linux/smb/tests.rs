@@ -283,3 +283,55 @@ fn without_nosymfollow_the_staging_target_is_checked_beneath_the_mount() {
     n.map("\\\\srv\\share\\evil", "pods/x", "u", "Pw-1")
         .unwrap();
 }
+
+/// NewSmbGlobalMapping's local link while a client races the path: a directory of the plugin
+/// and a link to a directory outside the kubelet path are exchanged as fast as a thread can
+/// (`renameat2(RENAME_EXCHANGE)`) while links are made below the directory. The link is made
+/// in the directory held when the path was checked, so none ever lands outside. The cifs
+/// mount is the fake kernel's (no cifs here); the links and the race are on the real
+/// filesystem.
+#[test]
+fn the_local_link_is_never_made_outside_while_a_component_is_swapped() {
+    use rustix::fs::{CWD, RenameFlags, renameat_with};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let node = Node::new(false);
+    let racer = node.tmp.path().join("kubelet/plugins/racer");
+    let outside = node.tmp.path().join("outside");
+    fs::create_dir_all(racer.join("a")).unwrap();
+    fs::create_dir(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, racer.join("a.swap")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps = Arc::new(AtomicU64::new(0));
+    let adversary = {
+        let (a, b) = (racer.join("a"), racer.join("a.swap"));
+        let (stop, swaps) = (stop.clone(), swaps.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                if renameat_with(CWD, &a, CWD, &b, RenameFlags::EXCHANGE).is_ok() {
+                    swaps.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+    let started = std::time::Instant::now();
+    let (mut calls, mut made) = (0, 0);
+    while calls < 300 || started.elapsed() < std::time::Duration::from_secs(1) {
+        let local = format!("plugins/racer/a/s{calls}");
+        made += usize::from(
+            node.map(&format!("{SHARE}\\v"), &local, "alice", "pw")
+                .is_ok(),
+        );
+        calls += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    adversary.join().unwrap();
+    let swaps = swaps.load(Ordering::Relaxed);
+    eprintln!("{calls} calls, {made} links made, {swaps} exchanges");
+    assert!(swaps > 100, "the adversary barely ran: {swaps}");
+    assert!(made > 0, "no call ever got through");
+    let escaped: Vec<_> = fs::read_dir(&outside)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(escaped.is_empty(), "links made outside: {escaped:?}");
+}
