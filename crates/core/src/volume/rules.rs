@@ -48,6 +48,19 @@ impl Content {
     }
 }
 
+/// IsVolumeFormatted: whether the volume holds anything, but for this daemon's own interrupted
+/// format, which answers false. Drivers call FormatVolume only after a false here (aws-ebs,
+/// azuredisk, gce-pd, vSphere); answering true would send them straight to MountVolume, which
+/// refuses an unfinished format, on every retry forever. False makes the next FormatVolume
+/// finish it.
+pub fn is_formatted(content: Option<&Content>, record: Option<&FormatRecord>) -> bool {
+    match (content, record) {
+        (None, _) => false,
+        (Some(c), Some(r)) => r.done || !c.is_from(r),
+        (Some(_), None) => true,
+    }
+}
+
 /// What FormatVolume needs from a host, on one resolved volume.
 pub trait FormatTarget {
     /// The volume, as messages name it.

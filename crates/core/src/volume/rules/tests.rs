@@ -350,3 +350,29 @@ fn resize_rules() {
         e.message()
     );
 }
+
+#[test]
+fn is_formatted_answers_false_only_for_nothing_and_our_own_unfinished_format() {
+    let ours = |done: bool| FormatRecord {
+        fs: "ext4".into(),
+        id: "u1".into(),
+        done,
+    };
+    let fs = content("ext4", Some("u1"));
+    assert!(!is_formatted(None, None));
+    assert!(!is_formatted(None, Some(&ours(false))));
+    assert!(is_formatted(Some(&fs), None), "someone's filesystem");
+    assert!(
+        is_formatted(Some(&fs), Some(&ours(true))),
+        "our finished one"
+    );
+    assert!(
+        !is_formatted(Some(&fs), Some(&ours(false))),
+        "our interrupted one: FormatVolume finishes it"
+    );
+    let other = content("ext4", Some("u2"));
+    assert!(
+        is_formatted(Some(&other), Some(&ours(false))),
+        "another filesystem than the one we were making"
+    );
+}

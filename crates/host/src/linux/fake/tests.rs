@@ -93,6 +93,8 @@ fn an_interrupted_format_of_ours_is_finished_by_the_retry() {
     // Mounting what the killed mkfs left is refused until the format is finished.
     let e = n.volumes.mount_volume(&id, TARGET).unwrap_err();
     assert!(e.message().contains("interrupted"), "{}", e.message());
+    // Drivers format only after IsVolumeFormatted says false: it must, or they mount forever.
+    assert!(!n.volumes.is_volume_formatted(&id).unwrap());
 
     n.fake.clear_calls();
     n.volumes.format_volume(&id).unwrap();
@@ -103,6 +105,7 @@ fn an_interrupted_format_of_ours_is_finished_by_the_retry() {
         "our own unfinished format is forced: {mkfs:?}"
     );
     assert_eq!(n.ran("blkid").len(), 1, "libblkid looked before forcing");
+    assert!(n.volumes.is_volume_formatted(&id).unwrap());
     n.volumes.mount_volume(&id, TARGET).unwrap();
 }
 

@@ -334,8 +334,12 @@ impl VolumeHost for LinuxVolumeHost {
     fn is_volume_formatted(&self, id: &str) -> Result<bool> {
         const OP: &str = "IsVolumeFormatted";
         let vol = self.resolve(OP, id)?;
-        if self.probe(OP, &vol)?.0.is_some() {
-            return Ok(true);
+        if let Some(sig) = self.probe(OP, &vol)?.0 {
+            let found = format::content_of(&sig);
+            return Ok(csi_proxy_core::volume::rules::is_formatted(
+                Some(&found),
+                self.read_intent(&vol).as_ref(),
+            ));
         }
         // What only libblkid knows (nilfs2, romfs, VDO, ...) is not an empty volume either.
         let node = vol.node().to_string_lossy().into_owned();

@@ -28,6 +28,7 @@
 //! `C:\Windows\system32` and `C:\pagefile.sys`).
 
 mod calls;
+mod chaos;
 mod devices;
 mod filesystem;
 mod identity;
@@ -35,6 +36,7 @@ mod iscsi;
 mod mbr;
 mod races;
 pub mod services;
+pub use chaos::{CRASHED, Disturbance};
 mod smb;
 mod storage;
 
@@ -205,6 +207,8 @@ struct State {
     swaps: u64,
     /// The draws deciding before which seam calls the exchange happens (xorshift64).
     race_draw: u64,
+    /// A test's hook over every seam call (`chaos.rs`).
+    chaos: chaos::Chaos,
 }
 
 /// The simulated Windows. Cheap to share: all state is behind one lock.
@@ -354,7 +358,7 @@ impl State {
         self.race();
         match self.faults.get_mut(call).and_then(VecDeque::pop_front) {
             Some(e) => Err(e),
-            None => Ok(()),
+            None => self.disturb(call),
         }
     }
 
@@ -568,6 +572,13 @@ impl SimWindows {
             .fs
             .as_ref()
             .map(|(f, _)| (f.clone(), s.volumes[v].fs_size))
+    }
+
+    /// The serial number of the filesystem on a volume (a new one with every format), if any.
+    pub fn filesystem_serial(&self, volume: &str) -> Option<u32> {
+        let s = self.lock();
+        let v = s.volume_named(volume)?;
+        s.volumes[v].fs.as_ref().map(|(_, serial)| *serial)
     }
 
     /// The partitions of a disk as `(number, start, length, type)`.

@@ -251,8 +251,12 @@ fn a_raw_volume_or_an_interrupted_format_is_not_mounted() {
     m.sim.format_ntfs(&id).unwrap();
     let e = m.volume.mount_volume(&id, r"C:\t").unwrap_err();
     assert!(e.message().contains("was interrupted"), "{}", e.message());
+    // Drivers format only after IsVolumeFormatted says false: it must, or they mount forever
+    // (found by the deterministic simulation, seed 46).
+    assert!(!m.volume.is_volume_formatted(&id).unwrap());
     // The retry finishes the format, and the mount works.
     m.volume.format_volume(&id).unwrap();
+    assert!(m.volume.is_volume_formatted(&id).unwrap());
     m.volume.mount_volume(&id, r"C:\t").unwrap();
 }
 

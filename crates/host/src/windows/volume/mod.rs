@@ -364,7 +364,13 @@ impl VolumeHost for WindowsVolumeHost {
         let os = self.os();
         let v = name(OP, id)?;
         drop(open_volume(os, OP, id, &v, Access::Query)?);
-        Ok(volume_filesystem(os, OP, id, &v)?.is_some())
+        Resolved {
+            host: self,
+            id,
+            v,
+            target: "",
+        }
+        .formatted(OP)
     }
 
     fn format_volume(&self, id: &str) -> Result<()> {

@@ -8,18 +8,25 @@ use csi_proxy_core::volume::rules::{Content, FormatTarget, MountTarget, Occupant
 /// What the volume holds: the filesystem Windows recognises (named by its serial number), else
 /// any signature our probe knows in its first bytes (a filesystem of another OS, LUKS, LVM...).
 fn content(os: &dyn Win32, op: &str, id: &str, v: &VolumeName) -> Result<Option<Content>> {
-    if let Some((fs, serial)) = volume_filesystem(os, op, id, v)? {
-        return Ok(Some(Content {
-            shown: fs.clone(),
-            kind: fs,
-            id: Some(serial_text(serial)),
-        }));
+    if let Some(found) = filesystem(os, op, id, v)? {
+        return Ok(Some(found));
     }
     Ok(
         signatures::probe(&read_head(os, op, id, v)?).map(|sig| Content {
             kind: sig.kind.to_string(),
             id: sig.uuid.map(|u| signatures::uuid_string(&u)),
             shown: sig.kind.to_string(),
+        }),
+    )
+}
+
+/// The filesystem Windows recognises on the volume, named by its serial number.
+fn filesystem(os: &dyn Win32, op: &str, id: &str, v: &VolumeName) -> Result<Option<Content>> {
+    Ok(
+        volume_filesystem(os, op, id, v)?.map(|(fs, serial)| Content {
+            shown: fs.clone(),
+            kind: fs,
+            id: Some(serial_text(serial)),
         }),
     )
 }
@@ -35,6 +42,16 @@ pub(super) struct Resolved<'a> {
 impl Resolved<'_> {
     fn os(&self) -> &dyn Win32 {
         self.host.os()
+    }
+
+    /// IsVolumeFormatted's answer: a filesystem Windows recognises, but for this daemon's own
+    /// interrupted format ([`rules::is_formatted`]).
+    pub(super) fn formatted(&self, op: &str) -> Result<bool> {
+        let found = filesystem(self.os(), op, self.id, &self.v)?;
+        Ok(rules::is_formatted(
+            found.as_ref(),
+            self.format_record().as_ref(),
+        ))
     }
 
     fn format_record(&self) -> Option<FormatRecord> {

@@ -1,0 +1,180 @@
+//! The seeded world: the daemon's services over one simulated Windows machine, one random
+//! source for everything that varies, and a daemon that can be killed between any two seam
+//! calls and started again over the same machine and state directory.
+
+use csi_proxy_core::disk::DiskService;
+use csi_proxy_core::filesystem::FilesystemService;
+use csi_proxy_core::paths::{PathPolicy, PathStyle};
+use csi_proxy_core::volume::VolumeService;
+use csi_proxy_host::windows::disk::WindowsDiskHost;
+use csi_proxy_host::windows::filesystem::WindowsFilesystemHost;
+use csi_proxy_host::windows::os::OsError;
+use csi_proxy_host::windows::sim::{Disturbance, SimWindows};
+use csi_proxy_host::windows::volume::WindowsVolumeHost;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub const KUBELET: &str = r"C:\var\lib\kubelet";
+
+/// SplitMix64: small, fast, and the same sequence on every platform for a seed.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    /// True `per_mille` times in a thousand.
+    pub fn chance(&mut self, per_mille: u64) -> bool {
+        self.below(1000) < per_mille
+    }
+}
+
+/// How disturbed a run is, drawn from its seed.
+#[derive(Debug, Clone, Copy)]
+pub struct Weather {
+    /// Per mille of seam calls that fail with a transient error.
+    pub fail: u64,
+    /// Per mille of seam calls that answer late.
+    pub late: u64,
+    /// Per mille of seam calls before which the daemon is killed.
+    pub crash: u64,
+}
+
+/// Transient errors any device or WMI call may answer (System Error Codes): the device not
+/// ready, an I/O error, another process holding the file, a general failure, a device gone
+/// for a moment.
+const TRANSIENT: [(u32, &str); 5] = [
+    (21, "The device is not ready."),
+    (
+        1117,
+        "The request could not be performed because of an I/O device error.",
+    ),
+    (
+        32,
+        "The process cannot access the file because it is being used by another process.",
+    ),
+    (31, "A device attached to the system is not functioning."),
+    (1167, "The device is not connected."),
+];
+
+/// The services a daemon runs, over the machine.
+pub struct Daemon {
+    pub disk: DiskService,
+    pub volume: VolumeService,
+    pub fs: FilesystemService,
+}
+
+/// One machine, its daemon, and the run's random source.
+pub struct World {
+    pub sim: Arc<SimWindows>,
+    pub daemon: Daemon,
+    pub rng: Rng,
+    pub weather: Weather,
+    /// The source the chaos hook draws from: its own stream, so the workload's draws do not
+    /// shift when a host makes one more call.
+    chaos_rng: Arc<Mutex<Rng>>,
+    /// Simulated milliseconds the weather added to calls (slow devices): time the daemon
+    /// cannot help, left out of its deadline.
+    pub late_ms: Arc<AtomicU64>,
+    state: tempfile::TempDir,
+    pub restarts: u32,
+}
+
+impl World {
+    pub fn new(seed: u64) -> World {
+        let mut rng = Rng::new(seed);
+        let weather = Weather {
+            fail: rng.below(40),
+            late: rng.below(40),
+            crash: rng.below(6),
+        };
+        let sim = Arc::new(SimWindows::new());
+        sim.set_arrival_delay(Duration::from_millis(rng.below(5000)));
+        sim.mkdir(KUBELET);
+        let state = tempfile::tempdir().unwrap();
+        let daemon = start(&sim, &state);
+        let chaos_rng = Arc::new(Mutex::new(Rng::new(rng.next())));
+        World {
+            sim,
+            daemon,
+            rng,
+            weather,
+            chaos_rng,
+            late_ms: Arc::default(),
+            state,
+            restarts: 0,
+        }
+    }
+
+    /// Lets the weather disturb every seam call (or, with `false`, none).
+    pub fn disturb(&self, on: bool) {
+        if !on {
+            self.sim.set_chaos(None);
+            return;
+        }
+        let (w, rng, late) = (self.weather, self.chaos_rng.clone(), self.late_ms.clone());
+        self.sim.set_chaos(Some(Box::new(move |_call| {
+            let mut r = rng.lock().unwrap();
+            if r.chance(w.crash) {
+                Disturbance::Crash
+            } else if r.chance(w.fail) {
+                let (code, message) = TRANSIENT[r.below(TRANSIENT.len() as u64) as usize];
+                Disturbance::Fail(OsError {
+                    code,
+                    needed: 0,
+                    message: message.into(),
+                })
+            } else if r.chance(w.late) {
+                let ms = r.below(20_000);
+                late.fetch_add(ms, Ordering::Relaxed);
+                Disturbance::Late(Duration::from_millis(ms))
+            } else {
+                Disturbance::None
+            }
+        })));
+    }
+
+    /// When the daemon was killed: a new one over the same machine and state directory, as
+    /// the service manager restarts it.
+    pub fn restart_if_dead(&mut self) -> bool {
+        if !self.sim.is_dead() {
+            return false;
+        }
+        self.sim.revive();
+        self.daemon = start(&self.sim, &self.state);
+        self.restarts += 1;
+        true
+    }
+}
+
+fn start(sim: &Arc<SimWindows>, state: &tempfile::TempDir) -> Daemon {
+    let policy = Arc::new(PathPolicy::new(PathStyle::Windows, KUBELET, &[]).unwrap());
+    let fs = FilesystemService::new(
+        Arc::new(WindowsFilesystemHost::with_os(sim.clone())),
+        policy.clone(),
+    );
+    Daemon {
+        disk: DiskService::new(Arc::new(WindowsDiskHost::with_os(sim.clone())), policy),
+        volume: VolumeService::new(
+            Arc::new(WindowsVolumeHost::with_os(sim.clone(), state.path())),
+            fs.clone(),
+        ),
+        fs,
+    }
+}
