@@ -12,6 +12,8 @@
 #![cfg(unix)]
 
 mod simulation {
+    #[cfg(target_os = "linux")]
+    pub mod linux;
     pub mod workload;
     pub mod world;
 }
@@ -43,7 +45,7 @@ fn shrink(seed: u64, mut steps: Vec<Step>, mut why: Violation) -> (Vec<Step>, Vi
     while i < steps.len() {
         let mut fewer = steps.clone();
         fewer.remove(i);
-        match workload::run(seed, LANES, &fewer, false) {
+        match run_both(seed, &fewer, false) {
             Err(v) => {
                 steps = fewer;
                 why = v;
@@ -54,9 +56,25 @@ fn shrink(seed: u64, mut steps: Vec<Step>, mut why: Violation) -> (Vec<Step>, Vi
     (steps, why)
 }
 
+/// One seed's lifetime in both worlds: the simulated Windows, then (on Linux) the fake Linux.
+fn run_both(seed: u64, steps: &[Step], log: bool) -> Result<workload::Stats, Violation> {
+    let w = workload::run(seed, LANES, steps, log)?;
+    #[cfg(target_os = "linux")]
+    let w = {
+        let l = simulation::linux::run(seed, LANES, steps, log)?;
+        workload::Stats {
+            steps: w.steps + l.steps,
+            attempts: w.attempts + l.attempts,
+            failed_attempts: w.failed_attempts + l.failed_attempts,
+            restarts: w.restarts + l.restarts,
+        }
+    };
+    Ok(w)
+}
+
 fn run_seed(seed: u64, log: bool) -> Result<workload::Stats, String> {
     let steps = workload::steps(seed, LANES, STEPS);
-    workload::run(seed, LANES, &steps, log).map_err(|v| {
+    run_both(seed, &steps, log).map_err(|v| {
         let (short, why) = shrink(seed, steps, v.clone());
         format!(
             "seed {seed} failed: {v}\n  shortest failing step list ({} steps): {short:?}\n  \
@@ -120,7 +138,7 @@ fn seeds_that_once_failed_keep_passing() {
 #[test]
 fn a_seed_replays_exactly() {
     let steps = workload::steps(7, LANES, STEPS);
-    let a = workload::run(7, LANES, &steps, false);
-    let b = workload::run(7, LANES, &steps, false);
+    let a = run_both(7, &steps, false);
+    let b = run_both(7, &steps, false);
     assert_eq!(format!("{a:?}"), format!("{b:?}"));
 }

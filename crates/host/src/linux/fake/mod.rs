@@ -141,6 +141,14 @@ impl FakeLinux {
         self.lock().interrupted.insert(program.into());
     }
 
+    /// Whether a run of a tool was killed by [`FakeLinux::interrupt`] since the last call;
+    /// kills asked for that did not land are dropped.
+    pub fn take_interrupts(&self) -> bool {
+        let mut s = self.lock();
+        s.interrupted.clear();
+        std::mem::take(&mut s.interrupts_landed) > 0
+    }
+
     /// The next run of `program` never ends on its own: it is stopped at the time limit it is
     /// given (TimedOut), and a run without one fails the test.
     pub fn hang(&self, program: &str) {

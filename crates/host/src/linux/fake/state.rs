@@ -118,6 +118,8 @@ pub(super) struct State {
     pub(super) calls: Vec<String>,
     /// Tools that are killed (exit by signal) after doing their work, once each.
     pub(super) interrupted: BTreeSet<String>,
+    /// How many of those kills happened (see [`super::FakeLinux::take_interrupts`]).
+    pub(super) interrupts_landed: u32,
     /// Device nodes whose resize2fs was killed mid-way: until `e2fsck -f -y` repairs them,
     /// resize2fs asks for e2fsck -f and `e2fsck -p` stops at the invalid resize inode, as a
     /// real ext4 can be left.

@@ -85,10 +85,14 @@ fn set_xfs_blocks(sb: &mut [u8], blocks: u64) {
 
 /// Runs `program` against the fake's devices.
 pub(super) fn run(s: &mut State, program: &str, args: &[&str]) -> io::Result<Ran> {
-    // A resize2fs killed mid-way has not finished growing: the superblock keeps its old size
-    // and the resize inode is left invalid.
-    if program == "resize2fs" && s.interrupted.remove(program) {
-        let node = args.last().copied().unwrap_or_default().to_string();
+    // An offline resize2fs killed mid-way has not finished growing: the superblock keeps its
+    // old size and the resize inode is left invalid. Online, the kernel grows the mounted
+    // filesystem (EXT4_IOC_RESIZE_FS) and a kill of the tool leaves it consistent: that case
+    // takes the generic path below.
+    let node = args.last().copied().unwrap_or_default().to_string();
+    let mounted = s.mounts.iter().any(|m| m.source == node);
+    if program == "resize2fs" && !mounted && s.interrupted.remove(program) {
+        s.interrupts_landed += 1;
         s.resize_damaged.insert(node);
         return Ok(Ran {
             code: None,
@@ -110,6 +114,7 @@ pub(super) fn run(s: &mut State, program: &str, args: &[&str]) -> io::Result<Ran
     };
     // A tool asked to be interrupted did its work and was then killed.
     if s.interrupted.remove(program) {
+        s.interrupts_landed += 1;
         return Ok(Ran { code: None, ..done });
     }
     Ok(done)
