@@ -14,7 +14,7 @@
 //! PowerShell-era upstream stored, which drivers read back with `readlink`).
 
 use super::os::files::{create_symlink, utf16};
-use super::os::{OsError, os_error, wmi_retrying};
+use super::os::{OsError, ReturnValue, Win32Result, os_error, wmi_retrying};
 use crate::reparse::{self, LinkDestination};
 use csi_proxy_core::smb::{MappingInfo, MappingState, SmbHost, SmbLinkUse, SmbMapping};
 use csi_proxy_core::{Error, Kind, Result};
@@ -117,14 +117,35 @@ struct Listed {
     status: u32,
 }
 
-/// A failed WMI call of `op`: a Win32 code inside its HRESULT is worded as the SMB failures
-/// are; anything else as the seam reports it.
+/// A failed WMI call of `op`. A mapping method's failure reaches us in one of three encodings
+/// (issue 27 item 6; csi-driver-smb#219): its `ReturnValue` (see [`outcome`]), the call failing
+/// with `HRESULT_FROM_WIN32(code)`, or the call failing with WBEM_E_FAILED and the code only in
+/// the provider's extended error object. The last two are worded here as the SMB failures are;
+/// anything else as the seam reports it.
 fn call_error(op: &str, object: &str, e: &OsError) -> Error {
-    if win32_code(e.code) != e.code {
-        let (kind, why) = failure(e.code);
-        Error::new(kind, op, object, why)
-    } else {
-        os_error(op, object, e, &[])
+    let code = e
+        .extended
+        .or_else(|| (win32_code(e.code) != e.code).then_some(e.code));
+    match code {
+        Some(code) => {
+            let (kind, why) = failure(code);
+            Error::new(kind, op, object, why)
+        }
+        None => os_error(op, object, e, &[]),
+    }
+}
+
+/// The outcome of mapping method `method` in operation `op`, whichever way a failure came.
+fn outcome(op: &str, object: &str, method: &str, r: Win32Result<ReturnValue>) -> Result<()> {
+    match r
+        .map_err(|e| call_error(op, object, &e))?
+        .code(op, object, method)?
+    {
+        0 => Ok(()),
+        code => {
+            let (kind, why) = failure(code);
+            Err(Error::new(kind, op, object, why))
+        }
     }
 }
 
@@ -153,19 +174,14 @@ impl SmbHost for WindowsSmbHost {
             .credentials
             .as_ref()
             .map(|c| credential_string(&c.username, c.password.expose()));
-        let code = wmi_retrying(os, || {
+        let answer = wmi_retrying(os, || {
             os.smb_create_global_mapping(
                 &mapping.root,
                 mapping.require_privacy,
                 credential.as_deref(),
             )
-        })
-        .map_err(|e| call_error(NEW, &object, &e))?
-        .code(NEW, &object, "MSFT_SmbGlobalMapping.Create")?;
-        if code != 0 {
-            let (kind, why) = failure(code);
-            return Err(Error::new(kind, NEW, &object, why));
-        }
+        });
+        outcome(NEW, &object, "MSFT_SmbGlobalMapping.Create", answer)?;
         tracing::info!(root = %mapping.root, "SMB global mapping created");
         Ok(())
     }
@@ -207,13 +223,8 @@ impl SmbHost for WindowsSmbHost {
                 "no such SMB global mapping",
             ));
         };
-        let code = wmi_retrying(os, || os.smb_remove_global_mapping(&found.remote))
-            .map_err(|e| call_error(REMOVE, &object, &e))?
-            .code(REMOVE, &object, "MSFT_SmbGlobalMapping.Remove")?;
-        if code != 0 {
-            let (kind, why) = failure(code);
-            return Err(Error::new(kind, REMOVE, &object, why));
-        }
+        let answer = wmi_retrying(os, || os.smb_remove_global_mapping(&found.remote));
+        outcome(REMOVE, &object, "MSFT_SmbGlobalMapping.Remove", answer)?;
         tracing::info!(root = %root, "SMB global mapping removed");
         Ok(())
     }

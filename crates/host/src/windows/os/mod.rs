@@ -86,6 +86,9 @@ pub struct OsError {
     pub needed: usize,
     /// The OS's text.
     pub message: String,
+    /// With WBEM_E_FAILED from a WMI method: the Win32 code the provider put only in its
+    /// extended error object (`MSFT_WmiError.error_Code`), if it gave one.
+    pub extended: Option<u32>,
 }
 
 impl OsError {
@@ -95,6 +98,16 @@ impl OsError {
             code,
             needed: 0,
             message: describe(code),
+            extended: None,
+        }
+    }
+
+    /// A failed WMI method: `code` (WBEM_E_FAILED), with the Win32 code its extended error
+    /// object carries.
+    pub fn with_extended(code: u32, extended: u32, message: impl Into<String>) -> Self {
+        Self {
+            extended: Some(extended),
+            ..Self::with_message(code, message)
         }
     }
 
@@ -104,6 +117,7 @@ impl OsError {
             code,
             needed: 0,
             message: message.into(),
+            extended: None,
         }
     }
 

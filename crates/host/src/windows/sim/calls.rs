@@ -311,7 +311,8 @@ impl Win32 for SimWindows {
         if let Some(odd) = s.odd_return.take() {
             return Ok(odd);
         }
-        Ok(ReturnValue::Code(smb::create(&mut s, remote, credential)))
+        let code = smb::create(&mut s, remote, credential);
+        smb::answer(s.smb_encoding, code)
     }
 
     fn smb_remove_global_mapping(&self, remote: &str) -> Win32Result<ReturnValue> {

@@ -36,6 +36,7 @@ mod mbr;
 mod races;
 pub mod services;
 mod smb;
+pub use smb::SmbFailureEncoding;
 mod storage;
 
 use super::os::{
@@ -182,6 +183,8 @@ struct State {
     shares: BTreeMap<String, smb::Share>,
     /// Node-wide SMB mappings, keyed by lower-cased root.
     smb_mappings: BTreeMap<String, smb::Mapping>,
+    /// How failed SMB mapping methods answer.
+    smb_encoding: smb::SmbFailureEncoding,
     /// What a WMI connection made before `winmgmt` restarted answers (RPC_E_DISCONNECTED, or
     /// another "server gone" code); `None` while connected.
     wmi_gone: Option<u32>,
@@ -610,6 +613,8 @@ mod iscsi_tests;
 mod race_tests;
 #[cfg(test)]
 mod service_tests;
+#[cfg(test)]
+mod smb_tests;
 #[cfg(test)]
 mod storage_tests;
 #[cfg(test)]

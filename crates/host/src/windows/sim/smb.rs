@@ -13,8 +13,47 @@
 //!   paths below the mapping stop answering while it stays listed. Microsoft documents no
 //!   `Status` value for that state; it is listed OK, the harder case for the daemon (only the
 //!   probe of its root shows it broken, as upstream's `PathValid` check sees it).
+//! - a failed Create reaches the caller of `IWbemServices::ExecMethod` in one of three
+//!   encodings ([`SmbFailureEncoding`]); by default the least helpful one, WBEM_E_FAILED with
+//!   the code only in the extended error object, as the CIM cmdlets' output in
+//!   csi-driver-smb#219 suggests (the Win32 text, shown from the provider's error object).
 
-use super::{OsError, SimWindows, State, Win32Result};
+use super::{OsError, ReturnValue, SimWindows, State, Win32Result};
+
+/// WBEM_E_FAILED: "Call failed" (WMI Error Constants).
+const WBEM_E_FAILED: u32 = 0x8004_1001;
+
+/// How a failed `MSFT_SmbGlobalMapping` method reaches the caller of
+/// `IWbemServices::ExecMethod`. Which one a given Windows uses is not documented; all three
+/// occur (issue 27 item 6).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SmbFailureEncoding {
+    /// The call succeeds and the out-parameters' `ReturnValue` is the Win32 code.
+    ReturnValue,
+    /// The call fails with `HRESULT_FROM_WIN32(code)` (`0x8007xxxx`).
+    HResult,
+    /// The call fails with WBEM_E_FAILED; the code is only in the extended error object the
+    /// provider set (`MSFT_WmiError.error_Code`).
+    #[default]
+    ExtendedError,
+}
+
+/// The answer of a method whose outcome is the Win32 code `code` (0 is success), encoded as
+/// `encoding` says.
+pub(super) fn answer(encoding: SmbFailureEncoding, code: u32) -> Win32Result<ReturnValue> {
+    if code == 0 {
+        return Ok(ReturnValue::Code(0));
+    }
+    match encoding {
+        SmbFailureEncoding::ReturnValue => Ok(ReturnValue::Code(code)),
+        SmbFailureEncoding::HResult => Err(OsError::new(0x8007_0000 | (code & 0xFFFF))),
+        SmbFailureEncoding::ExtendedError => Err(OsError::with_extended(
+            WBEM_E_FAILED,
+            code,
+            "Call failed (WBEM_E_FAILED, 0x80041001)",
+        )),
+    }
+}
 
 /// A share a simulated server offers.
 #[derive(Debug, Clone)]
@@ -163,6 +202,11 @@ impl SimWindows {
         if let Some(m) = s.smb_mappings.get_mut(&root) {
             m.signed_out = wanted.is_some() && m.credential != wanted;
         }
+    }
+
+    /// How failed SMB mapping methods answer from now on.
+    pub fn set_smb_failure_encoding(&self, encoding: SmbFailureEncoding) {
+        self.lock().smb_encoding = encoding;
     }
 
     /// The node-wide mappings' remote paths.
