@@ -14,16 +14,22 @@
 //! PowerShell-era upstream stored, which drivers read back with `readlink`).
 
 use super::os::files::{create_symlink, utf16};
+use super::os::pool::until;
+use super::os::probe::Probes;
 use super::os::{OsError, ReturnValue, Win32Result, os_error, wmi_retrying};
 use crate::reparse::{self, LinkDestination};
 use csi_proxy_core::smb::{MappingInfo, MappingState, SmbHost, SmbLinkUse, SmbMapping};
 use csi_proxy_core::{Error, Kind, Result};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 const NEW: &str = "NewSmbGlobalMapping";
 const REMOVE: &str = "RemoveSmbGlobalMapping";
 /// How long the share root may take to answer before a mapping counts as inaccessible.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many share-root probes may be stuck on dead servers at once; past that a root counts
+/// as not answering without being probed.
+const MAX_PROBES: usize = 16;
 
 super::os::seam_host! {
     /// The Windows SMB host.
@@ -149,7 +155,22 @@ fn outcome(op: &str, object: &str, method: &str, r: Win32Result<ReturnValue>) ->
     }
 }
 
+/// The share-root probes of every host in the process: one per root at a time, at most
+/// [`MAX_PROBES`] stuck on dead servers.
+static PROBES: LazyLock<Arc<Probes>> = LazyLock::new(|| Arc::new(Probes::new(MAX_PROBES)));
+
 impl WindowsSmbHost {
+    /// Whether the share root answers within [`HEALTH_TIMEOUT`] (or the caller's deadline): a
+    /// dead server blocks the open for long, so it runs as a bounded probe, shared by every
+    /// caller asking about the same root while it runs.
+    fn share_root_answers(&self, root: &str) -> bool {
+        let os = self.os.clone();
+        let dir = format!("{root}\\");
+        // Keyed by the seam too: each simulated Windows in a test process is its own machine.
+        let key = format!("{:p} {root}", Arc::as_ptr(&self.os));
+        PROBES.answers(&key, until(HEALTH_TIMEOUT), move || os.dir_opens(&dir))
+    }
+
     /// Every global mapping.
     fn list(&self, op: &str) -> Result<Vec<Listed>> {
         let os = &*self.os;
@@ -238,7 +259,7 @@ impl SmbHost for WindowsSmbHost {
         // gets the probe's time to finish, and one listed OK may refuse every open (its
         // credential no longer accepted). Only a mapping that does not answer is broken, and
         // only a broken one is ever replaced under other volumes' links.
-        let healthy = self.os.dir_answers(&format!("{root}\\"), HEALTH_TIMEOUT);
+        let healthy = self.share_root_answers(root);
         let status = match (healthy, found.status) {
             (true, _) => "OK".to_string(),
             (false, 0) => "inaccessible".to_string(),

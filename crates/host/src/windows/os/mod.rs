@@ -9,6 +9,7 @@
 
 pub mod files;
 pub mod pool;
+pub mod probe;
 
 pub use files::FileApi;
 
@@ -356,9 +357,10 @@ pub trait Win32: FileApi + Send + Sync {
     /// WMI `MSFT_SmbGlobalMapping.Remove(Force = true)` on the mapping listed with `RemotePath`
     /// `remote`: the method's `ReturnValue`; WBEM_E_NOT_FOUND when there is none.
     fn smb_remove_global_mapping(&self, remote: &str) -> Win32Result<ReturnValue>;
-    /// Whether the directory `dir` (a share root, with its trailing backslash) can be opened
-    /// within `limit`: a dead server blocks the open for long, so the wait is cut off.
-    fn dir_answers(&self, dir: &str, limit: Duration) -> bool;
+    /// `GetFileAttributesExW(dir)`: whether the directory `dir` (a share root, with its
+    /// trailing backslash) can be reached. On a dead server this blocks for long; callers bound
+    /// the wait ([`probe::Probes`]).
+    fn dir_opens(&self, dir: &str) -> bool;
     /// Every symbolic link below `roots` (bounded scan, links not followed), as
     /// `(link, target as stored)`.
     fn links_below(&self, roots: &[String]) -> Vec<(String, String)>;

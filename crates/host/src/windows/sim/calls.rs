@@ -329,9 +329,17 @@ impl Win32 for SimWindows {
         }
     }
 
-    fn dir_answers(&self, dir: &str, _limit: Duration) -> bool {
+    fn dir_opens(&self, dir: &str) -> bool {
         let mut s = self.lock();
-        s.take_fault("dir_answers").is_ok() && s.exists(dir)
+        let fault = s.take_fault("dir_opens");
+        // A server that stopped answering holds the open (in real time, the lock released)
+        // until it answers again.
+        while smb::unc_hangs(&s, dir) {
+            drop(s);
+            std::thread::sleep(Duration::from_millis(2));
+            s = self.lock();
+        }
+        fault.is_ok() && s.exists(dir)
     }
 
     fn links_below(&self, roots: &[String]) -> Vec<(String, String)> {

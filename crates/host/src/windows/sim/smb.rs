@@ -61,6 +61,8 @@ pub(super) struct Share {
     /// The `user:password` credential it takes; `None` for any.
     credential: Option<String>,
     up: bool,
+    /// The server stopped answering: opens below the share block until it answers again.
+    hangs: bool,
 }
 
 /// A node-wide mapping.
@@ -96,6 +98,11 @@ pub(super) fn unc_exists(s: &State, path: &str) -> Option<bool> {
     let root = unc_root(path)?;
     let up = s.shares.get(&root).is_some_and(|sh| sh.up);
     Some(up && s.smb_mappings.get(&root).is_some_and(|m| !m.signed_out))
+}
+
+/// Whether opening `path` blocks: it is below a share whose server stopped answering.
+pub(super) fn unc_hangs(s: &State, path: &str) -> bool {
+    unc_root(path).is_some_and(|root| s.shares.get(&root).is_some_and(|sh| sh.hangs))
 }
 
 /// Why a UNC path below a share does not answer, as opening it fails on Windows
@@ -172,6 +179,7 @@ impl SimWindows {
             Share {
                 credential: credential.map(|(u, p)| crate::windows::smb::credential_string(u, p)),
                 up: true,
+                hangs: false,
             },
         );
     }
@@ -180,6 +188,14 @@ impl SimWindows {
     pub fn set_share_up(&self, root: &str, up: bool) {
         if let Some(sh) = self.lock().shares.get_mut(&root.to_ascii_lowercase()) {
             sh.up = up;
+        }
+    }
+
+    /// The share's server stops answering (or answers again): an open below it blocks, as one
+    /// on a server whose host is gone waits out the network's timeouts.
+    pub fn set_share_hangs(&self, root: &str, hangs: bool) {
+        if let Some(sh) = self.lock().shares.get_mut(&root.to_ascii_lowercase()) {
+            sh.hangs = hangs;
         }
     }
 

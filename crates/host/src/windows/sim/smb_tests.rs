@@ -78,3 +78,42 @@ fn each_smb_failure_is_precise_in_every_encoding() {
         assert!(e.message().contains("error 1326"), "{}", e.message());
     }
 }
+
+/// Issue 27: the health probe of a mapping on a dead server left a thread per call behind.
+/// Polled many times while the server hangs, it runs one probe, each call ends at its
+/// caller's deadline, and once the server answers again the next call probes afresh.
+#[test]
+fn a_dead_servers_health_probe_holds_one_thread_whatever_the_calls() {
+    use csi_proxy_core::smb::MappingState;
+    use std::time::{Duration, Instant};
+    let sim = Arc::new(SimWindows::new());
+    sim.add_share(r"\\dead01\vols", None);
+    let h = WindowsSmbHost::with_os(sim.clone());
+    let mut m = mapping(r"\\dead01\vols", "", "");
+    m.credentials = None;
+    h.new_smb_global_mapping(&m).unwrap();
+    sim.set_share_hangs(r"\\dead01\vols", true);
+    for _ in 0..20 {
+        let started = Instant::now();
+        let deadline = Some(started + Duration::from_millis(20));
+        let state =
+            csi_proxy_core::deadline::within(deadline, || h.smb_global_mapping(r"\\dead01\vols"))
+                .unwrap();
+        assert!(
+            matches!(&state, MappingState::Present(i) if !i.healthy),
+            "{state:?}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+    assert_eq!(sim.calls()["dir_opens"], 1, "one probe for every call");
+    sim.set_share_hangs(r"\\dead01\vols", false);
+    let end = Instant::now() + Duration::from_secs(5);
+    loop {
+        let state = h.smb_global_mapping(r"\\dead01\vols").unwrap();
+        if matches!(&state, MappingState::Present(i) if i.healthy) {
+            break;
+        }
+        assert!(Instant::now() < end, "{state:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
