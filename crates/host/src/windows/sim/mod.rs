@@ -38,13 +38,15 @@ pub mod services;
 mod smb;
 pub use smb::SmbFailureEncoding;
 mod storage;
+mod wmi;
 
 use super::os::{
     Access, IscsiSession, OsError, PersistentLogin, ReturnValue, Win32, Win32Result, code,
 };
+use crate::windows::os::pool::Namespaces;
 use crate::windows_data::layout::{BASIC_DATA, MSR, NO_DRIVE_LETTER, STYLE_GPT, STYLE_RAW};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -188,6 +190,8 @@ struct State {
     /// What a WMI connection made before `winmgmt` restarted answers (RPC_E_DISCONNECTED, or
     /// another "server gone" code); `None` while connected.
     wmi_gone: Option<u32>,
+    /// WMI namespaces whose provider hangs: their calls never answer.
+    wmi_hung: BTreeSet<&'static str>,
     /// `IOCTL_DISK_CREATE_DISK` (GPT) makes the Microsoft Reserved partition itself.
     create_disk_msr: bool,
     /// What the next WMI method call answers instead of doing its work.
@@ -209,9 +213,22 @@ struct State {
 }
 
 /// The simulated Windows. Cheap to share: all state is behind one lock.
-#[derive(Debug)]
 pub struct SimWindows {
-    state: Mutex<State>,
+    /// Shared with the WMI threads.
+    state: Arc<Mutex<State>>,
+    /// The WMI namespaces' thread pools, as the real WMI layer has them.
+    wmi: Namespaces<()>,
+}
+
+impl std::fmt::Debug for SimWindows {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SimWindows")
+    }
+}
+
+/// The state behind `state`; a poisoned lock only means a test thread panicked holding it.
+fn lock_state(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Default for SimWindows {
@@ -370,12 +387,13 @@ impl SimWindows {
     /// 300 ms after a layout write.
     pub fn new() -> Self {
         let sim = Self {
-            state: Mutex::new(State {
+            wmi: wmi::namespaces(),
+            state: Arc::new(Mutex::new(State {
                 arrival_delay: Duration::from_millis(300),
                 automount: true,
                 next_serial: 0x1a2b_3c4d,
                 ..State::default()
-            }),
+            })),
         };
         {
             let mut s = sim.lock();
@@ -432,7 +450,7 @@ impl SimWindows {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock_state(&self.state)
     }
 
     /// Attaches a new RAW disk of `size` bytes at SCSI LUN `lun` (port 0, target 0), and
