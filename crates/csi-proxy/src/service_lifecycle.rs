@@ -5,8 +5,10 @@
 //! finish (at most [`STOP_LIMIT`]), and STOPPED with a service-specific exit code when the
 //! daemon failed ([`EXIT_FAILED`], [`EXIT_NO_FLAGS`], [`EXIT_PANICKED`]): every way out reports
 //! STOPPED. "SetServiceStatus": a pending state's checkpoint must grow before its wait hint
-//! passes, or the SCM takes the service for hung; a service that ends without reporting
-//! SERVICE_STOPPED is taken for crashed.
+//! passes, or the SCM takes the service for hung; SERVICE_STOPPED with a nonzero
+//! `dwWin32ExitCode` is logged as the service terminating with that error (event 7023), so the
+//! code must mean what it says: ours are service-specific (SERVICE_STATUS), not Win32 codes. A
+//! service process that ends without reporting SERVICE_STOPPED is one the SCM finds gone.
 
 use crate::flags::Flags;
 use std::future::Future;

@@ -22,6 +22,12 @@
 //!   (`DISK_ATTRIBUTE_OFFLINE`), and then arrive asynchronously, as after an attach.
 //! - Drives without media, volumes locked by another process, the SAN policy and read-only
 //!   disks, disk contents and 4Kn sectors, surprise removal (`storage.rs`).
+//! - WMI calls run on a thread pool per namespace, as the real WMI layer's, and a namespace's
+//!   provider can hang ([`SimWindows::hang_wmi_namespace`]); failed SMB mapping methods answer in
+//!   each of three encodings ([`SimWindows::set_smb_failure_encoding`]); a dead SMB server holds
+//!   opens below its shares ([`SimWindows::set_share_hangs`]).
+//! - Partitions are numbered by GPT entry position, as the partition manager reports them
+//!   ([`SimWindows::add_gpt_disk`]).
 //! - Any call can be made to fail once with a chosen error ([`SimWindows::fail_next`]).
 //!
 //! Machine at start: disk 0 holds the system (an EFI partition, the MSR and `C:`, NTFS, with
