@@ -82,23 +82,25 @@ fn a_hanging_namespace_stalls_neither_the_others_nor_its_callers() {
             let smb = smb.clone();
             std::thread::spawn(move || {
                 let started = Instant::now();
-                let deadline = Some(started + Duration::from_millis(300));
+                let deadline = Some(started + Duration::from_secs(2));
                 let r = csi_proxy_core::deadline::within(deadline, || smb.smb_global_mappings());
                 (r, started.elapsed())
             })
         })
         .collect();
-    // Meanwhile the Storage and CIMV2 namespaces answer.
+    // Meanwhile, long before the SMB callers give up, the Storage and CIMV2 namespaces answer.
     std::thread::sleep(Duration::from_millis(20));
     let started = Instant::now();
     m.volume.format_volume(&id).unwrap();
     assert!(m.disk.disk_usage(0).unwrap().system_use.is_some());
-    assert!(started.elapsed() < Duration::from_millis(250));
+    assert!(started.elapsed() < Duration::from_millis(1500));
     for c in callers {
         let (r, took) = c.join().unwrap();
         let e = r.unwrap_err();
         assert_eq!(e.kind(), Kind::Unavailable, "{}", e.message());
-        assert!(took < Duration::from_secs(2), "{took:?}");
+        // Answered at the deadline: neither early nor long after.
+        assert!(took >= Duration::from_millis(1900), "{took:?}");
+        assert!(took < Duration::from_secs(5), "{took:?}");
     }
     assert_eq!(
         m.sim.calls().get("reset_wmi"),
