@@ -2,9 +2,13 @@
 //! (`windows_service.rs` turns it into SCM statuses; on Linux the tests watch it):
 //! START_PENDING until every endpoint is bound, RUNNING then, STOP_PENDING as soon as a stop is
 //! asked for with a new checkpoint every [`TICK`] while endpoints close and running host calls
-//! finish (at most [`STOP_LIMIT`]), and STOPPED with exit code 1 when the daemon failed.
-//! "SetServiceStatus": a pending state's checkpoint must grow before its wait hint passes, or
-//! the SCM takes the service for hung.
+//! finish (at most [`STOP_LIMIT`]), and STOPPED with a service-specific exit code when the
+//! daemon failed ([`EXIT_FAILED`], [`EXIT_NO_FLAGS`], [`EXIT_PANICKED`]): every way out reports
+//! STOPPED. "SetServiceStatus": a pending state's checkpoint must grow before its wait hint
+//! passes, or the SCM takes the service for hung; SERVICE_STOPPED with a nonzero
+//! `dwWin32ExitCode` is logged as the service terminating with that error (event 7023), so the
+//! code must mean what it says: ours are service-specific (SERVICE_STATUS), not Win32 codes. A
+//! service process that ends without reporting SERVICE_STOPPED is one the SCM finds gone.
 
 use crate::flags::Flags;
 use std::future::Future;
@@ -16,6 +20,29 @@ use std::time::Duration;
 pub const TICK: Duration = Duration::from_secs(3);
 /// How long host calls still running at stop are waited for before the process ends.
 pub const STOP_LIMIT: Duration = Duration::from_secs(60);
+
+/// Service-specific exit code: the daemon failed (it could not start, or stopped on an error).
+pub const EXIT_FAILED: u32 = 1;
+/// Service-specific exit code: the service entry point found no flags to run with.
+pub const EXIT_NO_FLAGS: u32 = 2;
+/// Service-specific exit code: the daemon panicked.
+pub const EXIT_PANICKED: u32 = 3;
+
+/// ERROR_SERVICE_SPECIFIC_ERROR: "The service has returned a service-specific error code."
+pub const ERROR_SERVICE_SPECIFIC_ERROR: u32 = 1066;
+
+/// `SERVICE_STATUS`'s `(dwWin32ExitCode, dwServiceSpecificExitCode)` for our exit code:
+/// NO_ERROR for 0; otherwise ERROR_SERVICE_SPECIFIC_ERROR with the code in the second, as
+/// SERVICE_STATUS documents ("The service sets this value to ERROR_SERVICE_SPECIFIC_ERROR to
+/// indicate that an error occurred and the dwServiceSpecificExitCode member should be
+/// checked"). Our codes are not Win32 error codes; 1 as one would read ERROR_INVALID_FUNCTION.
+pub fn exit_codes(exit: u32) -> (u32, u32) {
+    if exit == 0 {
+        (0, 0)
+    } else {
+        (ERROR_SERVICE_SPECIFIC_ERROR, exit)
+    }
+}
 
 /// A state the service manager is told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,9 +91,37 @@ pub fn run(
         Some(STOP_LIMIT),
     );
     stopping.store(true, Ordering::Relaxed);
-    // A generic failure code (1) tells the service manager the service failed, so its recovery
-    // actions apply (on Windows with `sc.exe failureflag csiproxy 1`).
-    report(Phase::Stopped, 0, if result.is_ok() { 0 } else { 1 });
+    // A failure code tells the service manager the service failed, so its recovery actions
+    // apply (on Windows with `sc.exe failureflag csiproxy 1`).
+    report(
+        Phase::Stopped,
+        0,
+        if result.is_ok() { 0 } else { EXIT_FAILED },
+    );
+}
+
+/// [`run`] as a service entry point: without flags, or when the daemon panics, STOPPED is
+/// still reported (with [`EXIT_NO_FLAGS`] or [`EXIT_PANICKED`]), never left unsaid.
+pub fn run_reporting(
+    flags: Option<Flags>,
+    report: impl Fn(Phase, u32, u32) + Send + Sync + 'static,
+    stop: impl Future<Output = ()>,
+    tick: Duration,
+) {
+    let report = Arc::new(report);
+    let Some(flags) = flags else {
+        tracing::error!("the service entry point found no flags");
+        report(Phase::Stopped, 0, EXIT_NO_FLAGS);
+        return;
+    };
+    let inner = report.clone();
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run(flags, move |p, c, e| inner(p, c, e), stop, tick)
+    }));
+    if ran.is_err() {
+        tracing::error!("the daemon panicked; reporting the service stopped");
+        report(Phase::Stopped, 0, EXIT_PANICKED);
+    }
 }
 
 #[cfg(all(test, target_os = "linux"))]
@@ -149,6 +204,46 @@ mod tests {
             std::future::pending(),
             Duration::from_millis(50),
         );
-        assert_eq!(seen.lock().unwrap().last(), Some(&(Phase::Stopped, 1)));
+        assert_eq!(
+            seen.lock().unwrap().last(),
+            Some(&(Phase::Stopped, EXIT_FAILED))
+        );
+    }
+
+    /// Issue 27: exit code 1 was reported as the Win32 code 1 (ERROR_INVALID_FUNCTION), and an
+    /// entry point without flags returned without reporting SERVICE_STOPPED.
+    #[test]
+    fn every_way_out_reports_stopped_with_a_service_specific_code() {
+        assert_eq!(exit_codes(0), (0, 0));
+        assert_eq!(
+            exit_codes(EXIT_FAILED),
+            (ERROR_SERVICE_SPECIFIC_ERROR, EXIT_FAILED)
+        );
+        let seen: Arc<Mutex<Vec<(Phase, u32)>>> = Arc::default();
+        let log = seen.clone();
+        run_reporting(
+            None,
+            move |p, _, e| log.lock().unwrap().push((p, e)),
+            std::future::pending(),
+            Duration::from_millis(50),
+        );
+        assert_eq!(*seen.lock().unwrap(), [(Phase::Stopped, EXIT_NO_FLAGS)]);
+        // A report that panics (as any part of the daemon may) still ends in STOPPED.
+        let seen: Arc<Mutex<Vec<(Phase, u32)>>> = Arc::default();
+        let log = seen.clone();
+        let dir = tempfile::tempdir().unwrap();
+        run_reporting(
+            Some(flags(dir.path())),
+            move |p, _, e| {
+                log.lock().unwrap().push((p, e));
+                assert_ne!(p, Phase::StartPending, "a panic while starting");
+            },
+            std::future::pending(),
+            Duration::from_millis(50),
+        );
+        assert_eq!(
+            seen.lock().unwrap().last(),
+            Some(&(Phase::Stopped, EXIT_PANICKED))
+        );
     }
 }

@@ -3,7 +3,7 @@
 //! and ends the process (upstream's service kept its pipes open after Stop).
 
 use crate::flags::Flags;
-use crate::service_lifecycle::{Phase, TICK};
+use crate::service_lifecycle::{Phase, TICK, exit_codes};
 use std::ffi::OsString;
 use std::process::ExitCode;
 use std::sync::Mutex;
@@ -47,9 +47,7 @@ pub fn run(flags: Flags) -> ExitCode {
 }
 
 fn service_main(_args: Vec<OsString>) {
-    let Some(flags) = FLAGS.lock().ok().and_then(|mut f| f.take()) else {
-        return;
-    };
+    let flags = FLAGS.lock().ok().and_then(|mut f| f.take());
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let handler = move |control| match control {
         ServiceControl::Stop | ServiceControl::Shutdown => {
@@ -64,6 +62,7 @@ fn service_main(_args: Vec<OsString>) {
     let status = match service_control_handler::register(SERVICE_NAME, handler) {
         Ok(s) => s,
         Err(e) => {
+            // Without a status handle nothing can be reported; the SCM sees the process end.
             tracing::error!("cannot register the service control handler: {e}");
             return;
         }
@@ -82,7 +81,11 @@ fn service_main(_args: Vec<OsString>) {
             service_type: ServiceType::OWN_PROCESS,
             current_state: state,
             controls_accepted: accept,
-            exit_code: ServiceExitCode::Win32(exit),
+            // Our codes are service-specific, never Win32 error codes (SERVICE_STATUS).
+            exit_code: match exit_codes(exit) {
+                (0, _) => ServiceExitCode::NO_ERROR,
+                (_, specific) => ServiceExitCode::ServiceSpecific(specific),
+            },
             checkpoint,
             wait_hint: PENDING_HINT,
             process_id: None,
@@ -91,7 +94,7 @@ fn service_main(_args: Vec<OsString>) {
             tracing::warn!("cannot report service state {state:?}: {e}");
         }
     };
-    crate::service_lifecycle::run(
+    crate::service_lifecycle::run_reporting(
         flags,
         report,
         async move {

@@ -135,11 +135,7 @@ impl World {
                 Disturbance::Crash
             } else if r.chance(w.fail) {
                 let (code, message) = TRANSIENT[r.below(TRANSIENT.len() as u64) as usize];
-                Disturbance::Fail(OsError {
-                    code,
-                    needed: 0,
-                    message: message.into(),
-                })
+                Disturbance::Fail(OsError::with_message(code, message))
             } else if r.chance(w.late) {
                 let ms = r.below(20_000);
                 late.fetch_add(ms, Ordering::Relaxed);

@@ -14,16 +14,22 @@
 //! PowerShell-era upstream stored, which drivers read back with `readlink`).
 
 use super::os::files::{create_symlink, utf16};
-use super::os::{OsError, os_error, wmi_retrying};
+use super::os::pool::until;
+use super::os::probe::Probes;
+use super::os::{OsError, ReturnValue, Win32Result, os_error, wmi_retrying};
 use crate::reparse::{self, LinkDestination};
 use csi_proxy_core::smb::{MappingInfo, MappingState, SmbHost, SmbLinkUse, SmbMapping};
 use csi_proxy_core::{Error, Kind, Result};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 const NEW: &str = "NewSmbGlobalMapping";
 const REMOVE: &str = "RemoveSmbGlobalMapping";
 /// How long the share root may take to answer before a mapping counts as inaccessible.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many share-root probes may be stuck on dead servers at once; past that a root counts
+/// as not answering without being probed.
+const MAX_PROBES: usize = 16;
 
 super::os::seam_host! {
     /// The Windows SMB host.
@@ -117,18 +123,54 @@ struct Listed {
     status: u32,
 }
 
-/// A failed WMI call of `op`: a Win32 code inside its HRESULT is worded as the SMB failures
-/// are; anything else as the seam reports it.
+/// A failed WMI call of `op`. A mapping method's failure reaches us in one of three encodings
+/// (issue 27 item 6; csi-driver-smb#219): its `ReturnValue` (see [`outcome`]), the call failing
+/// with `HRESULT_FROM_WIN32(code)`, or the call failing with WBEM_E_FAILED and the code only in
+/// the provider's extended error object. The last two are worded here as the SMB failures are;
+/// anything else as the seam reports it.
 fn call_error(op: &str, object: &str, e: &OsError) -> Error {
-    if win32_code(e.code) != e.code {
-        let (kind, why) = failure(e.code);
-        Error::new(kind, op, object, why)
-    } else {
-        os_error(op, object, e, &[])
+    let code = e
+        .extended
+        .or_else(|| (win32_code(e.code) != e.code).then_some(e.code));
+    match code {
+        Some(code) => {
+            let (kind, why) = failure(code);
+            Error::new(kind, op, object, why)
+        }
+        None => os_error(op, object, e, &[]),
     }
 }
 
+/// The outcome of mapping method `method` in operation `op`, whichever way a failure came.
+fn outcome(op: &str, object: &str, method: &str, r: Win32Result<ReturnValue>) -> Result<()> {
+    match r
+        .map_err(|e| call_error(op, object, &e))?
+        .code(op, object, method)?
+    {
+        0 => Ok(()),
+        code => {
+            let (kind, why) = failure(code);
+            Err(Error::new(kind, op, object, why))
+        }
+    }
+}
+
+/// The share-root probes of every host in the process: one per root at a time, at most
+/// [`MAX_PROBES`] stuck on dead servers.
+static PROBES: LazyLock<Arc<Probes>> = LazyLock::new(|| Arc::new(Probes::new(MAX_PROBES)));
+
 impl WindowsSmbHost {
+    /// Whether the share root answers within [`HEALTH_TIMEOUT`] (or the caller's deadline): a
+    /// dead server blocks the open for long, so it runs as a bounded probe, shared by every
+    /// caller asking about the same root while it runs.
+    fn share_root_answers(&self, root: &str) -> bool {
+        let os = self.os.clone();
+        let dir = format!("{root}\\");
+        // Keyed by the seam too: each simulated Windows in a test process is its own machine.
+        let key = format!("{:p} {root}", Arc::as_ptr(&self.os));
+        PROBES.answers(&key, until(HEALTH_TIMEOUT), move || os.dir_opens(&dir))
+    }
+
     /// Every global mapping.
     fn list(&self, op: &str) -> Result<Vec<Listed>> {
         let os = &*self.os;
@@ -153,19 +195,14 @@ impl SmbHost for WindowsSmbHost {
             .credentials
             .as_ref()
             .map(|c| credential_string(&c.username, c.password.expose()));
-        let code = wmi_retrying(os, || {
+        let answer = wmi_retrying(os, || {
             os.smb_create_global_mapping(
                 &mapping.root,
                 mapping.require_privacy,
                 credential.as_deref(),
             )
-        })
-        .map_err(|e| call_error(NEW, &object, &e))?
-        .code(NEW, &object, "MSFT_SmbGlobalMapping.Create")?;
-        if code != 0 {
-            let (kind, why) = failure(code);
-            return Err(Error::new(kind, NEW, &object, why));
-        }
+        });
+        outcome(NEW, &object, "MSFT_SmbGlobalMapping.Create", answer)?;
         tracing::info!(root = %mapping.root, "SMB global mapping created");
         Ok(())
     }
@@ -207,13 +244,8 @@ impl SmbHost for WindowsSmbHost {
                 "no such SMB global mapping",
             ));
         };
-        let code = wmi_retrying(os, || os.smb_remove_global_mapping(&found.remote))
-            .map_err(|e| call_error(REMOVE, &object, &e))?
-            .code(REMOVE, &object, "MSFT_SmbGlobalMapping.Remove")?;
-        if code != 0 {
-            let (kind, why) = failure(code);
-            return Err(Error::new(kind, REMOVE, &object, why));
-        }
+        let answer = wmi_retrying(os, || os.smb_remove_global_mapping(&found.remote));
+        outcome(REMOVE, &object, "MSFT_SmbGlobalMapping.Remove", answer)?;
         tracing::info!(root = %root, "SMB global mapping removed");
         Ok(())
     }
@@ -227,7 +259,7 @@ impl SmbHost for WindowsSmbHost {
         // gets the probe's time to finish, and one listed OK may refuse every open (its
         // credential no longer accepted). Only a mapping that does not answer is broken, and
         // only a broken one is ever replaced under other volumes' links.
-        let healthy = self.os.dir_answers(&format!("{root}\\"), HEALTH_TIMEOUT);
+        let healthy = self.share_root_answers(root);
         let status = match (healthy, found.status) {
             (true, _) => "OK".to_string(),
             (false, 0) => "inaccessible".to_string(),

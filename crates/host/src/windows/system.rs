@@ -178,14 +178,29 @@ impl SystemHost for WindowsSystemHost {
 
     fn start_service(&self, name: &str) -> Result<()> {
         const OP: &str = "StartService";
-        if self.state(OP, name)? == ServiceStatus::Running {
-            return Ok(());
-        }
-        match self.os.service_start(name) {
-            Ok(()) => {}
-            // Started meanwhile (or start pending): wait below.
-            Err(e) if e.code == code::SERVICE_ALREADY_RUNNING => {}
-            Err(e) => return Err(scm_error(OP, name, &e)),
+        // Twice at most: a stop that begins between our look and StartService is waited out
+        // once more.
+        for attempt in 0..2 {
+            match self.state(OP, name)? {
+                ServiceStatus::Running => return Ok(()),
+                // The stopping instance is still there: StartService would answer
+                // ERROR_SERVICE_ALREADY_RUNNING ("An instance of the service is already
+                // running"), and waiting for RUNNING would see it stop. Wait for it to be
+                // gone, then start.
+                ServiceStatus::StopPending => self.wait_for(OP, name, ServiceStatus::Stopped)?,
+                _ => {}
+            }
+            match self.os.service_start(name) {
+                Ok(()) => break,
+                Err(e) if e.code == code::SERVICE_ALREADY_RUNNING => {
+                    if attempt == 0 && self.state(OP, name)? == ServiceStatus::StopPending {
+                        continue;
+                    }
+                    // Started meanwhile (or start pending): wait below.
+                    break;
+                }
+                Err(e) => return Err(scm_error(OP, name, &e)),
+            }
         }
         self.wait_for(OP, name, ServiceStatus::Running)
     }

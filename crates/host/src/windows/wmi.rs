@@ -2,7 +2,7 @@
 //!
 //! A [`wmi::WMIConnection`] is `!Send` (a COM interface pointer bound to the apartment that
 //! created it), and connecting to a namespace costs a round trip to the WMI service, so each
-//! namespace has a small pool of threads ([`Pool`]), started as calls need them, each owning
+//! namespace has a small pool of threads ([`Namespaces`]), started as calls need them, each owning
 //! its own connection. Callers hand them closures with [`with_namespace`] and wait at most
 //! [`CALL_LIMIT`] (or their own deadline) for the answer; a call not started by then is
 //! dropped. An SMB mapping stuck on a dead server (`ROOT\Microsoft\Windows\SMB`) holds one
@@ -18,56 +18,21 @@
 //! A closure that panics does not take the thread down: the panic is caught and reported as an
 //! INTERNAL error naming the operation, and the thread serves the next call.
 
-use super::os::pool::{self, CallError, Pool};
-use super::os::{OsError, Win32Result};
+use super::os::Win32Result;
+use super::os::pool::{Namespaces, as_os_error};
 use csi_proxy_core::{Error, Kind, Result};
-use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::LazyLock;
 
 pub use crate::windows_data::wmi_codes::hresult_kind;
 
 /// A WMI thread's connection to its namespace, made on first use.
 type Connection = Option<wmi::WMIConnection>;
 
-/// Each namespace's pool of WMI threads.
-type Pools = HashMap<&'static str, Arc<Pool<Connection>>>;
+/// Each namespace's pool of WMI threads, created on first use of the namespace.
+static POOLS: LazyLock<Namespaces<Connection>> = LazyLock::new(|| Namespaces::new(|| None));
 
-/// The pools, each created on first use of its namespace.
-static POOLS: OnceLock<Mutex<Pools>> = OnceLock::new();
-
-/// How many calls may wait for a namespace's threads; more are refused as UNAVAILABLE.
-const QUEUE_DEPTH: usize = 64;
-
-/// How many threads (and connections) a namespace may have: a call stuck on a dead SMB server
-/// holds one of them, and the others keep serving.
-const THREADS_PER_NAMESPACE: usize = 4;
-
-/// How long a caller waits for a WMI call (less when its own deadline comes first): a quick
-/// format of a large volume takes seconds, an SMB mapping to a server that does not answer can
-/// take minutes. A call already running is not cancelled (WMI has no way to), but its caller is
-/// answered; a call not yet started when its caller stops waiting is dropped.
-pub const CALL_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
-
-/// The pool of `namespace`.
-fn pool_for(namespace: &'static str) -> Arc<Pool<Connection>> {
-    let pools = POOLS.get_or_init(|| Mutex::new(HashMap::new()));
-    // A poisoned lock only means another caller panicked while holding it; the map inside is
-    // still consistent.
-    pools
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .entry(namespace)
-        .or_insert_with(|| {
-            Arc::new(Pool::new(
-                "csi-proxy-wmi",
-                THREADS_PER_NAMESPACE,
-                QUEUE_DEPTH,
-                || None,
-            ))
-        })
-        .clone()
-}
+pub use super::os::pool::CALL_LIMIT;
 
 /// Runs `f` on a WMI thread with a connection to `namespace` (e.g.
 /// `r"ROOT\Microsoft\Windows\Storage"`), and returns its result.
@@ -80,28 +45,9 @@ where
     R: Send + 'static,
     F: FnOnce(&wmi::WMIConnection) -> Result<R> + Send + 'static,
 {
-    let object = || format!("WMI namespace {namespace}");
-    match pool_for(namespace).call(pool::until(CALL_LIMIT), move |conn: &mut Connection| {
+    POOLS.call(op, namespace, move |conn: &mut Connection| {
         run_job(op, namespace, conn, f)
-    }) {
-        Ok(r) => r,
-        Err(CallError::Full) => Err(Error::new(
-            Kind::Unavailable,
-            op,
-            object(),
-            format!("{QUEUE_DEPTH} WMI calls are already waiting; try again later"),
-        )),
-        Err(CallError::TimedOut) => Err(Error::new(
-            Kind::Unavailable,
-            op,
-            object(),
-            format!(
-                "WMI did not answer before the caller's deadline or within {} s; a call already started may still complete, one not started was dropped",
-                CALL_LIMIT.as_secs()
-            ),
-        )),
-        Err(CallError::Failed(why)) => Err(Error::new(Kind::Internal, op, object(), why)),
-    }
+    })
 }
 
 /// Connects if needed and runs `f`, catching a panic.
@@ -146,30 +92,16 @@ where
     R: Send + 'static,
     F: FnOnce(&wmi::WMIConnection) -> Win32Result<R> + Send + 'static,
 {
-    match with_namespace("WMI", namespace, move |c| Ok(f(c))) {
-        Ok(r) => r,
-        Err(e) => {
-            // The thread or the connection failed: keep the kind readable through a code.
-            let code = match e.kind() {
-                Kind::Unavailable => 0x8001_0108,
-                Kind::PermissionDenied => 0x8007_0005,
-                Kind::NotFound => 0x8004_1002,
-                _ => 0x8000_FFFF,
-            };
-            Err(OsError::with_message(code, e.message()))
-        }
-    }
+    POOLS.run_in(namespace, move |conn: &mut Connection| {
+        run_job("WMI", namespace, conn, move |c| Ok(f(c))).unwrap_or_else(|e| Err(as_os_error(&e)))
+    })
 }
 
 /// Drops every cached WMI connection, so the next call connects again: after `winmgmt`
 /// restarts, a connection made before answers RPC_E_DISCONNECTED for ever. Each WMI thread
 /// makes its connection anew before its next call.
 pub fn reset() {
-    if let Some(pools) = POOLS.get() {
-        for pool in pools.lock().unwrap_or_else(|p| p.into_inner()).values() {
-            pool.reset();
-        }
-    }
+    POOLS.reset();
 }
 
 /// Maps a WMI/COM error from operation `op` on `object` to an [`Error`], choosing the kind from

@@ -10,6 +10,8 @@ use csi_proxy_core::Kind;
 
 /// `(HRESULT, name, kind)` of the HRESULTs this daemon can meet from local WMI calls.
 const HRESULTS: &[(u32, &str, Kind)] = &[
+    // Our own answer when a WMI call outlives its caller's wait (the call may still run).
+    (0x8001_011F, "RPC_E_TIMEOUT", Kind::Unavailable),
     (0x8004_1001, "WBEM_E_FAILED", Kind::Internal),
     (0x8004_1002, "WBEM_E_NOT_FOUND", Kind::NotFound),
     (0x8004_1003, "WBEM_E_ACCESS_DENIED", Kind::PermissionDenied),

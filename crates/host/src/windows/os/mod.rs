@@ -9,6 +9,7 @@
 
 pub mod files;
 pub mod pool;
+pub mod probe;
 
 pub use files::FileApi;
 
@@ -86,6 +87,9 @@ pub struct OsError {
     pub needed: usize,
     /// The OS's text.
     pub message: String,
+    /// With WBEM_E_FAILED from a WMI method: the Win32 code the provider put only in its
+    /// extended error object (`MSFT_WmiError.error_Code`), if it gave one.
+    pub extended: Option<u32>,
 }
 
 impl OsError {
@@ -95,6 +99,16 @@ impl OsError {
             code,
             needed: 0,
             message: describe(code),
+            extended: None,
+        }
+    }
+
+    /// A failed WMI method: `code` (WBEM_E_FAILED), with the Win32 code its extended error
+    /// object carries.
+    pub fn with_extended(code: u32, extended: u32, message: impl Into<String>) -> Self {
+        Self {
+            extended: Some(extended),
+            ..Self::with_message(code, message)
         }
     }
 
@@ -104,6 +118,7 @@ impl OsError {
             code,
             needed: 0,
             message: message.into(),
+            extended: None,
         }
     }
 
@@ -342,9 +357,10 @@ pub trait Win32: FileApi + Send + Sync {
     /// WMI `MSFT_SmbGlobalMapping.Remove(Force = true)` on the mapping listed with `RemotePath`
     /// `remote`: the method's `ReturnValue`; WBEM_E_NOT_FOUND when there is none.
     fn smb_remove_global_mapping(&self, remote: &str) -> Win32Result<ReturnValue>;
-    /// Whether the directory `dir` (a share root, with its trailing backslash) can be opened
-    /// within `limit`: a dead server blocks the open for long, so the wait is cut off.
-    fn dir_answers(&self, dir: &str, limit: Duration) -> bool;
+    /// `GetFileAttributesExW(dir)`: whether the directory `dir` (a share root, with its
+    /// trailing backslash) can be reached. On a dead server this blocks for long; callers bound
+    /// the wait ([`probe::Probes`]).
+    fn dir_opens(&self, dir: &str) -> bool;
     /// Every symbolic link below `roots` (bounded scan, links not followed), as
     /// `(link, target as stored)`.
     fn links_below(&self, roots: &[String]) -> Vec<(String, String)>;

@@ -4,7 +4,9 @@
 //! stopped waiting before a thread took it is never started (a Create that would re-create a
 //! mapping after its NodeUnstage).
 
-use std::collections::VecDeque;
+use super::{OsError, Win32Result};
+use csi_proxy_core::{Error, Kind, Result};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{RecvTimeoutError, sync_channel};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -138,7 +140,11 @@ impl<S: 'static> Pool<S> {
     }
 }
 
-/// A pool thread: takes calls until the process ends, its state made on this thread.
+/// How long a pool thread waits for a call before it ends.
+const IDLE_LIMIT: Duration = Duration::from_secs(60);
+
+/// A pool thread: takes calls until it has been idle for [`IDLE_LIMIT`], its state made on
+/// this thread.
 fn serve<S>(inner: &Inner<S>) {
     let mut state = (inner.init)();
     let mut seen = inner.generation.load(Ordering::SeqCst);
@@ -147,7 +153,18 @@ fn serve<S>(inner: &Inner<S>) {
             let mut q = inner.queue.lock().unwrap_or_else(|p| p.into_inner());
             q.idle += 1;
             while q.jobs.is_empty() {
-                q = inner.ready.wait(q).unwrap_or_else(|p| p.into_inner());
+                let (guard, waited) = inner
+                    .ready
+                    .wait_timeout(q, IDLE_LIMIT)
+                    .unwrap_or_else(|p| p.into_inner());
+                q = guard;
+                // Idle for long: the thread (and its connection) goes; a later call starts
+                // another.
+                if waited.timed_out() && q.jobs.is_empty() {
+                    q.idle -= 1;
+                    q.threads -= 1;
+                    return;
+                }
             }
             q.idle -= 1;
             q.jobs.pop_front()
@@ -164,6 +181,122 @@ fn serve<S>(inner: &Inner<S>) {
             state = (inner.init)();
         }
     }
+}
+
+/// How many calls may wait for a namespace's threads; more are refused as UNAVAILABLE.
+const QUEUE_DEPTH: usize = 64;
+
+/// How many threads (and connections) a namespace may have: a call stuck on a dead SMB server
+/// (or a provider that hangs) holds one of them, and the others keep serving.
+const THREADS_PER_NAMESPACE: usize = 4;
+
+/// How long a caller waits for a WMI call (less when its own deadline comes first): a quick
+/// format of a large volume takes seconds, an SMB mapping to a server that does not answer can
+/// take minutes. A call already running is not cancelled (WMI has no way to), but its caller is
+/// answered; a call not yet started when its caller stops waiting is dropped.
+pub const CALL_LIMIT: Duration = Duration::from_secs(120);
+
+/// One [`Pool`] per WMI namespace, each thread holding its own state `S` (its connection): a
+/// namespace that hangs holds its own threads only. Used by the real WMI layer and, with the
+/// same limits and answers, by the simulated Windows.
+pub struct Namespaces<S: 'static> {
+    init: fn() -> S,
+    pools: Mutex<HashMap<&'static str, Arc<Pool<S>>>>,
+}
+
+impl<S: 'static> Namespaces<S> {
+    /// No pool yet; each namespace's is made on first use, its threads' states by `init`.
+    pub fn new(init: fn() -> S) -> Self {
+        Self {
+            init,
+            pools: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn pool(&self, namespace: &'static str) -> Arc<Pool<S>> {
+        // A poisoned lock only means another caller panicked while holding it; the map is
+        // still consistent.
+        self.pools
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(namespace)
+            .or_insert_with(|| {
+                Arc::new(Pool::new(
+                    "csi-proxy-wmi",
+                    THREADS_PER_NAMESPACE,
+                    QUEUE_DEPTH,
+                    self.init,
+                ))
+            })
+            .clone()
+    }
+
+    /// Runs `f` on a thread of `namespace`'s pool and waits until [`CALL_LIMIT`] or the
+    /// caller's deadline; `op` names the operation in errors.
+    pub fn call<R: Send + 'static>(
+        &self,
+        op: &'static str,
+        namespace: &'static str,
+        f: impl FnOnce(&mut S) -> Result<R> + Send + 'static,
+    ) -> Result<R> {
+        let object = || format!("WMI namespace {namespace}");
+        match self.pool(namespace).call(until(CALL_LIMIT), f) {
+            Ok(r) => r,
+            Err(CallError::Full) => Err(Error::new(
+                Kind::Unavailable,
+                op,
+                object(),
+                format!("{QUEUE_DEPTH} WMI calls are already waiting; try again later"),
+            )),
+            Err(CallError::TimedOut) => Err(Error::new(
+                Kind::Unavailable,
+                op,
+                object(),
+                format!(
+                    "WMI did not answer before the caller's deadline or within {} s; a call already started may still complete, one not started was dropped",
+                    CALL_LIMIT.as_secs()
+                ),
+            )),
+            Err(CallError::Failed(why)) => Err(Error::new(Kind::Internal, op, object(), why)),
+        }
+    }
+
+    /// [`Self::call`] for the Win32 seam: `f`'s errors stay [`OsError`]s, and a failure to
+    /// reach a thread becomes one whose code keeps its kind readable.
+    pub fn run_in<R: Send + 'static>(
+        &self,
+        namespace: &'static str,
+        f: impl FnOnce(&mut S) -> Win32Result<R> + Send + 'static,
+    ) -> Win32Result<R> {
+        self.call("WMI", namespace, move |s| Ok(f(s)))
+            .unwrap_or_else(|e| Err(as_os_error(&e)))
+    }
+
+    /// Makes every thread of every namespace make its state anew before its next call.
+    pub fn reset(&self) {
+        for pool in self
+            .pools
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+        {
+            pool.reset();
+        }
+    }
+}
+
+/// A failure to reach a WMI thread (or to connect) as an [`OsError`] whose code keeps its
+/// kind readable.
+pub fn as_os_error(e: &Error) -> OsError {
+    // Not RPC_E_DISCONNECTED for a call that outlived its wait: that would make the caller
+    // reconnect every thread and call again, waiting twice.
+    let code = match e.kind() {
+        Kind::Unavailable => 0x8001_011F, // RPC_E_TIMEOUT
+        Kind::PermissionDenied => 0x8007_0005,
+        Kind::NotFound => 0x8004_1002,
+        _ => 0x8000_FFFF,
+    };
+    OsError::with_message(code, e.message())
 }
 
 /// `now + limit`, or the current call's deadline when that comes first.

@@ -1,6 +1,7 @@
 //! The simulated Windows' answers to each [`Win32`] call: every call first takes the fault
 //! queued for it ([`SimWindows::fail_next`]) and lets due volume arrivals happen.
 
+use super::wmi::{CIMV2, SMB, STORAGE};
 use super::*;
 
 impl Win32 for SimWindows {
@@ -255,48 +256,21 @@ impl Win32 for SimWindows {
     }
 
     fn page_files(&self) -> Win32Result<Vec<String>> {
-        let mut s = self.lock();
-        s.take_fault("page_files")?;
-        smb::connected(&s)?;
-        Ok(s.page_files.clone())
+        self.wmi_call(CIMV2, "page_files", |s| Ok(s.page_files.clone()))
     }
 
     fn format_ntfs(&self, volume: &str) -> Win32Result<ReturnValue> {
-        let mut s = self.lock();
-        s.take_fault("format_ntfs")?;
-        smb::connected(&s)?;
-        if let Some(odd) = s.odd_return.take() {
-            return Ok(odd);
-        }
-        // MSFT_Volume.UniqueId is the volume's first GUID path.
-        let v = (0..s.volumes.len())
-            .find(|&v| s.visible(v) && s.volumes[v].names[0].eq_ignore_ascii_case(volume))
-            .ok_or(OsError::new(WBEM_E_NOT_FOUND))?;
-        let length = devices::partition_of(&s, v).map_or(0, |p| p.length);
-        let sector = s.disks.get(&s.volumes[v].disk).map_or(SECTOR, |d| d.sector);
-        let serial = s.next_serial;
-        s.next_serial += 1;
-        let vol = &mut s.volumes[v];
-        vol.fs = Some(("NTFS".into(), serial));
-        // NTFS leaves the partition's last sector to its backup boot sector.
-        vol.fs_size = length - sector;
-        // An NTFS boot sector: what a later signature probe finds.
-        let mut head = vec![0u8; 512];
-        head[3..11].copy_from_slice(b"NTFS    ");
-        head[510] = 0x55;
-        head[511] = 0xaa;
-        vol.head = head;
-        Ok(ReturnValue::Code(0))
+        let volume = volume.to_string();
+        self.wmi_call(STORAGE, "format_ntfs", move |s| format_ntfs(s, &volume))
     }
 
     fn smb_global_mappings(&self) -> Win32Result<Vec<(String, u32)>> {
-        let mut s = self.lock();
-        s.take_fault("smb_global_mappings")?;
-        smb::connected(&s)?;
-        Ok(s.smb_mappings
-            .values()
-            .map(|m| (m.remote.clone(), smb::status(&s, m)))
-            .collect())
+        self.wmi_call(SMB, "smb_global_mappings", |s| {
+            Ok(s.smb_mappings
+                .values()
+                .map(|m| (m.remote.clone(), smb::status(s, m)))
+                .collect())
+        })
     }
 
     fn smb_create_global_mapping(
@@ -305,32 +279,41 @@ impl Win32 for SimWindows {
         _require_privacy: bool,
         credential: Option<&str>,
     ) -> Win32Result<ReturnValue> {
-        let mut s = self.lock();
-        s.take_fault("smb_create_global_mapping")?;
-        smb::connected(&s)?;
-        if let Some(odd) = s.odd_return.take() {
-            return Ok(odd);
-        }
-        Ok(ReturnValue::Code(smb::create(&mut s, remote, credential)))
+        let (remote, credential) = (remote.to_string(), credential.map(str::to_string));
+        self.wmi_call(SMB, "smb_create_global_mapping", move |s| {
+            if let Some(odd) = s.odd_return.take() {
+                return Ok(odd);
+            }
+            let code = smb::create(s, &remote, credential.as_deref());
+            smb::answer(s.smb_encoding, code)
+        })
     }
 
     fn smb_remove_global_mapping(&self, remote: &str) -> Win32Result<ReturnValue> {
-        let mut s = self.lock();
-        s.take_fault("smb_remove_global_mapping")?;
-        smb::connected(&s)?;
-        let k = remote.trim_end_matches('\\').to_ascii_lowercase();
-        match s.smb_mappings.get(&k) {
-            Some(m) if m.remote == remote => {
-                s.smb_mappings.remove(&k);
-                Ok(ReturnValue::Code(0))
+        let remote = remote.to_string();
+        self.wmi_call(SMB, "smb_remove_global_mapping", move |s| {
+            let k = remote.trim_end_matches('\\').to_ascii_lowercase();
+            match s.smb_mappings.get(&k) {
+                Some(m) if m.remote == remote => {
+                    s.smb_mappings.remove(&k);
+                    Ok(ReturnValue::Code(0))
+                }
+                _ => Err(OsError::new(WBEM_E_NOT_FOUND)),
             }
-            _ => Err(OsError::new(WBEM_E_NOT_FOUND)),
-        }
+        })
     }
 
-    fn dir_answers(&self, dir: &str, _limit: Duration) -> bool {
+    fn dir_opens(&self, dir: &str) -> bool {
         let mut s = self.lock();
-        s.take_fault("dir_answers").is_ok() && s.exists(dir)
+        let fault = s.take_fault("dir_opens");
+        // A server that stopped answering holds the open (in real time, the lock released)
+        // until it answers again.
+        while smb::unc_hangs(&s, dir) {
+            drop(s);
+            std::thread::sleep(Duration::from_millis(2));
+            s = self.lock();
+        }
+        fault.is_ok() && s.exists(dir)
     }
 
     fn links_below(&self, roots: &[String]) -> Vec<(String, String)> {
@@ -380,10 +363,7 @@ impl Win32 for SimWindows {
     }
 
     fn wmi_bios_serial(&self) -> Win32Result<String> {
-        let mut s = self.lock();
-        s.take_fault("wmi_bios_serial")?;
-        smb::connected(&s)?;
-        Ok(s.wmi_serial.clone())
+        self.wmi_call(CIMV2, "wmi_bios_serial", |s| Ok(s.wmi_serial.clone()))
     }
 
     fn iscsi_available(&self) -> std::result::Result<(), String> {
@@ -487,4 +467,30 @@ impl Win32 for SimWindows {
         s.clock += d;
         s.settle();
     }
+}
+
+/// `MSFT_Volume.Format` (NTFS, quick) of the volume whose `UniqueId` is `volume`.
+fn format_ntfs(s: &mut State, volume: &str) -> Win32Result<ReturnValue> {
+    if let Some(odd) = s.odd_return.take() {
+        return Ok(odd);
+    }
+    // MSFT_Volume.UniqueId is the volume's first GUID path.
+    let v = (0..s.volumes.len())
+        .find(|&v| s.visible(v) && s.volumes[v].names[0].eq_ignore_ascii_case(volume))
+        .ok_or(OsError::new(WBEM_E_NOT_FOUND))?;
+    let length = devices::partition_of(s, v).map_or(0, |p| p.length);
+    let sector = s.disks.get(&s.volumes[v].disk).map_or(SECTOR, |d| d.sector);
+    let serial = s.next_serial;
+    s.next_serial += 1;
+    let vol = &mut s.volumes[v];
+    vol.fs = Some(("NTFS".into(), serial));
+    // NTFS leaves the partition's last sector to its backup boot sector.
+    vol.fs_size = length - sector;
+    // An NTFS boot sector: what a later signature probe finds.
+    let mut head = vec![0u8; 512];
+    head[3..11].copy_from_slice(b"NTFS    ");
+    head[510] = 0x55;
+    head[511] = 0xaa;
+    vol.head = head;
+    Ok(ReturnValue::Code(0))
 }

@@ -44,11 +44,7 @@ impl std::fmt::Debug for Chaos {
 impl State {
     /// The hook's decision for `call`, applied: Err when the call must not go through.
     pub(super) fn disturb(&mut self, call: &'static str) -> Win32Result<()> {
-        let crashed = || OsError {
-            code: CRASHED,
-            needed: 0,
-            message: "the daemon was killed".into(),
-        };
+        let crashed = || OsError::with_message(CRASHED, "the daemon was killed");
         if self.chaos.dead {
             return Err(crashed());
         }

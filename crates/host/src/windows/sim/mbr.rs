@@ -1,4 +1,4 @@
-//! MBR disks, as a disk initialised elsewhere arrives (restored from an image, prepared by
+//! GPT and MBR disks, as a disk initialised elsewhere arrives (restored from an image, prepared by
 //! another tool): `IOCTL_DISK_GET_DRIVE_LAYOUT_EX` reports `PARTITION_STYLE_MBR` and each entry
 //! a `PARTITION_INFORMATION_MBR` (`PartitionType` u8 @32, `BootIndicator` @33,
 //! `RecognizedPartition` @34, `HiddenSectors` u32 @36; winioctl.h,
@@ -8,7 +8,9 @@
 //! which documents no partition-style limit).
 
 use super::{MIB, Part, ReturnValue, SECTOR, SimWindows, Win32, part};
-use crate::windows_data::layout::{BASIC_DATA, ENTRY_SIZE, NewEntry, STYLE_MBR};
+use crate::windows_data::layout::{
+    BASIC_DATA, ENTRY_SIZE, NO_DRIVE_LETTER, NewEntry, STYLE_GPT, STYLE_MBR,
+};
 use uuid::Uuid;
 
 /// `PARTITION_IFS`: the MBR type of an NTFS (or exFAT) partition.
@@ -36,6 +38,59 @@ pub(super) fn entry(p: &Part) -> [u8; ENTRY_SIZE] {
 }
 
 impl SimWindows {
+    /// A disk of `size` bytes at `lun` initialised GPT elsewhere (another OS, an image), its
+    /// partitions `(type, start, length)` in GPT entry order and numbered so, as partmgr
+    /// numbers them: the first entry is partition 1 whatever its offset, and there need be no
+    /// MSR. Each basic-data partition has an NTFS volume (no drive letter). Returns the disk
+    /// number and the volumes' GUID paths in entry order.
+    pub fn add_gpt_disk(
+        &self,
+        size: u64,
+        lun: u8,
+        parts: &[(Uuid, u64, u64)],
+    ) -> (u32, Vec<String>) {
+        let n = self.add_disk(size, lun);
+        let mut s = self.lock();
+        let ids: Vec<Uuid> = (0..=parts.len()).map(|_| s.guid()).collect();
+        let Some(d) = s.disks.get_mut(&n) else {
+            return (n, Vec::new());
+        };
+        d.style = STYLE_GPT;
+        d.disk_id = ids[parts.len()];
+        let (start, end) = d.gpt_usable();
+        (d.usable_start, d.usable_length) = (start, end - start);
+        d.write_gpt_headers();
+        d.parts = parts
+            .iter()
+            .zip(&ids)
+            .enumerate()
+            .map(|(i, (&(t, start, length), &id))| {
+                part(i as u32 + 1, start, length, t, id, NO_DRIVE_LETTER)
+            })
+            .collect();
+        let numbers: Vec<u32> = d
+            .parts
+            .iter()
+            .filter(|p| p.gpt_type == BASIC_DATA)
+            .map(|p| p.number)
+            .collect();
+        let mut names = Vec::new();
+        for number in numbers {
+            if let Some(v) = s.create_volume(n, number) {
+                names.push(s.volumes[v].names[0].clone());
+            }
+        }
+        drop(s);
+        for name in &names {
+            let formatted = self.format_ntfs(name);
+            assert!(
+                matches!(formatted, Ok(ReturnValue::Code(0))),
+                "{formatted:?}"
+            );
+        }
+        (n, names)
+    }
+
     /// A disk of `size` bytes at `lun`, initialised MBR elsewhere, with one primary partition
     /// of `partition` bytes at 1 MiB holding an NTFS volume that fills it; automount letters
     /// it. Returns the disk number and the volume's GUID path.

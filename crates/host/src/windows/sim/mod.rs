@@ -22,6 +22,12 @@
 //!   (`DISK_ATTRIBUTE_OFFLINE`), and then arrive asynchronously, as after an attach.
 //! - Drives without media, volumes locked by another process, the SAN policy and read-only
 //!   disks, disk contents and 4Kn sectors, surprise removal (`storage.rs`).
+//! - WMI calls run on a thread pool per namespace, as the real WMI layer's, and a namespace's
+//!   provider can hang ([`SimWindows::hang_wmi_namespace`]); failed SMB mapping methods answer in
+//!   each of three encodings ([`SimWindows::set_smb_failure_encoding`]); a dead SMB server holds
+//!   opens below its shares ([`SimWindows::set_share_hangs`]).
+//! - Partitions are numbered by GPT entry position, as the partition manager reports them
+//!   ([`SimWindows::add_gpt_disk`]).
 //! - Any call can be made to fail once with a chosen error ([`SimWindows::fail_next`]).
 //!
 //! Machine at start: disk 0 holds the system (an EFI partition, the MSR and `C:`, NTFS, with
@@ -38,14 +44,17 @@ mod races;
 pub mod services;
 pub use chaos::{CRASHED, Disturbance};
 mod smb;
+pub use smb::SmbFailureEncoding;
 mod storage;
+mod wmi;
 
 use super::os::{
     Access, IscsiSession, OsError, PersistentLogin, ReturnValue, Win32, Win32Result, code,
 };
+use crate::windows::os::pool::Namespaces;
 use crate::windows_data::layout::{BASIC_DATA, MSR, NO_DRIVE_LETTER, STYLE_GPT, STYLE_RAW};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -184,9 +193,13 @@ struct State {
     shares: BTreeMap<String, smb::Share>,
     /// Node-wide SMB mappings, keyed by lower-cased root.
     smb_mappings: BTreeMap<String, smb::Mapping>,
+    /// How failed SMB mapping methods answer.
+    smb_encoding: smb::SmbFailureEncoding,
     /// What a WMI connection made before `winmgmt` restarted answers (RPC_E_DISCONNECTED, or
     /// another "server gone" code); `None` while connected.
     wmi_gone: Option<u32>,
+    /// WMI namespaces whose provider hangs: their calls never answer.
+    wmi_hung: BTreeSet<&'static str>,
     /// `IOCTL_DISK_CREATE_DISK` (GPT) makes the Microsoft Reserved partition itself.
     create_disk_msr: bool,
     /// What the next WMI method call answers instead of doing its work.
@@ -212,9 +225,22 @@ struct State {
 }
 
 /// The simulated Windows. Cheap to share: all state is behind one lock.
-#[derive(Debug)]
 pub struct SimWindows {
-    state: Mutex<State>,
+    /// Shared with the WMI threads.
+    state: Arc<Mutex<State>>,
+    /// The WMI namespaces' thread pools, as the real WMI layer has them.
+    wmi: Namespaces<()>,
+}
+
+impl std::fmt::Debug for SimWindows {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SimWindows")
+    }
+}
+
+/// The state behind `state`; a poisoned lock only means a test thread panicked holding it.
+fn lock_state(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Default for SimWindows {
@@ -373,12 +399,13 @@ impl SimWindows {
     /// 300 ms after a layout write.
     pub fn new() -> Self {
         let sim = Self {
-            state: Mutex::new(State {
+            wmi: wmi::namespaces(),
+            state: Arc::new(Mutex::new(State {
                 arrival_delay: Duration::from_millis(300),
                 automount: true,
                 next_serial: 0x1a2b_3c4d,
                 ..State::default()
-            }),
+            })),
         };
         {
             let mut s = sim.lock();
@@ -435,7 +462,7 @@ impl SimWindows {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock_state(&self.state)
     }
 
     /// Attaches a new RAW disk of `size` bytes at SCSI LUN `lun` (port 0, target 0), and
@@ -623,6 +650,8 @@ mod iscsi_tests;
 mod race_tests;
 #[cfg(test)]
 mod service_tests;
+#[cfg(test)]
+mod smb_tests;
 #[cfg(test)]
 mod storage_tests;
 #[cfg(test)]

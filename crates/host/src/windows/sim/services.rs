@@ -3,8 +3,9 @@
 //!   ERROR_ACCESS_DENIED when its security descriptor does not grant them ("Service Security and
 //!   Access Rights");
 //! - StartService moves a stopped service to START_PENDING, then RUNNING (or STOPPED, when it
-//!   fails) a moment later; a running one answers ERROR_SERVICE_ALREADY_RUNNING, a disabled one
-//!   ERROR_SERVICE_DISABLED;
+//!   fails) a moment later; one that is not stopped answers ERROR_SERVICE_ALREADY_RUNNING ("An
+//!   instance of the service is already running"), also while it is STOP_PENDING (the stopping
+//!   instance is still there), a disabled one ERROR_SERVICE_DISABLED;
 //! - a STOP control moves it to STOP_PENDING, then STOPPED; a stopped one answers
 //!   ERROR_SERVICE_NOT_ACTIVE, a pending one ERROR_SERVICE_CANNOT_ACCEPT_CTRL, one that running
 //!   services depend on ERROR_DEPENDENT_SERVICES_RUNNING;

@@ -13,8 +13,47 @@
 //!   paths below the mapping stop answering while it stays listed. Microsoft documents no
 //!   `Status` value for that state; it is listed OK, the harder case for the daemon (only the
 //!   probe of its root shows it broken, as upstream's `PathValid` check sees it).
+//! - a failed Create reaches the caller of `IWbemServices::ExecMethod` in one of three
+//!   encodings ([`SmbFailureEncoding`]); by default the least helpful one, WBEM_E_FAILED with
+//!   the code only in the extended error object, as the CIM cmdlets' output in
+//!   csi-driver-smb#219 suggests (the Win32 text, shown from the provider's error object).
 
-use super::{OsError, SimWindows, State, Win32Result};
+use super::{OsError, ReturnValue, SimWindows, State, Win32Result};
+
+/// WBEM_E_FAILED: "Call failed" (WMI Error Constants).
+const WBEM_E_FAILED: u32 = 0x8004_1001;
+
+/// How a failed `MSFT_SmbGlobalMapping` method reaches the caller of
+/// `IWbemServices::ExecMethod`. Which one a given Windows uses is not documented; all three
+/// occur (issue 27 item 6).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SmbFailureEncoding {
+    /// The call succeeds and the out-parameters' `ReturnValue` is the Win32 code.
+    ReturnValue,
+    /// The call fails with `HRESULT_FROM_WIN32(code)` (`0x8007xxxx`).
+    HResult,
+    /// The call fails with WBEM_E_FAILED; the code is only in the extended error object the
+    /// provider set (`MSFT_WmiError.error_Code`).
+    #[default]
+    ExtendedError,
+}
+
+/// The answer of a method whose outcome is the Win32 code `code` (0 is success), encoded as
+/// `encoding` says.
+pub(super) fn answer(encoding: SmbFailureEncoding, code: u32) -> Win32Result<ReturnValue> {
+    if code == 0 {
+        return Ok(ReturnValue::Code(0));
+    }
+    match encoding {
+        SmbFailureEncoding::ReturnValue => Ok(ReturnValue::Code(code)),
+        SmbFailureEncoding::HResult => Err(OsError::new(0x8007_0000 | (code & 0xFFFF))),
+        SmbFailureEncoding::ExtendedError => Err(OsError::with_extended(
+            WBEM_E_FAILED,
+            code,
+            "Call failed (WBEM_E_FAILED, 0x80041001)",
+        )),
+    }
+}
 
 /// A share a simulated server offers.
 #[derive(Debug, Clone)]
@@ -22,6 +61,8 @@ pub(super) struct Share {
     /// The `user:password` credential it takes; `None` for any.
     credential: Option<String>,
     up: bool,
+    /// The server stopped answering: opens below the share block until it answers again.
+    hangs: bool,
 }
 
 /// A node-wide mapping.
@@ -57,6 +98,11 @@ pub(super) fn unc_exists(s: &State, path: &str) -> Option<bool> {
     let root = unc_root(path)?;
     let up = s.shares.get(&root).is_some_and(|sh| sh.up);
     Some(up && s.smb_mappings.get(&root).is_some_and(|m| !m.signed_out))
+}
+
+/// Whether opening `path` blocks: it is below a share whose server stopped answering.
+pub(super) fn unc_hangs(s: &State, path: &str) -> bool {
+    unc_root(path).is_some_and(|root| s.shares.get(&root).is_some_and(|sh| sh.hangs))
 }
 
 /// Why a UNC path below a share does not answer, as opening it fails on Windows
@@ -133,6 +179,7 @@ impl SimWindows {
             Share {
                 credential: credential.map(|(u, p)| crate::windows::smb::credential_string(u, p)),
                 up: true,
+                hangs: false,
             },
         );
     }
@@ -141,6 +188,14 @@ impl SimWindows {
     pub fn set_share_up(&self, root: &str, up: bool) {
         if let Some(sh) = self.lock().shares.get_mut(&root.to_ascii_lowercase()) {
             sh.up = up;
+        }
+    }
+
+    /// The share's server stops answering (or answers again): an open below it blocks, as one
+    /// on a server whose host is gone waits out the network's timeouts.
+    pub fn set_share_hangs(&self, root: &str, hangs: bool) {
+        if let Some(sh) = self.lock().shares.get_mut(&root.to_ascii_lowercase()) {
+            sh.hangs = hangs;
         }
     }
 
@@ -163,6 +218,11 @@ impl SimWindows {
         if let Some(m) = s.smb_mappings.get_mut(&root) {
             m.signed_out = wanted.is_some() && m.credential != wanted;
         }
+    }
+
+    /// How failed SMB mapping methods answer from now on.
+    pub fn set_smb_failure_encoding(&self, encoding: SmbFailureEncoding) {
+        self.lock().smb_encoding = encoding;
     }
 
     /// The node-wide mappings' remote paths.

@@ -108,6 +108,48 @@ fn a_new_gpt_disk_gets_the_reserved_partition_first_and_data_as_number_two() {
     );
 }
 
+/// Partition numbers are what partmgr assigns (the GPT entry's position), not what the code
+/// expects: a disk partitioned elsewhere with no MSR and its entries out of offset order.
+/// Volumes are listed, filtered and grown by the number the layout answers.
+#[test]
+fn partitions_are_found_by_the_number_windows_answers() {
+    const MIB: u64 = 1 << 20;
+    let m = machine();
+    // Entry 1: data at 5 GiB, 2 GiB long; entry 2: data at 1 MiB, 1 GiB long.
+    let (n, ids) = m.sim.add_gpt_disk(
+        10 * GIB,
+        3,
+        &[(BASIC_DATA, 5 * GIB, 2 * GIB), (BASIC_DATA, MIB, GIB)],
+    );
+    assert_eq!(m.volume.list_volumes_on_disk(n, None).unwrap(), ids);
+    for (i, id) in ids.iter().enumerate() {
+        let number = NonZeroU32::new(i as u32 + 1);
+        assert_eq!(
+            m.volume.list_volumes_on_disk(n, number).unwrap(),
+            std::slice::from_ref(id)
+        );
+    }
+    let three = NonZeroU32::new(3);
+    assert!(m.volume.list_volumes_on_disk(n, three).unwrap().is_empty());
+    // Partition 2 grows up to partition 1; partition 1 to the disk's end.
+    m.volume
+        .resize_volume(&ids[1], ResizeTarget::Maximum)
+        .unwrap();
+    m.volume
+        .resize_volume(&ids[0], ResizeTarget::Maximum)
+        .unwrap();
+    let parts = m.sim.partitions(n);
+    assert_eq!(
+        (parts[1].0, parts[1].1, parts[1].2),
+        (2, MIB, 5 * GIB - MIB)
+    );
+    assert_eq!((parts[0].0, parts[0].1), (1, 5 * GIB));
+    assert!(parts[0].2 > 4 * GIB + GIB / 2, "{parts:?}");
+    // PartitionDisk leaves a disk with data partitions alone, whatever their numbers.
+    m.disk.partition_disk(n).unwrap();
+    assert_eq!(m.sim.partitions(n).len(), 2);
+}
+
 #[test]
 fn the_new_partition_gets_no_drive_letter_though_automount_is_on() {
     let m = machine();

@@ -413,14 +413,10 @@ impl Win32 for SystemWin32 {
         wmi_calls::smb_remove_global_mapping(remote)
     }
 
-    fn dir_answers(&self, dir: &str, limit: Duration) -> bool {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let dir = dir.to_string();
-        // A dead server blocks the open for long; the thread is left to finish on its own.
-        std::thread::spawn(move || {
-            let _ = tx.send(std::fs::metadata(&dir).is_ok());
-        });
-        rx.recv_timeout(limit).unwrap_or(false)
+    fn dir_opens(&self, dir: &str) -> bool {
+        // std's metadata is GetFileAttributesExW (then CreateFileW for a link): it fails when
+        // the path cannot be reached.
+        std::fs::metadata(dir).is_ok()
     }
 
     fn links_below(&self, roots: &[String]) -> Vec<(String, String)> {

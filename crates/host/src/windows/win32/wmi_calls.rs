@@ -5,6 +5,15 @@
 use super::super::os::{OsError, ReturnValue, Win32Result};
 use crate::windows_data::volume::wql_string;
 use std::collections::HashMap;
+use windows::Win32::System::Com::{CLSCTX_INPROC_SERVER, CoCreateInstance, GetErrorInfo};
+use windows::Win32::System::Wmi::{
+    IWbemClassObject, IWbemLocator, IWbemServices, WBEM_FLAG_CONNECT_USE_MAX_WAIT,
+    WBEM_GENERIC_FLAG_TYPE, WbemLocator,
+};
+use windows::core::{BSTR, HRESULT, Interface};
+
+/// WBEM_E_FAILED: the method failed; the provider's extended error object says why.
+const WBEM_E_FAILED: u32 = 0x8004_1001;
 
 /// The WMI namespace and class of SMB global mappings.
 const SMB_NAMESPACE: &str = r"ROOT\Microsoft\Windows\SMB";
@@ -46,10 +55,97 @@ fn return_value(out: Option<wmi::IWbemClassWrapper>) -> Win32Result<ReturnValue>
     ))
 }
 
+/// A `windows` crate error as the seam's [`OsError`].
+fn com_os(e: &windows::core::Error) -> OsError {
+    OsError::new(e.code().0 as u32)
+}
+
+/// `CoCreateInstance(CLSID_WbemLocator)` and `IWbemLocator::ConnectServer(namespace)` on this
+/// WMI thread (COM is initialised by its `wmi` connection): a services pointer of our own, as
+/// the `wmi` crate drops the error information a failed `ExecMethod` leaves.
+fn services(namespace: &str) -> Win32Result<IWbemServices> {
+    // CoCreateInstance: "Creates and default-initializes a single object of the class
+    // associated with a specified CLSID."
+    // SAFETY: a CLSID constant, no aggregation; COM is initialised on this thread.
+    let locator: IWbemLocator =
+        unsafe { CoCreateInstance(&WbemLocator, None, CLSCTX_INPROC_SERVER) }
+            .map_err(|e| com_os(&e))?;
+    // IWbemLocator::ConnectServer: "creates a connection through DCOM to a WMI namespace";
+    // empty user, password, locale and authority mean the current security context.
+    // SAFETY: every argument is an owned BSTR or None, valid for the call.
+    unsafe {
+        locator.ConnectServer(
+            &BSTR::from(namespace),
+            &BSTR::new(),
+            &BSTR::new(),
+            &BSTR::new(),
+            WBEM_FLAG_CONNECT_USE_MAX_WAIT.0,
+            &BSTR::new(),
+            None,
+        )
+    }
+    .map_err(|e| com_os(&e))
+}
+
+/// The Win32 code in the extended error object a failed WMI call left on this thread
+/// (`GetErrorInfo`), read from `error_Code` (`MSFT_WmiError`, which the Storage and SMB
+/// providers use); `None` when there is none.
+fn extended_code(failure: windows::core::Error) -> Option<u32> {
+    // The `windows` error holds the error information it took from the thread; handing it
+    // back as an HRESULT puts it on the thread again (SetErrorInfo), for GetErrorInfo.
+    let _: HRESULT = failure.into();
+    // IWbemServices::ExecMethod: "On failure, you can obtain any available information from
+    // the COM function GetErrorInfo." The object is an IWbemClassObject (the error instance).
+    // SAFETY: the reserved argument is 0, as the page requires.
+    let info = unsafe { GetErrorInfo(0) }.ok()?;
+    let object: IWbemClassObject = info.cast().ok()?;
+    let code = wmi::IWbemClassWrapper::new(object)
+        .get_property("error_Code")
+        .ok()?;
+    variant_u32(&code).filter(|&c| c != 0)
+}
+
+/// `IWbemServices::ExecMethod(path, method, in-parameters)` through a connection of our own
+/// to `namespace`: the out-parameters; a WBEM_E_FAILED carries the Win32 code of the
+/// provider's extended error object, when it set one.
+fn exec_method(
+    namespace: &str,
+    path: &str,
+    method: &str,
+    params: &wmi::IWbemClassWrapper,
+) -> Win32Result<Option<wmi::IWbemClassWrapper>> {
+    let svc = services(namespace)?;
+    let mut out: Option<IWbemClassObject> = None;
+    // SAFETY: owned BSTRs, a live in-parameters object and an out slot that outlive the call.
+    let called = unsafe {
+        svc.ExecMethod(
+            &BSTR::from(path),
+            &BSTR::from(method),
+            WBEM_GENERIC_FLAG_TYPE(0),
+            None,
+            &params.inner,
+            Some(&mut out),
+            None,
+        )
+    };
+    match called {
+        Ok(()) => Ok(out.map(wmi::IWbemClassWrapper::new)),
+        Err(e) => {
+            let code = e.code().0 as u32;
+            let text = e.message();
+            match extended_code(e) {
+                Some(ext) if code == WBEM_E_FAILED => Err(OsError::with_extended(code, ext, text)),
+                _ => Err(OsError::new(code)),
+            }
+        }
+    }
+}
+
 /// Calls WMI method `method` of `class` on the object at `path` (the class itself for a static
 /// method) with these in-parameters, and returns its `ReturnValue`.
 fn call_method(
     c: &wmi::WMIConnection,
+    namespace: &str,
     class: &str,
     path: &str,
     method: &str,
@@ -66,10 +162,7 @@ fn call_method(
     for (name, value) in params {
         inp.put_property(name, value).map_err(|e| wmi_os(&e))?;
     }
-    let out = c
-        .exec_method(path, method, Some(&inp))
-        .map_err(|e| wmi_os(&e))?;
-    return_value(out)
+    return_value(exec_method(namespace, path, method, &inp)?)
 }
 
 pub(super) fn page_files() -> Win32Result<Vec<String>> {
@@ -105,6 +198,7 @@ pub(super) fn format_ntfs(volume: &str) -> Win32Result<ReturnValue> {
         // volume is mounted nowhere).
         call_method(
             c,
+            STORAGE_NAMESPACE,
             CLASS,
             &path,
             "Format",
@@ -158,7 +252,7 @@ pub(super) fn smb_create_global_mapping(
         if let Some(cred) = credential {
             params.push(("Credential", wmi::Variant::String(cred)));
         }
-        call_method(c, SMB_CLASS, SMB_CLASS, "Create", params)
+        call_method(c, SMB_NAMESPACE, SMB_CLASS, SMB_CLASS, "Create", params)
     })
 }
 
@@ -183,6 +277,7 @@ pub(super) fn smb_remove_global_mapping(remote: &str) -> Win32Result<ReturnValue
         let path = path.ok_or_else(|| OsError::new(0x8004_1002))?;
         call_method(
             c,
+            SMB_NAMESPACE,
             SMB_CLASS,
             &path,
             "Remove",
