@@ -7,7 +7,8 @@
 //! raw as kubelet hands it. Read from kubernetes-sigs/azuredisk-csi-driver; its code is not
 //! copied.
 
-use super::proxy_api::{PathContext, ProxyApi};
+use super::fs_api::PathContext;
+use super::proxy_api::ProxyApi;
 use super::{container_open, normalize_windows_path as n};
 use csi_proxy_host::windows::sim::SimWindows;
 use std::sync::Arc;
@@ -67,7 +68,7 @@ impl AzureDiskDriver {
         if let Ok(id) = self.api.volume_at(target).await {
             let _ = self.api.write_cache(&id).await;
         }
-        self.api.rmdir(&n(target), PathContext::Pod).await
+        self.api.fs.rmdir(&n(target), PathContext::Pod).await
     }
 
     /// `ensureMountPoint`: `Ok(true)` when `target` is a link its container can read through;
@@ -76,13 +77,14 @@ impl AzureDiskDriver {
     async fn ensure_mount_point(&mut self, target: &str) -> Result<bool, Status> {
         if !self
             .api
+            .fs
             .path_exists(&n(target), PathContext::Plugin)
             .await?
         {
             return Ok(false);
         }
         // A local disk's dead link is no "corrupted mount" in Go's sense: the error stands.
-        if !self.api.is_link(&n(target)).await? {
+        if !self.api.fs.is_link(&n(target)).await? {
             return Ok(false);
         }
         if container_open(&self.sim, target).is_some() {
@@ -127,20 +129,21 @@ impl AzureDiskDriver {
     pub async fn publish(&mut self, staging: &str, target: &str) -> Result<(), Status> {
         if self
             .api
+            .fs
             .path_exists(&n(target), PathContext::Plugin)
             .await?
         {
-            self.api.rmdir(&n(target), PathContext::Pod).await?;
+            self.api.fs.rmdir(&n(target), PathContext::Pod).await?;
         }
         if self.ensure_mount_point(target).await? {
             return Ok(());
         }
-        self.api.link(&n(staging), &n(target)).await
+        self.api.fs.link(&n(staging), &n(target)).await
     }
 
     /// NodeUnpublishVolume: Rmdir of the publish link.
     pub async fn unpublish(&mut self, target: &str) -> Result<(), Status> {
-        self.api.rmdir(&n(target), PathContext::Pod).await
+        self.api.fs.rmdir(&n(target), PathContext::Pod).await
     }
 
     /// NodeUnstageVolume: `Unmount` of the staging path as kubelet hands it (no

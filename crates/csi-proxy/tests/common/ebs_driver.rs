@@ -4,7 +4,8 @@
 //! every path through `NormalizeWindowsPath` (lower-case `c:\…`). Read from
 //! kubernetes-sigs/aws-ebs-csi-driver; its code is not copied.
 
-use super::proxy_api::{PathContext, ProxyApi};
+use super::fs_api::PathContext;
+use super::proxy_api::ProxyApi;
 use super::{container_volume, normalize_windows_path as n};
 use csi_proxy_host::windows::sim::SimWindows;
 use std::sync::Arc;
@@ -117,10 +118,11 @@ impl EbsDriver {
         let source = self.find_device(volume_id).await?;
         let exists = self
             .api
+            .fs
             .path_exists(&n(staging), PathContext::Plugin)
             .await?;
         if !exists {
-            self.api.mkdir(&n(staging), PathContext::Plugin).await?;
+            self.api.fs.mkdir(&n(staging), PathContext::Plugin).await?;
         }
         if self.device_at(staging).await?.as_deref() == Some(&source) {
             return Ok(());
@@ -139,20 +141,29 @@ impl EbsDriver {
     /// NodePublishVolume: `PreparePublishTarget` (PathExists, Rmdir), `isMounted` (PathExists,
     /// IsSymlink when there), then CreateSymlink(staging, target).
     pub async fn publish(&mut self, staging: &str, target: &str) -> Result<(), Status> {
-        if self.api.path_exists(&n(target), PathContext::Pod).await? {
-            self.api.rmdir(&n(target), PathContext::Pod).await?;
+        if self
+            .api
+            .fs
+            .path_exists(&n(target), PathContext::Pod)
+            .await?
+        {
+            self.api.fs.rmdir(&n(target), PathContext::Pod).await?;
         }
-        let mounted = self.api.path_exists(&n(target), PathContext::Pod).await?
-            && self.api.is_link(&n(target)).await?;
+        let mounted = self
+            .api
+            .fs
+            .path_exists(&n(target), PathContext::Pod)
+            .await?
+            && self.api.fs.is_link(&n(target)).await?;
         if !mounted {
-            self.api.link(&n(staging), &n(target)).await?;
+            self.api.fs.link(&n(staging), &n(target)).await?;
         }
         Ok(())
     }
 
     /// NodeUnpublishVolume: Rmdir of the publish link.
     pub async fn unpublish(&mut self, target: &str) -> Result<(), Status> {
-        self.api.rmdir(&n(target), PathContext::Pod).await
+        self.api.fs.rmdir(&n(target), PathContext::Pod).await
     }
 
     /// NodeUnstageVolume: nothing mounted (by the error text) → done; else the volume there
@@ -163,7 +174,7 @@ impl EbsDriver {
         }
         let id = self.api.volume_at(&n(staging)).await?;
         self.api.unmount(&id, &n(staging)).await?;
-        self.api.rmdir(&n(staging), PathContext::Plugin).await?;
+        self.api.fs.rmdir(&n(staging), PathContext::Plugin).await?;
         let disk = self.api.disk_of_volume(&id).await?;
         self.api.set_online(&disk, false).await
     }
@@ -182,6 +193,7 @@ impl EbsDriver {
     pub async fn stats(&mut self, volume_path: &str) -> Result<u64, Status> {
         if !self
             .api
+            .fs
             .path_exists(&n(volume_path), PathContext::Pod)
             .await?
         {

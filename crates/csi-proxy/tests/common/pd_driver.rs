@@ -7,7 +7,8 @@
 //! (kubelet makes it). Read from kubernetes-sigs/gcp-compute-persistent-disk-csi-driver; its
 //! code is not copied.
 
-use super::proxy_api::{PathContext, ProxyApi};
+use super::fs_api::PathContext;
+use super::proxy_api::ProxyApi;
 use super::smb_driver::normalize_windows_path;
 use csi_proxy_client::Connector;
 use tonic::Status;
@@ -42,7 +43,7 @@ impl PdDriver {
     /// `isVolumePathMounted`: IsSymlink (v1beta1: IsMountPoint) on the raw path; an error
     /// counts as "not mounted".
     async fn is_mounted(&mut self, path: &str) -> bool {
-        self.api.is_link(path).await.unwrap_or(false)
+        self.api.fs.is_link(path).await.unwrap_or(false)
     }
 
     /// NodeStageVolume: already a link → done; else FormatAndMount (PartitionDisk before
@@ -81,28 +82,28 @@ impl PdDriver {
     /// to the staging path, both normalised.
     pub async fn publish(&mut self, staging: &str, target: &str) -> Result<(), Status> {
         let t = normalize_windows_path(target);
-        if self.api.path_exists(&t, PathContext::Pod).await? {
-            self.api.rmdir(&t, PathContext::Pod).await?;
+        if self.api.fs.path_exists(&t, PathContext::Pod).await? {
+            self.api.fs.rmdir(&t, PathContext::Pod).await?;
         }
-        self.api.link(&normalize_windows_path(staging), &t).await
+        self.api.fs.link(&normalize_windows_path(staging), &t).await
     }
 
     /// NodeUnpublishVolume: Rmdir of the normalised publish path.
     pub async fn unpublish(&mut self, target: &str) -> Result<(), Status> {
         let t = normalize_windows_path(target);
-        self.api.rmdir(&t, PathContext::Pod).await
+        self.api.fs.rmdir(&t, PathContext::Pod).await
     }
 
     /// NodeUnstageVolume (`UnmountDevice`), on the normalised path: nothing there → done;
     /// else the volume there is unmounted, the folder removed and the disk taken offline.
     pub async fn unstage(&mut self, staging: &str) -> Result<(), Status> {
         let t = normalize_windows_path(staging);
-        if !self.api.path_exists(&t, PathContext::Plugin).await? {
+        if !self.api.fs.path_exists(&t, PathContext::Plugin).await? {
             return Ok(());
         }
         let id = self.api.volume_at(&t).await?;
         self.api.unmount(&id, &t).await?;
-        self.api.rmdir(&t, PathContext::Plugin).await?;
+        self.api.fs.rmdir(&t, PathContext::Plugin).await?;
         let n = self.api.disk_of_volume(&id).await?;
         self.api.set_online(&n, false).await
     }
