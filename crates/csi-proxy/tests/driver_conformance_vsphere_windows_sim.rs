@@ -7,8 +7,7 @@
 
 mod common;
 
-use common::{GIB, SimDaemon, SimHost, VsphereDriver, vsphere_convert_uuid};
-use std::sync::Arc;
+use common::{GIB, SimDaemon, VsphereDriver, vsphere_convert_uuid};
 
 const STAGING: &str =
     r"\var\lib\kubelet\plugins\kubernetes.io\csi\csi.vsphere.vmware.com\5f1c\globalmount";
@@ -62,8 +61,7 @@ async fn vsphere_every_node_operation_twice() {
     let d = SimDaemon::start().await;
     d.sim
         .set_firmware(Some(smbios_with_serial(BIOS_SERIAL)), "");
-    let host = Arc::new(SimHost(d.sim.clone()));
-    let mut vs = VsphereDriver::new(&d.connector, host).await.unwrap();
+    let mut vs = VsphereDriver::new(&d.connector, d.host()).await.unwrap();
     let bare = d.sim.add_disk(10 * GIB, 0);
     d.sim.clear_disk_page83(bare);
     let disk = d.sim.add_disk(10 * GIB, 1);

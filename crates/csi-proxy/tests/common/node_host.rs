@@ -5,6 +5,7 @@
 //! a driver's node code then runs over the simulated Windows and on Linux loop disks.
 
 use std::path::Path;
+use std::sync::Mutex;
 
 /// A node as a replayed driver's container sees it.
 pub trait NodeHost: Send + Sync {
@@ -18,6 +19,14 @@ pub trait NodeHost: Send + Sync {
     fn is_link(&self, path: &str) -> bool;
     /// The size of the filesystem `path` is on, as the driver's container measures it.
     fn fs_size(&self, path: &str) -> Option<u64>;
+    /// The serial number (ListDiskIDs) of the disk a driver knows by `key` (its page 83 ID,
+    /// LUN or device name), on a node whose disks carry none of those: Linux loop disks have
+    /// no page 83 ID and no SCSI address, so the driver's lookup is replaced by this one.
+    /// `None`: the driver's own lookup runs.
+    fn disk_serial(&self, key: &str) -> Option<String> {
+        let _ = key;
+        None
+    }
 }
 
 /// Go's `filepath.Dir` for the paths kubelet hands (no trailing separator).
@@ -25,10 +34,27 @@ pub fn parent_dir(path: &str) -> &str {
     &path[..path.rfind(['\\', '/']).unwrap_or(0)]
 }
 
-/// A Linux node: paths go as kubelet hands them, the container's view is this machine's.
-pub struct LinuxHost;
+/// A Linux node: paths go as kubelet hands them, the container's view is this machine's, and
+/// loop disks are named for the keys drivers look them up by.
+#[derive(Default)]
+pub struct LinuxHost {
+    keys: Mutex<Vec<(String, String)>>,
+}
+
+impl LinuxHost {
+    /// The disk with serial `serial` is the one a driver looks up by `key`.
+    pub fn name_disk(&self, key: &str, serial: &str) {
+        let mut k = self.keys.lock().unwrap();
+        k.push((key.to_string(), serial.to_string()));
+    }
+}
 
 impl NodeHost for LinuxHost {
+    fn disk_serial(&self, key: &str) -> Option<String> {
+        let k = self.keys.lock().unwrap();
+        k.iter().find(|(k, _)| k == key).map(|(_, s)| s.clone())
+    }
+
     fn norm(&self, path: &str) -> String {
         path.to_string()
     }

@@ -176,6 +176,16 @@ impl ProxyApi {
         })
     }
 
+    /// The disk whose serial number is `serial` (the lookup a node without the driver's own
+    /// keys uses, see `NodeHost::disk_serial`).
+    pub async fn disk_with_serial(&mut self, serial: &str) -> Result<String, Status> {
+        let ids = self.disk_ids().await?;
+        ids.into_iter()
+            .find(|(_, d)| d.serial == serial)
+            .map(|(n, _)| n)
+            .ok_or_else(|| Status::internal(format!("no disk with serial {serial}")))
+    }
+
     pub async fn partition_disk(&mut self, disk: &str) -> Result<(), Status> {
         match &mut self.disk {
             Disk::V1(c) => {

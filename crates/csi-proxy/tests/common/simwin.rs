@@ -92,6 +92,11 @@ impl SimDaemon {
         Node::new(&self.connector, true).await
     }
 
+    /// The machine as a driver's container on it sees it.
+    pub fn host(&self) -> Arc<dyn super::NodeHost> {
+        Arc::new(SimHost(self.sim.clone()))
+    }
+
     pub fn k(rel: &str) -> String {
         format!(r"{KUBELET}\{rel}")
     }

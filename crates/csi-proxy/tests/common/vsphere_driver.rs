@@ -91,6 +91,9 @@ impl VsphereDriver {
     /// `GetDiskNumber`: the disk whose page 83 ID equals the disk UUID exactly; disks with no
     /// page 83 ID are skipped.
     pub async fn disk_number(&mut self, disk_uuid: &str) -> Result<String, Status> {
+        if let Some(serial) = self.host.disk_serial(disk_uuid) {
+            return self.api.disk_with_serial(&serial).await;
+        }
         let ids = self.api.disk_ids().await?;
         ids.into_iter()
             .find(|(_, d)| !d.page83.is_empty() && d.page83 == disk_uuid)
