@@ -233,6 +233,12 @@ async fn vsphere_replayed_on_a_loop_disk() {
     l.grow_to(700);
     assert_eq!(vs.expand(&target, 700 * MIB).await.unwrap(), 700 * MIB);
     assert_eq!(vs.stats(&target).await.unwrap().0, total);
+    // 2 MiB above the disk: the resize branch grows the volume to the disk.
+    for _ in 0..2 {
+        assert_eq!(vs.expand(&target, 702 * MIB).await.unwrap(), 702 * MIB);
+        let now = vs.stats(&target).await.unwrap().0;
+        assert!(now > total + 250 * MIB, "{total} -> {now}");
+    }
 
     vs.unpublish(&target).await.unwrap();
     vs.unpublish(&target).await.unwrap();

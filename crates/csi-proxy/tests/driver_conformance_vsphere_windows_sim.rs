@@ -53,7 +53,8 @@ fn the_vm_uuid_is_made_from_the_bios_serial_as_vsphere_does() {
 /// above the disk's size (the guest does not see the growth yet) makes SetDiskState and
 /// ResizeVolume(id, 0) with nothing to grow, which must be OK; after the disk grew, Rescan
 /// shows its size and vSphere's own rule (resize only when the request exceeds the disk by
-/// 1 MiB) skips the resize, so the filesystem keeps its size, as with upstream. Unpublish and
+/// 1 MiB) skips the resize, so the filesystem keeps its size, as with upstream; a request
+/// 2 MiB above the disk grows it. Unpublish and
 /// unstage twice (the disk offline after), and a second life on the offline disk, not
 /// formatted again.
 #[tokio::test(flavor = "multi_thread")]
@@ -115,6 +116,14 @@ async fn vsphere_every_node_operation_twice() {
         total,
         "vSphere skips the resize once Rescan shows the grown disk"
     );
+    // A request 2 MiB above the grown disk takes the resize branch: ResizeVolume(id, 0) grows
+    // the volume to the disk; asked again, nothing more to grow is OK.
+    let above = grown + 2 * (1 << 20);
+    for _ in 0..2 {
+        assert_eq!(vs.expand(&target, above).await.unwrap(), above);
+        let now = vs.stats(&target).await.unwrap().0;
+        assert!(now > total + 9 * GIB as i64, "{total} -> {now}");
+    }
 
     vs.unpublish(&target).await.unwrap();
     vs.unpublish(&target).await.unwrap();
