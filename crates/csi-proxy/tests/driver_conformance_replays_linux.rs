@@ -19,7 +19,7 @@ mod common;
 
 use common::{
     AzureDiskDriver, Daemon, EbsDriver, LinuxHost, LoopDisk, PdDriver, VsphereDriver,
-    can_use_loop_devices, is_mounted,
+    VsphereRelease, can_use_loop_devices, is_mounted,
 };
 use std::path::Path;
 use std::sync::Arc;
@@ -200,15 +200,31 @@ async fn pd_replayed_on_a_loop_disk() {
         .expect("the retry finds nothing staged");
 }
 
+/// Each release's staging check (v2.4 and v3.0 through PathExists and IsSymlink, v3.3
+/// through `os.Lstat`).
 #[tokio::test(flavor = "multi_thread")]
 async fn vsphere_replayed_on_a_loop_disk() {
+    for release in [
+        VsphereRelease::V2_4,
+        VsphereRelease::V3_0,
+        VsphereRelease::V3_3,
+    ] {
+        if !vsphere_life(release).await {
+            return;
+        }
+    }
+}
+
+/// `false` when loop disks cannot be made here (the reason printed).
+async fn vsphere_life(release: VsphereRelease) -> bool {
     let Some((d, host)) = linux_node() else {
-        return;
+        return false;
     };
     const UUID: &str = "6000c29a98d05e384a43f0ef189aaf5a";
     let l = LoopDisk::new(d.dir.path(), "vsphere-disk", 400).unwrap();
     host.name_disk(UUID, &l.serial());
     let mut vs = VsphereDriver::new(&d.connector(), host).await.unwrap();
+    vs.release = release;
     let (staging, target) = kubelet_paths(&d, "csi.vsphere.vmware.com");
     eprintln!("note: NodeGetInfo not replayed here: this machine's BIOS serial is no VMware one");
 
@@ -218,6 +234,10 @@ async fn vsphere_replayed_on_a_loop_disk() {
     std::fs::create_dir_all(&staging).unwrap(); // kubelet makes it
     vs.stage(UUID, &staging).await.expect("staged");
     vs.stage(UUID, &staging).await.expect("already staged");
+    assert_eq!(
+        vs.format_and_mounts, 1,
+        "{release:?}: the retry found the mount"
+    );
     std::fs::write(Path::new(&staging).join("data"), b"kept").unwrap();
     vs.publish(&staging, &target).await.expect("published");
     vs.publish(&staging, &target)
@@ -253,4 +273,5 @@ async fn vsphere_replayed_on_a_loop_disk() {
     vs.unstage(&staging)
         .await
         .expect("the retry finds nothing staged");
+    true
 }

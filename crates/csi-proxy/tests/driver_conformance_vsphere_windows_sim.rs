@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{GIB, SimDaemon, VsphereDriver, vsphere_convert_uuid};
+use common::{GIB, SimDaemon, VsphereDriver, VsphereRelease, vsphere_convert_uuid};
 
 const STAGING: &str =
     r"\var\lib\kubelet\plugins\kubernetes.io\csi\csi.vsphere.vmware.com\5f1c\globalmount";
@@ -56,13 +56,25 @@ fn the_vm_uuid_is_made_from_the_bios_serial_as_vsphere_does() {
 /// 1 MiB) skips the resize, so the filesystem keeps its size, as with upstream; a request
 /// 2 MiB above the disk grows it. Unpublish and
 /// unstage twice (the disk offline after), and a second life on the offline disk, not
-/// formatted again.
+/// formatted again. Each release's staging check: v2.4's and v3.0's through csi-proxy
+/// (PathExists, IsSymlink), v3.3's through `os.Lstat`.
 #[tokio::test(flavor = "multi_thread")]
 async fn vsphere_every_node_operation_twice() {
+    for release in [
+        VsphereRelease::V2_4,
+        VsphereRelease::V3_0,
+        VsphereRelease::V3_3,
+    ] {
+        vsphere_life(release).await;
+    }
+}
+
+async fn vsphere_life(release: VsphereRelease) {
     let d = SimDaemon::start().await;
     d.sim
         .set_firmware(Some(smbios_with_serial(BIOS_SERIAL)), "");
     let mut vs = VsphereDriver::new(&d.connector, d.host()).await.unwrap();
+    vs.release = release;
     let bare = d.sim.add_disk(10 * GIB, 0);
     d.sim.clear_disk_page83(bare);
     let disk = d.sim.add_disk(10 * GIB, 1);
@@ -86,13 +98,13 @@ async fn vsphere_every_node_operation_twice() {
         "a disk without page 83 ID is skipped, no other matches"
     );
     vs.stage(DISK_UUID, STAGING).await.expect("staged");
-    let calls = d.sim.calls();
+    let formats = d.sim.calls()["format_ntfs"];
     vs.stage(DISK_UUID, STAGING).await.expect("already staged");
     assert_eq!(
-        d.sim.calls().get("format_ntfs"),
-        calls.get("format_ntfs"),
-        "the retry found the mount point"
+        vs.format_and_mounts, 1,
+        "{release:?}: the retry found the mount point"
     );
+    assert_eq!(d.sim.calls()["format_ntfs"], formats);
 
     vs.publish(STAGING, &target).await.expect("published");
     vs.publish(STAGING, &target).await.expect("published again");

@@ -5,7 +5,9 @@
 //! and with their path forms: normalised (`c:\…`) everywhere except GetVolumeIDFromTargetPath
 //! for stats, which gets the path raw. The disk is the one whose page 83 ID equals the
 //! `diskUUID` of the publish context; the staging directory must exist (kubelet makes it).
-//! Read from kubernetes-sigs/vsphere-csi-driver at v3.4.0; its code is not copied.
+//! The releases differ only in how NodeStage decides the staging path is already mounted
+//! ([`VsphereRelease`]). Read from kubernetes-sigs/vsphere-csi-driver at v2.4.0, v3.0.0 and
+//! v3.4.0; its code is not copied.
 
 use super::fs_api::PathContext;
 use super::proxy_api::ProxyApi;
@@ -51,9 +53,25 @@ pub fn vsphere_convert_uuid(serial: &str) -> Result<String, String> {
     ))
 }
 
+/// Which releases' staging check is replayed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum VsphereRelease {
+    /// v2.4–v2.7: PathExists and IsSymlink through csi-proxy; nothing is read.
+    V2_4,
+    /// v3.0–v3.2: the same check, then `os.ReadDir`: a link it cannot read is unmounted.
+    V3_0,
+    /// v3.3–v3.4: `os.Lstat` in the container (a mounted folder is a symlink to Go 1.22),
+    /// then `os.ReadDir`.
+    V3_3,
+}
+
 /// A vSphere node plugin (v2.4–v3.4) on the daemon's v1 endpoints and system v1alpha1.
 pub struct VsphereDriver {
     pub api: ProxyApi,
+    /// The release replayed (v3.3–v3.4 unless set).
+    pub release: VsphereRelease,
+    /// How many times NodeStage took the FormatAndMount branch (the branch taken, for tests).
+    pub format_and_mounts: u32,
     sys: sys::system_client::SystemClient<Channel>,
     host: Arc<dyn NodeHost>,
 }
@@ -68,6 +86,8 @@ impl VsphereDriver {
             .map_err(|e| format!("system v1alpha1: {e}"))?;
         Ok(VsphereDriver {
             api,
+            release: VsphereRelease::V3_3,
+            format_and_mounts: 0,
             sys: sys::system_client::SystemClient::new(ch),
             host,
         })
@@ -130,14 +150,32 @@ impl VsphereDriver {
         self.api.set_online(&disk, false).await
     }
 
-    /// `haveMountPoint`: the staging path is no link (`os.Lstat`) → not mounted; a link the
-    /// container cannot read through is unmounted (an error of that fails the stage) → not
-    /// mounted; else mounted.
-    async fn have_mount_point(&mut self, target: &str) -> Result<bool, Status> {
-        if !self.host.is_link(target) {
+    /// `IsLikelyNotMountPoint` negated: v3.3+ asks `os.Lstat`; earlier releases ask PathExists
+    /// (missing: not mounted) and IsSymlink through csi-proxy, whose error fails the stage.
+    async fn looks_mounted(&mut self, target: &str) -> Result<bool, Status> {
+        if self.release == VsphereRelease::V3_3 {
+            return Ok(self.host.is_link(target));
+        }
+        let t = self.host.norm(target);
+        if !self.api.fs.path_exists(&t, PathContext::Plugin).await? {
             return Ok(false);
         }
-        if self.host.opens(target) {
+        self.api.fs.is_link(&t).await.map_err(|e| {
+            Status::internal(format!(
+                "Could not determine if staging path is already mounted, err: {}",
+                e.message()
+            ))
+        })
+    }
+
+    /// NodeStage's check: not a mount point → not mounted; v2.4–v2.7 stop there. From v3.0
+    /// (`haveMountPoint`) a link the container cannot read through is unmounted (an error of
+    /// that fails the stage) → not mounted.
+    async fn have_mount_point(&mut self, target: &str) -> Result<bool, Status> {
+        if !self.looks_mounted(target).await? {
+            return Ok(false);
+        }
+        if self.release == VsphereRelease::V2_4 || self.host.opens(target) {
             return Ok(true);
         }
         self.unmount(target).await?;
@@ -147,6 +185,7 @@ impl VsphereDriver {
     /// `FormatAndMount`: PartitionDisk, SetDiskState(online), the first volume with no length
     /// check (a Go panic on an empty list), a format only when not formatted, MountVolume.
     async fn format_and_mount(&mut self, disk: &str, target: &str) -> Result<(), Status> {
+        self.format_and_mounts += 1;
         self.api.partition_disk(disk).await?;
         self.api.set_online(disk, true).await?;
         let ids = self.api.volumes_on_disk(disk).await?;
