@@ -28,7 +28,7 @@ fn publish_path() -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn ebs_every_node_operation_twice() {
     let d = SimDaemon::start().await;
-    let mut ebs = EbsDriver::new(&d).await;
+    let mut ebs = EbsDriver::new(&d.connector, d.host()).await;
     let disk = d.sim.add_disk(10 * GIB, 0);
     d.sim.add_disk(10 * GIB, 1);
     d.sim.set_disk_serial(disk, "vol0123456789abcdef0");
@@ -161,7 +161,7 @@ async fn azuredisk_life(d: &SimDaemon, ad: &mut AzureDiskDriver) {
 #[tokio::test(flavor = "multi_thread")]
 async fn azuredisk_every_node_operation_twice() {
     let d = SimDaemon::start().await;
-    let mut ad = AzureDiskDriver::new(&d).await;
+    let mut ad = AzureDiskDriver::new(&d.connector, d.host()).await;
     assert_eq!(ad.api.versions(), ("v1", "v1", "v1"));
     azuredisk_life(&d, &mut ad).await;
 }
@@ -178,7 +178,7 @@ async fn azuredisk_v1beta_fallback() {
         )
     })
     .await;
-    let mut ad = AzureDiskDriver::new(&d).await;
+    let mut ad = AzureDiskDriver::new(&d.connector, d.host()).await;
     assert_eq!(ad.api.versions(), ("v1beta1", "v1beta2", "v1beta2"));
     azuredisk_life(&d, &mut ad).await;
 }

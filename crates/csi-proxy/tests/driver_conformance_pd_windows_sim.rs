@@ -20,7 +20,7 @@ const STAGING: &str =
 #[tokio::test(flavor = "multi_thread")]
 async fn an_mbr_disk_stages_and_grows() {
     let d = SimDaemon::start().await;
-    let mut pd = PdDriver::new(&d.connector).await;
+    let mut pd = PdDriver::new(&d.connector, d.host()).await;
     assert_eq!(pd.api.versions(), ("v1", "v1", "v1"));
     mbr_disk_life(&d, &mut pd).await;
 }
@@ -36,7 +36,7 @@ async fn an_mbr_disk_stages_and_grows_through_the_v1beta_fallback() {
         )
     })
     .await;
-    let mut pd = PdDriver::new(&d.connector).await;
+    let mut pd = PdDriver::new(&d.connector, d.host()).await;
     assert_eq!(pd.api.versions(), ("v1beta1", "v1beta2", "v1beta1"));
     mbr_disk_life(&d, &mut pd).await;
 }

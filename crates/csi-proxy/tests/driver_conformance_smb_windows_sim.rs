@@ -94,7 +94,32 @@ async fn smb_node_operations_each_twice() {
 async fn a_broken_mapping_other_volumes_use_is_made_again_with_the_new_secret() {
     for flavour in [SmbFlavour::CsiDriverSmb, SmbFlavour::AzureFile] {
         let d = SimDaemon::start().await;
-        let mut drv = SmbDriver::new(&d, flavour).await;
+        broken_mapping_repaired(&d, flavour).await;
+    }
+}
+
+/// A node whose csi-proxy predates v1: the drivers fall back to filesystem v1beta1 and smb
+/// v1beta1 (IsMountPoint, LinkPath, Rmdir in the pod context).
+async fn v1beta_daemon() -> SimDaemon {
+    SimDaemon::serving(|g, v| matches!((g, v), ("filesystem", "v1beta1") | ("smb", "v1beta1")))
+        .await
+}
+
+/// Divergence 1 of issue 28 through both drivers' v1beta fallback: the broken mapping is
+/// made again with the new secret under the other volumes' links.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_broken_mapping_is_repaired_through_the_v1beta_fallback() {
+    for flavour in [SmbFlavour::CsiDriverSmb, SmbFlavour::AzureFile] {
+        let d = v1beta_daemon().await;
+        let versions = SmbDriver::new(&d, flavour).await.versions();
+        assert_eq!(versions, ("v1beta1", "v1beta1"));
+        broken_mapping_repaired(&d, flavour).await;
+    }
+}
+
+async fn broken_mapping_repaired(d: &SimDaemon, flavour: SmbFlavour) {
+    {
+        let mut drv = SmbDriver::new(d, flavour).await;
         let (root, user, source) = match flavour {
             SmbFlavour::CsiDriverSmb => (r"\\fs01\vols", r"AZURE\svc", "//fs01/vols"),
             SmbFlavour::AzureFile => (
@@ -105,8 +130,8 @@ async fn a_broken_mapping_other_volumes_use_is_made_again_with_the_new_secret() 
         };
         d.sim.add_share(root, Some((user, "key1")));
         let (st1, st2, st3) = (staging("a"), staging("b"), staging("c"));
-        let t1 = publish_path(&d, "uid-1", "pvc-1");
-        let t2 = publish_path(&d, "uid-2", "pvc-2");
+        let t1 = publish_path(d, "uid-1", "pvc-1");
+        let t2 = publish_path(d, "uid-2", "pvc-2");
         for (vol, st, t) in [("pvc-1", &st1, &t1), ("pvc-2", &st2, &t2)] {
             drv.stage(vol, source, Some(vol), st, user, "key1")
                 .await
@@ -154,8 +179,10 @@ async fn a_broken_mapping_other_volumes_use_is_made_again_with_the_new_secret() 
             drv.unstage(vol, st).await.unwrap();
             drv.unstage(vol, st).await.unwrap();
         }
-        // azurefile never removes a mapping; csi-driver-smb removes it with its last volume.
-        let left = usize::from(flavour == SmbFlavour::AzureFile);
+        // azurefile never removes a mapping; csi-driver-smb removes it with its last volume
+        // (on v1: its v1beta mounter only removes the link).
+        let keeps = flavour == SmbFlavour::AzureFile || drv.versions().1 != "v1";
+        let left = usize::from(keeps);
         assert_eq!(d.sim.smb_roots().len(), left, "{flavour:?}");
     }
 }
@@ -201,11 +228,22 @@ async fn a_working_mapping_is_never_replaced_under_live_links() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_share_name_with_spaces_stages() {
     let d = SimDaemon::start().await;
-    let mut drv = SmbDriver::new(&d, SmbFlavour::CsiDriverSmb).await;
+    share_with_spaces_life(&d).await;
+}
+
+/// The same through csi-driver-smb's v1beta fallback, which leaves the mapping at unstage.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_share_name_with_spaces_stages_through_the_v1beta_fallback() {
+    let d = v1beta_daemon().await;
+    share_with_spaces_life(&d).await;
+}
+
+async fn share_with_spaces_life(d: &SimDaemon) {
+    let mut drv = SmbDriver::new(d, SmbFlavour::CsiDriverSmb).await;
     d.sim
         .add_share(r"\\fs01\Team Share", Some((r"CORP\svc", "pw")));
     let st = staging("sp");
-    let target = publish_path(&d, "uid-1", "pvc 1");
+    let target = publish_path(d, "uid-1", "pvc 1");
     drv.stage(
         "pvc-1",
         "//fs01/Team Share",
@@ -221,5 +259,7 @@ async fn a_share_name_with_spaces_stages() {
     assert!(drv.reads(&target));
     drv.unpublish(&target).await.unwrap();
     drv.unstage("pvc-1", &st).await.unwrap();
-    assert!(d.sim.smb_roots().is_empty());
+    assert!(!d.sim.entry_exists(&common::normalize_windows_path(&st)));
+    let left = usize::from(drv.versions().1 != "v1");
+    assert_eq!(d.sim.smb_roots().len(), left);
 }

@@ -7,9 +7,10 @@
 //! raw as kubelet hands it. Read from kubernetes-sigs/azuredisk-csi-driver; its code is not
 //! copied.
 
-use super::proxy_api::{PathContext, ProxyApi};
-use super::{container_open, normalize_windows_path as n};
-use csi_proxy_host::windows::sim::SimWindows;
+use super::NodeHost;
+use super::fs_api::PathContext;
+use super::proxy_api::ProxyApi;
+use csi_proxy_client::Connector;
 use std::sync::Arc;
 use tonic::Status;
 
@@ -18,7 +19,7 @@ const GIB: i64 = 1 << 30;
 /// An azuredisk node plugin with `--enable-windows-host-process=false`.
 pub struct AzureDiskDriver {
     pub api: ProxyApi,
-    sim: Arc<SimWindows>,
+    host: Arc<dyn NodeHost>,
     /// v1.34 and later check the size GetVolumeStats reports against the requested size
     /// before and after the resize (`validateBlockDeviceSize`).
     pub size_check: bool,
@@ -31,16 +32,16 @@ fn round_up_gib(bytes: i64) -> i64 {
 
 impl AzureDiskDriver {
     /// `NewSafeMounter`: the v1 clients, else the v1beta ones.
-    pub async fn new(d: &super::SimDaemon) -> AzureDiskDriver {
-        let api = match ProxyApi::connect(&d.connector, "v1", "v1", "v1").await {
+    pub async fn new(c: &Connector, host: Arc<dyn NodeHost>) -> AzureDiskDriver {
+        let api = match ProxyApi::connect(c, "v1", "v1", "v1").await {
             Ok(api) => api,
-            Err(_) => ProxyApi::connect(&d.connector, "v1beta1", "v1beta2", "v1beta2")
+            Err(_) => ProxyApi::connect(c, "v1beta1", "v1beta2", "v1beta2")
                 .await
                 .expect("csi-proxy v1beta"),
         };
         AzureDiskDriver {
             api,
-            sim: d.sim.clone(),
+            host,
             size_check: true,
         }
     }
@@ -50,6 +51,9 @@ impl AzureDiskDriver {
     async fn disk_by_lun(&mut self, lun: u32) -> Result<String, Status> {
         let _ = self.api.rescan().await;
         let lun = lun.to_string();
+        if let Some(serial) = self.host.disk_serial(&lun) {
+            return self.api.disk_with_serial(&serial).await;
+        }
         let found = self.api.disk_luns().await.and_then(|l| {
             l.into_iter()
                 .find(|(_, id)| id.eq_ignore_ascii_case(&lun))
@@ -67,7 +71,10 @@ impl AzureDiskDriver {
         if let Ok(id) = self.api.volume_at(target).await {
             let _ = self.api.write_cache(&id).await;
         }
-        self.api.rmdir(&n(target), PathContext::Pod).await
+        self.api
+            .fs
+            .rmdir(&self.host.norm(target), PathContext::Pod)
+            .await
     }
 
     /// `ensureMountPoint`: `Ok(true)` when `target` is a link its container can read through;
@@ -76,16 +83,17 @@ impl AzureDiskDriver {
     async fn ensure_mount_point(&mut self, target: &str) -> Result<bool, Status> {
         if !self
             .api
-            .path_exists(&n(target), PathContext::Plugin)
+            .fs
+            .path_exists(&self.host.norm(target), PathContext::Plugin)
             .await?
         {
             return Ok(false);
         }
         // A local disk's dead link is no "corrupted mount" in Go's sense: the error stands.
-        if !self.api.is_link(&n(target)).await? {
+        if !self.api.fs.is_link(&self.host.norm(target)).await? {
             return Ok(false);
         }
-        if container_open(&self.sim, target).is_some() {
+        if self.host.opens(target) {
             return Ok(true);
         }
         self.unmount(target).await?;
@@ -113,7 +121,7 @@ impl AzureDiskDriver {
         if !self.api.is_formatted(&id).await? {
             self.api.format(&id).await?;
         }
-        self.api.mount(&id, &n(staging)).await?;
+        self.api.mount(&id, &self.host.norm(staging)).await?;
         self.api.resize(&source, 0).await.map_err(|e| {
             Status::internal(format!(
                 "NodeStageVolume: could not resize volume {source} ({staging}): {}",
@@ -127,20 +135,30 @@ impl AzureDiskDriver {
     pub async fn publish(&mut self, staging: &str, target: &str) -> Result<(), Status> {
         if self
             .api
-            .path_exists(&n(target), PathContext::Plugin)
+            .fs
+            .path_exists(&self.host.norm(target), PathContext::Plugin)
             .await?
         {
-            self.api.rmdir(&n(target), PathContext::Pod).await?;
+            self.api
+                .fs
+                .rmdir(&self.host.norm(target), PathContext::Pod)
+                .await?;
         }
         if self.ensure_mount_point(target).await? {
             return Ok(());
         }
-        self.api.link(&n(staging), &n(target)).await
+        self.api
+            .fs
+            .link(&self.host.norm(staging), &self.host.norm(target))
+            .await
     }
 
     /// NodeUnpublishVolume: Rmdir of the publish link.
     pub async fn unpublish(&mut self, target: &str) -> Result<(), Status> {
-        self.api.rmdir(&n(target), PathContext::Pod).await
+        self.api
+            .fs
+            .rmdir(&self.host.norm(target), PathContext::Pod)
+            .await
     }
 
     /// NodeUnstageVolume: `Unmount` of the staging path as kubelet hands it (no
@@ -154,7 +172,7 @@ impl AzureDiskDriver {
     pub async fn expand(&mut self, volume_path: &str, required: i64) -> Result<i64, Status> {
         let id = self
             .api
-            .volume_at(&n(volume_path))
+            .volume_at(&self.host.norm(volume_path))
             .await
             .map_err(|e| Status::not_found(e.message().to_string()))?;
         let request_gib = round_up_gib(required);

@@ -4,9 +4,10 @@
 //! every path through `NormalizeWindowsPath` (lower-case `c:\…`). Read from
 //! kubernetes-sigs/aws-ebs-csi-driver; its code is not copied.
 
-use super::proxy_api::{PathContext, ProxyApi};
-use super::{container_volume, normalize_windows_path as n};
-use csi_proxy_host::windows::sim::SimWindows;
+use super::NodeHost;
+use super::fs_api::PathContext;
+use super::proxy_api::ProxyApi;
+use csi_proxy_client::Connector;
 use std::sync::Arc;
 use tonic::Status;
 
@@ -33,19 +34,17 @@ pub fn ebs_reads_not_mounted(message: &str) -> bool {
 }
 
 /// An aws-ebs node plugin (`--windows-host-process` off, its default) on the daemon's v1
-/// endpoints; `sim` is the machine its container sees through its bind mount.
+/// endpoints; `host` is the node as its container sees it.
 pub struct EbsDriver {
     pub api: ProxyApi,
-    sim: Arc<SimWindows>,
+    host: Arc<dyn NodeHost>,
 }
 
 impl EbsDriver {
-    pub async fn new(d: &super::SimDaemon) -> EbsDriver {
+    pub async fn new(c: &Connector, host: Arc<dyn NodeHost>) -> EbsDriver {
         EbsDriver {
-            api: ProxyApi::connect(&d.connector, "v1", "v1", "v1")
-                .await
-                .unwrap(),
-            sim: d.sim.clone(),
+            api: ProxyApi::connect(c, "v1", "v1", "v1").await.unwrap(),
+            host,
         }
     }
 
@@ -69,7 +68,7 @@ impl EbsDriver {
     /// `GetDeviceNameFromMount`: the disk number behind `path`; `None` when the error text says
     /// nothing is mounted (refCount 0); any other error fails the CSI call.
     async fn device_at(&mut self, path: &str) -> Result<Option<String>, Status> {
-        let found = match self.api.volume_at(&n(path)).await {
+        let found = match self.api.volume_at(&self.host.norm(path)).await {
             Ok(id) => self.api.disk_of_volume(&id).await,
             Err(e) => Err(e),
         };
@@ -98,14 +97,14 @@ impl EbsDriver {
         if !self.api.is_formatted(&id).await? {
             self.api.format(&id).await?;
         }
-        self.api.mount(&id, &n(target)).await
+        self.api.mount(&id, &self.host.norm(target)).await
     }
 
     /// `Resize`: Rescan (its error only logged), the volume at the path, ResizeVolume with no
     /// size (0: the maximum).
     async fn resize(&mut self, path: &str) -> Result<(), Status> {
         let _ = self.api.rescan().await;
-        let id = self.api.volume_at(&n(path)).await?;
+        let id = self.api.volume_at(&self.host.norm(path)).await?;
         self.api.resize(&id, 0).await
     }
 
@@ -117,10 +116,14 @@ impl EbsDriver {
         let source = self.find_device(volume_id).await?;
         let exists = self
             .api
-            .path_exists(&n(staging), PathContext::Plugin)
+            .fs
+            .path_exists(&self.host.norm(staging), PathContext::Plugin)
             .await?;
         if !exists {
-            self.api.mkdir(&n(staging), PathContext::Plugin).await?;
+            self.api
+                .fs
+                .mkdir(&self.host.norm(staging), PathContext::Plugin)
+                .await?;
         }
         if self.device_at(staging).await?.as_deref() == Some(&source) {
             return Ok(());
@@ -128,7 +131,7 @@ impl EbsDriver {
         self.format_and_mount(&source, staging).await?;
         let _ = self.api.rescan().await;
         let device_size = self.api.disk_size(&source).await?;
-        let id = self.api.volume_at(&n(staging)).await?;
+        let id = self.api.volume_at(&self.host.norm(staging)).await?;
         let fs_size = self.api.volume_stats(&id).await?.0;
         if device_size <= 4096 + fs_size {
             self.resize(staging).await?;
@@ -139,20 +142,38 @@ impl EbsDriver {
     /// NodePublishVolume: `PreparePublishTarget` (PathExists, Rmdir), `isMounted` (PathExists,
     /// IsSymlink when there), then CreateSymlink(staging, target).
     pub async fn publish(&mut self, staging: &str, target: &str) -> Result<(), Status> {
-        if self.api.path_exists(&n(target), PathContext::Pod).await? {
-            self.api.rmdir(&n(target), PathContext::Pod).await?;
+        if self
+            .api
+            .fs
+            .path_exists(&self.host.norm(target), PathContext::Pod)
+            .await?
+        {
+            self.api
+                .fs
+                .rmdir(&self.host.norm(target), PathContext::Pod)
+                .await?;
         }
-        let mounted = self.api.path_exists(&n(target), PathContext::Pod).await?
-            && self.api.is_link(&n(target)).await?;
+        let mounted = self
+            .api
+            .fs
+            .path_exists(&self.host.norm(target), PathContext::Pod)
+            .await?
+            && self.api.fs.is_link(&self.host.norm(target)).await?;
         if !mounted {
-            self.api.link(&n(staging), &n(target)).await?;
+            self.api
+                .fs
+                .link(&self.host.norm(staging), &self.host.norm(target))
+                .await?;
         }
         Ok(())
     }
 
     /// NodeUnpublishVolume: Rmdir of the publish link.
     pub async fn unpublish(&mut self, target: &str) -> Result<(), Status> {
-        self.api.rmdir(&n(target), PathContext::Pod).await
+        self.api
+            .fs
+            .rmdir(&self.host.norm(target), PathContext::Pod)
+            .await
     }
 
     /// NodeUnstageVolume: nothing mounted (by the error text) → done; else the volume there
@@ -161,9 +182,12 @@ impl EbsDriver {
         if self.device_at(staging).await?.is_none() {
             return Ok(());
         }
-        let id = self.api.volume_at(&n(staging)).await?;
-        self.api.unmount(&id, &n(staging)).await?;
-        self.api.rmdir(&n(staging), PathContext::Plugin).await?;
+        let id = self.api.volume_at(&self.host.norm(staging)).await?;
+        self.api.unmount(&id, &self.host.norm(staging)).await?;
+        self.api
+            .fs
+            .rmdir(&self.host.norm(staging), PathContext::Plugin)
+            .await?;
         let disk = self.api.disk_of_volume(&id).await?;
         self.api.set_online(&disk, false).await
     }
@@ -182,15 +206,16 @@ impl EbsDriver {
     pub async fn stats(&mut self, volume_path: &str) -> Result<u64, Status> {
         if !self
             .api
-            .path_exists(&n(volume_path), PathContext::Pod)
+            .fs
+            .path_exists(&self.host.norm(volume_path), PathContext::Pod)
             .await?
         {
             return Err(Status::not_found(format!(
                 "path {volume_path} does not exist"
             )));
         }
-        container_volume(&self.sim, volume_path)
-            .map(|(_, size)| size)
+        self.host
+            .fs_size(volume_path)
             .ok_or_else(|| Status::internal(format!("failed to get fs info on path {volume_path}")))
     }
 }

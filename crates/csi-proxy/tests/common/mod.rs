@@ -15,8 +15,12 @@ mod daemon;
 mod driver;
 #[cfg(unix)]
 mod ebs_driver;
+#[cfg(unix)]
+mod fs_api;
 mod host;
 mod loopdisk;
+#[cfg(unix)]
+mod node_host;
 #[cfg(unix)]
 mod pd_driver;
 mod process;
@@ -28,6 +32,8 @@ mod simwin;
 #[cfg(unix)]
 mod smb_driver;
 mod volume;
+#[cfg(unix)]
+mod vsphere_driver;
 
 #[cfg(unix)]
 pub use azuredisk_driver::*;
@@ -38,8 +44,12 @@ pub use daemon::*;
 pub use driver::*;
 #[cfg(unix)]
 pub use ebs_driver::*;
+#[cfg(unix)]
+pub use fs_api::*;
 pub use host::*;
 pub use loopdisk::*;
+#[cfg(unix)]
+pub use node_host::*;
 #[cfg(unix)]
 pub use pd_driver::*;
 pub use process::*;
@@ -51,3 +61,5 @@ pub use simwin::*;
 #[cfg(unix)]
 pub use smb_driver::*;
 pub use volume::*;
+#[cfg(unix)]
+pub use vsphere_driver::*;

@@ -7,31 +7,37 @@
 //! (kubelet makes it). Read from kubernetes-sigs/gcp-compute-persistent-disk-csi-driver; its
 //! code is not copied.
 
-use super::proxy_api::{PathContext, ProxyApi};
-use super::smb_driver::normalize_windows_path;
+use super::NodeHost;
+use super::fs_api::PathContext;
+use super::proxy_api::ProxyApi;
 use csi_proxy_client::Connector;
+use std::sync::Arc;
 use tonic::Status;
 
 /// A gce-pd node plugin on the daemon's v1 endpoints or, when none answers, its v1beta set
 /// (`safe-mounter-v1beta_windows.go`: filesystem v1beta1, disk v1beta2, volume v1beta1).
 pub struct PdDriver {
     pub api: ProxyApi,
+    host: Arc<dyn NodeHost>,
 }
 
 impl PdDriver {
-    pub async fn new(c: &Connector) -> PdDriver {
+    pub async fn new(c: &Connector, host: Arc<dyn NodeHost>) -> PdDriver {
         let api = match ProxyApi::connect(c, "v1", "v1", "v1").await {
             Ok(api) => api,
             Err(_) => ProxyApi::connect(c, "v1beta1", "v1beta2", "v1beta1")
                 .await
                 .expect("csi-proxy v1beta"),
         };
-        PdDriver { api }
+        PdDriver { api, host }
     }
 
     /// `getDiskNumberLegacy`: the disk whose page 83 ID's last white-space separated field is
     /// the device name (off Google Cloud the metadata lookup fails and this is what runs).
     pub async fn disk_number(&mut self, device_name: &str) -> Result<String, Status> {
+        if let Some(serial) = self.host.disk_serial(device_name) {
+            return self.api.disk_with_serial(&serial).await;
+        }
         let ids = self.api.disk_ids().await?;
         ids.into_iter()
             .find(|(_, d)| d.page83.split_whitespace().last() == Some(device_name))
@@ -42,7 +48,7 @@ impl PdDriver {
     /// `isVolumePathMounted`: IsSymlink (v1beta1: IsMountPoint) on the raw path; an error
     /// counts as "not mounted".
     async fn is_mounted(&mut self, path: &str) -> bool {
-        self.api.is_link(path).await.unwrap_or(false)
+        self.api.fs.is_link(path).await.unwrap_or(false)
     }
 
     /// NodeStageVolume: already a link → done; else FormatAndMount (PartitionDisk before
@@ -80,29 +86,29 @@ impl PdDriver {
     /// NodePublishVolume: the target kubelet made is removed (PathExists, Rmdir), then linked
     /// to the staging path, both normalised.
     pub async fn publish(&mut self, staging: &str, target: &str) -> Result<(), Status> {
-        let t = normalize_windows_path(target);
-        if self.api.path_exists(&t, PathContext::Pod).await? {
-            self.api.rmdir(&t, PathContext::Pod).await?;
+        let t = self.host.norm(target);
+        if self.api.fs.path_exists(&t, PathContext::Pod).await? {
+            self.api.fs.rmdir(&t, PathContext::Pod).await?;
         }
-        self.api.link(&normalize_windows_path(staging), &t).await
+        self.api.fs.link(&self.host.norm(staging), &t).await
     }
 
     /// NodeUnpublishVolume: Rmdir of the normalised publish path.
     pub async fn unpublish(&mut self, target: &str) -> Result<(), Status> {
-        let t = normalize_windows_path(target);
-        self.api.rmdir(&t, PathContext::Pod).await
+        let t = self.host.norm(target);
+        self.api.fs.rmdir(&t, PathContext::Pod).await
     }
 
     /// NodeUnstageVolume (`UnmountDevice`), on the normalised path: nothing there → done;
     /// else the volume there is unmounted, the folder removed and the disk taken offline.
     pub async fn unstage(&mut self, staging: &str) -> Result<(), Status> {
-        let t = normalize_windows_path(staging);
-        if !self.api.path_exists(&t, PathContext::Plugin).await? {
+        let t = self.host.norm(staging);
+        if !self.api.fs.path_exists(&t, PathContext::Plugin).await? {
             return Ok(());
         }
         let id = self.api.volume_at(&t).await?;
         self.api.unmount(&id, &t).await?;
-        self.api.rmdir(&t, PathContext::Plugin).await?;
+        self.api.fs.rmdir(&t, PathContext::Plugin).await?;
         let n = self.api.disk_of_volume(&id).await?;
         self.api.set_online(&n, false).await
     }

@@ -5,25 +5,12 @@
 //! `LinkPath` and `IsMountPoint`, v1beta2's string disk IDs, `GetVolumeIDFromMount`, ...), so a
 //! driver's node code is written once for every version it speaks.
 
+use super::fs_api::FsApi;
 use csi_proxy_api::disk::{v1 as d1, v1beta2 as db2};
-use csi_proxy_api::filesystem::{v1 as f1, v1beta1 as fb1};
 use csi_proxy_api::volume::{v1 as vv1, v1beta1 as vb1, v1beta2 as vb2};
 use csi_proxy_client::Connector;
 use tonic::Status;
 use tonic::transport::Channel;
-
-/// v1beta1's `PathContext`: drivers name the kubelet directory a path is in.
-#[derive(Clone, Copy)]
-pub enum PathContext {
-    Plugin = 0,
-    Pod = 1,
-}
-
-#[derive(Clone)]
-enum Fs {
-    V1(f1::filesystem_client::FilesystemClient<Channel>),
-    V1beta1(fb1::filesystem_client::FilesystemClient<Channel>),
-}
 
 #[derive(Clone)]
 enum Disk {
@@ -66,7 +53,7 @@ macro_rules! vol_beta {
 /// A driver's three csi-proxy clients, each on the version it connected to.
 #[derive(Clone)]
 pub struct ProxyApi {
-    fs: Fs,
+    pub fs: FsApi,
     disk: Disk,
     vol: Vol,
 }
@@ -84,15 +71,7 @@ impl ProxyApi {
         let ch = |g: &'static str, v: String| async move {
             c.channel(g, &v).await.map_err(|e| format!("{g} {v}: {e}"))
         };
-        let fs = match fs {
-            "v1" => Fs::V1(f1::filesystem_client::FilesystemClient::new(
-                ch("filesystem", fs.into()).await?,
-            )),
-            "v1beta1" => Fs::V1beta1(fb1::filesystem_client::FilesystemClient::new(
-                ch("filesystem", fs.into()).await?,
-            )),
-            _ => return Err(format!("filesystem {fs}: not replayed")),
-        };
+        let fs = FsApi::connect(c, fs).await?;
         let disk = match disk {
             "v1" => Disk::V1(d1::disk_client::DiskClient::new(
                 ch("disk", disk.into()).await?,
@@ -120,10 +99,7 @@ impl ProxyApi {
     /// The versions in use (filesystem, disk, volume), as the drivers log them.
     pub fn versions(&self) -> (&'static str, &'static str, &'static str) {
         (
-            match self.fs {
-                Fs::V1(_) => "v1",
-                Fs::V1beta1(_) => "v1beta1",
-            },
+            self.fs.version(),
             match self.disk {
                 Disk::V1(_) => "v1",
                 Disk::V1beta2(_) => "v1beta2",
@@ -134,89 +110,6 @@ impl ProxyApi {
                 Vol::V1beta2(_) => "v1beta2",
             },
         )
-    }
-
-    pub async fn path_exists(&mut self, path: &str, ctx: PathContext) -> Result<bool, Status> {
-        let path = path.to_string();
-        Ok(match &mut self.fs {
-            Fs::V1(c) => {
-                c.path_exists(f1::PathExistsRequest { path })
-                    .await?
-                    .into_inner()
-                    .exists
-            }
-            Fs::V1beta1(c) => {
-                let context = ctx as i32;
-                let r = fb1::PathExistsRequest { path, context };
-                c.path_exists(r).await?.into_inner().exists
-            }
-        })
-    }
-
-    /// v1 IsSymlink; v1beta1 IsMountPoint.
-    pub async fn is_link(&mut self, path: &str) -> Result<bool, Status> {
-        let path = path.to_string();
-        Ok(match &mut self.fs {
-            Fs::V1(c) => {
-                let r = f1::IsSymlinkRequest { path };
-                c.is_symlink(r).await?.into_inner().is_symlink
-            }
-            Fs::V1beta1(c) => {
-                let r = fb1::IsMountPointRequest { path };
-                c.is_mount_point(r).await?.into_inner().is_mount_point
-            }
-        })
-    }
-
-    pub async fn mkdir(&mut self, path: &str, ctx: PathContext) -> Result<(), Status> {
-        let path = path.to_string();
-        match &mut self.fs {
-            Fs::V1(c) => c.mkdir(f1::MkdirRequest { path }).await.map(drop),
-            Fs::V1beta1(c) => {
-                let context = ctx as i32;
-                c.mkdir(fb1::MkdirRequest { path, context }).await.map(drop)
-            }
-        }
-    }
-
-    /// Rmdir with `force` (every surveyed driver sets it).
-    pub async fn rmdir(&mut self, path: &str, ctx: PathContext) -> Result<(), Status> {
-        let path = path.to_string();
-        match &mut self.fs {
-            Fs::V1(c) => c
-                .rmdir(f1::RmdirRequest { path, force: true })
-                .await
-                .map(drop),
-            Fs::V1beta1(c) => {
-                let r = fb1::RmdirRequest {
-                    path,
-                    context: ctx as i32,
-                    force: true,
-                };
-                c.rmdir(r).await.map(drop)
-            }
-        }
-    }
-
-    /// v1 CreateSymlink; v1beta1 LinkPath.
-    pub async fn link(&mut self, source_path: &str, target_path: &str) -> Result<(), Status> {
-        let (source_path, target_path) = (source_path.to_string(), target_path.to_string());
-        match &mut self.fs {
-            Fs::V1(c) => {
-                let r = f1::CreateSymlinkRequest {
-                    source_path,
-                    target_path,
-                };
-                c.create_symlink(r).await.map(drop)
-            }
-            Fs::V1beta1(c) => {
-                let r = fb1::LinkPathRequest {
-                    source_path,
-                    target_path,
-                };
-                c.link_path(r).await.map(drop)
-            }
-        }
     }
 
     pub async fn rescan(&mut self) -> Result<(), Status> {
@@ -281,6 +174,16 @@ impl ProxyApi {
                 })
                 .collect(),
         })
+    }
+
+    /// The disk whose serial number is `serial` (the lookup a node without the driver's own
+    /// keys uses, see `NodeHost::disk_serial`).
+    pub async fn disk_with_serial(&mut self, serial: &str) -> Result<String, Status> {
+        let ids = self.disk_ids().await?;
+        ids.into_iter()
+            .find(|(_, d)| d.serial == serial)
+            .map(|(n, _)| n)
+            .ok_or_else(|| Status::internal(format!("no disk with serial {serial}")))
     }
 
     pub async fn partition_disk(&mut self, disk: &str) -> Result<(), Status> {

@@ -92,6 +92,11 @@ impl SimDaemon {
         Node::new(&self.connector, true).await
     }
 
+    /// The machine as a driver's container on it sees it.
+    pub fn host(&self) -> Arc<dyn super::NodeHost> {
+        Arc::new(SimHost(self.sim.clone()))
+    }
+
     pub fn k(rel: &str) -> String {
         format!(r"{KUBELET}\{rel}")
     }
@@ -129,5 +134,30 @@ impl Drop for SimDaemon {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
+    }
+}
+
+/// The simulated Windows as a driver's container sees it, paths normalised as the drivers do.
+pub struct SimHost(pub Arc<SimWindows>);
+
+impl super::NodeHost for SimHost {
+    fn norm(&self, path: &str) -> String {
+        super::normalize_windows_path(path)
+    }
+
+    fn opens(&self, path: &str) -> bool {
+        container_open(&self.0, path).is_some()
+    }
+
+    fn is_link(&self, path: &str) -> bool {
+        let fs = WindowsFilesystemHost::with_os(self.0.clone());
+        matches!(
+            fs.link_target(&super::normalize_windows_path(path)),
+            Ok(Some(_))
+        )
+    }
+
+    fn fs_size(&self, path: &str) -> Option<u64> {
+        container_volume(&self.0, path).map(|(_, size)| size)
     }
 }

@@ -6,11 +6,14 @@
 //! on the simulated machine directly. Read from kubernetes-csi/csi-driver-smb
 //! (`pkg/mounter/safe_mounter_windows.go`, `pkg/smb/nodeserver.go`) and
 //! kubernetes-sigs/azurefile-csi-driver (`pkg/mounter/safe_mounter_windows.go`,
-//! `pkg/azurefile/{nodeserver.go,azure_common_windows.go}`); their code is not copied.
+//! `pkg/azurefile/{nodeserver.go,azure_common_windows.go}`); their code is not copied. When no
+//! v1 endpoint answers, both fall back to `csiProxyMounterV1Beta`
+//! (`safe_mounter_v1beta_windows.go`): filesystem v1beta1 (IsMountPoint for IsSymlink, LinkPath,
+//! Rmdir in the pod context, Mkdir in the plugin context) and smb v1beta1, whose unmount is the
+//! Rmdir of the staging link alone (csi-driver-smb too: no RemoveSmbGlobalMapping).
 
-use super::{Node, SimDaemon};
-use csi_proxy_api::filesystem::v1 as f1;
-use csi_proxy_api::smb::v1 as s1;
+use super::SimDaemon;
+use super::fs_api::{FsApi, PathContext, SmbApi};
 use csi_proxy_core::paths::{LinkProbe, LinkTarget};
 use csi_proxy_host::windows::filesystem::WindowsFilesystemHost;
 use csi_proxy_host::windows::sim::SimWindows;
@@ -51,8 +54,8 @@ pub enum SmbFlavour {
 
 /// A node plugin of one of the two SMB drivers, connected to a simulated-Windows daemon.
 pub struct SmbDriver {
-    pub node: Node,
-    pub smb: s1::smb_client::SmbClient<tonic::transport::Channel>,
+    pub fs: FsApi,
+    pub smb: SmbApi,
     sim: Arc<SimWindows>,
     flavour: SmbFlavour,
     /// csi-driver-smb's reference counts: volume IDs per mapping path.
@@ -60,10 +63,24 @@ pub struct SmbDriver {
 }
 
 impl SmbDriver {
+    /// `NewSafeMounter`: the v1 clients, else the v1beta ones.
     pub async fn new(d: &SimDaemon, flavour: SmbFlavour) -> SmbDriver {
+        let c = &d.connector;
+        let (fs, smb) = match (
+            FsApi::connect(c, "v1").await,
+            SmbApi::connect(c, "v1").await,
+        ) {
+            (Ok(fs), Ok(smb)) => (fs, smb),
+            _ => (
+                FsApi::connect(c, "v1beta1")
+                    .await
+                    .expect("filesystem v1beta1"),
+                SmbApi::connect(c, "v1beta1").await.expect("smb v1beta1"),
+            ),
+        };
         SmbDriver {
-            node: d.node().await,
-            smb: s1::smb_client::SmbClient::new(d.connector.channel("smb", "v1").await.unwrap()),
+            fs,
+            smb,
             sim: d.sim.clone(),
             flavour,
             refs: BTreeMap::new(),
@@ -81,39 +98,30 @@ impl SmbDriver {
         super::container_open(&self.sim, path).is_some()
     }
 
+    /// The versions in use (filesystem, smb).
+    pub fn versions(&self) -> (&'static str, &'static str) {
+        (self.fs.version(), self.smb.version())
+    }
+
+    fn v1(&self) -> bool {
+        self.smb.version() == "v1"
+    }
+
+    /// IsSymlink (v1beta1: IsMountPoint).
     async fn is_symlink(&mut self, path: &str) -> Result<bool, Status> {
-        Ok(self
-            .node
-            .fs
-            .is_symlink(f1::IsSymlinkRequest {
-                path: normalize_windows_path(path),
-            })
-            .await?
-            .into_inner()
-            .is_symlink)
+        self.fs.is_link(&normalize_windows_path(path)).await
     }
 
+    /// PathExists (v1beta1: no context given, the plugin one).
     async fn exists(&mut self, path: &str) -> Result<bool, Status> {
-        Ok(self
-            .node
-            .fs
-            .path_exists(f1::PathExistsRequest {
-                path: normalize_windows_path(path),
-            })
-            .await?
-            .into_inner()
-            .exists)
+        let p = normalize_windows_path(path);
+        self.fs.path_exists(&p, PathContext::Plugin).await
     }
 
+    /// Rmdir with force (v1beta1: always in the pod context).
     async fn rmdir(&mut self, path: &str) -> Result<(), Status> {
-        self.node
-            .fs
-            .rmdir(f1::RmdirRequest {
-                path: normalize_windows_path(path),
-                force: true,
-            })
-            .await?;
-        Ok(())
+        let p = normalize_windows_path(path);
+        self.fs.rmdir(&p, PathContext::Pod).await
     }
 
     /// Both drivers' `ensureMountPoint`: `Ok(true)` when `target` is a link the driver can read
@@ -189,24 +197,17 @@ impl SmbDriver {
         // SMBMount.
         let parent_dir = parent(staging).to_string();
         if !self.exists(&parent_dir).await? {
-            self.node
-                .fs
-                .mkdir(f1::MkdirRequest {
-                    path: normalize_windows_path(&parent_dir),
-                })
-                .await?;
+            let p = normalize_windows_path(&parent_dir);
+            self.fs.mkdir(&p, PathContext::Plugin).await?;
         }
-        let source = source.replace('/', "\\");
-        let source = source.strip_suffix('\\').unwrap_or(&source).to_string();
-        self.smb
-            .new_smb_global_mapping(s1::NewSmbGlobalMappingRequest {
-                remote_path: source.clone(),
-                local_path: normalize_windows_path(staging),
-                username: user,
-                password: password.into(),
-            })
-            .await?;
-        if self.flavour == SmbFlavour::CsiDriverSmb {
+        let mut source = source.replace('/', "\\");
+        if self.v1() {
+            // The v1 mounter drops a trailing separator; the v1beta one sends it.
+            source = source.strip_suffix('\\').unwrap_or(&source).to_string();
+        }
+        let local = normalize_windows_path(staging);
+        self.smb.map(&source, &local, &user, password).await?;
+        if self.flavour == SmbFlavour::CsiDriverSmb && self.v1() {
             self.refs
                 .entry(root_mapping_path(&source))
                 .or_default()
@@ -223,14 +224,11 @@ impl SmbDriver {
         if self.exists(target).await? {
             self.rmdir(target).await?;
         }
-        self.node
-            .fs
-            .create_symlink(f1::CreateSymlinkRequest {
-                source_path: normalize_windows_path(staging),
-                target_path: normalize_windows_path(target),
-            })
-            .await?;
-        Ok(())
+        let (source, target) = (
+            normalize_windows_path(staging),
+            normalize_windows_path(target),
+        );
+        self.fs.link(&source, &target).await
     }
 
     /// NodeUnpublishVolume: Rmdir of the publish link.
@@ -238,11 +236,12 @@ impl SmbDriver {
         self.rmdir(target).await
     }
 
-    /// NodeUnstageVolume. csi-driver-smb reads the remote path from the staging link itself
-    /// and, when its count for the share drops to zero, removes the mapping (an error fails the
-    /// unstage) before the Rmdir of the link; azurefile only removes the link.
+    /// NodeUnstageVolume. csi-driver-smb on v1 reads the remote path from the staging link
+    /// itself and, when its count for the share drops to zero, removes the mapping (an error
+    /// fails the unstage) before the Rmdir of the link; azurefile, and csi-driver-smb on v1beta,
+    /// only remove the link.
     pub async fn unstage(&mut self, volume_id: &str, staging: &str) -> Result<(), Status> {
-        if self.flavour == SmbFlavour::CsiDriverSmb {
+        if self.flavour == SmbFlavour::CsiDriverSmb && self.v1() {
             let fs = WindowsFilesystemHost::with_os(self.sim.clone());
             if let Ok(Some(LinkTarget::Path(remote))) =
                 fs.link_target(&normalize_windows_path(staging))
@@ -252,11 +251,7 @@ impl SmbDriver {
                 let refs = self.refs.entry(root).or_default();
                 refs.remove(volume_id);
                 if refs.is_empty() {
-                    self.smb
-                        .remove_smb_global_mapping(s1::RemoveSmbGlobalMappingRequest {
-                            remote_path: remote,
-                        })
-                        .await?;
+                    self.smb.unmap(&remote).await?;
                 }
             }
         }

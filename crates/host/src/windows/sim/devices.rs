@@ -1,7 +1,7 @@
 //! The simulated storage stack: device names and the I/O controls of disks and volumes, with
 //! the structures laid out as winioctl.h documents them.
 
-use super::{Disk, Open, Part, SECTOR, State, Target};
+use super::{DeviceId, Disk, Open, Part, SECTOR, State, Target};
 use crate::windows::os::{OsError, Win32Result, code};
 use crate::windows_data::ioctl as io;
 use crate::windows_data::layout::{self, ENTRY_SIZE, HEADER_SIZE, STYLE_GPT, STYLE_RAW};
@@ -436,16 +436,28 @@ fn set_layout(d: &mut Disk, input: &[u8]) -> Win32Result<Vec<u32>> {
     Ok(new)
 }
 
-/// A `STORAGE_DEVICE_ID_DESCRIPTOR` with one ASCII identifier associated with the device.
-fn device_id_descriptor(id: &str) -> Vec<u8> {
-    let value = id.as_bytes();
+/// A `STORAGE_DEVICE_ID_DESCRIPTOR` with the identifier `id` names, associated with the device
+/// (none for [`DeviceId::None`]).
+fn device_id_descriptor(id: &DeviceId) -> Vec<u8> {
+    // (code set, identifier type, value): StorageIdCodeSetAscii with
+    // StorageIdTypeScsiNameString, or StorageIdCodeSetBinary with StorageIdTypeFCPHName (NAA).
+    let (code_set, id_type, value) = match id {
+        DeviceId::Ascii(s) => (2u32, 8u32, s.as_bytes()),
+        DeviceId::Naa(v) => (1, 3, v.as_slice()),
+        DeviceId::None => {
+            let mut b = vec![0u8; 12];
+            b[0..4].copy_from_slice(&1u32.to_le_bytes());
+            b[4..8].copy_from_slice(&12u32.to_le_bytes());
+            return b;
+        }
+    };
     let mut b = vec![0u8; 12 + 16 + value.len()];
     let size = b.len() as u32;
     b[0..4].copy_from_slice(&1u32.to_le_bytes());
     b[4..8].copy_from_slice(&size.to_le_bytes());
     b[8..12].copy_from_slice(&1u32.to_le_bytes());
-    b[12..16].copy_from_slice(&2u32.to_le_bytes()); // StorageIdCodeSetAscii
-    b[16..20].copy_from_slice(&8u32.to_le_bytes()); // StorageIdTypeScsiNameString
+    b[12..16].copy_from_slice(&code_set.to_le_bytes());
+    b[16..20].copy_from_slice(&id_type.to_le_bytes());
     b[20..22].copy_from_slice(&(value.len() as u16).to_le_bytes());
     b[22..24].copy_from_slice(&0u16.to_le_bytes());
     b[24..28].copy_from_slice(&0u32.to_le_bytes()); // StorageIdAssocDevice

@@ -110,8 +110,19 @@ struct Disk {
     data: BTreeMap<u64, Vec<u8>>,
     /// `(port, path, target, lun)`; `None` for a disk that is not SCSI-addressed.
     scsi: Option<(u8, u8, u8, u8)>,
-    page83: String,
+    page83: DeviceId,
     serial: String,
+}
+
+/// What a disk's device identification page (`StorageDeviceIdProperty`) reports.
+#[derive(Debug, Clone)]
+enum DeviceId {
+    /// One ASCII SCSI name string associated with the device.
+    Ascii(String),
+    /// One binary NAA identifier associated with the device (VMware with `disk.EnableUUID`).
+    Naa(Vec<u8>),
+    /// No identifier (VMware without `disk.EnableUUID`).
+    None,
 }
 
 /// A simulated volume (a basic volume on one partition).
@@ -437,7 +448,7 @@ impl SimWindows {
                     msr_due: Duration::ZERO,
                     data: BTreeMap::new(),
                     scsi: Some((0, 0, 0, 0)),
-                    page83: "system-disk".into(),
+                    page83: DeviceId::Ascii("system-disk".into()),
                     serial: "SIM-SYSTEM".into(),
                 },
             );
@@ -489,7 +500,7 @@ impl SimWindows {
                 msr_due: Duration::ZERO,
                 data: BTreeMap::new(),
                 scsi: Some((0, 0, 0, lun)),
-                page83: format!("sim-disk-{n}"),
+                page83: DeviceId::Ascii(format!("sim-disk-{n}")),
                 serial: format!("SIM{n:04}"),
             },
         );

@@ -277,7 +277,7 @@ impl SimWindows {
     /// Sets the SCSI name string disk `disk` reports in its device identification page.
     pub fn set_disk_page83(&self, disk: u32, id: &str) {
         if let Some(d) = self.lock().disks.get_mut(&disk) {
-            d.page83 = id.into();
+            d.page83 = DeviceId::Ascii(id.into());
         }
     }
 }

@@ -236,3 +236,20 @@ fn a_long_storage_descriptor_is_read_whole() {
     let ids = m.disk.list_disk_ids().unwrap();
     assert_eq!(ids[&n].page83, long);
 }
+
+/// A VMware disk's binary NAA identifier is reported as lower-case hex (what vSphere matches
+/// against its disk UUID); a disk with no identifier reports an empty page 83 ID.
+#[test]
+fn a_binary_naa_identifier_is_hex_and_none_is_empty() {
+    let m = machine();
+    let (a, b) = (m.sim.add_disk(GIB, 3), m.sim.add_disk(GIB, 4));
+    let naa = [
+        0x60, 0x00, 0xc2, 0x9a, 0x98, 0xd0, 0x5e, 0x38, 0x4a, 0x43, 0xf0, 0xef, 0x18, 0x9a, 0xaf,
+        0x5a,
+    ];
+    m.sim.set_disk_naa(a, &naa);
+    m.sim.clear_disk_page83(b);
+    let ids = m.disk.list_disk_ids().unwrap();
+    assert_eq!(ids[&a].page83, "6000c29a98d05e384a43f0ef189aaf5a");
+    assert_eq!(ids[&b].page83, "");
+}

@@ -1,0 +1,277 @@
+//! The exact driver replays (`common/{ebs,azuredisk,pd,vsphere}_driver.rs`, the same code the
+//! simulated-Windows runs use) on Linux: real loop disks, real xfs, real mounts, through the
+//! daemon's Unix sockets, with Linux kubelet paths (`<kubelet>/plugins/…/globalmount`,
+//! `<kubelet>/pods/…/mount`) sent as they are. What differs from Windows, and why:
+//! - loop disks carry no page 83 ID and no SCSI address, so gce-pd's, azuredisk's and vSphere's
+//!   disk lookup is replaced by the serial ListDiskIDs reports (the backing file); aws-ebs finds
+//!   its disk by its own rule (the volume ID in the serial);
+//! - SetDiskState(offline) is refused for a device with no offline state (only SCSI disks have
+//!   one): the unstage of aws-ebs, gce-pd and vSphere fails at that last step, after the
+//!   unmount and the Rmdir, and kubelet's retry finds nothing staged and succeeds;
+//! - a disk growing is seen by the kernel on a real node; a loop device sees its grown file
+//!   only after `losetup -c` (done here as the hypervisor's part) or the daemon's Rescan;
+//! - xfs: growing a mounted ext4 needs CAP_SYS_RESOURCE, which this machine's root lacks.
+//!
+//! Needs root and loop devices; skipped with the reason otherwise.
+#![cfg(target_os = "linux")]
+
+mod common;
+
+use common::{
+    AzureDiskDriver, Daemon, EbsDriver, LinuxHost, LoopDisk, PdDriver, VsphereDriver,
+    VsphereRelease, can_use_loop_devices, is_mounted,
+};
+use std::path::Path;
+use std::sync::Arc;
+use tonic::Code;
+
+const MIB: i64 = 1 << 20;
+
+/// A daemon formatting xfs, and the node as a driver's container sees it; `None` (with the
+/// reason printed) where loop devices cannot be made.
+fn linux_node() -> Option<(Daemon, Arc<LinuxHost>)> {
+    if !can_use_loop_devices() {
+        return None;
+    }
+    let d = Daemon::start(&["-format-filesystem=xfs"]);
+    Some((d, Arc::new(LinuxHost::default())))
+}
+
+/// kubelet's paths for a volume of `driver`: the staging directory and the publish path,
+/// whose parent kubelet has made.
+fn kubelet_paths(d: &Daemon, driver: &str) -> (String, String) {
+    let staging = d.k(&format!(
+        "plugins/kubernetes.io/csi/{driver}/5f1c/globalmount"
+    ));
+    let target = d.k("pods/uid-1/volumes/kubernetes.io~csi/pvc-1/mount");
+    std::fs::create_dir_all(Path::new(&target).parent().unwrap()).unwrap();
+    (staging, target)
+}
+
+/// The hypervisor grew the disk and the kernel saw it.
+fn grow_seen(l: &LoopDisk, mib: u64) {
+    l.grow_to(mib);
+    l.run("losetup", &["-c"], &l.dev);
+}
+
+/// The first unstage of a driver that takes the disk offline fails at SetDiskState (a loop
+/// device has no offline state), after the unmount and the Rmdir; kubelet retries.
+fn offline_refused(first: Result<(), tonic::Status>, staging: &str) {
+    // The daemon answers FAILED_PRECONDITION; vSphere wraps it in its own INTERNAL.
+    let e = first.unwrap_err();
+    assert!(e.message().contains("no offline state"), "{e}");
+    assert!(!is_mounted(Path::new(staging)) && !Path::new(staging).exists());
+}
+
+fn read(path: &str) -> Vec<u8> {
+    std::fs::read(Path::new(path).join("data")).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ebs_replayed_on_a_loop_disk() {
+    let Some((d, host)) = linux_node() else {
+        return;
+    };
+    let mut ebs = EbsDriver::new(&d.connector(), host).await;
+    let l = LoopDisk::new(d.dir.path(), "vol0123456789abcdef0", 400).unwrap();
+    let vol = "vol-0123456789abcdef0";
+    let (staging, target) = kubelet_paths(&d, "ebs.csi.aws.com");
+
+    ebs.unstage(&staging)
+        .await
+        .expect("never staged: not mounted");
+    ebs.stage(vol, &staging).await.expect("staged");
+    ebs.stage(vol, &staging).await.expect("already staged");
+    std::fs::write(Path::new(&staging).join("data"), b"kept").unwrap();
+    ebs.publish(&staging, &target).await.expect("published");
+    ebs.publish(&staging, &target)
+        .await
+        .expect("published again");
+    assert_eq!(read(&target), b"kept");
+    let before = ebs.stats(&target).await.expect("stats");
+
+    l.grow_to(700);
+    let capacity = ebs.expand(vol, &target).await.expect("expanded");
+    assert_eq!(capacity, 700 * MIB);
+    assert_eq!(ebs.expand(vol, &target).await.unwrap(), capacity);
+    let after = ebs.stats(&target).await.unwrap();
+    assert!(after > before + (250 << 20), "{before} -> {after}");
+
+    ebs.unpublish(&target).await.unwrap();
+    ebs.unpublish(&target).await.unwrap();
+    assert_eq!(ebs.stats(&target).await.unwrap_err().code(), Code::NotFound);
+    offline_refused(ebs.unstage(&staging).await, &staging);
+    ebs.unstage(&staging)
+        .await
+        .expect("the retry finds nothing staged");
+
+    ebs.stage(vol, &staging).await.expect("staged again");
+    assert_eq!(read(&staging), b"kept", "not formatted again");
+    offline_refused(ebs.unstage(&staging).await, &staging);
+    ebs.unstage(&staging)
+        .await
+        .expect("the retry finds nothing staged");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn azuredisk_replayed_on_a_loop_disk() {
+    let Some((d, host)) = linux_node() else {
+        return;
+    };
+    let l = LoopDisk::new(d.dir.path(), "azuredisk-lun3", 400).unwrap();
+    host.name_disk("3", &l.serial());
+    let mut ad = AzureDiskDriver::new(&d.connector(), host).await;
+    assert_eq!(ad.api.versions(), ("v1", "v1", "v1"));
+    let (staging, target) = kubelet_paths(&d, "disk.csi.azure.com");
+    std::fs::create_dir_all(&staging).unwrap(); // kubelet makes it
+
+    // The resize with the disk number as the volume ID fails (as upstream); the retry finds
+    // the mount point through IsSymlink and ReadDir.
+    let e = ad.stage(3, &staging).await.unwrap_err();
+    assert!(e.message().contains("could not resize volume"), "{e}");
+    ad.stage(3, &staging)
+        .await
+        .expect("the retry finds it staged");
+    std::fs::write(Path::new(&staging).join("data"), b"kept").unwrap();
+    ad.publish(&staging, &target).await.expect("published");
+    ad.publish(&staging, &target)
+        .await
+        .expect("published again");
+    assert_eq!(read(&target), b"kept");
+    let (total, used) = ad.stats(&target).await.expect("stats");
+    assert!(total > 300 * MIB && used < total, "{total} {used}");
+
+    grow_seen(&l, 700);
+    let grown = ad.expand(&target, 700 * MIB).await.expect("grown");
+    assert!(grown > total + 250 * MIB, "{total} -> {grown}");
+    assert_eq!(ad.expand(&target, 700 * MIB).await.unwrap(), grown);
+
+    ad.unpublish(&target).await.unwrap();
+    ad.unpublish(&target).await.unwrap();
+    ad.unstage(&staging)
+        .await
+        .expect("unstaged: Rmdir of the mount point");
+    ad.unstage(&staging).await.expect("unstaged again");
+    assert!(!is_mounted(Path::new(&staging)) && !Path::new(&staging).exists());
+
+    std::fs::create_dir_all(&staging).unwrap();
+    assert!(ad.stage(3, &staging).await.is_err(), "the resize again");
+    ad.stage(3, &staging).await.expect("staged again");
+    assert_eq!(read(&staging), b"kept", "not formatted again");
+    ad.unstage(&staging).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pd_replayed_on_a_loop_disk() {
+    let Some((d, host)) = linux_node() else {
+        return;
+    };
+    let l = LoopDisk::new(d.dir.path(), "pd-disk-1", 400).unwrap();
+    host.name_disk("pd-disk-1", &l.serial());
+    let mut pd = PdDriver::new(&d.connector(), host).await;
+    let (staging, target) = kubelet_paths(&d, "pd.csi.storage.gke.io");
+    std::fs::create_dir_all(&staging).unwrap(); // kubelet makes it
+
+    let id = pd.stage("pd-disk-1", &staging).await.expect("staged");
+    assert_eq!(pd.stage("pd-disk-1", &staging).await.unwrap(), id);
+    std::fs::write(Path::new(&staging).join("data"), b"kept").unwrap();
+    pd.publish(&staging, &target).await.unwrap();
+    assert_eq!(read(&target), b"kept");
+
+    let before = pd.api.volume_stats(&id).await.unwrap().0;
+    grow_seen(&l, 700);
+    pd.expand(&target).await.expect("grown");
+    let after = pd.api.volume_stats(&id).await.unwrap().0;
+    assert!(after > before + 250 * MIB, "{before} -> {after}");
+    pd.expand(&target).await.expect("nothing more to grow: OK");
+
+    pd.unpublish(&target).await.unwrap();
+    pd.unpublish(&target).await.unwrap();
+    offline_refused(pd.unstage(&staging).await, &staging);
+    pd.unstage(&staging)
+        .await
+        .expect("the retry finds nothing staged");
+    std::fs::create_dir_all(&staging).unwrap();
+    assert_eq!(pd.stage("pd-disk-1", &staging).await.unwrap(), id);
+    assert_eq!(read(&staging), b"kept", "not formatted again");
+    offline_refused(pd.unstage(&staging).await, &staging);
+    pd.unstage(&staging)
+        .await
+        .expect("the retry finds nothing staged");
+}
+
+/// Each release's staging check (v2.4 and v3.0 through PathExists and IsSymlink, v3.3
+/// through `os.Lstat`).
+#[tokio::test(flavor = "multi_thread")]
+async fn vsphere_replayed_on_a_loop_disk() {
+    for release in [
+        VsphereRelease::V2_4,
+        VsphereRelease::V3_0,
+        VsphereRelease::V3_3,
+    ] {
+        if !vsphere_life(release).await {
+            return;
+        }
+    }
+}
+
+/// `false` when loop disks cannot be made here (the reason printed).
+async fn vsphere_life(release: VsphereRelease) -> bool {
+    let Some((d, host)) = linux_node() else {
+        return false;
+    };
+    const UUID: &str = "6000c29a98d05e384a43f0ef189aaf5a";
+    let l = LoopDisk::new(d.dir.path(), "vsphere-disk", 400).unwrap();
+    host.name_disk(UUID, &l.serial());
+    let mut vs = VsphereDriver::new(&d.connector(), host).await.unwrap();
+    vs.release = release;
+    let (staging, target) = kubelet_paths(&d, "csi.vsphere.vmware.com");
+    eprintln!("note: NodeGetInfo not replayed here: this machine's BIOS serial is no VMware one");
+
+    vs.unstage(&staging).await.expect("never staged: done");
+    let e = vs.stage(UUID, &staging).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
+    std::fs::create_dir_all(&staging).unwrap(); // kubelet makes it
+    vs.stage(UUID, &staging).await.expect("staged");
+    vs.stage(UUID, &staging).await.expect("already staged");
+    assert_eq!(
+        vs.format_and_mounts, 1,
+        "{release:?}: the retry found the mount"
+    );
+    std::fs::write(Path::new(&staging).join("data"), b"kept").unwrap();
+    vs.publish(&staging, &target).await.expect("published");
+    vs.publish(&staging, &target)
+        .await
+        .expect("published again");
+    assert_eq!(read(&target), b"kept");
+    let (total, used, free) = vs.stats(&target).await.expect("stats");
+    assert!(total > 300 * MIB && used + free == total, "{total}");
+
+    // A request above the disk's size: SetDiskState and ResizeVolume(id, 0), nothing to grow.
+    assert_eq!(vs.expand(&target, 402 * MIB).await.unwrap(), 402 * MIB);
+    // After the disk grew, vSphere's own 1 MiB rule skips the resize (as on Windows).
+    l.grow_to(700);
+    assert_eq!(vs.expand(&target, 700 * MIB).await.unwrap(), 700 * MIB);
+    assert_eq!(vs.stats(&target).await.unwrap().0, total);
+    // 2 MiB above the disk: the resize branch grows the volume to the disk.
+    for _ in 0..2 {
+        assert_eq!(vs.expand(&target, 702 * MIB).await.unwrap(), 702 * MIB);
+        let now = vs.stats(&target).await.unwrap().0;
+        assert!(now > total + 250 * MIB, "{total} -> {now}");
+    }
+
+    vs.unpublish(&target).await.unwrap();
+    vs.unpublish(&target).await.unwrap();
+    offline_refused(vs.unstage(&staging).await, &staging);
+    vs.unstage(&staging)
+        .await
+        .expect("the retry finds nothing staged");
+    std::fs::create_dir_all(&staging).unwrap();
+    vs.stage(UUID, &staging).await.expect("staged again");
+    assert_eq!(read(&staging), b"kept", "not formatted again");
+    offline_refused(vs.unstage(&staging).await, &staging);
+    vs.unstage(&staging)
+        .await
+        .expect("the retry finds nothing staged");
+    true
+}
