@@ -37,6 +37,7 @@ mod races;
 pub mod services;
 mod smb;
 mod storage;
+mod vhd;
 
 use super::os::{
     Access, IscsiSession, OsError, PersistentLogin, ReturnValue, Win32, Win32Result, code,
@@ -203,6 +204,8 @@ struct State {
     /// exchanges were made.
     swapping: Option<(String, String)>,
     swaps: u64,
+    /// Virtual disk files and handles (`vhd.rs`).
+    vhds: vhd::Vhds,
 }
 
 /// The simulated Windows. Cheap to share: all state is behind one lock.
