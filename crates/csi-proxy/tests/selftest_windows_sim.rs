@@ -12,6 +12,7 @@ use csi_proxy_ctl::selftest::{self, Options, Outcome};
 use csi_proxy_host::windows::os::{OsError, Win32Result, code};
 use csi_proxy_host::windows::sim::SimWindows;
 use csi_proxy_host::windows::vhd::{CALL_NOT_IMPLEMENTED, VirtualDisks};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 const MIB: u64 = 1 << 20;
@@ -62,8 +63,8 @@ async fn the_whole_flow_passes_and_leaves_nothing_behind() {
     }
     assert!(o.failed().is_none(), "{:?}", o.failed());
     let want = [
-        "connect",
         "virtual disk service",
+        "connect",
         "CreateVirtualDisk",
         "AttachVirtualDisk",
         "GetVirtualDiskPhysicalPath",
@@ -165,40 +166,58 @@ async fn a_fault_at_a_step_fails_that_step_and_still_cleans_up() {
     }
 }
 
-/// A virtual disk API that reports another disk as the VHDX's: the system disk.
-struct Lying<'a>(&'a SimWindows, &'static str);
+/// A virtual disk API that reports another disk as the VHDX's after its first `truthful`
+/// answers.
+struct Lying<'a> {
+    sim: &'a SimWindows,
+    path: &'static str,
+    truthful: AtomicU32,
+}
+
+fn lying<'a>(sim: &'a SimWindows, path: &'static str, truthful: u32) -> Lying<'a> {
+    Lying {
+        sim,
+        path,
+        truthful: AtomicU32::new(truthful),
+    }
+}
 
 impl VirtualDisks for Lying<'_> {
     fn open(&self, path: &str) -> Win32Result<u64> {
-        self.0.open(path)
+        self.sim.open(path)
     }
     fn create(&self, path: &str, size: u64) -> Win32Result<u64> {
-        self.0.create(path, size)
+        self.sim.create(path, size)
     }
     fn attach(&self, handle: u64) -> Win32Result<()> {
-        self.0.attach(handle)
+        self.sim.attach(handle)
     }
-    fn physical_path(&self, _: u64) -> Win32Result<String> {
-        Ok(self.1.into())
+    fn physical_path(&self, handle: u64) -> Win32Result<String> {
+        let truthful = self.truthful.load(Ordering::SeqCst);
+        if truthful > 0 {
+            self.truthful.store(truthful - 1, Ordering::SeqCst);
+            return self.sim.physical_path(handle);
+        }
+        Ok(self.path.into())
     }
     fn resize(&self, handle: u64, size: u64) -> Win32Result<()> {
-        self.0.resize(handle, size)
+        self.sim.resize(handle, size)
     }
     fn detach(&self, handle: u64) -> Win32Result<()> {
-        self.0.detach(handle)
+        self.sim.detach(handle)
     }
-    fn close(&self, handle: u64) {
-        self.0.close(handle)
+    fn close_vhd(&self, handle: u64) {
+        self.sim.close_vhd(handle)
     }
-    fn delete_file(&self, path: &str) -> Win32Result<()> {
-        self.0.delete_file(path)
+    fn delete_vhd_file(&self, path: &str) -> Win32Result<()> {
+        self.sim.delete_vhd_file(path)
     }
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn it_refuses_a_disk_it_did_not_create() {
     let d = SimDaemon::start().await;
-    let o = run_over(&d, &Lying(&d.sim, r"\\.\PhysicalDrive0")).await;
+    let o = run_over(&d, &lying(&d.sim, r"\\.\PhysicalDrive0", 0)).await;
     let failed = o.failed().expect("refused");
     assert_eq!(failed.name, "own disk", "{failed:?}");
     assert!(
@@ -219,7 +238,7 @@ async fn it_refuses_a_disk_it_did_not_create() {
     let mut node = d.node().await;
     node.stage(&format!("SIM{other:04}"), &SimDaemon::k("staged"))
         .await;
-    let o = run_over(&d, &Lying(&d.sim, r"\\.\PhysicalDrive1")).await;
+    let o = run_over(&d, &lying(&d.sim, r"\\.\PhysicalDrive1", 0)).await;
     let failed = o.failed().expect("refused");
     assert_eq!(failed.name, "own disk", "{failed:?}");
     assert!(failed.answer.contains("holds volumes"), "{}", failed.answer);
@@ -241,6 +260,25 @@ async fn without_a_virtual_disk_service_it_says_so_and_creates_nothing() {
         "{}",
         failed.answer
     );
-    assert_eq!(names(&o), ["connect", "virtual disk service"]);
+    assert_eq!(names(&o), ["virtual disk service"]);
     assert_eq!(d.sim.vhd_files(), vec![]);
+}
+
+/// The VHDX's disk number changes under the selftest (another disk now answers for it): the
+/// next step that would act on the disk refuses, and nothing is formatted.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_disk_that_stops_being_the_vhdx_is_not_acted_on() {
+    let d = SimDaemon::start().await;
+    // Truthful for GetVirtualDiskPhysicalPath and PartitionDisk's check, then disk 0.
+    let o = run_over(&d, &lying(&d.sim, r"\\.\PhysicalDrive0", 2)).await;
+    let failed = o.failed().expect("refused");
+    assert_eq!(failed.name, "FormatVolume", "{failed:?}");
+    assert!(
+        failed.answer.contains("refusing to act on disk 1"),
+        "{}",
+        failed.answer
+    );
+    assert_eq!(d.sim.calls().get("format_ntfs"), None);
+    assert_eq!(d.sim.partitions(0).len(), 3);
+    nothing_left(&d.sim);
 }

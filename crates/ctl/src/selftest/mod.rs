@@ -187,6 +187,8 @@ impl Selftest<'_> {
     }
 
     async fn flow(&mut self, connector: &Connector) -> Result<(), Stop> {
+        // What this machine lacks is said before anything else (Wine has no daemon either).
+        self.probe_service()?;
         let t = Instant::now();
         let r = connect(connector)
             .await
@@ -208,13 +210,15 @@ impl Selftest<'_> {
         self.offline_online().await
     }
 
-    fn create_and_attach(&mut self) -> Result<(), Stop> {
-        let (vd, path) = (self.vd, self.opts.vhdx_path.clone());
+    /// `OpenVirtualDisk` of a file that does not exist: any answer but "not implemented" means
+    /// the virtual disk service is there.
+    fn probe_service(&mut self) -> Result<(), Stop> {
+        let vd = self.vd;
         let t = Instant::now();
-        let probe = format!("{path}.probe");
+        let probe = format!("{}.probe", self.opts.vhdx_path);
         let r = match vd.open(&probe) {
             Ok(h) => {
-                vd.close(h);
+                vd.close_vhd(h);
                 Ok(((), format!("OpenVirtualDisk opened {probe}")))
             }
             Err(e) if e.code == CALL_NOT_IMPLEMENTED => Err(format!(
@@ -226,8 +230,11 @@ impl Selftest<'_> {
                 format!("present (OpenVirtualDisk of a missing file: {e})"),
             )),
         };
-        self.out.record("virtual disk service", t, r)?;
+        self.out.record("virtual disk service", t, r)
+    }
 
+    fn create_and_attach(&mut self) -> Result<(), Stop> {
+        let (vd, path) = (self.vd, self.opts.vhdx_path.clone());
         let t = Instant::now();
         let r = vd
             .create(&path, self.opts.size)
@@ -684,14 +691,14 @@ impl Selftest<'_> {
             }
             // Closing the last handle also detaches a disk attached without a permanent
             // lifetime, should the detach above have failed.
-            self.vd.close(h);
+            self.vd.close_vhd(h);
         }
         if self.created {
             let path = self.opts.vhdx_path.clone();
             let t = Instant::now();
             let r = self
                 .vd
-                .delete_file(&path)
+                .delete_vhd_file(&path)
                 .map(|()| ((), format!("deleted {path}")))
                 .map_err(|e| format!("{path}: {e}"));
             let _ = self.out.record("clean-up: delete VHDX", t, r);

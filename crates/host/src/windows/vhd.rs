@@ -4,9 +4,9 @@
 //! One documented call per method with plain Rust types, like [`super::os::Win32`]: the real
 //! implementation is [`super::win32::vhd::RealVirtualDisks`] (Windows only), the simulated
 //! Windows implements it too (`sim/vhd.rs`), where an attached VHDX is a new disk of the
-//! simulated machine. Handles are opaque numbers; every handle is closed with [`close`].
+//! simulated machine. Handles are opaque numbers; every handle is closed with [`close_vhd`].
 //!
-//! [`close`]: VirtualDisks::close
+//! [`close_vhd`]: VirtualDisks::close_vhd
 
 use super::os::Win32Result;
 
@@ -30,9 +30,9 @@ pub trait VirtualDisks: Send + Sync {
     /// `DetachVirtualDisk`.
     fn detach(&self, handle: u64) -> Win32Result<()>;
     /// `CloseHandle`.
-    fn close(&self, handle: u64);
+    fn close_vhd(&self, handle: u64);
     /// `DeleteFileW` of the VHDX file.
-    fn delete_file(&self, path: &str) -> Win32Result<()>;
+    fn delete_vhd_file(&self, path: &str) -> Win32Result<()>;
 }
 
 /// The disk number in a physical path `\\.\PhysicalDriveN` (case-insensitive); `None` for any

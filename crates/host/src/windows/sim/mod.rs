@@ -618,4 +618,6 @@ mod storage_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod vhd_tests;
+#[cfg(test)]
 mod wmi_tests;

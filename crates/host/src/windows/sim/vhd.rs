@@ -164,7 +164,7 @@ impl VirtualDisks for SimWindows {
         Ok(())
     }
 
-    fn close(&self, handle: u64) {
+    fn close_vhd(&self, handle: u64) {
         let mut s = self.lock();
         let Some(file) = s.vhds.handles.remove(&handle) else {
             return;
@@ -179,7 +179,7 @@ impl VirtualDisks for SimWindows {
         }
     }
 
-    fn delete_file(&self, path: &str) -> Win32Result<()> {
+    fn delete_vhd_file(&self, path: &str) -> Win32Result<()> {
         let mut s = self.lock();
         s.take_fault("delete_vhd_file")?;
         let k = key(path);

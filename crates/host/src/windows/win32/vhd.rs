@@ -161,14 +161,14 @@ impl VirtualDisks for RealVirtualDisks {
         status(unsafe { DetachVirtualDisk(handle(h), DETACH_VIRTUAL_DISK_FLAG_NONE, 0) })
     }
 
-    fn close(&self, h: u64) {
+    fn close_vhd(&self, h: u64) {
         // CloseHandle (…/handleapi/nf-handleapi-closehandle): the virtual disk object's
         // handle; a failure leaves nothing to do.
         // SAFETY: the handle came from `create`/`open` and is closed once.
         let _ = unsafe { CloseHandle(handle(h)) };
     }
 
-    fn delete_file(&self, path: &str) -> Win32Result<()> {
+    fn delete_vhd_file(&self, path: &str) -> Win32Result<()> {
         // DeleteFileW (…/fileapi/nf-fileapi-deletefilew): "Deletes an existing file."
         let path = wide(path);
         // SAFETY: a NUL-terminated path that lives for the call.
