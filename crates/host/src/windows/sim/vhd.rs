@@ -139,11 +139,20 @@ impl VirtualDisks for SimWindows {
             let mut s = self.lock();
             s.take_fault("resize_virtual_disk")?;
             let file = s.vhd_handle(handle)?;
-            let f = s.vhds.files.get_mut(&file).expect("a handle's file exists");
-            // RESIZE_VIRTUAL_DISK_FLAG_NONE: no shrinking; the new size a multiple of 512.
-            if size < f.size || !size.is_multiple_of(SECTOR) {
+            let (old, attached) = {
+                let f = &s.vhds.files[&file];
+                (f.size, f.attached.map(|(d, _)| d))
+            };
+            // RESIZE_VIRTUAL_DISK_FLAG_NONE: a smaller size is checked against the partition
+            // table, and a GPT keeps its backup at the end (**inferred**: the code of a
+            // truncation refused).
+            let cut = attached.and_then(|d| s.disks.get(&d)).is_some_and(|d| {
+                d.usable_length > 0 || d.parts.iter().any(|p| p.start + p.length > size)
+            });
+            if !size.is_multiple_of(SECTOR) || size < old && cut {
                 return Err(OsError::new(code::INVALID_PARAMETER));
             }
+            let f = s.vhds.files.get_mut(&file).expect("a handle's file exists");
             f.size = size;
             f.attached.map(|(d, _)| d)
         };
@@ -169,8 +178,8 @@ impl VirtualDisks for SimWindows {
         let Some(file) = s.vhds.handles.remove(&handle) else {
             return;
         };
-        // AttachVirtualDisk: without ATTACH_VIRTUAL_DISK_FLAG_PERMANENT_LIFETIME "the virtual
-        // disk will be detached automatically when the last open handle to it is closed".
+        // ATTACH_VIRTUAL_DISK_FLAG_PERMANENT_LIFETIME "decouples the virtual disk lifetime from
+        // that of the VirtualDiskHandle": without it, closing the handle detaches the disk.
         if s.vhds.files[&file]
             .attached
             .is_some_and(|(_, by)| by == handle)

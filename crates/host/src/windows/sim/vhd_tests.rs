@@ -25,9 +25,9 @@ fn an_attached_vhdx_is_a_new_raw_disk_without_scsi_address_that_detach_removes()
     sim.resize(h, 2 * GIB).unwrap();
     assert_eq!(sim.lock().disks[&n].pending_size, Some(2 * GIB));
     assert_eq!(
-        sim.resize(h, GIB).unwrap_err().code,
+        sim.resize(h, 2 * GIB + 1).unwrap_err().code,
         code::INVALID_PARAMETER,
-        "no shrinking"
+        "a size in whole sectors"
     );
     sim.detach(h).unwrap();
     assert!(!sim.lock().disks.contains_key(&n));

@@ -105,11 +105,12 @@ impl VirtualDisks for RealVirtualDisks {
     }
 
     fn attach(&self, h: u64) -> Win32Result<()> {
-        // AttachVirtualDisk (…/nf-virtdisk-attachvirtualdisk): without
-        // ATTACH_VIRTUAL_DISK_FLAG_PERMANENT_LIFETIME "the virtual disk will be detached
-        // automatically when the last open handle to it is closed", so a selftest that dies
-        // leaves no disk behind; ATTACH_VIRTUAL_DISK_FLAG_NO_DRIVE_LETTER: "No drive letters
-        // are assigned to the disk's volumes".
+        // AttachVirtualDisk (…/nf-virtdisk-attachvirtualdisk). Without
+        // ATTACH_VIRTUAL_DISK_FLAG_PERMANENT_LIFETIME (ATTACH_VIRTUAL_DISK_FLAG: that flag
+        // "decouples the virtual disk lifetime from that of the VirtualDiskHandle") the disk
+        // lives as long as the handle, so a selftest that dies leaves no disk behind;
+        // ATTACH_VIRTUAL_DISK_FLAG_NO_DRIVE_LETTER: "No drive letters are assigned to the
+        // disk's volumes".
         let params = ATTACH_VIRTUAL_DISK_PARAMETERS {
             Version: ATTACH_VIRTUAL_DISK_VERSION_1,
             ..Default::default()
@@ -141,8 +142,10 @@ impl VirtualDisks for RealVirtualDisks {
     }
 
     fn resize(&self, h: u64, size: u64) -> Win32Result<()> {
-        // ResizeVirtualDisk (…/nf-virtdisk-resizevirtualdisk), version 1 NewSize; with
-        // RESIZE_VIRTUAL_DISK_FLAG_NONE it only grows. Works on an attached VHDX.
+        // ResizeVirtualDisk (…/nf-virtdisk-resizevirtualdisk), version 1 NewSize. With
+        // RESIZE_VIRTUAL_DISK_FLAG_NONE a smaller size is checked against the partition table
+        // (RESIZE_VIRTUAL_DISK_FLAG: ALLOW_UNSAFE_VIRTUAL_SIZE would "skip checking the virtual
+        // disk's partition table"); the selftest only grows.
         let mut params = RESIZE_VIRTUAL_DISK_PARAMETERS {
             Version: RESIZE_VIRTUAL_DISK_VERSION_1,
             ..Default::default()
@@ -155,8 +158,9 @@ impl VirtualDisks for RealVirtualDisks {
     }
 
     fn detach(&self, h: u64) -> Win32Result<()> {
-        // DetachVirtualDisk (…/nf-virtdisk-detachvirtualdisk): "Detaches a virtual hard disk
-        // (VHD) by locating an appropriate VHD provider to accomplish the operation."
+        // DetachVirtualDisk (…/nf-virtdisk-detachvirtualdisk): "All other open handles to the
+        // virtual disk must be closed before the DetachVirtualDisk function can succeed"; the
+        // selftest holds only this one.
         // SAFETY: a valid handle.
         status(unsafe { DetachVirtualDisk(handle(h), DETACH_VIRTUAL_DISK_FLAG_NONE, 0) })
     }
