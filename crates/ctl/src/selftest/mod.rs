@@ -223,7 +223,7 @@ impl Selftest<'_> {
             }
             Err(e) if e.code == CALL_NOT_IMPLEMENTED => Err(format!(
                 "this Windows has no virtual disk service: OpenVirtualDisk answered {e} \
-                 (Wine's virtdisk.dll is a stub); run the selftest on a real Windows node"
+                 (as Wine's stub virtdisk.dll does); run the selftest on a real Windows node"
             )),
             Err(e) => Ok((
                 (),

@@ -185,3 +185,25 @@ const _: () = assert!(
     crate::windows::vhd::CALL_NOT_IMPLEMENTED
         == windows::Win32::Foundation::ERROR_CALL_NOT_IMPLEMENTED.0
 );
+
+#[cfg(test)]
+mod tests {
+    use super::RealVirtualDisks;
+    use crate::windows::vhd::{CALL_NOT_IMPLEMENTED, VirtualDisks};
+    use crate::windows::win32::running_under_wine;
+
+    /// The selftest's probe: Wine's `OpenVirtualDisk` is not implemented; a real Windows
+    /// answers a missing file with something else.
+    #[test]
+    fn open_virtual_disk_of_a_missing_file_tells_whether_the_service_exists() {
+        let path = std::env::temp_dir().join("csi-proxy-no-such-disk.vhdx");
+        let e = RealVirtualDisks
+            .open(&path.display().to_string())
+            .expect_err("the file does not exist");
+        if running_under_wine() {
+            assert_eq!(e.code, CALL_NOT_IMPLEMENTED, "{e}");
+        } else {
+            assert_ne!(e.code, CALL_NOT_IMPLEMENTED, "{e}");
+        }
+    }
+}
