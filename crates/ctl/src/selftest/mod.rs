@@ -186,6 +186,28 @@ impl Selftest<'_> {
         Ok(n)
     }
 
+    /// One call on the test volume, once [`guard_volume`](Self::guard_volume) has passed,
+    /// recorded as `name`; the answer is the volume followed by `what`.
+    async fn on_volume(
+        &mut self,
+        name: &str,
+        rpc: &str,
+        what: &str,
+        mut call: impl AsyncFnMut(&mut VolumeClient, &str) -> Result<(), Status>,
+    ) -> Result<(), Stop> {
+        let t = Instant::now();
+        let r = async {
+            self.guard_volume().await?;
+            let v = self.volume.clone();
+            call(&mut self.c().volume, &v)
+                .await
+                .map_err(|s| status(rpc, &s))?;
+            Ok(((), format!("{v}{what}")))
+        }
+        .await;
+        self.out.record(name, t, r)
+    }
+
     async fn flow(&mut self, connector: &Connector) -> Result<(), Stop> {
         // What this machine lacks is said before anything else (Wine has no daemon either).
         self.probe_service()?;
@@ -376,19 +398,10 @@ impl Selftest<'_> {
 
         self.expect_formatted(false).await?;
         for name in ["FormatVolume", "FormatVolume again"] {
-            let t = Instant::now();
-            let r = async {
-                self.guard_volume().await?;
-                let v = self.volume.clone();
-                self.c()
-                    .volume
-                    .format(&v)
-                    .await
-                    .map_err(|s| status("FormatVolume", &s))?;
-                Ok(((), format!("{v}: NTFS")))
-            }
-            .await;
-            self.out.record(name, t, r)?;
+            self.on_volume(name, "FormatVolume", ": NTFS", async |c, v| {
+                c.format(v).await
+            })
+            .await?;
         }
         self.expect_formatted(true).await
     }
@@ -421,21 +434,15 @@ impl Selftest<'_> {
         self.scratch = true;
         self.out.record("Mkdir", t, r)?;
 
+        let at = format!(" at {target}");
         for name in ["MountVolume", "MountVolume again"] {
-            let t = Instant::now();
-            let r = async {
-                self.guard_volume().await?;
-                let v = self.volume.clone();
-                self.c()
-                    .volume
-                    .mount(&v, &target)
-                    .await
-                    .map_err(|s| status("MountVolume", &s))?;
-                Ok(((), format!("{v} at {target}")))
-            }
-            .await;
+            let r = self
+                .on_volume(name, "MountVolume", &at, async |c, v| {
+                    c.mount(v, &target).await
+                })
+                .await;
             self.mounted |= r.is_ok();
-            self.out.record(name, t, r)?;
+            r?;
         }
 
         let t = Instant::now();
@@ -547,21 +554,15 @@ impl Selftest<'_> {
 
     async fn unmount(&mut self) -> Result<(), Stop> {
         let target = self.target();
+        let from = format!(" from {target}");
         for name in ["UnmountVolume", "UnmountVolume again"] {
-            let t = Instant::now();
-            let r = async {
-                self.guard_volume().await?;
-                let v = self.volume.clone();
-                self.c()
-                    .volume
-                    .unmount(&v, &target)
-                    .await
-                    .map_err(|s| status("UnmountVolume", &s))?;
-                Ok(((), format!("{v} from {target}")))
-            }
-            .await;
+            let r = self
+                .on_volume(name, "UnmountVolume", &from, async |c, v| {
+                    c.unmount(v, &target).await
+                })
+                .await;
             self.mounted &= r.is_err();
-            self.out.record(name, t, r)?;
+            r?;
         }
         Ok(())
     }
