@@ -129,6 +129,18 @@ impl VolumeClient {
             .map(drop))
     }
 
+    /// ResizeVolume to `size_bytes`; 0 grows it to fill its partition's free space.
+    pub async fn resize(&mut self, volume_id: &str, size_bytes: i64) -> Result<(), Status> {
+        let volume_id = volume_id.to_string();
+        dispatch!(self, |c, m| c
+            .resize_volume(m::ResizeVolumeRequest {
+                volume_id,
+                size_bytes
+            })
+            .await
+            .map(drop))
+    }
+
     /// GetDiskNumberFromVolumeID.
     pub async fn disk_number(&mut self, volume_id: &str) -> Result<u32, Status> {
         let volume_id = volume_id.to_string();

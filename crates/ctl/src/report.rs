@@ -525,6 +525,21 @@ mod local {
     }
 }
 
+/// `selftest`: one row per step (step, result, time, what Windows answered).
+pub fn selftest(o: &csi_proxy_ctl::selftest::Outcome) -> Report {
+    let mut r = Report::new("steps", &["step", "result", "time_ms", "answer"]);
+    for s in &o.steps {
+        r.rows.push(vec![
+            json!(s.name),
+            json!(if s.ok { "ok" } else { "FAILED" }),
+            json!(s.time.as_millis() as u64),
+            json!(s.answer),
+        ]);
+    }
+    r.meta.insert("passed".into(), json!(o.failed().is_none()));
+    r
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

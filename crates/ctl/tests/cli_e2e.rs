@@ -170,6 +170,35 @@ fn bad_usage_is_exit_code_2() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// `selftest` needs Windows' virtual disk API: elsewhere it is one failed step saying so, in
+/// both output formats, with exit code 1 (the step sequence itself is tested over the simulated
+/// Windows: crates/csi-proxy/tests/selftest_windows_sim.rs).
+#[test]
+fn selftest_off_windows_is_one_failed_step_saying_why() {
+    let out = ctl(Path::new("/nonexistent"), &["selftest", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let doc = json(&out);
+    assert_eq!(doc["passed"], false, "{doc}");
+    let steps = doc["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 1, "{doc}");
+    assert_eq!(steps[0]["step"], "virtual disk service");
+    assert_eq!(steps[0]["result"], "FAILED");
+    assert!(
+        steps[0]["answer"].as_str().unwrap().contains("Windows"),
+        "{doc}"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("selftest failed at virtual disk service"),
+        "{err}"
+    );
+
+    let table = ctl(Path::new("/nonexistent"), &["selftest"]);
+    let text = String::from_utf8(table.stdout).unwrap();
+    assert!(text.starts_with("STEP"), "{text}");
+    assert!(text.contains("FAILED"), "{text}");
+}
+
 /// A loop device over a sparse file; detached on drop.
 struct LoopDisk {
     dev: String,

@@ -11,6 +11,7 @@ pub mod os;
 pub mod sim;
 pub mod smb;
 pub mod system;
+pub mod vhd;
 pub mod volume;
 
 #[cfg(windows)]

@@ -46,6 +46,7 @@ pub use chaos::{CRASHED, Disturbance};
 mod smb;
 pub use smb::SmbFailureEncoding;
 mod storage;
+mod vhd;
 mod wmi;
 
 use super::os::{
@@ -233,6 +234,8 @@ struct State {
     race_draw: u64,
     /// A test's hook over every seam call (`chaos.rs`).
     chaos: chaos::Chaos,
+    /// Virtual disk files and handles (`vhd.rs`).
+    vhds: vhd::Vhds,
 }
 
 /// The simulated Windows. Cheap to share: all state is behind one lock.
@@ -667,5 +670,7 @@ mod smb_tests;
 mod storage_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod vhd_tests;
 #[cfg(test)]
 mod wmi_tests;

@@ -8,6 +8,7 @@
 mod files;
 mod iscsi;
 mod scm;
+pub mod vhd;
 mod wmi_calls;
 
 pub use files::running_under_wine;

@@ -1,0 +1,284 @@
+//! `csi-proxy-ctl selftest` over the simulated Windows: the command's own step sequence
+//! (`csi_proxy_ctl::selftest::run`) drives the daemon serving the simulator, with the VHDX
+//! calls answered by the simulator too. It passes; told to misbehave at a step, it fails
+//! naming that step and still detaches and deletes the VHDX; it refuses a disk it did not
+//! create; on a Windows without a virtual disk service it says so.
+#![cfg(unix)]
+
+mod common;
+
+use common::{KUBELET, SimDaemon};
+use csi_proxy_ctl::selftest::{self, Options, Outcome};
+use csi_proxy_host::windows::os::{OsError, Win32Result, code};
+use csi_proxy_host::windows::sim::SimWindows;
+use csi_proxy_host::windows::vhd::{CALL_NOT_IMPLEMENTED, VirtualDisks};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+const MIB: u64 = 1 << 20;
+const VHDX: &str = r"C:\selftest\node.vhdx";
+
+fn options() -> Options {
+    Options {
+        kubelet_path: KUBELET.into(),
+        vhdx_path: VHDX.into(),
+        size: 1024 * MIB,
+        grown_size: 1536 * MIB,
+        wait: Duration::from_secs(5),
+    }
+}
+
+async fn run_over(d: &SimDaemon, vd: &dyn VirtualDisks) -> Outcome {
+    d.sim.mkdir(r"C:\selftest");
+    selftest::run(&d.connector, vd, &options()).await
+}
+
+fn names(o: &Outcome) -> Vec<&str> {
+    o.steps.iter().map(|s| s.name.as_str()).collect()
+}
+
+/// Nothing of the selftest is left on the machine: no VHDX file, no disk beyond the system
+/// disk, no scratch folder, no mount point but `C:`.
+fn nothing_left(sim: &SimWindows) {
+    assert_eq!(sim.vhd_files(), vec![], "the VHDX file is deleted");
+    assert!(sim.partitions(1).is_empty(), "the VHDX's disk is gone");
+    let mps: Vec<String> = sim.mount_points().into_iter().map(|m| m.0).collect();
+    assert_eq!(mps, vec![r"C:\".to_string()]);
+    let scratch = format!(r"{KUBELET}\csi-proxy-selftest-{}", std::process::id());
+    assert!(!sim.entry_exists(&scratch), "{scratch} is removed");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_whole_flow_passes_and_leaves_nothing_behind() {
+    let d = SimDaemon::start().await;
+    let o = run_over(&d, d.sim.as_ref()).await;
+    for s in &o.steps {
+        println!(
+            "{:<45} {:<3} {:>6} ms  {}",
+            s.name,
+            s.ok,
+            s.time.as_millis(),
+            s.answer
+        );
+    }
+    assert!(o.failed().is_none(), "{:?}", o.failed());
+    let want = [
+        "virtual disk service",
+        "connect",
+        "CreateVirtualDisk",
+        "AttachVirtualDisk",
+        "GetVirtualDiskPhysicalPath",
+        "ListDiskIDs",
+        "ListDiskLocations",
+        "own disk",
+        "PartitionDisk",
+        "ListVolumesOnDisk",
+        "IsVolumeFormatted",
+        "FormatVolume",
+        "FormatVolume again",
+        "IsVolumeFormatted",
+        "Mkdir",
+        "MountVolume",
+        "MountVolume again",
+        "GetVolumeIDFromTargetPath",
+        "GetVolumeIDFromTargetPath (plain directory)",
+        "GetVolumeStats",
+        "ResizeVirtualDisk",
+        "Rescan",
+        "GetDiskStats",
+        "ResizeVolume(0)",
+        "ResizeVolume(0) again",
+        "UnmountVolume",
+        "UnmountVolume again",
+        "SetDiskState offline",
+        "SetDiskState online",
+        "SetDiskState online again",
+        "PartitionDisk again",
+        "clean-up: Rmdir",
+        "clean-up: DetachVirtualDisk",
+        "clean-up: delete VHDX",
+    ];
+    assert_eq!(names(&o), want);
+    let answer = |n: &str| &o.steps.iter().find(|s| s.name == n).unwrap().answer;
+    assert!(answer("GetVirtualDiskPhysicalPath").ends_with(r"\\.\PhysicalDrive1"));
+    assert!(answer("ListDiskLocations").contains("no SCSI address"));
+    assert!(
+        answer("ResizeVolume(0)").contains("->"),
+        "{}",
+        answer("ResizeVolume(0)")
+    );
+    nothing_left(&d.sim);
+    // The system disk was never touched.
+    assert_eq!(d.sim.partitions(0).len(), 3);
+}
+
+/// Each fault is queued on one simulated call; the selftest fails at the step that makes it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fault_at_a_step_fails_that_step_and_still_cleans_up() {
+    let cases: &[(&str, u32, &str)] = &[
+        (
+            "create_virtual_disk",
+            code::ACCESS_DENIED,
+            "CreateVirtualDisk",
+        ),
+        (
+            "attach_virtual_disk",
+            code::ACCESS_DENIED,
+            "AttachVirtualDisk",
+        ),
+        ("format_ntfs", code::NOT_READY, "FormatVolume"),
+        ("set_volume_mount_point", code::ACCESS_DENIED, "MountVolume"),
+        (
+            "resize_virtual_disk",
+            code::INVALID_PARAMETER,
+            "ResizeVirtualDisk",
+        ),
+        (
+            "delete_volume_mount_point",
+            code::ACCESS_DENIED,
+            "UnmountVolume",
+        ),
+    ];
+    for (call, err, step) in cases {
+        let d = SimDaemon::start().await;
+        d.sim.fail_next(call, OsError::new(*err));
+        let o = run_over(&d, d.sim.as_ref()).await;
+        let failed = o
+            .failed()
+            .unwrap_or_else(|| panic!("{call}: no step failed"));
+        assert_eq!(failed.name, *step, "fault in {call}: {:?}", failed);
+        let last = names(&o);
+        if *step != "CreateVirtualDisk" {
+            assert!(
+                last.contains(&"clean-up: DetachVirtualDisk") || *step == "AttachVirtualDisk",
+                "{call}: {last:?}"
+            );
+            assert!(last.contains(&"clean-up: delete VHDX"), "{call}: {last:?}");
+        }
+        // The clean-up itself succeeded.
+        let cleanup_failed: Vec<_> = o
+            .steps
+            .iter()
+            .filter(|s| s.name.starts_with("clean-up") && !s.ok)
+            .collect();
+        assert!(cleanup_failed.is_empty(), "{call}: {cleanup_failed:?}");
+        nothing_left(&d.sim);
+    }
+}
+
+/// A virtual disk API that reports another disk as the VHDX's after its first `truthful`
+/// answers.
+struct Lying<'a> {
+    sim: &'a SimWindows,
+    path: &'static str,
+    truthful: AtomicU32,
+}
+
+fn lying<'a>(sim: &'a SimWindows, path: &'static str, truthful: u32) -> Lying<'a> {
+    Lying {
+        sim,
+        path,
+        truthful: AtomicU32::new(truthful),
+    }
+}
+
+impl VirtualDisks for Lying<'_> {
+    fn open(&self, path: &str) -> Win32Result<u64> {
+        self.sim.open(path)
+    }
+    fn create(&self, path: &str, size: u64) -> Win32Result<u64> {
+        self.sim.create(path, size)
+    }
+    fn attach(&self, handle: u64) -> Win32Result<()> {
+        self.sim.attach(handle)
+    }
+    fn physical_path(&self, handle: u64) -> Win32Result<String> {
+        let truthful = self.truthful.load(Ordering::SeqCst);
+        if truthful > 0 {
+            self.truthful.store(truthful - 1, Ordering::SeqCst);
+            return self.sim.physical_path(handle);
+        }
+        Ok(self.path.into())
+    }
+    fn resize(&self, handle: u64, size: u64) -> Win32Result<()> {
+        self.sim.resize(handle, size)
+    }
+    fn detach(&self, handle: u64) -> Win32Result<()> {
+        self.sim.detach(handle)
+    }
+    fn close_vhd(&self, handle: u64) {
+        self.sim.close_vhd(handle)
+    }
+    fn delete_vhd_file(&self, path: &str) -> Win32Result<()> {
+        self.sim.delete_vhd_file(path)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn it_refuses_a_disk_it_did_not_create() {
+    let d = SimDaemon::start().await;
+    let o = run_over(&d, &lying(&d.sim, r"\\.\PhysicalDrive0", 0)).await;
+    let failed = o.failed().expect("refused");
+    assert_eq!(failed.name, "own disk", "{failed:?}");
+    assert!(
+        failed.answer.contains("refusing disk 0"),
+        "{}",
+        failed.answer
+    );
+    // Nothing was written to either disk.
+    assert_eq!(d.sim.partitions(0).len(), 3);
+    assert!(d.sim.partitions(1).is_empty());
+    assert!(!names(&o).contains(&"PartitionDisk"));
+    nothing_left(&d.sim);
+
+    // Another disk a driver owns, of the same size as the VHDX, is refused as well: it holds
+    // a volume.
+    let d = SimDaemon::start().await;
+    let other = d.sim.add_disk(1024 * MIB, 3);
+    let mut node = d.node().await;
+    node.stage(&format!("SIM{other:04}"), &SimDaemon::k("staged"))
+        .await;
+    let o = run_over(&d, &lying(&d.sim, r"\\.\PhysicalDrive1", 0)).await;
+    let failed = o.failed().expect("refused");
+    assert_eq!(failed.name, "own disk", "{failed:?}");
+    assert!(failed.answer.contains("holds volumes"), "{}", failed.answer);
+}
+
+/// A virtual disk API whose OpenVirtualDisk is not implemented (what Wine's answers).
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_virtual_disk_service_it_says_so_and_creates_nothing() {
+    let d = SimDaemon::start().await;
+    d.sim
+        .fail_next("open_virtual_disk", OsError::new(CALL_NOT_IMPLEMENTED));
+    let o = run_over(&d, d.sim.as_ref()).await;
+    let failed = o.failed().expect("fails");
+    assert_eq!(failed.name, "virtual disk service");
+    assert!(
+        failed
+            .answer
+            .contains("this Windows has no virtual disk service"),
+        "{}",
+        failed.answer
+    );
+    assert_eq!(names(&o), ["virtual disk service"]);
+    assert_eq!(d.sim.vhd_files(), vec![]);
+}
+
+/// The VHDX's disk number changes under the selftest (another disk now answers for it): the
+/// next step that would act on the disk refuses, and nothing is formatted.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_disk_that_stops_being_the_vhdx_is_not_acted_on() {
+    let d = SimDaemon::start().await;
+    // Truthful for GetVirtualDiskPhysicalPath and PartitionDisk's check, then disk 0.
+    let o = run_over(&d, &lying(&d.sim, r"\\.\PhysicalDrive0", 2)).await;
+    let failed = o.failed().expect("refused");
+    assert_eq!(failed.name, "FormatVolume", "{failed:?}");
+    assert!(
+        failed.answer.contains("refusing to act on disk 1"),
+        "{}",
+        failed.answer
+    );
+    assert_eq!(d.sim.calls().get("format_ntfs"), None);
+    assert_eq!(d.sim.partitions(0).len(), 3);
+    nothing_left(&d.sim);
+}

@@ -1,0 +1,136 @@
+//! The selftest's own disk: the virtual disk service is there, the VHDX is created and
+//! attached, and the daemon lists the disk it became, which must be plainly that VHDX.
+
+use super::record::Stop;
+use super::{Selftest, ms, poll, status};
+use csi_proxy_host::windows::vhd::{CALL_NOT_IMPLEMENTED, disk_number_of};
+use std::time::Instant;
+
+impl Selftest<'_> {
+    /// `OpenVirtualDisk` of a file that does not exist: any answer but "not implemented" means
+    /// the virtual disk service is there.
+    pub(super) fn probe_service(&mut self) -> Result<(), Stop> {
+        let vd = self.vd;
+        let t = Instant::now();
+        let probe = format!("{}.probe", self.opts.vhdx_path);
+        let r = match vd.open(&probe) {
+            Ok(h) => {
+                vd.close_vhd(h);
+                Ok(((), format!("OpenVirtualDisk opened {probe}")))
+            }
+            Err(e) if e.code == CALL_NOT_IMPLEMENTED => Err(format!(
+                "this Windows has no virtual disk service: OpenVirtualDisk answered {e} \
+                 (as Wine's stub virtdisk.dll does); run the selftest on a real Windows node"
+            )),
+            Err(e) => Ok((
+                (),
+                format!("present (OpenVirtualDisk of a missing file: {e})"),
+            )),
+        };
+        self.out.record("virtual disk service", t, r)
+    }
+
+    pub(super) fn create_and_attach(&mut self) -> Result<(), Stop> {
+        let (vd, path) = (self.vd, self.opts.vhdx_path.clone());
+        let t = Instant::now();
+        let r = vd
+            .create(&path, self.opts.size)
+            .map(|h| (h, format!("{path}: {} bytes, dynamic VHDX", self.opts.size)))
+            .map_err(|e| format!("{path}: {e}"));
+        self.handle = Some(self.out.record("CreateVirtualDisk", t, r)?);
+        self.created = true;
+        let h = self.handle.expect("created");
+
+        let t = Instant::now();
+        let r = vd
+            .attach(h)
+            .map(|()| ((), "attached, no drive letters".to_string()))
+            .map_err(|e| format!("{path}: {e}"));
+        self.out.record("AttachVirtualDisk", t, r)?;
+        self.attached = true;
+
+        let t = Instant::now();
+        let r = match vd.physical_path(h) {
+            Ok(p) => match disk_number_of(&p) {
+                Some(n) => Ok((n, p)),
+                None => Err(format!("answered {p:?}, not a \\\\.\\PhysicalDriveN path")),
+            },
+            Err(e) => Err(e.to_string()),
+        };
+        self.disk = Some(self.out.record("GetVirtualDiskPhysicalPath", t, r)?);
+        Ok(())
+    }
+
+    /// ListDiskIDs and ListDiskLocations list the new disk; it is the VHDX's size and empty.
+    pub(super) async fn find_disk(&mut self) -> Result<(), Stop> {
+        let n = self.disk.expect("attached");
+        let wait = self.opts.wait;
+        let t = Instant::now();
+        let disk = &mut self.c().disk;
+        let r = poll(wait, async || {
+            let ids = disk
+                .list_disk_ids()
+                .await
+                .map_err(|s| status("ListDiskIDs", &s))?;
+            Ok(ids.get(&n).cloned())
+        })
+        .await
+        .and_then(|id| {
+            let id = id.ok_or(format!("disk {n} is not listed after {wait:?}"))?;
+            let answer = format!(
+                "disk {n} listed after {} ms: page83 {:?}, serial {:?}",
+                ms(t.elapsed()),
+                id.page83,
+                id.serial_number
+            );
+            Ok((id.page83, answer))
+        });
+        self.page83 = self.out.record("ListDiskIDs", t, r)?;
+
+        let t = Instant::now();
+        let r = match self.c().disk.list_disk_locations().await {
+            Ok(l) => Ok((
+                (),
+                match l.get(&n) {
+                    Some(l) => format!(
+                        "disk {n}: adapter {:?} bus {:?} target {:?} LUN {:?}",
+                        l.adapter, l.bus, l.target, l.lun
+                    ),
+                    None => format!("disk {n} not listed (it has no SCSI address)"),
+                },
+            )),
+            Err(s) => Err(status("ListDiskLocations", &s)),
+        };
+        self.out.record("ListDiskLocations", t, r)?;
+
+        // Refuse any disk that is not plainly the new VHDX: its size, and nothing on it.
+        let t = Instant::now();
+        let size = self.opts.size;
+        let c = self.c();
+        let r = async {
+            let got = c
+                .disk
+                .disk_size(n)
+                .await
+                .map_err(|s| status("GetDiskStats", &s))?;
+            if u64::try_from(got) != Ok(size) {
+                return Err(format!(
+                    "refusing disk {n}: it is {got} bytes, the VHDX this selftest attached is {size}"
+                ));
+            }
+            let vols = c
+                .volume
+                .list_volumes_on_disk(n, 0)
+                .await
+                .map_err(|s| status("ListVolumesOnDisk", &s))?;
+            if !vols.is_empty() {
+                return Err(format!(
+                    "refusing disk {n}: it holds volumes {vols:?}, the new VHDX holds none"
+                ));
+            }
+            Ok(((), format!("disk {n} is the new VHDX: {got} bytes, no volumes")))
+        }
+        .await;
+        self.out.record("own disk", t, r)
+    }
+}

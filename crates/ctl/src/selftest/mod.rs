@@ -1,0 +1,237 @@
+//! `csi-proxy-ctl selftest`: the whole stage flow of a CSI driver, driven through the running
+//! daemon, on a VHDX the selftest creates and attaches itself, then detaches and deletes
+//! whatever happened.
+//!
+//! The sequence is one code path over two seams: the daemon's endpoints (a [`Connector`]) and
+//! the virtual disk API ([`VirtualDisks`]: `virtdisk.dll` on Windows, the simulated Windows in
+//! CI). It acts only on the disk the VHDX it attached became: before every call that changes a
+//! disk or volume it asks `GetVirtualDiskPhysicalPath` again and checks the disk number, the
+//! disk's page 83 identifier and (for a volume) the volume's disk number.
+
+mod cleanup;
+mod create;
+mod record;
+mod stage;
+
+pub use record::{Outcome, Step};
+
+use csi_proxy_client::disk::DiskClient;
+use csi_proxy_client::filesystem::FilesystemClient;
+use csi_proxy_client::volume::VolumeClient;
+use csi_proxy_client::{ClientError, Connector};
+use csi_proxy_host::windows::vhd::{VirtualDisks, disk_number_of};
+use record::Stop;
+use std::time::{Duration, Instant};
+use tonic::Status;
+
+/// What the selftest creates, and how long it waits for Windows.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The daemon's `--kubelet-path`: the scratch folder is made under it.
+    pub kubelet_path: String,
+    /// Where the VHDX file is created (it must not exist).
+    pub vhdx_path: String,
+    /// The VHDX's size in bytes.
+    pub size: u64,
+    /// The size it is grown to.
+    pub grown_size: u64,
+    /// How long to wait for a disk or volume to appear or grow.
+    pub wait: Duration,
+}
+
+/// How often a wait asks again.
+const POLL: Duration = Duration::from_millis(100);
+
+/// Runs the selftest; never panics, always cleans up what it made.
+pub async fn run(connector: &Connector, vd: &dyn VirtualDisks, opts: &Options) -> Outcome {
+    let mut t = Selftest {
+        vd,
+        opts,
+        out: Outcome::default(),
+        clients: None,
+        handle: None,
+        created: false,
+        attached: false,
+        disk: None,
+        page83: String::new(),
+        volume: String::new(),
+        scratch: false,
+        mounted: false,
+    };
+    let _ = t.flow(connector).await;
+    t.clean_up().await;
+    t.out
+}
+
+struct Clients {
+    disk: DiskClient,
+    volume: VolumeClient,
+    fs: FilesystemClient,
+}
+
+struct Selftest<'a> {
+    vd: &'a dyn VirtualDisks,
+    opts: &'a Options,
+    out: Outcome,
+    clients: Option<Clients>,
+    handle: Option<u64>,
+    created: bool,
+    attached: bool,
+    /// The disk number the VHDX became, and its page 83 identifier when first seen.
+    disk: Option<u32>,
+    page83: String,
+    volume: String,
+    scratch: bool,
+    mounted: bool,
+}
+
+/// A failed call as `<Rpc>: <code>: <message>`.
+fn status(rpc: &str, s: &Status) -> String {
+    format!("{rpc}: {:?}: {}", s.code(), s.message())
+}
+
+/// Asks `f` every [`POLL`] until it answers something or `wait` has passed (`None`).
+async fn poll<T>(
+    wait: Duration,
+    mut f: impl AsyncFnMut() -> Result<Option<T>, String>,
+) -> Result<Option<T>, String> {
+    let deadline = Instant::now() + wait;
+    loop {
+        if let Some(v) = f().await? {
+            return Ok(Some(v));
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+fn ms(d: Duration) -> u128 {
+    d.as_millis()
+}
+
+async fn connect(c: &Connector) -> Result<Clients, ClientError> {
+    Ok(Clients {
+        disk: DiskClient::connect(c).await?,
+        volume: VolumeClient::connect(c).await?,
+        fs: FilesystemClient::connect(c).await?,
+    })
+}
+
+impl Selftest<'_> {
+    fn c(&mut self) -> &mut Clients {
+        self.clients.as_mut().expect("connected before any call")
+    }
+
+    fn scratch_dir(&self) -> String {
+        format!(
+            r"{}\csi-proxy-selftest-{}",
+            self.opts.kubelet_path.trim_end_matches('\\'),
+            std::process::id()
+        )
+    }
+
+    fn target(&self) -> String {
+        format!(r"{}\mount", self.scratch_dir())
+    }
+
+    fn plain(&self) -> String {
+        format!(r"{}\plain", self.scratch_dir())
+    }
+
+    /// The disk the VHDX is now, checked to be the one it was: the same number from
+    /// `GetVirtualDiskPhysicalPath`, the same page 83 identifier in ListDiskIDs.
+    async fn guard(&mut self) -> Result<u32, String> {
+        let (Some(n), Some(h)) = (self.disk, self.handle) else {
+            return Err("no disk of this selftest to act on".into());
+        };
+        let p = self
+            .vd
+            .physical_path(h)
+            .map_err(|e| format!("GetVirtualDiskPhysicalPath: {e}"))?;
+        if disk_number_of(&p) != Some(n) {
+            return Err(format!(
+                "the VHDX is now {p}, not disk {n}; refusing to act on disk {n}"
+            ));
+        }
+        let ids = self
+            .c()
+            .disk
+            .list_disk_ids()
+            .await
+            .map_err(|s| status("ListDiskIDs", &s))?;
+        match ids.get(&n) {
+            Some(id) if id.page83 == self.page83 => Ok(n),
+            other => Err(format!(
+                "disk {n} no longer has the page 83 identifier {:?} the VHDX's disk had (now {:?}); refusing to act on it",
+                self.page83,
+                other.map(|i| &i.page83)
+            )),
+        }
+    }
+
+    /// [`guard`](Self::guard), and the volume is on that disk.
+    async fn guard_volume(&mut self) -> Result<u32, String> {
+        let n = self.guard().await?;
+        let v = self.volume.clone();
+        let on = self
+            .c()
+            .volume
+            .disk_number(&v)
+            .await
+            .map_err(|s| status("GetDiskNumberFromVolumeID", &s))?;
+        if on != n {
+            return Err(format!(
+                "volume {v} is on disk {on}, not on the VHDX's disk {n}; refusing to act on it"
+            ));
+        }
+        Ok(n)
+    }
+
+    /// One call on the test volume, once [`guard_volume`](Self::guard_volume) has passed,
+    /// recorded as `name`; the answer is the volume followed by `what`.
+    async fn on_volume(
+        &mut self,
+        name: &str,
+        rpc: &str,
+        what: &str,
+        mut call: impl AsyncFnMut(&mut VolumeClient, &str) -> Result<(), Status>,
+    ) -> Result<(), Stop> {
+        let t = Instant::now();
+        let r = async {
+            self.guard_volume().await?;
+            let v = self.volume.clone();
+            call(&mut self.c().volume, &v)
+                .await
+                .map_err(|s| status(rpc, &s))?;
+            Ok(((), format!("{v}{what}")))
+        }
+        .await;
+        self.out.record(name, t, r)
+    }
+
+    async fn flow(&mut self, connector: &Connector) -> Result<(), Stop> {
+        // What this machine lacks is said before anything else (Wine has no daemon either).
+        self.probe_service()?;
+        let t = Instant::now();
+        let r = connect(connector)
+            .await
+            .map(|c| {
+                let v = (c.disk.version(), c.volume.version(), c.fs.version());
+                (
+                    c,
+                    format!("disk {}, volume {}, filesystem {}", v.0, v.1, v.2),
+                )
+            })
+            .map_err(|e| format!("the daemon is not reachable: {e}"));
+        self.clients = Some(self.out.record("connect", t, r)?);
+        self.create_and_attach()?;
+        self.find_disk().await?;
+        self.partition_and_format().await?;
+        self.mount().await?;
+        self.grow().await?;
+        self.unmount().await?;
+        self.offline_online().await
+    }
+}

@@ -1,0 +1,293 @@
+//! The stage flow on the selftest's disk: partition, format, mount, grow, unmount, offline and
+//! online, with the repeats a driver's retries make.
+
+use super::record::Stop;
+use super::{Selftest, ms, poll, status};
+use std::time::Instant;
+
+impl Selftest<'_> {
+    pub(super) async fn partition_and_format(&mut self) -> Result<(), Stop> {
+        let started = Instant::now();
+        self.partition("PartitionDisk", "GPT with one basic data partition")
+            .await?;
+        let partitioned = started.elapsed();
+
+        let (n, wait) = (self.disk.expect("attached"), self.opts.wait);
+        let t = Instant::now();
+        let volume = &mut self.c().volume;
+        let r = poll(wait, async || {
+            let v = volume
+                .list_volumes_on_disk(n, 0)
+                .await
+                .map_err(|s| status("ListVolumesOnDisk", &s))?;
+            Ok(v.into_iter().next())
+        })
+        .await
+        .and_then(|v| {
+            let v = v.ok_or(format!("no volume on disk {n} after {wait:?}"))?;
+            let a = format!(
+                "{v} listed {} ms after PartitionDisk began (PartitionDisk took {} ms)",
+                ms(started.elapsed()),
+                ms(partitioned)
+            );
+            Ok((v, a))
+        });
+        self.volume = self.out.record("ListVolumesOnDisk", t, r)?;
+
+        self.expect_formatted(false).await?;
+        for name in ["FormatVolume", "FormatVolume again"] {
+            self.on_volume(name, "FormatVolume", ": NTFS", async |c, v| {
+                c.format(v).await
+            })
+            .await?;
+        }
+        self.expect_formatted(true).await
+    }
+
+    async fn expect_formatted(&mut self, want: bool) -> Result<(), Stop> {
+        let t = Instant::now();
+        let v = self.volume.clone();
+        let r = match self.c().volume.is_formatted(&v).await {
+            Ok(f) if f == want => Ok(((), format!("formatted: {f}"))),
+            Ok(f) => Err(format!("{v}: formatted is {f}, expected {want}")),
+            Err(s) => Err(status("IsVolumeFormatted", &s)),
+        };
+        self.out.record("IsVolumeFormatted", t, r)
+    }
+
+    pub(super) async fn mount(&mut self) -> Result<(), Stop> {
+        let t = Instant::now();
+        let (target, plain) = (self.target(), self.plain());
+        let r = async {
+            for d in [&target, &plain] {
+                self.c()
+                    .fs
+                    .mkdir(d)
+                    .await
+                    .map_err(|s| status("Mkdir", &s))?;
+            }
+            Ok(((), format!("{target}, {plain}")))
+        }
+        .await;
+        self.scratch = true;
+        self.out.record("Mkdir", t, r)?;
+
+        let at = format!(" at {target}");
+        for name in ["MountVolume", "MountVolume again"] {
+            let r = self
+                .on_volume(name, "MountVolume", &at, async |c, v| {
+                    c.mount(v, &target).await
+                })
+                .await;
+            self.mounted |= r.is_ok();
+            r?;
+        }
+
+        let t = Instant::now();
+        let v = self.volume.clone();
+        let r = match self.c().volume.volume_id_from_target_path(&target).await {
+            Ok(id) if id.eq_ignore_ascii_case(&v) => Ok(((), id)),
+            Ok(id) => Err(format!("answered {id}, the volume mounted there is {v}")),
+            Err(s) => Err(status("GetVolumeIDFromTargetPath", &s)),
+        };
+        self.out.record("GetVolumeIDFromTargetPath", t, r)?;
+
+        // What Windows answers for a directory no volume is mounted on (only a real node
+        // settles it); wrong only if it names the test volume.
+        let t = Instant::now();
+        let r = match self.c().volume.volume_id_from_target_path(&plain).await {
+            Ok(id) if id.eq_ignore_ascii_case(&v) => {
+                Err(format!("a plain directory answered the test volume {id}"))
+            }
+            Ok(id) => Ok(((), format!("a plain directory answered {id}"))),
+            Err(s) => Ok((
+                (),
+                format!("a plain directory answered {:?}: {}", s.code(), s.message()),
+            )),
+        };
+        self.out
+            .record("GetVolumeIDFromTargetPath (plain directory)", t, r)
+    }
+
+    async fn stats(&mut self) -> Result<(i64, i64), String> {
+        let v = self.volume.clone();
+        self.c()
+            .volume
+            .stats(&v)
+            .await
+            .map_err(|s| status("GetVolumeStats", &s))
+    }
+
+    pub(super) async fn grow(&mut self) -> Result<(), Stop> {
+        let t = Instant::now();
+        let r = self
+            .stats()
+            .await
+            .map(|s| (s, format!("total {} bytes, used {} bytes", s.0, s.1)));
+        let before = self.out.record("GetVolumeStats", t, r)?;
+
+        let (h, grown) = (self.handle.expect("created"), self.opts.grown_size);
+        let t = Instant::now();
+        let r = async {
+            self.guard().await?;
+            self.vd
+                .resize(h, grown)
+                .map_err(|e| format!("ResizeVirtualDisk to {grown} bytes: {e}"))?;
+            Ok(((), format!("{grown} bytes")))
+        }
+        .await;
+        self.out.record("ResizeVirtualDisk", t, r)?;
+
+        let t = Instant::now();
+        let r = self
+            .c()
+            .disk
+            .rescan()
+            .await
+            .map(|()| ((), "done".to_string()))
+            .map_err(|s| status("Rescan", &s));
+        self.out.record("Rescan", t, r)?;
+
+        let (n, wait) = (self.disk.expect("attached"), self.opts.wait);
+        let t = Instant::now();
+        let disk = &mut self.c().disk;
+        let r = poll(wait, async || {
+            let s = disk
+                .disk_size(n)
+                .await
+                .map_err(|s| status("GetDiskStats", &s))?;
+            Ok((u64::try_from(s) == Ok(grown)).then_some(s))
+        })
+        .await
+        .and_then(|s| {
+            let s = s.ok_or(format!("disk {n} is not {grown} bytes after {wait:?}"))?;
+            Ok(((), format!("{s} bytes after {} ms", ms(t.elapsed()))))
+        });
+        self.out.record("GetDiskStats", t, r)?;
+
+        for name in ["ResizeVolume(0)", "ResizeVolume(0) again"] {
+            let t = Instant::now();
+            let r = async {
+                self.guard_volume().await?;
+                let v = self.volume.clone();
+                self.c()
+                    .volume
+                    .resize(&v, 0)
+                    .await
+                    .map_err(|s| status("ResizeVolume", &s))?;
+                let after = self.stats().await?;
+                if after.0 <= before.0 {
+                    return Err(format!(
+                        "{v} still {} bytes (was {} before the disk grew)",
+                        after.0, before.0
+                    ));
+                }
+                Ok(((), format!("total {} -> {} bytes", before.0, after.0)))
+            }
+            .await;
+            self.out.record(name, t, r)?;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn unmount(&mut self) -> Result<(), Stop> {
+        let target = self.target();
+        let from = format!(" from {target}");
+        for name in ["UnmountVolume", "UnmountVolume again"] {
+            let r = self
+                .on_volume(name, "UnmountVolume", &from, async |c, v| {
+                    c.unmount(v, &target).await
+                })
+                .await;
+            self.mounted &= r.is_err();
+            r?;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn offline_online(&mut self) -> Result<(), Stop> {
+        let t = Instant::now();
+        let r = async {
+            let n = self.guard().await?;
+            let c = self.c();
+            c.disk
+                .set_online(n, false)
+                .await
+                .map_err(|s| status("SetDiskState", &s))?;
+            let online = c
+                .disk
+                .is_online(n)
+                .await
+                .map_err(|s| status("GetDiskState", &s))?;
+            let vols = c
+                .volume
+                .list_volumes_on_disk(n, 0)
+                .await
+                .map_err(|s| status("ListVolumesOnDisk", &s))?;
+            if online {
+                return Err(format!("disk {n} still online"));
+            }
+            Ok((
+                (),
+                format!("offline; volumes listed while offline: {vols:?}"),
+            ))
+        }
+        .await;
+        self.out.record("SetDiskState offline", t, r)?;
+
+        for name in ["SetDiskState online", "SetDiskState online again"] {
+            let t = Instant::now();
+            let r = async {
+                let n = self.guard().await?;
+                self.c()
+                    .disk
+                    .set_online(n, true)
+                    .await
+                    .map_err(|s| status("SetDiskState", &s))?;
+                let returned = t.elapsed();
+                let (v, wait) = (self.volume.clone(), self.opts.wait);
+                let volume = &mut self.c().volume;
+                let back = poll(wait, async || {
+                    let vols = volume
+                        .list_volumes_on_disk(n, 0)
+                        .await
+                        .map_err(|s| status("ListVolumesOnDisk", &s))?;
+                    Ok(vols.into_iter().find(|x| x.eq_ignore_ascii_case(&v)))
+                })
+                .await?;
+                match back {
+                    Some(_) => Ok((
+                        (),
+                        format!(
+                            "online; SetDiskState returned after {} ms, {v} listed after {} ms",
+                            ms(returned),
+                            ms(t.elapsed())
+                        ),
+                    )),
+                    None => Err(format!("{v} not back on disk {n} after {wait:?}")),
+                }
+            }
+            .await;
+            self.out.record(name, t, r)?;
+        }
+
+        self.partition("PartitionDisk again", "already partitioned, success")
+            .await
+    }
+
+    /// PartitionDisk on the VHDX's disk once [`guard`](Self::guard) has passed.
+    async fn partition(&mut self, name: &str, what: &str) -> Result<(), Stop> {
+        let t = Instant::now();
+        let r = async {
+            let n = self.guard().await?;
+            self.c()
+                .disk
+                .partition_disk(n)
+                .await
+                .map_err(|s| status("PartitionDisk", &s))?;
+            Ok(((), format!("disk {n}: {what}")))
+        }
+        .await;
+        self.out.record(name, t, r)
+    }
+}

@@ -1,0 +1,218 @@
+//! Virtual disks on the simulated Windows ([`VirtualDisks`]): a VHDX is a file of the simulated
+//! machine; attaching it adds a disk the way Plug and Play surfaces any new disk (RAW, no
+//! SCSI address, no volumes until it is partitioned); growing it is seen once Windows re-reads
+//! the drive size; detaching it (or closing the handle that attached it) removes the disk.
+//! Every call takes the fault queued for it first ([`SimWindows::fail_next`]), under the
+//! names `open_virtual_disk`, `create_virtual_disk`, `attach_virtual_disk`,
+//! `get_virtual_disk_physical_path`, `resize_virtual_disk`, `detach_virtual_disk` and
+//! `delete_vhd_file`.
+
+use super::*;
+use crate::windows::vhd::VirtualDisks;
+
+/// The VHDX files and the handles open on them.
+#[derive(Debug, Default)]
+pub(super) struct Vhds {
+    /// By the file's key.
+    files: BTreeMap<String, VhdFile>,
+    /// Open handles: the file's key.
+    handles: HashMap<u64, String>,
+}
+
+#[derive(Debug)]
+struct VhdFile {
+    /// The virtual size in bytes.
+    size: u64,
+    /// While attached: the disk number and the handle that attached it.
+    attached: Option<(u32, u64)>,
+}
+
+impl State {
+    fn vhd_handle(&self, handle: u64) -> Win32Result<String> {
+        self.vhds
+            .handles
+            .get(&handle)
+            .cloned()
+            .ok_or(OsError::new(code::INVALID_HANDLE))
+    }
+
+    fn new_vhd_handle(&mut self, file: String) -> u64 {
+        self.next_handle += 4;
+        let h = self.next_handle;
+        self.vhds.handles.insert(h, file);
+        h
+    }
+
+    /// Removes an attached VHDX's disk: its volumes leave with it, and so do the mount points
+    /// that led to them.
+    fn remove_vhd_disk(&mut self, file: &str) {
+        let Some(f) = self.vhds.files.get_mut(file) else {
+            return;
+        };
+        let Some((disk, _)) = f.attached.take() else {
+            return;
+        };
+        self.disks.remove(&disk);
+        self.arrivals.retain(|a| a.disk != disk);
+        let gone: BTreeSet<usize> = (0..self.volumes.len())
+            .filter(|v| self.volumes[*v].disk == disk)
+            .collect();
+        self.mount_points.retain(|_, (_, v)| !gone.contains(v));
+    }
+}
+
+impl VirtualDisks for SimWindows {
+    fn open(&self, path: &str) -> Win32Result<u64> {
+        let mut s = self.lock();
+        s.take_fault("open_virtual_disk")?;
+        let k = key(path);
+        if !s.vhds.files.contains_key(&k) {
+            return Err(OsError::new(code::FILE_NOT_FOUND));
+        }
+        Ok(s.new_vhd_handle(k))
+    }
+
+    fn create(&self, path: &str, size: u64) -> Win32Result<u64> {
+        let mut s = self.lock();
+        s.take_fault("create_virtual_disk")?;
+        let k = key(path);
+        if s.exists(path) {
+            return Err(OsError::new(code::FILE_EXISTS));
+        }
+        if !parent_key(&k).is_some_and(|p| s.exists(&p)) {
+            return Err(OsError::new(code::PATH_NOT_FOUND));
+        }
+        // CREATE_VIRTUAL_DISK_PARAMETERS: "MaximumSize ... must be a multiple of 512".
+        if size == 0 || !size.is_multiple_of(SECTOR) {
+            return Err(OsError::new(code::INVALID_PARAMETER));
+        }
+        s.files.insert(k.clone());
+        s.vhds.files.insert(
+            k.clone(),
+            VhdFile {
+                size,
+                attached: None,
+            },
+        );
+        Ok(s.new_vhd_handle(k))
+    }
+
+    fn attach(&self, handle: u64) -> Win32Result<()> {
+        let size = {
+            let mut s = self.lock();
+            s.take_fault("attach_virtual_disk")?;
+            let file = s.vhd_handle(handle)?;
+            let f = &s.vhds.files[&file];
+            if f.attached.is_some() {
+                return Err(OsError::new(code::SHARING_VIOLATION));
+            }
+            f.size
+        };
+        let disk = self.add_disk(size, 0);
+        let mut s = self.lock();
+        if let Some(d) = s.disks.get_mut(&disk) {
+            // A file-backed virtual disk sits on no SCSI adapter (inferred, LEDGER) and
+            // reports no serial number.
+            d.scsi = None;
+            d.serial = String::new();
+            d.page83 = DeviceId::Ascii(format!("vhd-{handle}"));
+        }
+        let file = s.vhd_handle(handle)?;
+        if let Some(f) = s.vhds.files.get_mut(&file) {
+            f.attached = Some((disk, handle));
+        }
+        Ok(())
+    }
+
+    fn physical_path(&self, handle: u64) -> Win32Result<String> {
+        let mut s = self.lock();
+        s.take_fault("get_virtual_disk_physical_path")?;
+        let file = s.vhd_handle(handle)?;
+        match s.vhds.files[&file].attached {
+            Some((disk, _)) => Ok(format!(r"\\.\PhysicalDrive{disk}")),
+            None => Err(OsError::new(code::NOT_READY)),
+        }
+    }
+
+    fn resize(&self, handle: u64, size: u64) -> Win32Result<()> {
+        let disk = {
+            let mut s = self.lock();
+            s.take_fault("resize_virtual_disk")?;
+            let file = s.vhd_handle(handle)?;
+            let (old, attached) = {
+                let f = &s.vhds.files[&file];
+                (f.size, f.attached.map(|(d, _)| d))
+            };
+            // RESIZE_VIRTUAL_DISK_FLAG_NONE: a smaller size is checked against the partition
+            // table, and a GPT keeps its backup at the end (**inferred**: the code of a
+            // truncation refused).
+            let cut = attached.and_then(|d| s.disks.get(&d)).is_some_and(|d| {
+                d.usable_length > 0 || d.parts.iter().any(|p| p.start + p.length > size)
+            });
+            if !size.is_multiple_of(SECTOR) || size < old && cut {
+                return Err(OsError::new(code::INVALID_PARAMETER));
+            }
+            let f = s.vhds.files.get_mut(&file).expect("a handle's file exists");
+            f.size = size;
+            f.attached.map(|(d, _)| d)
+        };
+        if let Some(d) = disk {
+            self.grow_disk(d, size);
+        }
+        Ok(())
+    }
+
+    fn detach(&self, handle: u64) -> Win32Result<()> {
+        let mut s = self.lock();
+        s.take_fault("detach_virtual_disk")?;
+        let file = s.vhd_handle(handle)?;
+        if s.vhds.files[&file].attached.is_none() {
+            return Err(OsError::new(code::NOT_READY));
+        }
+        s.remove_vhd_disk(&file);
+        Ok(())
+    }
+
+    fn close_vhd(&self, handle: u64) {
+        let mut s = self.lock();
+        let Some(file) = s.vhds.handles.remove(&handle) else {
+            return;
+        };
+        // ATTACH_VIRTUAL_DISK_FLAG_PERMANENT_LIFETIME "decouples the virtual disk lifetime from
+        // that of the VirtualDiskHandle": without it, closing the handle detaches the disk.
+        if s.vhds.files[&file]
+            .attached
+            .is_some_and(|(_, by)| by == handle)
+        {
+            s.remove_vhd_disk(&file);
+        }
+    }
+
+    fn delete_vhd_file(&self, path: &str) -> Win32Result<()> {
+        let mut s = self.lock();
+        s.take_fault("delete_vhd_file")?;
+        let k = key(path);
+        if !s.files.contains(&k) {
+            return Err(OsError::new(code::FILE_NOT_FOUND));
+        }
+        // An open virtual disk keeps its file open without FILE_SHARE_DELETE (inferred).
+        if s.vhds.handles.values().any(|f| *f == k) {
+            return Err(OsError::new(code::SHARING_VIOLATION));
+        }
+        s.files.remove(&k);
+        s.vhds.files.remove(&k);
+        Ok(())
+    }
+}
+
+impl SimWindows {
+    /// The VHDX files on the simulated machine, with whether each is attached.
+    pub fn vhd_files(&self) -> Vec<(String, bool)> {
+        self.lock()
+            .vhds
+            .files
+            .iter()
+            .map(|(k, f)| (k.clone(), f.attached.is_some()))
+            .collect()
+    }
+}

@@ -1,0 +1,70 @@
+//! Virtual disks on the simulated Windows (`vhd.rs`).
+
+use super::*;
+use crate::windows::vhd::{VirtualDisks, disk_number_of};
+
+const GIB: u64 = 1 << 30;
+
+fn machine() -> SimWindows {
+    let sim = SimWindows::new();
+    sim.mkdir(r"C:\vhd");
+    sim
+}
+
+#[test]
+fn an_attached_vhdx_is_a_new_raw_disk_without_scsi_address_that_detach_removes() {
+    let sim = machine();
+    let h = sim.create(r"C:\vhd\a.vhdx", GIB).unwrap();
+    assert_eq!(sim.physical_path(h).unwrap_err().code, code::NOT_READY);
+    sim.attach(h).unwrap();
+    let n = disk_number_of(&sim.physical_path(h).unwrap()).unwrap();
+    assert_eq!(n, 1);
+    assert!(sim.partitions(n).is_empty());
+    assert_eq!(sim.lock().disks[&n].scsi, None);
+    assert_eq!(sim.lock().disks[&n].size, GIB);
+    sim.resize(h, 2 * GIB).unwrap();
+    assert_eq!(sim.lock().disks[&n].pending_size, Some(2 * GIB));
+    assert_eq!(
+        sim.resize(h, 2 * GIB + 1).unwrap_err().code,
+        code::INVALID_PARAMETER,
+        "a size in whole sectors"
+    );
+    sim.detach(h).unwrap();
+    assert!(!sim.lock().disks.contains_key(&n));
+    assert_eq!(sim.detach(h).unwrap_err().code, code::NOT_READY);
+    sim.close_vhd(h);
+    sim.delete_vhd_file(r"C:\vhd\a.vhdx").unwrap();
+    assert_eq!(sim.vhd_files(), vec![]);
+}
+
+#[test]
+fn closing_the_attaching_handle_detaches_and_an_open_file_is_not_deleted() {
+    let sim = machine();
+    let h = sim.create(r"C:\vhd\b.vhdx", GIB).unwrap();
+    sim.attach(h).unwrap();
+    assert_eq!(
+        sim.delete_vhd_file(r"C:\vhd\b.vhdx").unwrap_err().code,
+        code::SHARING_VIOLATION
+    );
+    sim.close_vhd(h);
+    assert!(
+        !sim.lock().disks.contains_key(&1),
+        "detached with its handle"
+    );
+    assert_eq!(sim.vhd_files(), vec![(r"c:\vhd\b.vhdx".to_string(), false)]);
+    sim.delete_vhd_file(r"C:\vhd\b.vhdx").unwrap();
+}
+
+#[test]
+fn create_refuses_an_existing_file_a_missing_folder_and_odd_sizes() {
+    let sim = machine();
+    sim.create(r"C:\vhd\c.vhdx", GIB).unwrap();
+    let err = |p: &str, size| sim.create(p, size).unwrap_err().code;
+    assert_eq!(err(r"C:\vhd\c.vhdx", GIB), code::FILE_EXISTS);
+    assert_eq!(err(r"C:\nowhere\c.vhdx", GIB), code::PATH_NOT_FOUND);
+    assert_eq!(err(r"C:\vhd\d.vhdx", GIB + 1), code::INVALID_PARAMETER);
+    assert_eq!(
+        sim.open(r"C:\vhd\missing.vhdx").unwrap_err().code,
+        code::FILE_NOT_FOUND
+    );
+}
