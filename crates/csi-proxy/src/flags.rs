@@ -90,6 +90,12 @@ pub struct Flags {
     #[arg(long = "log_file", value_name = "FILE")]
     pub log_file: Option<String>,
 
+    /// Largest size of --log_file in megabytes (klog's: 1 MB = 1024 * 1024 bytes); a file
+    /// that would grow past it becomes `<FILE>.1` (replacing the previous one) and a new file
+    /// is started. 0: unlimited.
+    #[arg(long = "log_file_max_size", default_value_t = 1800, value_name = "MB")]
+    pub log_file_max_size: u64,
+
     /// Log to stderr instead of --log_file.
     #[arg(long = "logtostderr", num_args = 0..=1, default_missing_value = "true",
           require_equals = true, default_value = "true", value_name = "BOOL")]
@@ -101,9 +107,6 @@ pub struct Flags {
     /// Accepted for compatibility and ignored.
     #[arg(long = "log_dir", hide = true)]
     pub log_dir: Option<String>,
-    /// Accepted for compatibility and ignored.
-    #[arg(long = "log_file_max_size", hide = true)]
-    pub log_file_max_size: Option<u64>,
     /// Accepted for compatibility and ignored.
     #[arg(long = "vmodule", hide = true)]
     pub vmodule: Option<String>,
@@ -241,6 +244,15 @@ mod tests {
         assert_eq!(f.metrics_bind_address, "");
         assert_eq!(f.kubelet_path, DEFAULT_KUBELET_PATH);
         assert_eq!(f.socket_dir, "/run/csi-proxy");
+        assert_eq!(f.log_file_max_size, 1800);
+    }
+
+    #[test]
+    fn log_file_max_size_in_go_spelling() {
+        assert_eq!(parse(&["-log_file_max_size=0"]).log_file_max_size, 0);
+        assert_eq!(parse(&["-log_file_max_size", "10"]).log_file_max_size, 10);
+        let v = go_style(["csi-proxy", "-log_file_max_size=-1"].map(OsString::from));
+        assert!(Flags::try_parse_from(v).is_err());
     }
 
     #[test]

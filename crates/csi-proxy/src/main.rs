@@ -2,6 +2,7 @@
 
 mod flags;
 mod hosts;
+mod log_file;
 #[cfg_attr(not(windows), allow(dead_code))] // the Windows service drives it; Linux tests it
 mod service_lifecycle;
 #[cfg(windows)]
@@ -164,10 +165,8 @@ fn init_logging(flags: &flags::Flags) -> Result<(), String> {
     // when --logtostderr was left at its default.
     match (&flags.log_file, flags.logtostderr && !flags.windows_service) {
         (Some(path), false) => {
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
+            let limit = log_file::limit_from_megabytes(flags.log_file_max_size);
+            let file = log_file::SizeLimitedFile::open(path, limit)
                 .map_err(|e| format!("cannot open --log_file {path}: {e}"))?;
             builder
                 .with_ansi(false)
