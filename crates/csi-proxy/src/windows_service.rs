@@ -91,6 +91,11 @@ fn service_main(_args: Vec<OsString>) {
             tracing::warn!("cannot report service state {state:?}: {e}");
         }
     };
+    let events = if flags.event_log() {
+        crate::service_events::open()
+    } else {
+        crate::service_events::ServiceEvents::none()
+    };
     crate::service_lifecycle::run(
         flags,
         report,
@@ -98,5 +103,6 @@ fn service_main(_args: Vec<OsString>) {
             let _ = stop_rx.wait_for(|s| *s).await;
         },
         TICK,
+        &events,
     );
 }
