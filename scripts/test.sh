@@ -12,7 +12,8 @@
 #     clippy-windows  the same for --target x86_64-pc-windows-gnu
 #     test            cargo test --workspace (Linux; as root, with loop devices and mounts)
 #     test-windows    cargo test --target x86_64-pc-windows-gnu -p csi-proxy-core
-#                     -p csi-proxy-host -p csi-proxy-server, run under wine
+#                     -p csi-proxy-host -p csi-proxy-server, and the daemon's unit tests
+#                     (-p csi-proxy --bin csi-proxy), run under wine
 #     manifests       deploy/ manifests against Kubernetes' own schemas (kubernetes-validate from
 #                     PyPI, in a venv) and the systemd unit through systemd-analyze verify
 #     fuzz-smoke      the fuzz corpus and regressions replayed (cargo test in fuzz/), then each
@@ -54,7 +55,7 @@ APT_PACKAGES=(
 APT_NO_RECOMMENDS=(cryptsetup-bin lvm2 f2fs-tools dosfstools exfatprogs ntfs-3g nilfs-tools bcache-tools)
 ALL_STEPS=(install wine-setup fmt clippy clippy-windows test test-windows manifests fuzz-smoke)
 
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; }
 
 steps=()
 for arg in "$@"; do
@@ -157,6 +158,10 @@ step_test_windows() {
     # The runner in .cargo/config.toml (scripts/wine-run.sh) runs each test binary under wine.
     cargo test "${CARGO_FLAGS[@]}" --no-fail-fast --target "$WINDOWS_TARGET" \
         -p csi-proxy-core -p csi-proxy-host -p csi-proxy-server
+    # The daemon's own unit tests: the log file rotation renames the open file, which Windows
+    # allows only through std's FILE_SHARE_DELETE; the Event Log messages.
+    cargo test "${CARGO_FLAGS[@]}" --no-fail-fast --target "$WINDOWS_TARGET" \
+        -p csi-proxy --bin csi-proxy
 }
 
 step_manifests() {

@@ -21,6 +21,14 @@ if ($existing -and $existing.Status -ne 'Stopped') {
 }
 Copy-Item -Force $Binary $exe
 
+# The Event Log source the service writes its start, stop and failures under (Application log).
+# .NET's EventLog.CreateEventSource adds the source's registry key
+# (HKLM\SYSTEM\CurrentControlSet\Services\EventLog\Application\csi-proxy) with .NET's own
+# message file, whose messages show the text the service writes as it is.
+if (-not [System.Diagnostics.EventLog]::SourceExists('csi-proxy')) {
+    [System.Diagnostics.EventLog]::CreateEventSource('csi-proxy', 'Application')
+}
+
 $args = "-windows-service -kubelet-path=$KubeletPath -log_file=$LogFile -logtostderr=false"
 if ($MetricsAddress) { $args += " -metrics-bind-address=$MetricsAddress" }
 if (-not $existing) {

@@ -63,6 +63,12 @@ pub struct Flags {
           require_equals = true, default_value = "false", value_name = "BOOL")]
     pub windows_service: bool,
 
+    /// Write start, stop and every failure that stops the daemon to the Windows Event Log
+    /// (source `csi-proxy`). Default: on under --windows-service, else off.
+    #[arg(long = "windows-event-log", num_args = 0..=1, default_missing_value = "true",
+          require_equals = true, value_name = "BOOL")]
+    pub windows_event_log: Option<bool>,
+
     /// A host service StartService/StopService may act on (repeatable; case-insensitive).
     /// Without it every service may be started and stopped, as upstream allows.
     #[arg(long = "allowed-service", value_name = "NAME", action = ArgAction::Append)]
@@ -90,6 +96,12 @@ pub struct Flags {
     #[arg(long = "log_file", value_name = "FILE")]
     pub log_file: Option<String>,
 
+    /// Largest size of --log_file in megabytes (klog's: 1 MB = 1024 * 1024 bytes); a file
+    /// that would grow past it becomes `<FILE>.1` (replacing the previous one) and a new file
+    /// is started. 0: unlimited.
+    #[arg(long = "log_file_max_size", default_value_t = 1800, value_name = "MB")]
+    pub log_file_max_size: u64,
+
     /// Log to stderr instead of --log_file.
     #[arg(long = "logtostderr", num_args = 0..=1, default_missing_value = "true",
           require_equals = true, default_value = "true", value_name = "BOOL")]
@@ -101,9 +113,6 @@ pub struct Flags {
     /// Accepted for compatibility and ignored.
     #[arg(long = "log_dir", hide = true)]
     pub log_dir: Option<String>,
-    /// Accepted for compatibility and ignored.
-    #[arg(long = "log_file_max_size", hide = true)]
-    pub log_file_max_size: Option<u64>,
     /// Accepted for compatibility and ignored.
     #[arg(long = "vmodule", hide = true)]
     pub vmodule: Option<String>,
@@ -164,9 +173,30 @@ pub fn go_style(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
     out
 }
 
-/// Parses the process arguments.
-pub fn parse() -> Flags {
-    Flags::parse_from(go_style(std::env::args_os()))
+impl Flags {
+    /// Whether events go to the Windows Event Log: `--windows-event-log`, else
+    /// `--windows-service`.
+    pub fn event_log(&self) -> bool {
+        self.windows_event_log.unwrap_or(self.windows_service)
+    }
+}
+
+/// Whether `args` (Go spelling rewritten) ask for the Event Log, judged without parsing them,
+/// for arguments that do not parse: as [`Flags::event_log`] would answer.
+pub fn asks_for_event_log(args: &[OsString]) -> bool {
+    let value = |name: &str| {
+        args.iter().rev().find_map(|a| {
+            let a = a.to_str()?.strip_prefix("--")?.strip_prefix(name)?;
+            match a {
+                "" | "=true" => Some(true),
+                "=false" => Some(false),
+                _ => None,
+            }
+        })
+    };
+    value("windows-event-log")
+        .or_else(|| value("windows-service"))
+        .unwrap_or(false)
 }
 
 /// Default of `--state-dir`.
@@ -241,6 +271,15 @@ mod tests {
         assert_eq!(f.metrics_bind_address, "");
         assert_eq!(f.kubelet_path, DEFAULT_KUBELET_PATH);
         assert_eq!(f.socket_dir, "/run/csi-proxy");
+        assert_eq!(f.log_file_max_size, 1800);
+    }
+
+    #[test]
+    fn log_file_max_size_in_go_spelling() {
+        assert_eq!(parse(&["-log_file_max_size=0"]).log_file_max_size, 0);
+        assert_eq!(parse(&["-log_file_max_size", "10"]).log_file_max_size, 10);
+        let v = go_style(["csi-proxy", "-log_file_max_size=-1"].map(OsString::from));
+        assert!(Flags::try_parse_from(v).is_err());
     }
 
     #[test]
@@ -248,6 +287,36 @@ mod tests {
         assert_eq!(parse(&["-v", "4"]).verbosity, 4);
         assert_eq!(parse(&["--v=3"]).verbosity, 3);
         assert_eq!(parse(&["-v=2"]).verbosity, 2);
+    }
+
+    #[test]
+    fn the_event_log_follows_windows_service_unless_told() {
+        assert!(!parse(&[]).event_log());
+        assert!(parse(&["-windows-service"]).event_log());
+        assert!(!parse(&["-windows-service", "-windows-event-log=false"]).event_log());
+        assert!(parse(&["-windows-event-log"]).event_log());
+        let asks = |a: &[&str]| {
+            let mut v = vec![OsString::from("csi-proxy")];
+            v.extend(a.iter().map(OsString::from));
+            let v = go_style(v);
+            // Judged without parsing, the same as parsed wherever the arguments parse.
+            if let Ok(f) = Flags::try_parse_from(&v) {
+                assert_eq!(f.event_log(), asks_for_event_log(&v), "{a:?}");
+            }
+            asks_for_event_log(&v)
+        };
+        assert!(asks(&["-windows-service", "-no-such-flag"]));
+        assert!(asks(&["-windows-service=true", "-v=x"]));
+        assert!(!asks(&[
+            "-windows-service",
+            "-windows-event-log=false",
+            "-bad"
+        ]));
+        assert!(asks(&["-windows-event-log", "-bad"]));
+        assert!(!asks(&["-bad"]));
+        assert!(!asks(&["-windows-service=false"]));
+        assert!(asks(&["-windows-service"]));
+        assert!(!asks(&["-windows-service-x"]));
     }
 
     #[test]

@@ -2,6 +2,8 @@
 
 mod flags;
 mod hosts;
+mod log_file;
+mod service_events;
 #[cfg_attr(not(windows), allow(dead_code))] // the Windows service drives it; Linux tests it
 mod service_lifecycle;
 #[cfg(windows)]
@@ -10,13 +12,20 @@ mod windows_service;
 use csi_proxy_core::paths::{PathPolicy, PathStyle};
 use csi_proxy_server::daemon::{self, Listen};
 use csi_proxy_server::registry;
+use service_events::ServiceEvents;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 fn main() -> ExitCode {
-    let flags = flags::parse();
+    let flags = match parse_flags(std::env::args_os(), service_events::open) {
+        Ok(f) => f,
+        Err(e) => e.exit(),
+    };
     if let Err(e) = init_logging(&flags) {
         eprintln!("csi-proxy: {e}");
+        if flags.event_log() {
+            service_events::open().did_not_start(&e);
+        }
         return ExitCode::from(2);
     }
     csi_proxy_server::call::set_verbosity(flags.verbosity);
@@ -24,13 +33,39 @@ fn main() -> ExitCode {
     if flags.windows_service {
         return windows_service::run(flags);
     }
-    match run_until(flags, || {}, shutdown_signal(), None) {
+    let events = if flags.event_log() {
+        service_events::open()
+    } else {
+        ServiceEvents::none()
+    };
+    let result = run_until(flags, || events.started(), shutdown_signal(), None);
+    events.stopped(&result);
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("csi-proxy: {e}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Parses the process arguments (Go spelling); flags that do not parse are also written to the
+/// Event Log (opened by `events`) when they ask for it, since a service's stderr goes nowhere.
+fn parse_flags(
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+    events: impl FnOnce() -> ServiceEvents,
+) -> Result<flags::Flags, clap::Error> {
+    use clap::Parser;
+    let args = flags::go_style(args);
+    flags::Flags::try_parse_from(&args).inspect_err(|e| {
+        // --help and --version are errors to clap too, but not failures.
+        if e.use_stderr() && flags::asks_for_event_log(&args) {
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or_default();
+            let cause = first.strip_prefix("error: ").unwrap_or(first);
+            events().did_not_start(&format!("bad flags: {cause}"));
+        }
+    })
 }
 
 /// Runs the daemon on a new runtime until `shutdown` completes or an endpoint fails; `ready` is
@@ -62,6 +97,9 @@ async fn run(
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "starting csi-proxy");
     if flags.windows_service && !cfg!(windows) {
         return Err("--windows-service is only meaningful on Windows".into());
+    }
+    if flags.event_log() && !cfg!(windows) {
+        return Err("--windows-event-log is only meaningful on Windows".into());
     }
     #[cfg(target_os = "linux")]
     csi_proxy_host::linux::namespace::check_host_mount_namespace()?;
@@ -164,10 +202,8 @@ fn init_logging(flags: &flags::Flags) -> Result<(), String> {
     // when --logtostderr was left at its default.
     match (&flags.log_file, flags.logtostderr && !flags.windows_service) {
         (Some(path), false) => {
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
+            let limit = log_file::limit_from_megabytes(flags.log_file_max_size);
+            let file = log_file::SizeLimitedFile::open(path, limit)
                 .map_err(|e| format!("cannot open --log_file {path}: {e}"))?;
             builder
                 .with_ansi(false)
@@ -203,5 +239,42 @@ async fn release_memory_when_quiet() {
             trimmed_at = now;
         }
         seen = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use service_events::{Kind, Recorder, id};
+
+    fn args(a: &[&str]) -> Vec<std::ffi::OsString> {
+        std::iter::once("csi-proxy")
+            .chain(a.iter().copied())
+            .map(Into::into)
+            .collect()
+    }
+
+    /// A bad flag under --windows-service is written to the Event Log naming the flag; without
+    /// it, or for --help, nothing is written.
+    #[test]
+    fn a_bad_flag_of_the_service_is_an_event() {
+        let rec = Recorder::default();
+        let open = || ServiceEvents::to(rec.clone());
+        assert!(parse_flags(args(&["-windows-service", "-log_fil=x"]), open).is_err());
+        let got = rec.events();
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].0, got[0].1), (Kind::Error, id::FAILED));
+        assert!(
+            got[0].2.starts_with("csi-proxy did not start: bad flags: ")
+                && got[0].2.contains("'--log_fil'"),
+            "{got:?}"
+        );
+        let open = || ServiceEvents::to(rec.clone());
+        assert!(parse_flags(args(&["-log_fil=x"]), open).is_err());
+        let open = || ServiceEvents::to(rec.clone());
+        assert!(parse_flags(args(&["-windows-service", "--help"]), open).is_err());
+        let open = || ServiceEvents::to(rec.clone());
+        assert!(parse_flags(args(&["-windows-service"]), open).is_ok());
+        assert_eq!(rec.events().len(), 1);
     }
 }

@@ -9,8 +9,10 @@
 //! `dwWin32ExitCode` is logged as the service terminating with that error (event 7023), so the
 //! code must mean what it says: ours are service-specific (SERVICE_STATUS), not Win32 codes. A
 //! service process that ends without reporting SERVICE_STOPPED is one the SCM finds gone.
+//! Start, stop and a failure are also written as events (`service_events`).
 
 use crate::flags::Flags;
+use crate::service_events::ServiceEvents;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,6 +66,7 @@ pub fn run(
     report: impl Fn(Phase, u32, u32) + Send + Sync + 'static,
     stop: impl Future<Output = ()>,
     tick: Duration,
+    events: &ServiceEvents,
 ) {
     let report = Arc::new(report);
     report(Phase::StartPending, 1, 0);
@@ -72,7 +75,10 @@ pub fn run(
     let ready = report.clone();
     let result = crate::run_until(
         flags,
-        move || ready(Phase::Running, 0, 0),
+        move || {
+            ready(Phase::Running, 0, 0);
+            events.started();
+        },
         async move {
             stop.await;
             ticker_report(Phase::StopPending, 1, 0);
@@ -91,6 +97,7 @@ pub fn run(
         Some(STOP_LIMIT),
     );
     stopping.store(true, Ordering::Relaxed);
+    events.stopped(&result);
     // A failure code tells the service manager the service failed, so its recovery actions
     // apply (on Windows with `sc.exe failureflag csiproxy 1`).
     report(
@@ -107,19 +114,22 @@ pub fn run_reporting(
     report: impl Fn(Phase, u32, u32) + Send + Sync + 'static,
     stop: impl Future<Output = ()>,
     tick: Duration,
+    events: &ServiceEvents,
 ) {
     let report = Arc::new(report);
     let Some(flags) = flags else {
         tracing::error!("the service entry point found no flags");
+        events.did_not_start("the service entry point found no flags");
         report(Phase::Stopped, 0, EXIT_NO_FLAGS);
         return;
     };
     let inner = report.clone();
     let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        run(flags, move |p, c, e| inner(p, c, e), stop, tick)
+        run(flags, move |p, c, e| inner(p, c, e), stop, tick, events)
     }));
     if ran.is_err() {
         tracing::error!("the daemon panicked; reporting the service stopped");
+        events.stopped(&Err("the daemon panicked".into()));
         report(Phase::Stopped, 0, EXIT_PANICKED);
     }
 }
@@ -127,6 +137,7 @@ pub fn run_reporting(
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
+    use crate::service_events::{Kind, Recorder, id};
     use clap::Parser;
     use std::sync::Mutex;
 
@@ -145,6 +156,7 @@ mod tests {
 
     /// RUNNING only once the sockets are bound; STOP_PENDING at once on stop, STOPPED with exit
     /// code 0 after a clean stop; a daemon that cannot start reports STOPPED with exit code 1.
+    /// The events say the same: started, stopped, or the failure with its cause.
     #[test]
     fn the_service_manager_is_told_the_truth() {
         use std::os::unix::fs::MetadataExt;
@@ -159,6 +171,8 @@ mod tests {
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let (log, probe) = (seen.clone(), sockets.join("csi-proxy-volume-v1.sock"));
         let f = flags(dir.path());
+        let recorder = Recorder::default();
+        let events = ServiceEvents::to(recorder.clone());
         let daemon = std::thread::spawn(move || {
             run(
                 f,
@@ -167,16 +181,52 @@ mod tests {
                     let _ = stop_rx.await;
                 },
                 Duration::from_millis(50),
+                &events,
             )
         });
         for _ in 0..500 {
-            if seen.lock().unwrap().iter().any(|s| s.0 == Phase::Running) {
+            // The start event follows RUNNING.
+            if !recorder.events().is_empty() {
                 break;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+        let started = recorder.events();
+        assert_eq!(started.len(), 1, "{started:?}");
+        assert_eq!(
+            (started[0].0, started[0].1),
+            (Kind::Information, id::STARTED)
+        );
+
+        // A second daemon on the same endpoints fails, and its failure event names the endpoint
+        // already owned, as the log does.
+        let second = Recorder::default();
+        run(
+            flags(dir.path()),
+            |_, _, _| {},
+            std::future::pending(),
+            Duration::from_millis(50),
+            &ServiceEvents::to(second.clone()),
+        );
+        let failed = second.events();
+        assert_eq!(failed.len(), 1, "{failed:?}");
+        assert_eq!((failed[0].0, failed[0].1), (Kind::Error, id::FAILED));
+        assert!(
+            failed[0]
+                .2
+                .starts_with("csi-proxy stopped: cannot listen for ")
+                && failed[0].2.contains("is served by a running process"),
+            "{failed:?}"
+        );
+
         stop_tx.send(()).unwrap();
         daemon.join().unwrap();
+        let events = recorder.events();
+        assert_eq!(events.len(), 2, "{events:?}");
+        assert_eq!(
+            events[1],
+            (Kind::Information, id::STOPPED, "csi-proxy stopped".into())
+        );
         let seen = seen.lock().unwrap().clone();
         let phases: Vec<Phase> = seen.iter().map(|s| s.0).collect();
         assert_eq!(phases.first(), Some(&Phase::StartPending), "{seen:?}");
@@ -198,15 +248,29 @@ mod tests {
         std::fs::write(bad.path().join("run"), b"not a directory").unwrap();
         let seen: Arc<Mutex<Vec<(Phase, u32)>>> = Arc::default();
         let log = seen.clone();
+        let recorder = Recorder::default();
         run(
             flags(bad.path()),
             move |p, _, e| log.lock().unwrap().push((p, e)),
             std::future::pending(),
             Duration::from_millis(50),
+            &ServiceEvents::to(recorder.clone()),
         );
         assert_eq!(
             seen.lock().unwrap().last(),
             Some(&(Phase::Stopped, EXIT_FAILED))
+        );
+        let events = recorder.events();
+        assert_eq!(
+            events.len(),
+            1,
+            "no start event for a daemon that never served: {events:?}"
+        );
+        assert_eq!((events[0].0, events[0].1), (Kind::Error, id::FAILED));
+        assert!(
+            events[0]
+                .2
+                .contains(&bad.path().join("run").display().to_string())
         );
     }
 
@@ -226,6 +290,7 @@ mod tests {
             move |p, _, e| log.lock().unwrap().push((p, e)),
             std::future::pending(),
             Duration::from_millis(50),
+            &ServiceEvents::none(),
         );
         assert_eq!(*seen.lock().unwrap(), [(Phase::Stopped, EXIT_NO_FLAGS)]);
         // A report that panics (as any part of the daemon may) still ends in STOPPED.
@@ -240,6 +305,7 @@ mod tests {
             },
             std::future::pending(),
             Duration::from_millis(50),
+            &ServiceEvents::none(),
         );
         assert_eq!(
             seen.lock().unwrap().last(),

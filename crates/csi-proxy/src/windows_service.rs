@@ -94,6 +94,12 @@ fn service_main(_args: Vec<OsString>) {
             tracing::warn!("cannot report service state {state:?}: {e}");
         }
     };
+    // Without flags this is still the service (--windows-event-log follows --windows-service).
+    let events = if flags.as_ref().is_none_or(|f| f.event_log()) {
+        crate::service_events::open()
+    } else {
+        crate::service_events::ServiceEvents::none()
+    };
     crate::service_lifecycle::run_reporting(
         flags,
         report,
@@ -101,5 +107,6 @@ fn service_main(_args: Vec<OsString>) {
             let _ = stop_rx.wait_for(|s| *s).await;
         },
         TICK,
+        &events,
     );
 }

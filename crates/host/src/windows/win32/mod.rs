@@ -5,12 +5,14 @@
     reason = "the real Win32 seam: its whole job is FFI calls, each with a SAFETY comment"
 )]
 
+mod event_log;
 mod files;
 mod iscsi;
 mod scm;
 pub mod vhd;
 mod wmi_calls;
 
+pub use event_log::{EventSource, EventType};
 pub use files::running_under_wine;
 use wmi_calls::wmi_os;
 
