@@ -46,29 +46,10 @@ fn a_disk_is_in_use_while_mounted_or_held_exclusively() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("d.img");
-    std::fs::File::create(&img)
-        .unwrap()
-        .set_len(64 << 20)
-        .unwrap();
-    let dev = match Command::new("losetup")
-        .args(["-f", "--show"])
-        .arg(&img)
-        .output()
-    {
-        Ok(o) if o.status.success() => PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()),
-        other => {
-            eprintln!("SKIPPED: no loop device: {other:?}");
-            return;
-        }
+    let Some((disk_loop, disk)) = loop_disk(dir.path()) else {
+        return;
     };
-    let name = dev.file_name().unwrap().to_string_lossy().into_owned();
-    let number: u32 = std::fs::read_to_string(format!("/sys/block/{name}/diskseq"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let disk = block::disk("test", number).unwrap();
+    let dev = PathBuf::from(&disk_loop.0);
     let devs = dev.to_str().unwrap();
     assert_free(&disk, "a fresh disk is free");
 
@@ -94,7 +75,6 @@ fn a_disk_is_in_use_while_mounted_or_held_exclusively() {
         "{why:?}"
     );
     assert_free(&disk, "free again");
-    run("losetup", &["-d", devs]);
 }
 
 /// A loop device this test attached; detached when dropped, also when an assertion failed.
@@ -113,6 +93,28 @@ impl Loop {
     }
 }
 
+/// A 64 MiB image in `dir` attached as a loop device, and the disk the host sees in it
+/// (looked up by its diskseq); `None`, saying why, when no loop device can be attached.
+fn loop_disk(dir: &std::path::Path) -> Option<(Loop, block::Disk)> {
+    let img = dir.join("d.img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(64 << 20)
+        .unwrap();
+    let Some(disk_loop) = Loop::attach(&img) else {
+        eprintln!("SKIPPED: no loop device");
+        return None;
+    };
+    let name = disk_loop.0.trim_start_matches("/dev/").to_string();
+    let number: u32 = std::fs::read_to_string(format!("/sys/block/{name}/diskseq"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let disk = block::disk("test", number).unwrap();
+    Some((disk_loop, disk))
+}
+
 impl Drop for Loop {
     fn drop(&mut self) {
         let _ = Command::new("losetup").args(["-d", &self.0]).status();
@@ -129,23 +131,10 @@ fn a_disk_is_in_use_while_a_loop_device_or_a_process_holds_it() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("d.img");
-    std::fs::File::create(&img)
-        .unwrap()
-        .set_len(64 << 20)
-        .unwrap();
-    let Some(disk_loop) = Loop::attach(&img) else {
-        eprintln!("SKIPPED: no loop device");
+    let Some((disk_loop, disk)) = loop_disk(dir.path()) else {
         return;
     };
     let dev = PathBuf::from(&disk_loop.0);
-    let name = dev.file_name().unwrap().to_string_lossy().into_owned();
-    let number: u32 = std::fs::read_to_string(format!("/sys/block/{name}/diskseq"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let disk = block::disk("test", number).unwrap();
     assert_free(&disk, "a fresh disk is free");
 
     let raw = Loop::attach(&dev).expect("a loop device over the disk");
