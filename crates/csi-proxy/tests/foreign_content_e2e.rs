@@ -18,9 +18,10 @@ use std::process::Command;
 use std::time::Duration;
 use tonic::Code;
 
-/// A whole-disk LUKS2 volume with a fast key derivation, keyed by `key`.
-fn luks_format(on: &Path, key: &Path, version: &str) {
-    common::run(
+/// A LUKS volume (`version`: `luks1`, `luks2`) on `on` with a fast key derivation (PBKDF2,
+/// 1000 iterations), keyed by the file `key`.
+fn luks(on: &Path, key: &Path, version: &str) -> Result<(), String> {
+    tool(
         "cryptsetup",
         &[
             "luksFormat",
@@ -33,9 +34,9 @@ fn luks_format(on: &Path, key: &Path, version: &str) {
             "1000",
             "--key-file",
             &key.display().to_string(),
-            &on.display().to_string(),
         ],
-    );
+        on,
+    )
 }
 
 /// Whether `key` still opens the LUKS volume on `on` (its header and keyslot are intact).
@@ -120,13 +121,13 @@ async fn a_stale_partition_device_is_never_a_volume_of_the_next_image() {
     // The next tenant's image: whole-disk LUKS2, attached to the same loop device.
     let key = d.dir.path().join("key");
     std::fs::write(&key, "secret").unwrap();
-    let luks = d.dir.path().join("luks.img");
-    std::fs::File::create(&luks)
+    let image = d.dir.path().join("luks.img");
+    std::fs::File::create(&image)
         .unwrap()
         .set_len(64 << 20)
         .unwrap();
-    luks_format(&luks, &key, "luks2");
-    l.replace_image(&luks, Duration::from_secs(10)).unwrap();
+    luks(&image, &key, "luks2").unwrap();
+    l.replace_image(&image, Duration::from_secs(10)).unwrap();
     assert!(
         l.partition(1).exists(),
         "the kernel kept the old image's partition (the case under test)"
@@ -219,46 +220,19 @@ fn zfs(dev: &Path, _: &Path) -> Result<(), String> {
     Ok(())
 }
 
-fn luks1(dev: &Path, dir: &Path) -> Result<(), String> {
+/// [`luks`] keyed by a key file in `dir`, as a matrix format.
+fn luks_keyed(dev: &Path, dir: &Path, version: &str) -> Result<(), String> {
     let key = dir.join("key");
     std::fs::write(&key, "secret").map_err(|e| e.to_string())?;
-    let key = key.display().to_string();
-    tool(
-        "cryptsetup",
-        &[
-            "luksFormat",
-            "--type",
-            "luks1",
-            "--batch-mode",
-            "--pbkdf-force-iterations",
-            "1000",
-            "--key-file",
-            &key,
-        ],
-        dev,
-    )
+    luks(dev, &key, version)
+}
+
+fn luks1(dev: &Path, dir: &Path) -> Result<(), String> {
+    luks_keyed(dev, dir, "luks1")
 }
 
 fn luks2(dev: &Path, dir: &Path) -> Result<(), String> {
-    let key = dir.join("key");
-    std::fs::write(&key, "secret").map_err(|e| e.to_string())?;
-    let key = key.display().to_string();
-    tool(
-        "cryptsetup",
-        &[
-            "luksFormat",
-            "--type",
-            "luks2",
-            "--batch-mode",
-            "--pbkdf",
-            "pbkdf2",
-            "--pbkdf-force-iterations",
-            "1000",
-            "--key-file",
-            &key,
-        ],
-        dev,
-    )
+    luks_keyed(dev, dir, "luks2")
 }
 
 /// The formats of the matrix.
