@@ -23,6 +23,15 @@ use std::io;
 /// stay object-safe; each host downcasts to its own type).
 pub type Held = Box<dyn Any + Send>;
 
+/// Whether an open failed because the path names nothing: it, or one of its components, is
+/// missing, or a component is not a directory. Walks answer "absent" for it, not an error.
+pub fn names_nothing(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+    )
+}
+
 /// What one name inside a held directory is, looked at without following it.
 #[derive(Debug)]
 pub enum Found<D> {
@@ -491,12 +500,7 @@ impl PathPolicy {
             }
             match walker.open_trusted(&at, create) {
                 Ok(d) => *slot = Some(d),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
-                    ) =>
-                {
+                Err(e) if names_nothing(&e) => {
                     return Ok(None);
                 }
                 Err(e) => return Err((at, e)),
@@ -574,14 +578,7 @@ impl Walker for ProbeWalker<'_> {
             Ok(Some(LinkTarget::Volume)) => Ok(Found::Volume(())),
             Ok(Some(LinkTarget::Path(t))) => Ok(Found::Link(t)),
             Ok(Some(LinkTarget::Foreign(why))) => Ok(Found::Foreign(why)),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
-                ) =>
-            {
-                Ok(Found::Missing)
-            }
+            Err(e) if names_nothing(&e) => Ok(Found::Missing),
             Err(e) => Err(e),
         }
     }

@@ -33,7 +33,7 @@
 
 use crate::linux::mountinfo::{self, MountInfo};
 use csi_proxy_core::filesystem::FilesystemHost;
-use csi_proxy_core::paths::{Found, Held, LinkProbe, LinkTarget, Walker};
+use csi_proxy_core::paths::{Found, Held, LinkProbe, LinkTarget, Walker, names_nothing};
 use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, StatxAttributes, StatxFlags};
 use rustix::io::Errno;
@@ -246,12 +246,7 @@ impl LinkProbe for LinuxFilesystemHost {
         let (parent, name) = split(path)?;
         let parent = match OpenDir::open(parent, false) {
             Ok(d) => d,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
-                ) =>
-            {
+            Err(e) if names_nothing(&e) => {
                 return Ok(None);
             }
             Err(e) => return Err(e),
