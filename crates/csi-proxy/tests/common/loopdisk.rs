@@ -153,12 +153,7 @@ impl LoopDisk {
     pub fn replace_image(&self, image: &Path, patience: Duration) -> Result<(), String> {
         let _attaching = attaching();
         let dev = self.dev.display().to_string();
-        let detach = Command::new("losetup").args(["-d", &dev]).output().unwrap();
-        assert!(
-            detach.status.success(),
-            "losetup -d {dev}: {}",
-            String::from_utf8_lossy(&detach.stderr)
-        );
+        super::run("losetup", &["-d", &dev]);
         let t = Instant::now();
         loop {
             let out = Command::new("losetup")
@@ -183,13 +178,7 @@ impl LoopDisk {
     /// Detaches the image now; the device is then no longer this disk's to detach on drop.
     pub fn detach(&self) {
         let _attaching = attaching();
-        let dev = self.dev.display().to_string();
-        let out = Command::new("losetup").args(["-d", &dev]).output().unwrap();
-        assert!(
-            out.status.success(),
-            "losetup -d {dev}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        super::run("losetup", &["-d", &self.dev.to_string_lossy()]);
         self.detached.store(true, Ordering::Relaxed);
     }
 
