@@ -58,18 +58,11 @@ fn shrink(seed: u64, mut steps: Vec<Step>, mut why: Violation) -> (Vec<Step>, Vi
 
 /// One seed's lifetime in both worlds: the simulated Windows, then (on Linux) the fake Linux.
 fn run_both(seed: u64, steps: &[Step], log: bool) -> Result<workload::Stats, Violation> {
-    let w = workload::run(seed, LANES, steps, log)?;
+    #[allow(unused_mut)] // only Linux adds the second world
+    let mut stats = workload::run(seed, LANES, steps, log)?;
     #[cfg(target_os = "linux")]
-    let w = {
-        let l = simulation::linux::run(seed, LANES, steps, log)?;
-        workload::Stats {
-            steps: w.steps + l.steps,
-            attempts: w.attempts + l.attempts,
-            failed_attempts: w.failed_attempts + l.failed_attempts,
-            restarts: w.restarts + l.restarts,
-        }
-    };
-    Ok(w)
+    stats.add(simulation::linux::run(seed, LANES, steps, log)?);
+    Ok(stats)
 }
 
 fn run_seed(seed: u64, log: bool) -> Result<workload::Stats, String> {
@@ -99,10 +92,7 @@ fn seeded_node_lifetimes_keep_every_invariant() {
     for seed in first..first + count {
         match run_seed(seed, false) {
             Ok(s) => {
-                total.steps += s.steps;
-                total.attempts += s.attempts;
-                total.failed_attempts += s.failed_attempts;
-                total.restarts += s.restarts;
+                total.add(s);
             }
             Err(e) => {
                 eprintln!("{e}");

@@ -5,7 +5,7 @@
 //! the simulated Windows cannot model: Windows' own service finishes a format it started.
 //! Publishing is the driver's own bind mount on Linux, so Publish and Unpublish are no-ops.
 
-use super::workload::{Stats, Step, Violation};
+use super::workload::{Attempt, Stats, Step, Violation, retried};
 use super::world::Rng;
 use csi_proxy_core::disk::DiskHost;
 use csi_proxy_core::volume::{ResizeTarget, VolumeHost};
@@ -15,7 +15,6 @@ use csi_proxy_host::linux::volume::{FsType, LinuxVolumeHost};
 use std::sync::Arc;
 
 const GIB: u64 = 1 << 30;
-const ATTEMPTS: u32 = 6;
 /// The tools a kill can land in.
 const TOOLS: [&str; 4] = ["mkfs.ext4", "mkfs.xfs", "resize2fs", "xfs_growfs"];
 
@@ -85,40 +84,26 @@ pub fn run(seed: u64, lanes: usize, steps: &[Step], log: bool) -> Result<Stats, 
             lanes[l].size += GIB;
             fake.resize_disk(&lanes[l].name, lanes[l].size);
         }
-        let mut last = String::new();
-        let mut done = false;
-        for attempt in 0..=ATTEMPTS {
-            let weather = !clear && attempt < ATTEMPTS;
-            if weather && rng.chance(kill_per_mille) {
+        let mut restarts = 0;
+        retried(&mut stats, |n, last_try| {
+            if !clear && !last_try && rng.chance(kill_per_mille) {
                 // The daemon dies inside the next run of this tool, its work half done.
                 fake.interrupt(TOOLS[rng.below(TOOLS.len() as u64) as usize]);
             }
-            stats.attempts += 1;
-            let r = attempt_once(&daemon, &fake, &mut lanes[l], *step);
+            let answer = attempt_once(&daemon, &fake, &mut lanes[l], *step);
             // A kill that did not land (the tool did not run) must not carry over.
             let killed = fake.take_interrupts();
             if killed {
                 daemon = start(&fake, &state, fs);
-                stats.restarts += 1;
+                restarts += 1;
             }
             if log {
-                eprintln!("linux step {i} {step:?} attempt {attempt}: {r:?}, killed: {killed}");
+                eprintln!("linux step {i} {step:?} attempt {n}: {answer:?}, killed: {killed}");
             }
-            match r {
-                Ok(()) if !killed => {
-                    done = true;
-                    break;
-                }
-                Ok(()) => last = "answered OK, but the daemon was killed during the call".into(),
-                Err(e) => last = e,
-            }
-            stats.failed_attempts += 1;
-        }
-        if !done {
-            return Err(at(format!(
-                "did not converge: with the weather cleared the call still failed: {last}"
-            )));
-        }
+            Ok(Attempt { answer, killed })
+        })
+        .map_err(|v| at(v.0))?;
+        stats.restarts += restarts;
         check(&fake, &mut lanes).map_err(at)?;
         stats.steps += 1;
     }

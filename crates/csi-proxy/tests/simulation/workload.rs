@@ -129,7 +129,6 @@ pub fn run(seed: u64, lanes: usize, steps: &[Step], log: bool) -> Result<Stats, 
         w.disturb(!tail);
         perform(&mut w, &mut lanes, *step, &mut stats, log).map_err(at)?;
         w.disturb(false);
-        remember_serials(&w, &mut lanes);
         check(&w, &lanes, &system).map_err(at)?;
         stats.steps += 1;
     }
@@ -158,6 +157,16 @@ pub struct Stats {
     pub attempts: u32,
     pub failed_attempts: u32,
     pub restarts: u32,
+}
+
+impl Stats {
+    /// Counts `other`'s run in too.
+    pub fn add(&mut self, other: Stats) {
+        self.steps += other.steps;
+        self.attempts += other.attempts;
+        self.failed_attempts += other.failed_attempts;
+        self.restarts += other.restarts;
+    }
 }
 
 fn valid(lanes: &[Lane], step: Step) -> bool {
@@ -192,14 +201,12 @@ fn perform(
         }
         _ => {}
     }
-    let mut last = String::new();
-    for attempt in 0..=ATTEMPTS {
-        if attempt == ATTEMPTS {
+    retried(stats, |n, clear| {
+        if clear {
             w.disturb(false);
         }
         let (t0, late0) = (w.sim.clock(), w.late_ms.load(Ordering::Relaxed));
-        let r = attempt_once(&w.daemon, &w.sim, &mut lanes[..], step);
-        stats.attempts += 1;
+        let answer = attempt_once(&w.daemon, &w.sim, &mut lanes[..], step);
         let late = Duration::from_millis(w.late_ms.load(Ordering::Relaxed) - late0);
         let took = w.sim.clock().saturating_sub(t0).saturating_sub(late);
         if took > DEADLINE {
@@ -208,16 +215,37 @@ fn perform(
                  (deadline {DEADLINE:?})"
             )));
         }
-        let restarted = w.restart_if_dead();
-        match r {
-            Ok(()) if !restarted => return Ok(()),
+        let killed = w.restart_if_dead();
+        if log {
+            eprintln!("  attempt {n}: {answer:?}, killed: {killed}");
+        }
+        Ok(Attempt { answer, killed })
+    })
+}
+
+/// One attempt of a CSI call: what it answered, and whether the daemon was killed during it.
+pub struct Attempt {
+    pub answer: Result<(), String>,
+    pub killed: bool,
+}
+
+/// A CSI call retried as kubelet retries it: `attempt(n, clear)` runs attempt `n`, [`ATTEMPTS`]
+/// times under the weather and once more with it cleared (`clear`), until one answers OK with
+/// the daemon alive. Every retried request converges; one that does not is a violation.
+pub fn retried(
+    stats: &mut Stats,
+    mut attempt: impl FnMut(u32, bool) -> Result<Attempt, Violation>,
+) -> Result<(), Violation> {
+    let mut last = String::new();
+    for n in 0..=ATTEMPTS {
+        stats.attempts += 1;
+        let a = attempt(n, n == ATTEMPTS)?;
+        match a.answer {
+            Ok(()) if !a.killed => return Ok(()),
             Ok(()) => last = "answered OK, but the daemon was killed during the call".into(),
             Err(e) => last = e,
         }
         stats.failed_attempts += 1;
-        if log {
-            eprintln!("  attempt {attempt} failed: {last}");
-        }
     }
     Err(Violation(format!(
         "did not converge: with the weather cleared the call still failed: {last}"
@@ -254,6 +282,9 @@ fn attempt_once(
                 d.fs.mkdir(&lane.staging).map_err(s)?;
             }
             d.volume.mount_volume(&v, &lane.staging).map_err(s)?;
+            if lane.serial.is_none() {
+                lane.serial = sim.filesystem_serial(&v);
+            }
             lane.volume = Some(v);
             lane.phase = Phase::Staged;
         }
@@ -353,15 +384,4 @@ fn check(w: &World, lanes: &[Lane], system: &str) -> Result<(), Violation> {
         }
     }
     Ok(())
-}
-
-/// Records each lane's filesystem serial the first time it is staged (after the step ran).
-fn remember_serials(w: &World, lanes: &mut [Lane]) {
-    for lane in lanes {
-        if lane.serial.is_none()
-            && let Some(v) = lane.volume.as_deref()
-        {
-            lane.serial = w.sim.filesystem_serial(v);
-        }
-    }
 }
