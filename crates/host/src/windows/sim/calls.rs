@@ -6,8 +6,7 @@ use super::*;
 
 impl Win32 for SimWindows {
     fn open_raw(&self, path: &str, access: Access) -> Win32Result<u64> {
-        let mut s = self.lock();
-        s.take_fault("open")?;
+        let mut s = self.enter("open")?;
         s.settle();
         let target = devices::resolve_device(&s, path).ok_or(OsError::new(code::FILE_NOT_FOUND))?;
         if let Target::Volume(v) = target
@@ -34,8 +33,7 @@ impl Win32 for SimWindows {
         input: &[u8],
         out_len: usize,
     ) -> Win32Result<Vec<u8>> {
-        let mut s = self.lock();
-        s.take_fault("device_io_control")?;
+        let mut s = self.enter("device_io_control")?;
         s.settle();
         let open = *s
             .handles
@@ -51,8 +49,7 @@ impl Win32 for SimWindows {
     }
 
     fn read_at(&self, handle: u64, offset: u64, len: usize) -> Win32Result<Vec<u8>> {
-        let mut s = self.lock();
-        s.take_fault("read")?;
+        let s = self.enter("read")?;
         let open = s.handles.get(&handle).copied();
         // ReadFile needs a handle opened with GENERIC_READ.
         if open.is_some_and(|o| o.access == Access::Query) {
@@ -77,8 +74,7 @@ impl Win32 for SimWindows {
     }
 
     fn flush(&self, handle: u64) -> Win32Result<()> {
-        let mut s = self.lock();
-        s.take_fault("flush")?;
+        let s = self.enter("flush")?;
         match s.handles.get(&handle) {
             // FlushFileBuffers on a volume needs a handle with write access.
             Some(o) if o.access != Access::ReadWrite => Err(OsError::new(code::ACCESS_DENIED)),
@@ -88,8 +84,7 @@ impl Win32 for SimWindows {
     }
 
     fn volumes(&self) -> Win32Result<Vec<String>> {
-        let mut s = self.lock();
-        s.take_fault("volumes")?;
+        let mut s = self.enter("volumes")?;
         s.settle();
         Ok((0..s.volumes.len())
             .filter(|&v| s.visible(v))
@@ -98,8 +93,7 @@ impl Win32 for SimWindows {
     }
 
     fn volume_name_for_mount_point(&self, mount_point: &str) -> Win32Result<String> {
-        let mut s = self.lock();
-        s.take_fault("volume_name_for_mount_point")?;
+        let mut s = self.enter("volume_name_for_mount_point")?;
         s.settle();
         if !mount_point.ends_with('\\') {
             return Err(OsError::new(code::INVALID_PARAMETER));
@@ -118,8 +112,7 @@ impl Win32 for SimWindows {
     }
 
     fn volume_path_names(&self, volume: &str, capacity: usize) -> Win32Result<Vec<String>> {
-        let mut s = self.lock();
-        s.take_fault("volume_path_names")?;
+        let mut s = self.enter("volume_path_names")?;
         s.settle();
         let v = s
             .volume_named(volume)
@@ -145,8 +138,7 @@ impl Win32 for SimWindows {
     }
 
     fn volume_path_name(&self, path: &str) -> Win32Result<String> {
-        let mut s = self.lock();
-        s.take_fault("volume_path_name")?;
+        let s = self.enter("volume_path_name")?;
         let k = mp_key(path);
         s.mount_points
             .iter()
@@ -157,8 +149,7 @@ impl Win32 for SimWindows {
     }
 
     fn volume_information(&self, root: &str) -> Win32Result<(String, u32)> {
-        let mut s = self.lock();
-        s.take_fault("volume_information")?;
+        let s = self.enter("volume_information")?;
         let v = s
             .volume_at(root)
             .ok_or(OsError::new(code::PATH_NOT_FOUND))?;
@@ -172,8 +163,7 @@ impl Win32 for SimWindows {
     }
 
     fn disk_free_space(&self, root: &str) -> Win32Result<(u64, u64)> {
-        let mut s = self.lock();
-        s.take_fault("disk_free_space")?;
+        let s = self.enter("disk_free_space")?;
         let v = s
             .volume_at(root)
             .ok_or(OsError::new(code::PATH_NOT_FOUND))?;
@@ -189,8 +179,7 @@ impl Win32 for SimWindows {
     }
 
     fn set_volume_mount_point(&self, mount_point: &str, volume: &str) -> Win32Result<()> {
-        let mut s = self.lock();
-        s.take_fault("set_volume_mount_point")?;
+        let mut s = self.enter("set_volume_mount_point")?;
         if !mount_point.ends_with('\\') || !volume.ends_with('\\') {
             return Err(OsError::new(code::INVALID_PARAMETER));
         }
@@ -216,8 +205,7 @@ impl Win32 for SimWindows {
     }
 
     fn delete_volume_mount_point(&self, mount_point: &str) -> Win32Result<()> {
-        let mut s = self.lock();
-        s.take_fault("delete_volume_mount_point")?;
+        let mut s = self.enter("delete_volume_mount_point")?;
         let resolved = s.through_links(mount_point.trim_end_matches('\\'))? + "\\";
         let mount_point = resolved.as_str();
         let (_, v) = s
@@ -229,19 +217,17 @@ impl Win32 for SimWindows {
     }
 
     fn system_directory(&self) -> Win32Result<String> {
-        self.lock().take_fault("system_directory")?;
+        drop(self.enter("system_directory")?);
         Ok(r"C:\Windows\system32".into())
     }
 
     fn new_guid(&self) -> Win32Result<Uuid> {
-        let mut s = self.lock();
-        s.take_fault("new_guid")?;
+        let mut s = self.enter("new_guid")?;
         Ok(s.guid())
     }
 
     fn disk_interfaces(&self) -> Win32Result<Vec<String>> {
-        let mut s = self.lock();
-        s.take_fault("disk_interfaces")?;
+        let s = self.enter("disk_interfaces")?;
         Ok(s.disks
             .keys()
             .map(|&n| devices::interface_path(n))
@@ -249,8 +235,7 @@ impl Win32 for SimWindows {
     }
 
     fn reenumerate_devices(&self) -> Win32Result<()> {
-        let mut s = self.lock();
-        s.take_fault("reenumerate_devices")?;
+        let mut s = self.enter("reenumerate_devices")?;
         s.settle();
         Ok(())
     }
@@ -327,38 +312,32 @@ impl Win32 for SimWindows {
     }
 
     fn service_state(&self, name: &str) -> Win32Result<u32> {
-        let mut s = self.lock();
-        s.take_fault("service_state")?;
+        let mut s = self.enter("service_state")?;
         services::state(&mut s, name)
     }
 
     fn service_config(&self, name: &str) -> Win32Result<(String, u32)> {
-        let mut s = self.lock();
-        s.take_fault("service_config")?;
+        let mut s = self.enter("service_config")?;
         services::config(&mut s, name)
     }
 
     fn service_start(&self, name: &str) -> Win32Result<()> {
-        let mut s = self.lock();
-        s.take_fault("service_start")?;
+        let mut s = self.enter("service_start")?;
         services::start(&mut s, name)
     }
 
     fn service_stop(&self, name: &str) -> Win32Result<()> {
-        let mut s = self.lock();
-        s.take_fault("service_stop")?;
+        let mut s = self.enter("service_stop")?;
         services::stop(&mut s, name)
     }
 
     fn service_active_dependents(&self, name: &str) -> Win32Result<Vec<String>> {
-        let mut s = self.lock();
-        s.take_fault("service_active_dependents")?;
+        let mut s = self.enter("service_active_dependents")?;
         services::active_dependents(&mut s, name)
     }
 
     fn smbios_table(&self) -> Win32Result<Option<Vec<u8>>> {
-        let mut s = self.lock();
-        s.take_fault("smbios_table")?;
+        let s = self.enter("smbios_table")?;
         Ok(s.smbios.clone())
     }
 
@@ -371,38 +350,32 @@ impl Win32 for SimWindows {
     }
 
     fn iscsi_add_portal(&self, address: &str, port: u16) -> Win32Result<()> {
-        let mut s = self.lock();
-        s.take_fault("iscsi_add_portal")?;
+        let mut s = self.enter("iscsi_add_portal")?;
         iscsi::add_portal(&mut s, address, port)
     }
 
     fn iscsi_remove_portal(&self, address: &str, port: u16) -> Win32Result<()> {
-        let mut s = self.lock();
-        s.take_fault("iscsi_remove_portal")?;
+        let mut s = self.enter("iscsi_remove_portal")?;
         iscsi::remove_portal(&mut s, address, port)
     }
 
     fn iscsi_portals(&self, capacity: usize) -> Win32Result<Vec<(String, u16)>> {
-        let mut s = self.lock();
-        s.take_fault("iscsi_portals")?;
+        let mut s = self.enter("iscsi_portals")?;
         iscsi::portals(&mut s, capacity)
     }
 
     fn iscsi_targets(&self, force_update: bool, capacity: usize) -> Win32Result<Vec<String>> {
-        let mut s = self.lock();
-        s.take_fault("iscsi_targets")?;
+        let mut s = self.enter("iscsi_targets")?;
         iscsi::targets(&mut s, force_update, capacity)
     }
 
     fn iscsi_discovery_mechanisms(&self, iqn: &str, capacity: usize) -> Win32Result<Vec<String>> {
-        let mut s = self.lock();
-        s.take_fault("iscsi_discovery_mechanisms")?;
+        let mut s = self.enter("iscsi_discovery_mechanisms")?;
         iscsi::mechanisms(&mut s, iqn, capacity)
     }
 
     fn iscsi_sessions(&self, capacity: usize) -> Win32Result<Vec<IscsiSession>> {
-        let mut s = self.lock();
-        s.take_fault("iscsi_sessions")?;
+        let mut s = self.enter("iscsi_sessions")?;
         iscsi::sessions(&mut s, capacity)
     }
 
@@ -413,26 +386,22 @@ impl Win32 for SimWindows {
         port: u16,
         auth: &crate::windows_data::iscsi::LoginAuth,
     ) -> Win32Result<()> {
-        let mut s = self.lock();
-        s.take_fault("iscsi_login")?;
+        let mut s = self.enter("iscsi_login")?;
         iscsi::login(&mut s, iqn, address, port, auth)
     }
 
     fn iscsi_logout(&self, session: (u64, u64)) -> Win32Result<()> {
-        let mut s = self.lock();
-        s.take_fault("iscsi_logout")?;
+        let mut s = self.enter("iscsi_logout")?;
         iscsi::logout(&mut s, session)
     }
 
     fn iscsi_persistent_logins(&self, capacity: usize) -> Win32Result<Vec<PersistentLogin>> {
-        let mut s = self.lock();
-        s.take_fault("iscsi_persistent_logins")?;
+        let mut s = self.enter("iscsi_persistent_logins")?;
         iscsi::persistent_logins(&mut s, capacity)
     }
 
     fn iscsi_remove_persistent_target(&self, login: &PersistentLogin) -> Win32Result<()> {
-        let mut s = self.lock();
-        s.take_fault("iscsi_remove_persistent_target")?;
+        let mut s = self.enter("iscsi_remove_persistent_target")?;
         iscsi::remove_persistent(&mut s, login)
     }
 
@@ -441,14 +410,12 @@ impl Win32 for SimWindows {
         session: (u64, u64),
         capacity: usize,
     ) -> Win32Result<Vec<(u32, u32)>> {
-        let mut s = self.lock();
-        s.take_fault("iscsi_session_devices")?;
+        let mut s = self.enter("iscsi_session_devices")?;
         iscsi::session_devices(&mut s, session, capacity)
     }
 
     fn iscsi_set_chap_secret(&self, secret: &[u8]) -> Win32Result<()> {
-        let mut s = self.lock();
-        s.take_fault("iscsi_set_chap_secret")?;
+        let mut s = self.enter("iscsi_set_chap_secret")?;
         iscsi::set_chap_secret(&mut s, secret)
     }
 

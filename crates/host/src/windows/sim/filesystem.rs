@@ -364,8 +364,7 @@ fn mount_point_data(name: &str) -> Vec<u8> {
 
 impl FileApi for SimWindows {
     fn file_attributes(&self, path: &[u16]) -> Win32Result<u32> {
-        let mut s = self.lock();
-        s.take_fault("file_attributes")?;
+        let s = self.enter("file_attributes")?;
         let p = s.through_links(&text(path))?;
         match s.entry(&p) {
             Some(e) => Ok(s.attributes(&p, e)),
@@ -374,8 +373,7 @@ impl FileApi for SimWindows {
     }
 
     fn find_entry(&self, path: &[u16]) -> Win32Result<(u32, u32)> {
-        let mut s = self.lock();
-        s.take_fault("find_entry")?;
+        let s = self.enter("find_entry")?;
         let p = s.through_links(&text(path))?;
         match s.entry(&p) {
             // A root is not an entry of any directory.
@@ -385,8 +383,7 @@ impl FileApi for SimWindows {
     }
 
     fn find_names(&self, pattern: &[u16]) -> Win32Result<Vec<Vec<u16>>> {
-        let mut s = self.lock();
-        s.take_fault("find_names")?;
+        let s = self.enter("find_names")?;
         let p = s.through_links(&text(pattern))?;
         let Some(dir) = p.strip_suffix(r"\*") else {
             return Err(OsError::new(code::INVALID_PARAMETER));
@@ -409,8 +406,7 @@ impl FileApi for SimWindows {
     }
 
     fn open_entry(&self, path: &[u16], _access: u32, share: u32, follow: bool) -> Win32Result<u64> {
-        let mut s = self.lock();
-        s.take_fault("open_entry")?;
+        let mut s = self.enter("open_entry")?;
         let p = s.through_links(&text(path))?;
         let at = if follow {
             s.follow(&p)?
@@ -435,8 +431,7 @@ impl FileApi for SimWindows {
     }
 
     fn attribute_tag(&self, handle: u64) -> Win32Result<(u32, u32)> {
-        let mut s = self.lock();
-        s.take_fault("attribute_tag")?;
+        let s = self.enter("attribute_tag")?;
         let open = s.opened(handle)?;
         if open.volume_root {
             return Ok((attr::DIRECTORY, 0));
@@ -451,8 +446,7 @@ impl FileApi for SimWindows {
     }
 
     fn set_basic_attributes(&self, handle: u64, attributes: u32) -> Win32Result<()> {
-        let mut s = self.lock();
-        s.take_fault("set_basic_attributes")?;
+        let mut s = self.enter("set_basic_attributes")?;
         let k = s.opened(handle)?.key.clone();
         if attributes & attr::READONLY != 0 {
             s.readonly.insert(k);
@@ -463,8 +457,7 @@ impl FileApi for SimWindows {
     }
 
     fn reparse_data(&self, path: &[u16]) -> Win32Result<Vec<u8>> {
-        let mut s = self.lock();
-        s.take_fault("reparse_data")?;
+        let s = self.enter("reparse_data")?;
         let p = s.through_links(&text(path))?;
         match s.entry(&p) {
             Some(Entry::Link { .. }) => Ok(symlink_data(&s.links[&key(&p)].target)),
@@ -475,8 +468,7 @@ impl FileApi for SimWindows {
     }
 
     fn create_directory(&self, path: &[u16]) -> Win32Result<()> {
-        let mut s = self.lock();
-        s.take_fault("create_directory")?;
+        let mut s = self.enter("create_directory")?;
         let p = s.through_links(&text(path))?;
         if s.entry(&p).is_some() {
             return Err(OsError::new(code::ALREADY_EXISTS));
@@ -487,8 +479,7 @@ impl FileApi for SimWindows {
     }
 
     fn remove_directory(&self, path: &[u16]) -> Win32Result<()> {
-        let mut s = self.lock();
-        s.take_fault("remove_directory")?;
+        let mut s = self.enter("remove_directory")?;
         let p = s.through_links(&text(path))?;
         match s.entry(&p) {
             None => return Err(s.missing(&p)),
@@ -508,8 +499,7 @@ impl FileApi for SimWindows {
     }
 
     fn delete_file(&self, path: &[u16]) -> Win32Result<()> {
-        let mut s = self.lock();
-        s.take_fault("delete_file")?;
+        let mut s = self.enter("delete_file")?;
         let p = s.through_links(&text(path))?;
         match s.entry(&p) {
             None => Err(s.missing(&p)),
@@ -523,8 +513,7 @@ impl FileApi for SimWindows {
     }
 
     fn create_symbolic_link(&self, link: &[u16], target: &[u16], flags: u32) -> Win32Result<()> {
-        let mut s = self.lock();
-        s.take_fault("create_symbolic_link")?;
+        let mut s = self.enter("create_symbolic_link")?;
         if flags & !(link_flag::DIRECTORY | link_flag::ALLOW_UNPRIVILEGED_CREATE) != 0 {
             return Err(OsError::new(code::INVALID_PARAMETER));
         }

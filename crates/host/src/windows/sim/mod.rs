@@ -55,7 +55,7 @@ use super::os::{
 use crate::windows::os::pool::Namespaces;
 use crate::windows_data::layout::{BASIC_DATA, MSR, NO_DRIVE_LETTER, STYLE_GPT, STYLE_RAW};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -244,6 +244,8 @@ pub struct SimWindows {
     state: Arc<Mutex<State>>,
     /// The WMI namespaces' thread pools, as the real WMI layer has them.
     wmi: Namespaces<()>,
+    /// Where calls the chaos hook hangs wait, the machine unlocked (`chaos.rs`).
+    gate: Arc<Condvar>,
 }
 
 impl std::fmt::Debug for SimWindows {
@@ -414,6 +416,7 @@ impl SimWindows {
     pub fn new() -> Self {
         let sim = Self {
             wmi: wmi::namespaces(),
+            gate: Arc::default(),
             state: Arc::new(Mutex::new(State {
                 arrival_delay: Duration::from_millis(300),
                 automount: true,

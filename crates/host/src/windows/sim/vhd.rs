@@ -63,8 +63,7 @@ impl State {
 
 impl VirtualDisks for SimWindows {
     fn open(&self, path: &str) -> Win32Result<u64> {
-        let mut s = self.lock();
-        s.take_fault("open_virtual_disk")?;
+        let mut s = self.enter("open_virtual_disk")?;
         let k = key(path);
         if !s.vhds.files.contains_key(&k) {
             return Err(OsError::new(code::FILE_NOT_FOUND));
@@ -73,8 +72,7 @@ impl VirtualDisks for SimWindows {
     }
 
     fn create(&self, path: &str, size: u64) -> Win32Result<u64> {
-        let mut s = self.lock();
-        s.take_fault("create_virtual_disk")?;
+        let mut s = self.enter("create_virtual_disk")?;
         let k = key(path);
         if s.exists(path) {
             return Err(OsError::new(code::FILE_EXISTS));
@@ -99,8 +97,7 @@ impl VirtualDisks for SimWindows {
 
     fn attach(&self, handle: u64) -> Win32Result<()> {
         let size = {
-            let mut s = self.lock();
-            s.take_fault("attach_virtual_disk")?;
+            let s = self.enter("attach_virtual_disk")?;
             let file = s.vhd_handle(handle)?;
             let f = &s.vhds.files[&file];
             if f.attached.is_some() {
@@ -125,8 +122,7 @@ impl VirtualDisks for SimWindows {
     }
 
     fn physical_path(&self, handle: u64) -> Win32Result<String> {
-        let mut s = self.lock();
-        s.take_fault("get_virtual_disk_physical_path")?;
+        let s = self.enter("get_virtual_disk_physical_path")?;
         let file = s.vhd_handle(handle)?;
         match s.vhds.files[&file].attached {
             Some((disk, _)) => Ok(format!(r"\\.\PhysicalDrive{disk}")),
@@ -136,8 +132,7 @@ impl VirtualDisks for SimWindows {
 
     fn resize(&self, handle: u64, size: u64) -> Win32Result<()> {
         let disk = {
-            let mut s = self.lock();
-            s.take_fault("resize_virtual_disk")?;
+            let mut s = self.enter("resize_virtual_disk")?;
             let file = s.vhd_handle(handle)?;
             let (old, attached) = {
                 let f = &s.vhds.files[&file];
@@ -163,8 +158,7 @@ impl VirtualDisks for SimWindows {
     }
 
     fn detach(&self, handle: u64) -> Win32Result<()> {
-        let mut s = self.lock();
-        s.take_fault("detach_virtual_disk")?;
+        let mut s = self.enter("detach_virtual_disk")?;
         let file = s.vhd_handle(handle)?;
         if s.vhds.files[&file].attached.is_none() {
             return Err(OsError::new(code::NOT_READY));
@@ -189,8 +183,7 @@ impl VirtualDisks for SimWindows {
     }
 
     fn delete_vhd_file(&self, path: &str) -> Win32Result<()> {
-        let mut s = self.lock();
-        s.take_fault("delete_vhd_file")?;
+        let mut s = self.enter("delete_vhd_file")?;
         let k = key(path);
         if !s.files.contains(&k) {
             return Err(OsError::new(code::FILE_NOT_FOUND));
