@@ -145,10 +145,6 @@ fn is_code(e: &OsError, c: u32) -> bool {
     e.code == c
 }
 
-fn not_found(e: &OsError) -> bool {
-    matches!(e.code, code::FILE_NOT_FOUND | code::PATH_NOT_FOUND)
-}
-
 /// An error with the operation and the (inner) path it concerns, keeping its kind.
 fn with_context(e: &OsError, what: &str, path: &[u16]) -> io::Error {
     let io = io_error(e);
@@ -282,12 +278,12 @@ impl<'a> Fs<'a> {
         for _ in 0..MAX_ATTEMPTS {
             let attrs = match self.attributes(&path) {
                 Ok(a) => a,
-                Err(e) if not_found(&e) => return Ok(Step::Gone),
+                Err(e) if e.names_nothing() => return Ok(Step::Gone),
                 Err(e) => return Err(with_context(&e, "attributes of", &path)),
             };
             if has(attrs, attr::REPARSE_POINT) {
                 return match self.remove_reparse_point(&path, attrs) {
-                    Err(e) if !not_found(&e) => {
+                    Err(e) if !e.names_nothing() => {
                         Err(with_context(&e, "remove reparse point", &path))
                     }
                     _ => Ok(Step::Gone),
@@ -296,20 +292,20 @@ impl<'a> Fs<'a> {
             if !has(attrs, attr::DIRECTORY) {
                 return match self.delete_file(&path) {
                     Err(e) if is_code(&e, code::ACCESS_DENIED) && self.dir_now(&path) => continue,
-                    Err(e) if !not_found(&e) => Err(with_context(&e, "delete", &path)),
+                    Err(e) if !e.names_nothing() => Err(with_context(&e, "delete", &path)),
                     _ => Ok(Step::Gone),
                 };
             }
             match self.remove_directory(&path) {
                 Ok(()) => return Ok(Step::Gone),
-                Err(e) if not_found(&e) => return Ok(Step::Gone),
+                Err(e) if e.names_nothing() => return Ok(Step::Gone),
                 Err(e) if is_code(&e, code::DIR_NOT_EMPTY) => {}
                 Err(e) if is_code(&e, ERROR_DIRECTORY) => continue, // now a file
                 Err(e) => return Err(with_context(&e, "remove directory", &path)),
             }
             let pin = match self.open(&path, access::READ_ATTRIBUTES, SHARE_PIN, false) {
                 Ok(h) => h,
-                Err(e) if not_found(&e) => return Ok(Step::Gone),
+                Err(e) if e.names_nothing() => return Ok(Step::Gone),
                 Err(e) => return Err(with_context(&e, "open", &path)),
             };
             let (attrs, _) = self
@@ -370,7 +366,7 @@ impl<'a> Fs<'a> {
             drop(pin);
             let error = match self.remove_directory(&path) {
                 Ok(()) => None,
-                Err(e) if not_found(&e) => None,
+                Err(e) if e.names_nothing() => None,
                 Err(e) => {
                     Some(error.unwrap_or_else(|| with_context(&e, "remove directory", &path)))
                 }
@@ -533,7 +529,7 @@ impl Walker for WindowsFilesystemHost {
         let path = dir.child(name)?;
         let pin = match self.pin(path, false, Some(dir.clone())) {
             Ok(pin) => pin,
-            Err(e) if not_found(&e) => return Ok(Found::Missing),
+            Err(e) if e.names_nothing() => return Ok(Found::Missing),
             Err(e) => return Err(io_error(&e)),
         };
         let (attrs, _) = self.os.attribute_tag(pin.0.raw).map_err(|e| io_error(&e))?;
@@ -573,7 +569,7 @@ impl LinkProbe for WindowsFilesystemHost {
         let p = wpath(path)?;
         let attrs = match fs.attributes(&p) {
             Ok(a) => a,
-            Err(e) if not_found(&e) => return Ok(None),
+            Err(e) if e.names_nothing() => return Ok(None),
             Err(e) => return Err(io_error(&e)),
         };
         if !has(attrs, attr::REPARSE_POINT) {

@@ -93,6 +93,13 @@ pub struct OsError {
 }
 
 impl OsError {
+    /// Whether the error says nothing is at the path (ERROR_FILE_NOT_FOUND for the last
+    /// component, ERROR_PATH_NOT_FOUND for one before it); any other error says nothing about
+    /// whether something is there.
+    pub fn names_nothing(&self) -> bool {
+        matches!(self.code, code::FILE_NOT_FOUND | code::PATH_NOT_FOUND)
+    }
+
     /// An error with this code and the generic text for it.
     pub fn new(code: u32) -> Self {
         Self {

@@ -225,6 +225,32 @@ fn a_volume_named_by_its_second_guid_path_is_the_same_volume() {
     assert!(m.sim.mount_points().iter().all(|(p, _)| p.len() == 3));
 }
 
+/// GetFileAttributesW failing for a cause other than "not found" (a sharing violation, a
+/// device not ready) says nothing about whether the target is there: UnmountVolume and
+/// GetVolumeIDFromTargetPath fail (kubelet retries) instead of answering "nothing mounted".
+/// Found by the deterministic simulation (seeds 6 and 46): UnmountVolume answered OK with the
+/// volume still mounted, and aws-ebs, reading "does not exist", would skip its unmount.
+#[test]
+fn a_target_the_os_cannot_look_at_is_not_taken_for_absent() {
+    let m = machine();
+    let (_, id) = formatted(&m);
+    let target = r"C:ar\lib\kubelet\plugins\ebs\globalmount";
+    m.sim.mkdir(target);
+    m.volume.mount_volume(&id, target).unwrap();
+    let sharing = || OsError::new(32);
+    m.sim.fail_next("file_attributes", sharing());
+    let e = m.volume.unmount_volume(&id, target).unwrap_err();
+    assert_ne!(e.kind(), Kind::NotFound, "{e}");
+    assert!(e.to_string().contains("UnmountVolume"), "{e}");
+    assert_eq!(m.sim.mount_points().len(), 2, "still mounted");
+    m.sim.fail_next("file_attributes", sharing());
+    let e = m.volume.get_volume_id_from_target_path(target).unwrap_err();
+    assert_ne!(e.kind(), Kind::NotFound, "{e}");
+    // The retry, with the OS answering again, unmounts.
+    m.volume.unmount_volume(&id, target).unwrap();
+    assert_eq!(m.sim.mount_points().len(), 1);
+}
+
 #[test]
 fn a_different_volume_at_the_target_is_refused_both_ways() {
     let m = machine();

@@ -174,8 +174,15 @@ fn volume_at(os: &dyn Win32, op: &str, dir: &str) -> Result<Option<String>> {
 }
 
 /// Whether anything exists at `path` (the entry itself: a link's own attributes).
-fn exists(os: &dyn Win32, path: &str) -> bool {
-    os.file_attributes(&utf16(path)).is_ok()
+/// Whether anything is at `path`; `op` fails when the OS cannot tell (a device not ready, a
+/// sharing violation): only "not found" means absent, else a transient failure would read as
+/// "nothing mounted there" and UnmountVolume would answer OK with the volume still mounted.
+fn exists(os: &dyn Win32, op: &str, path: &str) -> Result<bool> {
+    match os.file_attributes(&utf16(path)) {
+        Ok(_) => Ok(true),
+        Err(e) if e.names_nothing() => Ok(false),
+        Err(e) => Err(os_error(op, format!("target_path {path:?}"), &e, &[])),
+    }
 }
 
 /// The reparse point at `path`, `None` when `path` is not one. The link itself is read, not its
@@ -210,7 +217,7 @@ fn volume_id_at(os: &dyn Win32, op: &str, path: &str) -> Result<String> {
     let object = format!("target_path {path:?}");
     let mut p = path.to_string();
     for _ in 0..MAX_HOPS {
-        if !exists(os, &p) {
+        if !exists(os, op, &p)? {
             return Err(Error::new(
                 Kind::NotFound,
                 op,
@@ -339,7 +346,7 @@ impl VolumeHost for WindowsVolumeHost {
         let os = self.os();
         let v = name(OP, id)?;
         let object = format!("{} at {target:?}", shown(id));
-        if !exists(os, target) {
+        if !exists(os, OP, target)? {
             return Ok(()); // nothing there: nothing mounted
         }
         let r = Resolved {
@@ -544,7 +551,7 @@ impl VolumeHost for WindowsVolumeHost {
         const OP: &str = "GetClosestVolumeIDFromTargetPath";
         let os = self.os();
         let object = format!("target_path {target:?}");
-        if !exists(os, target) {
+        if !exists(os, OP, target)? {
             return Err(Error::new(Kind::NotFound, OP, &object, "does not exist"));
         }
         // A link (to a mount point or anywhere) at the path itself is followed first, as

@@ -119,7 +119,7 @@ impl MountTarget for Resolved<'_> {
     }
 
     fn target_exists(&self) -> Result<bool> {
-        Ok(exists(self.os(), self.target))
+        exists(self.os(), "MountVolume", self.target)
     }
 
     fn occupant(&self) -> Result<Occupant> {
