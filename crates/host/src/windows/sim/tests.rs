@@ -343,6 +343,34 @@ fn resize_grows_partition_and_filesystem_after_the_disk_grew() {
     assert_eq!(m.volume.get_volume_stats(&id).unwrap().total_bytes, after);
 }
 
+/// GetDiskFreeSpaceExW failing for a cause other than "no filesystem" (RAW answers
+/// ERROR_UNRECOGNIZED_VOLUME) is not taken for a RAW volume: ResizeVolume fails having changed
+/// nothing, instead of growing the partition only and answering OK with the filesystem at its
+/// old size (drivers then report the expansion done). Found by the deterministic simulation
+/// (seeds 16, 26, 28, 30, 35 and 46).
+#[test]
+fn resize_does_not_take_a_failed_filesystem_query_for_a_raw_volume() {
+    let m = machine();
+    let (n, id) = partitioned(&m);
+    m.volume.format_volume(&id).unwrap();
+    let parts = m.sim.partitions(n);
+    let before = m.volume.get_volume_stats(&id).unwrap().total_bytes;
+    m.sim.grow_disk(n, 20 * GIB);
+    m.sim.fail_next("disk_free_space", OsError::new(21)); // ERROR_NOT_READY
+    let e = m
+        .volume
+        .resize_volume(&id, ResizeTarget::Maximum)
+        .unwrap_err();
+    assert!(
+        e.message().contains("ResizeVolume") || e.to_string().contains("ResizeVolume"),
+        "{e}"
+    );
+    assert_eq!(m.sim.partitions(n), parts, "nothing grown");
+    m.volume.resize_volume(&id, ResizeTarget::Maximum).unwrap();
+    let after = m.volume.get_volume_stats(&id).unwrap().total_bytes;
+    assert!(after > before + 9 * GIB, "{before} -> {after}");
+}
+
 #[test]
 fn disks_are_enumerated_by_interface_and_their_reported_numbers() {
     let m = machine();

@@ -435,12 +435,15 @@ impl VolumeHost for WindowsVolumeHost {
         let limit = grow::grow_limit(&l, part.number, disk_length, sector)
             .map_err(|e| Error::new(Kind::Internal, OP, &object, e))?;
         let maximum = limit.maximum;
-        // No filesystem: only the partition is grown (FSCTL_EXTEND_VOLUME on a RAW volume is
-        // accepted but means nothing).
-        let fs_total = os
-            .disk_free_space(&v.guid_path())
-            .ok()
-            .map(|(total, _)| total);
+        // No filesystem (GetDiskFreeSpaceExW answers ERROR_UNRECOGNIZED_VOLUME on RAW): only
+        // the partition is grown (FSCTL_EXTEND_VOLUME on a RAW volume is accepted but means
+        // nothing). Any other failure says nothing about the filesystem: the call fails before
+        // anything changes, else the partition alone would grow and the answer be OK.
+        let fs_total = match os.disk_free_space(&v.guid_path()) {
+            Ok((total, _)) => Some(total),
+            Err(e) if e.code == code::UNRECOGNIZED_VOLUME => None,
+            Err(e) => return Err(os_error(OP, &object, &e, &[])),
+        };
         let steps = rules::resize_steps(
             OP,
             &object,
