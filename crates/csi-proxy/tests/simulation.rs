@@ -28,8 +28,12 @@ const LANES: usize = 3;
 const STEPS: usize = 40;
 /// Seeds that once failed, kept so their bugs stay fixed: 18, 46, 107 and 137 found
 /// IsVolumeFormatted answering true for an interrupted format of ours (drivers then never
-/// called FormatVolume and MountVolume refused forever); 289 a deadline counting slow calls.
-const REGRESSIONS: [u64; 5] = [18, 46, 107, 137, 289];
+/// called FormatVolume and MountVolume refused forever); 289 a deadline counting slow calls;
+/// 6 UnmountVolume answering OK with the volume still mounted when GetFileAttributesW failed
+/// for another cause than "not found"; 30 ResizeVolume growing the partition alone and
+/// answering OK when GetDiskFreeSpaceExW failed. (The workload has changed since the first
+/// five were found; their bugs are also pinned by unit tests of the hosts.)
+const REGRESSIONS: [u64; 7] = [6, 18, 30, 46, 107, 137, 289];
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().map(|v| {
@@ -105,16 +109,20 @@ fn seeded_node_lifetimes_keep_every_invariant() {
     }
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
-        "{count} seeds in {secs:.1} s ({:.0} seeds/s): {} steps, {} attempts ({} failed), {} daemon restarts",
+        "{count} seeds in {secs:.1} s ({:.0} seeds/s): {} steps, {} attempts ({} failed, {} hung), {} daemon restarts",
         count as f64 / secs,
         total.steps,
         total.attempts,
         total.failed_attempts,
+        total.hangs,
         total.restarts
     );
     assert!(failures.is_empty(), "failing seeds: {failures:?}");
     // The weather must bite: a run where nothing failed tests nothing.
-    assert!(total.failed_attempts > 0 && total.restarts > 0, "{total:?}");
+    assert!(
+        total.failed_attempts > 0 && total.restarts > 0 && total.hangs > 0,
+        "{total:?}"
+    );
 }
 
 #[test]

@@ -4,9 +4,11 @@
 //! followed by the invariants.
 
 use super::world::{Daemon, KUBELET, Rng, World};
+use csi_proxy_host::windows::sim::SimWindows;
 use std::fmt;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 const GIB: u64 = 1 << 30;
 /// Attempts of one CSI call under the weather before the weather clears.
@@ -25,6 +27,21 @@ pub enum Step {
     Expand(usize),
     Stats(usize),
     RestartWmi,
+    /// The operator detaches an unstaged volume's disk and attaches it again (the cloud moved
+    /// it back to this node): it comes back with the attributes it persisted.
+    Reattach(usize),
+}
+
+/// Whose node code a lane plays (the replays in `tests/common/*_driver.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Driver {
+    /// Finds its disk by serial; stages online, unstages by UnmountVolume, Rmdir and offline.
+    AwsEbs,
+    /// As aws-ebs, and grows the filesystem to its disk at every stage.
+    GcePd,
+    /// Finds its disk by LUN; never sets it online or offline; unstages by a flush and Rmdir
+    /// of the mount point, without UnmountVolume.
+    AzureDisk,
 }
 
 /// Where a driver's volume is, as kubelet knows it.
@@ -36,9 +53,11 @@ enum Phase {
 }
 
 /// One driver and its disk.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Lane {
+    driver: Driver,
     disk: u32,
+    lun: u8,
     size: u64,
     phase: Phase,
     volume: Option<String>,
@@ -72,6 +91,7 @@ pub fn steps(seed: u64, lanes: usize, count: usize) -> Vec<Step> {
         }
         let l = rng.below(lanes as u64) as usize;
         let step = match (phase[l], rng.below(4)) {
+            (Phase::Unstaged, 0) => Step::Reattach(l),
             (Phase::Unstaged, _) => Step::Stage(l),
             (Phase::Staged, 0) => Step::Unstage(l),
             (Phase::Staged, 1) => Step::Expand(l),
@@ -96,11 +116,16 @@ pub fn steps(seed: u64, lanes: usize, count: usize) -> Vec<Step> {
 pub fn run(seed: u64, lanes: usize, steps: &[Step], log: bool) -> Result<Stats, Violation> {
     let mut w = World::new(seed);
     let system = format!("{:?}", w.sim.partitions(0));
+    let mut drivers = Rng::new(seed ^ 0xd21e_d21e);
     let mut lanes: Vec<Lane> = (0..lanes)
         .map(|i| {
             let size = (4 + w.rng.below(12)) * GIB;
+            let lun = i as u8 + 1;
             Lane {
-                disk: w.sim.add_disk(size, i as u8 + 1),
+                driver: [Driver::AwsEbs, Driver::GcePd, Driver::AzureDisk]
+                    [drivers.below(3) as usize],
+                disk: w.sim.add_disk(size, lun),
+                lun,
                 size,
                 phase: Phase::Unstaged,
                 volume: None,
@@ -157,6 +182,8 @@ pub struct Stats {
     pub attempts: u32,
     pub failed_attempts: u32,
     pub restarts: u32,
+    /// Attempts kubelet gave up on while their call hung in the daemon.
+    pub hangs: u32,
 }
 
 impl Stats {
@@ -166,6 +193,7 @@ impl Stats {
         self.attempts += other.attempts;
         self.failed_attempts += other.failed_attempts;
         self.restarts += other.restarts;
+        self.hangs += other.hangs;
     }
 }
 
@@ -176,12 +204,22 @@ fn valid(lanes: &[Lane], step: Step) -> bool {
         Step::Publish(l) | Step::Unstage(l) => phase(l) == Phase::Staged,
         Step::Unpublish(l) => phase(l) == Phase::Published,
         Step::Expand(l) | Step::Stats(l) => phase(l) != Phase::Unstaged,
+        // azuredisk never sets its disk online: its disks stay attached.
+        Step::Reattach(l) => phase(l) == Phase::Unstaged && lanes[l].driver != Driver::AzureDisk,
         Step::RestartWmi => true,
     }
 }
 
+/// How long a call sent while another hangs waits for it at most (its deadline, real time:
+/// the daemon's waits for a disk another operation holds end there).
+const BEHIND_A_HANG: Duration = Duration::from_millis(100);
+/// An attempt still running this long (real time) is stuck past any deadline.
+const STUCK: Duration = Duration::from_secs(30);
+
 /// Sends the step's CSI call, retried as kubelet retries it: a few attempts under the
 /// weather, then with the weather cleared it must succeed (every retried request converges).
+/// An attempt whose call hangs is given up (kubelet's deadline), and the call goes on in the
+/// daemon while kubelet retries; it is let go after a later attempt or at the step's end.
 fn perform(
     w: &mut World,
     lanes: &mut [Lane],
@@ -189,24 +227,37 @@ fn perform(
     stats: &mut Stats,
     log: bool,
 ) -> Result<(), Violation> {
-    match step {
+    let l = match step {
         Step::RestartWmi => {
             w.sim.restart_wmi();
+            return Ok(());
+        }
+        Step::Reattach(l) => {
+            w.sim.reattach_disk(lanes[l].disk);
             return Ok(());
         }
         Step::Expand(l) => {
             let lane = &mut lanes[l];
             lane.size += GIB;
             w.sim.grow_disk(lane.disk, lane.size);
+            l
         }
-        _ => {}
-    }
-    retried(stats, |n, clear| {
+        Step::Stage(l)
+        | Step::Publish(l)
+        | Step::Unpublish(l)
+        | Step::Unstage(l)
+        | Step::Stats(l) => l,
+    };
+    let mut hangs = 0;
+    let done = retried(stats, |n, clear| {
         if clear {
             w.disturb(false);
+            finish_hung(w)?;
         }
         let (t0, late0) = (w.sim.clock(), w.late_ms.load(Ordering::Relaxed));
-        let answer = attempt_once(&w.daemon, &w.sim, &mut lanes[..], step);
+        let hung_before = w.hung.len();
+        let answer = attempt_on_thread(w, lanes[l].clone(), step)?;
+        hangs += u32::from(w.hung.len() > hung_before);
         let late = Duration::from_millis(w.late_ms.load(Ordering::Relaxed) - late0);
         let took = w.sim.clock().saturating_sub(t0).saturating_sub(late);
         if took > DEADLINE {
@@ -215,12 +266,87 @@ fn perform(
                  (deadline {DEADLINE:?})"
             )));
         }
-        let killed = w.restart_if_dead();
+        let killed = w.restart_if_dead()?;
+        if !w.hung.is_empty() && w.hang_rng.chance(500) {
+            finish_hung(w)?;
+        }
         if log {
             eprintln!("  attempt {n}: {answer:?}, killed: {killed}");
         }
+        let answer = answer.map(|lane| {
+            if !killed {
+                lanes[l] = lane;
+            }
+        });
         Ok(Attempt { answer, killed })
-    })
+    });
+    stats.hangs += hangs;
+    done?;
+    finish_hung(w)
+}
+
+/// Lets the hung call go on to its end; when the weather killed the daemon meanwhile, it is
+/// restarted (the answer kubelet already has stands).
+fn finish_hung(w: &mut World) -> Result<(), Violation> {
+    w.finish_hung()?;
+    w.restart_if_dead()?;
+    Ok(())
+}
+
+/// One attempt on its own thread, as the daemon serves each call on one: its answer, or an
+/// error when its call hung (kubelet stops waiting; the thread is kept in `w.hung`).
+fn attempt_on_thread(
+    w: &mut World,
+    mut lane: Lane,
+    step: Step,
+) -> Result<Result<Lane, String>, Violation> {
+    let (daemon, sim) = (w.daemon.clone(), w.sim.clone());
+    // Sent while a call hangs: the server gives it the caller's deadline.
+    let deadline = (!w.hung.is_empty()).then(|| Instant::now() + BEHIND_A_HANG);
+    let hung_before = w.sim.hung_calls();
+    let (tx, rx) = mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let r = csi_proxy_core::deadline::within(deadline, || {
+            attempt_once(&daemon, &sim, &mut lane, step)
+        });
+        let broke = match &r {
+            Err(Failure::Broken(v)) => Some(Violation(v.clone())),
+            _ => None,
+        };
+        let _ = tx.send(r.map(|()| lane));
+        broke
+    });
+    let started = Instant::now();
+    loop {
+        match rx.recv_timeout(Duration::from_micros(200)) {
+            Ok(r) => {
+                thread.join().expect("the attempt's thread ended");
+                return match r {
+                    Ok(lane) => Ok(Ok(lane)),
+                    Err(Failure::Answer(e)) => Ok(Err(e)),
+                    Err(Failure::Broken(v)) => Err(Violation(v)),
+                };
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) if w.sim.hung_calls() > hung_before => {
+                w.hung.push(thread);
+                return Ok(Err(
+                    "DEADLINE_EXCEEDED: the call hangs in the daemon; kubelet retries".into(),
+                ));
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) if started.elapsed() > STUCK => {
+                return Err(Violation(format!(
+                    "an attempt of {step:?} still runs {STUCK:?} after it started ({:?} past \
+                     its deadline, if it had one)",
+                    STUCK - BEHIND_A_HANG
+                )));
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let panic = thread.join().expect_err("ended without answering");
+                std::panic::resume_unwind(panic);
+            }
+        }
+    }
 }
 
 /// One attempt of a CSI call: what it answered, and whether the daemon was killed during it.
@@ -252,93 +378,197 @@ pub fn retried(
     )))
 }
 
-/// One attempt of the step's CSI call, as the driver sends it.
-fn attempt_once(
-    d: &Daemon,
-    sim: &csi_proxy_host::windows::sim::SimWindows,
-    lanes: &mut [Lane],
-    step: Step,
-) -> Result<(), String> {
-    let s = |e: csi_proxy_core::Error| e.to_string();
+/// Why an attempt did not go through: the daemon's answer (kubelet retries), or a call that
+/// answered OK without having done what it answered (a violation).
+#[derive(Debug)]
+enum Failure {
+    Answer(String),
+    Broken(String),
+}
+
+impl From<csi_proxy_core::Error> for Failure {
+    fn from(e: csi_proxy_core::Error) -> Failure {
+        Failure::Answer(e.to_string())
+    }
+}
+
+/// A call's postcondition: what it answered OK for is true on the machine right after.
+fn holds(ok: bool, what: impl FnOnce() -> String) -> Result<(), Failure> {
+    if ok {
+        Ok(())
+    } else {
+        Err(Failure::Broken(what()))
+    }
+}
+
+fn mounted_at(sim: &SimWindows, path: &str) -> Option<String> {
+    sim.mount_points()
+        .into_iter()
+        .find(|(at, _)| same_path(at, path))
+        .map(|(_, v)| v)
+}
+
+fn same_path(a: &str, b: &str) -> bool {
+    a.trim_end_matches('\\')
+        .eq_ignore_ascii_case(b.trim_end_matches('\\'))
+}
+
+/// One attempt of the step's CSI calls, in the order the lane's driver sends them (the
+/// replays in `tests/common/*_driver.rs`), each OK answer checked against the machine.
+fn attempt_once(d: &Daemon, sim: &SimWindows, lane: &mut Lane, step: Step) -> Result<(), Failure> {
+    let answer = |e: String| Failure::Answer(e);
     match step {
-        Step::Stage(l) => {
-            let lane = &mut lanes[l];
+        Step::Stage(_) => {
             let n = lane.disk;
-            if !d.disk.list_disk_ids().map_err(s)?.contains_key(&n) {
-                return Err(format!("disk {n} is not listed"));
+            // azuredisk finds its disk by LUN; aws-ebs and gce-pd by its identifiers.
+            let found = if lane.driver == Driver::AzureDisk {
+                d.disk
+                    .list_disk_locations()?
+                    .get(&n)
+                    .is_some_and(|at| at.lun_id == lane.lun.to_string())
+            } else {
+                d.disk.list_disk_ids()?.contains_key(&n)
+            };
+            if !found {
+                return Err(answer(format!("disk {n} is not listed")));
             }
-            d.disk.partition_disk(n).map_err(s)?;
-            d.disk.set_disk_state(n, true).map_err(s)?;
-            let vols = d.volume.list_volumes_on_disk(n, 0).map_err(s)?;
+            d.disk.partition_disk(n)?;
+            holds(!sim.partitions(n).is_empty(), || {
+                format!("PartitionDisk({n}) answered OK but the disk has no partition")
+            })?;
+            if lane.driver != Driver::AzureDisk {
+                d.disk.set_disk_state(n, true)?;
+                holds(sim.disk_attributes(n).is_some_and(|(off, _)| !off), || {
+                    format!("SetDiskState({n}, online) answered OK but the disk is offline")
+                })?;
+            }
             // The driver takes the first ID without a length check: an empty list panics it.
-            let v = vols
+            let v = d
+                .volume
+                .list_volumes_on_disk(n, 0)?
                 .first()
-                .ok_or("no volume listed (the driver panics)")?
-                .clone();
-            if !d.volume.is_volume_formatted(&v).map_err(s)? {
-                d.volume.format_volume(&v).map_err(s)?;
+                .cloned()
+                .ok_or_else(|| answer("no volume listed (the driver panics)".into()))?;
+            if !d.fs.path_exists(&lane.staging)? {
+                d.fs.mkdir(&lane.staging)?;
             }
-            if !d.fs.path_exists(&lane.staging).map_err(s)? {
-                d.fs.mkdir(&lane.staging).map_err(s)?;
+            if !d.volume.is_volume_formatted(&v)? {
+                d.volume.format_volume(&v)?;
+                holds(sim.filesystem_of(&v).is_some(), || {
+                    format!("FormatVolume({v}) answered OK but the volume has no filesystem")
+                })?;
             }
-            d.volume.mount_volume(&v, &lane.staging).map_err(s)?;
+            d.volume.mount_volume(&v, &lane.staging)?;
+            holds(
+                mounted_at(sim, &lane.staging).is_some_and(|m| same_path(&m, &v)),
+                || {
+                    format!(
+                        "MountVolume({v}, {}) answered OK but it is not mounted there",
+                        lane.staging
+                    )
+                },
+            )?;
+            // gce-pd grows the filesystem to its disk at every stage.
+            if lane.driver == Driver::GcePd {
+                d.volume.resize_volume(&v, 0)?;
+            }
             if lane.serial.is_none() {
                 lane.serial = sim.filesystem_serial(&v);
             }
             lane.volume = Some(v);
             lane.phase = Phase::Staged;
         }
-        Step::Publish(l) => {
-            let lane = &mut lanes[l];
-            if !d.fs.path_exists(&lane.target).map_err(s)? {
+        Step::Publish(_) => {
+            if !d.fs.path_exists(&lane.target)? {
                 let parent = lane.target.rsplit_once('\\').map_or("", |(p, _)| p);
-                d.fs.mkdir(parent).map_err(s)?;
-                d.fs.create_symlink(&lane.staging, &lane.target)
-                    .map_err(s)?;
+                d.fs.mkdir(parent)?;
+                d.fs.create_symlink(&lane.staging, &lane.target)?;
+                holds(sim.entry_exists(&lane.target), || {
+                    format!("CreateSymlink answered OK but {} is not there", lane.target)
+                })?;
             }
             lane.phase = Phase::Published;
         }
-        Step::Unpublish(l) => {
-            let lane = &mut lanes[l];
-            if d.fs.path_exists(&lane.target).map_err(s)? {
-                d.fs.rmdir(&lane.target, true).map_err(s)?;
+        Step::Unpublish(_) => {
+            if d.fs.path_exists(&lane.target)? {
+                d.fs.rmdir(&lane.target, true)?;
+                holds(!sim.entry_exists(&lane.target), || {
+                    format!("Rmdir answered OK but {} is still there", lane.target)
+                })?;
             }
             lane.phase = Phase::Staged;
         }
-        Step::Unstage(l) => {
-            let lane = &mut lanes[l];
-            let v = lane.volume.clone().ok_or("staged without a volume")?;
-            d.volume.unmount_volume(&v, &lane.staging).map_err(s)?;
-            if d.fs.path_exists(&lane.staging).map_err(s)? {
-                d.fs.rmdir(&lane.staging, true).map_err(s)?;
+        Step::Unstage(_) => {
+            let v = lane
+                .volume
+                .clone()
+                .ok_or_else(|| answer("staged without a volume".into()))?;
+            if lane.driver == Driver::AzureDisk {
+                // azuredisk flushes (its error only logged) and removes the mount point.
+                let _ = d.volume.write_volume_cache(&v);
+                if d.fs.path_exists(&lane.staging)? {
+                    d.fs.rmdir(&lane.staging, true)?;
+                }
+            } else if d.fs.path_exists(&lane.staging)? {
+                // Gone already: an earlier attempt got past Rmdir, nothing is mounted.
+                if lane.driver == Driver::AwsEbs {
+                    d.volume.write_volume_cache(&v)?;
+                }
+                d.volume.unmount_volume(&v, &lane.staging)?;
+                holds(mounted_at(sim, &lane.staging).is_none(), || {
+                    format!(
+                        "UnmountVolume({v}) answered OK but {} is still mounted",
+                        lane.staging
+                    )
+                })?;
+                d.fs.rmdir(&lane.staging, true)?;
+                let n = d.volume.get_disk_number_from_volume_id(&v)?;
+                holds(n == lane.disk, || {
+                    format!(
+                        "GetDiskNumberFromVolumeID({v}) answered {n}, not {}",
+                        lane.disk
+                    )
+                })?;
+                d.disk.set_disk_state(n, false)?;
+                holds(sim.disk_attributes(n).is_some_and(|(off, _)| off), || {
+                    format!("SetDiskState({n}, offline) answered OK but the disk is online")
+                })?;
             }
+            holds(mounted_at(sim, &lane.staging).is_none(), || {
+                format!("NodeUnstage done but {} is still mounted", lane.staging)
+            })?;
             lane.phase = Phase::Unstaged;
         }
-        Step::Expand(l) => {
-            let lane = &lanes[l];
-            let v = lane.volume.as_deref().ok_or("staged without a volume")?;
-            d.disk.rescan().map_err(s)?;
-            d.volume.resize_volume(v, 0).map_err(s)?;
-            let (_, fs_size) = sim.filesystem_of(v).ok_or("the volume has no filesystem")?;
-            // Grown to the disk's end, less the GPT, the reserved partition and alignment.
-            if fs_size + 256 * (1 << 20) < lane.size {
-                return Err(format!(
-                    "ResizeVolume answered OK but the filesystem has {fs_size} of {} bytes",
-                    lane.size
-                ));
-            }
-        }
-        Step::Stats(l) => {
-            let v = lanes[l]
+        Step::Expand(_) => {
+            let v = lane
                 .volume
                 .as_deref()
-                .ok_or("staged without a volume")?;
-            let st = d.volume.get_volume_stats(v).map_err(s)?;
-            if st.total_bytes == 0 || st.used_bytes > st.total_bytes {
-                return Err(format!("impossible stats {st:?}"));
-            }
+                .ok_or_else(|| answer("staged without a volume".into()))?;
+            d.disk.rescan()?;
+            d.volume.resize_volume(v, 0)?;
+            let (_, fs_size) = sim
+                .filesystem_of(v)
+                .ok_or_else(|| answer("the volume has no filesystem".into()))?;
+            // Grown to the disk's end, less the GPT, the reserved partition and alignment.
+            holds(fs_size + 256 * (1 << 20) >= lane.size, || {
+                format!(
+                    "ResizeVolume answered OK but the filesystem has {fs_size} of {} bytes",
+                    lane.size
+                )
+            })?;
         }
-        Step::RestartWmi => {}
+        Step::Stats(_) => {
+            let v = lane
+                .volume
+                .as_deref()
+                .ok_or_else(|| answer("staged without a volume".into()))?;
+            let st = d.volume.get_volume_stats(v)?;
+            holds(
+                st.total_bytes != 0 && st.used_bytes <= st.total_bytes,
+                || format!("impossible stats {st:?}"),
+            )?;
+        }
+        Step::RestartWmi | Step::Reattach(_) => {}
     }
     Ok(())
 }
@@ -352,20 +582,25 @@ fn check(w: &World, lanes: &[Lane], system: &str) -> Result<(), Violation> {
         return bad("the system disk's partitions changed".into());
     }
     let mounts = w.sim.mount_points();
-    let same = |a: &str, b: &str| {
-        a.trim_end_matches('\\')
-            .eq_ignore_ascii_case(b.trim_end_matches('\\'))
-    };
+    let same = same_path;
     for (i, lane) in lanes.iter().enumerate() {
+        if lane.phase == Phase::Unstaged
+            && let Some(v) = mounted_at(&w.sim, &lane.staging)
+        {
+            return bad(format!(
+                "driver {i}'s staging path {} still has {v} mounted after NodeUnstage",
+                lane.staging
+            ));
+        }
         let Some(v) = lane.volume.as_deref() else {
             continue;
         };
-        let serial = w.sim.filesystem_serial(v);
-        if let Some(first) = lane.serial
-            && serial != Some(first)
+        // None while its disk is offline (unstaged): nothing can format it then.
+        if let (Some(first), Some(now)) = (lane.serial, w.sim.filesystem_serial(v))
+            && now != first
         {
             return bad(format!(
-                "driver {i}'s volume {v} was formatted again (serial {first:08x} -> {serial:?})"
+                "driver {i}'s volume {v} was formatted again (serial {first:08x} -> {now:08x})"
             ));
         }
         if lane.phase != Phase::Unstaged

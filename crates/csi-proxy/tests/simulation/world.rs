@@ -2,6 +2,7 @@
 //! source for everything that varies, and a daemon that can be killed between any two seam
 //! calls and started again over the same machine and state directory.
 
+use super::workload::Violation;
 use csi_proxy_core::disk::DiskService;
 use csi_proxy_core::filesystem::FilesystemService;
 use csi_proxy_core::paths::{PathPolicy, PathStyle};
@@ -11,8 +12,9 @@ use csi_proxy_host::windows::filesystem::WindowsFilesystemHost;
 use csi_proxy_host::windows::os::OsError;
 use csi_proxy_host::windows::sim::{Disturbance, SimWindows};
 use csi_proxy_host::windows::volume::WindowsVolumeHost;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 pub const KUBELET: &str = r"C:\var\lib\kubelet";
@@ -54,6 +56,8 @@ pub struct Weather {
     pub late: u64,
     /// Per mille of seam calls before which the daemon is killed.
     pub crash: u64,
+    /// Per mille of seam calls that hang past the caller's deadline (in most runs none).
+    pub hang: u64,
 }
 
 /// Transient errors any device or WMI call may answer (System Error Codes): the device not
@@ -73,7 +77,7 @@ const TRANSIENT: [(u32, &str); 5] = [
     (1167, "The device is not connected."),
 ];
 
-/// The services a daemon runs, over the machine.
+/// The services a daemon runs, over the machine (shared with the threads of calls that hang).
 pub struct Daemon {
     pub disk: DiskService,
     pub volume: VolumeService,
@@ -83,8 +87,16 @@ pub struct Daemon {
 /// One machine, its daemon, and the run's random source.
 pub struct World {
     pub sim: Arc<SimWindows>,
-    pub daemon: Daemon,
+    pub daemon: Arc<Daemon>,
     pub rng: Rng,
+    /// When hung calls are let go: its own stream, so runs without hangs draw as before.
+    pub hang_rng: Rng,
+    /// A call hangs now: no other call is hung until it ended, so hung calls finish one at a
+    /// time, alone, and the run stays the same for its seed.
+    hanging: Arc<AtomicBool>,
+    /// The threads of calls kubelet stopped waiting for, still running in the daemon; each
+    /// ends with what it broke, if anything.
+    pub hung: Vec<JoinHandle<Option<Violation>>>,
     pub weather: Weather,
     /// The source the chaos hook draws from: its own stream, so the workload's draws do not
     /// shift when a host makes one more call.
@@ -99,10 +111,16 @@ pub struct World {
 impl World {
     pub fn new(seed: u64) -> World {
         let mut rng = Rng::new(seed);
+        let mut hang_rng = Rng::new(seed ^ 0x4a46_6a46);
         let weather = Weather {
             fail: rng.below(40),
             late: rng.below(40),
             crash: rng.below(6),
+            hang: if hang_rng.chance(400) {
+                1 + hang_rng.below(4)
+            } else {
+                0
+            },
         };
         let sim = Arc::new(SimWindows::new());
         sim.set_arrival_delay(Duration::from_millis(rng.below(5000)));
@@ -114,6 +132,9 @@ impl World {
             sim,
             daemon,
             rng,
+            hang_rng,
+            hung: Vec::new(),
+            hanging: Arc::default(),
             weather,
             chaos_rng,
             late_ms: Arc::default(),
@@ -129,6 +150,7 @@ impl World {
             return;
         }
         let (w, rng, late) = (self.weather, self.chaos_rng.clone(), self.late_ms.clone());
+        let hanging = self.hanging.clone();
         self.sim.set_chaos(Some(Box::new(move |_call| {
             let mut r = rng.lock().unwrap();
             if r.chance(w.crash) {
@@ -140,37 +162,53 @@ impl World {
                 let ms = r.below(20_000);
                 late.fetch_add(ms, Ordering::Relaxed);
                 Disturbance::Late(Duration::from_millis(ms))
+            } else if w.hang > 0 && !hanging.load(Ordering::SeqCst) && r.chance(w.hang) {
+                hanging.store(true, Ordering::SeqCst);
+                Disturbance::Hang
             } else {
                 Disturbance::None
             }
         })));
     }
 
+    /// Lets every hung call go on, and waits until each has ended: the first thing one broke.
+    pub fn finish_hung(&mut self) -> Result<(), Violation> {
+        self.sim.release_hung();
+        let broke: Vec<Violation> = self
+            .hung
+            .drain(..)
+            .filter_map(|t| t.join().expect("a hung call's thread panicked"))
+            .collect();
+        self.hanging.store(false, Ordering::SeqCst);
+        broke.into_iter().next().map_or(Ok(()), Err)
+    }
+
     /// When the daemon was killed: a new one over the same machine and state directory, as
-    /// the service manager restarts it.
-    pub fn restart_if_dead(&mut self) -> bool {
+    /// the service manager restarts it. The dead daemon's hung calls die with it.
+    pub fn restart_if_dead(&mut self) -> Result<bool, Violation> {
         if !self.sim.is_dead() {
-            return false;
+            return Ok(false);
         }
+        self.finish_hung()?;
         self.sim.revive();
         self.daemon = start(&self.sim, &self.state);
         self.restarts += 1;
-        true
+        Ok(true)
     }
 }
 
-fn start(sim: &Arc<SimWindows>, state: &tempfile::TempDir) -> Daemon {
+fn start(sim: &Arc<SimWindows>, state: &tempfile::TempDir) -> Arc<Daemon> {
     let policy = Arc::new(PathPolicy::new(PathStyle::Windows, KUBELET, &[]).unwrap());
     let fs = FilesystemService::new(
         Arc::new(WindowsFilesystemHost::with_os(sim.clone())),
         policy.clone(),
     );
-    Daemon {
+    Arc::new(Daemon {
         disk: DiskService::new(Arc::new(WindowsDiskHost::with_os(sim.clone())), policy),
         volume: VolumeService::new(
             Arc::new(WindowsVolumeHost::with_os(sim.clone(), state.path())),
             fs.clone(),
         ),
         fs,
-    }
+    })
 }
