@@ -150,13 +150,18 @@ pub fn run(seed: u64, lanes: usize, steps: &[Step], log: bool) -> Result<Stats, 
             eprintln!("step {i}: {step:?}");
         }
         let at = |v: Violation| Violation(format!("after step {i} ({step:?}): {v}"));
-        // The tail takes every volume down with the weather clear: it must all converge.
+        // The tail takes every volume down with the weather clear: it must all converge. A
+        // call still hung from the run goes on first.
+        if tail {
+            finish_hung(&mut w).map_err(at)?;
+        }
         w.disturb(!tail);
         perform(&mut w, &mut lanes, *step, &mut stats, log).map_err(at)?;
         w.disturb(false);
         check(&w, &lanes, &system).map_err(at)?;
         stats.steps += 1;
     }
+    finish_hung(&mut w)?;
     let left: Vec<_> = w
         .sim
         .mount_points()
@@ -281,8 +286,7 @@ fn perform(
         Ok(Attempt { answer, killed })
     });
     stats.hangs += hangs;
-    done?;
-    finish_hung(w)
+    done
 }
 
 /// Lets the hung call go on to its end; when the weather killed the daemon meanwhile, it is
