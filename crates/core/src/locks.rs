@@ -34,6 +34,10 @@ pub fn lock_disk(number: u32, op: &str, object: &str) -> Result<DiskGuard> {
     let deadline = crate::deadline::current();
     // A panic while holding the table's mutex cannot leave it inconsistent (insert/remove are
     // single steps), so a poisoned lock is taken over.
+    // A caller that has gone starts nothing, held disk or not: its retry may already have
+    // done the work, and done again later it would undo what came after (a stale unmount of
+    // a volume staged again).
+    crate::deadline::check(op, object)?;
     let mut disks = BUSY.disks.lock().unwrap_or_else(|p| p.into_inner());
     while disks.contains(&number) {
         disks = match deadline {
@@ -121,9 +125,23 @@ mod tests {
             e.to_string().contains("FormatVolume") && e.to_string().contains("another operation"),
             "{e}"
         );
-        // A free disk is held at once, deadline or not.
+        // A free disk is held at once while the caller still waits.
         crate::deadline::within(Some(Instant::now() + Duration::from_secs(5)), || {
             drop(lock_disk(4_000_005, "test", "d").unwrap());
         });
+    }
+
+    /// A call whose caller has gone (it hung past its deadline before reaching the disk) starts
+    /// nothing even on a free disk: its retry may have done the work already, and a stale
+    /// UnmountVolume run now would take away a volume staged again since.
+    #[test]
+    fn a_caller_that_has_gone_holds_no_disk() {
+        let past = Instant::now() - Duration::from_millis(1);
+        let e = crate::deadline::within(Some(past), || lock_disk(4_000_006, "UnmountVolume", "v"))
+            .err()
+            .expect("not held");
+        assert_eq!(e.kind(), crate::Kind::DeadlineExceeded);
+        assert!(e.to_string().contains("UnmountVolume"), "{e}");
+        drop(lock_disk(4_000_006, "test", "d").expect("the disk was never held"));
     }
 }

@@ -75,9 +75,13 @@ impl FilesystemService {
         &self.host
     }
 
-    /// Walks `path` for operation `op` through the host's handles.
+    /// Walks `path` for operation `op` through the host's handles. A call whose caller stopped
+    /// waiting during the walk (a slow share, a hung device) goes no further: what it resolved
+    /// may have been replaced meanwhile by the caller's retry, and acting on it would undo that.
     pub fn walk(&self, op: &str, path: &str, mode: Mode) -> Result<Walk<Held>> {
-        self.policy.walk(op, path, mode, self.host.as_ref())
+        let w = self.policy.walk(op, path, mode, self.host.as_ref())?;
+        crate::deadline::check(op, path)?;
+        Ok(w)
     }
 
     /// Confines `path` for operation `op`; returns it normalised.
@@ -284,4 +288,24 @@ fn not_found(op: &str, walk: &Walk<Held>) -> Error {
 /// A host error about the request path.
 fn io_error(op: &str, r: &Reached<Held>, e: io::Error) -> Error {
     Error::io(op, format!("{:?}", r.normalised), &e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// A call whose caller stopped waiting while its path was resolved acts on nothing.
+    #[test]
+    fn a_caller_that_has_gone_resolves_no_path() {
+        let fs = crate::testing::kubelet_fs();
+        let past = Instant::now() - Duration::from_millis(1);
+        let e = crate::deadline::within(Some(past), || {
+            fs.walk("Rmdir", "/var/lib/kubelet/pods/p/mount", Mode::ENTRY)
+        })
+        .err()
+        .expect("not resolved");
+        assert_eq!(e.kind(), Kind::DeadlineExceeded);
+        assert!(e.to_string().contains("Rmdir"), "{e}");
+    }
 }

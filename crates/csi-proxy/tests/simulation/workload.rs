@@ -215,9 +215,13 @@ fn valid(lanes: &[Lane], step: Step) -> bool {
     }
 }
 
-/// How long a call sent while another hangs waits for it at most (its deadline, real time:
-/// the daemon's waits for a disk another operation holds end there).
-const BEHIND_A_HANG: Duration = Duration::from_millis(100);
+/// The caller's deadline (real time) of a call: kubelet's for the CSI call, which the server
+/// gives the daemon's work (`csi_proxy_core::deadline`). Long, as kubelet's minutes are, for a
+/// call nothing stands in the way of; short for a call sent while another hangs, since it may
+/// wait for a disk the hung one holds until its deadline. A hung call's own deadline passes
+/// when it is let go (the simulated Windows expires it): it hung past it.
+const ATTEMPT_DEADLINE: Duration = Duration::from_secs(20);
+const BEHIND_A_HANG: Duration = Duration::from_millis(200);
 /// An attempt still running this long (real time) is stuck past any deadline.
 const STUCK: Duration = Duration::from_secs(30);
 
@@ -272,7 +276,7 @@ fn perform(
             )));
         }
         let killed = w.restart_if_dead()?;
-        if !w.hung.is_empty() && w.hang_rng.chance(500) {
+        if !w.hung.is_empty() && w.hang_rng.chance(250) {
             finish_hung(w)?;
         }
         if log {
@@ -305,8 +309,14 @@ fn attempt_on_thread(
     step: Step,
 ) -> Result<Result<Lane, String>, Violation> {
     let (daemon, sim) = (w.daemon.clone(), w.sim.clone());
-    // Sent while a call hangs: the server gives it the caller's deadline.
-    let deadline = (!w.hung.is_empty()).then(|| Instant::now() + BEHIND_A_HANG);
+    let deadline = Some(
+        Instant::now()
+            + if w.hung.is_empty() {
+                ATTEMPT_DEADLINE
+            } else {
+                BEHIND_A_HANG
+            },
+    );
     let hung_before = w.sim.hung_calls();
     let (tx, rx) = mpsc::channel();
     let thread = std::thread::spawn(move || {
@@ -339,9 +349,8 @@ fn attempt_on_thread(
             }
             Err(mpsc::RecvTimeoutError::Timeout) if started.elapsed() > STUCK => {
                 return Err(Violation(format!(
-                    "an attempt of {step:?} still runs {STUCK:?} after it started ({:?} past \
-                     its deadline, if it had one)",
-                    STUCK - BEHIND_A_HANG
+                    "an attempt of {step:?} still runs {STUCK:?} after it started, past its \
+                     deadline"
                 )));
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}

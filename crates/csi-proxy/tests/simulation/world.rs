@@ -117,7 +117,7 @@ impl World {
             late: rng.below(40),
             crash: rng.below(6),
             hang: if hang_rng.chance(400) {
-                1 + hang_rng.below(4)
+                1 + hang_rng.below(10)
             } else {
                 0
             },
