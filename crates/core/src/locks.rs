@@ -137,9 +137,11 @@ mod tests {
     #[test]
     fn a_caller_that_has_gone_holds_no_disk() {
         let past = Instant::now() - Duration::from_millis(1);
-        let e = crate::deadline::within(Some(past), || lock_disk(4_000_006, "UnmountVolume", "v"))
-            .err()
-            .expect("not held");
+        let Err(e) =
+            crate::deadline::within(Some(past), || lock_disk(4_000_006, "UnmountVolume", "v"))
+        else {
+            panic!("held for a caller that has gone");
+        };
         assert_eq!(e.kind(), crate::Kind::DeadlineExceeded);
         assert!(e.to_string().contains("UnmountVolume"), "{e}");
         drop(lock_disk(4_000_006, "test", "d").expect("the disk was never held"));
