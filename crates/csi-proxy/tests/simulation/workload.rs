@@ -115,7 +115,7 @@ pub fn steps(seed: u64, lanes: usize, count: usize) -> Vec<Step> {
 /// A run of `steps` in the world of `seed`: the first violation, with the step it followed.
 pub fn run(seed: u64, lanes: usize, steps: &[Step], log: bool) -> Result<Stats, Violation> {
     let mut w = World::new(seed);
-    let system = format!("{:?}", w.sim.partitions(0));
+    let system = system_disk(&w.sim);
     let mut drivers = Rng::new(seed ^ 0xd21e_d21e);
     let mut lanes: Vec<Lane> = (0..lanes)
         .map(|i| {
@@ -586,13 +586,22 @@ fn attempt_once(d: &Daemon, sim: &SimWindows, lane: &mut Lane, step: Step) -> Re
     Ok(())
 }
 
+/// What the system disk holds: its partitions, and a hash of its first 64 KiB (the
+/// protective MBR and the GPT).
+fn system_disk(sim: &SimWindows) -> String {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut h = DefaultHasher::new();
+    sim.disk_bytes(0, 0, 64 << 10).hash(&mut h);
+    format!("{:?} {:016x}", sim.partitions(0), h.finish())
+}
+
 /// The invariants, with the weather cleared: no volume formatted twice, every staged volume
 /// mounted where it was staged, every published target leading there, the system disk
 /// untouched.
 fn check(w: &World, lanes: &[Lane], system: &str) -> Result<(), Violation> {
     let bad = |s: String| Err(Violation(s));
-    if format!("{:?}", w.sim.partitions(0)) != system {
-        return bad("the system disk's partitions changed".into());
+    if system_disk(&w.sim) != system {
+        return bad("the system disk (the host's own) was written".into());
     }
     let mounts = w.sim.mount_points();
     let same = same_path;
