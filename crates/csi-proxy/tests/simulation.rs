@@ -2,8 +2,9 @@
 //! few drivers staging, publishing, expanding and unstaging their volumes in an order drawn
 //! from the seed, while seam calls fail, answer late, or find the daemon killed (then started
 //! again over the same machine and state directory). After every step the invariants are
-//! checked (see `simulation/workload.rs`); a failure prints its seed and the shortest step
-//! list that still fails, and replays exactly:
+//! checked (see `simulation/workload.rs`), and around each seed the process's threads and
+//! heap (`simulation/resources.rs`); a failure prints its seed (and, for a failed step, the
+//! shortest step list that still fails), and replays exactly:
 //!
 //! ```text
 //! DST_SEED=<seed> cargo test -p csi-proxy --test simulation -- --nocapture   # one seed, logged
@@ -38,6 +39,7 @@ const REGRESSIONS: [u64; 5] = [18, 46, 107, 137, 289];
 /// threads.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
+/// Takes [`ONE_AT_A_TIME`], the calling thread named as the harness's (not the daemon's).
 fn one_at_a_time() -> MutexGuard<'static, ()> {
     resources::harness_thread();
     ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
