@@ -2,8 +2,9 @@
 //! few drivers staging, publishing, expanding and unstaging their volumes in an order drawn
 //! from the seed, while seam calls fail, answer late, or find the daemon killed (then started
 //! again over the same machine and state directory). After every step the invariants are
-//! checked (see `simulation/workload.rs`); a failure prints its seed and the shortest step
-//! list that still fails, and replays exactly:
+//! checked (see `simulation/workload.rs`), and around each seed the process's threads and
+//! heap (`simulation/resources.rs`); a failure prints its seed (and, for a failed step, the
+//! shortest step list that still fails), and replays exactly:
 //!
 //! ```text
 //! DST_SEED=<seed> cargo test -p csi-proxy --test simulation -- --nocapture   # one seed, logged
@@ -14,11 +15,14 @@
 mod simulation {
     #[cfg(target_os = "linux")]
     pub mod linux;
+    pub mod resources;
     pub mod workload;
     pub mod world;
 }
 
+use simulation::resources::{self, Figures, Tally, Watch};
 use simulation::workload::{self, Step, Violation};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 /// Seeds a plain `cargo test` runs (CI's budget: a few seconds).
@@ -35,6 +39,16 @@ const STEPS: usize = 40;
 /// caller's deadline) taking away the volume staged again since. (The workload has changed
 /// since the first five were found; their bugs are also pinned by unit tests of the hosts.)
 const REGRESSIONS: [u64; 8] = [6, 18, 30, 46, 62, 107, 137, 289];
+
+/// The tests run one at a time: the resource checks count the whole process's heap and
+/// threads.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Takes [`ONE_AT_A_TIME`], the calling thread named as the harness's (not the daemon's).
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    resources::harness_thread();
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().map(|v| {
@@ -70,34 +84,51 @@ fn run_both(seed: u64, steps: &[Step], log: bool) -> Result<workload::Stats, Vio
     Ok(stats)
 }
 
-fn run_seed(seed: u64, log: bool) -> Result<workload::Stats, String> {
+/// One seed's run, its resources checked once its worlds are gone.
+fn run_seed(seed: u64, log: bool) -> Result<(workload::Stats, Figures), String> {
+    let replay =
+        format!("replay: DST_SEED={seed} cargo test -p csi-proxy --test simulation -- --nocapture");
     let steps = workload::steps(seed, LANES, STEPS);
-    run_both(seed, &steps, log).map_err(|v| {
-        let (short, why) = shrink(seed, steps, v.clone());
-        format!(
-            "seed {seed} failed: {v}\n  shortest failing step list ({} steps): {short:?}\n  \
-             its violation: {why}\n  replay: DST_SEED={seed} cargo test -p csi-proxy --test simulation -- --nocapture",
-            short.len()
-        )
-    })
+    let watch = Watch::start();
+    match run_both(seed, &steps, log) {
+        Ok(stats) => watch
+            .check()
+            .map(|figures| (stats, figures))
+            .map_err(|e| format!("seed {seed} failed: {e}\n  {replay}")),
+        Err(v) => {
+            let (short, why) = shrink(seed, steps, v.clone());
+            Err(format!(
+                "seed {seed} failed: {v}\n  shortest failing step list ({} steps): {short:?}\n  \
+                 its violation: {why}\n  {replay}",
+                short.len()
+            ))
+        }
+    }
 }
 
 #[test]
 fn seeded_node_lifetimes_keep_every_invariant() {
+    let _one = one_at_a_time();
     if let Some(seed) = env_u64("DST_SEED") {
-        let stats = run_seed(seed, true).unwrap_or_else(|e| panic!("{e}"));
-        eprintln!("seed {seed}: {stats:?}");
+        let (stats, figures) = run_seed(seed, true).unwrap_or_else(|e| panic!("{e}"));
+        eprintln!("seed {seed}: {stats:?}\n  {figures:?}");
         return;
     }
     let count = env_u64("DST_SEEDS").unwrap_or(CI_SEEDS);
     let first = env_u64("DST_FIRST_SEED").unwrap_or(1);
     let started = Instant::now();
     let mut total = workload::Stats::default();
+    let mut tally = Tally::default();
     let mut failures = Vec::new();
     for seed in first..first + count {
         match run_seed(seed, false) {
-            Ok(s) => {
+            Ok((s, figures)) => {
                 total.add(s);
+                if let Err(e) = tally.add(seed, figures) {
+                    eprintln!("{e}");
+                    failures.push(seed);
+                    break;
+                }
             }
             Err(e) => {
                 eprintln!("{e}");
@@ -118,6 +149,7 @@ fn seeded_node_lifetimes_keep_every_invariant() {
         total.hangs,
         total.restarts
     );
+    eprintln!("resources: {tally}");
     assert!(failures.is_empty(), "failing seeds: {failures:?}");
     // The weather must bite: a run where nothing failed tests nothing.
     assert!(
@@ -128,6 +160,7 @@ fn seeded_node_lifetimes_keep_every_invariant() {
 
 #[test]
 fn seeds_that_once_failed_keep_passing() {
+    let _one = one_at_a_time();
     for seed in REGRESSIONS {
         run_seed(seed, false).unwrap_or_else(|e| panic!("{e}"));
     }
@@ -136,6 +169,7 @@ fn seeds_that_once_failed_keep_passing() {
 /// The same seed gives the same run: the replay a failure prints is exact.
 #[test]
 fn a_seed_replays_exactly() {
+    let _one = one_at_a_time();
     let steps = workload::steps(7, LANES, STEPS);
     let a = run_both(7, &steps, false);
     let b = run_both(7, &steps, false);

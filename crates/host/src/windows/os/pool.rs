@@ -3,6 +3,10 @@
 //! dead SMB server holds one thread, not every call of its namespace, and a call whose caller
 //! stopped waiting before a thread took it is never started (a Create that would re-create a
 //! mapping after its NodeUnstage).
+//!
+//! The real daemon keeps its pools for its whole life (a static); a pool that is dropped (each
+//! simulated Windows machine has its own) closes: its idle threads end at once, a busy one
+//! when its call ends, so a test making thousands of machines does not pile up threads.
 
 use super::{OsError, Win32Result};
 use csi_proxy_core::{Error, Kind, Result};
@@ -31,6 +35,8 @@ struct Queue<S> {
     jobs: VecDeque<Job<S>>,
     threads: usize,
     idle: usize,
+    /// The pool's last handle is gone: no call will come, threads end once the queue is empty.
+    closed: bool,
 }
 
 struct Inner<S> {
@@ -45,7 +51,8 @@ struct Inner<S> {
 }
 
 /// A pool of up to `max_threads` threads, started as calls need them, each holding a state
-/// made by `init` on that thread.
+/// made by `init` on that thread. Dropping it ends its threads (see the module's comment);
+/// share it behind an `Arc` so a caller's call holds it open until answered.
 pub struct Pool<S: 'static> {
     inner: Arc<Inner<S>>,
 }
@@ -63,6 +70,7 @@ impl<S: 'static> Pool<S> {
                     jobs: VecDeque::new(),
                     threads: 0,
                     idle: 0,
+                    closed: false,
                 }),
                 ready: Condvar::new(),
                 generation: AtomicU64::new(0),
@@ -140,11 +148,21 @@ impl<S: 'static> Pool<S> {
     }
 }
 
+impl<S: 'static> Drop for Pool<S> {
+    /// Closes the pool: idle threads wake and end now, busy ones after their call. No caller
+    /// waits on a queued call any more (each borrows the pool while it waits), so those left
+    /// are abandoned ones, which a thread drops without starting.
+    fn drop(&mut self) {
+        self.lock().closed = true;
+        self.inner.ready.notify_all();
+    }
+}
+
 /// How long a pool thread waits for a call before it ends.
 const IDLE_LIMIT: Duration = Duration::from_secs(60);
 
-/// A pool thread: takes calls until it has been idle for [`IDLE_LIMIT`], its state made on
-/// this thread.
+/// A pool thread: takes calls until it has been idle for [`IDLE_LIMIT`] or the pool is closed
+/// and has no call left, its state made on this thread.
 fn serve<S>(inner: &Inner<S>) {
     let mut state = (inner.init)();
     let mut seen = inner.generation.load(Ordering::SeqCst);
@@ -152,24 +170,30 @@ fn serve<S>(inner: &Inner<S>) {
         let job = {
             let mut q = inner.queue.lock().unwrap_or_else(|p| p.into_inner());
             q.idle += 1;
-            while q.jobs.is_empty() {
+            loop {
+                if let Some(job) = q.jobs.pop_front() {
+                    q.idle -= 1;
+                    break job;
+                }
+                // Idle for long, or no call can come any more: the thread (and its
+                // connection) goes; a later call of an open pool starts another.
+                if q.closed {
+                    q.idle -= 1;
+                    q.threads -= 1;
+                    return;
+                }
                 let (guard, waited) = inner
                     .ready
                     .wait_timeout(q, IDLE_LIMIT)
                     .unwrap_or_else(|p| p.into_inner());
                 q = guard;
-                // Idle for long: the thread (and its connection) goes; a later call starts
-                // another.
                 if waited.timed_out() && q.jobs.is_empty() {
                     q.idle -= 1;
                     q.threads -= 1;
                     return;
                 }
             }
-            q.idle -= 1;
-            q.jobs.pop_front()
         };
-        let Some(job) = job else { continue };
         let now = inner.generation.load(Ordering::SeqCst);
         if now != seen {
             state = (inner.init)();
@@ -197,8 +221,9 @@ const THREADS_PER_NAMESPACE: usize = 4;
 pub const CALL_LIMIT: Duration = Duration::from_secs(120);
 
 /// One [`Pool`] per WMI namespace, each thread holding its own state `S` (its connection): a
-/// namespace that hangs holds its own threads only. Used by the real WMI layer and, with the
-/// same limits and answers, by the simulated Windows.
+/// namespace that hangs holds its own threads only. Used by the real WMI layer (a static, kept
+/// for the daemon's life) and, with the same limits and answers, by the simulated Windows
+/// (one per machine: dropping it closes its pools once their last calls are answered).
 pub struct Namespaces<S: 'static> {
     init: fn() -> S,
     pools: Mutex<HashMap<&'static str, Arc<Pool<S>>>>,
@@ -316,15 +341,13 @@ mod tests {
 
     #[test]
     fn a_stuck_call_holds_one_thread_not_the_others() {
-        let pool: Pool<()> = Pool::new("test-pool", 4, 16, || ());
+        let pool: Arc<Pool<()>> = Arc::new(Pool::new("test-pool", 4, 16, || ()));
         let (release, stuck) = std::sync::mpsc::channel::<()>();
         let stuck = Arc::new(Mutex::new(stuck));
         // A call to a dead server: blocks until released.
         let held = stuck.clone();
         let t = std::thread::spawn({
-            let pool = Pool {
-                inner: pool.inner.clone(),
-            };
+            let pool = pool.clone();
             move || {
                 pool.call(soon(5_000), move |_| {
                     let _ = held.lock().unwrap().recv();
@@ -341,13 +364,11 @@ mod tests {
 
     #[test]
     fn a_call_whose_caller_gave_up_is_never_started() {
-        let pool: Pool<()> = Pool::new("test-pool", 1, 16, || ());
+        let pool: Arc<Pool<()>> = Arc::new(Pool::new("test-pool", 1, 16, || ()));
         let ran = Arc::new(AtomicUsize::new(0));
         // The one thread is busy for 200 ms.
         let busy = std::thread::spawn({
-            let pool = Pool {
-                inner: pool.inner.clone(),
-            };
+            let pool = pool.clone();
             move || {
                 pool.call(soon(5_000), |_| {
                     std::thread::sleep(Duration::from_millis(200))
@@ -380,5 +401,109 @@ mod tests {
         let e = pool.call(soon(1_000), |_| -> usize { panic!("boom") });
         assert!(matches!(e, Err(CallError::Failed(_))), "{e:?}");
         assert!(pool.call(soon(1_000), |s| *s).is_ok());
+    }
+
+    /// Waits (up to 10 s) until no thread of the pool is left: each holds its `Inner`.
+    fn threads_end<S>(inner: std::sync::Weak<Inner<S>>) -> bool {
+        let give_up = soon(10_000);
+        while inner.strong_count() > 0 {
+            if Instant::now() > give_up {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        true
+    }
+
+    #[test]
+    fn a_dropped_pool_ends_its_idle_threads_at_once() {
+        let pool: Arc<Pool<()>> = Arc::new(Pool::new("test-pool", 4, 16, || ()));
+        let (release, stuck) = std::sync::mpsc::channel::<()>();
+        let (started, running) = std::sync::mpsc::channel::<()>();
+        // One call held while another runs: two threads, both idle once the first returns.
+        let held = std::thread::spawn({
+            let pool = pool.clone();
+            move || {
+                pool.call(soon(5_000), move |_| {
+                    started.send(()).unwrap();
+                    stuck.recv().is_ok()
+                })
+            }
+        });
+        running.recv().unwrap();
+        assert_eq!(pool.call(soon(1_000), |_| 7), Ok(7));
+        release.send(()).unwrap();
+        assert_eq!(held.join().unwrap(), Ok(true));
+        assert_eq!(pool.threads(), 2);
+        let inner = Arc::downgrade(&pool.inner);
+        drop(pool);
+        // Long before IDLE_LIMIT: the threads woke up to the pool's closing.
+        assert!(
+            threads_end(inner),
+            "the dropped pool's idle threads did not end"
+        );
+    }
+
+    #[test]
+    fn a_call_in_flight_when_the_pool_is_dropped_gets_its_answer_then_its_thread_ends() {
+        let pool: Arc<Pool<()>> = Arc::new(Pool::new("test-pool", 1, 16, || ()));
+        let inner = Arc::downgrade(&pool.inner);
+        let (release, stuck) = std::sync::mpsc::channel::<()>();
+        let (started, running) = std::sync::mpsc::channel::<()>();
+        // The caller holds its own handle while it waits, as `Namespaces::call` does.
+        let caller = std::thread::spawn({
+            let pool = pool.clone();
+            move || {
+                pool.call(soon(5_000), move |_| {
+                    started.send(()).unwrap();
+                    stuck.recv().map(|()| "answered")
+                })
+            }
+        });
+        running.recv().unwrap();
+        drop(pool);
+        release.send(()).unwrap();
+        assert_eq!(caller.join().unwrap(), Ok(Ok("answered")));
+        assert!(threads_end(inner), "the dropped pool's thread did not end");
+    }
+
+    #[test]
+    fn a_busy_thread_of_a_dropped_pool_ends_when_its_call_ends() {
+        let pool: Pool<()> = Pool::new("test-pool", 1, 16, || ());
+        let inner = Arc::downgrade(&pool.inner);
+        let (release, stuck) = std::sync::mpsc::channel::<()>();
+        let (started, running) = std::sync::mpsc::channel::<()>();
+        // A call its caller stopped waiting for, still running (WMI cannot cancel it).
+        let answer = pool.call(soon(1_000), move |_| {
+            started.send(()).unwrap();
+            let _ = stuck.recv();
+        });
+        assert_eq!(answer, Err(CallError::TimedOut));
+        running.recv().unwrap();
+        drop(pool);
+        // The thread is still in its call, which holds it...
+        assert_eq!(inner.strong_count(), 1);
+        release.send(()).unwrap();
+        // ...and ends with it.
+        assert!(
+            threads_end(inner),
+            "the dropped pool's busy thread did not end"
+        );
+    }
+
+    #[test]
+    fn dropped_namespaces_end_their_pools_threads() {
+        let ns: Namespaces<()> = Namespaces::new(|| ());
+        assert_eq!(ns.run_in("a", |_| Ok(1)), Ok(1));
+        assert_eq!(ns.run_in("b", |_| Ok(2)), Ok(2));
+        let (a, b) = (
+            Arc::downgrade(&ns.pool("a").inner),
+            Arc::downgrade(&ns.pool("b").inner),
+        );
+        drop(ns);
+        assert!(
+            threads_end(a) && threads_end(b),
+            "a namespace's thread did not end"
+        );
     }
 }
