@@ -221,7 +221,7 @@ fn valid(lanes: &[Lane], step: Step) -> bool {
 /// wait for a disk the hung one holds until its deadline. A hung call's own deadline passes
 /// when it is let go (the simulated Windows expires it): it hung past it.
 const ATTEMPT_DEADLINE: Duration = Duration::from_secs(20);
-const BEHIND_A_HANG: Duration = Duration::from_millis(200);
+const BEHIND_A_HANG: Duration = Duration::from_millis(100);
 /// An attempt still running this long (real time) is stuck past any deadline.
 const STUCK: Duration = Duration::from_secs(30);
 
