@@ -34,6 +34,8 @@ const ENOTDIR: i32 = 20;
 const EINVAL: i32 = 22;
 const ENOSPC: i32 = 28;
 const ELOOP: i32 = 40;
+/// EUCLEAN, "Structure needs cleaning" (the kernel's EFSCORRUPTED).
+const EUCLEAN: i32 = 117;
 const ENXIO: i32 = 6;
 
 /// The fake Linux (see the module documentation).
@@ -447,6 +449,15 @@ impl LinuxOs for FakeLinux {
         // mount(2): EINVAL when the superblock is not one of the filesystem type asked for.
         if signatures::probe(&head).and_then(|sig| sig.mount_type) != Some(fs_type) {
             return Err(errno(EINVAL));
+        }
+        // The kernel refuses an xfs whose mkfs never finished ("Offline file system operation
+        // in progress!"): EFSCORRUPTED.
+        if fs_type == "xfs"
+            && head
+                .get(tools::XFS_INPROGRESS as usize)
+                .is_some_and(|b| *b != 0)
+        {
+            return Err(errno(EUCLEAN));
         }
         let dev = s.dev_numbers(disk, part);
         s.add_mount(dev, source.display().to_string(), point, fs_type.into());

@@ -69,6 +69,9 @@ fn set_ext4_blocks(sb: &mut [u8], blocks: u64) {
 }
 
 /// An xfs superblock (big-endian) for `len` bytes, with an external log (`sb_logstart` 0).
+/// Offset of `sb_inprogress` in the xfs superblock: set while mkfs runs.
+pub(super) const XFS_INPROGRESS: u64 = 126;
+
 fn xfs(len: u64, uuid: [u8; 16]) -> Vec<u8> {
     let mut sb = vec![0u8; 512];
     sb[0..4].copy_from_slice(b"XFSB");
@@ -98,6 +101,17 @@ pub(super) fn run(s: &mut State, program: &str, args: &[&str]) -> io::Result<Ran
             code: None,
             ..ran(0, "", "")
         });
+    }
+    // A mkfs killed mid-way leaves what it wrote by then: both wipe the old signatures first;
+    // mkfs.xfs writes its primary superblock early with `sb_inprogress` set and clears it last,
+    // mke2fs writes its superblock when it closes the new filesystem, last.
+    if program.starts_with("mkfs.") && s.interrupted.remove(program) {
+        s.interrupts_landed += 1;
+        let done = mkfs(s, program, args)?;
+        if done.code == Some(0) {
+            partial_mkfs(s, program, args)?;
+        }
+        return Ok(Ran { code: None, ..done });
     }
     let done = match program {
         "mkfs.ext4" | "mkfs.xfs" => mkfs(s, program, args)?,
@@ -164,6 +178,19 @@ fn mkfs(s: &mut State, program: &str, args: &[&str]) -> io::Result<Ran> {
     )?;
     put(s, dev, sb.0, &sb.1)?;
     Ok(ran(0, "", ""))
+}
+
+/// Turns the filesystem mkfs just made on the device `args` names into what a kill mid-way
+/// leaves: mkfs.xfs's superblock still marked in progress, nothing recognisable from mke2fs.
+fn partial_mkfs(s: &mut State, program: &str, args: &[&str]) -> io::Result<()> {
+    let Some(dev) = device(s, args.last().copied().unwrap_or_default()) else {
+        return Ok(());
+    };
+    if program == "mkfs.xfs" {
+        put(s, dev, XFS_INPROGRESS, &[1])
+    } else {
+        put(s, dev, EXT, &vec![0; 1024])
+    }
 }
 
 /// resize2fs on a device node, xfs_growfs on a mount point: the filesystem grows to fill its
