@@ -41,6 +41,9 @@ struct Fake {
     sticky: Mutex<BTreeSet<String>>,
     /// The host cannot tell a mapping's state (MappingState::Unknown), though it lists them.
     blind: bool,
+    /// Roots whose server does not answer at all (else a broken mapping is one whose server
+    /// refuses its credential).
+    unreachable: Mutex<BTreeSet<String>>,
 }
 
 impl Fake {
@@ -123,6 +126,7 @@ impl SmbHost for Fake {
             Some(m) => MappingState::Present(MappingInfo {
                 healthy: m.healthy,
                 status: if m.healthy { "OK" } else { "Disconnected" }.into(),
+                remap_heals: !self.unreachable.lock().unwrap().contains(root),
                 username: if self.reports_user {
                     Some(m.user.clone().unwrap_or_default())
                 } else {
@@ -278,6 +282,28 @@ fn a_working_mapping_others_use_is_kept_and_a_broken_one_repaired() {
         ],
         "repaired under the other links"
     );
+    assert_eq!(host.mapped(), [ROOT]);
+}
+
+/// A mapping other volumes use whose server does not answer (or whose probe's answer was lost)
+/// is kept: made again, it would fail as well, and the other volumes would stay broken once the
+/// server is back. Before, it was removed under them (the simulation's SMB world, seed 115: a
+/// working mapping removed under a live link after one failed probe).
+#[test]
+fn a_mapping_others_use_is_kept_while_its_server_does_not_answer() {
+    let host = Arc::new(Fake::default());
+    let svc = service(host.clone());
+    svc.new_smb_global_mapping(&req(ROOT, "v1", "u", PASSWORD))
+        .unwrap();
+    host.take();
+    host.set_healthy(ROOT, false);
+    host.unreachable.lock().unwrap().insert(ROOT.into());
+    let e = svc
+        .new_smb_global_mapping(&req("\\\\srv\\share\\b", "v2", "u", PASSWORD))
+        .unwrap_err();
+    assert_eq!(e.kind(), Kind::Unavailable, "{e}");
+    assert!(e.to_string().contains("1 other links"), "{e}");
+    assert_eq!(host.take(), [], "nothing removed, nothing made");
     assert_eq!(host.mapped(), [ROOT]);
 }
 

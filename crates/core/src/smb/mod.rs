@@ -136,6 +136,12 @@ pub struct MappingInfo {
     pub status: String,
     /// The user the mapping was made as, when the host records it (`None`: unknown).
     pub username: Option<String>,
+    /// For a mapping that is not healthy: whether mapping again with a request's credentials
+    /// can heal it, as when the server answered and refused the mapping's credential (a
+    /// rotated password or storage key). One whose server does not answer at all cannot be
+    /// healed that way: removed, its volumes would stay broken when the server is back, where
+    /// the mapping kept reconnects by itself.
+    pub remap_heals: bool,
 }
 
 /// OS primitives of the SMB group. Arguments are already validated; the decisions (reuse,
@@ -417,6 +423,23 @@ impl SmbService {
                         );
                         return Ok(());
                     }
+                    // The server does not answer (or its answer was lost): kept for the other
+                    // volumes, whose links work again once it answers; kubelet retries this one.
+                    if let MappingState::Present(info) = &state
+                        && !info.remap_heals
+                    {
+                        return Err(Error::new(
+                            Kind::Unavailable,
+                            NEW,
+                            format!("mapping {root:?}"),
+                            format!(
+                                "the share does not answer ({}) and {} other links use its \
+                                 mapping, which is kept for them; retry once the server answers",
+                                info.status,
+                                others.len()
+                            ),
+                        ));
+                    }
                     tracing::warn!(
                         root = %root,
                         users = others.len(),
@@ -512,7 +535,8 @@ impl SmbService {
 
     /// RemoveSmbGlobalMapping: removes the node-wide mapping of the share root of `remote_path`,
     /// unless another volume's link under the allowed roots still leads into it (then it is kept
-    /// and the call succeeds). NotFound when nothing is mapped (upstream is not idempotent here).
+    /// and the call succeeds). NotFound when nothing is mapped (upstream is not idempotent here),
+    /// but for a link still leading to exactly `remote_path`: a retried unstage, answered OK.
     pub fn remove_smb_global_mapping(&self, remote_path: &str) -> Result<()> {
         let remote = RemotePath::parse(REMOVE, remote_path)?;
         let root = &remote.root;
@@ -522,6 +546,15 @@ impl SmbService {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         if self.host.smb_global_mapping(root)? == MappingState::Absent {
+            // A retry of csi-driver-smb's unstage whose removal went through but whose Rmdir of
+            // its staging link, next, did not: the link to exactly this path is still there.
+            // NOT_FOUND would fail that unstage on every retry; its work is done.
+            let users = self
+                .host
+                .smb_mapping_users(root, self.fs.policy().roots())?;
+            if users.iter().any(|u| same_remote(&u.remote, &remote.path)) {
+                return Ok(());
+            }
             return Err(Error::new(
                 Kind::NotFound,
                 REMOVE,

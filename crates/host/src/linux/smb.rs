@@ -220,6 +220,8 @@ impl LinuxSmbHost {
             status,
             // The directory's tag already says whose credentials made it.
             username: None,
+            // Why a cifs mount stopped answering is not told apart here: a new mount is tried.
+            remap_heals: !healthy,
         })
     }
 

@@ -157,18 +157,47 @@ fn outcome(op: &str, object: &str, method: &str, r: Win32Result<ReturnValue>) ->
 
 /// The share-root probes of every host in the process: one per root at a time, at most
 /// [`MAX_PROBES`] stuck on dead servers.
-static PROBES: LazyLock<Arc<Probes>> = LazyLock::new(|| Arc::new(Probes::new(MAX_PROBES)));
+static PROBES: LazyLock<Arc<Probes<std::result::Result<(), u32>>>> =
+    LazyLock::new(|| Arc::new(Probes::new(MAX_PROBES)));
+
+/// WAIT_TIMEOUT: what a probe that did not answer in time counts as.
+const WAIT_TIMEOUT: u32 = 258;
+
+/// Whether opening a share root failed because the server refused the mapping's credential
+/// (System Error Codes: ERROR_ACCESS_DENIED, ERROR_LOGON_FAILURE, ERROR_ACCOUNT_RESTRICTION,
+/// ERROR_INVALID_LOGON_HOURS, ERROR_PASSWORD_EXPIRED, ERROR_ACCOUNT_DISABLED,
+/// ERROR_PASSWORD_MUST_CHANGE, ERROR_ACCOUNT_LOCKED_OUT, ERROR_NETWORK_ACCESS_DENIED): the
+/// server answered, so a mapping made again with other credentials can heal it.
+fn refused(code: u32) -> bool {
+    matches!(
+        win32_code(code),
+        ERROR_ACCESS_DENIED
+            | ERROR_NETWORK_ACCESS_DENIED
+            | ERROR_LOGON_FAILURE
+            | 1327
+            | 1328
+            | 1330
+            | 1331
+            | 1907
+            | 1909
+    )
+}
 
 impl WindowsSmbHost {
-    /// Whether the share root answers within [`HEALTH_TIMEOUT`] (or the caller's deadline): a
-    /// dead server blocks the open for long, so it runs as a bounded probe, shared by every
-    /// caller asking about the same root while it runs.
-    fn share_root_answers(&self, root: &str) -> bool {
+    /// Whether the share root answers within [`HEALTH_TIMEOUT`] (or the caller's deadline), or
+    /// the Win32 error saying why not (WAIT_TIMEOUT when it did not answer in time): a dead
+    /// server blocks the open for long, so it runs as a bounded probe, shared by every caller
+    /// asking about the same root while it runs.
+    fn share_root_answers(&self, root: &str) -> std::result::Result<(), u32> {
         let os = self.os.clone();
         let dir = format!("{root}\\");
         // Keyed by the seam too: each simulated Windows in a test process is its own machine.
         let key = format!("{:p} {root}", Arc::as_ptr(&self.os));
-        PROBES.answers(&key, until(HEALTH_TIMEOUT), move || os.dir_opens(&dir))
+        PROBES
+            .answers(&key, until(HEALTH_TIMEOUT), move || {
+                os.dir_opens(&dir).map_err(|e| e.code)
+            })
+            .unwrap_or(Err(WAIT_TIMEOUT))
     }
 
     /// Every global mapping.
@@ -259,17 +288,20 @@ impl SmbHost for WindowsSmbHost {
         // gets the probe's time to finish, and one listed OK may refuse every open (its
         // credential no longer accepted). Only a mapping that does not answer is broken, and
         // only a broken one is ever replaced under other volumes' links.
-        let healthy = self.share_root_answers(root);
-        let status = match (healthy, found.status) {
-            (true, _) => "OK".to_string(),
-            (false, 0) => "inaccessible".to_string(),
-            (false, s) => status_text(s).to_string(),
+        let probe = self.share_root_answers(root);
+        let status = match (probe, found.status) {
+            (Ok(()), _) => "OK".to_string(),
+            (Err(code), 0) => format!("inaccessible, error {code}"),
+            (Err(code), s) => format!("{}, error {code}", status_text(s)),
         };
         Ok(MappingState::Present(MappingInfo {
-            healthy,
+            healthy: probe.is_ok(),
             status,
             // MSFT_SmbGlobalMapping does not report the user a mapping was made as.
             username: None,
+            // Only a server that answered and refused the credential is healed by a new
+            // mapping; a network failure, a lost answer or no answer in time are not.
+            remap_heals: probe.is_err_and(refused),
         }))
     }
 

@@ -365,9 +365,11 @@ pub trait Win32: FileApi + Send + Sync {
     /// `remote`: the method's `ReturnValue`; WBEM_E_NOT_FOUND when there is none.
     fn smb_remove_global_mapping(&self, remote: &str) -> Win32Result<ReturnValue>;
     /// `GetFileAttributesExW(dir)`: whether the directory `dir` (a share root, with its
-    /// trailing backslash) can be reached. On a dead server this blocks for long; callers bound
-    /// the wait ([`probe::Probes`]).
-    fn dir_opens(&self, dir: &str) -> bool;
+    /// trailing backslash) can be reached, or the error saying why not (e.g. ERROR_LOGON_FAILURE
+    /// when the server refuses the mapping's credential, ERROR_BAD_NETPATH when it does not
+    /// answer). On a dead server this blocks for long; callers bound the wait
+    /// ([`probe::Probes`]).
+    fn dir_opens(&self, dir: &str) -> Win32Result<()>;
     /// Every symbolic link below `roots` (bounded scan, links not followed), as
     /// `(link, target as stored)`.
     fn links_below(&self, roots: &[String]) -> Vec<(String, String)>;

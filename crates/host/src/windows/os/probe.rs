@@ -9,16 +9,15 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 /// One probe in flight: its answer once it has one.
-#[derive(Default)]
-struct Slot {
-    answer: Mutex<Option<bool>>,
+struct Slot<T> {
+    answer: Mutex<Option<T>>,
     done: Condvar,
 }
 
-/// The probes in flight, by key, and the cap on them.
-pub struct Probes {
+/// The probes in flight, by key, and the cap on them; a probe answers a `T`.
+pub struct Probes<T> {
     max: usize,
-    inflight: Mutex<HashMap<String, Arc<Slot>>>,
+    inflight: Mutex<HashMap<String, Arc<Slot<T>>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -26,7 +25,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl Probes {
+impl<T: Clone + Send + 'static> Probes<T> {
     /// At most `max` probes running at once.
     pub fn new(max: usize) -> Self {
         Self {
@@ -37,13 +36,13 @@ impl Probes {
 
     /// Runs `probe` for `key` on a thread of its own, or joins the one already running for it,
     /// and waits for its answer until `until`. No answer by then, or no room for another probe
-    /// (`max` are stuck), is `false`: the thing does not answer.
+    /// (`max` are stuck), is `None`: the thing does not answer.
     pub fn answers(
         self: &Arc<Self>,
         key: &str,
         until: Instant,
-        probe: impl FnOnce() -> bool + Send + 'static,
-    ) -> bool {
+        probe: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
         let slot = {
             let mut inflight = lock(&self.inflight);
             if let Some(slot) = inflight.get(key) {
@@ -51,9 +50,12 @@ impl Probes {
             } else {
                 if inflight.len() >= self.max {
                     tracing::warn!(key, "{} probes are stuck; not starting another", self.max);
-                    return false;
+                    return None;
                 }
-                let slot = Arc::new(Slot::default());
+                let slot = Arc::new(Slot {
+                    answer: Mutex::new(None),
+                    done: Condvar::new(),
+                });
                 let (probes, owned, theirs) = (self.clone(), key.to_string(), slot.clone());
                 let started = std::thread::Builder::new()
                     .name("csi-proxy-probe".into())
@@ -65,7 +67,7 @@ impl Probes {
                         theirs.done.notify_all();
                     });
                 if started.is_err() {
-                    return false;
+                    return None;
                 }
                 inflight.insert(key.to_string(), slot.clone());
                 slot
@@ -73,12 +75,12 @@ impl Probes {
         };
         let mut answer = lock(&slot.answer);
         loop {
-            if let Some(a) = *answer {
-                return a;
+            if let Some(a) = answer.as_ref() {
+                return Some(a.clone());
             }
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return false;
+                return None;
             }
             answer = slot
                 .done
@@ -121,13 +123,19 @@ mod tests {
         };
         // A dead server polled 50 times: every call gives up at its limit, one thread runs.
         for _ in 0..50 {
-            assert!(!probes.answers("dead", soon(5), stuck(&started, &wait)));
+            assert_eq!(
+                probes.answers("dead", soon(5), stuck(&started, &wait)),
+                None
+            );
         }
         assert_eq!(started.load(Ordering::SeqCst), 1);
         assert_eq!(probes.running(), 1);
         // A second dead server takes the last place; a third is not probed at all.
-        assert!(!probes.answers("dead2", soon(5), stuck(&started, &wait)));
-        assert!(!probes.answers("alive", soon(1_000), || true));
+        assert_eq!(
+            probes.answers("dead2", soon(5), stuck(&started, &wait)),
+            None
+        );
+        assert_eq!(probes.answers("alive", soon(1_000), || true), None);
         assert_eq!(started.load(Ordering::SeqCst), 2);
         // The servers answer again: the stuck probes end and free their places.
         release.send(()).unwrap();
@@ -137,8 +145,8 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert_eq!(probes.running(), 0);
-        assert!(probes.answers("alive", soon(5_000), || true));
-        assert!(!probes.answers("gone", soon(5_000), || false));
+        assert_eq!(probes.answers("alive", soon(5_000), || true), Some(true));
+        assert_eq!(probes.answers("gone", soon(5_000), || false), Some(false));
     }
 
     #[test]
@@ -160,7 +168,7 @@ mod tests {
             std::thread::spawn(move || p.answers("slow", soon(5_000), || unreachable!("joined")));
         std::thread::sleep(Duration::from_millis(20));
         release.send(()).unwrap();
-        assert!(first.join().unwrap());
-        assert!(second.join().unwrap());
+        assert_eq!(first.join().unwrap(), Some(true));
+        assert_eq!(second.join().unwrap(), Some(true));
     }
 }

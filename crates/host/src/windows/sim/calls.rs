@@ -288,7 +288,7 @@ impl Win32 for SimWindows {
         })
     }
 
-    fn dir_opens(&self, dir: &str) -> bool {
+    fn dir_opens(&self, dir: &str) -> Win32Result<()> {
         let mut s = self.lock();
         let fault = s.take_fault("dir_opens");
         // A server that stopped answering holds the open (in real time, the lock released)
@@ -298,7 +298,11 @@ impl Win32 for SimWindows {
             std::thread::sleep(Duration::from_millis(2));
             s = self.lock();
         }
-        fault.is_ok() && s.exists(dir)
+        fault?;
+        if s.exists(dir) {
+            return Ok(());
+        }
+        Err(smb::unc_error(&s, dir).unwrap_or(OsError::new(code::PATH_NOT_FOUND)))
     }
 
     fn links_below(&self, roots: &[String]) -> Vec<(String, String)> {

@@ -416,10 +416,12 @@ impl Win32 for SystemWin32 {
         wmi_calls::smb_remove_global_mapping(remote)
     }
 
-    fn dir_opens(&self, dir: &str) -> bool {
+    fn dir_opens(&self, dir: &str) -> Win32Result<()> {
         // std's metadata is GetFileAttributesExW (then CreateFileW for a link): it fails when
-        // the path cannot be reached.
-        std::fs::metadata(dir).is_ok()
+        // the path cannot be reached, with the Win32 error as its raw OS error.
+        std::fs::metadata(dir)
+            .map(drop)
+            .map_err(|e| OsError::new(e.raw_os_error().unwrap_or(0) as u32))
     }
 
     fn links_below(&self, roots: &[String]) -> Vec<(String, String)> {
