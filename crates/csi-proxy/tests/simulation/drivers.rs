@@ -118,6 +118,10 @@ pub fn attempt_once(
                 .first()
                 .cloned()
                 .ok_or_else(|| answer("no volume listed (the driver panics)".into()))?;
+            // Everything after acts on this volume (a format): it must be on the driver's disk.
+            holds(sim.volume_disk(&v) == Some(n), || {
+                format!("ListVolumesOnDisk({n}) answered {v}, which is not on disk {n}")
+            })?;
             if !d.fs.path_exists(&lane.staging)? {
                 d.fs.mkdir(&lane.staging)?;
             }

@@ -618,6 +618,12 @@ impl SimWindows {
             .map(|(f, _)| (f.clone(), s.volumes[v].fs_size))
     }
 
+    /// The disk a volume is on, if the volume is there.
+    pub fn volume_disk(&self, volume: &str) -> Option<u32> {
+        let s = self.lock();
+        s.volume_named(volume).map(|v| s.volumes[v].disk)
+    }
+
     /// The serial number of the filesystem on a volume (a new one with every format), if any.
     pub fn filesystem_serial(&self, volume: &str) -> Option<u32> {
         let s = self.lock();
