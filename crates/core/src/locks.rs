@@ -32,12 +32,12 @@ pub struct DiskGuard {
 /// fails with DEADLINE_EXCEEDED, having done nothing.
 pub fn lock_disk(number: u32, op: &str, object: &str) -> Result<DiskGuard> {
     let deadline = crate::deadline::current();
-    // A panic while holding the table's mutex cannot leave it inconsistent (insert/remove are
-    // single steps), so a poisoned lock is taken over.
     // A caller that has gone starts nothing, held disk or not: its retry may already have
     // done the work, and done again later it would undo what came after (a stale unmount of
     // a volume staged again).
     crate::deadline::check(op, object)?;
+    // A panic while holding the table's mutex cannot leave it inconsistent (insert/remove are
+    // single steps), so a poisoned lock is taken over.
     let mut disks = BUSY.disks.lock().unwrap_or_else(|p| p.into_inner());
     while disks.contains(&number) {
         disks = match deadline {

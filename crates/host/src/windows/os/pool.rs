@@ -170,6 +170,7 @@ fn serve<S>(inner: &Inner<S>) {
         let job = {
             let mut q = inner.queue.lock().unwrap_or_else(|p| p.into_inner());
             q.idle += 1;
+            let mut idle_long = false;
             loop {
                 if let Some(job) = q.jobs.pop_front() {
                     q.idle -= 1;
@@ -177,7 +178,7 @@ fn serve<S>(inner: &Inner<S>) {
                 }
                 // Idle for long, or no call can come any more: the thread (and its
                 // connection) goes; a later call of an open pool starts another.
-                if q.closed {
+                if idle_long || q.closed {
                     q.idle -= 1;
                     q.threads -= 1;
                     return;
@@ -187,11 +188,7 @@ fn serve<S>(inner: &Inner<S>) {
                     .wait_timeout(q, IDLE_LIMIT)
                     .unwrap_or_else(|p| p.into_inner());
                 q = guard;
-                if waited.timed_out() && q.jobs.is_empty() {
-                    q.idle -= 1;
-                    q.threads -= 1;
-                    return;
-                }
+                idle_long = waited.timed_out();
             }
         };
         let now = inner.generation.load(Ordering::SeqCst);

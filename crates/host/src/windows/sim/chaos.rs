@@ -31,6 +31,11 @@ pub enum Disturbance {
 /// terminated unexpectedly"); nothing the hosts retry on.
 pub const CRASHED: u32 = 1067;
 
+/// What a call of a killed daemon answers.
+fn crashed() -> OsError {
+    OsError::with_message(CRASHED, "the daemon was killed")
+}
+
 /// The hook, whether the daemon is dead, and the calls it hangs.
 #[derive(Default)]
 pub(super) struct Chaos {
@@ -57,7 +62,6 @@ impl std::fmt::Debug for Chaos {
 impl State {
     /// The hook's decision for `call`, applied: Err when the call must not go through.
     pub(super) fn disturb(&mut self, call: &'static str) -> Win32Result<()> {
-        let crashed = || OsError::with_message(CRASHED, "the daemon was killed");
         if self.chaos.dead {
             return Err(crashed());
         }
@@ -102,7 +106,7 @@ impl SimWindows {
             // Hung past the caller's deadline: the daemon's work after this call meets it.
             csi_proxy_core::deadline::expire();
             if s.chaos.dead {
-                return Err(OsError::with_message(CRASHED, "the daemon was killed"));
+                return Err(crashed());
             }
         }
         Ok(s)
