@@ -57,7 +57,7 @@ impl From<csi_proxy_core::Error> for Failure {
 }
 
 /// A call's postcondition: what it answered OK for is true on the machine right after.
-pub fn holds(ok: bool, what: impl FnOnce() -> String) -> Result<(), Failure> {
+fn holds(ok: bool, what: impl FnOnce() -> String) -> Result<(), Failure> {
     if ok {
         Ok(())
     } else {
@@ -70,6 +70,11 @@ pub fn mounted_at(sim: &SimWindows, path: &str) -> Option<String> {
         .into_iter()
         .find(|(at, _)| same_path(at, path))
         .map(|(_, v)| v)
+}
+
+/// Whether `volume` is what is mounted at `path`.
+pub fn mounted_there(sim: &SimWindows, path: &str, volume: &str) -> bool {
+    mounted_at(sim, path).is_some_and(|m| same_path(&m, volume))
 }
 
 pub fn same_path(a: &str, b: &str) -> bool {
@@ -132,15 +137,12 @@ pub fn attempt_once(
                 })?;
             }
             d.volume.mount_volume(&v, &lane.staging)?;
-            holds(
-                mounted_at(sim, &lane.staging).is_some_and(|m| same_path(&m, &v)),
-                || {
-                    format!(
-                        "MountVolume({v}, {}) answered OK but it is not mounted there",
-                        lane.staging
-                    )
-                },
-            )?;
+            holds(mounted_there(sim, &lane.staging, &v), || {
+                format!(
+                    "MountVolume({v}, {}) answered OK but it is not mounted there",
+                    lane.staging
+                )
+            })?;
             // gce-pd grows the filesystem to its disk at every stage.
             if lane.driver == Driver::GcePd {
                 d.volume.resize_volume(&v, 0)?;
@@ -181,6 +183,12 @@ pub fn attempt_once(
                 let _ = d.volume.write_volume_cache(&v);
                 if d.fs.path_exists(&lane.staging)? {
                     d.fs.rmdir(&lane.staging, true)?;
+                    holds(mounted_at(sim, &lane.staging).is_none(), || {
+                        format!(
+                            "Rmdir of the mount point {} answered OK but it is still mounted",
+                            lane.staging
+                        )
+                    })?;
                 }
             } else if d.fs.path_exists(&lane.staging)? {
                 // Gone already: an earlier attempt got past Rmdir, nothing is mounted.
@@ -207,9 +215,6 @@ pub fn attempt_once(
                     format!("SetDiskState({n}, offline) answered OK but the disk is online")
                 })?;
             }
-            holds(mounted_at(sim, &lane.staging).is_none(), || {
-                format!("NodeUnstage done but {} is still mounted", lane.staging)
-            })?;
             lane.phase = Phase::Unstaged;
         }
         Step::Expand(_) => {

@@ -17,20 +17,20 @@
 //! Servers never hang here (`set_share_hangs`): the daemon's health probe waits out a dead
 //! server in real time (10 s), which a budget of seeds cannot afford.
 
+use super::drivers::Phase;
 use super::workload::{Attempt, Stats, Step, Violation, retried};
-use super::world::{KUBELET, Rng};
+use super::world::{KUBELET, Rng, Weather, weather_hook};
 use csi_proxy_core::filesystem::FilesystemService;
 use csi_proxy_core::paths::{PathPolicy, PathStyle};
 use csi_proxy_core::smb::{
     MappingState, NewSmbGlobalMappingRequest, SmbHost, SmbLinkUse, SmbMapping, SmbService,
 };
 use csi_proxy_host::windows::filesystem::WindowsFilesystemHost;
-use csi_proxy_host::windows::os::{OsError, Win32};
-use csi_proxy_host::windows::sim::{Disturbance, SimWindows};
+use csi_proxy_host::windows::os::Win32;
+use csi_proxy_host::windows::sim::SimWindows;
 use csi_proxy_host::windows::smb::WindowsSmbHost;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 /// Transient failures of SMB and file calls (System Error Codes): the network name gone for a
 /// moment, an unexpected network error, the network unreachable, a sharing violation.
@@ -43,14 +43,6 @@ const TRANSIENT: [(u32, &str); 4] = [
         "The process cannot access the file because it is being used by another process.",
     ),
 ];
-
-/// Where a volume is, as kubelet knows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    Unstaged,
-    Staged,
-    Published,
-}
 
 /// One volume: a sub-directory of its share.
 struct Lane {
@@ -146,8 +138,8 @@ struct SmbWorld {
     refs: BTreeMap<String, BTreeSet<String>>,
     /// Calls that failed while their server was away: kubelet keeps retrying them.
     pending: Vec<(usize, Step)>,
-    /// Per mille of seam calls that fail, answer late, find the daemon killed.
-    weather: (u64, u64, u64),
+    /// How often seam calls fail, answer late, find the daemon killed (none hang here).
+    weather: Weather,
     chaos_rng: Arc<Mutex<Rng>>,
     restarts: u32,
 }
@@ -155,7 +147,12 @@ struct SmbWorld {
 impl SmbWorld {
     fn new(seed: u64, lanes: usize) -> SmbWorld {
         let mut rng = Rng::new(seed ^ 0x0053_b0a7);
-        let weather = (rng.below(40), rng.below(40), rng.below(6));
+        let weather = Weather {
+            fail: rng.below(40),
+            late: rng.below(40),
+            crash: rng.below(6),
+            hang: 0,
+        };
         let sim = Arc::new(SimWindows::new());
         sim.mkdir(KUBELET);
         // One share for every volume, or two (each on its own server).
@@ -209,24 +206,15 @@ impl SmbWorld {
 
     /// Lets the weather disturb every seam call (or, with `false`, none).
     fn disturb(&self, on: bool) {
-        if !on {
-            self.sim.set_chaos(None);
-            return;
-        }
-        let ((fail, late, crash), rng) = (self.weather, self.chaos_rng.clone());
-        self.sim.set_chaos(Some(Box::new(move |_call| {
-            let mut r = rng.lock().unwrap();
-            if r.chance(crash) {
-                Disturbance::Crash
-            } else if r.chance(fail) {
-                let (code, message) = TRANSIENT[r.below(TRANSIENT.len() as u64) as usize];
-                Disturbance::Fail(OsError::with_message(code, message))
-            } else if r.chance(late) {
-                Disturbance::Late(Duration::from_millis(r.below(20_000)))
-            } else {
-                Disturbance::None
-            }
-        })));
+        self.sim.set_chaos(on.then(|| {
+            weather_hook(
+                self.weather,
+                &TRANSIENT,
+                self.chaos_rng.clone(),
+                Arc::default(),
+                Arc::default(),
+            )
+        }));
     }
 
     /// The daemon was killed: a new one over the same machine (its memory of credentials lost).

@@ -4,7 +4,7 @@
 //! operator restarts WMI, grows disks and reattaches unstaged ones. Every step is followed by
 //! the invariants.
 
-use super::drivers::{Driver, Failure, Lane, Phase, attempt_once, mounted_at, same_path};
+use super::drivers::{Driver, Failure, Lane, Phase, attempt_once, mounted_at, mounted_there};
 use super::world::{KUBELET, Rng, World};
 use csi_proxy_host::windows::sim::SimWindows;
 use std::fmt;
@@ -263,7 +263,7 @@ fn perform(
 /// Lets the hung call go on to its end; when the weather killed the daemon meanwhile, it is
 /// restarted (the answer kubelet already has stands).
 fn finish_hung(w: &mut World) -> Result<(), Violation> {
-    w.finish_hung()?;
+    w.join_hung()?;
     w.restart_if_dead()?;
     Ok(())
 }
@@ -375,8 +375,6 @@ fn check(w: &World, lanes: &[Lane], system: &str) -> Result<(), Violation> {
     if system_disk(&w.sim) != system {
         return bad("the system disk (the host's own) was written".into());
     }
-    let mounts = w.sim.mount_points();
-    let same = same_path;
     for (i, lane) in lanes.iter().enumerate() {
         if lane.phase == Phase::Unstaged
             && let Some(v) = mounted_at(&w.sim, &lane.staging)
@@ -397,14 +395,11 @@ fn check(w: &World, lanes: &[Lane], system: &str) -> Result<(), Violation> {
                 "driver {i}'s volume {v} was formatted again (serial {first:08x} -> {now:08x})"
             ));
         }
-        if lane.phase != Phase::Unstaged
-            && !mounts
-                .iter()
-                .any(|(at, vol)| same(at, &lane.staging) && same(vol, v))
-        {
+        if lane.phase != Phase::Unstaged && !mounted_there(&w.sim, &lane.staging, v) {
             return bad(format!(
-                "driver {i}'s volume {v} is not mounted at its staging path {} (mounts: {mounts:?})",
-                lane.staging
+                "driver {i}'s volume {v} is not mounted at its staging path {} (mounts: {:?})",
+                lane.staging,
+                w.sim.mount_points()
             ));
         }
         if lane.phase == Phase::Published && !w.daemon.fs.path_exists(&lane.target).unwrap_or(false)

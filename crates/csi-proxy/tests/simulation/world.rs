@@ -145,34 +145,19 @@ impl World {
 
     /// Lets the weather disturb every seam call (or, with `false`, none).
     pub fn disturb(&self, on: bool) {
-        if !on {
-            self.sim.set_chaos(None);
-            return;
-        }
-        let (w, rng, late) = (self.weather, self.chaos_rng.clone(), self.late_ms.clone());
-        let hanging = self.hanging.clone();
-        self.sim.set_chaos(Some(Box::new(move |_call| {
-            let mut r = rng.lock().unwrap();
-            if r.chance(w.crash) {
-                Disturbance::Crash
-            } else if r.chance(w.fail) {
-                let (code, message) = TRANSIENT[r.below(TRANSIENT.len() as u64) as usize];
-                Disturbance::Fail(OsError::with_message(code, message))
-            } else if r.chance(w.late) {
-                let ms = r.below(20_000);
-                late.fetch_add(ms, Ordering::Relaxed);
-                Disturbance::Late(Duration::from_millis(ms))
-            } else if w.hang > 0 && !hanging.load(Ordering::SeqCst) && r.chance(w.hang) {
-                hanging.store(true, Ordering::SeqCst);
-                Disturbance::Hang
-            } else {
-                Disturbance::None
-            }
-        })));
+        self.sim.set_chaos(on.then(|| {
+            weather_hook(
+                self.weather,
+                &TRANSIENT,
+                self.chaos_rng.clone(),
+                self.late_ms.clone(),
+                self.hanging.clone(),
+            )
+        }));
     }
 
     /// Lets every hung call go on, and waits until each has ended: the first thing one broke.
-    pub fn finish_hung(&mut self) -> Result<(), Violation> {
+    pub fn join_hung(&mut self) -> Result<(), Violation> {
         self.sim.release_hung();
         let broke: Vec<Violation> = self
             .hung
@@ -189,12 +174,42 @@ impl World {
         if !self.sim.is_dead() {
             return Ok(false);
         }
-        self.finish_hung()?;
+        self.join_hung()?;
         self.sim.revive();
         self.daemon = start(&self.sim, &self.state);
         self.restarts += 1;
         Ok(true)
     }
+}
+
+/// The weather over a machine's seam calls, drawn from `rng`: the daemon killed, a failure
+/// from `transient`, an answer late (its time added to `late_ms`), or (while no other call
+/// hangs, `hanging`) a call hung. Shared by the worlds on the simulated Windows.
+pub fn weather_hook(
+    w: Weather,
+    transient: &'static [(u32, &'static str)],
+    rng: Arc<Mutex<Rng>>,
+    late_ms: Arc<AtomicU64>,
+    hanging: Arc<AtomicBool>,
+) -> Box<dyn FnMut(&'static str) -> Disturbance + Send> {
+    Box::new(move |_call| {
+        let mut r = rng.lock().unwrap();
+        if r.chance(w.crash) {
+            Disturbance::Crash
+        } else if r.chance(w.fail) {
+            let (code, message) = transient[r.below(transient.len() as u64) as usize];
+            Disturbance::Fail(OsError::with_message(code, message))
+        } else if r.chance(w.late) {
+            let ms = r.below(20_000);
+            late_ms.fetch_add(ms, Ordering::Relaxed);
+            Disturbance::Late(Duration::from_millis(ms))
+        } else if w.hang > 0 && !hanging.load(Ordering::SeqCst) && r.chance(w.hang) {
+            hanging.store(true, Ordering::SeqCst);
+            Disturbance::Hang
+        } else {
+            Disturbance::None
+        }
+    })
 }
 
 fn start(sim: &Arc<SimWindows>, state: &tempfile::TempDir) -> Arc<Daemon> {

@@ -102,19 +102,14 @@ pub(super) fn run(s: &mut State, program: &str, args: &[&str]) -> io::Result<Ran
             ..ran(0, "", "")
         });
     }
-    // A mkfs killed mid-way leaves what it wrote by then: both wipe the old signatures first;
-    // mkfs.xfs writes its primary superblock early with `sb_inprogress` set and clears it last,
-    // mke2fs writes its superblock when it closes the new filesystem, last.
+    // A mkfs killed mid-way leaves what it wrote by then (see `mkfs`).
     if program.starts_with("mkfs.") && s.interrupted.remove(program) {
         s.interrupts_landed += 1;
-        let done = mkfs(s, program, args)?;
-        if done.code == Some(0) {
-            partial_mkfs(s, program, args)?;
-        }
+        let done = mkfs(s, program, args, true)?;
         return Ok(Ran { code: None, ..done });
     }
     let done = match program {
-        "mkfs.ext4" | "mkfs.xfs" => mkfs(s, program, args)?,
+        "mkfs.ext4" | "mkfs.xfs" => mkfs(s, program, args, false)?,
         "resize2fs"
             if s.resize_damaged
                 .contains(args.last().copied().unwrap_or_default()) =>
@@ -134,7 +129,11 @@ pub(super) fn run(s: &mut State, program: &str, args: &[&str]) -> io::Result<Ran
     Ok(done)
 }
 
-fn mkfs(s: &mut State, program: &str, args: &[&str]) -> io::Result<Ran> {
+/// mkfs.ext4 or mkfs.xfs on the device `args` names; `killed`: the tool is killed mid-way,
+/// after wiping the old signatures: mkfs.xfs has written its primary superblock with
+/// `sb_inprogress` set (it clears the flag last), mke2fs nothing more (it writes its
+/// superblock when it closes the new filesystem, last).
+fn mkfs(s: &mut State, program: &str, args: &[&str], killed: bool) -> io::Result<Ran> {
     let node = args.last().copied().unwrap_or_default();
     let Some(dev) = device(s, node) else {
         return Ok(ran(
@@ -165,7 +164,9 @@ fn mkfs(s: &mut State, program: &str, args: &[&str]) -> io::Result<Ran> {
         if dev.2 < 300 << 20 {
             return Ok(ran(1, "", "Filesystem must be larger than 300MB."));
         }
-        (0, xfs(dev.2, uuid_arg))
+        let mut sb = xfs(dev.2, uuid_arg);
+        sb[XFS_INPROGRESS as usize] = u8::from(killed);
+        (0, sb)
     } else {
         (EXT, ext4(dev.2, uuid_arg))
     };
@@ -176,21 +177,10 @@ fn mkfs(s: &mut State, program: &str, args: &[&str]) -> io::Result<Ran> {
         0,
         &vec![0; signatures::PROBE_LEN.min(dev.2 as usize)],
     )?;
-    put(s, dev, sb.0, &sb.1)?;
-    Ok(ran(0, "", ""))
-}
-
-/// Turns the filesystem mkfs just made on the device `args` names into what a kill mid-way
-/// leaves: mkfs.xfs's superblock still marked in progress, nothing recognisable from mke2fs.
-fn partial_mkfs(s: &mut State, program: &str, args: &[&str]) -> io::Result<()> {
-    let Some(dev) = device(s, args.last().copied().unwrap_or_default()) else {
-        return Ok(());
-    };
-    if program == "mkfs.xfs" {
-        put(s, dev, XFS_INPROGRESS, &[1])
-    } else {
-        put(s, dev, EXT, &vec![0; 1024])
+    if !(killed && program == "mkfs.ext4") {
+        put(s, dev, sb.0, &sb.1)?;
     }
+    Ok(ran(0, "", ""))
 }
 
 /// resize2fs on a device node, xfs_growfs on a mount point: the filesystem grows to fill its
