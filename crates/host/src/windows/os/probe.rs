@@ -107,6 +107,16 @@ mod tests {
         Instant::now() + Duration::from_millis(ms)
     }
 
+    /// `count` once it reaches `n` (or after 5 s): a probe's thread may start after its caller
+    /// gave up, so its count is read once it had the time to.
+    fn reached(count: &AtomicUsize, n: usize) -> usize {
+        let end = soon(5_000);
+        while count.load(Ordering::SeqCst) < n && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        count.load(Ordering::SeqCst)
+    }
+
     #[test]
     fn a_stuck_probe_is_shared_and_the_number_running_is_capped() {
         let probes = Arc::new(Probes::new(2));
@@ -128,7 +138,7 @@ mod tests {
                 None
             );
         }
-        assert_eq!(started.load(Ordering::SeqCst), 1);
+        assert_eq!(reached(&started, 1), 1);
         assert_eq!(probes.running(), 1);
         // A second dead server takes the last place; a third is not probed at all.
         assert_eq!(
@@ -136,7 +146,7 @@ mod tests {
             None
         );
         assert_eq!(probes.answers("alive", soon(1_000), || true), None);
-        assert_eq!(started.load(Ordering::SeqCst), 2);
+        assert_eq!(reached(&started, 2), 2);
         // The servers answer again: the stuck probes end and free their places.
         release.send(()).unwrap();
         release.send(()).unwrap();
