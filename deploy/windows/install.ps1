@@ -29,14 +29,22 @@ if (-not [System.Diagnostics.EventLog]::SourceExists('csi-proxy')) {
     [System.Diagnostics.EventLog]::CreateEventSource('csi-proxy', 'Application')
 }
 
-$args = "-windows-service -kubelet-path=$KubeletPath -log_file=$LogFile -logtostderr=false"
-if ($MetricsAddress) { $args += " -metrics-bind-address=$MetricsAddress" }
-if (-not $existing) {
-    & sc.exe create $name binPath= "`"$exe`" $args" start= auto DisplayName= "CSI Proxy" | Out-Host
-    & sc.exe failure $name reset= 0 actions= restart/10000 | Out-Host
-} else {
-    & sc.exe config $name binPath= "`"$exe`" $args" | Out-Host
+$daemonArgs = "-windows-service -kubelet-path=$KubeletPath -log_file=$LogFile -logtostderr=false"
+if ($MetricsAddress) { $daemonArgs += " -metrics-bind-address=$MetricsAddress" }
+function Invoke-Sc {
+    & sc.exe @args | Out-Host
+    if ($LASTEXITCODE -ne 0) { throw "sc.exe $($args -join ' ') failed with exit code $LASTEXITCODE" }
 }
-if ($LASTEXITCODE -ne 0) { throw "sc.exe failed with exit code $LASTEXITCODE" }
+if (-not $existing) {
+    Invoke-Sc create $name binPath= "`"$exe`" $daemonArgs" start= auto DisplayName= "CSI Proxy"
+} else {
+    Invoke-Sc config $name binPath= "`"$exe`" $daemonArgs"
+}
+# Restart after any failure, also on upgrade of an install made without these. The flag matters:
+# the daemon reports SERVICE_STOPPED with a service-specific exit code when it fails, and without
+# it the SCM runs the failure actions only for a service that ends without reporting STOPPED
+# (SERVICE_FAILURE_ACTIONS_FLAG), so none of the failures the daemon reports would restart it.
+Invoke-Sc failure $name reset= 0 actions= restart/10000
+Invoke-Sc failureflag $name 1
 Start-Service -Name $name
 Get-Service -Name $name
