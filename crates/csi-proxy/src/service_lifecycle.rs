@@ -14,8 +14,7 @@
 use crate::flags::Flags;
 use crate::service_events::ServiceEvents;
 use std::future::Future;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How often a new STOP_PENDING checkpoint is reported while stopping.
@@ -59,6 +58,35 @@ pub enum Phase {
     Stopped,
 }
 
+/// The one way phases reach the service manager: reports are made one at a time, and none after
+/// STOPPED. The STOP_PENDING ticker runs on its own thread; without this a tick that had checked
+/// "still stopping" and was then preempted could report STOP_PENDING after STOPPED, and the SCM
+/// would run its recovery on a service that stopped cleanly.
+struct Reports {
+    report: Box<dyn Fn(Phase, u32, u32) + Send + Sync>,
+    stopped: Mutex<bool>,
+}
+
+impl Reports {
+    fn new(report: impl Fn(Phase, u32, u32) + Send + Sync + 'static) -> Arc<Self> {
+        Arc::new(Self {
+            report: Box::new(report),
+            stopped: Mutex::new(false),
+        })
+    }
+
+    /// Reports `phase` unless STOPPED was reported already; `false` once it has been.
+    fn report(&self, phase: Phase, checkpoint: u32, exit: u32) -> bool {
+        let mut stopped = self.stopped.lock().unwrap_or_else(|p| p.into_inner());
+        if *stopped {
+            return false;
+        }
+        (self.report)(phase, checkpoint, exit);
+        *stopped = phase == Phase::Stopped;
+        true
+    }
+}
+
 /// Runs the daemon with `flags` until `stop` completes, reporting each phase to `report`
 /// (`phase`, `checkpoint`, `exit code`). `tick` is how often STOP_PENDING advances.
 pub fn run(
@@ -68,39 +96,44 @@ pub fn run(
     tick: Duration,
     events: &ServiceEvents,
 ) {
-    let report = Arc::new(report);
-    report(Phase::StartPending, 1, 0);
-    let stopping = Arc::new(AtomicBool::new(false));
-    let (ticker_flag, ticker_report) = (stopping.clone(), report.clone());
-    let ready = report.clone();
+    run_gated(flags, Reports::new(report), stop, tick, events)
+}
+
+fn run_gated(
+    flags: Flags,
+    reports: Arc<Reports>,
+    stop: impl Future<Output = ()>,
+    tick: Duration,
+    events: &ServiceEvents,
+) {
+    reports.report(Phase::StartPending, 1, 0);
+    let (ticker, ready) = (reports.clone(), reports.clone());
     let result = crate::run_until(
         flags,
         move || {
-            ready(Phase::Running, 0, 0);
+            ready.report(Phase::Running, 0, 0);
             events.started();
         },
         async move {
             stop.await;
-            ticker_report(Phase::StopPending, 1, 0);
+            ticker.report(Phase::StopPending, 1, 0);
             std::thread::spawn(move || {
                 let mut checkpoint = 2;
                 loop {
                     std::thread::sleep(tick);
-                    if ticker_flag.load(Ordering::Relaxed) {
+                    if !ticker.report(Phase::StopPending, checkpoint, 0) {
                         break;
                     }
-                    ticker_report(Phase::StopPending, checkpoint, 0);
                     checkpoint += 1;
                 }
             });
         },
         Some(STOP_LIMIT),
     );
-    stopping.store(true, Ordering::Relaxed);
     events.stopped(&result);
     // A failure code tells the service manager the service failed, so its recovery actions
     // apply (on Windows with `sc.exe failureflag csiproxy 1`).
-    report(
+    reports.report(
         Phase::Stopped,
         0,
         if result.is_ok() { 0 } else { EXIT_FAILED },
@@ -116,21 +149,22 @@ pub fn run_reporting(
     tick: Duration,
     events: &ServiceEvents,
 ) {
-    let report = Arc::new(report);
+    let reports = Reports::new(report);
     let Some(flags) = flags else {
         tracing::error!("the service entry point found no flags");
         events.did_not_start("the service entry point found no flags");
-        report(Phase::Stopped, 0, EXIT_NO_FLAGS);
+        reports.report(Phase::Stopped, 0, EXIT_NO_FLAGS);
         return;
     };
-    let inner = report.clone();
+    let inner = reports.clone();
     let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        run(flags, move |p, c, e| inner(p, c, e), stop, tick, events)
+        run_gated(flags, inner, stop, tick, events)
     }));
     if ran.is_err() {
         tracing::error!("the daemon panicked; reporting the service stopped");
         events.stopped(&Err("the daemon panicked".into()));
-        report(Phase::Stopped, 0, EXIT_PANICKED);
+        // Through the same gate: a STOP_PENDING tick still running cannot follow it.
+        reports.report(Phase::Stopped, 0, EXIT_PANICKED);
     }
 }
 
@@ -139,7 +173,6 @@ mod tests {
     use super::*;
     use crate::service_events::{Kind, Recorder, id};
     use clap::Parser;
-    use std::sync::Mutex;
 
     /// What was reported: phase, checkpoint, exit code, and whether the sockets were there.
     type Seen = Arc<Mutex<Vec<(Phase, u32, u32, bool)>>>;
@@ -271,6 +304,59 @@ mod tests {
             events[0]
                 .2
                 .contains(&bad.path().join("run").display().to_string())
+        );
+    }
+
+    /// Issue 37: the STOP_PENDING ticker checked "still stopping" and then reported without a
+    /// lock, so a tick held up between the two reported STOP_PENDING after STOPPED. Here every
+    /// tick's report is slow (as a preempted thread is), ticks come every millisecond, and
+    /// nothing may be reported after STOPPED.
+    #[test]
+    fn no_stop_pending_is_reported_after_stopped() {
+        use std::os::unix::fs::MetadataExt;
+        if std::fs::metadata("/proc/self").map_or(true, |m| m.uid() != 0) {
+            eprintln!("SKIPPED: the daemon's Linux start-up checks need root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("kubelet")).unwrap();
+        let seen: Arc<Mutex<Vec<(Phase, u32)>>> = Arc::default();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let recorder = Recorder::default();
+        let events = ServiceEvents::to(recorder.clone());
+        let (log, f) = (seen.clone(), flags(dir.path()));
+        let daemon = std::thread::spawn(move || {
+            run(
+                f,
+                move |p, c, _| {
+                    if p == Phase::StopPending && c >= 2 {
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    log.lock().unwrap().push((p, c));
+                },
+                async move {
+                    let _ = stop_rx.await;
+                },
+                Duration::from_millis(1),
+                &events,
+            )
+        });
+        for _ in 0..500 {
+            if !recorder.events().is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        stop_tx.send(()).unwrap();
+        daemon.join().unwrap();
+        // Long enough for any tick still in its report to land.
+        std::thread::sleep(Duration::from_millis(400));
+        let seen = seen.lock().unwrap().clone();
+        let stopped = seen.iter().position(|s| s.0 == Phase::Stopped);
+        assert_eq!(
+            stopped,
+            Some(seen.len() - 1),
+            "reported after STOPPED: {seen:?}"
         );
     }
 
