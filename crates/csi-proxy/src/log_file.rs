@@ -7,10 +7,17 @@
 //! past the limit and bring date and compression dependencies we have no use for. This one
 //! rotates only between whole writes that start a line, and the fmt layer hands it one whole
 //! event per write, so no line is ever split across the two files.
+//!
+//! The rename can fail: on Windows a reader that opened the log without FILE_SHARE_DELETE (a
+//! tailer, an editor) makes every rename of it fail with a sharing violation for as long as it
+//! holds it. Then the file is copied to `<file>.1` and emptied in place (a write open, which
+//! such a reader allows), and if even that fails the rotation is tried again only after another
+//! tenth of the limit was written, and the file is emptied once it reaches twice the limit: the
+//! log stays bounded whatever holds it, and a held file costs a retry per tenth, not per write.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Bytes in one `--log_file_max_size` unit: klog's megabyte is 1024 * 1024 bytes.
 pub const MEGABYTE: u64 = 1024 * 1024;
@@ -30,6 +37,10 @@ pub struct SizeLimitedFile {
     file: File,
     len: u64,
     at_line_start: bool,
+    /// After a failed rotation, no new attempt before the file reaches this length.
+    retry_at: u64,
+    /// How the live file is moved to `previous` (a seam: tests make it fail as a held file does).
+    rename: fn(&Path, &Path) -> io::Result<()>,
 }
 
 impl SizeLimitedFile {
@@ -47,38 +58,74 @@ impl SizeLimitedFile {
             file,
             len,
             at_line_start: true,
+            retry_at: 0,
+            rename: |from, to| std::fs::rename(from, to),
         })
     }
 
-    /// Moves the live file to `<path>.1` and starts a new one. When either step fails the old
-    /// file is kept and written to (a log line is worth more than the limit); the next write
-    /// tries again.
+    /// Moves the live file to `<path>.1` and starts a new one; when the file cannot be moved,
+    /// copies it there and empties it in place. Fails only when neither worked; the old file is
+    /// then kept and written to (a log line is worth more than the limit) up to twice the limit.
     fn rotate(&mut self) -> io::Result<()> {
         self.file.flush()?;
         // Replaces an existing `.1` (on Windows std::fs::rename is MoveFileExW with
         // MOVEFILE_REPLACE_EXISTING); our handle was opened with FILE_SHARE_DELETE (std's
-        // default), so the open file can be renamed.
-        std::fs::rename(&self.path, &self.previous)?;
-        self.file = append(&self.path)?;
+        // default), so only another process's handle can stop it.
+        if (self.rename)(&self.path, &self.previous).is_ok() {
+            self.file = append(&self.path)?;
+        } else {
+            std::fs::copy(&self.path, &self.previous)?;
+            empty(&self.path)?;
+        }
         self.len = 0;
+        self.retry_at = 0;
         Ok(())
+    }
+
+    /// Rotates when `incoming` more bytes would pass the limit, at the start of a line of a
+    /// non-empty file (a single write larger than the limit goes whole into a file of its own).
+    fn rotate_if_full(&mut self, incoming: u64) {
+        let Some(limit) = self.limit else { return };
+        let after = self.len.saturating_add(incoming);
+        let past_twice = after > limit.saturating_mul(2);
+        if !(after > limit && self.at_line_start && self.len > 0)
+            || (self.len < self.retry_at && !past_twice)
+        {
+            return;
+        }
+        if let Err(e) = self.rotate() {
+            if past_twice && empty(&self.path).is_ok() {
+                // Bounded before complete: what was in the file is lost, said in the file.
+                self.len = 0;
+                let note = format!(
+                    "csi-proxy: log file emptied at twice its limit; rotation failed: {e}\n"
+                );
+                if self.file.write_all(note.as_bytes()).is_ok() {
+                    self.len = note.len() as u64;
+                }
+            }
+            self.retry_at = self.len.saturating_add((limit / 10).max(1));
+        }
     }
 }
 
-fn append(path: &PathBuf) -> io::Result<File> {
+/// Empties the file at `path` in place through a new write handle (our own is append-only,
+/// which on Windows cannot set the end of file); appends through ours then start at 0.
+fn empty(path: &Path) -> io::Result<()> {
+    OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(path)
+        .map(drop)
+}
+
+fn append(path: &Path) -> io::Result<File> {
     OpenOptions::new().create(true).append(true).open(path)
 }
 
 impl Write for SizeLimitedFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let past_limit = self
-            .limit
-            .is_some_and(|limit| self.len.saturating_add(buf.len() as u64) > limit);
-        // Only at the start of a line, and never for an empty file: a single write larger than
-        // the limit goes whole into a file of its own rather than being cut.
-        if past_limit && self.at_line_start && self.len > 0 {
-            let _ = self.rotate();
-        }
+        self.rotate_if_full(buf.len() as u64);
         let n = self.file.write(buf)?;
         self.len += n as u64;
         if let Some(last) = buf[..n].last() {
@@ -100,8 +147,16 @@ mod tests {
     /// file limit of `limit` bytes, and returns (live file, previous file or None).
     fn log_events(limit: Option<u64>, count: usize) -> (tempfile::TempDir, String, Option<String>) {
         let dir = tempfile::tempdir().unwrap();
+        let file = SizeLimitedFile::open(dir.path().join("csi-proxy.log"), limit).unwrap();
+        log_events_to(dir, file, count)
+    }
+
+    fn log_events_to(
+        dir: tempfile::TempDir,
+        file: SizeLimitedFile,
+        count: usize,
+    ) -> (tempfile::TempDir, String, Option<String>) {
         let path = dir.path().join("csi-proxy.log");
-        let file = SizeLimitedFile::open(&path, limit).unwrap();
         let subscriber = tracing_subscriber::fmt()
             .with_ansi(false)
             .with_target(false)
@@ -153,6 +208,103 @@ mod tests {
         // Rotation happened because the next line did not fit: the previous file was full.
         let line = previous.lines().next().unwrap().len() as u64 + 1;
         assert!(previous.len() as u64 + line + 8 > limit, "rotated early");
+    }
+
+    /// A file that cannot be renamed, as on Windows while a reader holds it without
+    /// FILE_SHARE_DELETE: it used to grow without limit, a rename tried at every write.
+    fn held(_: &Path, _: &Path) -> io::Result<()> {
+        HELD_RENAMES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Err(io::Error::from_raw_os_error(32)) // ERROR_SHARING_VIOLATION's number
+    }
+    static HELD_RENAMES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    #[test]
+    fn a_file_that_cannot_be_renamed_is_copied_and_emptied_and_stays_under_its_limit() {
+        let (limit, count) = (4096, 1000);
+        let dir = tempfile::tempdir().unwrap();
+        let mut file =
+            SizeLimitedFile::open(dir.path().join("csi-proxy.log"), Some(limit)).unwrap();
+        file.rename = held;
+        let (_dir, live, previous) = log_events_to(dir, file, count);
+        assert!(live.len() as u64 <= limit, "live file {} bytes", live.len());
+        let previous = previous.expect("nothing was copied to the previous file");
+        assert!(previous.len() as u64 <= limit);
+        let all: Vec<usize> = events(&previous).into_iter().chain(events(&live)).collect();
+        assert_eq!(
+            all,
+            (all[0]..count).collect::<Vec<_>>(),
+            "events lost at the seam"
+        );
+    }
+
+    #[test]
+    fn when_neither_rename_nor_copy_works_the_file_stays_bounded_and_retries_are_rare() {
+        let (limit, count) = (4096u64, 2000);
+        let dir = tempfile::tempdir().unwrap();
+        // A directory where the previous file goes: the copy fails too.
+        std::fs::create_dir(dir.path().join("csi-proxy.log.1")).unwrap();
+        let mut file =
+            SizeLimitedFile::open(dir.path().join("csi-proxy.log"), Some(limit)).unwrap();
+        file.rename = held;
+        let before = HELD_RENAMES.load(std::sync::atomic::Ordering::Relaxed);
+        let path = dir.path().join("csi-proxy.log");
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_target(false)
+            .with_writer(std::sync::Mutex::new(file))
+            .finish();
+        let mut largest = 0;
+        tracing::subscriber::with_default(subscriber, || {
+            for i in 0..count {
+                tracing::info!(request = i, "a request line padded to a realistic length");
+                largest = largest.max(std::fs::metadata(&path).unwrap().len());
+            }
+        });
+        // About 100 bytes an event: some 200 KB written, 50 times the limit.
+        assert!(largest <= 2 * limit, "the log grew to {largest} bytes");
+        let tries = HELD_RENAMES.load(std::sync::atomic::Ordering::Relaxed) - before;
+        assert!(tries <= 600, "{tries} rename attempts for {count} writes");
+        let live = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            live.contains("log file emptied at twice its limit"),
+            "{live}"
+        );
+        assert!(live.ends_with(&format!("request={}\n", count - 1)));
+    }
+
+    /// The real thing on Windows: a reader holding the log without FILE_SHARE_DELETE.
+    #[cfg(windows)]
+    #[test]
+    fn a_reader_without_share_delete_does_not_make_the_log_grow() {
+        use std::os::windows::fs::OpenOptionsExt;
+        let (limit, count) = (4096u64, 1000);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("csi-proxy.log");
+        let file = SizeLimitedFile::open(&path, Some(limit)).unwrap();
+        // FILE_SHARE_READ | FILE_SHARE_WRITE, no FILE_SHARE_DELETE: as a tailer opens it.
+        let reader = OpenOptions::new()
+            .read(true)
+            .share_mode(3)
+            .open(&path)
+            .unwrap();
+        let probe = dir.path().join("probe");
+        std::fs::write(&probe, b"x").unwrap();
+        let held = OpenOptions::new()
+            .read(true)
+            .share_mode(3)
+            .open(&probe)
+            .unwrap();
+        if std::fs::rename(&probe, dir.path().join("probe.1")).is_ok() {
+            eprintln!(
+                "SKIPPED: this Windows (wine?) renames a file held without FILE_SHARE_DELETE"
+            );
+            return;
+        }
+        drop(held);
+        let (_dir, live, previous) = log_events_to(dir, file, count);
+        drop(reader);
+        assert!(live.len() as u64 <= limit, "live file {} bytes", live.len());
+        assert!(previous.is_some_and(|p| p.len() as u64 <= limit));
     }
 
     #[test]
