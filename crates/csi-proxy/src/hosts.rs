@@ -94,6 +94,12 @@ mod platform {
         flags: &Flags,
         _policy: &PathPolicy,
     ) -> Result<(Arc<dyn FilesystemHost>, Hosts), String> {
+        // The format records decide what FormatVolume may format: their folder is SYSTEM's and
+        // Administrators' alone, or the daemon does not start.
+        windows::state_dir::prepare(
+            &windows::win32::state_dir::SystemStateDir,
+            std::path::Path::new(&flags.state_dir),
+        )?;
         Ok((
             Arc::new(windows::filesystem::WindowsFilesystemHost::new()),
             Hosts {

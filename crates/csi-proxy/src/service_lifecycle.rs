@@ -87,18 +87,8 @@ impl Reports {
     }
 }
 
-/// Runs the daemon with `flags` until `stop` completes, reporting each phase to `report`
+/// Runs the daemon with `flags` until `stop` completes, reporting each phase through `reports`
 /// (`phase`, `checkpoint`, `exit code`). `tick` is how often STOP_PENDING advances.
-pub fn run(
-    flags: Flags,
-    report: impl Fn(Phase, u32, u32) + Send + Sync + 'static,
-    stop: impl Future<Output = ()>,
-    tick: Duration,
-    events: &ServiceEvents,
-) {
-    run_gated(flags, Reports::new(report), stop, tick, events)
-}
-
 fn run_gated(
     flags: Flags,
     reports: Arc<Reports>,
@@ -173,6 +163,16 @@ mod tests {
     use super::*;
     use crate::service_events::{Kind, Recorder, id};
     use clap::Parser;
+
+    fn run(
+        flags: Flags,
+        report: impl Fn(Phase, u32, u32) + Send + Sync + 'static,
+        stop: impl Future<Output = ()>,
+        tick: Duration,
+        events: &ServiceEvents,
+    ) {
+        run_gated(flags, Reports::new(report), stop, tick, events)
+    }
 
     /// What was reported: phase, checkpoint, exit code, and whether the sockets were there.
     type Seen = Arc<Mutex<Vec<(Phase, u32, u32, bool)>>>;

@@ -100,7 +100,20 @@ impl FormatRecords {
 
     #[cfg(not(target_os = "linux"))]
     fn read_text(&self, key: &str) -> io::Result<String> {
-        std::fs::read_to_string(self.dir.join(Self::name(key)?))
+        use std::io::Read;
+        let mut file = std::fs::File::open(self.dir.join(Self::name(key)?))?;
+        // A record some other user owns (planted before the folder was made private) is not
+        // ours: read as none, which keeps its volume from being formatted.
+        #[cfg(windows)]
+        if let crate::windows::state_dir::Owner::Other(sid) =
+            crate::windows::win32::state_dir::owner(&file)?
+        {
+            tracing::warn!(record = %self.dir.join(key).display(), owner = %sid, "ignoring a format record another user owns");
+            return Err(io::ErrorKind::PermissionDenied.into());
+        }
+        let mut text = String::new();
+        file.read_to_string(&mut text)?;
+        Ok(text)
     }
 
     /// The record's file name: the key in lower case.

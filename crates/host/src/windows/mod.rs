@@ -10,6 +10,7 @@ pub mod os;
 #[cfg(any(test, feature = "windows-sim"))]
 pub mod sim;
 pub mod smb;
+pub mod state_dir;
 pub mod system;
 pub mod vhd;
 pub mod volume;

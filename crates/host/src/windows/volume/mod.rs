@@ -63,7 +63,11 @@ impl WindowsVolumeHost {
     pub fn with_os(os: Arc<dyn Win32>, state_dir: impl AsRef<std::path::Path>) -> Self {
         Self {
             os,
-            records: FormatRecords::new(state_dir.as_ref().join("format")),
+            records: FormatRecords::new(
+                state_dir
+                    .as_ref()
+                    .join(crate::windows::state_dir::FORMAT_DIR),
+            ),
         }
     }
 

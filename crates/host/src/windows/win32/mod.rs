@@ -9,6 +9,7 @@ mod event_log;
 mod files;
 mod iscsi;
 mod scm;
+pub mod state_dir;
 pub mod vhd;
 mod wmi_calls;
 

@@ -1,0 +1,246 @@
+//! The daemon's state directory on Windows (`--state-dir`, `C:\ProgramData\csi-proxy` by
+//! default), which holds the format records: a record says whether FormatVolume may format a
+//! volume, so a record no administrator wrote must never be read.
+//!
+//! ProgramData's own ACL lets BUILTIN\Users create folders and files in the folders they did not
+//! create, and a folder made without a security descriptor inherits it ("If lpSecurityAttributes
+//! is NULL, the directory gets a default security descriptor. The ACLs in the default security
+//! descriptor for a directory are inherited from its parent directory", CreateDirectoryW). So
+//! the state directory and its `format` folder are created with a protected DACL that grants
+//! SYSTEM and Administrators alone, inherited by everything made inside; one found already there
+//! (made by an earlier release, or planted) is kept only when SYSTEM, Administrators or the
+//! daemon's own user owns it and is no reparse point, and gets the same DACL (SetSecurityInfo
+//! propagates it to what is inside); anything else stops the start-up with what to do.
+
+use std::io;
+use std::path::Path;
+
+/// The folder under the state directory holding the format records.
+pub const FORMAT_DIR: &str = "format";
+
+/// Who owns a file or folder, as far as trusting what it holds goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owner {
+    /// SYSTEM, BUILTIN\Administrators, or the user the daemon runs as.
+    Trusted,
+    /// Anyone else, by SID string.
+    Other(String),
+}
+
+/// What the start-up check learns of an existing folder, without following a reparse point.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Facts {
+    /// Its owner.
+    pub owner: Owner,
+    /// A directory (not a file).
+    pub directory: bool,
+    /// A reparse point (a junction or a link), which could lead anywhere.
+    pub reparse_point: bool,
+}
+
+/// The Windows calls the check makes, one documented call (or open and call) per method; the
+/// real ones are in `win32::state_dir`, tests use a fake.
+pub trait StateDirOs {
+    /// Creates folder `path` (its parent exists) with the private DACL; `AlreadyExists` when
+    /// something is there already.
+    fn create_private_dir(&self, path: &Path) -> io::Result<()>;
+    /// What `path` is and who owns it; `NotFound` when nothing is there.
+    fn facts(&self, path: &Path) -> io::Result<Facts>;
+    /// Replaces `path`'s DACL with the private one, protected from its parent's.
+    fn make_private(&self, path: &Path) -> io::Result<()>;
+}
+
+/// Prepares the state directory `dir` and its format folder at start-up, as the module says.
+/// The parents of `dir` are the operator's and are created with their defaults.
+pub fn prepare(os: &dyn StateDirOs, dir: &Path) -> Result<(), String> {
+    if !dir.is_absolute() {
+        return Err(format!(
+            "--state-dir {:?} must be an absolute path",
+            dir.display()
+        ));
+    }
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("--state-dir {:?}: {e}", dir.display()))?;
+    }
+    for folder in [dir.to_path_buf(), dir.join(FORMAT_DIR)] {
+        private_folder(os, &folder)
+            .map_err(|why| format!("--state-dir {:?}: {why}", dir.display()))?;
+    }
+    Ok(())
+}
+
+fn private_folder(os: &dyn StateDirOs, folder: &Path) -> Result<(), String> {
+    match os.create_private_dir(folder) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot create {:?}: {e}", folder.display())),
+    }
+    let facts = os
+        .facts(folder)
+        .map_err(|e| format!("cannot read the owner of {:?}: {e}", folder.display()))?;
+    let refuse = |what: String| {
+        Err(format!(
+            "{:?} {what}; a folder another user could make or redirect could hold format \
+             records nobody here wrote. Remove it as Administrator and start csi-proxy again, \
+             which creates it for SYSTEM and Administrators only",
+            folder.display()
+        ))
+    };
+    if facts.reparse_point {
+        return refuse("is a reparse point (a junction or a link)".into());
+    }
+    if !facts.directory {
+        return refuse("is not a folder".into());
+    }
+    if let Owner::Other(sid) = facts.owner {
+        return refuse(format!(
+            "is owned by {sid}, not by SYSTEM, Administrators or the daemon's user"
+        ));
+    }
+    os.make_private(folder).map_err(|e| {
+        format!(
+            "cannot restrict {:?} to SYSTEM and Administrators: {e}",
+            folder.display()
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+    use std::sync::Mutex;
+
+    /// Folders by path: their facts and whether their DACL is the private one.
+    #[derive(Default)]
+    struct Fake(Mutex<BTreeMap<PathBuf, (Facts, bool)>>);
+
+    impl Fake {
+        fn plant(&self, path: &Path, facts: Facts) {
+            self.0.lock().unwrap().insert(path.into(), (facts, false));
+        }
+        fn private(&self, path: &Path) -> Option<bool> {
+            self.0.lock().unwrap().get(path).map(|f| f.1)
+        }
+    }
+
+    fn folder(owner: Owner) -> Facts {
+        Facts {
+            owner,
+            directory: true,
+            reparse_point: false,
+        }
+    }
+
+    impl StateDirOs for Fake {
+        fn create_private_dir(&self, path: &Path) -> io::Result<()> {
+            let mut all = self.0.lock().unwrap();
+            if all.contains_key(path) {
+                return Err(io::ErrorKind::AlreadyExists.into());
+            }
+            all.insert(path.into(), (folder(Owner::Trusted), true));
+            Ok(())
+        }
+        fn facts(&self, path: &Path) -> io::Result<Facts> {
+            let all = self.0.lock().unwrap();
+            all.get(path)
+                .map(|f| f.0.clone())
+                .ok_or(io::ErrorKind::NotFound.into())
+        }
+        fn make_private(&self, path: &Path) -> io::Result<()> {
+            let mut all = self.0.lock().unwrap();
+            all.get_mut(path)
+                .ok_or(io::Error::from(io::ErrorKind::NotFound))?
+                .1 = true;
+            Ok(())
+        }
+    }
+
+    fn state() -> (tempfile::TempDir, PathBuf) {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("csi-proxy");
+        (parent, dir)
+    }
+
+    #[test]
+    fn a_new_state_directory_and_its_format_folder_are_private() {
+        let (_p, dir) = state();
+        let os = Fake::default();
+        prepare(&os, &dir).unwrap();
+        assert_eq!(os.private(&dir), Some(true));
+        assert_eq!(os.private(&dir.join(FORMAT_DIR)), Some(true));
+    }
+
+    #[test]
+    fn an_existing_administrators_folder_is_kept_and_made_private() {
+        // As an earlier release left it: ProgramData's inherited ACL.
+        let (_p, dir) = state();
+        let os = Fake::default();
+        os.plant(&dir, folder(Owner::Trusted));
+        os.plant(&dir.join(FORMAT_DIR), folder(Owner::Trusted));
+        prepare(&os, &dir).unwrap();
+        assert_eq!(os.private(&dir), Some(true));
+        assert_eq!(os.private(&dir.join(FORMAT_DIR)), Some(true));
+    }
+
+    #[test]
+    fn a_folder_a_user_made_or_redirected_is_refused_and_left_alone() {
+        let user = Owner::Other("S-1-5-21-1-2-3-1001".into());
+        let cases = [
+            (
+                PathBuf::new(),
+                folder(user.clone()),
+                "is owned by S-1-5-21-1-2-3-1001",
+            ),
+            (
+                PathBuf::from(FORMAT_DIR),
+                folder(user),
+                "is owned by S-1-5-21-1-2-3-1001",
+            ),
+            (
+                PathBuf::new(),
+                Facts {
+                    reparse_point: true,
+                    ..folder(Owner::Trusted)
+                },
+                "is a reparse point",
+            ),
+            (
+                PathBuf::from(FORMAT_DIR),
+                Facts {
+                    directory: false,
+                    ..folder(Owner::Trusted)
+                },
+                "is not a folder",
+            ),
+        ];
+        for (at, facts, why) in cases {
+            let (_p, dir) = state();
+            let os = Fake::default();
+            let planted = if at.as_os_str().is_empty() {
+                dir.clone()
+            } else {
+                dir.join(&at)
+            };
+            os.plant(&planted, facts);
+            let err = prepare(&os, &dir).unwrap_err();
+            assert!(
+                err.contains(why) && err.contains("Remove it as Administrator"),
+                "{err}"
+            );
+            assert_eq!(
+                os.private(&planted),
+                Some(false),
+                "its DACL was changed: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_relative_state_directory_is_refused() {
+        let err = prepare(&Fake::default(), Path::new("state")).unwrap_err();
+        assert!(err.contains("must be an absolute path"), "{err}");
+    }
+}
