@@ -5,7 +5,11 @@
 use super::super::os::{OsError, ReturnValue, Win32Result};
 use crate::windows_data::volume::wql_string;
 use std::collections::HashMap;
-use windows::Win32::System::Com::{CLSCTX_INPROC_SERVER, CoCreateInstance, GetErrorInfo};
+use windows::Win32::System::Com::{
+    CLSCTX_INPROC_SERVER, CoCreateInstance, CoSetProxyBlanket, EOAC_NONE, GetErrorInfo,
+    RPC_C_AUTHN_LEVEL_CALL, RPC_C_IMP_LEVEL_IMPERSONATE,
+};
+use windows::Win32::System::Rpc::{RPC_C_AUTHN_WINNT, RPC_C_AUTHZ_NONE};
 use windows::Win32::System::Wmi::{
     IWbemClassObject, IWbemLocator, IWbemServices, WBEM_FLAG_CONNECT_USE_MAX_WAIT,
     WBEM_GENERIC_FLAG_TYPE, WbemLocator,
@@ -61,8 +65,9 @@ fn com_os(e: &windows::core::Error) -> OsError {
 }
 
 /// `CoCreateInstance(CLSID_WbemLocator)` and `IWbemLocator::ConnectServer(namespace)` on this
-/// WMI thread (COM is initialised by its `wmi` connection): a services pointer of our own, as
-/// the `wmi` crate drops the error information a failed `ExecMethod` leaves.
+/// WMI thread (COM is initialised by its `wmi` connection), then `CoSetProxyBlanket` on the
+/// services proxy: a services pointer of our own, as the `wmi` crate drops the error
+/// information a failed `ExecMethod` leaves. (The crate's own connections set the blanket.)
 fn services(namespace: &str) -> Win32Result<IWbemServices> {
     // CoCreateInstance: "Creates and default-initializes a single object of the class
     // associated with a specified CLSID."
@@ -73,7 +78,7 @@ fn services(namespace: &str) -> Win32Result<IWbemServices> {
     // IWbemLocator::ConnectServer: "creates a connection through DCOM to a WMI namespace";
     // empty user, password, locale and authority mean the current security context.
     // SAFETY: every argument is an owned BSTR or None, valid for the call.
-    unsafe {
+    let services = unsafe {
         locator.ConnectServer(
             &BSTR::from(namespace),
             &BSTR::new(),
@@ -84,7 +89,26 @@ fn services(namespace: &str) -> Win32Result<IWbemServices> {
             None,
         )
     }
-    .map_err(|e| com_os(&e))
+    .map_err(|e| com_os(&e))?;
+    // "Creating a WMI Application Using C++", step 5: after ConnectServer, "set the security
+    // levels on the WMI connection" with CoSetProxyBlanket, so calls through the proxy
+    // impersonate the caller at packet-call authentication, whatever the process-wide
+    // CoInitializeSecurity said.
+    // SAFETY: `services` is a live interface pointer; the other arguments are constants or None.
+    unsafe {
+        CoSetProxyBlanket(
+            &services,
+            RPC_C_AUTHN_WINNT,
+            RPC_C_AUTHZ_NONE,
+            None,
+            RPC_C_AUTHN_LEVEL_CALL,
+            RPC_C_IMP_LEVEL_IMPERSONATE,
+            None,
+            EOAC_NONE,
+        )
+    }
+    .map_err(|e| com_os(&e))?;
+    Ok(services)
 }
 
 /// The Win32 code in the extended error object a failed WMI call left on this thread
@@ -284,4 +308,16 @@ pub(super) fn smb_remove_global_mapping(remote: &str) -> Win32Result<ReturnValue
             vec![("Force", wmi::Variant::Bool(true))],
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    /// Our own services pointer connects and takes its proxy blanket (under wine in CI: its
+    /// WMI serves ROOT\CIMV2); a blanket the proxy refused would fail every ExecMethod.
+    #[test]
+    fn our_own_wmi_connection_sets_its_proxy_blanket() {
+        // The crate's connection initialises COM on this thread, as the WMI thread's does.
+        let _com = wmi::WMIConnection::new().expect("WMI is reachable");
+        super::services(r"ROOT\CIMV2").expect("ConnectServer and CoSetProxyBlanket");
+    }
 }
