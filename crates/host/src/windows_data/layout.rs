@@ -28,6 +28,9 @@ pub use crate::gpt::MICROSOFT_RESERVED as MSR;
 
 /// `GPT_BASIC_DATA_ATTRIBUTE_NO_DRIVE_LETTER`: the volume gets no drive letter automatically.
 pub const NO_DRIVE_LETTER: u64 = 0x8000_0000_0000_0000;
+/// `GPT_BASIC_DATA_ATTRIBUTE_HIDDEN`: "the partition is not detected by the mount manager", so
+/// it gets no volume GUID path and is not enumerated (shadow-copy clones carry it).
+pub const HIDDEN: u64 = 0x4000_0000_0000_0000;
 
 /// Size of the `DRIVE_LAYOUT_INFORMATION_EX` header before the partition array.
 pub const HEADER_SIZE: usize = 48;
@@ -56,6 +59,15 @@ pub struct Partition {
 }
 
 impl Partition {
+    /// The GPT entry's attributes (`PARTITION_INFORMATION_GPT.Attributes`, at byte 64 of the
+    /// `PARTITION_INFORMATION_EX` read); 0 on MBR disks or for an entry too short to hold them.
+    pub fn gpt_attributes(&self) -> u64 {
+        match (self.gpt_type, self.raw.get(64..72)) {
+            (Some(_), Some(b)) => u64::from_le_bytes(b.try_into().expect("8 bytes")),
+            _ => 0,
+        }
+    }
+
     /// Whether this is the Microsoft reserved partition, which the "no data partition yet"
     /// check ignores (upstream's rule), or an unused MBR slot.
     pub fn is_reserved(&self) -> bool {
@@ -228,15 +240,16 @@ fn largest_free(layout: &Layout, sector: u64) -> Option<(u64, u64)> {
 }
 
 /// The starting offsets of the partitions Windows surfaces a volume for: GPT basic-data
-/// partitions, and MBR partitions of the types `IsRecognizedPartition` accepts (FAT12, FAT16,
-/// huge FAT16, IFS/NTFS, FAT32, FAT32 and FAT16 with INT13 extensions). Extended containers,
-/// the MSR and foreign types get none.
+/// partitions without [`HIDDEN`], and MBR partitions of the types `IsRecognizedPartition`
+/// accepts (FAT12, FAT16, huge FAT16, IFS/NTFS, FAT32, FAT32 and FAT16 with INT13 extensions).
+/// Extended containers, the MSR, hidden and foreign partitions get none, so nothing waits for
+/// them.
 pub fn volume_offsets(layout: &Layout) -> Vec<u64> {
     layout
         .partitions
         .iter()
         .filter(|p| match p.gpt_type {
-            Some(t) => t == BASIC_DATA,
+            Some(t) => t == BASIC_DATA && p.gpt_attributes() & HIDDEN == 0,
             None => matches!(p.mbr_type, 0x01 | 0x04 | 0x06 | 0x07 | 0x0B | 0x0C | 0x0E),
         })
         .map(|p| p.start)

@@ -53,7 +53,7 @@ use super::os::{
     Access, IscsiSession, OsError, PersistentLogin, ReturnValue, Win32, Win32Result, code,
 };
 use crate::windows::os::pool::Namespaces;
-use crate::windows_data::layout::{BASIC_DATA, MSR, NO_DRIVE_LETTER, STYLE_GPT, STYLE_RAW};
+use crate::windows_data::layout::{BASIC_DATA, HIDDEN, MSR, NO_DRIVE_LETTER, STYLE_GPT, STYLE_RAW};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
@@ -323,10 +323,14 @@ impl State {
 
     /// The volume of a partition appears: a basic-data partition gets a RAW volume with a new
     /// GUID path, and a drive letter when automount is on and the entry does not forbid one.
+    /// A hidden one gets none ("the partition is not detected by the mount manager. As a
+    /// result, the partition does not receive a drive letter, does not receive a volume GUID
+    /// path ... and is not enumerated by calls to FindFirstVolume and FindNextVolume",
+    /// PARTITION_INFORMATION_GPT, GPT_BASIC_DATA_ATTRIBUTE_HIDDEN).
     fn create_volume(&mut self, disk: u32, partition: u32) -> Option<usize> {
         let d = self.disks.get(&disk)?;
         let p = d.parts.iter().find(|p| p.number == partition)?.clone();
-        if p.gpt_type != BASIC_DATA {
+        if p.gpt_type != BASIC_DATA || p.attributes & HIDDEN != 0 {
             return None;
         }
         let name = self.volume_guid_path();
@@ -360,13 +364,16 @@ impl State {
     }
 
     /// Whether the volume can be seen: a drive without media always is; a partition's volume
-    /// while its disk is online and still has its partition.
+    /// while its disk is online and still has its partition, not hidden (see `create_volume`).
     fn visible(&self, v: usize) -> bool {
         self.volumes.get(v).is_some_and(|vol| {
             vol.no_media
                 || vol.arrives <= self.clock
                     && self.disks.get(&vol.disk).is_some_and(|d| {
-                        !d.offline && d.parts.iter().any(|p| p.number == vol.partition)
+                        !d.offline
+                            && d.parts
+                                .iter()
+                                .any(|p| p.number == vol.partition && p.attributes & HIDDEN == 0)
                     })
         })
     }

@@ -283,6 +283,20 @@ impl SimWindows {
 }
 
 impl SimWindows {
+    /// Sets the GPT attributes of partition `number` of `disk` in its table (as another
+    /// machine, or a shadow-copy clone, left them); a hidden partition's volume is not seen from
+    /// then on.
+    pub fn set_partition_attributes(&self, disk: u32, number: u32, attributes: u64) {
+        let mut s = self.lock();
+        if let Some(p) = s
+            .disks
+            .get_mut(&disk)
+            .and_then(|d| d.parts.iter_mut().find(|p| p.number == number))
+        {
+            p.attributes = attributes;
+        }
+    }
+
     /// Makes `IOCTL_DISK_CREATE_DISK` (GPT) create the Microsoft Reserved partition itself,
     /// its partition device arriving after the arrival delay; a layout written before then
     /// fails ERROR_NOT_READY.

@@ -179,6 +179,35 @@ fn set_disk_state_online_returns_once_every_data_volume_exists() {
     assert_eq!(vol.list_volumes_on_disk(n, 0).unwrap(), [id]);
 }
 
+/// Issue 37: a partition Windows never gives a volume (a shadow-copy clone's data partition
+/// carries GPT_BASIC_DATA_ATTRIBUTE_HIDDEN) was waited for: 30 s and UNAVAILABLE on every
+/// retry of SetDiskState(online) and PartitionDisk.
+#[test]
+fn a_hidden_partition_is_not_waited_for() {
+    let m = machine();
+    let (disk, vol) = services(&m);
+    m.sim.set_arrival_delay(Duration::from_secs(2));
+    let (n, _) = stage(&m, &disk, &vol);
+    disk.set_disk_state(n, false).unwrap();
+    let data = m
+        .sim
+        .partitions(n)
+        .iter()
+        .find(|p| p.3 == BASIC_DATA)
+        .unwrap()
+        .0;
+    m.sim
+        .set_partition_attributes(n, data, HIDDEN | NO_DRIVE_LETTER);
+    let before = m.sim.clock();
+    disk.set_disk_state(n, true).unwrap();
+    disk.partition_disk(n).unwrap();
+    assert!(
+        m.sim.clock() - before < Duration::from_secs(5),
+        "waited for the hidden partition"
+    );
+    assert!(vol.list_volumes_on_disk(n, 0).unwrap().is_empty());
+}
+
 #[test]
 fn partition_disk_on_an_attached_partitioned_disk_returns_once_its_volume_exists() {
     let m = machine();
