@@ -61,6 +61,8 @@ pub mod code {
     pub const NO_SUCH_DEVICE: u32 = 433;
     /// ERROR_DEVICE_REMOVED: "The device has been removed."
     pub const DEVICE_REMOVED: u32 = 1617;
+    /// WBEM_E_NOT_FOUND (an HRESULT): a WMI query or object path matched nothing.
+    pub const WBEM_E_NOT_FOUND: u32 = 0x8004_1002;
     /// ERROR_NOT_A_REPARSE_POINT.
     pub const NOT_A_REPARSE_POINT: u32 = 4390;
     /// ERROR_DEPENDENT_SERVICES_RUNNING: other running services depend on the one to stop.
@@ -350,6 +352,10 @@ pub trait Win32: FileApi + Send + Sync {
     /// WMI `MSFT_Volume.Format` (NTFS, no label, quick, Force) of the volume with this
     /// `UniqueId`: the method's `ReturnValue`.
     fn format_ntfs(&self, volume: &str) -> Win32Result<ReturnValue>;
+    /// WMI `MSFT_StorageSetting.UpdateHostStorageCache()` (static): the Storage Management
+    /// provider reads the host's storage objects again, so a volume made since its last look
+    /// is found by `MSFT_Volume` queries: the method's `ReturnValue`.
+    fn update_host_storage_cache(&self) -> Win32Result<ReturnValue>;
     /// WMI `SELECT * FROM MSFT_SmbGlobalMapping` (`ROOT\Microsoft\Windows\SMB`): every
     /// node-wide mapping's `RemotePath` and `Status`.
     fn smb_global_mappings(&self) -> Win32Result<Vec<(String, u32)>>;

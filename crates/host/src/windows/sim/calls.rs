@@ -249,6 +249,15 @@ impl Win32 for SimWindows {
         self.wmi_call(STORAGE, "format_ntfs", move |s| format_ntfs(s, &volume))
     }
 
+    fn update_host_storage_cache(&self) -> Win32Result<ReturnValue> {
+        self.wmi_call(STORAGE, "update_host_storage_cache", |s| {
+            if s.provider_cache.is_some() {
+                s.provider_cache = Some(s.provider_volumes());
+            }
+            Ok(ReturnValue::Code(0))
+        })
+    }
+
     fn smb_global_mappings(&self) -> Win32Result<Vec<(String, u32)>> {
         self.wmi_call(SMB, "smb_global_mappings", |s| {
             Ok(s.smb_mappings
@@ -445,9 +454,16 @@ fn format_ntfs(s: &mut State, volume: &str) -> Win32Result<ReturnValue> {
     if let Some(odd) = s.odd_return.take() {
         return Ok(odd);
     }
-    // MSFT_Volume.UniqueId is the volume's first GUID path.
+    // MSFT_Volume.UniqueId is the volume's first GUID path. The provider answers from its
+    // cache: a volume that arrived after its last refresh is not found (ledger row 54).
     let v = (0..s.volumes.len())
-        .find(|&v| s.visible(v) && s.volumes[v].names[0].eq_ignore_ascii_case(volume))
+        .find(|&v| {
+            s.visible(v)
+                && s.volumes[v].names[0].eq_ignore_ascii_case(volume)
+                && s.provider_cache
+                    .as_ref()
+                    .is_none_or(|known| known.contains(&s.volumes[v].names[0].to_ascii_lowercase()))
+        })
         .ok_or(OsError::new(WBEM_E_NOT_FOUND))?;
     let length = devices::partition_of(s, v).map_or(0, |p| p.length);
     let sector = s.disks.get(&s.volumes[v].disk).map_or(SECTOR, |d| d.sector);

@@ -66,8 +66,7 @@ const MIB: u64 = 1 << 20;
 pub const SECTOR: u64 = 512;
 /// RPC_E_DISCONNECTED.
 const RPC_E_DISCONNECTED: u32 = 0x8001_0108;
-/// WBEM_E_NOT_FOUND.
-const WBEM_E_NOT_FOUND: u32 = 0x8004_1002;
+use crate::windows::os::code::WBEM_E_NOT_FOUND;
 
 /// One partition of a simulated disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -216,6 +215,9 @@ struct State {
     create_disk_msr: bool,
     /// What the next WMI method call answers instead of doing its work.
     odd_return: Option<ReturnValue>,
+    /// When the Storage Management provider answers `MSFT_Volume` from a cache
+    /// (`set_storage_provider_cache`): the volumes it held at its last refresh, by first name.
+    provider_cache: Option<BTreeSet<String>>,
     /// Services, keyed lower-case (service names are case-insensitive).
     services: BTreeMap<String, services::Service>,
     /// The iSCSI initiator.
@@ -361,6 +363,14 @@ impl State {
             let text = format!(r"{letter}:\");
             self.mount_points.insert(mp_key(&text), (text, index));
         }
+    }
+
+    /// What the Storage Management provider finds when it looks: the visible volumes.
+    fn provider_volumes(&self) -> BTreeSet<String> {
+        (0..self.volumes.len())
+            .filter(|&v| self.visible(v))
+            .map(|v| self.volumes[v].names[0].to_ascii_lowercase())
+            .collect()
     }
 
     /// Whether the volume can be seen: a drive without media always is; a partition's volume
@@ -544,6 +554,13 @@ impl SimWindows {
     /// Turns automount (drive letters for new basic volumes) on or off (`mountvol /N`).
     pub fn set_automount(&self, on: bool) {
         self.lock().automount = on;
+    }
+
+    /// Makes the Storage Management provider answer `MSFT_Volume` from its cache: a volume
+    /// that arrived after the last `UpdateHostStorageCache` is not found until the next one.
+    pub fn set_storage_provider_cache(&self, on: bool) {
+        let mut s = self.lock();
+        s.provider_cache = on.then(|| s.provider_volumes());
     }
 
     /// Gives `volume` a new GUID path that the mount manager lists first from now on (as after

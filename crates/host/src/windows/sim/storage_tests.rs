@@ -179,6 +179,32 @@ fn set_disk_state_online_returns_once_every_data_volume_exists() {
     assert_eq!(vol.list_volumes_on_disk(n, 0).unwrap(), [id]);
 }
 
+/// Issue 37: the Storage Management provider answers MSFT_Volume from its cache, which may not
+/// hold the volume PartitionDisk made a moment ago; FormatVolume answered NOT_FOUND. It now
+/// refreshes the cache (UpdateHostStorageCache) once and asks again; the whole stage passes.
+#[test]
+fn a_volume_the_storage_provider_has_not_seen_yet_is_formatted_after_a_refresh() {
+    let m = machine();
+    let (disk, vol) = services(&m);
+    m.sim.set_storage_provider_cache(true);
+    let before = m
+        .sim
+        .calls()
+        .get("update_host_storage_cache")
+        .copied()
+        .unwrap_or(0);
+    let (_, id) = stage(&m, &disk, &vol);
+    assert_eq!(
+        m.sim.filesystem_of(&id).map(|f| f.0),
+        Some("NTFS".to_string())
+    );
+    let refreshes = m.sim.calls()["update_host_storage_cache"] - before;
+    assert_eq!(
+        refreshes, 1,
+        "one refresh for the one volume the cache missed"
+    );
+}
+
 /// Issue 37: a partition Windows never gives a volume (a shadow-copy clone's data partition
 /// carries GPT_BASIC_DATA_ATTRIBUTE_HIDDEN) was waited for: 30 s and UNAVAILABLE on every
 /// retry of SetDiskState(online) and PartitionDisk.

@@ -285,9 +285,21 @@ fn read_head(os: &dyn Win32, op: &str, id: &str, v: &VolumeName) -> Result<Vec<u
 /// volume is mounted nowhere).
 fn wmi_format(os: &dyn Win32, op: &str, id: &str, v: &VolumeName) -> Result<()> {
     let volume = v.guid_path();
-    let code = os::wmi_retrying(os, || os.format_ntfs(&volume))
-        .map_err(|e| os_error(op, shown(id), &e, &[]).context("MSFT_Volume.Format"))?
-        .code(op, shown(id), "MSFT_Volume.Format")?;
+    let format = || os::wmi_retrying(os, || os.format_ntfs(&volume));
+    let code = match format() {
+        // The provider answers from a cache that may not hold a volume made moments ago (by
+        // PartitionDisk's layout write): refresh it once and ask again. A refresh that fails
+        // leaves the first answer standing.
+        Err(e) if e.code == code::WBEM_E_NOT_FOUND => {
+            match os::wmi_retrying(os, || os.update_host_storage_cache()) {
+                Ok(_) => format(),
+                Err(_) => Err(e),
+            }
+        }
+        other => other,
+    }
+    .map_err(|e| os_error(op, shown(id), &e, &[]).context("MSFT_Volume.Format"))?
+    .code(op, shown(id), "MSFT_Volume.Format")?;
     storage_return(code).map_err(|(kind, why)| {
         Error::new(kind, op, shown(id), format!("MSFT_Volume.Format: {why}"))
     })

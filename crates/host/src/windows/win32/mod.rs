@@ -400,6 +400,10 @@ impl Win32 for SystemWin32 {
         wmi_calls::format_ntfs(volume)
     }
 
+    fn update_host_storage_cache(&self) -> Win32Result<ReturnValue> {
+        wmi_calls::update_host_storage_cache()
+    }
+
     fn smb_global_mappings(&self) -> Win32Result<Vec<(String, u32)>> {
         wmi_calls::smb_global_mappings()
     }

@@ -236,6 +236,21 @@ pub(super) fn format_ntfs(volume: &str) -> Win32Result<ReturnValue> {
     })
 }
 
+/// `MSFT_StorageSetting.UpdateHostStorageCache()`, a static method: called on the class.
+pub(super) fn update_host_storage_cache() -> Win32Result<ReturnValue> {
+    const CLASS: &str = "MSFT_StorageSetting";
+    super::super::wmi::run_in(STORAGE_NAMESPACE, |c| {
+        call_method(
+            c,
+            STORAGE_NAMESPACE,
+            CLASS,
+            CLASS,
+            "UpdateHostStorageCache",
+            Vec::new(),
+        )
+    })
+}
+
 pub(super) fn smb_global_mappings() -> Win32Result<Vec<(String, u32)>> {
     super::super::wmi::run_in(SMB_NAMESPACE, |c| {
         let rows = c
