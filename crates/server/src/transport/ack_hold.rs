@@ -201,7 +201,11 @@ mod tests {
     struct Calls(Arc<Mutex<Vec<Vec<u8>>>>);
 
     impl AsyncWrite for Calls {
-        fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, b: &[u8]) -> Poll<io::Result<usize>> {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            b: &[u8],
+        ) -> Poll<io::Result<usize>> {
             self.0.lock().unwrap().push(b.to_vec());
             Poll::Ready(Ok(b.len()))
         }

@@ -116,7 +116,11 @@ impl OpenDir {
         let real = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
             .ok()
             .filter(|p| p.is_absolute() && !p.as_os_str().as_bytes().ends_with(b" (deleted)"));
-        Ok(OpenDir::known(fd, node, real.unwrap_or_else(|| path.to_path_buf())))
+        Ok(OpenDir::known(
+            fd,
+            node,
+            real.unwrap_or_else(|| path.to_path_buf()),
+        ))
     }
 
     /// A directory whose node was already read through `fd`.
