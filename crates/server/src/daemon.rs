@@ -1,6 +1,7 @@
 //! The daemon: every group-version endpoint in one process, started together, stopped together.
 
 use crate::transport::accept::AcceptBackoff;
+use crate::transport::ack_hold::AckHold;
 use crate::transport::authority::AuthorityFix;
 use crate::transport::handshake_timeout::HandshakeTimeout;
 use std::future::Future;
@@ -218,13 +219,14 @@ fn ended<E: std::fmt::Display>(
 }
 
 /// An endpoint's accepted connections as served: accept errors pause instead of spinning, a
-/// connection that never starts HTTP/2 is closed, and `:authority` is fixed for Go clients.
+/// connection that never starts HTTP/2 is closed, `:authority` is fixed for Go clients, and a
+/// PING acknowledgement leaves with the answer that follows it.
 fn connections<C>(
     accepted: impl Stream<Item = io::Result<C>>,
     endpoint: String,
-) -> impl Stream<Item = io::Result<AuthorityFix<HandshakeTimeout<C>>>> {
+) -> impl Stream<Item = io::Result<AuthorityFix<HandshakeTimeout<AckHold<C>>>>> {
     tokio_stream::StreamExt::map(AcceptBackoff::new(accepted, endpoint), |c| {
-        c.map(|c| AuthorityFix::new(HandshakeTimeout::new(c)))
+        c.map(|c| AuthorityFix::new(HandshakeTimeout::new(AckHold::new(c))))
     })
 }
 

@@ -70,6 +70,9 @@ pub(super) struct LeanConn {
     start: usize,
     /// Frames to write back (acknowledgements) before the next call.
     replies: Vec<u8>,
+    /// Send a PING as soon as an answer's DATA arrives, as grpc-go's bandwidth-delay estimator
+    /// does after each response ([`LeanConn::pinging_like_grpc_go`]).
+    ping_on_data: bool,
 }
 
 impl LeanConn {
@@ -96,7 +99,16 @@ impl LeanConn {
             buf: Vec::with_capacity(16 * 1024),
             start: 0,
             replies: Vec::new(),
+            ping_on_data: false,
         })
+    }
+
+    /// This connection, pinging the server on each answer as grpc-go clients (upstream's stubs,
+    /// the CSI drivers) do: their BDP estimator sends a PING when DATA arrives and no PING of
+    /// theirs is outstanding, which with one call at a time is every call.
+    pub(super) fn pinging_like_grpc_go(mut self) -> Self {
+        self.ping_on_data = true;
+        self
     }
 
     /// Makes one call and checks that its answer is the expected message.
@@ -149,6 +161,15 @@ impl LeanConn {
                             payload
                         };
                         answer.get_or_insert_with(Vec::new).extend_from_slice(&data);
+                        if self.ping_on_data {
+                            let mut ping = Vec::with_capacity(17);
+                            frame_head(&mut ping, 8, PING, 0, 0);
+                            ping.extend_from_slice(&u64::from(stream).to_be_bytes());
+                            self.io
+                                .write_all(&ping)
+                                .await
+                                .map_err(|e| format!("writing a PING: {e}"))?;
+                        }
                     }
                     HEADERS if sid == stream && flags & END_STREAM != 0 => {
                         // The trailers: the call is over.

@@ -366,5 +366,53 @@ async fn deep_path_syscalls(
     let mk = syscalls::count(pid, n, mkdir).await?;
     rows.push(Row::single(what("PathExists", n), pe.shown()));
     rows.push(Row::single(what("Mkdir", n), mk.shown()));
+    // The probe again from a client that pings on each answer as grpc-go does: the PING's
+    // acknowledgement should leave with the next answer, not in a write of its own.
+    {
+        use csi_proxy_api::filesystem::v1::{PathExistsRequest, PathExistsResponse};
+        use prost::Message;
+        let probe = kubelet.join("probe").display().to_string();
+        let call = lean::UnaryCall::new(
+            "/v1.Filesystem/PathExists",
+            &PathExistsRequest { path: probe }.encode_to_vec(),
+            &PathExistsResponse { exists: true }.encode_to_vec(),
+        );
+        let socket = PathBuf::from(c.endpoint_name("filesystem", "v1"));
+        let conn = lean::LeanConn::connect(&socket, call).await?;
+        let conn = Arc::new(tokio::sync::Mutex::new(conn.pinging_like_grpc_go()));
+        let call = || {
+            let conn = conn.clone();
+            async move { conn.lock().await.call().await.map_err(Status::internal) }
+        };
+        let pe = syscalls::count(pid, n, call).await?;
+        rows.push(Row::single(
+            format!(
+                "daemon system calls per PathExists, 1 level below, from a client pinging on each answer as grpc-go does (strace -c -f, {n} calls)"
+            ),
+            pe.shown(),
+        ));
+    }
+    // Depths 4 and 8 (a pod's volume directory, and a directory inside its mounted volume):
+    // how the cost grows with depth.
+    for rel in [
+        "pods/0123abcd-uid/volumes/kubernetes.io~csi",
+        "pods/0123abcd-uid/volumes/kubernetes.io~csi/pvc-0123abcd/mount/data/logs",
+    ] {
+        let path = kubelet.join(rel);
+        std::fs::create_dir_all(&path).map_err(|e| e.to_string())?;
+        let path = path.display().to_string();
+        let exists = || {
+            let (mut fs, p) = (fs.clone(), path.clone());
+            async move { fs.path_exists(&p).await.map(drop) }
+        };
+        let pe = syscalls::count(pid, n, exists).await?;
+        let depth = rel.split('/').count();
+        rows.push(Row::single(
+            format!(
+                "daemon system calls per PathExists of a path {depth} levels below the kubelet path (strace -c -f, {n} calls)"
+            ),
+            pe.shown(),
+        ));
+    }
     Ok(())
 }

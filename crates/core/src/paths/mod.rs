@@ -41,7 +41,7 @@ pub use lexical::is_drive_root;
 #[cfg(test)]
 use lexical::parse_target;
 use lexical::{posix_lexical, windows_lexical};
-pub use walk::{Found, Held, Mode, Reached, Walk, Walker, names_nothing};
+pub use walk::{Beneath, Found, Held, Mode, Reached, Walk, Walker, names_nothing};
 
 use crate::error::{Error, Kind, Result};
 use std::io;

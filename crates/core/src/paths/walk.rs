@@ -78,6 +78,33 @@ pub trait Walker {
     /// Creates the directory `name` inside `dir`; an existing entry is not an error (the walk
     /// looks again and decides).
     fn make_dir(&self, dir: &Self::Dir, name: &str, at: &str) -> io::Result<()>;
+    /// The walk's fast path: `names` (plain components, at least one) below the held root `root`
+    /// resolved in as few lookups as the OS allows, with the kernel refusing any link, mount
+    /// point or `..` on the way; the final entry is looked at without following it. A host
+    /// without such a lookup answers [`Beneath::Walk`] (the default), as it does when the kernel
+    /// refused: the walk then goes component by component and applies its rules.
+    fn beneath(&self, root: &Self::Dir, names: &[&str]) -> io::Result<Beneath<Self::Dir>> {
+        let _ = (root, names);
+        Ok(Beneath::Walk)
+    }
+}
+
+/// What [`Walker::beneath`] found.
+#[derive(Debug)]
+pub enum Beneath<D> {
+    /// Every component before the final one is a plain directory: the final entry's parent,
+    /// held, and what the final entry is (a link there is reported, not followed; never a
+    /// mounted volume or a foreign mount, which are [`Beneath::Walk`]).
+    Reached {
+        /// The final entry's directory, held open.
+        parent: D,
+        /// What the final entry is.
+        found: Found<D>,
+    },
+    /// A component before the final one is missing or not a directory.
+    Absent,
+    /// A link or mount point lies on the way (or the host cannot tell): walk it.
+    Walk,
 }
 
 /// How a path is walked.
@@ -241,6 +268,40 @@ impl PathPolicy {
         let mut last_found: Option<Found<W::Dir>> = None;
         // The filesystem root, held when a root is the filesystem root (tests only).
         let mut fs_root: Option<W::Dir> = None;
+
+        // The fast path: below the root, one lookup that the kernel refuses at any link or mount
+        // point; only then is the path walked component by component (with the root held).
+        if !mode.create
+            && let Some((last, _)) = below.split_last()
+            && let Some(root) = self
+                .hold(&mut stack, &mut fs_root, walker, false)
+                .map_err(|(at, e)| io_err(&at, &e))?
+        {
+            match walker
+                .beneath(root, below)
+                .map_err(|e| io_err(&normalised, &e))?
+            {
+                Beneath::Reached { parent, found }
+                    if matches!(found, Found::Dir(_) | Found::Missing | Found::Other)
+                        || matches!(found, Found::Link(_)) && !mode.follow_final =>
+                {
+                    return Ok(Walk::Reached(Reached {
+                        parent,
+                        name: last.to_string(),
+                        found,
+                        resolved: normalised.clone(),
+                        normalised,
+                    }));
+                }
+                Beneath::Absent => {
+                    return Ok(Walk::Absent {
+                        resolved: normalised.clone(),
+                        normalised,
+                    });
+                }
+                Beneath::Reached { .. } | Beneath::Walk => {}
+            }
+        }
 
         while let Some(step) = steps.pop() {
             let (name, follow, last) = match step {

@@ -55,6 +55,7 @@ macro_rules! write_through_wrapper {
 }
 
 pub mod accept;
+pub mod ack_hold;
 pub mod authority;
 pub mod handshake_timeout;
 #[cfg(windows)]

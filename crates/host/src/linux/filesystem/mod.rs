@@ -33,7 +33,7 @@
 
 use crate::linux::mountinfo::{self, MountInfo};
 use csi_proxy_core::filesystem::FilesystemHost;
-use csi_proxy_core::paths::{Found, Held, LinkProbe, LinkTarget, Walker, names_nothing};
+use csi_proxy_core::paths::{Beneath, Found, Held, LinkProbe, LinkTarget, Walker, names_nothing};
 use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, StatxAttributes, StatxFlags};
 use rustix::io::Errno;
@@ -43,6 +43,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+mod beneath;
 mod nofollow;
 
 use nofollow::*;
@@ -52,9 +53,10 @@ use nofollow::*;
 const DIR_MODE: u32 = 0o755;
 
 /// The Linux filesystem host.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub struct LinuxFilesystemHost {
-    _private: (),
+    /// The roots, held for the host's life (`beneath.rs`).
+    roots: std::sync::Arc<beneath::Roots>,
 }
 
 impl LinuxFilesystemHost {
@@ -142,16 +144,12 @@ fn look_at(parent: &OpenDir, name: &OsStr) -> io::Result<Found<OpenDir>> {
         match rustix::fs::openat(dirfd, name, flags, Mode::empty()) {
             Ok(fd) => {
                 let node = node_of(fd.as_fd())?;
-                let dir = OpenDir {
-                    fd,
-                    node,
-                    path: parent.child_path(name),
-                };
+                let dir = OpenDir::known(fd, node, parent.child_path(name));
                 let mut mounts = Mounts::default();
-                if !mounts.is_mount_point(parent, name, &dir.node)? {
+                if !mounts.is_mount_point(parent, name, &node)? {
                     return Ok(Found::Dir(dir));
                 }
-                return Ok(match mount_target(&mut mounts, parent, name, &dir.node)? {
+                return Ok(match mount_target(&mut mounts, parent, name, &node)? {
                     LinkTarget::Volume => Found::Volume(dir),
                     LinkTarget::Foreign(why) | LinkTarget::Path(why) => Found::Foreign(why),
                 });
@@ -194,9 +192,10 @@ fn look_at(parent: &OpenDir, name: &OsStr) -> io::Result<Found<OpenDir>> {
     )))
 }
 
-/// The directory a walk on this host holds.
+/// The directory a walk on this host holds (a root is shared: `Arc`).
 fn held(h: &Held) -> io::Result<&OpenDir> {
     h.downcast_ref::<OpenDir>()
+        .or_else(|| h.downcast_ref::<std::sync::Arc<OpenDir>>().map(|a| &**a))
         .ok_or_else(|| io::Error::other("a directory handle that this host did not open"))
 }
 
@@ -213,7 +212,7 @@ impl Walker for LinuxFilesystemHost {
                 .mode(DIR_MODE)
                 .create(path)?;
         }
-        Ok(Box::new(OpenDir::open(Path::new(path), false)?))
+        Ok(Box::new(self.roots.open(Path::new(path))?))
     }
 
     fn look(&self, dir: &Held, name: &str, _at: &str) -> io::Result<Found<Held>> {
@@ -233,6 +232,10 @@ impl Walker for LinuxFilesystemHost {
             Ok(()) | Err(Errno::EXIST) => Ok(()),
             Err(e) => Err(e.into()),
         }
+    }
+
+    fn beneath(&self, root: &Held, names: &[&str]) -> io::Result<Beneath<Held>> {
+        beneath::beneath(root, names)
     }
 }
 

@@ -3,6 +3,7 @@
 //! plain directories, and the recursive removal that never leaves the tree it was given.
 
 use super::*;
+use std::sync::OnceLock;
 
 /// How many times one directory entry is re-examined when it keeps changing under us (each
 /// unmount of a stacked mount also counts as one).
@@ -93,8 +94,11 @@ pub(super) fn node_of(fd: BorrowedFd<'_>) -> Result<Node, Errno> {
 /// An open directory, what it is, and the path it is known by (for messages and for
 /// `/proc/self/mountinfo` lookups).
 pub(super) struct OpenDir {
+    /// `O_RDONLY`, or `O_PATH` when the fast path opened it (every use is an `*at` call, a
+    /// `/proc/self/fd` path, or a `statx` through it; listing re-opens `.`).
     pub(super) fd: OwnedFd,
-    pub(super) node: Node,
+    /// What `fd` is, read through it when first needed: most lookups never need it.
+    node: OnceLock<Node>,
     pub(super) path: PathBuf,
 }
 
@@ -112,11 +116,38 @@ impl OpenDir {
         let real = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
             .ok()
             .filter(|p| p.is_absolute() && !p.as_os_str().as_bytes().ends_with(b" (deleted)"));
-        Ok(OpenDir {
+        Ok(OpenDir::known(
             fd,
             node,
-            path: real.unwrap_or_else(|| path.to_path_buf()),
-        })
+            real.unwrap_or_else(|| path.to_path_buf()),
+        ))
+    }
+
+    /// A directory whose node was already read through `fd`.
+    pub(super) fn known(fd: OwnedFd, node: Node, path: PathBuf) -> Self {
+        OpenDir {
+            fd,
+            node: OnceLock::from(node),
+            path,
+        }
+    }
+
+    /// A directory whose node is read through `fd` when first needed.
+    pub(super) fn unread(fd: OwnedFd, path: PathBuf) -> Self {
+        OpenDir {
+            fd,
+            node: OnceLock::new(),
+            path,
+        }
+    }
+
+    /// What this directory is (`statx` through its descriptor, once).
+    pub(super) fn node(&self) -> Result<Node, Errno> {
+        if let Some(n) = self.node.get() {
+            return Ok(*n);
+        }
+        let n = node_of(self.fd.as_fd())?;
+        Ok(*self.node.get_or_init(|| n))
     }
 
     pub(super) fn child_path(&self, name: &OsStr) -> PathBuf {
@@ -127,7 +158,11 @@ impl OpenDir {
     pub(super) fn names(&self) -> io::Result<Vec<OsString>> {
         let wrap = |e: Errno| with_context(e.into(), "read directory", &self.path);
         let mut names = Vec::new();
-        for entry in rustix::fs::Dir::read_from(&self.fd).map_err(wrap)? {
+        // A descriptor of its own, readable (`fd` may be `O_PATH`), so listing moves no offset
+        // of `fd`.
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(&self.fd, c".", flags, Mode::empty()).map_err(wrap)?;
+        for entry in rustix::fs::Dir::new(fd).map_err(wrap)? {
             let entry = entry.map_err(wrap)?;
             let name = entry.file_name().to_bytes();
             if name != b"." && name != b".." {
@@ -166,7 +201,7 @@ impl Mounts {
         if let Some(root) = node.mount_root {
             return Ok(root);
         }
-        if node.differs_in_mount_from(&parent.node) {
+        if node.differs_in_mount_from(&parent.node()?) {
             return Ok(true);
         }
         // Kernel < 5.8 and same device: a bind mount inside one filesystem only shows here.
@@ -254,15 +289,15 @@ pub(super) fn step(
         // Descend only into the very directory examined above, and only on the parent's mount.
         if opened.dev != node.dev
             || opened.ino != node.ino
-            || opened.differs_in_mount_from(&parent.node)
+            || opened.differs_in_mount_from(
+                &parent
+                    .node()
+                    .map_err(|e| with_context(e.into(), "stat", &parent.path))?,
+            )
         {
             continue;
         }
-        return Ok(Step::Descend(OpenDir {
-            fd,
-            node: opened,
-            path: path(),
-        }));
+        return Ok(Step::Descend(OpenDir::known(fd, opened, path())));
     }
     Err(io::Error::other(format!(
         "{}: changed {MAX_ATTEMPTS} times while being removed",
