@@ -143,7 +143,7 @@ async fn a_fifo_swapped_in_for_the_mount_point_never_blocks_the_disk() {
     std::fs::create_dir_all(&b).unwrap();
     mknodat(
         CWD,
-        &b.join("mnt"),
+        b.join("mnt"),
         FileType::Fifo,
         Mode::from_raw_mode(0o600),
         0,
