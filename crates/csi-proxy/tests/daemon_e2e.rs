@@ -301,3 +301,71 @@ async fn clients_made_before_a_restart_keep_working() {
     }
     assert!(ok, "the old client works after the restart");
 }
+
+/// IsSymlink answers about the link, never about whether a path outside the roots exists
+/// (issue 34): links in the client's directory to an existing and to an absent file inside a
+/// 0700 directory outside the kubelet path answer alike, whatever form the link takes (absolute,
+/// relative with `..`, through a directory link). Links whose targets lie inside the roots keep
+/// upstream's answer: true when the direct target exists (a link to a dangling link included),
+/// false when it does not.
+#[tokio::test]
+async fn is_symlink_never_tells_whether_a_path_outside_the_roots_exists() {
+    use std::os::unix::fs::{PermissionsExt, symlink};
+    let d = Daemon::start(FLAGS);
+    let mut fs = FilesystemClient::connect_version(&d.connector(), "v1")
+        .await
+        .unwrap();
+    let secret = d.dir.path().join("secret");
+    std::fs::create_dir(&secret).unwrap();
+    std::fs::write(secret.join("present"), b"x").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let base = d.k("plugins/evil");
+    std::fs::create_dir_all(&base).unwrap();
+    // `plugins/evil` is three levels below the daemon's temp dir, where `secret` is.
+    let up = "../../../secret";
+    let pairs = [
+        ("abs", secret.join("present"), secret.join("absent")),
+        (
+            "rel",
+            format!("{up}/present").into(),
+            format!("{up}/absent").into(),
+        ),
+    ];
+    symlink(&secret, format!("{base}/dirlink")).unwrap();
+    let mut answers = Vec::new();
+    for (form, present, absent) in
+        pairs
+            .into_iter()
+            .chain([("via", "dirlink/present".into(), "dirlink/absent".into())])
+    {
+        let (p, a) = (format!("{base}/{form}-p"), format!("{base}/{form}-a"));
+        symlink(&present, &p).unwrap();
+        symlink(&absent, &a).unwrap();
+        let (rp, ra) = (fs.is_symlink(&p).await, fs.is_symlink(&a).await);
+        let shown = |r: &Result<bool, tonic::Status>| match r {
+            Ok(b) => format!("{b}"),
+            Err(s) => format!("{:?}", s.code()),
+        };
+        assert_eq!(
+            shown(&rp),
+            shown(&ra),
+            "{form}: a link to an existing and to an absent file outside the roots answer alike"
+        );
+        answers.push((form, shown(&rp)));
+    }
+    // The answer is about the link: it is one.
+    for (form, a) in &answers {
+        assert_eq!(a, "true", "{form}");
+    }
+    // Inside the roots, upstream's answer stays: the direct target's existence.
+    std::fs::create_dir(format!("{base}/stage")).unwrap();
+    symlink(format!("{base}/stage"), format!("{base}/publish")).unwrap();
+    symlink(format!("{base}/gone"), format!("{base}/dangling")).unwrap();
+    symlink(format!("{base}/dangling"), format!("{base}/to-dangling")).unwrap();
+    assert!(fs.is_symlink(&format!("{base}/publish")).await.unwrap());
+    assert!(!fs.is_symlink(&format!("{base}/dangling")).await.unwrap());
+    assert!(
+        fs.is_symlink(&format!("{base}/to-dangling")).await.unwrap(),
+        "only the link's direct target is looked at (it exists: a link)"
+    );
+}

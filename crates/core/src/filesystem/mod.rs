@@ -4,7 +4,7 @@
 //! [`FilesystemHost`] trait is the thin OS layer implemented per platform in `csi-proxy-host`.
 
 use crate::error::{Error, Kind, Result};
-use crate::paths::{Found, Held, Mode, PathPolicy, Reached, Walk, Walker};
+use crate::paths::{Found, Held, Mode, PathPolicy, PathStyle, Reached, Walk, Walker};
 use std::io;
 use std::sync::Arc;
 
@@ -29,8 +29,11 @@ pub trait FilesystemHost: Walker<Dir = Held> + Send + Sync {
     /// Creates a link `name` inside `parent` pointing to `target` (a directory link when `target`
     /// is a directory); fails if `name` exists.
     fn create_symlink(&self, parent: &Held, name: &str, target: &str) -> io::Result<()>;
-    /// True for a link / mount point `name` inside `parent` whose target exists, false for
-    /// anything else that exists; an error for a missing entry.
+    /// True for a mount point `name` inside `parent` whose volume can be reached, and for a
+    /// link to a network share that can be reached; true for any other link (the service
+    /// answers about link targets itself, looking only inside the roots, and asks here only
+    /// about those it leaves to the host); false for anything else that exists; an error for a
+    /// missing entry.
     fn is_symlink(&self, parent: &Held, name: &str) -> io::Result<bool>;
     /// A path naming `name` inside the held `parent` that the OS resolves only through the held
     /// directory, valid while `parent` is held: for other groups' hosts, which act on paths.
@@ -253,19 +256,51 @@ impl FilesystemService {
     }
 
     /// IsSymlink: true for a link or mount point whose target exists; error on a missing path.
+    ///
+    /// Only what lies inside the roots is looked at: a link's direct target is walked through
+    /// the roots as a link target (one hop, upstream's Readlink then Lstat), and a link leading
+    /// outside them is answered as a link (true) without looking there, so the answer never
+    /// tells whether a path outside the roots exists (issue 34).
     pub fn is_symlink(&self, path: &str) -> Result<bool> {
         const OP: &str = "IsSymlink";
         let r = match self.walk(OP, path, Mode::ENTRY)? {
             Walk::Reached(r) if r.found.exists() => r,
             absent => return Err(not_found(OP, &absent)),
         };
+        if let Found::Link(target) = &r.found
+            && !is_network_path(self.policy.style(), target)
+        {
+            return match self.walk(OP, path, Mode::LINK_TARGET) {
+                Ok(Walk::Reached(t)) => Ok(t.found.exists()),
+                Ok(Walk::Absent { .. }) => Ok(false),
+                Err(e) if e.kind() == Kind::PermissionDenied => Ok(true),
+                Err(e) => Err(e),
+            };
+        }
         // What counts as a link is the host's: mount points do (drivers use `!IsSymlink` as
-        // "likely not a mount point"), a file can be one (raw block volumes), and only a
-        // link's direct target is looked at.
+        // "likely not a mount point"), a file can be one (raw block volumes). A link to a
+        // network share (Windows: the SMB staging link) is the host's to answer too: drivers
+        // read a dead share's link as one to remove and map again.
         self.host
             .is_symlink(&r.parent, &r.name)
             .map_err(|e| io_error(OP, &r, e))
     }
+}
+
+/// Whether a link target names a network share (Windows UNC: `\\server\share`, or its NT form
+/// `\??\UNC\…`) rather than a path on this host.
+fn is_network_path(style: PathStyle, target: &str) -> bool {
+    let unc_nt = [r"\??\", r"\\?\"].iter().any(|p| {
+        target
+            .strip_prefix(p)
+            .and_then(|rest| rest.get(..4))
+            .is_some_and(|u| u.eq_ignore_ascii_case(r"UNC\"))
+    });
+    style == PathStyle::Windows
+        && (unc_nt
+            || target.starts_with(r"\\")
+                && !target.starts_with(r"\\?\")
+                && !target.starts_with(r"\\.\"))
 }
 
 /// The walk's result when every component before the last must exist.

@@ -114,6 +114,10 @@ pub struct Mode {
     pub follow_final: bool,
     /// Create missing directories on the way and at the end (Mkdir).
     pub create: bool,
+    /// With `follow_final`: follow a final link to its direct target only, whose own final
+    /// component is then reported as it is, not followed (IsSymlink's "does the link's target
+    /// exist", which upstream answers without following the target further).
+    pub direct_target: bool,
 }
 
 impl Mode {
@@ -121,16 +125,25 @@ impl Mode {
     pub const ENTRY: Mode = Mode {
         follow_final: false,
         create: false,
+        direct_target: false,
     };
     /// Act on what the path leads to.
     pub const FOLLOW: Mode = Mode {
         follow_final: true,
         create: false,
+        direct_target: false,
+    };
+    /// Act on a final link's direct target (see [`Mode::direct_target`]).
+    pub const LINK_TARGET: Mode = Mode {
+        follow_final: true,
+        create: false,
+        direct_target: true,
     };
     /// Make the directory and every missing one above it.
     pub const CREATE: Mode = Mode {
         follow_final: true,
         create: true,
+        direct_target: false,
     };
 }
 
@@ -439,10 +452,13 @@ impl PathPolicy {
                         target: target.clone(),
                     });
                     let count = tcomps.len();
-                    steps.extend(tcomps.iter().enumerate().rev().map(|(i, c)| Step::Name {
-                        name: c.to_string(),
-                        follow: true,
-                        last: last && i + 1 == count,
+                    steps.extend(tcomps.iter().enumerate().rev().map(|(i, c)| {
+                        let target_end = last && i + 1 == count;
+                        Step::Name {
+                            name: c.to_string(),
+                            follow: !(target_end && mode.direct_target),
+                            last: target_end,
+                        }
                     }));
                     links.push((at, target));
                     // A link target that names nothing (`.`) ends where its link was.
@@ -593,6 +609,7 @@ impl PathPolicy {
         let mode = Mode {
             follow_final,
             create: false,
+            direct_target: false,
         };
         let walk = self.walk(op, path, mode, &ProbeWalker(probe))?;
         Ok((walk.normalised().to_string(), walk.resolved().to_string()))

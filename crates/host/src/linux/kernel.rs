@@ -5,7 +5,7 @@
     reason = "the block-device ioctls have no safe wrapper; each block says why it is sound"
 )]
 
-use super::os::{At, Blkpg, LinuxOs, MountFlags, Open, Ran, Space};
+use super::os::{At, Blkpg, LinuxOs, MountFlags, MountOf, Open, Ran, Space};
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{self, Read};
@@ -56,6 +56,36 @@ impl SystemLinux {
     }
 }
 
+/// openat2(2) with `RESOLVE_NO_SYMLINKS`: "disallow resolution of symbolic links during path
+/// resolution" (ELOOP on one, the final component included); `O_DIRECTORY` fails with ENOTDIR
+/// on anything but a directory before it is opened, so a FIFO is never waited on. Kernels
+/// before 5.6 lack openat2 (ENOSYS): there only the final component is refused as a link
+/// (`O_NOFOLLOW`), and the caller's mount-ID check decides.
+fn open_mount_root(path: &Path) -> io::Result<File> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let how = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    match rustix::fs::openat2(rustix::fs::CWD, path, flags, Mode::empty(), how) {
+        Ok(fd) => Ok(File::from(fd)),
+        Err(rustix::io::Errno::NOSYS) => {
+            Ok(File::from(rustix::fs::open(path, flags, Mode::empty())?))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+impl SystemLinux {
+    /// Keeps an open file in the table and hands out its handle.
+    fn keep(&self, f: File) -> u64 {
+        let fd = self.next.fetch_add(1, Ordering::Relaxed);
+        self.files
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(fd, Arc::new(f));
+        fd
+    }
+}
+
 impl LinuxOs for SystemLinux {
     fn read_file(&self, path: &Path) -> io::Result<Vec<u8>> {
         fs::read(path)
@@ -95,6 +125,10 @@ impl LinuxOs for SystemLinux {
     }
 
     fn open_raw(&self, path: &Path, how: Open) -> io::Result<u64> {
+        if how == Open::MountRoot {
+            let f = open_mount_root(path)?;
+            return Ok(self.keep(f));
+        }
         let mut o = fs::OpenOptions::new();
         o.read(true);
         match how {
@@ -109,19 +143,13 @@ impl LinuxOs for SystemLinux {
             }
             // open(2): with O_NOFOLLOW a final symbolic link fails with ELOOP; O_DIRECTORY
             // fails with ENOTDIR on anything but a directory.
-            Open::DirNoFollow => {
+            Open::DirNoFollow | Open::MountRoot => {
                 o.custom_flags(
                     (rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::NOFOLLOW).bits() as i32,
                 );
             }
         }
-        let f = o.open(path)?;
-        let fd = self.next.fetch_add(1, Ordering::Relaxed);
-        self.files
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(fd, Arc::new(f));
-        Ok(fd)
+        Ok(self.keep(o.open(path)?))
     }
 
     fn close(&self, fd: u64) {
@@ -272,12 +300,35 @@ impl LinuxOs for SystemLinux {
         Ok(rustix::mount::unmount(&target, flags)?)
     }
 
-    fn statvfs(&self, path: &Path) -> io::Result<Space> {
-        let s = rustix::fs::statvfs(path)?;
+    fn statvfs(&self, fd: u64) -> io::Result<Space> {
+        let s = rustix::fs::fstatvfs(&*self.file(fd)?)?;
         Ok(Space {
             total: s.f_blocks.saturating_mul(s.f_frsize),
             free: s.f_bfree.saturating_mul(s.f_frsize),
         })
+    }
+
+    fn mount_of(&self, fd: u64) -> io::Result<MountOf> {
+        use rustix::fs::{AtFlags, StatxAttributes, StatxFlags};
+        let f = self.file(fd)?;
+        // statx(2): STATX_MNT_ID since Linux 5.8 (stx_mask says whether it was filled in);
+        // STATX_ATTR_MOUNT_ROOT likewise, through stx_attributes_mask.
+        let s = rustix::fs::statx(&*f, c"", AtFlags::EMPTY_PATH, StatxFlags::MNT_ID)?;
+        Ok(MountOf {
+            id: (s.stx_mask & StatxFlags::MNT_ID.bits() != 0).then_some(s.stx_mnt_id),
+            root: s
+                .stx_attributes_mask
+                .contains(StatxAttributes::MOUNT_ROOT)
+                .then(|| s.stx_attributes.contains(StatxAttributes::MOUNT_ROOT)),
+            dev: (s.stx_dev_major, s.stx_dev_minor),
+        })
+    }
+
+    fn fd_path(&self, fd: u64) -> io::Result<PathBuf> {
+        Ok(PathBuf::from(format!(
+            "/proc/self/fd/{}",
+            self.file(fd)?.as_raw_fd()
+        )))
     }
 
     fn random16(&self) -> io::Result<[u8; 16]> {
@@ -286,7 +337,13 @@ impl LinuxOs for SystemLinux {
         Ok(b)
     }
 
-    fn run(&self, program: &str, args: &[&str], limit: Option<Duration>) -> io::Result<Ran> {
+    fn run(
+        &self,
+        program: &str,
+        args: &[&str],
+        limit: Option<Duration>,
+        inherit: Option<u64>,
+    ) -> io::Result<Ran> {
         let mut cmd = Command::new(program);
         cmd.args(args)
             .stdin(Stdio::null())
@@ -294,6 +351,23 @@ impl LinuxOs for SystemLinux {
             .stderr(Stdio::piped())
             .env("LC_ALL", "C");
         super::tool::child_setup(&mut cmd);
+        // Held open until the tool is done.
+        let kept = inherit.map(|fd| self.file(fd)).transpose()?;
+        if let Some(f) = &kept {
+            let raw = f.as_raw_fd();
+            // SAFETY: between fork and exec the closure makes one fcntl(2) (async-signal-safe)
+            // on `raw`, which the parent keeps open (`kept`) until the child has exec'd.
+            unsafe {
+                use std::os::unix::process::CommandExt;
+                cmd.pre_exec(move || {
+                    // fcntl(F_SETFD, 0): the descriptor, opened O_CLOEXEC, survives this exec
+                    // only (the parent's copy keeps the flag, so no other child gets it).
+                    let fd = rustix::fd::BorrowedFd::borrow_raw(raw);
+                    rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())
+                        .map_err(io::Error::from)
+                });
+            }
+        }
         let done = super::tool::finish(cmd.spawn()?, limit)?;
         Ok(Ran {
             code: done.status.code(),

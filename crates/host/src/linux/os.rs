@@ -28,6 +28,22 @@ pub enum Open {
     /// A directory, refusing a final symbolic link (`O_DIRECTORY | O_NOFOLLOW`: ELOOP on a
     /// link), so what is checked is what is mounted on.
     DirNoFollow,
+    /// A mount point as the mount table names it (the kernel's name, which passes no link): a
+    /// directory (`O_DIRECTORY`, so a FIFO or a device node put there is never opened) reached
+    /// without following any symbolic link on the way (ELOOP on one). The caller then checks
+    /// with [`LinuxOs::mount_of`] that it is that mount's root.
+    MountRoot,
+}
+
+/// Which mount an open directory is on ([`LinuxOs::mount_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MountOf {
+    /// The mount's ID as `/proc/self/mountinfo` numbers it, when the kernel reports it.
+    pub id: Option<u64>,
+    /// Whether the directory is the root of its mount, when the kernel reports it.
+    pub root: Option<bool>,
+    /// The device number of its filesystem (`st_dev`).
+    pub dev: (u32, u32),
 }
 
 /// The BLKPG operations used (include/uapi/linux/blkpg.h).
@@ -146,14 +162,27 @@ pub trait LinuxOs: Send + Sync {
     fn make_private(&self, dir: &Path) -> io::Result<()>;
     /// umount2(2); with `nofollow`, `UMOUNT_NOFOLLOW` (a link at `target` is not followed).
     fn unmount(&self, target: At<'_>, nofollow: bool) -> io::Result<()>;
-    /// statvfs(3) of the filesystem holding `path`.
-    fn statvfs(&self, path: &Path) -> io::Result<Space>;
+    /// fstatvfs(3) of the filesystem an open file is on.
+    fn statvfs(&self, fd: u64) -> io::Result<Space>;
+    /// statx(2) of an open file (`AT_EMPTY_PATH`, `STATX_MNT_ID`): the mount it is on.
+    fn mount_of(&self, fd: u64) -> io::Result<MountOf>;
+    /// A path naming the open file itself (`/proc/self/fd/N`, proc(5)), for a tool started by
+    /// [`LinuxOs::run`] with `inherit` set to it: the tool opens the file held, never a path
+    /// looked up again.
+    fn fd_path(&self, fd: u64) -> io::Result<PathBuf>;
     /// 16 bytes from the kernel's random generator (`/dev/urandom`).
     fn random16(&self) -> io::Result<[u8; 16]>;
     /// Starts `program` with `args` (`LC_ALL=C`, no input, dying with the daemon) and waits for
     /// it, for at most `limit`: `TimedOut` past it (the tool is then killed), `NotFound` when it
-    /// is not installed.
-    fn run(&self, program: &str, args: &[&str], limit: Option<Duration>) -> io::Result<Ran>;
+    /// is not installed. With `inherit`, that open file stays open in the tool under the same
+    /// number, so [`LinuxOs::fd_path`] names it there too.
+    fn run(
+        &self,
+        program: &str,
+        args: &[&str],
+        limit: Option<Duration>,
+        inherit: Option<u64>,
+    ) -> io::Result<Ran>;
     /// Waits while the kernel catches up (devtmpfs nodes, a busy unmount).
     fn sleep(&self, d: Duration);
 }
@@ -224,6 +253,21 @@ impl Fd {
     /// See [`LinuxOs::blkpg`].
     pub fn blkpg(&self, op: Blkpg, number: u32, start: u64, length: u64) -> io::Result<()> {
         self.os.blkpg(self.raw, op, number, start, length)
+    }
+
+    /// See [`LinuxOs::statvfs`].
+    pub fn statvfs(&self) -> io::Result<Space> {
+        self.os.statvfs(self.raw)
+    }
+
+    /// See [`LinuxOs::mount_of`].
+    pub fn mount_of(&self) -> io::Result<MountOf> {
+        self.os.mount_of(self.raw)
+    }
+
+    /// See [`LinuxOs::fd_path`].
+    pub fn path(&self) -> io::Result<PathBuf> {
+        self.os.fd_path(self.raw)
     }
 
     /// See [`LinuxOs::dir_is_empty`].

@@ -5,7 +5,7 @@
 //! daemon when the daemon dies (a retry after a crash never races an orphaned mkfs); a daemon
 //! asked to stop waits for running tools instead (see README, "Stopping").
 
-use super::os::{LinuxOs, Ran};
+use super::os::{Fd, LinuxOs, Ran};
 use csi_proxy_core::{Error, Kind, Result};
 use std::io::Read;
 use std::os::unix::process::CommandExt;
@@ -72,7 +72,15 @@ pub fn run_on(
     program: &str,
     args: &[&str],
 ) -> Result<String, Result<Failure>> {
-    run_limited(os, op, object, program, args, Some(time_limit(program)))
+    run_limited(
+        os,
+        op,
+        object,
+        program,
+        args,
+        Some(time_limit(program)),
+        None,
+    )
 }
 
 fn run_limited(
@@ -82,33 +90,36 @@ fn run_limited(
     program: &str,
     args: &[&str],
     limit: Option<Duration>,
+    inherit: Option<&Fd>,
 ) -> Result<String, Result<Failure>> {
     let Ran {
         code,
         stdout,
         stderr,
-    } = os.run(program, args, limit).map_err(|e| {
-        Err(match (e.kind(), limit) {
-            (std::io::ErrorKind::NotFound, _) => Error::new(
-                Kind::FailedPrecondition,
-                op,
-                object,
-                format!("{program} is not installed on this host"),
-            ),
-            (std::io::ErrorKind::TimedOut, Some(limit)) => Error::new(
-                Kind::Unavailable,
-                op,
-                object,
-                format!(
-                    "{program} did not finish within {} s and was stopped, which frees the \
-                     disk; {}, a retry starts it again",
-                    limit.as_secs(),
-                    stopped_leaves(program)
+    } = os
+        .run(program, args, limit, inherit.map(Fd::raw))
+        .map_err(|e| {
+            Err(match (e.kind(), limit) {
+                (std::io::ErrorKind::NotFound, _) => Error::new(
+                    Kind::FailedPrecondition,
+                    op,
+                    object,
+                    format!("{program} is not installed on this host"),
                 ),
-            ),
-            _ => Error::io(op, object, &e).context(format!("running {program}")),
-        })
-    })?;
+                (std::io::ErrorKind::TimedOut, Some(limit)) => Error::new(
+                    Kind::Unavailable,
+                    op,
+                    object,
+                    format!(
+                        "{program} did not finish within {} s and was stopped, which frees the \
+                     disk; {}, a retry starts it again",
+                        limit.as_secs(),
+                        stopped_leaves(program)
+                    ),
+                ),
+                _ => Error::io(op, object, &e).context(format!("running {program}")),
+            })
+        })?;
     if code == Some(0) {
         return Ok(String::from_utf8_lossy(&stdout).into_owned());
     }
@@ -292,6 +303,29 @@ pub fn run_checked(op: &str, object: &str, program: &str, args: &[&str]) -> Resu
     run_checked_on(&*super::os::system(), op, object, program, args)
 }
 
+/// As [`run_checked_on`], for a tool that acts on the open directory `dir` (a mount's root):
+/// `args_of` gets the path naming `dir` in the tool (`/proc/self/fd/N`, inherited), so the tool
+/// acts on what was opened and checked, never on a path looked up again.
+pub fn run_checked_holding(
+    os: &dyn LinuxOs,
+    op: &str,
+    object: &str,
+    program: &str,
+    dir: &Fd,
+    args_of: impl FnOnce(&str) -> Vec<String>,
+) -> Result<String> {
+    let path = dir
+        .path()
+        .map_err(|e| Error::io(op, object, &e).context(format!("running {program}")))?;
+    let args = args_of(&path.to_string_lossy());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let limit = Some(time_limit(program));
+    run_limited(os, op, object, program, &args, limit, Some(dir)).map_err(|r| match r {
+        Ok(f) => f.error(op, object, program, &[]),
+        Err(e) => e,
+    })
+}
+
 /// As [`run_on`], with a failed exit turned into an error naming the tool, its exit and output.
 pub fn run_checked_on(
     os: &dyn LinuxOs,
@@ -373,6 +407,7 @@ mod tests {
             "sleep",
             &["30"],
             Some(std::time::Duration::from_millis(200)),
+            None,
         )
         .unwrap_err()
         .unwrap_err();
@@ -394,6 +429,7 @@ mod tests {
             "sh",
             &["-c", "echo hi; echo oops >&2; exit 3"],
             Some(std::time::Duration::from_secs(30)),
+            None,
         )
         .unwrap_err()
         .unwrap();

@@ -389,18 +389,6 @@ impl<'a> Fs<'a> {
             .is_ok_and(|(a, _)| has(a, attr::DIRECTORY))
     }
 
-    /// Whether what a link or mount point leads to can be reached: opening it (following)
-    /// works. Absent targets, unreachable shares and dismounted volumes are `false`.
-    fn target_reachable(&self, path: &[u16]) -> Win32Result<bool> {
-        // Access 0: "the application can query certain metadata … even if GENERIC_READ access
-        // would have been denied" (CreateFileW).
-        match self.open(path, 0, SHARE_ALL, true) {
-            Ok(_) => Ok(true),
-            Err(e) if unreachable(&e) => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-
     /// Creates `path` and the directories above it that are missing; an existing directory
     /// (or link to one) is success, anything else there is ERROR_ALREADY_EXISTS.
     fn mkdir_all(&self, path: &[u16]) -> Win32Result<()> {
@@ -691,7 +679,9 @@ impl FilesystemHost for WindowsFilesystemHost {
                 Err(e) if unreachable(&e) => Ok(false),
                 Err(e) => Err(io_error(&e)),
             },
-            None => fs.target_reachable(&p).map_err(|e| io_error(&e)),
+            // An NT path with no Win32 form (`\??\GLOBALROOT\Device\…`): nothing the roots
+            // let anyone look at, so it is answered as a link without following it (issue 34).
+            None => Ok(true),
         }
     }
 }

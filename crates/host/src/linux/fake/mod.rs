@@ -12,7 +12,7 @@ mod scsi;
 mod state;
 mod tools;
 
-use super::os::{At, Blkpg, LinuxOs, MountFlags, Open, Ran, Space};
+use super::os::{At, Blkpg, LinuxOs, MountFlags, MountOf, Open, Ran, Space};
 use crate::signatures;
 use state::{Disk, Handle, Mount, Part, State};
 use std::collections::HashMap;
@@ -275,14 +275,19 @@ impl LinuxOs for FakeLinux {
             }
         } else if how == Open::DirNoFollow && s.links.contains_key(path) {
             return Err(errno(ELOOP));
+        } else if how == Open::MountRoot && path.ancestors().any(|p| s.links.contains_key(p)) {
+            // RESOLVE_NO_SYMLINKS: a link anywhere on the way.
+            return Err(errno(ELOOP));
         } else {
             let real = s.resolve(path)?;
             if !s.is_dir(&real) {
-                return Err(errno(if how == Open::DirNoFollow {
-                    ENOTDIR
-                } else {
-                    ENOENT
-                }));
+                return Err(errno(
+                    if matches!(how, Open::DirNoFollow | Open::MountRoot) {
+                        ENOTDIR
+                    } else {
+                        ENOENT
+                    },
+                ));
             }
             Handle::Dir(real)
         };
@@ -501,16 +506,12 @@ impl LinuxOs for FakeLinux {
         Ok(())
     }
 
-    fn statvfs(&self, path: &Path) -> io::Result<Space> {
-        let s = self.record(format!("statvfs {}", path.display()));
-        let path = s.resolve(path)?;
-        let m = s
-            .mounts
-            .iter()
-            .rev()
-            .filter(|m| path.starts_with(&m.point))
-            .max_by_key(|m| m.point.components().count())
-            .ok_or_else(|| errno(ENOENT))?;
+    fn statvfs(&self, fd: u64) -> io::Result<Space> {
+        let s = self.record(format!("statvfs {fd}"));
+        let Handle::Dir(path) = s.handle(fd)? else {
+            return Err(errno(EINVAL));
+        };
+        let m = s.mount_holding(&path).ok_or_else(|| errno(ENOENT))?;
         let name = m.source.trim_start_matches("/dev/");
         let Some((disk, part)) = s.device(name) else {
             return Ok(Space {
@@ -530,6 +531,25 @@ impl LinuxOs for FakeLinux {
         })
     }
 
+    fn mount_of(&self, fd: u64) -> io::Result<MountOf> {
+        let s = self.record(format!("mount_of {fd}"));
+        let Handle::Dir(path) = s.handle(fd)? else {
+            return Err(errno(EINVAL));
+        };
+        let m = s.mount_holding(&path).ok_or_else(|| errno(ENOENT))?;
+        Ok(MountOf {
+            id: Some(m.id),
+            root: Some(m.point == path),
+            dev: m.dev,
+        })
+    }
+
+    fn fd_path(&self, fd: u64) -> io::Result<PathBuf> {
+        let s = self.record(format!("fd_path {fd}"));
+        s.handle(fd)?;
+        Ok(PathBuf::from(format!("/proc/self/fd/{fd}")))
+    }
+
     fn random16(&self) -> io::Result<[u8; 16]> {
         let mut s = self.record("random16".into());
         s.random = s.random.wrapping_add(1);
@@ -538,8 +558,28 @@ impl LinuxOs for FakeLinux {
         Ok(b)
     }
 
-    fn run(&self, program: &str, args: &[&str], limit: Option<Duration>) -> io::Result<Ran> {
+    fn run(
+        &self,
+        program: &str,
+        args: &[&str],
+        limit: Option<Duration>,
+        inherit: Option<u64>,
+    ) -> io::Result<Ran> {
         let mut s = self.record(format!("run {program} {}", args.join(" ")));
+        // The tool opens an inherited descriptor's /proc/self/fd path: the directory held.
+        let held = match inherit.map(|fd| (fd, s.handle(fd))) {
+            Some((fd, Ok(Handle::Dir(dir)))) => Some((format!("/proc/self/fd/{fd}"), dir)),
+            _ => None,
+        };
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| match &held {
+                Some((name, dir)) if a == name => dir.to_string_lossy().into_owned(),
+                _ => a.to_string(),
+            })
+            .collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let args = &args[..];
         if s.hanging.remove(program) {
             // Killed at its limit, as the real seam does; without one it would run for ever.
             assert!(

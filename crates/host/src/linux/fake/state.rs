@@ -221,6 +221,15 @@ impl State {
     }
 
     /// The topmost mount at `point`.
+    /// The mount a directory is on: the deepest mount point above it, the topmost there
+    /// (`max_by_key` keeps the last of equals).
+    pub(super) fn mount_holding(&self, dir: &Path) -> Option<&Mount> {
+        self.mounts
+            .iter()
+            .filter(|m| dir.starts_with(&m.point))
+            .max_by_key(|m| m.point.components().count())
+    }
+
     pub(super) fn topmost(&self, point: &Path) -> Option<usize> {
         self.mounts.iter().rposition(|m| m.point == point)
     }

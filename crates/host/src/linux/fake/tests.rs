@@ -254,8 +254,18 @@ fn xfs_is_grown_on_a_private_temporary_mount() {
     assert_eq!(grow.len(), 1);
     // Named by the whole volume ID (diskseq included), never the PARTUUID alone, which a
     // clone of the disk growing at the same time shares.
+    // The tool got the private mount's root held open, never its path.
     let private = format!("{}/{id}", n.volumes_state_mnt());
-    assert!(grow[0].ends_with(&private), "{grow:?}");
+    let calls = n.fake.calls();
+    let held = calls
+        .iter()
+        .position(|c| *c == format!("open {private} DirNoFollow"))
+        .expect("the private mount's root was opened");
+    assert!(
+        grow[0].starts_with("run xfs_growfs -d /proc/self/fd/"),
+        "{grow:?}"
+    );
+    assert!(calls.iter().position(|c| *c == grow[0]) > Some(held));
     assert_eq!(n.count("make_private"), 1);
     assert_eq!(
         n.fake.mount_points(),
@@ -263,6 +273,66 @@ fn xfs_is_grown_on_a_private_temporary_mount() {
         "the temporary mount is gone, the private directory stays"
     );
     assert!(n.volumes.get_volume_stats(&id).unwrap().total_bytes > GIB + GIB / 2);
+}
+
+/// A mounted volume is synced, measured and grown through its mount's root held open and
+/// checked; a link swapped in for its mount point (it could lead to a FIFO or a device node)
+/// is never followed: the call fails cleanly and does nothing through it.
+#[test]
+fn a_mounted_volume_is_reached_through_its_root_never_its_path_again() {
+    let n = Node::new(FsType::Xfs);
+    let id = n.volume("sda", GIB);
+    n.volumes.format_volume(&id).unwrap();
+    n.volumes.mount_volume(&id, TARGET).unwrap();
+    n.fake.resize_disk("sda", 2 * GIB);
+    n.fake.clear_calls();
+    n.volumes.resize_volume(&id, ResizeTarget::Maximum).unwrap();
+    let grow = n.ran("xfs_growfs");
+    assert_eq!(grow.len(), 1);
+    assert!(
+        grow[0].starts_with("run xfs_growfs -d /proc/self/fd/"),
+        "{grow:?}"
+    );
+    let opened: Vec<String> = n
+        .fake
+        .calls()
+        .into_iter()
+        .filter(|c| c.contains("MountRoot"))
+        .collect();
+    assert_eq!(opened, [format!("open {TARGET} MountRoot")]);
+    assert_eq!(n.count("mount_of"), 1, "checked to be that mount's root");
+    n.volumes.write_volume_cache(&id).unwrap();
+    assert_eq!(n.count("syncfs"), 1);
+    assert!(n.volumes.get_volume_stats(&id).unwrap().total_bytes > GIB + GIB / 2);
+
+    // The mount point's directory is swapped for a link (the mount moved with its parent).
+    n.fake.add_link(TARGET, "/dev/sda");
+    n.fake.resize_disk("sda", 3 * GIB);
+    n.fake.clear_calls();
+    for e in [
+        n.volumes.write_volume_cache(&id).unwrap_err(),
+        n.volumes.get_volume_stats(&id).unwrap_err(),
+        n.volumes
+            .resize_volume(&id, ResizeTarget::Maximum)
+            .unwrap_err(),
+    ] {
+        assert_eq!(e.kind(), Kind::Aborted, "{}", e.message());
+        assert!(
+            e.message().contains("mount point changed"),
+            "{}",
+            e.message()
+        );
+    }
+    assert_eq!(n.count("syncfs"), 0);
+    assert_eq!(n.count("statvfs"), 0);
+    assert!(n.ran("xfs_growfs").is_empty());
+    let through: Vec<String> = (n.fake.calls().into_iter())
+        .filter(|c| c.starts_with(&format!("open {TARGET}")))
+        .collect();
+    assert!(
+        through.iter().all(|c| c.ends_with("MountRoot")),
+        "the mount point is only ever opened refusing links: {through:?}"
+    );
 }
 
 impl Node {

@@ -1,5 +1,6 @@
 //! What the volume group does on Linux: partitions as volumes, mkfs, mount(2), growing the GPT
-//! entry and the filesystem, stats from statvfs or the superblock.
+//! entry and the filesystem, stats from statvfs or the superblock. A mounted volume is reached
+//! through its mount's root opened as a handle (`mounted`), never through its mount point's path.
 //!
 //! A volume ID is `diskseq<N>-part<P>-<uuid>`: the disk's diskseq (never reused in a boot), the
 //! partition number, and the partition's unique GUID (GPT) or `<disk signature>-<P>` (MBR); `P`
@@ -15,6 +16,7 @@ mod clones;
 mod format;
 mod mount;
 mod mount_policy;
+mod mounted;
 mod resize;
 mod resolve;
 
@@ -359,11 +361,8 @@ impl VolumeHost for LinuxVolumeHost {
         let vol = self.resolve(OP, id)?;
         let object = shown(id);
         let table = read_mountinfo(&self.os, OP)?;
-        if let Some(m) = vol.mounts(&table).first() {
-            let s = self
-                .os
-                .statvfs(&m.mount_point)
-                .map_err(|e| Error::io(OP, &object, &e))?;
+        if let Some(root) = mounted::mounted_root(&self.os, OP, &vol, &table)? {
+            let s = root.statvfs().map_err(|e| Error::io(OP, &object, &e))?;
             return Ok(VolumeStats {
                 total_bytes: s.total,
                 used_bytes: s.total.saturating_sub(s.free),
@@ -425,10 +424,8 @@ impl VolumeHost for LinuxVolumeHost {
         let vol = self.resolve(OP, id)?;
         let object = shown(id);
         let table = read_mountinfo(&self.os, OP)?;
-        if let Some(m) = vol.mounts(&table).first() {
-            Fd::open(&self.os, &m.mount_point, Open::Read)
-                .and_then(|d| d.syncfs())
-                .map_err(|e| Error::io(OP, &object, &e))?;
+        if let Some(root) = mounted::mounted_root(&self.os, OP, &vol, &table)? {
+            root.syncfs().map_err(|e| Error::io(OP, &object, &e))?;
         }
         // fsync of the block device writes its dirty pages and flushes the device's cache.
         vol.file.fsync().map_err(|e| Error::io(OP, &object, &e))

@@ -157,12 +157,9 @@ impl LinuxVolumeHost {
             return Ok(()); // no filesystem, or one that already fills the partition
         };
         let table_now = read_mountinfo(&self.os, OP)?;
-        let mounted_at = vol
-            .mounts(&table_now)
-            .first()
-            .map(|m| m.mount_point.clone());
+        let mounted = super::mounted::mounted_root(&self.os, OP, &vol, &table_now)?;
         vol.unchanged(OP)?;
-        self.grow_filesystem(OP, &vol, &sig, mounted_at.as_deref())?;
+        self.grow_filesystem(OP, &vol, &sig, mounted.as_ref())?;
         tracing::info!(volume = id, fs = sig.kind, "filesystem grown");
         Ok(())
     }
@@ -172,7 +169,7 @@ impl LinuxVolumeHost {
         op: &str,
         vol: &Volume,
         sig: &Signature,
-        mounted_at: Option<&Path>,
+        mounted_at: Option<&Fd>,
     ) -> Result<()> {
         let object = shown(&vol.id);
         let node = vol.node().to_string_lossy().into_owned();
@@ -261,19 +258,19 @@ impl LinuxVolumeHost {
                 }
             }
             "xfs" | "btrfs" => {
-                let grow = |mp: &Path| -> Result<()> {
-                    let mp = mp.to_string_lossy();
-                    if sig.kind == "xfs" {
-                        tool::run_checked_on(os, op, &object, "xfs_growfs", &["-d", &mp])
+                // The tool gets the mount's root held open (`/proc/self/fd/N`), never a path.
+                let grow = |root: &Fd| -> Result<()> {
+                    let (program, args): (&str, &[&str]) = if sig.kind == "xfs" {
+                        ("xfs_growfs", &["-d"])
                     } else {
-                        tool::run_checked_on(
-                            os,
-                            op,
-                            &object,
-                            "btrfs",
-                            &["filesystem", "resize", "max", &mp],
-                        )
-                    }
+                        ("btrfs", &["filesystem", "resize", "max"])
+                    };
+                    tool::run_checked_holding(os, op, &object, program, root, |at| {
+                        args.iter()
+                            .map(|a| a.to_string())
+                            .chain([at.into()])
+                            .collect()
+                    })
                     .map(drop)
                 };
                 match mounted_at {
@@ -297,7 +294,7 @@ impl LinuxVolumeHost {
         op: &str,
         vol: &Volume,
         sig: &Signature,
-        f: impl FnOnce(&Path) -> Result<T>,
+        f: impl FnOnce(&Fd) -> Result<T>,
     ) -> Result<T> {
         // Only the tool works in it: nothing on it is run, opened as a device or set-uid; the
         // type is named as for MountVolume.
@@ -314,7 +311,11 @@ impl LinuxVolumeHost {
         (self.os)
             .mount(&vol.node(), At::Path(&dir), how.fs_type, how.flags)
             .map_err(err)?;
-        let r = f(&dir);
+        // The private directory is the daemon's own (mode 0700): opened as itself, and closed
+        // before the unmount, which it would keep busy.
+        let r = Fd::open(&self.os, &dir, Open::DirNoFollow)
+            .map_err(err)
+            .and_then(|root| f(&root));
         let u = self.os.unmount(At::Path(&dir), false);
         let _ = self.os.remove_dir(&dir);
         u.map_err(err)?;

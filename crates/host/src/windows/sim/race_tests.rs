@@ -211,3 +211,37 @@ fn smb_local_link_is_never_made_outside_while_a_component_is_swapped() {
         .collect();
     assert!(outside.is_empty(), "links made outside: {outside:?}");
 }
+
+/// IsSymlink answers about the link, never about whether a path outside the roots exists
+/// (issue 34): links below the kubelet path to an existing and to an absent entry in a directory
+/// outside answer alike (absolute and relative), while links inside keep upstream's answer (the
+/// direct target's existence).
+#[test]
+fn is_symlink_never_tells_whether_a_path_outside_the_roots_exists() {
+    let m = machine();
+    let fs = racing(&m.sim);
+    m.sim.mkdir(r"C:\outside\secret\present");
+    let up = r"..\..\..\..\..\..\outside\secret";
+    for (form, present, absent) in [
+        (
+            "abs",
+            r"C:\outside\secret\present".to_string(),
+            r"C:\outside\secret\absent".to_string(),
+        ),
+        ("rel", format!(r"{up}\present"), format!(r"{up}\absent")),
+    ] {
+        let (p, a) = (format!(r"{A}\{form}-p"), format!(r"{A}\{form}-a"));
+        m.sim.add_dir_link(&p, &present);
+        m.sim.add_dir_link(&a, &absent);
+        let answer = |path: &str| fs.is_symlink(path).map_err(|e| e.kind());
+        assert_eq!(answer(&p), answer(&a), "{form}: the answers differ");
+        assert_eq!(answer(&p), Ok(true), "{form}: it is a link");
+    }
+    m.sim.mkdir(&format!(r"{A}\stage"));
+    m.sim
+        .add_dir_link(&format!(r"{A}\publish"), &format!(r"{A}\stage"));
+    m.sim
+        .add_dir_link(&format!(r"{A}\dangling"), &format!(r"{A}\gone"));
+    assert!(fs.is_symlink(&format!(r"{A}\publish")).unwrap());
+    assert!(!fs.is_symlink(&format!(r"{A}\dangling")).unwrap());
+}
