@@ -224,6 +224,16 @@ impl LinuxOs for FakeLinux {
             || s.resolve(path).is_ok()
     }
 
+    fn block_device_number(&self, path: &Path) -> io::Result<Option<(u32, u32)>> {
+        let s = self.record(format!("block_device_number {}", path.display()));
+        let real = s.resolve(path)?;
+        match s.device_at(&real) {
+            Some((disk, part)) => Ok(Some(s.dev_numbers(disk, part))),
+            None if s.is_dir(&real) || s.files.contains(&real) => Ok(None),
+            None => Err(errno(ENOENT)),
+        }
+    }
+
     fn create_dir_all(&self, path: &Path, _mode: u32) -> io::Result<()> {
         let mut s = self.record(format!("create_dir_all {}", path.display()));
         for p in path.ancestors() {
@@ -264,7 +274,7 @@ impl LinuxOs for FakeLinux {
             };
             // O_EXCL on a block device: EBUSY while it, or (for a whole disk) one of its
             // partitions, is claimed by a mount.
-            if how == (Open::Write { exclusive: true })
+            if matches!(how, Open::Write { exclusive: true } | Open::Claim)
                 && (claimed(part) || part == 0 && d.parts.iter().any(|p| claimed(p.number)))
             {
                 return Err(errno(EBUSY));
