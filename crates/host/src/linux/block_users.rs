@@ -6,6 +6,22 @@
 use super::os::LinuxOs;
 use std::io;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The daemon's `--skip-unreadable-processes` (set once at start).
+static SKIP_UNREADABLE: AtomicBool = AtomicBool::new(false);
+
+/// Makes the in-use facts leave out, instead of failing on, a process whose descriptors the
+/// daemon may not read (EACCES: it holds capabilities the daemon lacks, as a sandbox's init
+/// does). For sandboxes only: such a process may hold a disk unseen.
+pub fn skip_unreadable_processes(skip: bool) {
+    SKIP_UNREADABLE.store(skip, Ordering::Relaxed);
+}
+
+/// Whether [`skip_unreadable_processes`] was asked for.
+pub fn unreadable_processes_skipped() -> bool {
+    SKIP_UNREADABLE.load(Ordering::Relaxed)
+}
 
 /// A block device by its `(major, minor)` numbers.
 pub type DevNum = (u32, u32);
@@ -44,12 +60,13 @@ pub fn loops_backed_by(
 /// `except` (the daemon, whose own reads are under the disk's lock) left out. A process or
 /// descriptor gone while it is looked at is skipped; any other error is returned, so a process
 /// whose descriptors the daemon may not read (root without `CAP_SYS_PTRACE`) makes the answer
-/// an error, never "free".
+/// an error, never "free", unless `skip_unreadable`.
 pub fn processes_holding(
     os: &dyn LinuxOs,
     proc_dir: &Path,
     devs: &[DevNum],
     except: u32,
+    skip_unreadable: bool,
 ) -> io::Result<Vec<String>> {
     let gone = |e: &io::Error| {
         e.kind() == io::ErrorKind::NotFound
@@ -80,9 +97,12 @@ pub fn processes_holding(
                 ),
             )
         };
+        let skipped = |e: &io::Error| {
+            e.kind() == io::ErrorKind::PermissionDenied && skip_unreadable
+        };
         let entries = match os.list_dir(&fds) {
             Ok(e) => e,
-            Err(e) if gone(&e) => continue,
+            Err(e) if gone(&e) || skipped(&e) => continue,
             Err(e) => return Err(unreadable(e)),
         };
         for fd in entries {
@@ -93,6 +113,10 @@ pub fn processes_holding(
                 }
                 Ok(_) => {}
                 Err(e) if gone(&e) => {}
+                Err(e) if skipped(&e) => {
+                    tracing::debug!(pid, "descriptors not readable; skipped as the flag says");
+                    break;
+                }
                 Err(e) => return Err(unreadable(e)),
             }
         }
@@ -187,12 +211,12 @@ mod tests {
         std::os::unix::fs::symlink("/dev/null", proc_dir.join("42/fd/0")).unwrap();
         std::os::unix::fs::symlink("/gone", proc_dir.join("43/fd/1")).unwrap();
         std::fs::write(proc_dir.join("42/comm"), "dd\n").unwrap();
-        assert_eq!(processes_holding(&os, &proc_dir, &[dev], 1).unwrap(), ["42 (dd)"]);
+        assert_eq!(processes_holding(&os, &proc_dir, &[dev], 1, false).unwrap(), ["42 (dd)"]);
         assert!(
-            processes_holding(&os, &proc_dir, &[(9999, 9999)], 1)
+            processes_holding(&os, &proc_dir, &[(9999, 9999)], 1, false)
                 .unwrap()
                 .is_empty()
         );
-        assert!(processes_holding(&os, &tmp.path().join("none"), &[dev], 1).is_err());
+        assert!(processes_holding(&os, &tmp.path().join("none"), &[dev], 1, false).is_err());
     }
 }

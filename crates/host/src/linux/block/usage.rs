@@ -149,6 +149,11 @@ pub fn usage(os: &Os, disk: &Disk) -> Result<DiskUsage> {
     mounts_and_system_use(os, disk).map(|(u, _)| u)
 }
 
+/// How often, and how long apart, the processes holding a disk are looked for again before
+/// they count (see [`in_use_facts`]).
+const PROBE_RETRIES: u32 = 4;
+const PROBE_WAIT: Duration = Duration::from_millis(50);
+
 /// Every fact of the in-use rule: [`usage`], plus the loop devices backed by the disk or a
 /// partition (kubelet maps raw block volumes so), the processes holding one of them open (the
 /// daemon excepted), and the devices claimed exclusively (an `O_EXCL` open fails with EBUSY)
@@ -165,9 +170,22 @@ pub fn in_use_facts(os: &Os, disk: &Disk) -> Result<DiskUsage> {
     }
     usage.loops =
         block_users::loops_backed_by(&**os, Path::new(SYS_BLOCK), &devs).map_err(err)?;
-    usage.processes =
-        block_users::processes_holding(&**os, Path::new("/proc"), &devs, std::process::id())
-            .map_err(err)?;
+    // A prober (udev, blkid, `losetup -f` looking for a free loop device) opens a disk for a
+    // moment; a user holds it. Only a process still holding it a little later counts.
+    for attempt in 0.. {
+        usage.processes = block_users::processes_holding(
+            &**os,
+            Path::new("/proc"),
+            &devs,
+            std::process::id(),
+            block_users::unreadable_processes_skipped(),
+        )
+        .map_err(err)?;
+        if usage.processes.is_empty() || attempt == PROBE_RETRIES {
+            break;
+        }
+        os.sleep(PROBE_WAIT);
+    }
     // A partition's claim makes the whole disk's O_EXCL open fail too: the disk counts as
     // claimed by itself only when none of its partitions is.
     let mut part_claimed = false;
