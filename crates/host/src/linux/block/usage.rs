@@ -149,8 +149,8 @@ pub fn usage(os: &Os, disk: &Disk) -> Result<DiskUsage> {
     mounts_and_system_use(os, disk).map(|(u, _)| u)
 }
 
-/// How often, and how long apart, the processes holding a disk are looked for again before
-/// they count (see [`in_use_facts`]).
+/// How often, and how long apart, the processes holding a disk and its claims are looked for
+/// again before they count (see [`in_use_facts`]).
 const PROBE_RETRIES: u32 = 4;
 const PROBE_WAIT: Duration = Duration::from_millis(50);
 
@@ -170,8 +170,9 @@ pub fn in_use_facts(os: &Os, disk: &Disk) -> Result<DiskUsage> {
     }
     usage.loops =
         block_users::loops_backed_by(&**os, Path::new(SYS_BLOCK), &devs).map_err(err)?;
-    // A prober (udev, blkid, `losetup -f` looking for a free loop device) opens a disk for a
-    // moment; a user holds it. Only a process still holding it a little later counts.
+    // A prober (udev, blkid, `losetup -f` looking for a free loop device, the kernel
+    // re-reading a partition table) opens or claims a disk for a moment; a user holds it. Only
+    // a holder or a claim still there a little later counts.
     for attempt in 0.. {
         usage.processes = block_users::processes_holding(
             &**os,
@@ -181,30 +182,41 @@ pub fn in_use_facts(os: &Os, disk: &Disk) -> Result<DiskUsage> {
             block_users::unreadable_processes_skipped(),
         )
         .map_err(err)?;
-        if usage.processes.is_empty() || attempt == PROBE_RETRIES {
+        usage.claimed = unexplained_claims(os, disk, &own, &explained).map_err(err)?;
+        if usage.processes.is_empty() && usage.claimed.is_empty() || attempt == PROBE_RETRIES {
             break;
         }
         os.sleep(PROBE_WAIT);
     }
-    // A partition's claim makes the whole disk's O_EXCL open fail too: the disk counts as
-    // claimed by itself only when none of its partitions is.
+    Ok(usage)
+}
+
+/// The devices of the disk (`own`) claimed exclusively (an `O_EXCL` open fails with EBUSY)
+/// that no mount in the table explains. A partition's claim makes the whole disk's `O_EXCL`
+/// open fail too: the disk counts as claimed by itself only when none of its partitions is.
+fn unexplained_claims(
+    os: &Os,
+    disk: &Disk,
+    own: &[(String, PathBuf)],
+    explained: &[String],
+) -> io::Result<Vec<String>> {
+    let claimed = |name: &str| {
+        block_users::exclusively_held(Fd::open(os, &node(name), Open::Claim).map(drop))
+    };
+    let mut out = Vec::new();
     let mut part_claimed = false;
     for (name, _) in own.iter().skip(1) {
-        let open = Fd::open(os, &node(name), Open::Claim).map(drop);
-        if block_users::exclusively_held(open).map_err(err)? {
+        if claimed(name)? {
             part_claimed = true;
             if !explained.contains(name) {
-                usage.claimed.push(name.clone());
+                out.push(name.clone());
             }
         }
     }
-    if !part_claimed && !explained.contains(&disk.name) {
-        let open = Fd::open(os, &node(&disk.name), Open::Claim).map(drop);
-        if block_users::exclusively_held(open).map_err(err)? {
-            usage.claimed.push(disk.name.clone());
-        }
+    if !part_claimed && !explained.contains(&disk.name) && claimed(&disk.name)? {
+        out.push(disk.name.clone());
     }
-    Ok(usage)
+    Ok(out)
 }
 
 /// [`in_use_facts`] on this machine.
