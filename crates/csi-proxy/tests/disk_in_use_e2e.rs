@@ -59,7 +59,11 @@ fn refused<T: std::fmt::Debug>(what: &str, r: Result<T, tonic::Status>, names: &
     let s = r.expect_err(what);
     assert_eq!(s.code(), Code::FailedPrecondition, "{what}: {s:?}");
     for n in names {
-        assert!(s.message().contains(n), "{what}: {n:?} not in {}", s.message());
+        assert!(
+            s.message().contains(n),
+            "{what}: {n:?} not in {}",
+            s.message()
+        );
     }
 }
 

@@ -33,7 +33,8 @@ fn skip_unreadable_where_needed() {
         return;
     };
     assert!(
-        e.to_string().contains("cannot read the descriptors of process")
+        e.to_string()
+            .contains("cannot read the descriptors of process")
             && e.to_string().contains("CAP_SYS_PTRACE"),
         "{e}"
     );
@@ -178,8 +179,9 @@ fn a_disk_is_in_use_while_a_loop_device_or_a_process_holds_it() {
     let _ = reader.wait();
     let pid = reader.id().to_string();
     assert!(
-        why.as_deref().is_some_and(|w| w.contains("held open by process")
-            && w.contains(&format!("{pid} (sleep)"))),
+        why.as_deref().is_some_and(
+            |w| w.contains("held open by process") && w.contains(&format!("{pid} (sleep)"))
+        ),
         "{why:?}"
     );
     assert_free(&disk, "free again");

@@ -277,7 +277,13 @@ mod tests {
             usage(&[r"C:\"], Some("holds the Windows system volume")),
             usage(&[r"D:\x"], None),
         ] {
-            let e = refuse_in_use("PartitionDisk", "disk 2", &refused, OwnUse::MountsBelow(&policy)).unwrap_err();
+            let e = refuse_in_use(
+                "PartitionDisk",
+                "disk 2",
+                &refused,
+                OwnUse::MountsBelow(&policy),
+            )
+            .unwrap_err();
             assert_eq!(e.kind(), Kind::FailedPrecondition, "{refused:?}");
         }
         // On Linux a path like "D:" is no drive at all.
@@ -288,7 +294,8 @@ mod tests {
                 "disk 2",
                 &usage(&["D:"], None),
                 OwnUse::MountsBelow(&linux)
-            ).is_err()
+            )
+            .is_err()
         );
         assert!(crate::paths::is_drive_root("z:"));
         assert!(!crate::paths::is_drive_root(r"\\?\Volume{x}\"));

@@ -7,9 +7,9 @@
 //! Secrets: CHAP secrets are [`Secret`]s, whose `Debug` redacts them; none ever enters an error
 //! message or a log line.
 
+use crate::disk::{DiskUsage, OwnUse, refuse_in_use};
 use crate::error::{Error, Kind, Result};
 use crate::locks::lock_disk;
-use crate::disk::{DiskUsage, OwnUse, refuse_in_use};
 pub use crate::smb::Secret;
 use std::fmt;
 use std::sync::Arc;

@@ -232,8 +232,10 @@ pub fn every_process_readable() -> bool {
         let fds = p.path().join("fd");
         match std::fs::read_dir(&fds) {
             Ok(mut fds) => match fds.next() {
-                Some(Ok(fd)) => std::fs::read_link(fd.path())
-                    .map_or_else(|e| e.kind() != std::io::ErrorKind::PermissionDenied, |_| true),
+                Some(Ok(fd)) => std::fs::read_link(fd.path()).map_or_else(
+                    |e| e.kind() != std::io::ErrorKind::PermissionDenied,
+                    |_| true,
+                ),
                 _ => true,
             },
             Err(e) => e.kind() != std::io::ErrorKind::PermissionDenied,

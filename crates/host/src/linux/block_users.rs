@@ -97,9 +97,8 @@ pub fn processes_holding(
                 ),
             )
         };
-        let skipped = |e: &io::Error| {
-            e.kind() == io::ErrorKind::PermissionDenied && skip_unreadable
-        };
+        let skipped =
+            |e: &io::Error| e.kind() == io::ErrorKind::PermissionDenied && skip_unreadable;
         let entries = match os.list_dir(&fds) {
             Ok(e) => e,
             Err(e) if gone(&e) || skipped(&e) => continue,
@@ -201,7 +200,11 @@ mod tests {
         let found = loops_backed_by(&os, &sys, &[dev]).unwrap();
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(found[0].starts_with("loop0 "), "{found:?}");
-        assert!(loops_backed_by(&os, &sys, &[(9999, 9999)]).unwrap().is_empty());
+        assert!(
+            loops_backed_by(&os, &sys, &[(9999, 9999)])
+                .unwrap()
+                .is_empty()
+        );
 
         let proc_dir = tmp.path().join("proc");
         std::fs::create_dir_all(proc_dir.join("42/fd")).unwrap();
@@ -211,7 +214,10 @@ mod tests {
         std::os::unix::fs::symlink("/dev/null", proc_dir.join("42/fd/0")).unwrap();
         std::os::unix::fs::symlink("/gone", proc_dir.join("43/fd/1")).unwrap();
         std::fs::write(proc_dir.join("42/comm"), "dd\n").unwrap();
-        assert_eq!(processes_holding(&os, &proc_dir, &[dev], 1, false).unwrap(), ["42 (dd)"]);
+        assert_eq!(
+            processes_holding(&os, &proc_dir, &[dev], 1, false).unwrap(),
+            ["42 (dd)"]
+        );
         assert!(
             processes_holding(&os, &proc_dir, &[(9999, 9999)], 1, false)
                 .unwrap()

@@ -168,8 +168,7 @@ pub fn in_use_facts(os: &Os, disk: &Disk) -> Result<DiskUsage> {
     for (_, dir) in &own {
         devs.push(dev_numbers(os, dir).map_err(err)?);
     }
-    usage.loops =
-        block_users::loops_backed_by(&**os, Path::new(SYS_BLOCK), &devs).map_err(err)?;
+    usage.loops = block_users::loops_backed_by(&**os, Path::new(SYS_BLOCK), &devs).map_err(err)?;
     // A prober (udev, blkid, `losetup -f` looking for a free loop device, the kernel
     // re-reading a partition table) opens or claims a disk for a moment; a user holds it. Only
     // a holder or a claim still there a little later counts.
