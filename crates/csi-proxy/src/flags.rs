@@ -53,6 +53,13 @@ pub struct Flags {
           value_parser = filesystem_type)]
     pub mount_filesystems: Vec<String>,
 
+    /// Linux: a process whose open descriptors the daemon may not read (one holding
+    /// capabilities the daemon lacks, as in a sandbox) is not counted as holding a disk. Off by
+    /// default: the in-use check then refuses every write, naming that process.
+    #[arg(long = "skip-unreadable-processes", num_args = 0..=1, default_missing_value = "true",
+          require_equals = true, default_value = "false", value_name = "BOOL")]
+    pub skip_unreadable_processes: bool,
+
     /// Security descriptor (SDDL) of the named pipes (Windows). Default: SYSTEM and
     /// Administrators only.
     #[arg(long = "pipe-sddl", value_name = "SDDL")]

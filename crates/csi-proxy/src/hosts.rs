@@ -43,6 +43,7 @@ mod platform {
         not_shared(&state, flags, policy)?;
         // The flag's parser admits only the names FsType knows.
         let fs_type = flags.format_filesystem.parse().unwrap_or_default();
+        linux::block_users::skip_unreadable_processes(flags.skip_unreadable_processes);
         Ok((
             Arc::new(linux::filesystem::LinuxFilesystemHost::new()),
             Hosts {

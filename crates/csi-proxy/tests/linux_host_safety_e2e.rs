@@ -109,7 +109,8 @@ async fn unmount_of_a_gone_volume_removes_its_stale_mount_and_nothing_else() {
 
 /// resize2fs and e2fsck open an unmounted ext4 exclusively; another holder makes them fail
 /// with EBUSY, which the caller can act on (FAILED_PRECONDITION, retry later), and the retry
-/// finishes the growth. Before, this was INTERNAL.
+/// finishes the growth. Before, this was INTERNAL; now the in-use rule refuses before the
+/// tools run, naming the process that holds the partition.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_busy_device_during_offline_growth_is_a_precondition_and_the_retry_finishes() {
     if !can_use_loop_devices() {
@@ -141,7 +142,11 @@ async fn a_busy_device_during_offline_growth_is_a_precondition_and_the_retry_fin
     let s = resize(&mut vc).await.unwrap_err();
     assert_eq!(s.code(), Code::FailedPrecondition, "{}", s.message());
     assert!(
-        s.message().contains("ResizeVolume") && s.message().contains("busy"),
+        s.message().contains("ResizeVolume")
+            && s.message().contains(&format!(
+                "held open by process(es) {} (",
+                std::process::id()
+            )),
         "{}",
         s.message()
     );

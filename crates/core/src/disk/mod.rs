@@ -6,9 +6,12 @@
 
 use crate::error::{Error, Kind, Result};
 use crate::locks::lock_disk;
-use crate::paths::{PathPolicy, PathStyle, is_drive_root};
+use crate::paths::PathPolicy;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+mod in_use;
+pub use in_use::{DiskUsage, OwnUse, refuse_in_use};
 
 /// Where a disk is attached, as the host reports it. Every field may be empty when the host
 /// does not know it (upstream leaves `bus` empty on most hosts).
@@ -32,55 +35,6 @@ pub struct DiskIds {
     pub page83: String,
     /// The disk's serial number, verbatim (may be blanks or end in `.`).
     pub serial_number: String,
-}
-
-/// What the host itself uses a disk for, as far as data safety is concerned (design.md §5).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DiskUsage {
-    /// Where filesystems on the disk, its partitions or devices stacked on them are mounted.
-    pub mount_points: Vec<String>,
-    /// Why the host counts the disk as its own, if it does: it holds the root or boot
-    /// filesystem, active swap, or is a member of a stacked device (LVM, RAID, dm-crypt).
-    pub system_use: Option<String>,
-}
-
-/// Refuses `op` on a disk the host uses for itself: one with a `system_use`, or with a
-/// filesystem mounted anywhere but strictly below an allowed root (the kubelet path or a working
-/// dir, where drivers mount their volumes) or, on Windows, at a bare drive letter.
-pub fn refuse_host_disk(
-    op: &str,
-    object: &str,
-    usage: &DiskUsage,
-    roots: &PathPolicy,
-) -> Result<()> {
-    if let Some(why) = &usage.system_use {
-        return Err(Error::new(
-            Kind::FailedPrecondition,
-            op,
-            object,
-            format!("refused: the disk {why}"),
-        ));
-    }
-    let below_a_root = |mp: &str| roots.check(op, mp).is_ok_and(|n| !roots.is_root(&n));
-    // A bare drive letter is what Windows gives any volume it finds (a disk partitioned by
-    // upstream, a restored snapshot): upstream proceeds there, and so does this. The host puts
-    // the disks whose letters matter (system, boot, page file) in `system_use`.
-    let automount = |mp: &str| roots.style() == PathStyle::Windows && is_drive_root(mp);
-    if let Some(mp) = usage
-        .mount_points
-        .iter()
-        .find(|mp| !below_a_root(mp) && !automount(mp))
-    {
-        return Err(Error::new(
-            Kind::FailedPrecondition,
-            op,
-            object,
-            format!(
-                "refused: the disk holds a filesystem mounted at {mp:?}, outside the kubelet path and working dirs"
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// OS primitives of the disk group. Disks are named by their OS disk number.
@@ -140,7 +94,12 @@ impl DiskService {
             .host
             .disk_usage(disk_number)
             .map_err(|e| e.context(op))?;
-        refuse_host_disk(op, &format!("disk {disk_number}"), &usage, &self.roots)?;
+        refuse_in_use(
+            op,
+            &format!("disk {disk_number}"),
+            &usage,
+            OwnUse::MountsBelow(&self.roots),
+        )?;
         Ok(guard)
     }
 
@@ -253,7 +212,7 @@ mod tests {
     fn disks_the_host_uses_are_refused_before_the_host_is_asked() {
         let mounts = |m: &[&str]| DiskUsage {
             mount_points: m.iter().map(|s| s.to_string()).collect(),
-            system_use: None,
+            ..Default::default()
         };
         let refused = [
             mounts(&["/"]),
@@ -261,8 +220,12 @@ mod tests {
             mounts(&["/var/lib/kubelet"]), // the root itself is the admin's, not a driver's
             mounts(&["/var/lib/kubelet-evil/x"]),
             DiskUsage {
-                mount_points: vec![],
                 system_use: Some("holds active swap".into()),
+                ..Default::default()
+            },
+            DiskUsage {
+                processes: vec!["42 (sleep)".into()],
+                ..Default::default()
             },
         ];
         for usage in refused {
@@ -300,12 +263,13 @@ mod tests {
         let usage = |m: &[&str], system: Option<&str>| DiskUsage {
             mount_points: m.iter().map(|s| s.to_string()).collect(),
             system_use: system.map(str::to_string),
+            ..Default::default()
         };
         for ok in [
             usage(&[r"D:\"], None),
             usage(&["E:", r"C:\var\lib\kubelet\plugins\x\globalmount\"], None),
         ] {
-            refuse_host_disk("PartitionDisk", "disk 2", &ok, &policy).unwrap();
+            refuse_in_use("PartitionDisk", "disk 2", &ok, OwnUse::MountsBelow(&policy)).unwrap();
         }
         for refused in [
             usage(&[r"C:\data\"], None),
@@ -313,13 +277,25 @@ mod tests {
             usage(&[r"C:\"], Some("holds the Windows system volume")),
             usage(&[r"D:\x"], None),
         ] {
-            let e = refuse_host_disk("PartitionDisk", "disk 2", &refused, &policy).unwrap_err();
+            let e = refuse_in_use(
+                "PartitionDisk",
+                "disk 2",
+                &refused,
+                OwnUse::MountsBelow(&policy),
+            )
+            .unwrap_err();
             assert_eq!(e.kind(), Kind::FailedPrecondition, "{refused:?}");
         }
         // On Linux a path like "D:" is no drive at all.
         let linux = crate::testing::kubelet_fs().policy().clone();
         assert!(
-            refuse_host_disk("PartitionDisk", "disk 2", &usage(&["D:"], None), &linux).is_err()
+            refuse_in_use(
+                "PartitionDisk",
+                "disk 2",
+                &usage(&["D:"], None),
+                OwnUse::MountsBelow(&linux)
+            )
+            .is_err()
         );
         assert!(crate::paths::is_drive_root("z:"));
         assert!(!crate::paths::is_drive_root(r"\\?\Volume{x}\"));

@@ -7,6 +7,7 @@
 //! Secrets: CHAP secrets are [`Secret`]s, whose `Debug` redacts them; none ever enters an error
 //! message or a log line.
 
+use crate::disk::{DiskUsage, OwnUse, refuse_in_use};
 use crate::error::{Error, Kind, Result};
 use crate::locks::lock_disk;
 pub use crate::smb::Secret;
@@ -152,11 +153,11 @@ pub trait IscsiHost: Send + Sync {
     /// Sets the initiator's (node-wide) mutual CHAP secret.
     fn set_mutual_chap_secret(&self, secret: &Secret) -> Result<()>;
 
-    /// Why disk `number`, brought by a session, is in use (mounted, stacked on, held open), or
-    /// `None` when logging out cannot take anything from under a user. A host whose logout
-    /// refuses a busy session by itself (Windows answers `ISDSC_DEVICE_BUSY_ON_SESSION`) answers
-    /// `None` for every disk; one whose logout does not (Linux) must look.
-    fn target_disk_in_use(&self, number: u32) -> Result<Option<String>>;
+    /// Who uses disk `number`, brought by a session (see [`DiskUsage`]), for the in-use rule
+    /// before a logout; `None` when there is nothing to look at: the disk is gone already, or
+    /// the host's logout refuses a busy session by itself (Windows answers
+    /// `ISDSC_DEVICE_BUSY_ON_SESSION`). A host whose logout does not (Linux) must look.
+    fn target_disk_usage(&self, number: u32) -> Result<Option<DiskUsage>>;
 }
 
 /// The version-agnostic iSCSI service every iSCSI API version is served by.
@@ -280,15 +281,13 @@ impl IscsiService {
             held.push(lock_disk(n, OP, &object)?);
         }
         for &n in &disks {
-            if let Some(why) = self.host.target_disk_in_use(n)? {
-                return Err(Error::new(
-                    Kind::FailedPrecondition,
+            if let Some(usage) = self.host.target_disk_usage(n)? {
+                refuse_in_use(
                     OP,
-                    &object,
-                    format!(
-                        "disk {n} of the session {why}; unmount its volumes before logging out"
-                    ),
-                ));
+                    &format!("{object}: disk {n} of the session"),
+                    &usage,
+                    OwnUse::Nothing,
+                )?;
             }
         }
         self.host.disconnect_target(&portal, iqn)
@@ -485,9 +484,14 @@ mod tests {
         fn get_target_disks(&self, _: &TargetPortal, _: &str) -> Result<Vec<u32>> {
             Ok(vec![900_007, 900_003])
         }
-        fn target_disk_in_use(&self, n: u32) -> Result<Option<String>> {
-            Ok((n == 900_007 && *self.mounted.lock().unwrap())
-                .then(|| "is mounted at \"/var/lib/kubelet/x\"".to_string()))
+        fn target_disk_usage(&self, n: u32) -> Result<Option<DiskUsage>> {
+            Ok(Some(DiskUsage {
+                mount_points: (n == 900_007 && *self.mounted.lock().unwrap())
+                    .then(|| "/var/lib/kubelet/x".to_string())
+                    .into_iter()
+                    .collect(),
+                ..Default::default()
+            }))
         }
         fn disconnect_target(&self, _: &TargetPortal, _: &str) -> Result<()> {
             *self.logged_out.lock().unwrap() = true;
@@ -507,7 +511,7 @@ mod tests {
         assert!(
             e.message().contains("DisconnectTarget")
                 && e.message()
-                    .contains("disk 900007 of the session is mounted"),
+                    .contains("disk 900007 of the session: refused: the disk holds a filesystem mounted at \"/var/lib/kubelet/x\""),
             "{}",
             e.message()
         );

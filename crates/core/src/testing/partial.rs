@@ -203,7 +203,7 @@ partial_host! {
         fn set_mutual_chap_secret(&self, secret: &Secret) -> Result<()> {
             unimplemented("iscsi", "SetMutualChapSecret")
         }
-        fn target_disk_in_use(&self, number: u32) -> Result<Option<String>> {
+        fn target_disk_usage(&self, number: u32) -> Result<Option<DiskUsage>> {
             Ok(None)
         }
     }

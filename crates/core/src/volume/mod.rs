@@ -8,7 +8,7 @@
 //! Volume IDs are opaque strings the host hands out (`\\?\Volume{GUID}\` on Windows); they must
 //! round-trip byte-exact, so nothing here normalises them.
 
-use crate::disk::{DiskUsage, refuse_host_disk};
+use crate::disk::{DiskUsage, OwnUse, refuse_in_use};
 use crate::error::{Error, Kind, Result};
 use crate::filesystem::{FilesystemService, HeldPath};
 use crate::locks::{DiskGuard, lock_disk};
@@ -135,11 +135,11 @@ impl VolumeService {
         if guard_host_disk {
             // Asked under the lock: mounts may have changed while waiting for it.
             let usage = self.host.disk_usage(disk).map_err(|e| e.context(op))?;
-            refuse_host_disk(
+            refuse_in_use(
                 op,
                 &format!("volume {volume_id:?} on disk {disk}"),
                 &usage,
-                self.fs.policy(),
+                OwnUse::MountsBelow(self.fs.policy()),
             )?;
         }
         Ok(guard)
@@ -325,7 +325,7 @@ mod tests {
             };
             Ok(DiskUsage {
                 mount_points,
-                system_use: None,
+                ..Default::default()
             })
         }
         fn list_volumes_on_disk(&self, d: u32, p: Option<NonZeroU32>) -> Result<Vec<String>> {

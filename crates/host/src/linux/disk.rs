@@ -263,7 +263,7 @@ impl DiskHost for LinuxDiskHost {
     }
 
     fn disk_usage(&self, number: u32) -> Result<DiskUsage> {
-        block::usage(&self.os, &block::find_disk(&self.os, "disk usage", number)?)
+        block::in_use_facts(&self.os, &block::find_disk(&self.os, "disk usage", number)?)
     }
 }
 

@@ -113,6 +113,17 @@ impl LinuxOs for SystemLinux {
         path.exists()
     }
 
+    fn block_device_number(&self, path: &Path) -> io::Result<Option<(u32, u32)>> {
+        let st = rustix::fs::stat(path)?;
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::BlockDevice {
+            return Ok(None);
+        }
+        Ok(Some((
+            rustix::fs::major(st.st_rdev),
+            rustix::fs::minor(st.st_rdev),
+        )))
+    }
+
     fn create_dir_all(&self, path: &Path, mode: u32) -> io::Result<()> {
         fs::DirBuilder::new()
             .recursive(true)
@@ -140,6 +151,9 @@ impl LinuxOs for SystemLinux {
                 if exclusive {
                     o.custom_flags(rustix::fs::OFlags::EXCL.bits() as i32);
                 }
+            }
+            Open::Claim => {
+                o.custom_flags(rustix::fs::OFlags::EXCL.bits() as i32);
             }
             // open(2): with O_NOFOLLOW a final symbolic link fails with ELOOP; O_DIRECTORY
             // fails with ENOTDIR on anything but a directory.

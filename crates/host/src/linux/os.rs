@@ -25,6 +25,10 @@ pub enum Open {
         /// Whether to ask for `O_EXCL`.
         exclusive: bool,
     },
+    /// Read only with `O_EXCL`: a block device refuses with EBUSY while it or one of its
+    /// partitions is claimed (mounted, stacked on, opened exclusively). Nothing is written, so
+    /// closing it wakes no udev watch.
+    Claim,
     /// A directory, refusing a final symbolic link (`O_DIRECTORY | O_NOFOLLOW`: ELOOP on a
     /// link), so what is checked is what is mounted on.
     DirNoFollow,
@@ -116,6 +120,9 @@ pub trait LinuxOs: Send + Sync {
     fn read_link(&self, path: &Path) -> io::Result<PathBuf>;
     /// stat(2) succeeds: something is at `path` (a device node, a sysfs entry).
     fn exists(&self, path: &Path) -> bool;
+    /// stat(2) of `path`, following links (`/proc/<pid>/fd/N`, a loop's backing file): its
+    /// `st_rdev` when it is a block device, `None` for anything else.
+    fn block_device_number(&self, path: &Path) -> io::Result<Option<(u32, u32)>>;
     /// mkdir(2) of `path` and its missing parents, new ones with `mode`.
     fn create_dir_all(&self, path: &Path, mode: u32) -> io::Result<()>;
     /// rmdir(2).

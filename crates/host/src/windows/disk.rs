@@ -370,6 +370,7 @@ impl DiskHost for WindowsDiskHost {
         Ok(DiskUsage {
             mount_points,
             system_use,
+            ..Default::default()
         })
     }
 

@@ -13,6 +13,7 @@
 
 use super::os::{IscsiSession, OsError, Win32, Win32Result, code};
 use crate::windows_data::iscsi::{self as data, FILE_DEVICE_DISK, isdsc};
+use csi_proxy_core::disk::DiskUsage;
 use csi_proxy_core::iscsi::{Chap, IscsiHost, Secret, TargetPortal};
 use csi_proxy_core::{Error, Kind, Result};
 
@@ -403,7 +404,7 @@ impl IscsiHost for WindowsIscsiHost {
 
     /// Nothing to look at: LogoutIScsiTarget itself refuses a session whose disks are in use
     /// (ISDSC_DEVICE_BUSY_ON_SESSION), and DisconnectTarget reports that refusal.
-    fn target_disk_in_use(&self, _: u32) -> Result<Option<String>> {
+    fn target_disk_usage(&self, _: u32) -> Result<Option<DiskUsage>> {
         Ok(None)
     }
 

@@ -151,14 +151,23 @@ pub fn ensure_partitions(os: &Os, op: &str, disk: &Disk) -> Result<Vec<Extent>> 
 }
 
 /// Why a read must leave the kernel's view of `disk` alone, if it must: the host uses it (it
-/// holds the root filesystem, swap or a stacked device) or something of it is mounted. Such
+/// holds the root filesystem, swap, a stacked device or a member of a multi-device filesystem)
+/// or something of it is mounted. Such
 /// a disk's partitions in use are known to the kernel already, and re-reading or editing its
 /// partitions is the business of whoever uses it, never of a read RPC.
 fn host_uses(os: &Os, disk: &Disk) -> Result<Option<String>> {
     let u = usage(os, disk)?;
-    Ok(u.system_use.or_else(|| {
-        (!u.mount_points.is_empty()).then(|| format!("is mounted at {:?}", u.mount_points))
-    }))
+    Ok(u.system_use
+        .or_else(|| {
+            (!u.stacked.is_empty()).then(|| format!("holds stacked device(s) {:?}", u.stacked))
+        })
+        .or_else(|| {
+            (!u.other_members.is_empty())
+                .then(|| format!("shares a filesystem with {:?}", u.other_members))
+        })
+        .or_else(|| {
+            (!u.mount_points.is_empty()).then(|| format!("is mounted at {:?}", u.mount_points))
+        }))
 }
 
 /// Waits (bounded) until the kernel lists partition `number` of `disk` and its device node

@@ -1,5 +1,8 @@
-//! What the host uses a disk for: mounts, swap, stacked devices, loop devices and processes
-//! holding it (the data-safety checks of the mutating RPCs and DisconnectTarget).
+//! Who uses a disk: the Linux facts of the one in-use rule (`csi_proxy_core::disk::
+//! refuse_in_use`, in front of every RPC that writes a disk or mounts, grows or offlines a
+//! volume, and of DisconnectTarget): mounts, swap, stacked devices, the other members of a
+//! multi-device filesystem, loop devices, processes holding it and exclusive claims. What
+//! cannot be read is an error (fail closed); core decides.
 
 use super::*;
 use crate::linux::block_users;
@@ -22,39 +25,93 @@ fn holders(os: &Os, sys_entry: &Path, out: &mut Vec<String>) -> io::Result<()> {
     Ok(())
 }
 
-/// What the host uses the disk for: every mount of it, its partitions and the devices stacked on
-/// them, plus whether it holds `/`, `/boot`, active swap, or is part of a stacked device.
-pub fn usage(os: &Os, disk: &Disk) -> Result<DiskUsage> {
-    let op = "disk usage";
-    let mut members: Vec<(String, PathBuf)> = vec![(disk.name.clone(), sys_disk(&disk.name))];
+/// Where mounted btrfs filesystems list their member devices (by kernel name) under
+/// `<fsid>/devices/`; absent while the btrfs module is not loaded, when none can be mounted.
+const SYS_FS_BTRFS: &str = "/sys/fs/btrfs";
+
+/// The other members of every mounted multi-device filesystem one of `names` belongs to
+/// (btrfs: each member is claimed by the filesystem, but the mount table names one member
+/// only, under an anonymous device number). md RAID members are seen as stacked devices
+/// instead (`holders/`).
+fn btrfs_members(os: &Os, names: &[String]) -> io::Result<Vec<String>> {
+    let fsids = match os.list_dir(Path::new(SYS_FS_BTRFS)) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out = Vec::new();
+    for fsid in fsids {
+        let dir = Path::new(SYS_FS_BTRFS).join(&fsid).join("devices");
+        let devices = match os.list_dir(&dir) {
+            Ok(d) => d,
+            // `features`, or a filesystem unmounted meanwhile.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", dir.display()))),
+        };
+        if devices.iter().any(|d| names.contains(d)) {
+            out.extend(devices.into_iter().filter(|d| !names.contains(d)));
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// The disk and its partitions: kernel name and sysfs directory.
+fn own_devices(os: &Os, disk: &Disk) -> Vec<(String, PathBuf)> {
+    let mut out = vec![(disk.name.clone(), sys_disk(&disk.name))];
     for p in partitions(os, disk) {
         let dir = sys_disk(&disk.name).join(&p.name);
-        members.push((p.name, dir));
+        out.push((p.name, dir));
     }
+    out
+}
+
+/// What [`usage`] reads, and which of the disk's own devices a mount in the table explains
+/// (their exclusive claim is that mount's).
+fn mounts_and_system_use(os: &Os, disk: &Disk) -> Result<(DiskUsage, Vec<String>)> {
+    let op = "disk usage";
+    let own = own_devices(os, disk);
+    let own_names: Vec<String> = own.iter().map(|(n, _)| n.clone()).collect();
     let mut stacked = Vec::new();
-    for (_, dir) in &members {
+    for (_, dir) in &own {
         holders(os, dir, &mut stacked)
             .map_err(|e| Error::io(op, format!("holders of {}", dir.display()), &e))?;
     }
-    let mut devs = Vec::new();
-    let mut nodes = Vec::new();
-    for (name, dir) in members
-        .iter()
-        .cloned()
-        .chain(stacked.iter().map(|h| (h.clone(), sys_disk(h))))
-    {
-        if let Ok(d) = dev_numbers(os, &dir) {
-            devs.push(d);
-        }
-        nodes.push(node(&name).to_string_lossy().into_owned());
+    let other_members =
+        btrfs_members(os, &own_names).map_err(|e| Error::io(op, SYS_FS_BTRFS, &e))?;
+    // Each device whose mounts count, with its device number and node.
+    let mut devices = Vec::new();
+    for (name, dir) in own.iter().cloned().chain(
+        stacked
+            .iter()
+            .chain(&other_members)
+            .map(|h| (h.clone(), sys_disk(h))),
+    ) {
+        let num = dev_numbers(os, &dir).ok();
+        devices.push((name.clone(), num, node(&name)));
     }
     let table =
         mountinfo::read_from(&**os).map_err(|e| Error::io(op, "/proc/self/mountinfo", &e))?;
-    let mut mount_points: Vec<String> = table
-        .iter()
-        .filter(|m| devs.contains(&(m.major, m.minor)) || nodes.contains(&m.source))
-        .map(|m| m.mount_point.to_string_lossy().into_owned())
-        .collect();
+    let mut mount_points = Vec::new();
+    let mut explained = Vec::new();
+    for m in &table {
+        // btrfs names a member by the path it was registered under (a /dev/disk/by-* link
+        // too), and shows an anonymous device number.
+        let source = Path::new(&m.source);
+        let canonical = (m.fs_type == "btrfs" && source.starts_with(DEV))
+            .then(|| os.canonicalize(source).ok())
+            .flatten();
+        for (name, num, node) in &devices {
+            if *num == Some((m.major, m.minor))
+                || source == node
+                || canonical.as_deref() == Some(node.as_path())
+            {
+                mount_points.push(m.mount_point.to_string_lossy().into_owned());
+                explained.push(name.clone());
+            }
+        }
+    }
     mount_points.sort();
     mount_points.dedup();
     let swaps = os
@@ -65,77 +122,103 @@ pub fn usage(os: &Os, disk: &Disk) -> Result<DiskUsage> {
         .lines()
         .skip(1)
         .filter_map(|l| l.split_whitespace().next())
-        .find(|dev| nodes.iter().any(|n| n == dev));
+        .find(|dev| devices.iter().any(|(_, _, n)| n.as_os_str() == *dev));
     let system_use = if let Some(mp) = mount_points
         .iter()
         .find(|mp| ["/", "/boot", "/boot/efi", "/usr", "/var"].contains(&mp.as_str()))
     {
         Some(format!("holds the host's {mp} filesystem"))
-    } else if let Some(dev) = swap {
-        Some(format!("holds active swap {dev}"))
-    } else if !stacked.is_empty() {
-        Some(format!(
-            "is in use by the stacked device(s) {} (LVM, RAID or dm-crypt)",
-            stacked.join(", ")
-        ))
     } else {
-        None
+        swap.map(|dev| format!("holds active swap {dev}"))
     };
-    Ok(DiskUsage {
+    let usage = DiskUsage {
         mount_points,
         system_use,
-    })
+        stacked,
+        other_members,
+        ..Default::default()
+    };
+    Ok((usage, explained))
 }
 
-/// Why `disk` is in use, or `None`: a filesystem on it (or on a device stacked on it) is
-/// mounted, it backs swap or a stacked device, a loop device is backed by it or one of its
-/// partitions (kubelet maps raw block volumes so), a process holds one of them open, or
-/// something claims it exclusively (an `O_EXCL` open of the whole disk fails with EBUSY while
-/// any of its partitions is claimed). Fails closed: what cannot be read is an error.
-pub fn disk_in_use(os: &Os, disk: &Disk) -> Result<Option<String>> {
-    const OP: &str = "DisconnectTarget";
+/// What the mount table, swap and sysfs tell of the disk: every mount of it, its partitions,
+/// the devices stacked on them and the multi-device filesystems they belong to, and whether it
+/// holds `/`, `/boot`, active swap. Cheap: what a read RPC consults before touching the
+/// kernel's view of a disk.
+pub fn usage(os: &Os, disk: &Disk) -> Result<DiskUsage> {
+    mounts_and_system_use(os, disk).map(|(u, _)| u)
+}
+
+/// How often, and how long apart, the processes holding a disk and its claims are looked for
+/// again before they count (see [`in_use_facts`]).
+const PROBE_RETRIES: u32 = 4;
+const PROBE_WAIT: Duration = Duration::from_millis(50);
+
+/// Every fact of the in-use rule: [`usage`], plus the loop devices backed by the disk or a
+/// partition (kubelet maps raw block volumes so), the processes holding one of them open (the
+/// daemon excepted), and the devices claimed exclusively (an `O_EXCL` open fails with EBUSY)
+/// that no mount in the table explains. Fails closed: what cannot be read is an error.
+pub fn in_use_facts(os: &Os, disk: &Disk) -> Result<DiskUsage> {
+    const OP: &str = "disk usage";
     let object = format!("disk {} ({})", disk.number, disk.name);
-    let usage = usage(os, disk)?;
-    if let Some(why) = usage.system_use {
-        return Ok(Some(why));
-    }
-    if !usage.mount_points.is_empty() {
-        return Ok(Some(format!("is mounted at {:?}", usage.mount_points)));
-    }
-    let mut devs = Vec::new();
-    for dir in std::iter::once(sys_disk(&disk.name)).chain(
-        partitions(os, disk)
-            .into_iter()
-            .map(|p| sys_disk(&disk.name).join(p.name)),
-    ) {
-        devs.push(dev_numbers(os, &dir).map_err(|e| Error::io(OP, &object, &e))?);
-    }
     let err = |e: io::Error| Error::io(OP, &object, &e);
-    let loops = block_users::loops_backed_by(Path::new("/sys/block"), &devs).map_err(err)?;
-    if !loops.is_empty() {
-        return Ok(Some(format!(
-            "backs loop device(s) {} (a raw block volume, or a mapping of it)",
-            loops.join(", ")
-        )));
+    let (mut usage, explained) = mounts_and_system_use(os, disk)?;
+    let own = own_devices(os, disk);
+    let mut devs = Vec::new();
+    for (_, dir) in &own {
+        devs.push(dev_numbers(os, dir).map_err(err)?);
     }
-    let open = Fd::open(os, &node(&disk.name), Open::Write { exclusive: true }).map(drop);
-    if block_users::exclusively_held(open).map_err(err)? {
-        return Ok(Some(
-            "is held open exclusively (by a mount in another namespace, a stacked device or a process)"
-                .into(),
-        ));
+    usage.loops = block_users::loops_backed_by(&**os, Path::new(SYS_BLOCK), &devs).map_err(err)?;
+    // A prober (udev, blkid, `losetup -f` looking for a free loop device, the kernel
+    // re-reading a partition table) opens or claims a disk for a moment; a user holds it. Only
+    // a holder or a claim still there a little later counts.
+    for attempt in 0.. {
+        usage.processes = block_users::processes_holding(
+            &**os,
+            Path::new("/proc"),
+            &devs,
+            std::process::id(),
+            block_users::unreadable_processes_skipped(),
+        )
+        .map_err(err)?;
+        usage.claimed = unexplained_claims(os, disk, &own, &explained).map_err(err)?;
+        if usage.processes.is_empty() && usage.claimed.is_empty() || attempt == PROBE_RETRIES {
+            break;
+        }
+        os.sleep(PROBE_WAIT);
     }
-    let holders = block_users::processes_holding(Path::new("/proc"), &devs).map_err(err)?;
-    if !holders.is_empty() {
-        return Ok(Some(format!(
-            "is held open by process(es) {}",
-            holders.join(", ")
-        )));
-    }
-    Ok(None)
+    Ok(usage)
 }
 
-/// [`disk_in_use`] on this machine.
-pub fn in_use(disk: &Disk) -> Result<Option<String>> {
-    disk_in_use(&os::system(), disk)
+/// The devices of the disk (`own`) claimed exclusively (an `O_EXCL` open fails with EBUSY)
+/// that no mount in the table explains. A partition's claim makes the whole disk's `O_EXCL`
+/// open fail too: the disk counts as claimed by itself only when none of its partitions is.
+fn unexplained_claims(
+    os: &Os,
+    disk: &Disk,
+    own: &[(String, PathBuf)],
+    explained: &[String],
+) -> io::Result<Vec<String>> {
+    let claimed = |name: &str| {
+        block_users::exclusively_held(Fd::open(os, &node(name), Open::Claim).map(drop))
+    };
+    let mut out = Vec::new();
+    let mut part_claimed = false;
+    for (name, _) in own.iter().skip(1) {
+        if claimed(name)? {
+            part_claimed = true;
+            if !explained.contains(name) {
+                out.push(name.clone());
+            }
+        }
+    }
+    if !part_claimed && !explained.contains(&disk.name) && claimed(&disk.name)? {
+        out.push(disk.name.clone());
+    }
+    Ok(out)
+}
+
+/// [`in_use_facts`] on this machine.
+pub fn in_use(disk: &Disk) -> Result<DiskUsage> {
+    in_use_facts(&os::system(), disk)
 }

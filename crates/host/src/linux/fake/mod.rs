@@ -162,6 +162,17 @@ impl FakeLinux {
         self.lock().busy.insert(point.into());
     }
 
+    /// Device `name` (`vdb`, `vdb1`) is claimed exclusively by a holder the mount table does not
+    /// show (a mount in another namespace) until [`FakeLinux::release`].
+    pub fn claim(&self, name: &str) {
+        self.lock().claims.insert(name.into());
+    }
+
+    /// Ends [`FakeLinux::claim`].
+    pub fn release(&self, name: &str) {
+        self.lock().claims.remove(name);
+    }
+
     /// The mount points, in mount order.
     pub fn mount_points(&self) -> Vec<String> {
         let s = self.lock();
@@ -224,6 +235,16 @@ impl LinuxOs for FakeLinux {
             || s.resolve(path).is_ok()
     }
 
+    fn block_device_number(&self, path: &Path) -> io::Result<Option<(u32, u32)>> {
+        let s = self.record(format!("block_device_number {}", path.display()));
+        let real = s.resolve(path)?;
+        match s.device_at(&real) {
+            Some((disk, part)) => Ok(Some(s.dev_numbers(disk, part))),
+            None if s.is_dir(&real) || s.files.contains(&real) => Ok(None),
+            None => Err(errno(ENOENT)),
+        }
+    }
+
     fn create_dir_all(&self, path: &Path, _mode: u32) -> io::Result<()> {
         let mut s = self.record(format!("create_dir_all {}", path.display()));
         for p in path.ancestors() {
@@ -260,11 +281,16 @@ impl LinuxOs for FakeLinux {
             let d = &s.disks[disk];
             let claimed = |p: u32| {
                 let dev = (d.major, d.minor + p);
-                s.mounts.iter().any(|m| m.dev == dev)
+                let name = if p == 0 {
+                    d.name.clone()
+                } else {
+                    d.part_name(p)
+                };
+                s.mounts.iter().any(|m| m.dev == dev) || s.claims.contains(&name)
             };
             // O_EXCL on a block device: EBUSY while it, or (for a whole disk) one of its
-            // partitions, is claimed by a mount.
-            if how == (Open::Write { exclusive: true })
+            // partitions, is claimed (by a mount, or a holder set with `claim`).
+            if matches!(how, Open::Write { exclusive: true } | Open::Claim)
                 && (claimed(part) || part == 0 && d.parts.iter().any(|p| claimed(p.number)))
             {
                 return Err(errno(EBUSY));

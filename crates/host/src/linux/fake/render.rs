@@ -83,6 +83,9 @@ pub(super) fn list(s: &State, path: &Path) -> io::Result<Vec<String>> {
     if path == Path::new("/sys/block") {
         return Ok(s.disks.iter().map(|d| d.name.clone()).collect());
     }
+    if path == Path::new("/proc") {
+        return Ok(Vec::new()); // no process holds a fake disk
+    }
     if path.ends_with("holders") {
         return Ok(Vec::new()); // nothing is stacked on a fake disk
     }

@@ -126,6 +126,8 @@ pub(super) struct State {
     pub(super) resize_damaged: BTreeSet<String>,
     /// Mount points whose unmount answers EBUSY.
     pub(super) busy: BTreeSet<PathBuf>,
+    /// Devices (kernel names) claimed by a holder the mount table does not show.
+    pub(super) claims: BTreeSet<String>,
     /// Tools whose next run never ends on its own (a tenant's filesystem keeping it busy).
     pub(super) hanging: BTreeSet<String>,
     /// A disk to swap for another right after a call (see `FakeLinux::replace_disk_at`).

@@ -546,3 +546,34 @@ fn a_killed_resize2fs_of_ours_is_finished_by_the_retry() {
     assert_eq!(e.kind(), Kind::FailedPrecondition, "{}", e.message());
     assert!(!n.ran("e2fsck").iter().any(|c| c.contains(" -y ")));
 }
+
+/// The in-use facts over the fake: the driver's own mount explains its partition's claim (so
+/// MountVolume again and online growth go ahead), a claim no mount explains is named, and the
+/// disk is free again once it ends. The daemon's own descriptors never count.
+#[test]
+fn a_claim_counts_only_when_no_mount_explains_it() {
+    let n = Node::new(FsType::Ext4);
+    let id = n.volume("vdb", GIB);
+    let number = n.volumes.volume_disk_number(&id).unwrap();
+    n.volumes.format_volume(&id).unwrap();
+    let free = n.volumes.disk_usage(number).unwrap();
+    assert_eq!(free, Default::default(), "a fresh disk is free");
+
+    n.volumes.mount_volume(&id, TARGET).unwrap();
+    let own = n.volumes.disk_usage(number).unwrap();
+    assert_eq!(own.mount_points, [TARGET]);
+    assert!(
+        own.claimed.is_empty(),
+        "the mount explains its claim: {own:?}"
+    );
+    n.volumes.unmount_volume(&id, TARGET).unwrap();
+
+    for claimed in ["vdb1", "vdb"] {
+        n.fake.claim(claimed);
+        let u = n.volumes.disk_usage(number).unwrap();
+        n.fake.release(claimed);
+        assert_eq!(u.claimed, [claimed], "{u:?}");
+        assert!(u.mount_points.is_empty());
+    }
+    assert_eq!(n.disks.disk_usage(number).unwrap(), Default::default());
+}

@@ -20,6 +20,7 @@
 
 use crate::iscsi_discovery::{Discovery, pdu::DiscoveredTarget};
 use crate::linux::state_dir;
+use csi_proxy_core::disk::DiskUsage;
 use csi_proxy_core::iscsi::{AuthType, Chap, IscsiHost, Secret, TargetPortal};
 use csi_proxy_core::{Error, Kind, Result};
 use std::fs;
@@ -384,9 +385,9 @@ impl IscsiHost for LinuxIscsiHost {
         Ok(disks)
     }
 
-    fn target_disk_in_use(&self, number: u32) -> Result<Option<String>> {
+    fn target_disk_usage(&self, number: u32) -> Result<Option<DiskUsage>> {
         match crate::linux::block::disk("DisconnectTarget", number) {
-            Ok(disk) => crate::linux::block::in_use(&disk),
+            Ok(disk) => crate::linux::block::in_use(&disk).map(Some),
             Err(e) if e.kind() == Kind::NotFound => Ok(None), // gone already: nothing to take
             Err(e) => Err(e),
         }

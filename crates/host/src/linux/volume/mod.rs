@@ -438,7 +438,7 @@ impl VolumeHost for LinuxVolumeHost {
     }
 
     fn disk_usage(&self, disk: u32) -> Result<DiskUsage> {
-        block::usage(&self.os, &block::find_disk(&self.os, "disk usage", disk)?)
+        block::in_use_facts(&self.os, &block::find_disk(&self.os, "disk usage", disk)?)
     }
 }
 

@@ -1,0 +1,199 @@
+//! The one in-use rule (design.md §5): a disk the host or anyone else uses is never a client's
+//! to write, mount, grow, offline or log out. Each platform reports the facts it reads under
+//! [`DiskUsage`]; [`refuse_in_use`] alone decides, in front of PartitionDisk, FormatVolume,
+//! MountVolume, ResizeVolume, SetDiskState and DisconnectTarget.
+
+use crate::error::{Error, Kind, Result};
+use crate::paths::{PathPolicy, PathStyle, is_drive_root};
+
+/// Who uses a disk, as far as data safety is concerned. Every use of the disk, of its
+/// partitions and of whatever is built on them counts. A host that cannot read a fact answers
+/// an error instead (fail closed), never an empty field.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DiskUsage {
+    /// Where filesystems on the disk, its partitions or devices stacked on them are mounted,
+    /// including a filesystem spanning several devices that one of them belongs to.
+    pub mount_points: Vec<String>,
+    /// Why the host counts the disk as its own, if it does: its root, boot or system volume,
+    /// active swap, a page file.
+    pub system_use: Option<String>,
+    /// Devices stacked on the disk or a partition (Linux `holders/`: LVM, md RAID, dm-crypt).
+    pub stacked: Vec<String>,
+    /// The other devices of a multi-device filesystem (btrfs) a partition of the disk belongs
+    /// to: the filesystem is theirs too, wherever it is mounted.
+    pub other_members: Vec<String>,
+    /// Loop devices backed by the disk or a partition (how kubelet maps a raw block volume).
+    pub loops: Vec<String>,
+    /// Processes (`pid (comm)`) holding the disk or a partition open, the daemon excepted.
+    pub processes: Vec<String>,
+    /// Devices of the disk claimed exclusively by something no mount in the host's mount table
+    /// explains (a mount in another namespace, a filesystem of several devices, a process's
+    /// exclusive open).
+    pub claimed: Vec<String>,
+}
+
+/// Which uses of a disk are the caller's own flow, and so no reason to refuse.
+#[derive(Debug, Clone, Copy)]
+pub enum OwnUse<'a> {
+    /// A driver's own mounts: strictly below an allowed root (its stage and publish paths, so
+    /// MountVolume again, re-staging after a restart and growing a staged volume online go
+    /// ahead) and, on Windows, a bare drive letter (what Windows gives any volume it finds).
+    MountsBelow(&'a PathPolicy),
+    /// None: the disk is about to go away (DisconnectTarget), so every mount counts.
+    Nothing,
+}
+
+/// Refuses `op` on `object` when its disk is in use by the host or by someone else, as
+/// FAILED_PRECONDITION naming the user; uses that `own` allows go ahead.
+pub fn refuse_in_use(op: &str, object: &str, usage: &DiskUsage, own: OwnUse<'_>) -> Result<()> {
+    let refuse = |why: String| {
+        Err(Error::new(
+            Kind::FailedPrecondition,
+            op,
+            object,
+            format!("refused: the disk {why}"),
+        ))
+    };
+    if let Some(why) = &usage.system_use {
+        return refuse(why.clone());
+    }
+    if !usage.other_members.is_empty() {
+        let mounted = match usage.mount_points.as_slice() {
+            [] => String::new(),
+            mps => format!(", mounted at {mps:?}"),
+        };
+        return refuse(format!(
+            "holds a member of a filesystem spanning several devices, with {}{mounted}",
+            usage.other_members.join(", ")
+        ));
+    }
+    if !usage.stacked.is_empty() {
+        return refuse(format!(
+            "is in use by the stacked device(s) {} (LVM, RAID or dm-crypt)",
+            usage.stacked.join(", ")
+        ));
+    }
+    let foreign = |mp: &&String| match own {
+        OwnUse::MountsBelow(roots) => {
+            let below_a_root = roots.check(op, mp).is_ok_and(|n| !roots.is_root(&n));
+            // A bare drive letter is what Windows gives any volume it finds (a disk partitioned
+            // by upstream, a restored snapshot): upstream proceeds there, and so does this. The
+            // host puts the disks whose letters matter (system, boot, page file) in
+            // `system_use`.
+            let automount = roots.style() == PathStyle::Windows && is_drive_root(mp);
+            !below_a_root && !automount
+        }
+        OwnUse::Nothing => true,
+    };
+    if let Some(mp) = usage.mount_points.iter().find(foreign) {
+        return refuse(match own {
+            OwnUse::MountsBelow(_) => format!(
+                "holds a filesystem mounted at {mp:?}, outside the kubelet path and working dirs"
+            ),
+            OwnUse::Nothing => format!("holds a filesystem mounted at {mp:?}"),
+        });
+    }
+    if !usage.loops.is_empty() {
+        return refuse(format!(
+            "backs loop device(s) {} (a raw block volume, or a mapping of it)",
+            usage.loops.join(", ")
+        ));
+    }
+    if !usage.processes.is_empty() {
+        return refuse(format!(
+            "is held open by process(es) {}",
+            usage.processes.join(", ")
+        ));
+    }
+    if !usage.claimed.is_empty() {
+        return refuse(format!(
+            "is claimed exclusively ({}) by something no mount here explains (a mount in another namespace, a stacked device or a process)",
+            usage.claimed.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(usage: &DiskUsage, own: OwnUse<'_>) -> Option<String> {
+        refuse_in_use("FormatVolume", "disk 4", usage, own)
+            .err()
+            .map(|e| {
+                assert_eq!(e.kind(), Kind::FailedPrecondition);
+                e.message().to_string()
+            })
+    }
+
+    /// Each fact refuses and is named; the driver's own mounts are allowed except when the
+    /// disk is about to go away.
+    #[test]
+    fn every_user_is_named_and_only_the_callers_own_mounts_pass() {
+        let fs = crate::testing::kubelet_fs();
+        let roots = OwnUse::MountsBelow(fs.policy());
+        let own = DiskUsage {
+            mount_points: vec!["/var/lib/kubelet/plugins/d/globalmount".into()],
+            ..Default::default()
+        };
+        assert_eq!(refused(&own, roots), None);
+        let why = refused(&own, OwnUse::Nothing).unwrap();
+        assert!(why.contains("mounted at \"/var/lib/kubelet/plugins/d/globalmount\""));
+        let cases: [(DiskUsage, &str); 6] = [
+            (
+                DiskUsage {
+                    other_members: vec!["loop9p1".into()],
+                    mount_points: vec!["/srv".into()],
+                    ..Default::default()
+                },
+                "with loop9p1, mounted at [\"/srv\"]",
+            ),
+            (
+                DiskUsage {
+                    stacked: vec!["md127".into()],
+                    ..Default::default()
+                },
+                "stacked device(s) md127",
+            ),
+            (
+                DiskUsage {
+                    loops: vec!["loop7 (on /dev/loop3)".into()],
+                    ..own.clone()
+                },
+                "loop device(s) loop7 (on /dev/loop3)",
+            ),
+            (
+                DiskUsage {
+                    processes: vec!["42 (sleep)".into()],
+                    ..own.clone()
+                },
+                "process(es) 42 (sleep)",
+            ),
+            (
+                DiskUsage {
+                    claimed: vec!["loop3p2".into()],
+                    ..own.clone()
+                },
+                "claimed exclusively (loop3p2)",
+            ),
+            (
+                DiskUsage {
+                    mount_points: vec!["/srv/data".into(), "/var/lib/kubelet/pods/x".into()],
+                    ..Default::default()
+                },
+                "mounted at \"/srv/data\", outside",
+            ),
+        ];
+        for (usage, named) in cases {
+            for own in [roots, OwnUse::Nothing] {
+                let why = refused(&usage, own).unwrap_or_else(|| panic!("{usage:?}"));
+                assert!(
+                    why.contains(named) || matches!(own, OwnUse::Nothing),
+                    "{why}"
+                );
+                assert!(why.starts_with("FormatVolume disk 4: refused"), "{why}");
+            }
+        }
+    }
+}
