@@ -73,8 +73,8 @@ pub struct Flags {
     pub windows_event_log: Option<bool>,
 
     /// A host service StartService/StopService may act on (repeatable; case-insensitive).
-    /// Without it every service may be started and stopped, as upstream allows.
-    #[arg(long = "allowed-service", value_name = "NAME", action = ArgAction::Append)]
+    #[arg(long = "allowed-service", value_name = "NAME", action = ArgAction::Append,
+          help = ALLOWED_SERVICE_HELP)]
     pub allowed_services: Vec<String>,
 
     /// Require SMB encryption for new global mappings (Windows).
@@ -236,6 +236,17 @@ pub fn asks_for_event_log(args: &[OsString]) -> bool {
         .unwrap_or(false)
 }
 
+/// `--allowed-service` in `--help`: what an install without the flag allows differs per platform.
+#[cfg(windows)]
+const ALLOWED_SERVICE_HELP: &str = "A host service StartService/StopService may act on \
+    (repeatable; case-insensitive). Without it every service may be started and stopped, as \
+    upstream allows";
+/// `--allowed-service` in `--help`: what an install without the flag allows differs per platform.
+#[cfg(not(windows))]
+const ALLOWED_SERVICE_HELP: &str = "A host service (systemd `.service` unit) StartService/\
+    StopService may act on (repeatable; case-insensitive). Without it no service may be \
+    started or stopped";
+
 /// Default of `--state-dir`.
 #[cfg(not(windows))]
 const DEFAULT_STATE_DIR: &str = "/var/lib/csi-proxy";
@@ -393,6 +404,29 @@ mod tests {
         for bad in ["yes", "on", "", "2"] {
             let v = go_style(["csi-proxy", &format!("-skip_headers={bad}")].map(OsString::from));
             assert!(Flags::try_parse_from(v).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn help_tells_what_no_allowed_service_allows_here() {
+        let help = <Flags as clap::CommandFactory>::command()
+            .render_help()
+            .to_string();
+        let line: String = help
+            .split("--allowed-service")
+            .nth(1)
+            .unwrap()
+            .split("\n      --")
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        if cfg!(windows) {
+            assert!(line.contains("every service may be started"), "{line}");
+        } else {
+            assert!(line.contains("no service may be started"), "{line}");
+            assert!(!line.contains("every service"), "{line}");
         }
     }
 

@@ -322,6 +322,10 @@ impl VolumeHost for WindowsVolumeHost {
             }
             found.push((number, id));
         }
+        // No volume on it: an unknown disk is NOT_FOUND, as GetDiskStats answers.
+        if found.is_empty() {
+            drop(super::disk::open_disk(os, OP, disk, false)?);
+        }
         found.sort();
         Ok(found.into_iter().map(|(_, id)| id).collect())
     }
