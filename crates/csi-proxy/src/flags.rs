@@ -14,7 +14,9 @@ const DEFAULT_KUBELET_PATH: &str = "/var/lib/kubelet";
 
 /// csi-proxy: does privileged storage work on the host for CSI node plugins, over gRPC.
 #[derive(Debug, Parser)]
-#[command(name = "csi-proxy", version, about, long_about = None)]
+// Go's flag package lets a flag be given again, the last value winning; repeatable flags
+// (`ArgAction::Append`) still collect every value.
+#[command(name = "csi-proxy", version, about, long_about = None, args_override_self = true)]
 pub struct Flags {
     /// The kubelet directory; every path argument must lie inside it or inside a --working-dir.
     #[arg(long = "kubelet-path", default_value = DEFAULT_KUBELET_PATH, value_name = "DIR")]
@@ -67,23 +69,25 @@ pub struct Flags {
 
     /// Run under the Windows Service Control Manager (Windows only).
     #[arg(long = "windows-service", num_args = 0..=1, default_missing_value = "true",
-          require_equals = true, default_value = "false", value_name = "BOOL")]
+          require_equals = true, default_value = "false", value_name = "BOOL",
+          value_parser = go_bool)]
     pub windows_service: bool,
 
     /// Write start, stop and every failure that stops the daemon to the Windows Event Log
     /// (source `csi-proxy`). Default: on under --windows-service, else off.
     #[arg(long = "windows-event-log", num_args = 0..=1, default_missing_value = "true",
-          require_equals = true, value_name = "BOOL")]
+          require_equals = true, value_name = "BOOL", value_parser = go_bool)]
     pub windows_event_log: Option<bool>,
 
     /// A host service StartService/StopService may act on (repeatable; case-insensitive).
-    /// Without it every service may be started and stopped, as upstream allows.
-    #[arg(long = "allowed-service", value_name = "NAME", action = ArgAction::Append)]
+    #[arg(long = "allowed-service", value_name = "NAME", action = ArgAction::Append,
+          help = ALLOWED_SERVICE_HELP)]
     pub allowed_services: Vec<String>,
 
     /// Require SMB encryption for new global mappings (Windows).
     #[arg(long = "require-privacy", num_args = 0..=1, default_missing_value = "true",
-          require_equals = true, default_value = "true", value_name = "BOOL")]
+          require_equals = true, default_value = "true", value_name = "BOOL",
+          value_parser = go_bool)]
     pub require_privacy: bool,
 
     /// Address (host:port, or :port for all interfaces) to serve Prometheus metrics on
@@ -111,27 +115,61 @@ pub struct Flags {
 
     /// Log to stderr instead of --log_file.
     #[arg(long = "logtostderr", num_args = 0..=1, default_missing_value = "true",
-          require_equals = true, default_value = "true", value_name = "BOOL")]
+          require_equals = true, default_value = "true", value_name = "BOOL",
+          value_parser = go_bool)]
     pub logtostderr: bool,
 
-    /// Accepted for compatibility with upstream's klog flags and ignored.
-    #[arg(long = "alsologtostderr", hide = true, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
-    pub alsologtostderr: Option<bool>,
-    /// Accepted for compatibility and ignored.
+    /// klog's other flags, accepted and ignored.
+    #[command(flatten)]
+    pub ignored: IgnoredKlogFlags,
+}
+
+/// The flags `klog.InitFlags` registers (klog v2.140, which upstream's release links) that the
+/// daemon does not act on: accepted in every Go spelling so an install line that carries one
+/// still starts the daemon, and ignored. Their values are parsed as Go would (bools by
+/// [`go_bool`]) so a line Go refuses is refused here too.
+#[derive(Debug, clap::Args)]
+pub struct IgnoredKlogFlags {
+    #[arg(long = "alsologtostderr", hide = true, num_args = 0..=1,
+          default_missing_value = "true", require_equals = true, value_parser = go_bool)]
+    alsologtostderr: Option<bool>,
+    #[arg(long = "add_dir_header", hide = true, num_args = 0..=1,
+          default_missing_value = "true", require_equals = true, value_parser = go_bool)]
+    add_dir_header: Option<bool>,
+    #[arg(long = "skip_headers", hide = true, num_args = 0..=1,
+          default_missing_value = "true", require_equals = true, value_parser = go_bool)]
+    skip_headers: Option<bool>,
+    #[arg(long = "skip_log_headers", hide = true, num_args = 0..=1,
+          default_missing_value = "true", require_equals = true, value_parser = go_bool)]
+    skip_log_headers: Option<bool>,
+    #[arg(long = "one_output", hide = true, num_args = 0..=1,
+          default_missing_value = "true", require_equals = true, value_parser = go_bool)]
+    one_output: Option<bool>,
+    #[arg(long = "legacy_stderr_threshold_behavior", hide = true, num_args = 0..=1,
+          default_missing_value = "true", require_equals = true, value_parser = go_bool)]
+    legacy_stderr_threshold_behavior: Option<bool>,
     #[arg(long = "log_dir", hide = true)]
-    pub log_dir: Option<String>,
-    /// Accepted for compatibility and ignored.
+    log_dir: Option<String>,
     #[arg(long = "vmodule", hide = true)]
-    pub vmodule: Option<String>,
-    /// Accepted for compatibility and ignored.
+    vmodule: Option<String>,
     #[arg(long = "stderrthreshold", hide = true)]
-    pub stderrthreshold: Option<String>,
-    /// Accepted for compatibility and ignored.
-    #[arg(long = "skip_headers", hide = true, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
-    pub skip_headers: Option<bool>,
-    /// Accepted for compatibility and ignored.
-    #[arg(long = "one_output", hide = true, num_args = 0..=1, default_missing_value = "true", require_equals = true)]
-    pub one_output: Option<bool>,
+    stderrthreshold: Option<String>,
+    #[arg(long = "alsologtostderrthreshold", hide = true)]
+    alsologtostderrthreshold: Option<String>,
+    #[arg(long = "log_backtrace_at", hide = true)]
+    log_backtrace_at: Option<String>,
+}
+
+/// A bool as Go's `strconv.ParseBool` reads a flag's value: `1 t T TRUE true True` and
+/// `0 f F FALSE false False`.
+fn go_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(format!(
+            "{s:?} is not a bool (Go's spelling: true, false, 1, 0, t, f)"
+        )),
+    }
 }
 
 /// A kernel filesystem type name as `/proc/filesystems` lists them: lower-case letters, digits,
@@ -195,9 +233,8 @@ pub fn asks_for_event_log(args: &[OsString]) -> bool {
         args.iter().rev().find_map(|a| {
             let a = a.to_str()?.strip_prefix("--")?.strip_prefix(name)?;
             match a {
-                "" | "=true" => Some(true),
-                "=false" => Some(false),
-                _ => None,
+                "" => Some(true),
+                _ => go_bool(a.strip_prefix('=')?).ok(),
             }
         })
     };
@@ -205,6 +242,17 @@ pub fn asks_for_event_log(args: &[OsString]) -> bool {
         .or_else(|| value("windows-service"))
         .unwrap_or(false)
 }
+
+/// `--allowed-service` in `--help`: what an install without the flag allows differs per platform.
+#[cfg(windows)]
+const ALLOWED_SERVICE_HELP: &str = "A host service StartService/StopService may act on \
+    (repeatable; case-insensitive). Without it every service may be started and stopped, as \
+    upstream allows";
+/// `--allowed-service` in `--help`: what an install without the flag allows differs per platform.
+#[cfg(not(windows))]
+const ALLOWED_SERVICE_HELP: &str = "A host service (systemd `.service` unit) StartService/\
+    StopService may act on (repeatable; case-insensitive). Without it no service may be \
+    started or stopped";
 
 /// Default of `--state-dir`.
 #[cfg(not(windows))]
@@ -324,6 +372,69 @@ mod tests {
         assert!(!asks(&["-windows-service=false"]));
         assert!(asks(&["-windows-service"]));
         assert!(!asks(&["-windows-service-x"]));
+    }
+
+    #[test]
+    fn a_flag_given_twice_takes_the_last_value_as_go_does() {
+        let f = parse(&[
+            "-v=2",
+            "-v",
+            "5",
+            "-kubelet-path=/a",
+            "--kubelet-path",
+            "/b",
+        ]);
+        assert_eq!((f.verbosity, f.kubelet_path.as_str()), (5, "/b"));
+        let f = parse(&[
+            "-require-privacy=false",
+            "-require-privacy",
+            "-working-dir=/x",
+        ]);
+        assert!(f.require_privacy);
+        assert_eq!(
+            parse(&["-working-dir=/x", "-working-dir=/y"]).working_dirs,
+            ["/x", "/y"]
+        );
+    }
+
+    #[test]
+    fn bools_take_every_value_go_parses_and_nothing_else() {
+        for (v, want) in [("1", true), ("t", true), ("TRUE", true), ("True", true)] {
+            assert_eq!(
+                parse(&[&format!("-require-privacy={v}")]).require_privacy,
+                want
+            );
+        }
+        for v in ["0", "f", "F", "FALSE", "false", "False"] {
+            assert!(!parse(&[&format!("--logtostderr={v}")]).logtostderr, "{v}");
+        }
+        for bad in ["yes", "on", "", "2"] {
+            let v = go_style(["csi-proxy", &format!("-skip_headers={bad}")].map(OsString::from));
+            assert!(Flags::try_parse_from(v).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn help_tells_what_no_allowed_service_allows_here() {
+        let help = <Flags as clap::CommandFactory>::command()
+            .render_help()
+            .to_string();
+        let line: String = help
+            .split("--allowed-service")
+            .nth(1)
+            .unwrap()
+            .split("\n      --")
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        if cfg!(windows) {
+            assert!(line.contains("every service may be started"), "{line}");
+        } else {
+            assert!(line.contains("no service may be started"), "{line}");
+            assert!(!line.contains("every service"), "{line}");
+        }
     }
 
     #[test]

@@ -29,7 +29,7 @@ pub fn services(policy: Arc<PathPolicy>, flags: &Flags) -> Result<Services, Stri
 mod platform {
     use super::*;
     use csi_proxy_host::linux;
-    use std::path::Path;
+    use std::path::{Component, Path, PathBuf};
 
     /// The Linux hosts.
     pub fn hosts(
@@ -39,8 +39,10 @@ mod platform {
         // Everything the daemon keeps (format records, iSCSI portals and the mutual-CHAP
         // secret, the SMB mounts and their credential key) lives in the state directory, which
         // no client reaches: never beside the sockets, which every client container mounts.
-        let state = linux::state_dir::prepare(std::path::Path::new(&flags.state_dir))?;
-        not_shared(&state, flags, policy)?;
+        // Judged before anything is created: a refused directory is never made, also not
+        // inside the kubelet path or the socket directory.
+        not_shared(Path::new(&flags.state_dir), flags, policy)?;
+        let state = linux::state_dir::prepare(Path::new(&flags.state_dir))?;
         // The flag's parser admits only the names FsType knows.
         let fs_type = flags.format_filesystem.parse().unwrap_or_default();
         linux::block_users::skip_unreadable_processes(flags.skip_unreadable_processes);
@@ -62,7 +64,6 @@ mod platform {
     /// Refuses a state directory that clients reach: the socket directory, the kubelet path or
     /// a working dir, one inside them, or one holding them.
     fn not_shared(state: &Path, flags: &Flags, policy: &PathPolicy) -> Result<(), String> {
-        let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
         let state = real(state);
         let shared = std::iter::once(("--socket-dir", flags.socket_dir.as_str())).chain(
             policy
@@ -82,6 +83,34 @@ mod platform {
             }
         }
         Ok(())
+    }
+
+    /// Where `p` is, or will be once created: each component that exists resolved as the
+    /// kernel does (links followed), each one still to be made appended (a `..` after one is
+    /// that new directory's parent, as `create_dir_all` makes it).
+    fn real(p: &Path) -> PathBuf {
+        let mut out = PathBuf::new();
+        let mut exists = true;
+        for c in p.components() {
+            match c {
+                Component::ParentDir if !exists => {
+                    out.pop();
+                    // Back in a directory that exists (already resolved): resolve again.
+                    exists = out.exists();
+                }
+                Component::CurDir if !exists => {}
+                c => {
+                    out.push(c);
+                    if exists {
+                        match std::fs::canonicalize(&out) {
+                            Ok(r) => out = r,
+                            Err(_) => exists = false,
+                        }
+                    }
+                }
+            }
+        }
+        out
     }
 }
 

@@ -369,3 +369,82 @@ async fn is_symlink_never_tells_whether_a_path_outside_the_roots_exists() {
         "only the link's direct target is looked at (it exists: a link)"
     );
 }
+
+/// Every flag upstream's csi-proxy.exe accepts: its own, and those `klog.InitFlags(nil)`
+/// registers (klog v2.140). A bool never takes a separate-word value in Go (`-f true` ends the
+/// flags), so bools are given alone or with `=`.
+const UPSTREAM_FLAGS: &[(&str, Option<&str>)] = &[
+    ("kubelet-path", None),
+    ("working-dir", None),
+    ("require-privacy", Some("bool")),
+    ("metrics-bind-address", Some("127.0.0.1:0")),
+    ("add_dir_header", Some("bool")),
+    ("alsologtostderr", Some("bool")),
+    ("alsologtostderrthreshold", Some("WARNING")),
+    ("legacy_stderr_threshold_behavior", Some("bool")),
+    ("log_backtrace_at", Some("main.go:42")),
+    ("log_dir", None),
+    ("log_file", None),
+    ("log_file_max_size", Some("10")),
+    ("logtostderr", Some("bool")),
+    ("one_output", Some("bool")),
+    ("skip_headers", Some("bool")),
+    ("skip_log_headers", Some("bool")),
+    ("stderrthreshold", Some("ERROR")),
+    ("v", Some("3")),
+    ("vmodule", Some("server*=4,disk=2")),
+];
+
+/// The command lines Go's flag package accepts for flag `name` with `value`: `-f`, `--f`, with
+/// `=v` or a separate `v`; bools alone or with `=true`, `=false`, `=1`, `=0`.
+fn go_spellings(name: &str, value: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for dash in ["-", "--"] {
+        if value == "bool" {
+            out.push(vec![format!("{dash}{name}")]);
+            for v in ["true", "false", "1", "0"] {
+                out.push(vec![format!("{dash}{name}={v}")]);
+            }
+        } else {
+            out.push(vec![format!("{dash}{name}={value}")]);
+            out.push(vec![format!("{dash}{name}"), value.to_string()]);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn every_flag_upstream_accepts_starts_the_daemon_in_every_go_spelling() {
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = |n: &str| {
+        let p = scratch.path().join(n);
+        std::fs::create_dir_all(&p).unwrap();
+        p.display().to_string()
+    };
+    let (other_kubelet, extra_root, log_dir) = (dir("kubelet2"), dir("extra"), dir("logs"));
+    let log_file = format!("{log_dir}/csi-proxy.log");
+    for (name, value) in UPSTREAM_FLAGS {
+        let value = match *name {
+            // Given after the harness's own: Go takes the last value.
+            "kubelet-path" => other_kubelet.as_str(),
+            "working-dir" => extra_root.as_str(),
+            "log_dir" => log_dir.as_str(),
+            "log_file" => log_file.as_str(),
+            _ => value.unwrap(),
+        };
+        for line in go_spellings(name, value) {
+            let args: Vec<&str> = line.iter().map(String::as_str).collect();
+            let d = Daemon::start(&args);
+            let root = match *name {
+                "kubelet-path" => other_kubelet.clone(),
+                "working-dir" => extra_root.clone(),
+                _ => d.k(""),
+            };
+            let mut fs = FilesystemClient::connect(&d.connector()).await.unwrap();
+            assert!(
+                fs.path_exists(&root).await.unwrap(),
+                "the daemon started with {line:?} serves inside {root}"
+            );
+        }
+    }
+}

@@ -200,6 +200,155 @@ async fn pd_replayed_on_a_loop_disk() {
         .expect("the retry finds nothing staged");
 }
 
+/// Writes a classic MBR (disk signature, primary entries of type 0x83 as `(first, sectors)`),
+/// as fdisk leaves one, and has the kernel read it.
+fn write_mbr(l: &LoopDisk, entries: &[(u32, u32)]) {
+    let mut m = vec![0u8; 512];
+    m[440..444].copy_from_slice(&0x5eed_cafe_u32.to_le_bytes());
+    for (i, (first, sectors)) in entries.iter().enumerate() {
+        let e = &mut m[446 + 16 * i..][..16];
+        e[1..4].copy_from_slice(&[0xFE, 0xFF, 0xFF]);
+        e[4] = 0x83;
+        e[5..8].copy_from_slice(&[0xFE, 0xFF, 0xFF]);
+        e[8..12].copy_from_slice(&first.to_le_bytes());
+        e[12..16].copy_from_slice(&sectors.to_le_bytes());
+    }
+    m[510] = 0x55;
+    m[511] = 0xAA;
+    common::write_at(&l.dev, 0, &m).unwrap();
+    // This kernel reads no MBR itself (no BLKRRPART partitions): partx adds them (BLKPG).
+    l.run("partx", &["--add"], &l.dev);
+    // devtmpfs makes the partitions' nodes shortly after.
+    let t = std::time::Instant::now();
+    while !(1..=entries.len() as u32).all(|n| l.partition(n).exists()) {
+        assert!(
+            t.elapsed().as_secs() < 10,
+            "no partition nodes for {}",
+            l.dev.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The partition table as util-linux's `partx` reads it from the disk: (start, sectors, type).
+fn mbr_entries(l: &LoopDisk) -> Vec<(u64, u64, String)> {
+    let out = std::process::Command::new("partx")
+        .args(["--raw", "--noheadings", "--output", "START,SECTORS,TYPE"])
+        .arg(&l.dev)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "partx: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            (
+                f[0].parse().unwrap(),
+                f[1].parse().unwrap(),
+                f[2].to_string(),
+            )
+        })
+        .collect()
+}
+
+/// gce-pd stages a disk that already carries a classic MBR (an image, a disk another OS
+/// partitioned): PartitionDisk keeps it, the first primary partition is the volume, and the
+/// ResizeVolume(id, 0) every NodeStage makes has nothing to grow: OK, as on Windows (before, it
+/// was refused as "not a GPT disk"). After the disk grew, the primary partition grows in
+/// place as Windows grows it (its start, type and the other entries kept), and the filesystem
+/// with it; partx reads the grown table.
+#[tokio::test(flavor = "multi_thread")]
+async fn pd_replayed_on_an_mbr_disk() {
+    let Some((d, host)) = linux_node() else {
+        return;
+    };
+    let l = LoopDisk::new(d.dir.path(), "pd-mbr-1", 400).unwrap();
+    // One primary partition filling the disk, as fdisk makes it.
+    write_mbr(&l, &[(2048, 400 * 2048 - 2048)]);
+    let made = mbr_entries(&l);
+    host.name_disk("pd-mbr-1", &l.serial());
+    let mut pd = PdDriver::new(&d.connector(), host).await;
+    let (staging, target) = kubelet_paths(&d, "pd.csi.storage.gke.io");
+    std::fs::create_dir_all(&staging).unwrap();
+
+    let id = pd
+        .stage("pd-mbr-1", &staging)
+        .await
+        .expect("staged: its ResizeVolume(id, 0) has nothing to grow");
+    assert_eq!(
+        mbr_entries(&l),
+        made,
+        "nothing to grow: the table is untouched"
+    );
+    std::fs::write(Path::new(&staging).join("data"), b"kept").unwrap();
+    pd.publish(&staging, &target).await.unwrap();
+
+    let before = pd.api.volume_stats(&id).await.unwrap().0;
+    grow_seen(&l, 700);
+    pd.expand(&target)
+        .await
+        .expect("the primary MBR partition grown");
+    let after = pd.api.volume_stats(&id).await.unwrap().0;
+    assert!(after > before + 250 * MIB, "{before} -> {after}");
+    let grown = mbr_entries(&l);
+    assert_eq!(grown.len(), 1, "{grown:?}");
+    assert_eq!(
+        (grown[0].0, grown[0].2.as_str()),
+        (made[0].0, made[0].2.as_str())
+    );
+    assert_eq!(
+        grown[0].0 + grown[0].1,
+        700 * 2048,
+        "grown to the disk's end: {grown:?}"
+    );
+    pd.expand(&target).await.expect("nothing more to grow: OK");
+    assert_eq!(read(&target), b"kept");
+
+    pd.unpublish(&target).await.unwrap();
+    offline_refused(pd.unstage(&staging).await, &staging);
+    pd.unstage(&staging)
+        .await
+        .expect("the retry finds nothing staged");
+}
+
+/// Two primary MBR partitions: the first grows only up to the second, which is never touched;
+/// with nothing left to grow the call is OK.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_mbr_primary_grows_up_to_the_next_partition_only() {
+    let Some((d, host)) = linux_node() else {
+        return;
+    };
+    // xfs needs 300 MiB at least.
+    let l = LoopDisk::new(d.dir.path(), "pd-mbr-2", 1000).unwrap();
+    write_mbr(
+        &l,
+        &[(2048, 350 * 2048), (1_228_800, 1000 * 2048 - 1_228_800)],
+    );
+    let made = mbr_entries(&l);
+    l.run("mkfs.xfs", &["-q", "-f"], &l.partition(2));
+    let second = l.fingerprint_of(&l.partition(2));
+    host.name_disk("pd-mbr-2", &l.serial());
+    let mut pd = PdDriver::new(&d.connector(), host).await;
+    let (staging, _) = kubelet_paths(&d, "pd.csi.storage.gke.io");
+    std::fs::create_dir_all(&staging).unwrap();
+    pd.stage("pd-mbr-2", &staging).await.expect("staged");
+    let grown = mbr_entries(&l);
+    assert_eq!(grown[0].0, made[0].0);
+    assert_eq!(
+        grown[0].0 + grown[0].1,
+        1_228_800,
+        "up to the second: {grown:?}"
+    );
+    assert_eq!(grown[1], made[1], "the second entry is kept");
+    assert_eq!(l.fingerprint_of(&l.partition(2)), second, "its content too");
+    pd.expand(&staging).await.expect("nothing more to grow: OK");
+    offline_refused(pd.unstage(&staging).await, &staging);
+}
+
 /// Each release's staging check (v2.4 and v3.0 through PathExists and IsSymlink, v3.3
 /// through `os.Lstat`).
 #[tokio::test(flavor = "multi_thread")]

@@ -130,3 +130,43 @@ async fn listing_never_changes_the_partitions_of_a_disk_the_host_uses() {
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert!(listed[0].contains("-part1-"), "{listed:?}");
 }
+
+/// A disk number no disk has: ListVolumesOnDisk answers NOT_FOUND naming the disk, as
+/// GetDiskStats does, not an empty list a driver would index into. A disk without volumes is
+/// still an empty list.
+#[tokio::test]
+async fn list_volumes_on_an_unknown_disk_is_not_found_as_get_disk_stats_is() {
+    let d = Daemon::start(&[]);
+    let (mut dc, mut vc) = v1_clients(&d).await;
+    let unknown = 4_000_000_000;
+    let stats = dc
+        .get_disk_stats(csi_proxy_api::disk::v1::GetDiskStatsRequest {
+            disk_number: unknown,
+        })
+        .await
+        .unwrap_err();
+    let list = vc
+        .list_volumes_on_disk(list_request(unknown, Duration::from_secs(10)))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (stats.code(), list.code()),
+        (Code::NotFound, Code::NotFound)
+    );
+    assert!(
+        list.message().contains("ListVolumesOnDisk") && list.message().contains("disk 4000000000"),
+        "{}",
+        list.message()
+    );
+    if !can_use_loop_devices() {
+        return;
+    }
+    let blank = LoopDisk::new(d.dir.path(), "blank", 16).unwrap();
+    let listed = vc
+        .list_volumes_on_disk(list_request(blank.disk_number(), Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume_ids;
+    assert!(listed.is_empty(), "{listed:?}");
+}

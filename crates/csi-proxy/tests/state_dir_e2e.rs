@@ -161,9 +161,15 @@ fn an_unsafe_state_directory_stops_the_start_up() {
     let e = refused_start(dir, &foreign);
     assert!(e.contains("owned by uid 4242"), "{e}");
 
-    for inside in [dir.join("run/state"), dir.join("kubelet/state")] {
+    // Refused before anything is made: neither the directory nor a parent of it.
+    for (inside, first_made) in [
+        (dir.join("run/state"), dir.join("run")),
+        (dir.join("kubelet/a/state"), dir.join("kubelet/a")),
+        (dir.join("new/../kubelet/b/state"), dir.join("new")),
+    ] {
         let e = refused_start(dir, &inside);
         assert!(e.contains("which clients reach"), "{e}");
+        assert!(!first_made.exists(), "{} was created", first_made.display());
     }
 }
 

@@ -64,12 +64,10 @@ fn unknown_volumes_are_not_found() {
 }
 
 #[test]
-fn a_missing_disk_has_no_volumes() {
+fn a_missing_disk_is_not_found() {
     let h = WindowsVolumeHost::new(std::env::temp_dir().join("csi-proxy-test-state"));
-    assert_eq!(
-        h.list_volumes_on_disk(4000, None).unwrap(),
-        Vec::<String>::new()
-    );
+    let e = h.list_volumes_on_disk(4000, None).unwrap_err();
+    assert_eq!(e.kind(), Kind::NotFound, "{}", e.message());
 }
 
 #[test]

@@ -49,7 +49,8 @@ pub struct VolumeStats {
 /// few methods implement `csi_proxy_core::testing::PartialVolumeHost` instead (feature `testing`).
 pub trait VolumeHost: Send + Sync {
     /// IDs of the volumes on the disk, in partition order; `partition` `None` means every
-    /// partition. A missing disk or one without volumes yields an empty list.
+    /// partition. A disk without volumes yields an empty list; a disk that does not exist is
+    /// NOT_FOUND, as for every other disk RPC.
     fn list_volumes_on_disk(
         &self,
         disk_number: u32,

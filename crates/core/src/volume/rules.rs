@@ -233,7 +233,7 @@ pub struct ResizeSteps {
 }
 
 /// What ResizeVolume's decision starts from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResizeFacts {
     /// The partition's length in bytes.
     pub current: u64,
@@ -245,12 +245,17 @@ pub struct ResizeFacts {
     pub sector: u64,
     /// How much smaller than a partition it fills the filesystem may be (its own rounding).
     pub slack: u64,
+    /// Why this host cannot grow this partition (a logical MBR partition, a table kind it does
+    /// not write), if it cannot. Only a call that must grow is refused for it: drivers resize
+    /// at every stage (gce-pd), and a call with nothing to grow succeeds on any disk.
+    pub refusal: Option<String>,
 }
 
 /// ResizeVolume's steps. A target above the maximum is refused; a target within
-/// [`MIN_GROWTH`] of the current size (or below it) grows nothing; a filesystem left smaller
-/// than its partition (an earlier call grew the partition and was cut off) is extended in any
-/// case, so a retry finishes the job.
+/// [`MIN_GROWTH`] of the current size (or below it) grows nothing, whatever the partition is; a
+/// partition that must grow but cannot ([`ResizeFacts::refusal`]) is FAILED_PRECONDITION; a
+/// filesystem left smaller than its partition (an earlier call grew the partition and was cut
+/// off) is extended in any case, so a retry finishes the job.
 pub fn resize_steps(
     op: &str,
     object: &str,
@@ -263,6 +268,7 @@ pub fn resize_steps(
         fs_bytes,
         sector,
         slack,
+        refusal,
     } = facts;
     let sector = sector.max(1);
     let want = match target {
@@ -287,6 +293,16 @@ pub fn resize_steps(
     } else {
         0
     };
+    if grow > 0
+        && let Some(why) = refusal
+    {
+        return Err(Error::new(
+            Kind::FailedPrecondition,
+            op,
+            object,
+            format!("the partition must grow by {grow} bytes, but {why}; it is not grown"),
+        ));
+    }
     let new_length = current.saturating_add(grow);
     Ok(ResizeSteps {
         grow_partition: grow,

@@ -239,8 +239,13 @@ impl LoopDisk {
     /// A fingerprint of the whole device's contents (FNV-1a over every byte): enough to see
     /// that nothing wrote to it, without a hashing crate.
     pub fn fingerprint(&self) -> u64 {
+        self.fingerprint_of(&self.dev)
+    }
+
+    /// [`LoopDisk::fingerprint`] of one device node of it (a partition).
+    pub fn fingerprint_of(&self, node: &Path) -> u64 {
         use std::io::Read;
-        let mut f = std::fs::File::open(&self.dev).unwrap();
+        let mut f = std::fs::File::open(node).unwrap();
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         let mut buf = vec![0u8; 1 << 20];
         loop {

@@ -10,7 +10,8 @@ mod mbr;
 mod tests;
 
 pub use mbr::{
-    MbrPartition, mbr_data_extents, mbr_disk_signature, mbr_partitions, mbr_problem, protective_mbr,
+    MbrPartition, mbr_data_extents, mbr_disk_signature, mbr_max_sectors, mbr_not_growable,
+    mbr_partitions, mbr_problem, mbr_with_length, protective_mbr,
 };
 
 use std::fmt;

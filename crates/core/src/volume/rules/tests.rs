@@ -300,9 +300,35 @@ fn resize_rules() {
             fs_bytes,
             sector: 512,
             slack: M,
+            refusal: None,
         };
         resize_steps("ResizeVolume", "v", facts, target)
     };
+    // A partition this host cannot grow: nothing to grow is decided first and succeeds; a
+    // growth is refused with the reason.
+    let cannot = |current, maximum, target| {
+        let facts = ResizeFacts {
+            current,
+            maximum,
+            fs_bytes: Some(current),
+            sector: 512,
+            slack: M,
+            refusal: Some("it is a logical partition".into()),
+        };
+        resize_steps("ResizeVolume", "v", facts, target)
+    };
+    for target in [ResizeTarget::Maximum, ResizeTarget::Bytes(100 * M)] {
+        assert_eq!(
+            cannot(100 * M, 150 * M, target),
+            Ok(ResizeSteps {
+                grow_partition: 0,
+                extend_filesystem: false
+            })
+        );
+    }
+    let e = cannot(100 * M, 1000 * M, ResizeTarget::Maximum).unwrap_err();
+    assert_eq!(e.kind(), Kind::FailedPrecondition);
+    assert!(e.message().contains("logical partition"), "{}", e.message());
     // Maximum, with a filesystem: grow both.
     assert_eq!(
         steps(100 * M, 1000 * M, Some(100 * M), ResizeTarget::Maximum),

@@ -301,10 +301,9 @@ impl VolumeHost for LinuxVolumeHost {
         partition: Option<NonZeroU32>,
     ) -> Result<Vec<String>> {
         const OP: &str = "ListVolumesOnDisk";
-        // Upstream: an unknown disk, or one without volumes, is an empty list.
-        let Ok(disk) = block::find_disk(&self.os, OP, number) else {
-            return Ok(Vec::new());
-        };
+        // An unknown disk is NOT_FOUND, as GetDiskStats answers; one without volumes is an
+        // empty list.
+        let disk = block::find_disk(&self.os, OP, number)?;
         // Only what the disk's own table lists is a volume of it: a partition device the
         // kernel kept from an image the device held before is not.
         let listed = match block::ensure_partitions(&self.os, OP, &disk) {

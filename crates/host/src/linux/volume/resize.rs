@@ -1,7 +1,8 @@
-//! ResizeVolume on Linux: grow the GPT entry (never shrink, never repair), tell the kernel, grow
-//! the filesystem.
+//! ResizeVolume on Linux: grow the GPT or primary MBR entry (never shrink, never repair), tell
+//! the kernel, grow the filesystem.
 
 use super::*;
+use crate::linux::disk::Ends;
 use crate::linux::state_dir;
 use csi_proxy_core::volume::rules;
 
@@ -10,7 +11,7 @@ impl LinuxVolumeHost {
         const OP: &str = "ResizeVolume";
         let vol = self.resolve_partition(OP, id, "has no partition to grow")?;
         let object = shown(id);
-        // What the partition holds decides first: a filesystem this host cannot grow (or whose
+        // What the partition holds is read first: a filesystem this host cannot grow (or whose
         // size it cannot read) leaves the partition untouched, instead of a grown partition
         // under an ungrown filesystem and an OK that did nothing.
         let (sig, buf) = self.probe(OP, &vol)?;
@@ -18,24 +19,23 @@ impl LinuxVolumeHost {
         if let Some(head) = sig.as_ref().filter(|s| s.mount_type.is_some()) {
             self.refuse_member_at_end(OP, &vol, head, &buf)?;
         }
-        let fs_bytes = match &sig {
-            None => None,
-            Some(sig) => Some(
-                signatures::filesystem_bytes(&buf)
-                    .filter(|_| GROWABLE.contains(&sig.kind))
-                    .ok_or_else(|| {
-                        Error::new(
-                            Kind::FailedPrecondition,
-                            OP,
-                            &object,
-                            format!(
-                                "the volume holds {}; this host grows only ext2/3/4, xfs and btrfs filesystems \
-                                 whose size it reads from their superblock, so nothing was changed",
-                                sig.kind
-                            ),
-                        )
-                    })?,
-            ),
+        // A filesystem this host cannot grow refuses only a call that must grow (decided with
+        // the partition's facts below): one with nothing to grow succeeds on any volume.
+        let (fs_bytes, fs_refusal) = match &sig {
+            None => (None, None),
+            Some(sig) => {
+                match signatures::filesystem_bytes(&buf).filter(|_| GROWABLE.contains(&sig.kind)) {
+                    Some(n) => (Some(n), None),
+                    None => (
+                        None,
+                        Some(format!(
+                            "the volume holds {}; this host grows only ext2/3/4, xfs and btrfs \
+                         filesystems whose size it reads from their superblock",
+                            sig.kind
+                        )),
+                    ),
+                }
+            }
         };
         let disk = &vol.disk;
         // Not O_EXCL: the partition may be mounted (online growth); only the table and the
@@ -60,62 +60,41 @@ impl LinuxVolumeHost {
         }
         let ends = crate::linux::disk::read_ends(&self.os, OP, disk, &file)?;
         let (sector, total) = (ends.sector, ends.total);
-        let table = partition_plan::table_to_grow(&ends.head, &ends.tail, sector, total)
-            .map_err(|why| refused(OP, disk, why))?;
-        let part = table
-            .partitions()
-            .into_iter()
-            .find(|p| p.number == vol.part)
-            .ok_or_else(|| {
-                Error::new(
-                    Kind::NotFound,
-                    OP,
-                    &object,
-                    "the partition is not in the table",
-                )
-            })?;
-        // The entry is checked by its unique GUID, not only its number: the table may have been
-        // rewritten since the ID was resolved.
-        if part.unique_guid.to_string() != vol.uuid {
-            return Err(Error::new(
-                Kind::NotFound,
-                OP,
-                &object,
-                format!(
-                    "partition {} of the table is now a different partition ({})",
-                    vol.part, part.unique_guid
-                ),
-            ));
-        }
-        let mut grown = table.clone();
-        grown
-            .relocate_end(total)
-            .map_err(|e| refused(OP, disk, e))?;
-        let max_last = grown
-            .max_last_lba(vol.part)
-            .map_err(|e| refused(OP, disk, e))?;
-        let max_bytes = (max_last - part.first_lba + 1) * sector;
-        let current = part.sectors() * sector;
+        let entry = self.entry_to_grow(OP, &vol, &ends)?;
+        let (first_lba, current) = (entry.first_lba, entry.current);
         let steps = rules::resize_steps(
             OP,
             &object,
             rules::ResizeFacts {
                 current,
-                maximum: max_bytes,
+                maximum: entry.maximum,
                 fs_bytes,
                 sector,
                 slack: FS_SLACK,
+                refusal: fs_refusal.or(entry.refusal),
             },
             target,
         )?;
         let mut table_len = current;
         if steps.grow_partition > 0 {
-            let new_last = part.first_lba + (current + steps.grow_partition) / sector - 1;
-            grown
-                .grow_partition(vol.part, new_last)
-                .map_err(|e| refused(OP, disk, e))?;
-            crate::linux::disk::write_gpt(OP, disk, &file, &grown, total)?;
-            table_len = (new_last - part.first_lba + 1) * sector;
+            let new_last = first_lba + (current + steps.grow_partition) / sector - 1;
+            match entry.table {
+                Table::Gpt(mut grown) => {
+                    grown
+                        .grow_partition(vol.part, new_last)
+                        .map_err(|e| refused(OP, disk, e))?;
+                    crate::linux::disk::write_gpt(OP, disk, &file, &grown, total)?;
+                }
+                Table::Mbr(lba0) => {
+                    // mbr_max_sectors kept the length within 32 bits.
+                    let sectors = u32::try_from(new_last - first_lba + 1)
+                        .map_err(|e| refused(OP, disk, e))?;
+                    let grown = gpt::mbr_with_length(&lba0, vol.part, sectors);
+                    crate::linux::disk::write_ordered(&file, &[(0, grown)])
+                        .map_err(|e| io_err(OP, disk, "write the partition table", &e))?;
+                }
+            }
+            table_len = (new_last - first_lba + 1) * sector;
             tracing::info!(
                 volume = id,
                 from = current,
@@ -142,7 +121,7 @@ impl LinuxVolumeHost {
             ));
         }
         if kernel_len != table_len {
-            file.blkpg(Blkpg::Resize, vol.part, part.first_lba * sector, table_len)
+            file.blkpg(Blkpg::Resize, vol.part, first_lba * sector, table_len)
                 .map_err(|e| {
                     io_err(
                         OP,
@@ -162,6 +141,105 @@ impl LinuxVolumeHost {
         self.grow_filesystem(OP, &vol, &sig, mounted.as_ref())?;
         tracing::info!(volume = id, fs = sig.kind, "filesystem grown");
         Ok(())
+    }
+
+    /// The partition's entry as its table has it, checked to be the volume resolved (a table
+    /// rewritten since would name another partition), with how far it can grow in place. A
+    /// GPT's entry, or a primary MBR entry (grown as Windows does); a logical MBR partition has
+    /// nothing this host grows, and says why only when it would have to grow.
+    fn entry_to_grow(&self, op: &str, vol: &Volume, ends: &Ends) -> Result<Entry> {
+        let (disk, object) = (&vol.disk, shown(&vol.id));
+        let (sector, total) = (ends.sector, ends.total);
+        let changed = |now: String| {
+            Error::new(
+                Kind::NotFound,
+                op,
+                &object,
+                format!(
+                    "partition {} of the table is now a different partition ({now})",
+                    vol.part
+                ),
+            )
+        };
+        let mbr = gpt::mbr_partitions(&ends.head);
+        let gpt_error = match partition_plan::table_to_grow(&ends.head, &ends.tail, sector, total) {
+            Ok(table) => {
+                let part = table
+                    .partitions()
+                    .into_iter()
+                    .find(|p| p.number == vol.part)
+                    .ok_or_else(|| {
+                        Error::new(
+                            Kind::NotFound,
+                            op,
+                            &object,
+                            "the partition is not in the table",
+                        )
+                    })?;
+                // Checked by its unique GUID, not only its number.
+                if part.unique_guid.to_string() != vol.uuid {
+                    return Err(changed(part.unique_guid.to_string()));
+                }
+                let mut grown = table.clone();
+                grown
+                    .relocate_end(total)
+                    .map_err(|e| refused(op, disk, e))?;
+                let max_last = grown
+                    .max_last_lba(vol.part)
+                    .map_err(|e| refused(op, disk, e))?;
+                return Ok(Entry {
+                    first_lba: part.first_lba,
+                    current: part.sectors() * sector,
+                    maximum: (max_last - part.first_lba + 1) * sector,
+                    refusal: None,
+                    table: Table::Gpt(grown),
+                });
+            }
+            // A classic MBR (no protective 0xEE entry) is grown below; anything else is refused.
+            Err(why) if mbr.is_empty() || mbr.iter().any(|p| p.kind == 0xEE) => {
+                return Err(refused(op, disk, why));
+            }
+            Err(why) => why,
+        };
+        if let Some(why) = gpt::mbr_problem(&mbr, total) {
+            return Err(refused(op, disk, why));
+        }
+        let name = format!(
+            "{:08x}-{:02x}",
+            gpt::mbr_disk_signature(&ends.head),
+            vol.part
+        );
+        if name != vol.uuid {
+            return Err(changed(name));
+        }
+        let lba0 = ends.head[..sector as usize].to_vec();
+        match mbr.iter().find(|p| p.number == vol.part) {
+            Some(p) => {
+                let max = gpt::mbr_max_sectors(&mbr, p.number, total).unwrap_or(0);
+                Ok(Entry {
+                    first_lba: u64::from(p.first_lba),
+                    current: u64::from(p.sectors) * sector,
+                    maximum: max * sector,
+                    refusal: gpt::mbr_not_growable(p),
+                    table: Table::Mbr(lba0),
+                })
+            }
+            // A logical partition (5 and up) lives in the extended partition's chain, which
+            // this host does not write: its length is the kernel's, and it grows no further.
+            None => {
+                let kernel = block::partitions(&self.os, disk)
+                    .into_iter()
+                    .find(|p| p.number == vol.part)
+                    .ok_or_else(|| refused(op, disk, gpt_error))?;
+                Ok(Entry {
+                    first_lba: kernel.start / sector,
+                    current: kernel.size,
+                    maximum: kernel.size,
+                    refusal: Some("it is a logical partition inside an extended partition".into()),
+                    table: Table::Mbr(lba0),
+                })
+            }
+        }
     }
 
     fn grow_filesystem(
@@ -321,4 +399,24 @@ impl LinuxVolumeHost {
         u.map_err(err)?;
         r
     }
+}
+
+/// The partition ResizeVolume grows, as read from its table.
+struct Entry {
+    first_lba: u64,
+    /// Its length in bytes.
+    current: u64,
+    /// The most bytes it can span in place.
+    maximum: u64,
+    /// Why it cannot grow at all, if it cannot.
+    refusal: Option<String>,
+    table: Table,
+}
+
+/// The table an [`Entry`] is written back to.
+enum Table {
+    /// The GPT, its end already relocated to the disk's.
+    Gpt(Gpt),
+    /// LBA 0 holding a classic MBR.
+    Mbr(Vec<u8>),
 }

@@ -308,3 +308,24 @@ fn a_binary_naa_identifier_is_hex_and_none_is_empty() {
     assert_eq!(ids[&a].page83, "6000c29a98d05e384a43f0ef189aaf5a");
     assert_eq!(ids[&b].page83, "");
 }
+
+#[test]
+fn list_volumes_on_an_unknown_disk_is_not_found_as_get_disk_stats_is() {
+    let m = machine();
+    let (disk, vol) = services(&m);
+    let n = m.sim.add_disk(GIB, 3);
+    // A disk without volumes: an empty list.
+    assert!(vol.list_volumes_on_disk(n, 0).unwrap().is_empty());
+    let unknown = n + 100;
+    let stats = disk.get_disk_stats(unknown).unwrap_err();
+    let list = vol.list_volumes_on_disk(unknown, 0).unwrap_err();
+    assert_eq!(
+        (stats.kind(), list.kind()),
+        (Kind::NotFound, Kind::NotFound)
+    );
+    assert!(
+        list.message().contains(&format!("disk {unknown}")),
+        "{}",
+        list.message()
+    );
+}

@@ -338,6 +338,10 @@ impl VolumeHost for WindowsVolumeHost {
             }
             found.push((number, id));
         }
+        // No volume on it: an unknown disk is NOT_FOUND, as GetDiskStats answers.
+        if found.is_empty() {
+            drop(super::disk::open_disk(os, OP, disk, false)?);
+        }
         found.sort();
         Ok(found.into_iter().map(|(_, id)| id).collect())
     }
@@ -469,24 +473,12 @@ impl VolumeHost for WindowsVolumeHost {
                 fs_bytes: fs_total,
                 sector,
                 slack: names::FS_SLACK,
+                refusal: limit
+                    .refusal
+                    .map(|why| format!("{why} ({disk_object} partition {})", part.number)),
             },
             target,
         )?;
-        // Only a partition that must grow is refused for its kind: callers resize on every
-        // stage (gce-pd) and must pass on any disk that has nothing to grow.
-        if steps.grow_partition > 0
-            && let Some(why) = limit.refusal
-        {
-            return Err(Error::new(
-                Kind::FailedPrecondition,
-                OP,
-                &object,
-                format!(
-                    "{disk_object} partition {} must grow by {} bytes, but {why}; it is not grown",
-                    part.number, steps.grow_partition
-                ),
-            ));
-        }
         if steps.grow_partition > 0 {
             // The documented way to enlarge a live partition ("you can grow an active
             // partition, and the partition can be open for sharing during the operation");
