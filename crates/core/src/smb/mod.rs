@@ -327,7 +327,7 @@ impl SmbService {
         let local = if req.local_path.is_empty() {
             None
         } else {
-            Some(self.fs.hold(NEW, &req.local_path, false)?.ok_or_else(|| {
+            Some(self.fs.hold_to_change(NEW, &req.local_path)?.ok_or_else(|| {
                 Error::new(
                     Kind::NotFound,
                     NEW,
