@@ -229,13 +229,21 @@ mod tests {
     fn a_path_waits_for_itself_and_its_ancestors_and_descendants_only() {
         let _held = lock_path("/t/locks/a/b".into(), '/', "Rmdir", "b").unwrap();
         let soon = || Some(Instant::now() + Duration::from_millis(20));
-        for busy in ["/t/locks/a/b", "/t/locks/a/b/", "/t/locks/a", "/t/locks/a/b/c"] {
+        for busy in [
+            "/t/locks/a/b",
+            "/t/locks/a/b/",
+            "/t/locks/a",
+            "/t/locks/a/b/c",
+        ] {
             let e = crate::deadline::within(soon(), || {
                 lock_path(busy.into(), '/', "Mkdir", busy).err()
             })
             .unwrap_or_else(|| panic!("{busy} was not ordered after /t/locks/a/b"));
             assert_eq!(e.kind(), crate::Kind::DeadlineExceeded);
-            assert!(e.to_string().contains("Mkdir") && e.to_string().contains("path"), "{e}");
+            assert!(
+                e.to_string().contains("Mkdir") && e.to_string().contains("path"),
+                "{e}"
+            );
         }
         for free in ["/t/locks/a/bc", "/t/locks/a/c", "/t/locks/ab"] {
             crate::deadline::within(soon(), || {
