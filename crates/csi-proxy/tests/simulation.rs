@@ -41,9 +41,12 @@ const STEPS: usize = 40;
 /// caller's deadline) taking away the volume staged again since. In the SMB world: 9
 /// RemoveSmbGlobalMapping answering NOT_FOUND to csi-driver-smb's retried unstage forever (its
 /// removal had gone through, its Rmdir had not); 115 a working mapping removed under another
-/// volume's link after one lost answer of the share-root probe. (The workload has changed
-/// since the first five were found; their bugs are also pinned by unit tests of the hosts.)
-const REGRESSIONS: [u64; 10] = [6, 9, 18, 30, 46, 62, 107, 115, 137, 289];
+/// volume's link after one lost answer of the share-root probe. 511119644 (from a sweep of
+/// fresh seeds) azuredisk's unstage Rmdir hung inside its removal of the mount point, let go
+/// after kubelet's retry and the next stage: it removed the new mount point. (The workload has
+/// changed since the first five were found; their bugs are also pinned by unit tests of the
+/// hosts.)
+const REGRESSIONS: [u64; 11] = [6, 9, 18, 30, 46, 62, 107, 115, 137, 289, 511_119_644];
 
 /// The tests run one at a time: the resource checks count the whole process's heap and
 /// threads.
@@ -123,6 +126,7 @@ fn seeded_node_lifetimes_keep_every_invariant() {
     }
     let count = env_u64("DST_SEEDS").unwrap_or(CI_SEEDS);
     let first = env_u64("DST_FIRST_SEED").unwrap_or(1);
+    let max_failures = env_u64("DST_MAX_FAILURES").unwrap_or(5);
     let started = Instant::now();
     let mut total = workload::Stats::default();
     let mut tally = Tally::default();
@@ -140,7 +144,7 @@ fn seeded_node_lifetimes_keep_every_invariant() {
             Err(e) => {
                 eprintln!("{e}");
                 failures.push(seed);
-                if failures.len() >= 5 {
+                if failures.len() as u64 >= max_failures {
                     break;
                 }
             }

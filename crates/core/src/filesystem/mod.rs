@@ -4,6 +4,7 @@
 //! [`FilesystemHost`] trait is the thin OS layer implemented per platform in `csi-proxy-host`.
 
 use crate::error::{Error, Kind, Result};
+use crate::locks::{PathGuard, lock_path};
 use crate::paths::{Found, Held, Mode, PathPolicy, PathStyle, Reached, Walk, Walker};
 use std::io;
 use std::sync::Arc;
@@ -53,6 +54,8 @@ pub struct HeldPath {
     pub normalised: String,
     /// The parent directory and, when the path was followed, the directory it leads to.
     _held: (Held, Option<Held>),
+    /// The path held against other changes ([`FilesystemService::hold_to_change`]).
+    _order: Option<PathGuard>,
 }
 
 /// The version-agnostic filesystem service every filesystem API version is served by.
@@ -76,6 +79,22 @@ impl FilesystemService {
     /// The host, shared with other groups that need its link probe.
     pub fn host(&self) -> &Arc<dyn FilesystemHost> {
         &self.host
+    }
+
+    /// Holds `path` for operation `op`, which changes what is there, until the guard is dropped:
+    /// another change of the path, or of a path above or below it, waits for it (until its own
+    /// deadline). A call whose caller gave up may still be running (a hung removal); the
+    /// caller's retry and the calls after it then wait for it to end, instead of doing their
+    /// work beside it and having it undone when the stale call acts late (a mount point made
+    /// again, then removed by the stale Rmdir). Paths are compared as written (normalised, and
+    /// case-folded on Windows): retries and the calls that follow name the same path.
+    pub fn order(&self, op: &str, path: &str) -> Result<PathGuard> {
+        let normalised = self.policy.check(op, path)?;
+        let (key, separator) = match self.policy.style() {
+            PathStyle::Windows => (normalised.to_lowercase(), '\\'),
+            PathStyle::Posix => (normalised.clone(), '/'),
+        };
+        lock_path(key, separator, op, &format!("{normalised:?}"))
     }
 
     /// Walks `path` for operation `op` through the host's handles. A call whose caller stopped
@@ -131,6 +150,18 @@ impl FilesystemService {
             os_path,
             normalised,
             _held: (parent, dir),
+            _order: None,
+        }))
+    }
+
+    /// As [`FilesystemService::hold`] without following, for an operation that changes what is
+    /// at `path` (a mount, a link): the path is also held against other changes
+    /// ([`FilesystemService::order`]) until the [`HeldPath`] is dropped.
+    pub fn hold_to_change(&self, op: &str, path: &str) -> Result<Option<HeldPath>> {
+        let order = self.order(op, path)?;
+        Ok(self.hold(op, path, false)?.map(|held| HeldPath {
+            _order: Some(order),
+            ..held
         }))
     }
 
@@ -160,6 +191,7 @@ impl FilesystemService {
     /// Mkdir: recursive and idempotent; an existing directory, or a link to one, is success.
     pub fn mkdir(&self, path: &str) -> Result<()> {
         const OP: &str = "Mkdir";
+        let _order = self.order(OP, path)?;
         let r = reached(OP, self.walk(OP, path, Mode::CREATE)?)?;
         match r.found {
             Found::Dir(_) | Found::Volume(_) | Found::Foreign(_) => Ok(()),
@@ -178,6 +210,7 @@ impl FilesystemService {
     /// directory or a link is removed.
     pub fn rmdir(&self, path: &str, force: bool) -> Result<()> {
         const OP: &str = "Rmdir";
+        let _order = self.order(OP, path)?;
         let walk = self.walk(OP, path, Mode::ENTRY)?;
         self.protect_root(OP, &walk)?;
         let r = match walk {
@@ -206,6 +239,7 @@ impl FilesystemService {
     /// RmdirContents: empties the directory (or what a final link leads to), keeps it.
     pub fn rmdir_contents(&self, path: &str) -> Result<()> {
         const OP: &str = "RmdirContents";
+        let _order = self.order(OP, path)?;
         let walk = self.walk(OP, path, Mode::FOLLOW)?;
         self.protect_root(OP, &walk)?;
         let r = reached(OP, walk)?;
@@ -228,6 +262,7 @@ impl FilesystemService {
     pub fn create_symlink(&self, source_path: &str, target_path: &str) -> Result<()> {
         const OP: &str = "CreateSymlink";
         // Upstream validates the target (the link) first, then the source.
+        let _order = self.order(OP, target_path)?;
         let walk = self.walk(OP, target_path, Mode::ENTRY)?;
         let source = self.confine(OP, source_path)?;
         let what = |link: &str| format!("link {link:?} -> {source:?}");

@@ -327,14 +327,18 @@ impl SmbService {
         let local = if req.local_path.is_empty() {
             None
         } else {
-            Some(self.fs.hold(NEW, &req.local_path, false)?.ok_or_else(|| {
-                Error::new(
-                    Kind::NotFound,
-                    NEW,
-                    format!("local_path {:?}", req.local_path),
-                    "the directory to hold the link does not exist",
-                )
-            })?)
+            Some(
+                self.fs
+                    .hold_to_change(NEW, &req.local_path)?
+                    .ok_or_else(|| {
+                        Error::new(
+                            Kind::NotFound,
+                            NEW,
+                            format!("local_path {:?}", req.local_path),
+                            "the directory to hold the link does not exist",
+                        )
+                    })?,
+            )
         };
         let credentials = (!req.username.is_empty()).then(|| SmbCredentials {
             username: req.username.clone(),

@@ -148,10 +148,11 @@ impl VolumeService {
 
     /// Checks that `target_path` is given, confines it to the allowed roots and holds it: the
     /// host is given a path that names the checked entry through held directories, so a
-    /// component swapped for a link meanwhile cannot redirect it (design.md §5).
+    /// component swapped for a link meanwhile cannot redirect it (design.md §5). The path is
+    /// also held against other changes of it (a stale call's late act must not undo them).
     fn target(&self, op: &str, target_path: &str) -> Result<Option<HeldPath>> {
         required(op, "target_path", target_path)?;
-        self.fs.hold(op, target_path, false)
+        self.fs.hold_to_change(op, target_path)
     }
 
     /// ListVolumesOnDisk: volume IDs on the disk; `partition_number == 0` means all partitions.

@@ -332,6 +332,9 @@ impl FilesystemHost for LinuxFilesystemHost {
 }
 
 #[cfg(test)]
+mod stale_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

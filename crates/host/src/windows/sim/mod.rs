@@ -700,6 +700,8 @@ mod service_tests;
 #[cfg(test)]
 mod smb_tests;
 #[cfg(test)]
+mod stale_tests;
+#[cfg(test)]
 mod storage_tests;
 #[cfg(test)]
 mod tests;
