@@ -1,21 +1,71 @@
 //! Per-disk serialisation: operations on one disk (and the volumes on it) run one at a time;
 //! operations on different disks never wait for each other.
+//!
+//! Every wait is bounded: by the caller's deadline, else by [`DEFAULT_WAIT`]; and the waiters
+//! are capped, [`WAITERS_PER_DISK`] on one disk and [`WAITERS_TOTAL`] on all disks together.
+//! A waiter is a blocked thread of the daemon's blocking pool (512 threads), so without the caps
+//! one held disk's deadline-less callers would take every thread other disks, other groups and
+//! metadata calls need.
 
-use crate::Result;
-use std::collections::HashSet;
+use crate::{Error, Kind, Result};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, LazyLock, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// How long a lock wait lasts when the caller gave no deadline: kubelet's own timeout for a
+/// CSI call (2 min), so a driver that passes no deadline learns what holds the disk (the
+/// ABORTED answer names it and for how long) at the time kubelet would have given up anyway.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(120);
+/// Calls waiting for one disk at most; more get RESOURCE_EXHAUSTED at once.
+pub const WAITERS_PER_DISK: usize = 8;
+/// Calls waiting for any disk at most: the blocking threads held disks may take in all.
+pub const WAITERS_TOTAL: usize = 64;
+
+/// Who holds a disk.
+struct Holder {
+    op: String,
+    object: String,
+    since: Instant,
+}
+
+#[derive(Default)]
+struct Table {
+    held: HashMap<u32, Holder>,
+    waiting: HashMap<u32, usize>,
+    waiting_total: usize,
+}
 
 /// The disks with an operation in progress.
 struct Busy {
-    disks: Mutex<HashSet<u32>>,
+    table: Mutex<Table>,
     freed: Condvar,
 }
 
 static BUSY: LazyLock<Busy> = LazyLock::new(|| Busy {
-    disks: Mutex::new(HashSet::new()),
+    table: Mutex::new(Table::default()),
     freed: Condvar::new(),
 });
+
+static TOO_MANY_WAITERS: AtomicU64 = AtomicU64::new(0);
+static DEFAULT_WAIT_PASSED: AtomicU64 = AtomicU64::new(0);
+
+/// What the lock-wait limits refused since start (for the daemon's metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusals {
+    /// Calls refused because [`WAITERS_PER_DISK`] or [`WAITERS_TOTAL`] were waiting.
+    pub too_many_waiters: u64,
+    /// Deadline-less calls that gave up after [`DEFAULT_WAIT`].
+    pub default_wait_passed: u64,
+}
+
+/// The lock-wait refusals since start.
+pub fn refusals() -> Refusals {
+    Refusals {
+        too_many_waiters: TOO_MANY_WAITERS.load(Ordering::Relaxed),
+        default_wait_passed: DEFAULT_WAIT_PASSED.load(Ordering::Relaxed),
+    }
+}
 
 /// Holds disk `number` until dropped.
 #[must_use = "the disk is released when the guard is dropped"]
@@ -23,50 +73,115 @@ pub struct DiskGuard {
     number: u32,
 }
 
-/// Waits until no other operation holds disk `number`, then holds it.
+/// Waits until no other operation holds disk `number`, then holds it for `op` on `object`.
 ///
 /// One process-wide table: every service and API version shares it, so a FormatVolume through
 /// volume v1 and a PartitionDisk through disk v1beta3 on the same disk are serialised too.
 ///
 /// The wait ends at the current call's deadline ([`crate::deadline`]): `op` on `object` then
-/// fails with DEADLINE_EXCEEDED, having done nothing.
+/// fails with DEADLINE_EXCEEDED, having done nothing. Without a deadline it ends after
+/// [`DEFAULT_WAIT`] with ABORTED naming the holder. Past [`WAITERS_PER_DISK`] or
+/// [`WAITERS_TOTAL`] waiters the call does not wait: RESOURCE_EXHAUSTED naming the limit.
 pub fn lock_disk(number: u32, op: &str, object: &str) -> Result<DiskGuard> {
     let deadline = crate::deadline::current();
     // A caller that has gone starts nothing, held disk or not: its retry may already have
     // done the work, and done again later it would undo what came after (a stale unmount of
     // a volume staged again).
     crate::deadline::check(op, object)?;
-    // A panic while holding the table's mutex cannot leave it inconsistent (insert/remove are
-    // single steps), so a poisoned lock is taken over.
-    let mut disks = BUSY.disks.lock().unwrap_or_else(|p| p.into_inner());
-    while disks.contains(&number) {
-        disks = match deadline {
-            None => BUSY.freed.wait(disks).unwrap_or_else(|p| p.into_inner()),
-            Some(d) => {
-                let left = d.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Err(crate::deadline::passed(
-                        op,
-                        object,
-                        "while another operation on the disk was still running",
-                    ));
-                }
-                BUSY.freed
-                    .wait_timeout(disks, left)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0
-            }
+    // A panic while holding the table's mutex cannot leave it inconsistent (each change is a
+    // single step), so a poisoned lock is taken over.
+    let mut table = BUSY.table.lock().unwrap_or_else(|p| p.into_inner());
+    if table.held.contains_key(&number) {
+        let on_disk = table.waiting.get(&number).copied().unwrap_or(0);
+        let limit = if on_disk >= WAITERS_PER_DISK {
+            Some(format!(
+                "{WAITERS_PER_DISK} calls already wait for disk {number}, the daemon's limit per disk"
+            ))
+        } else if table.waiting_total >= WAITERS_TOTAL {
+            Some(format!(
+                "{WAITERS_TOTAL} calls already wait for held disks, the daemon's limit"
+            ))
+        } else {
+            None
         };
+        if let Some(limit) = limit {
+            TOO_MANY_WAITERS.fetch_add(1, Ordering::Relaxed);
+            let holder = describe(&table.held[&number]);
+            return Err(Error::new(
+                Kind::ResourceExhausted,
+                op,
+                object,
+                format!("{limit} ({holder}); nothing was done, retry later"),
+            ));
+        }
+        *table.waiting.entry(number).or_default() += 1;
+        table.waiting_total += 1;
+        let until = deadline.unwrap_or_else(|| Instant::now() + DEFAULT_WAIT);
+        while table.held.contains_key(&number) {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            table = BUSY
+                .freed
+                .wait_timeout(table, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        table.waiting_total -= 1;
+        if let Some(n) = table.waiting.get_mut(&number) {
+            *n -= 1;
+            if *n == 0 {
+                table.waiting.remove(&number);
+            }
+        }
+        if let Some(holder) = table.held.get(&number) {
+            if deadline.is_some() {
+                return Err(crate::deadline::passed(
+                    op,
+                    object,
+                    "while another operation on the disk was still running",
+                ));
+            }
+            DEFAULT_WAIT_PASSED.fetch_add(1, Ordering::Relaxed);
+            return Err(Error::new(
+                Kind::Aborted,
+                op,
+                object,
+                format!(
+                    "waited the daemon's {} s for disk {number} without a caller deadline, and it is \
+                 still held ({}); nothing was done, a retry starts it",
+                    DEFAULT_WAIT.as_secs(),
+                    describe(holder)
+                ),
+            ));
+        }
     }
-    disks.insert(number);
+    table.held.insert(
+        number,
+        Holder {
+            op: op.to_owned(),
+            object: object.to_owned(),
+            since: Instant::now(),
+        },
+    );
     Ok(DiskGuard { number })
+}
+
+fn describe(h: &Holder) -> String {
+    format!(
+        "held by {} on {} for {} s",
+        h.op,
+        h.object,
+        h.since.elapsed().as_secs()
+    )
 }
 
 impl Drop for DiskGuard {
     fn drop(&mut self) {
-        let mut disks = BUSY.disks.lock().unwrap_or_else(|p| p.into_inner());
-        disks.remove(&self.number);
-        drop(disks);
+        let mut table = BUSY.table.lock().unwrap_or_else(|p| p.into_inner());
+        table.held.remove(&self.number);
+        drop(table);
         BUSY.freed.notify_all();
     }
 }

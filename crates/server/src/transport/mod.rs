@@ -56,6 +56,7 @@ macro_rules! write_through_wrapper {
 
 pub mod accept;
 pub mod authority;
+pub mod capped;
 pub mod handshake_timeout;
 #[cfg(windows)]
 pub mod pipe;
