@@ -83,6 +83,16 @@ pub struct DiskGuard {
 /// [`DEFAULT_WAIT`] with ABORTED naming the holder. Past [`WAITERS_PER_DISK`] or
 /// [`WAITERS_TOTAL`] waiters the call does not wait: RESOURCE_EXHAUSTED naming the limit.
 pub fn lock_disk(number: u32, op: &str, object: &str) -> Result<DiskGuard> {
+    lock_disk_waiting(number, op, object, DEFAULT_WAIT)
+}
+
+/// [`lock_disk`] with `default_wait` for a caller without a deadline.
+fn lock_disk_waiting(
+    number: u32,
+    op: &str,
+    object: &str,
+    default_wait: Duration,
+) -> Result<DiskGuard> {
     let deadline = crate::deadline::current();
     // A caller that has gone starts nothing, held disk or not: its retry may already have
     // done the work, and done again later it would undo what came after (a stale unmount of
@@ -116,7 +126,7 @@ pub fn lock_disk(number: u32, op: &str, object: &str) -> Result<DiskGuard> {
         }
         *table.waiting.entry(number).or_default() += 1;
         table.waiting_total += 1;
-        let until = deadline.unwrap_or_else(|| Instant::now() + DEFAULT_WAIT);
+        let until = deadline.unwrap_or_else(|| Instant::now() + default_wait);
         while table.held.contains_key(&number) {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -260,5 +270,75 @@ mod tests {
         assert_eq!(e.kind(), crate::Kind::DeadlineExceeded);
         assert!(e.to_string().contains("UnmountVolume"), "{e}");
         drop(lock_disk(4_000_006, "test", "d").expect("the disk was never held"));
+    }
+
+    /// Hundreds of deadline-less callers on a held disk: a few wait, the rest are refused at
+    /// once (before, all of them waited forever, each on a thread of the blocking pool), and
+    /// another disk is held at once meanwhile.
+    #[test]
+    fn waiters_on_a_held_disk_are_capped_and_others_disks_are_not_held_up() {
+        let held = lock_disk(4_000_010, "FormatVolume", "volume big").unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let callers: Vec<_> = (0..200)
+            .map(|_| {
+                let tx = tx.clone();
+                std::thread::spawn(move || {
+                    let r = lock_disk(4_000_010, "ListVolumesOnDisk", "disk 4000010");
+                    tx.send(r.map(drop)).unwrap();
+                })
+            })
+            .collect();
+        // Every caller past the cap is answered while the disk is still held.
+        for _ in 0..200 - WAITERS_PER_DISK {
+            let e = rx
+                .recv_timeout(Duration::from_secs(10))
+                .expect("a refusal while the disk is held")
+                .expect_err("the disk is held");
+            assert_eq!(e.kind(), Kind::ResourceExhausted, "{e}");
+            assert!(
+                e.to_string().contains("limit per disk")
+                    && e.to_string().contains("held by FormatVolume on volume big"),
+                "{e}"
+            );
+        }
+        let t = Instant::now();
+        drop(lock_disk(4_000_011, "ListVolumesOnDisk", "disk 4000011").unwrap());
+        assert!(t.elapsed() < Duration::from_secs(1));
+        drop(held);
+        for c in callers {
+            c.join().unwrap();
+        }
+        drop(tx);
+        let granted: Vec<_> = rx.iter().collect();
+        assert_eq!(granted.len(), WAITERS_PER_DISK);
+        assert!(
+            granted.iter().all(Result::is_ok),
+            "the capped waiters get the disk in turn"
+        );
+    }
+
+    #[test]
+    fn a_wait_without_a_deadline_ends_after_the_default_and_names_the_holder() {
+        let _held = lock_disk(4_000_012, "FormatVolume", "volume slow").unwrap();
+        let before = refusals().default_wait_passed;
+        let e = std::thread::spawn(|| {
+            lock_disk_waiting(
+                4_000_012,
+                "MountVolume",
+                "volume slow",
+                Duration::from_millis(50),
+            )
+            .err()
+        })
+        .join()
+        .unwrap()
+        .expect("the disk stays held");
+        assert_eq!(e.kind(), Kind::Aborted);
+        assert!(
+            e.to_string()
+                .contains("held by FormatVolume on volume slow"),
+            "{e}"
+        );
+        assert!(refusals().default_wait_passed > before);
     }
 }

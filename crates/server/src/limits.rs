@@ -157,6 +157,7 @@ impl ConnectionCaps {
 }
 
 /// A connection's place under its caps; given back when the connection is dropped.
+#[derive(Debug)]
 pub struct ConnectionPlace {
     _own: OwnedSemaphorePermit,
     _all: OwnedSemaphorePermit,
