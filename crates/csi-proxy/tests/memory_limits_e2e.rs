@@ -103,10 +103,11 @@ async fn stall(
     let mut left = sent - 5;
     let chunk = Bytes::from(vec![b'a'; 64 * 1024]);
     let t = Instant::now();
-    while left > 0 && t.elapsed() < Duration::from_secs(20) {
+    while left > 0 && t.elapsed() < Duration::from_secs(60) {
         stream.reserve_capacity(left.min(chunk.len()));
+        // Long enough for every stream's share of a busy connection window.
         let cap = tokio::time::timeout(
-            Duration::from_secs(2),
+            Duration::from_secs(10),
             std::future::poll_fn(|cx| stream.poll_capacity(cx)),
         )
         .await;
