@@ -26,6 +26,8 @@ pub enum Kind {
     DeadlineExceeded,
     /// Another operation on the same object is running; retry.
     Aborted,
+    /// A limit of the daemon's is reached (too many callers waiting for one disk); retry later.
+    ResourceExhausted,
     /// This RPC is not implemented on this host (yet).
     Unimplemented,
     /// A bug or an unexpected host failure.

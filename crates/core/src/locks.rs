@@ -2,37 +2,115 @@
 //! volumes on it) run one at a time, and so do operations that change the same request path
 //! (or a path above or below it); operations on different objects never wait for each other.
 //!
-//! Waiting ends at the current call's deadline ([`crate::deadline`]). A call kubelet gave up on
-//! may still be running (a device or share that stopped answering): while it runs it holds its
-//! object, so the retry, and every later call on the object, waits for it to end instead of
-//! doing the work beside it and then having it undone by the stale call acting late.
+//! A call kubelet gave up on may still be running (a device or share that stopped answering):
+//! while it runs it holds its object, so the retry, and every later call on the object, waits
+//! for it to end instead of doing the work beside it and then having it undone by the stale
+//! call acting late.
+//!
+//! Every wait is bounded: by the caller's deadline, else by [`DEFAULT_WAIT`]; and the waiters
+//! are capped, [`WAITERS_PER_OBJECT`] on one disk or path and [`WAITERS_TOTAL`] on all disks
+//! (and again on all paths) together. A waiter is a blocked thread of the daemon's blocking
+//! pool (512 threads), so without the caps one held disk's deadline-less callers would take
+//! every thread other disks, other groups and metadata calls need.
 
-use crate::Result;
+use crate::{Error, Kind, Result};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// How long a lock wait lasts when the caller gave no deadline: kubelet's own timeout for a
+/// CSI call (2 min), so a driver that passes no deadline learns what holds the object (the
+/// ABORTED answer names it and for how long) at the time kubelet would have given up anyway.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(120);
+/// Calls waiting for one disk (or one path) at most; more get RESOURCE_EXHAUSTED at once.
+pub const WAITERS_PER_OBJECT: usize = 8;
+/// The same, as the disk limit's name in messages and tests.
+pub const WAITERS_PER_DISK: usize = WAITERS_PER_OBJECT;
+/// Calls waiting for any disk at most (and, apart, for any path): the blocking threads held
+/// objects may take in all.
+pub const WAITERS_TOTAL: usize = 64;
+
+static TOO_MANY_WAITERS: AtomicU64 = AtomicU64::new(0);
+static DEFAULT_WAIT_PASSED: AtomicU64 = AtomicU64::new(0);
+
+/// What the lock-wait limits refused since start (for the daemon's metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusals {
+    /// Calls refused because [`WAITERS_PER_OBJECT`] or [`WAITERS_TOTAL`] were waiting.
+    pub too_many_waiters: u64,
+    /// Deadline-less calls that gave up after [`DEFAULT_WAIT`].
+    pub default_wait_passed: u64,
+}
+
+/// The lock-wait refusals since start.
+pub fn refusals() -> Refusals {
+    Refusals {
+        too_many_waiters: TOO_MANY_WAITERS.load(Ordering::Relaxed),
+        default_wait_passed: DEFAULT_WAIT_PASSED.load(Ordering::Relaxed),
+    }
+}
+
+/// Who holds an object.
+struct Holder {
+    op: String,
+    object: String,
+    since: Instant,
+}
+
+fn describe(h: &Holder) -> String {
+    format!(
+        "held by {} on {} for {} s",
+        h.op,
+        h.object,
+        h.since.elapsed().as_secs()
+    )
+}
+
+/// The held objects of one kind and the calls waiting for them.
+struct State<K> {
+    held: Vec<(K, Holder)>,
+    /// Waiters by the exact object they wait for.
+    waiting: Vec<(K, usize)>,
+    waiting_total: usize,
+}
 
 /// Objects with an operation in progress, of one kind.
 struct Table<K> {
-    held: Mutex<Vec<K>>,
+    state: Mutex<State<K>>,
     freed: Condvar,
 }
 
-impl<K: PartialEq> Table<K> {
+/// How one kind of object is named in refusals: "disk 3", "path /x".
+struct Kinds<'a> {
+    /// The object's kind, for "the daemon's limit per {kind}".
+    kind: &'a str,
+    /// The object waited for, named.
+    named: &'a str,
+}
+
+impl<K: PartialEq + Clone> Table<K> {
     const fn new() -> Self {
         Table {
-            held: Mutex::new(Vec::new()),
+            state: Mutex::new(State {
+                held: Vec::new(),
+                waiting: Vec::new(),
+                waiting_total: 0,
+            }),
             freed: Condvar::new(),
         }
     }
 
-    /// A panic while holding the table's mutex cannot leave it inconsistent (push/remove are
-    /// single steps), so a poisoned lock is taken over.
-    fn lock(&self) -> MutexGuard<'_, Vec<K>> {
-        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    /// A panic while holding the table's mutex cannot leave it inconsistent (each change is a
+    /// single step), so a poisoned lock is taken over.
+    fn lock(&self) -> MutexGuard<'_, State<K>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Waits until no held object `overlaps` `key`, then holds `key`; the wait ends at the
-    /// current call's deadline (`op` on `object` then fails, `busy` saying what it waited for).
+    /// Waits until no held object `overlaps` `key`, then holds `key` for `op` on `object`. The
+    /// wait ends at the current call's deadline (DEADLINE_EXCEEDED, `busy` saying what it
+    /// waited for), else after `default_wait` (ABORTED naming the holder); past the waiter caps
+    /// the call does not wait (RESOURCE_EXHAUSTED naming the limit and the holder).
+    #[allow(clippy::too_many_arguments)]
     fn hold(
         &self,
         key: K,
@@ -40,38 +118,105 @@ impl<K: PartialEq> Table<K> {
         op: &str,
         object: &str,
         busy: &str,
+        names: Kinds<'_>,
+        default_wait: Duration,
     ) -> Result<()> {
         let deadline = crate::deadline::current();
         // A caller that has gone starts nothing, held object or not: its retry may already
         // have done the work, and done again later it would undo what came after (a stale
         // unmount of a volume staged again).
         crate::deadline::check(op, object)?;
-        let mut held = self.lock();
-        while held.iter().any(|h| overlaps(h, &key)) {
-            held = match deadline {
-                None => self.freed.wait(held).unwrap_or_else(|p| p.into_inner()),
-                Some(d) => {
-                    let left = d.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return Err(crate::deadline::passed(op, object, busy));
-                    }
-                    self.freed
-                        .wait_timeout(held, left)
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0
-                }
+        let mut st = self.lock();
+        let blocker = |st: &State<K>| st.held.iter().position(|(h, _)| overlaps(h, &key));
+        if let Some(i) = blocker(&st) {
+            let on_key = st
+                .waiting
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map_or(0, |w| w.1);
+            let limit = if on_key >= WAITERS_PER_OBJECT {
+                Some(format!(
+                    "{WAITERS_PER_OBJECT} calls already wait for {}, the daemon's limit per {}",
+                    names.named, names.kind
+                ))
+            } else if st.waiting_total >= WAITERS_TOTAL {
+                Some(format!(
+                    "{WAITERS_TOTAL} calls already wait for held {}s, the daemon's limit",
+                    names.kind
+                ))
+            } else {
+                None
             };
+            if let Some(limit) = limit {
+                TOO_MANY_WAITERS.fetch_add(1, Ordering::Relaxed);
+                let holder = describe(&st.held[i].1);
+                return Err(Error::new(
+                    Kind::ResourceExhausted,
+                    op,
+                    object,
+                    format!("{limit} ({holder}); nothing was done, retry later"),
+                ));
+            }
+            match st.waiting.iter_mut().find(|(k, _)| *k == key) {
+                Some(w) => w.1 += 1,
+                None => st.waiting.push((key.clone(), 1)),
+            }
+            st.waiting_total += 1;
+            let until = deadline.unwrap_or_else(|| Instant::now() + default_wait);
+            while blocker(&st).is_some() {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                st = self
+                    .freed
+                    .wait_timeout(st, left)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+            st.waiting_total -= 1;
+            if let Some(w) = st.waiting.iter().position(|(k, _)| *k == key) {
+                st.waiting[w].1 -= 1;
+                if st.waiting[w].1 == 0 {
+                    st.waiting.swap_remove(w);
+                }
+            }
+            if let Some(i) = blocker(&st) {
+                if deadline.is_some() {
+                    return Err(crate::deadline::passed(op, object, busy));
+                }
+                DEFAULT_WAIT_PASSED.fetch_add(1, Ordering::Relaxed);
+                return Err(Error::new(
+                    Kind::Aborted,
+                    op,
+                    object,
+                    format!(
+                        "waited the daemon's {} s for {} without a caller deadline, and it is \
+                         still held ({}); nothing was done, a retry starts it",
+                        default_wait.as_secs(),
+                        names.named,
+                        describe(&st.held[i].1)
+                    ),
+                ));
+            }
         }
-        held.push(key);
+        st.held.push((
+            key,
+            Holder {
+                op: op.to_owned(),
+                object: object.to_owned(),
+                since: Instant::now(),
+            },
+        ));
         Ok(())
     }
 
     fn release(&self, key: &K) {
-        let mut held = self.lock();
-        if let Some(i) = held.iter().position(|h| h == key) {
-            held.swap_remove(i);
+        let mut st = self.lock();
+        if let Some(i) = st.held.iter().position(|(h, _)| h == key) {
+            st.held.swap_remove(i);
         }
-        drop(held);
+        drop(st);
         self.freed.notify_all();
     }
 }
@@ -85,20 +230,37 @@ pub struct DiskGuard {
     number: u32,
 }
 
-/// Waits until no other operation holds disk `number`, then holds it.
+/// Waits until no other operation holds disk `number`, then holds it for `op` on `object`.
 ///
 /// One process-wide table: every service and API version shares it, so a FormatVolume through
 /// volume v1 and a PartitionDisk through disk v1beta3 on the same disk are serialised too.
 ///
 /// The wait ends at the current call's deadline ([`crate::deadline`]): `op` on `object` then
-/// fails with DEADLINE_EXCEEDED, having done nothing.
+/// fails with DEADLINE_EXCEEDED, having done nothing. Without a deadline it ends after
+/// [`DEFAULT_WAIT`] with ABORTED naming the holder. Past [`WAITERS_PER_OBJECT`] or
+/// [`WAITERS_TOTAL`] waiters the call does not wait: RESOURCE_EXHAUSTED naming the limit.
 pub fn lock_disk(number: u32, op: &str, object: &str) -> Result<DiskGuard> {
+    lock_disk_waiting(number, op, object, DEFAULT_WAIT)
+}
+
+/// [`lock_disk`] with `default_wait` for a caller without a deadline.
+fn lock_disk_waiting(
+    number: u32,
+    op: &str,
+    object: &str,
+    default_wait: Duration,
+) -> Result<DiskGuard> {
     DISKS.hold(
         number,
         |a, b| a == b,
         op,
         object,
         "while another operation on the disk was still running",
+        Kinds {
+            kind: "disk",
+            named: &format!("disk {number}"),
+        },
+        default_wait,
     )?;
     Ok(DiskGuard { number })
 }
@@ -116,7 +278,7 @@ pub struct PathGuard {
 }
 
 /// Waits until no other operation holds `key`, a path above it or a path below it, then holds
-/// it; as [`lock_disk`], process-wide and ending at the call's deadline.
+/// it; as [`lock_disk`], process-wide, bounded and capped the same way.
 ///
 /// `key` is the normalised request path in the form that compares equal for the same path
 /// (case-folded where the filesystem ignores case), `separator` its component separator: a
@@ -130,6 +292,11 @@ pub fn lock_path(key: String, separator: char, op: &str, object: &str) -> Result
         op,
         object,
         "while another operation on the path was still running",
+        Kinds {
+            kind: "path",
+            named: &format!("path {key:?}"),
+        },
+        DEFAULT_WAIT,
     )?;
     Ok(PathGuard { key })
 }
@@ -221,6 +388,76 @@ mod tests {
         assert_eq!(e.kind(), crate::Kind::DeadlineExceeded);
         assert!(e.to_string().contains("UnmountVolume"), "{e}");
         drop(lock_disk(4_000_006, "test", "d").expect("the disk was never held"));
+    }
+
+    /// Hundreds of deadline-less callers on a held disk: a few wait, the rest are refused at
+    /// once (before, all of them waited forever, each on a thread of the blocking pool), and
+    /// another disk is held at once meanwhile.
+    #[test]
+    fn waiters_on_a_held_disk_are_capped_and_others_disks_are_not_held_up() {
+        let held = lock_disk(4_000_010, "FormatVolume", "volume big").unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let callers: Vec<_> = (0..200)
+            .map(|_| {
+                let tx = tx.clone();
+                std::thread::spawn(move || {
+                    let r = lock_disk(4_000_010, "ListVolumesOnDisk", "disk 4000010");
+                    tx.send(r.map(drop)).unwrap();
+                })
+            })
+            .collect();
+        // Every caller past the cap is answered while the disk is still held.
+        for _ in 0..200 - WAITERS_PER_DISK {
+            let e = rx
+                .recv_timeout(Duration::from_secs(10))
+                .expect("a refusal while the disk is held")
+                .expect_err("the disk is held");
+            assert_eq!(e.kind(), Kind::ResourceExhausted, "{e}");
+            assert!(
+                e.to_string().contains("limit per disk")
+                    && e.to_string().contains("held by FormatVolume on volume big"),
+                "{e}"
+            );
+        }
+        let t = Instant::now();
+        drop(lock_disk(4_000_011, "ListVolumesOnDisk", "disk 4000011").unwrap());
+        assert!(t.elapsed() < Duration::from_secs(1));
+        drop(held);
+        for c in callers {
+            c.join().unwrap();
+        }
+        drop(tx);
+        let granted: Vec<_> = rx.iter().collect();
+        assert_eq!(granted.len(), WAITERS_PER_DISK);
+        assert!(
+            granted.iter().all(Result::is_ok),
+            "the capped waiters get the disk in turn"
+        );
+    }
+
+    #[test]
+    fn a_wait_without_a_deadline_ends_after_the_default_and_names_the_holder() {
+        let _held = lock_disk(4_000_012, "FormatVolume", "volume slow").unwrap();
+        let before = refusals().default_wait_passed;
+        let e = std::thread::spawn(|| {
+            lock_disk_waiting(
+                4_000_012,
+                "MountVolume",
+                "volume slow",
+                Duration::from_millis(50),
+            )
+            .err()
+        })
+        .join()
+        .unwrap()
+        .expect("the disk stays held");
+        assert_eq!(e.kind(), Kind::Aborted);
+        assert!(
+            e.to_string()
+                .contains("held by FormatVolume on volume slow"),
+            "{e}"
+        );
+        assert!(refusals().default_wait_passed > before);
     }
 
     /// A path is ordered with itself and with the paths above and below it, and with nothing

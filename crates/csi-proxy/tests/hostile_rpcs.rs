@@ -83,7 +83,8 @@ async fn every_rpc_of_every_version_survives_hostile_input() {
 async fn requests_over_the_message_limit_are_refused_and_the_daemon_keeps_serving() {
     let d = Daemon::start(&[]);
     let ch = d.connector().channel("filesystem", "v1").await.unwrap();
-    // 5 MiB: above the 4 MiB default receive limit of the daemon.
+    // 5 MiB: far above the filesystem group's receive limit (two maximal paths).
+    let limit = csi_proxy_server::limits::max_request_bytes("filesystem");
     let mut body = Vec::new();
     put_bytes(&mut body, 1, &vec![b'a'; 5 << 20]);
     for _ in 0..3 {
@@ -92,7 +93,7 @@ async fn requests_over_the_message_limit_are_refused_and_the_daemon_keeps_servin
         // RESOURCE_EXHAUSTED, as the gRPC spec has it (tonic alone would say OUT_OF_RANGE).
         assert_eq!(s.code(), Code::ResourceExhausted, "{s:?}");
         assert!(
-            s.message().contains("PathExists") && s.message().contains("4194304"),
+            s.message().contains("PathExists") && s.message().contains(&limit.to_string()),
             "the message names the call and the limit: {}",
             s.message()
         );
@@ -100,10 +101,10 @@ async fn requests_over_the_message_limit_are_refused_and_the_daemon_keeps_servin
     }
     // A message just under the limit reaches the handler (and the path check refuses it).
     let mut body = Vec::new();
-    put_bytes(&mut body, 1, &vec![b'a'; (4 << 20) - 64]);
+    put_bytes(&mut body, 1, &vec![b'a'; limit - 64]);
     let s = call_raw(&ch, "/v1.Filesystem/PathExists", body, None)
         .await
-        .expect_err("a 4 MiB path is invalid");
+        .expect_err("a path this long is invalid");
     assert_eq!(s.code(), Code::InvalidArgument, "{s:?}");
     assert!(
         s.message().len() < 4096,

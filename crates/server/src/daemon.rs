@@ -1,8 +1,10 @@
 //! The daemon: every group-version endpoint in one process, started together, stopped together.
 
+use crate::limits::ConnectionCaps;
 use crate::transport::accept::AcceptBackoff;
 use crate::transport::ack_hold::AckHold;
 use crate::transport::authority::AuthorityFix;
+use crate::transport::capped::{Capped, capped};
 use crate::transport::handshake_timeout::HandshakeTimeout;
 use std::future::Future;
 use std::io;
@@ -116,15 +118,26 @@ pub async fn serve_and_tell(
         .map(|e| endpoint_name(&listen, e.group, e.version))
         .collect();
 
+    let in_all = crate::limits::connection_budget(crate::limits::descriptor_limit());
+    let total = ConnectionCaps::daemon(in_all);
+    let per_endpoint = crate::limits::CONNECTIONS_PER_ENDPOINT.min(in_all);
+    tracing::info!(
+        connections = in_all,
+        per_endpoint,
+        "connection caps (descriptors kept in reserve: {})",
+        crate::limits::DESCRIPTOR_RESERVE
+    );
     let mut health = Vec::with_capacity(endpoints.len());
     for (ep, incoming) in endpoints.into_iter().zip(bound) {
+        let caps = ConnectionCaps::new(per_endpoint, total.clone(), in_all);
         let mut stop = stop_rx.clone();
         let (group, version) = (ep.group, ep.version);
         let name = endpoint_name(&listen, group, version);
         let (reporter, routes) = with_health(ep).await;
         health.push(reporter);
-        let router = tonic::transport::Server::builder()
+        let router = limited_server()
             .layer(crate::spec_status::Layer)
+            .layer(crate::limits::RequestLimits)
             .add_routes(routes);
         servers.spawn(async move {
             let signal = async move {
@@ -135,13 +148,16 @@ pub async fn serve_and_tell(
                 Incoming::Unix(l) => {
                     let accepted = tokio_stream::wrappers::UnixListenerStream::new(l);
                     router
-                        .serve_with_incoming_shutdown(connections(accepted, name), signal)
+                        .serve_with_incoming_shutdown(connections(accepted, caps, name), signal)
                         .await
                 }
                 #[cfg(windows)]
                 Incoming::Pipe(l) => {
                     router
-                        .serve_with_incoming_shutdown(connections(l.into_incoming(), name), signal)
+                        .serve_with_incoming_shutdown(
+                            connections(l.into_incoming(), caps, name),
+                            signal,
+                        )
                         .await
                 }
             };
@@ -218,14 +234,33 @@ fn ended<E: std::fmt::Display>(
     }
 }
 
-/// An endpoint's accepted connections as served: accept errors pause instead of spinning, a
-/// connection that never starts HTTP/2 is closed, `:authority` is fixed for Go clients, and a
-/// PING acknowledgement leaves with the answer that follows it.
+/// The HTTP/2 server with the limits of [`crate::limits`]: streams per connection, receive
+/// windows, keepalive pings and the connection age after which a connection is asked to go away.
+fn limited_server() -> tonic::transport::Server {
+    use crate::limits as l;
+    tonic::transport::Server::builder()
+        .max_concurrent_streams(l::STREAMS_PER_CONNECTION)
+        .initial_stream_window_size(l::STREAM_WINDOW)
+        .initial_connection_window_size(l::CONNECTION_WINDOW)
+        .http2_keepalive_interval(Some(l::KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(l::KEEPALIVE_TIMEOUT))
+        // No grace: a connection told to go away keeps its running calls until they end (a
+        // long format must not be cut); the request-body limits bound a call that never ends
+        // its request.
+        .max_connection_age(l::MAX_CONNECTION_AGE)
+}
+
+/// An endpoint's accepted connections as served: accept errors pause instead of spinning,
+/// connections past the caps are closed, a connection that never starts HTTP/2 is closed,
+/// `:authority` is fixed for Go clients, and a PING acknowledgement leaves with the answer
+/// that follows it.
 fn connections<C>(
     accepted: impl Stream<Item = io::Result<C>>,
+    caps: ConnectionCaps,
     endpoint: String,
-) -> impl Stream<Item = io::Result<AuthorityFix<HandshakeTimeout<AckHold<C>>>>> {
-    tokio_stream::StreamExt::map(AcceptBackoff::new(accepted, endpoint), |c| {
+) -> impl Stream<Item = io::Result<AuthorityFix<HandshakeTimeout<AckHold<Capped<C>>>>>> {
+    let accepted = AcceptBackoff::new(accepted, endpoint.clone());
+    tokio_stream::StreamExt::map(capped(accepted, caps, endpoint), |c| {
         c.map(|c| AuthorityFix::new(HandshakeTimeout::new(AckHold::new(c))))
     })
 }

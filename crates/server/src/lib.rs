@@ -6,6 +6,7 @@ pub mod daemon;
 pub mod disk;
 pub mod filesystem;
 pub mod iscsi;
+pub mod limits;
 pub mod metrics;
 pub mod registry;
 pub mod smb;

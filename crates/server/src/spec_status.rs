@@ -139,6 +139,7 @@ fn tonic_answers_per_spec(
         let (Some(size), Some(limit)) = (numbers.next(), numbers.next()) else {
             return resp;
         };
+        crate::metrics::refused(crate::metrics::Limit::MessageSize);
         tonic::Status::resource_exhausted(format!(
             "{path}: the request message of {size} bytes is larger than the daemon's limit of \
              {limit} bytes"

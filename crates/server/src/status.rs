@@ -15,6 +15,7 @@ pub fn code(kind: Kind) -> Code {
         Kind::Unavailable => Code::Unavailable,
         Kind::DeadlineExceeded => Code::DeadlineExceeded,
         Kind::Aborted => Code::Aborted,
+        Kind::ResourceExhausted => Code::ResourceExhausted,
         Kind::Unimplemented => Code::Unimplemented,
         Kind::Internal => Code::Internal,
     }
@@ -40,6 +41,7 @@ mod tests {
             (Kind::Unavailable, Code::Unavailable),
             (Kind::DeadlineExceeded, Code::DeadlineExceeded),
             (Kind::Aborted, Code::Aborted),
+            (Kind::ResourceExhausted, Code::ResourceExhausted),
             (Kind::Unimplemented, Code::Unimplemented),
             (Kind::Internal, Code::Internal),
         ];

@@ -249,6 +249,7 @@ macro_rules! adapter {
                 self,
             ) -> ::csi_proxy_api::$group::$v::$server_mod::$server<Self> {
                 ::csi_proxy_api::$group::$v::$server_mod::$server::new(self)
+                    .max_decoding_message_size($crate::limits::max_request_bytes(stringify!($group)))
             }
         }
     };

@@ -16,8 +16,10 @@
 
 mod http;
 mod process;
+mod refusals;
 
 pub use http::{bind, serve};
+pub use refusals::{Limit, refusals, refused};
 
 use crate::call::RpcId;
 use prometheus_client::collector::Collector;
@@ -317,6 +319,7 @@ impl Collector for HostCollector {
         )?;
         ConstGauge::new(1u64)
             .encode(build.encode_family(&[("version", env!("CARGO_PKG_VERSION"))])?)?;
+        refusals::encode(&mut encoder)?;
         process::encode(&mut encoder)
     }
 }

@@ -57,6 +57,7 @@ macro_rules! write_through_wrapper {
 pub mod accept;
 pub mod ack_hold;
 pub mod authority;
+pub mod capped;
 pub mod handshake_timeout;
 #[cfg(windows)]
 pub mod pipe;

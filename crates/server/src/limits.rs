@@ -1,0 +1,360 @@
+//! What one client can make the daemon hold, and the limits that bound it.
+//!
+//! Every endpoint (Unix socket or named pipe, the same server) gets the same limits:
+//!
+//! - **connections**: at most [`CONNECTIONS_PER_ENDPOINT`] on one endpoint and
+//!   [`CONNECTIONS_TOTAL`] in all, fewer when the descriptor limit leaves less than
+//!   [`DESCRIPTOR_RESERVE`] descriptors for the daemon's own work ([`connection_budget`]). A
+//!   connection past the cap is closed at once (counted and logged);
+//! - **streams**: at most [`STREAMS_PER_CONNECTION`] concurrent calls on one connection
+//!   (`SETTINGS_MAX_CONCURRENT_STREAMS`; a client queues the others, grpc-go and tonic both do);
+//! - **message size**: each group's largest legitimate request ([`max_request_bytes`]); more is
+//!   RESOURCE_EXHAUSTED from the message's length prefix, before its bytes are buffered;
+//! - **request bodies**: a request's message must arrive within [`BODY_TIMEOUT`], and at most
+//!   [`RECEIVING_REQUESTS`] requests may be receiving their message at once in the whole daemon
+//!   ([`RequestLimits`]); both past the limit are RESOURCE_EXHAUSTED naming it;
+//! - **idle connections**: HTTP/2 keepalive pings every [`KEEPALIVE_INTERVAL`], a connection
+//!   that does not answer one within [`KEEPALIVE_TIMEOUT`] is closed; every connection is told
+//!   to go away (GOAWAY, NO_ERROR) after [`MAX_CONNECTION_AGE`] and closes once its calls end.
+//!   This is grpc-go's own MaxConnectionAge behaviour: its clients (upstream's, the drivers')
+//!   open a new connection for the next call without failing any; tonic clients reconnect too.
+//!   grpc-go clients answer server pings at any rate (its ping enforcement is server-side only).
+//!
+//! With these, the memory a client can pin is about `CONNECTIONS_TOTAL` idle connections (a few
+//! tens of KiB each) plus `RECEIVING_REQUESTS` messages of at most [`MAX_REQUEST_BYTES`] each,
+//! plus HTTP/2 receive windows: README's limits table states the figures.
+
+use crate::metrics::{Limit, refused};
+use hyper::body::{Body as HttpBody, Frame, SizeHint};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, LazyLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Sleep;
+
+/// Concurrent calls one connection may have open (`SETTINGS_MAX_CONCURRENT_STREAMS`).
+pub const STREAMS_PER_CONNECTION: u32 = 64;
+/// HTTP/2 receive window of one stream: a request message arrives in windows of this size.
+pub const STREAM_WINDOW: u32 = 64 * 1024;
+/// HTTP/2 receive window of one connection: what it may have sent and the daemon not yet read.
+pub const CONNECTION_WINDOW: u32 = 1024 * 1024;
+/// How long a request's message may take to arrive, from its headers to its end.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Requests receiving their message at once, in the whole daemon. A legitimate message arrives
+/// in microseconds, so only stalled senders ever meet this.
+pub const RECEIVING_REQUESTS: usize = 128;
+/// Interval of the daemon's HTTP/2 keepalive pings on every connection.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(60);
+/// A connection whose peer does not acknowledge a ping within this is closed.
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// After this, a connection is asked to go away (GOAWAY, NO_ERROR); its calls finish first.
+pub const MAX_CONNECTION_AGE: Duration = Duration::from_secs(30 * 60);
+/// Connections one endpoint holds at most.
+pub const CONNECTIONS_PER_ENDPOINT: usize = 3072;
+/// Connections the daemon holds at most, all endpoints together.
+pub const CONNECTIONS_TOTAL: usize = 4096;
+/// Descriptors kept for the daemon's own work (files, devices, mkfs and mount pipes, logs)
+/// however many connections clients open.
+pub const DESCRIPTOR_RESERVE: usize = 256;
+
+/// UTF-8 bytes of the longest path a request can legitimately carry: 32,767 UTF-16 units
+/// (Windows' extended-length limit), each at most 3 UTF-8 bytes. Linux paths are shorter.
+const PATH_BYTES: usize = 32_767 * 3;
+/// Room for a request's fields other than its paths (numbers, IDs, names, field keys).
+const FIELDS_BYTES: usize = 16 * 1024;
+/// The largest request any group accepts ([`max_request_bytes`] of SMB).
+pub const MAX_REQUEST_BYTES: usize = 4 * PATH_BYTES + FIELDS_BYTES;
+
+/// The largest request message `group` accepts: as many maximal paths as its largest request
+/// carries, plus its other fields. Every request of upstream's API is a few names, paths and
+/// numbers (upstream's clients and the drivers send KiB); none carries data.
+///
+/// - filesystem: two paths (CreateSymlink, the v1alpha1 Rmdir/Move forms);
+/// - volume: a volume ID (a `\\?\Volume{..}\` path on Windows) and a target path (MountVolume);
+/// - smb: remote path, local path, user name and password (NewSmbGlobalMapping), bounded by paths;
+/// - disk, system, iscsi: IDs, numbers, an IQN (at most 223 bytes), a portal, CHAP secrets,
+///   a service name: one path's room is far more than any of them holds.
+pub fn max_request_bytes(group: &str) -> usize {
+    let paths = match group {
+        "filesystem" | "volume" => 2,
+        "smb" => 4,
+        _ => 1,
+    };
+    paths * PATH_BYTES + FIELDS_BYTES
+}
+
+/// How many connections the daemon may hold in all: [`CONNECTIONS_TOTAL`], or fewer when the
+/// descriptor limit `fds` (None: no such limit, as for Windows pipes) leaves less than
+/// [`DESCRIPTOR_RESERVE`] descriptors beside them.
+pub fn connection_budget(fds: Option<u64>) -> usize {
+    let total = CONNECTIONS_TOTAL as u64;
+    match fds {
+        Some(n) => n.saturating_sub(DESCRIPTOR_RESERVE as u64).clamp(1, total) as usize,
+        None => CONNECTIONS_TOTAL,
+    }
+}
+
+/// The soft descriptor limit of this process (the daemon raises it to the hard limit at start).
+#[cfg(unix)]
+pub fn descriptor_limit() -> Option<u64> {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile).current
+}
+
+/// Windows named pipes are handles, with no per-process limit like `RLIMIT_NOFILE`.
+#[cfg(windows)]
+pub fn descriptor_limit() -> Option<u64> {
+    None
+}
+
+/// The connection caps one endpoint applies: its own and the daemon-wide one.
+#[derive(Clone)]
+pub struct ConnectionCaps {
+    endpoint: Arc<Semaphore>,
+    total: Arc<Semaphore>,
+    per_endpoint: usize,
+    in_all: usize,
+}
+
+impl ConnectionCaps {
+    /// The daemon-wide cap shared by every endpoint: `in_all` connections.
+    pub fn daemon(in_all: usize) -> Arc<Semaphore> {
+        Arc::new(Semaphore::new(in_all))
+    }
+
+    /// One endpoint's caps: `per_endpoint` of its own, and a share of `total` (of `in_all`).
+    pub fn new(per_endpoint: usize, total: Arc<Semaphore>, in_all: usize) -> Self {
+        ConnectionCaps {
+            endpoint: Arc::new(Semaphore::new(per_endpoint)),
+            total,
+            per_endpoint,
+            in_all,
+        }
+    }
+
+    /// Takes a place for one new connection, or says which cap is reached.
+    pub fn admit(&self) -> Result<ConnectionPlace, String> {
+        let Ok(own) = self.endpoint.clone().try_acquire_owned() else {
+            refused(Limit::ConnectionsPerEndpoint);
+            return Err(format!(
+                "the endpoint holds its limit of {} connections",
+                self.per_endpoint
+            ));
+        };
+        let Ok(all) = self.total.clone().try_acquire_owned() else {
+            refused(Limit::ConnectionsTotal);
+            return Err(format!(
+                "the daemon holds its limit of {} connections in all",
+                self.in_all
+            ));
+        };
+        Ok(ConnectionPlace {
+            _own: own,
+            _all: all,
+        })
+    }
+}
+
+/// A connection's place under its caps; given back when the connection is dropped.
+#[derive(Debug)]
+pub struct ConnectionPlace {
+    _own: OwnedSemaphorePermit,
+    _all: OwnedSemaphorePermit,
+}
+
+static RECEIVING: LazyLock<Arc<Semaphore>> =
+    LazyLock::new(|| Arc::new(Semaphore::new(RECEIVING_REQUESTS)));
+
+/// The tower layer adding [`Limited`] to an endpoint's service.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestLimits;
+
+impl<S> tower::Layer<S> for RequestLimits {
+    type Service = Limited<S>;
+    fn layer(&self, inner: S) -> Limited<S> {
+        Limited(inner)
+    }
+}
+
+/// Bounds how long a request's message may take to arrive ([`BODY_TIMEOUT`]) and how many
+/// requests may be receiving one at once ([`RECEIVING_REQUESTS`]). hyper has neither knob: it
+/// keeps a stream whose sender stalls for as long as the connection lives.
+#[derive(Debug, Clone)]
+pub struct Limited<S>(S);
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<S> tower::Service<http::Request<tonic::body::Body>> for Limited<S>
+where
+    S: tower::Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<tonic::body::Body>,
+        >,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<S::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+        let Ok(permit) = RECEIVING.clone().try_acquire_owned() else {
+            refused(Limit::ReceivingRequests);
+            let status = tonic::Status::resource_exhausted(format!(
+                "{}: {RECEIVING_REQUESTS} requests are already receiving their message, the \
+                 daemon's limit; retry",
+                req.uri().path()
+            ));
+            return Box::pin(std::future::ready(Ok(status.into_http())));
+        };
+        let path = req.uri().path().to_owned();
+        let req = req.map(|body| {
+            tonic::body::Body::new(Arriving {
+                inner: body,
+                timer: Box::pin(tokio::time::sleep(BODY_TIMEOUT)),
+                permit: Some(permit),
+                path,
+            })
+        });
+        Box::pin(self.0.call(req))
+    }
+}
+
+/// A request body that must end within [`BODY_TIMEOUT`], holding a [`RECEIVING_REQUESTS`] place
+/// until it ends, fails, or is dropped.
+struct Arriving {
+    inner: tonic::body::Body,
+    timer: Pin<Box<Sleep>>,
+    /// `None` once the body has ended: no timer applies afterwards.
+    permit: Option<OwnedSemaphorePermit>,
+    path: String,
+}
+
+impl HttpBody for Arriving {
+    type Data = bytes::Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if this.permit.is_none() {
+            return polled;
+        }
+        match polled {
+            Poll::Ready(r) => {
+                if r.as_ref().is_none_or(Result::is_err) || this.inner.is_end_stream() {
+                    this.permit = None;
+                }
+                Poll::Ready(r)
+            }
+            Poll::Pending => {
+                if this.timer.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                this.permit = None;
+                refused(Limit::BodyTimeout);
+                tracing::debug!(path = %this.path, "request message did not arrive in time");
+                // The body ends here; hyper resets the stream when the answer is sent, and
+                // drops what it buffered for it.
+                this.inner = tonic::body::Body::empty();
+                Poll::Ready(Some(Err(tonic::Status::resource_exhausted(format!(
+                    "{}: the request message did not arrive within {} s, the daemon's limit",
+                    this.path,
+                    BODY_TIMEOUT.as_secs()
+                )))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_group_accepts_its_longest_legitimate_request_and_no_more_than_the_largest() {
+        for g in csi_proxy_api::GROUPS {
+            let n = max_request_bytes(g);
+            // A maximal Windows path, encoded as 3-byte characters, always fits.
+            assert!(n >= PATH_BYTES + FIELDS_BYTES, "{g}: {n}");
+            assert!(n <= MAX_REQUEST_BYTES, "{g}: {n}");
+        }
+        assert_eq!(max_request_bytes("smb"), MAX_REQUEST_BYTES);
+        // Far below tonic's default of 4 MiB, which the daemon accepted before.
+        const { assert!(MAX_REQUEST_BYTES < 1 << 20) };
+    }
+
+    #[test]
+    fn the_connection_budget_keeps_descriptors_in_reserve() {
+        assert_eq!(connection_budget(None), CONNECTIONS_TOTAL);
+        assert_eq!(connection_budget(Some(1_048_576)), CONNECTIONS_TOTAL);
+        assert_eq!(connection_budget(Some(1024)), 1024 - DESCRIPTOR_RESERVE);
+        assert_eq!(connection_budget(Some(100)), 1);
+    }
+
+    #[tokio::test]
+    async fn caps_refuse_past_the_limit_and_give_places_back() {
+        let total = ConnectionCaps::daemon(3);
+        let a = ConnectionCaps::new(2, total.clone(), 3);
+        let b = ConnectionCaps::new(2, total, 3);
+        let a1 = a.admit().unwrap();
+        let _a2 = a.admit().unwrap();
+        assert!(a.admit().unwrap_err().contains("limit of 2 connections"));
+        let _b1 = b.admit().unwrap();
+        assert!(
+            b.admit()
+                .unwrap_err()
+                .contains("limit of 3 connections in all")
+        );
+        drop(a1);
+        b.admit()
+            .expect("a closed connection's place is free again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_stops_arriving_ends_with_resource_exhausted() {
+        use http_body_util::BodyExt;
+        use tokio_stream::StreamExt;
+        // Part of a message, then nothing more.
+        let part =
+            Ok::<_, tonic::Status>(Frame::data(bytes::Bytes::from_static(b"\0\0\0\0\x10part")));
+        let stalled = tokio_stream::iter([part]).chain(tokio_stream::pending());
+        let body = tonic::body::Body::new(http_body_util::StreamBody::new(stalled));
+        let permits = RECEIVING.available_permits();
+        let permit = RECEIVING.clone().try_acquire_owned().unwrap();
+        let mut b = Arriving {
+            inner: body,
+            timer: Box::pin(tokio::time::sleep(BODY_TIMEOUT)),
+            permit: Some(permit),
+            path: "/v1.Filesystem/Mkdir".into(),
+        };
+        assert!(b.frame().await.unwrap().is_ok());
+        let e = b.frame().await.unwrap().unwrap_err();
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            e.message().contains("Mkdir") && e.message().contains("10 s"),
+            "{e}"
+        );
+        assert_eq!(
+            RECEIVING.available_permits(),
+            permits,
+            "the place is given back"
+        );
+    }
+}
