@@ -151,18 +151,23 @@ mod tests {
         log_events_to(dir, file, count)
     }
 
+    /// Runs `f` with events logged to `file` through the fmt layer the daemon uses.
+    fn logging_to(file: SizeLimitedFile, f: impl FnOnce()) {
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_target(false)
+            .with_writer(std::sync::Mutex::new(file))
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+    }
+
     fn log_events_to(
         dir: tempfile::TempDir,
         file: SizeLimitedFile,
         count: usize,
     ) -> (tempfile::TempDir, String, Option<String>) {
         let path = dir.path().join("csi-proxy.log");
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_target(false)
-            .with_writer(std::sync::Mutex::new(file))
-            .finish();
-        tracing::subscriber::with_default(subscriber, || {
+        logging_to(file, || {
             for i in 0..count {
                 tracing::info!(request = i, "a request line padded to a realistic length");
             }
@@ -248,13 +253,8 @@ mod tests {
         file.rename = held;
         let before = HELD_RENAMES.load(std::sync::atomic::Ordering::Relaxed);
         let path = dir.path().join("csi-proxy.log");
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_target(false)
-            .with_writer(std::sync::Mutex::new(file))
-            .finish();
         let mut largest = 0;
-        tracing::subscriber::with_default(subscriber, || {
+        logging_to(file, || {
             for i in 0..count {
                 tracing::info!(request = i, "a request line padded to a realistic length");
                 largest = largest.max(std::fs::metadata(&path).unwrap().len());
