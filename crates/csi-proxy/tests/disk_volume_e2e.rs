@@ -523,10 +523,17 @@ async fn bad_input_gets_precise_statuses() {
             .await,
     );
     assert_eq!(k, Code::NotFound, "{m}");
-    assert!(
-        c.volumes(missing, 0).await.is_empty(),
-        "upstream: an unknown disk has no volumes"
+    // As for any unknown disk (issue 41; upstream answered an empty list).
+    let (k, m) = code(
+        c.vol
+            .list_volumes_on_disk(vol1::ListVolumesOnDiskRequest {
+                disk_number: missing,
+                partition_number: 0,
+            })
+            .await,
     );
+    assert_eq!(k, Code::NotFound, "{m}");
+    assert!(m.contains(&format!("disk {missing}")), "{m}");
 
     for (id, want) in [
         ("", Code::InvalidArgument),
