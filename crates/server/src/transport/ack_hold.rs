@@ -14,7 +14,7 @@ use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::AsyncWrite;
 use tokio::time::{Instant, Sleep};
 
 /// The longest an acknowledgement waits for an answer to leave with.
@@ -172,23 +172,7 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for AckHold<IO> {
     }
 }
 
-impl<IO: AsyncRead + Unpin> AsyncRead for AckHold<IO> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
-    }
-}
-
-impl<IO: tonic::transport::server::Connected> tonic::transport::server::Connected for AckHold<IO> {
-    type ConnectInfo = IO::ConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.io.connect_info()
-    }
-}
+read_through_wrapper!(AckHold);
 
 #[cfg(test)]
 mod tests {

@@ -3,9 +3,6 @@
 
 use crate::limits::{ConnectionCaps, ConnectionPlace};
 use std::io;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-use tokio::io::{AsyncRead, ReadBuf};
 use tokio_stream::Stream;
 
 /// A connection and its place; dropping it gives the place back.
@@ -14,16 +11,7 @@ pub struct Capped<IO> {
     _place: ConnectionPlace,
 }
 
-impl<IO: AsyncRead + Unpin> AsyncRead for Capped<IO> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
-    }
-}
-
+read_through!(Capped);
 write_through_wrapper!(Capped);
 
 /// The accepted connections of `endpoint` that fit under `caps`; the others are closed as they
