@@ -24,8 +24,6 @@ use std::time::{Duration, Instant};
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(120);
 /// Calls waiting for one disk (or one path) at most; more get RESOURCE_EXHAUSTED at once.
 pub const WAITERS_PER_OBJECT: usize = 8;
-/// The same, as the disk limit's name in messages and tests.
-pub const WAITERS_PER_DISK: usize = WAITERS_PER_OBJECT;
 /// Calls waiting for any disk at most (and, apart, for any path): the blocking threads held
 /// objects may take in all.
 pub const WAITERS_TOTAL: usize = 64;
@@ -407,7 +405,7 @@ mod tests {
             })
             .collect();
         // Every caller past the cap is answered while the disk is still held.
-        for _ in 0..200 - WAITERS_PER_DISK {
+        for _ in 0..200 - WAITERS_PER_OBJECT {
             let e = rx
                 .recv_timeout(Duration::from_secs(10))
                 .expect("a refusal while the disk is held")
@@ -428,7 +426,7 @@ mod tests {
         }
         drop(tx);
         let granted: Vec<_> = rx.iter().collect();
-        assert_eq!(granted.len(), WAITERS_PER_DISK);
+        assert_eq!(granted.len(), WAITERS_PER_OBJECT);
         assert!(
             granted.iter().all(Result::is_ok),
             "the capped waiters get the disk in turn"
