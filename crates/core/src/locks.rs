@@ -105,17 +105,15 @@ impl<K: PartialEq + Clone> Table<K> {
     }
 
     /// Waits until no held object `overlaps` `key`, then holds `key` for `op` on `object`. The
-    /// wait ends at the current call's deadline (DEADLINE_EXCEEDED, `busy` saying what it
-    /// waited for), else after `default_wait` (ABORTED naming the holder); past the waiter caps
-    /// the call does not wait (RESOURCE_EXHAUSTED naming the limit and the holder).
-    #[allow(clippy::too_many_arguments)]
+    /// wait ends at the current call's deadline (DEADLINE_EXCEEDED), else after `default_wait`
+    /// (ABORTED naming the holder); past the waiter caps the call does not wait
+    /// (RESOURCE_EXHAUSTED naming the limit and the holder).
     fn hold(
         &self,
         key: K,
         overlaps: impl Fn(&K, &K) -> bool,
         op: &str,
         object: &str,
-        busy: &str,
         names: Kinds<'_>,
         default_wait: Duration,
     ) -> Result<()> {
@@ -181,7 +179,11 @@ impl<K: PartialEq + Clone> Table<K> {
             }
             if let Some(i) = blocker(&st) {
                 if deadline.is_some() {
-                    return Err(crate::deadline::passed(op, object, busy));
+                    let busy = format!(
+                        "while another operation on the {} was still running",
+                        names.kind
+                    );
+                    return Err(crate::deadline::passed(op, object, &busy));
                 }
                 DEFAULT_WAIT_PASSED.fetch_add(1, Ordering::Relaxed);
                 return Err(Error::new(
@@ -253,7 +255,6 @@ fn lock_disk_waiting(
         |a, b| a == b,
         op,
         object,
-        "while another operation on the disk was still running",
         Kinds {
             kind: "disk",
             named: &format!("disk {number}"),
@@ -289,7 +290,6 @@ pub fn lock_path(key: String, separator: char, op: &str, object: &str) -> Result
         overlaps,
         op,
         object,
-        "while another operation on the path was still running",
         Kinds {
             kind: "path",
             named: &format!("path {key:?}"),
