@@ -12,7 +12,7 @@
 #     clippy-windows  the same for --target x86_64-pc-windows-gnu
 #     test            cargo test --workspace (Linux; as root, with loop devices and mounts)
 #     test-windows    cargo test --target x86_64-pc-windows-gnu -p csi-proxy-core
-#                     -p csi-proxy-host -p csi-proxy-server, and the daemon's unit tests
+#                     -p csi-proxy-formats -p csi-proxy-host -p csi-proxy-server, and the daemon's unit tests
 #                     (-p csi-proxy --bin csi-proxy), run under wine
 #     manifests       deploy/ manifests against Kubernetes' own schemas (kubernetes-validate from
 #                     PyPI, in a venv) and the systemd unit through systemd-analyze verify
@@ -157,7 +157,7 @@ step_test() {
 step_test_windows() {
     # The runner in .cargo/config.toml (scripts/wine-run.sh) runs each test binary under wine.
     cargo test "${CARGO_FLAGS[@]}" --no-fail-fast --target "$WINDOWS_TARGET" \
-        -p csi-proxy-core -p csi-proxy-host -p csi-proxy-server
+        -p csi-proxy-core -p csi-proxy-formats -p csi-proxy-host -p csi-proxy-server
     # The daemon's own unit tests: the log file rotation renames the open file, which Windows
     # allows only through std's FILE_SHARE_DELETE; the Event Log messages.
     cargo test "${CARGO_FLAGS[@]}" --no-fail-fast --target "$WINDOWS_TARGET" \

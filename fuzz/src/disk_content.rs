@@ -8,9 +8,9 @@
 //! - a table it writes, or grows, has its partitions inside the usable sectors and apart;
 //! - nothing panics, and nothing allocates by a length read from the disk.
 
-use csi_proxy_host::gpt::{self, Gpt};
-use csi_proxy_host::partition_plan::{self, Plan};
-use csi_proxy_host::signatures;
+use csi_proxy_formats::gpt::{self, Gpt};
+use csi_proxy_formats::partition_plan::{self, Plan};
+use csi_proxy_formats::signatures;
 
 /// Checks that `t`'s partitions lie inside its usable sectors and do not share a sector.
 fn sound(t: &Gpt, total: u64) {

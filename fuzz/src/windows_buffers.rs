@@ -10,11 +10,11 @@
 //!   on an empty GPT) lies inside the usable area, overlaps no partition the layout lists, and
 //!   the layout written with it parses back with every old entry unchanged.
 
-use csi_proxy_host::uuid::Uuid;
-use csi_proxy_host::windows_data::layout::{
+use csi_proxy_formats::uuid::Uuid;
+use csi_proxy_formats::windows_buffers::layout::{
     self, NewEntry, PartitionPlan, gpt_layout_with, msr_entry, parse_drive_layout,
 };
-use csi_proxy_host::windows_data::{iscsi, smbios, storage};
+use csi_proxy_formats::windows_buffers::{iscsi, smbios, storage};
 
 /// One input; see the module doc.
 pub fn run(data: &[u8]) {

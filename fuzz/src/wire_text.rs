@@ -7,7 +7,7 @@
 //! - decoded text keys hold no `=` and no NUL, hex CHAP values decode to half their digits;
 //! - a reparse point's direct target, when there is one, is non-empty.
 
-use csi_proxy_host::iscsi_discovery::pdu;
+use csi_proxy_formats::iscsi_pdu as pdu;
 
 /// The data segment limit the discovery client passes (any value works for the property).
 const MAX_DATA: usize = 64 << 10;
@@ -45,12 +45,12 @@ pub fn run(data: &[u8]) {
             }
         }
         2 => {
-            if let Ok(point) = csi_proxy_host::reparse::parse(input) {
+            if let Ok(point) = csi_proxy_formats::reparse::parse(input) {
                 let _ = point.tag();
                 let _ = point.is_volume_mount_point();
                 if let Some(dest) = point.destination()
                     && let Some(t) =
-                        csi_proxy_host::reparse::direct_target(r"C:\var\lib\kubelet\x", &dest)
+                        csi_proxy_formats::reparse::direct_target(r"C:\var\lib\kubelet\x", &dest)
                 {
                     assert!(!t.is_empty());
                 }

@@ -291,8 +291,8 @@ async fn sigkill_while_an_xfs_grows_on_a_private_mount_then_retry_succeeds() {
 /// protective MBR in place, and the partition's identity kept once the backup table was out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partition_table_writes_cut_off_at_each_step_are_finished_by_the_retry() {
-    use csi_proxy_host::gpt::{Gpt, LINUX_FILESYSTEM, random_guid};
-    use csi_proxy_host::uuid::Uuid;
+    use csi_proxy_formats::gpt::{Gpt, LINUX_FILESYSTEM, random_guid};
+    use csi_proxy_formats::uuid::Uuid;
     use std::os::unix::fs::FileExt;
     let d = Daemon::start(&[]);
     let dir = d.dir.path().to_path_buf();

@@ -264,11 +264,11 @@ fn rewrite_gpt(dev: &Path, header_at: u64, edit: impl Fn(&mut Vec<u8>, &mut Vec<
     edit(&mut h, &mut entries);
     let count = u32::from_le_bytes(h[80..84].try_into().unwrap()) as usize;
     if count <= 128 {
-        let crc = csi_proxy_host::gpt::crc32(&entries[..count * 128]);
+        let crc = csi_proxy_formats::gpt::crc32(&entries[..count * 128]);
         h[88..92].copy_from_slice(&crc.to_le_bytes());
     }
     h[16..20].fill(0);
-    let crc = csi_proxy_host::gpt::crc32(&h[..92]);
+    let crc = csi_proxy_formats::gpt::crc32(&h[..92]);
     h[16..20].copy_from_slice(&crc.to_le_bytes());
     write(dev, entries_lba * SECTOR, &entries);
     write(dev, header_at, &h);
@@ -435,10 +435,10 @@ async fn a_table_write_rebuilds_the_header_from_the_disks_geometry() {
     let (mut dc, mut vc) = v1_clients(&d).await;
     let total = size_of(&l.dev) / SECTOR;
     let old_total = total / 2;
-    let table = csi_proxy_host::gpt::Gpt::new(
+    let table = csi_proxy_formats::gpt::Gpt::new(
         SECTOR,
         old_total,
-        csi_proxy_host::uuid::Uuid::from_bytes([7; 16]),
+        csi_proxy_formats::uuid::Uuid::from_bytes([7; 16]),
     )
     .unwrap();
     // The primary only (array, header, protective MBR): the old backup is long overwritten.

@@ -64,7 +64,7 @@ fn discovers_every_target_of_a_portal() {
 /// A scripted target that requires one-way CHAP for discovery (tgt cannot: its accounts bind
 /// to targets, not to discovery sessions). Serves one connection and checks the CHAP response.
 fn chap_target(user: &'static str, secret: &'static str) -> (u16, std::thread::JoinHandle<()>) {
-    use csi_proxy_host::iscsi_discovery::pdu::{self, BHS_LEN, Pdu};
+    use csi_proxy_formats::iscsi_pdu::{self as pdu, BHS_LEN, Pdu};
     use std::io::{Read, Write};
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
@@ -234,7 +234,7 @@ fn a_silent_peer_times_out() {
 /// reading or allocating what was claimed.
 #[test]
 fn a_portal_claiming_a_huge_data_segment_is_cut_off_at_the_limit() {
-    use csi_proxy_host::iscsi_discovery::pdu::BHS_LEN;
+    use csi_proxy_formats::iscsi_pdu::BHS_LEN;
     use std::io::{Read, Write};
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();

@@ -25,8 +25,7 @@ const FORBIDDEN: &[&str] = &[
 /// Source trees that serve requests on Windows.
 const SCANNED: &[&str] = &[
     "crates/host/src/windows",
-    "crates/host/src/windows_data",
-    "crates/host/src/reparse.rs",
+    "crates/formats/src",
     "crates/core/src",
     "crates/server/src",
 ];

@@ -8,8 +8,8 @@
 
 use csi_proxy_core::Kind;
 use csi_proxy_core::volume::{ResizeTarget, VolumeHost};
+use csi_proxy_formats::windows_buffers::volume::VolumeName;
 use csi_proxy_host::windows::volume::WindowsVolumeHost;
-use csi_proxy_host::windows_data::volume::VolumeName;
 
 const UNKNOWN: &str = r"\\?\Volume{00000000-1111-2222-3333-444444444444}\";
 

@@ -8,9 +8,8 @@
 //! is cut off as surely as a silent one; every answer has a size limit. The CHAP secret only
 //! enters the MD5 response; no error or log line carries it.
 
-pub mod pdu;
-
 use csi_proxy_core::{Error, Kind, Result};
+use csi_proxy_formats::iscsi_pdu as pdu;
 use pdu::{BHS_LEN, DiscoveredTarget, LoginRequest, Pdu, Stage, opcode};
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};

@@ -2,7 +2,7 @@
 //! write a filesystem or a partition table: it knows every superblock, RAID and crypto header
 //! and partition table util-linux knows, at every place each keeps it (romfs, nilfs2, hfs+,
 //! erofs, VDO, Oracle ASM, DRBD and fakeraid metadata at the end, ...), where our own probe
-//! ([`crate::signatures`]) knows what must never be missed even without util-linux.
+//! ([`csi_proxy_formats::signatures`]) knows what must never be missed even without util-linux.
 //!
 //! The `blkid` tool rather than linking libblkid: the daemon links no C library but libc (the
 //! release binary stays small and builds for musl), util-linux is on every node, and a probe

@@ -5,10 +5,10 @@
 //! and never reused, so a number a driver holds can never name a disk attached later.
 
 use super::os::{self, Blkpg, Fd, Open, Os};
-use crate::layout::Extent;
 use csi_proxy_core::disk::DiskUsage;
 use csi_proxy_core::error::io_kind;
 use csi_proxy_core::{Error, Kind, Result};
+use csi_proxy_formats::disk_layout::Extent;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -4,11 +4,11 @@
 use super::blkid;
 use super::block::{self, Disk};
 use super::os::{self, Fd, Open, Os};
-use crate::gpt::{self, Gpt, random_guid};
-use crate::partition_plan::{self, Plan};
-use crate::signatures;
 use csi_proxy_core::disk::{DiskHost, DiskIds, DiskLocation, DiskUsage};
 use csi_proxy_core::{Error, Kind, Result};
+use csi_proxy_formats::gpt::{self, Gpt, random_guid};
+use csi_proxy_formats::partition_plan::{self, Plan};
+use csi_proxy_formats::signatures;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -93,7 +93,9 @@ impl DiskHost for LinuxDiskHost {
         let ends = read_ends(&self.os, OP, &disk, &reader)?;
         // Partition devices the disk's table does not list (kept from an image the device held
         // before) go first, whatever is decided next: no tool may ever be pointed at one.
-        if let Ok(listed) = crate::layout::listed(&ends.head, &ends.tail, ends.sector, ends.total) {
+        if let Ok(listed) =
+            csi_proxy_formats::disk_layout::listed(&ends.head, &ends.tail, ends.sector, ends.total)
+        {
             block::drop_stale_partitions(&self.os, OP, &disk, &reader, &listed)?;
         }
         if let Plan::Partitioned(parts) = plan_for(OP, &disk, &ends)? {

@@ -3,7 +3,7 @@
 //!
 //! Disk numbers are the `N` of `\\.\PhysicalDriveN`, which is `STORAGE_DEVICE_NUMBER.DeviceNumber`
 //! and `MSFT_Disk.Number`. All OS access goes through the [`Win32`] seam, so this logic runs
-//! on Linux against the simulated Windows; the buffers are parsed by [`crate::windows_data`].
+//! on Linux against the simulated Windows; the buffers are parsed by [`csi_proxy_formats::windows_buffers`].
 //!
 //! Data safety (design.md §5), enforced here as well as in the core service: PartitionDisk never
 //! writes to a disk that has a non-reserved partition, never converts an MBR disk, and refuses the
@@ -11,12 +11,12 @@
 //! Whatever cannot be read while deciding whether a disk is in use counts as "in use".
 
 use super::os::{self, Handle, OsError, Win32, code, ioctl, os_error};
-use crate::signatures;
-use crate::windows_data::ioctl as io;
-use crate::windows_data::layout::{self, NewEntry, PartitionPlan, STYLE_RAW};
-use crate::windows_data::storage;
 use csi_proxy_core::disk::{DiskHost, DiskIds, DiskLocation, DiskUsage};
 use csi_proxy_core::{Error, Kind, Result};
+use csi_proxy_formats::signatures;
+use csi_proxy_formats::windows_buffers::ioctl as io;
+use csi_proxy_formats::windows_buffers::layout::{self, NewEntry, PartitionPlan, STYLE_RAW};
+use csi_proxy_formats::windows_buffers::storage;
 use std::collections::{BTreeMap, BTreeSet};
 
 mod arrival;

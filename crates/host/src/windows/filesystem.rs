@@ -35,9 +35,9 @@ use super::os::files::{
     self, ERROR_DIRECTORY, ERROR_INVALID_NAME, access, attr, create_symlink, io_error,
 };
 use super::os::{Handle, OsError, Win32, Win32Result, code, seam_host};
-use crate::reparse::{self, LinkDestination, ReparsePoint};
 use csi_proxy_core::filesystem::FilesystemHost;
 use csi_proxy_core::paths::{Found, Held, LinkProbe, LinkTarget, Walker};
+use csi_proxy_formats::reparse::{self, LinkDestination, ReparsePoint};
 use std::io;
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //! images) every RPC answers FAILED_PRECONDITION.
 //!
 //! Pure parts (login options, status codes, string lists) live in
-//! [`crate::windows_data::iscsi`]. CHAP secrets only travel in the login options of the login
+//! [`csi_proxy_formats::windows_buffers::iscsi`]. CHAP secrets only travel in the login options of the login
 //! call or the buffer of `SetIScsiInitiatorCHAPSharedSecret`, are wiped after the call and never
 //! enter an error or a log line.
 //!
@@ -12,10 +12,10 @@
 //! DisconnectTarget.
 
 use super::os::{IscsiSession, OsError, Win32, Win32Result, code};
-use crate::windows_data::iscsi::{self as data, FILE_DEVICE_DISK, isdsc};
 use csi_proxy_core::disk::DiskUsage;
 use csi_proxy_core::iscsi::{Chap, IscsiHost, Secret, TargetPortal};
 use csi_proxy_core::{Error, Kind, Result};
+use csi_proxy_formats::windows_buffers::iscsi::{self as data, FILE_DEVICE_DISK, isdsc};
 
 /// What an RPC answers where the initiator or one of its functions is missing.
 const NOT_AVAILABLE: &str = "the iSCSI initiator (iscsidsc.dll) is not available on this host";

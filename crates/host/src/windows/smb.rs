@@ -17,9 +17,9 @@ use super::os::files::{create_symlink, utf16};
 use super::os::pool::until;
 use super::os::probe::Probes;
 use super::os::{OsError, ReturnValue, Win32Result, os_error, wmi_retrying};
-use crate::reparse::{self, LinkDestination};
 use csi_proxy_core::smb::{MappingInfo, MappingState, SmbHost, SmbLinkUse, SmbMapping};
 use csi_proxy_core::{Error, Kind, Result};
+use csi_proxy_formats::reparse::{self, LinkDestination};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 

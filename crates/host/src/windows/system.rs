@@ -52,7 +52,7 @@ fn serial_from_table(os: &dyn Win32) -> Result<Option<String>> {
     else {
         return Ok(None);
     };
-    crate::windows_data::smbios::system_serial(&table)
+    csi_proxy_formats::windows_buffers::smbios::system_serial(&table)
         .map_err(|e| Error::new(Kind::Internal, OP, "SMBIOS table", e))
 }
 

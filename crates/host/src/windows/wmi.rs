@@ -24,7 +24,7 @@ use csi_proxy_core::{Error, Kind, Result};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::LazyLock;
 
-pub use crate::windows_data::wmi_codes::hresult_kind;
+pub use csi_proxy_formats::windows_buffers::wmi_codes::hresult_kind;
 
 /// A WMI thread's connection to its namespace, made on first use.
 type Connection = Option<wmi::WMIConnection>;
@@ -113,7 +113,7 @@ pub fn wmi_error(op: &str, object: impl std::fmt::Display, err: &wmi::WMIError) 
             hresult_kind(*hres),
             op,
             object,
-            crate::windows_data::wmi_codes::describe_hresult(*hres),
+            csi_proxy_formats::windows_buffers::wmi_codes::describe_hresult(*hres),
         ),
         wmi::WMIError::ResultEmpty => Error::new(Kind::NotFound, op, object, "no WMI object"),
         other => Error::new(Kind::Internal, op, object, format!("WMI: {other}")),

@@ -56,12 +56,12 @@ pub fn sync_partitions(
     Ok(())
 }
 
-/// The partitions the disk's own table lists ([`crate::layout::listed`]: GPT data partitions or
+/// The partitions the disk's own table lists ([`csi_proxy_formats::disk_layout::listed`]: GPT data partitions or
 /// MBR entries, and nothing on the whole disk besides them), as (number, start, length) in
 /// bytes. FAILED_PRECONDITION naming why when the table cannot be trusted.
 pub fn table_partitions(os: &Os, op: &str, disk: &Disk, file: &Fd) -> Result<Vec<Extent>> {
     let e = crate::linux::disk::read_ends(os, op, disk, file)?;
-    crate::layout::listed(&e.head, &e.tail, e.sector, e.total)
+    csi_proxy_formats::disk_layout::listed(&e.head, &e.tail, e.sector, e.total)
         .map_err(|why| crate::linux::disk::refused(op, disk, why))
 }
 

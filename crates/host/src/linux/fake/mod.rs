@@ -13,7 +13,7 @@ mod state;
 mod tools;
 
 use super::os::{At, Blkpg, LinuxOs, MountFlags, MountOf, Open, Ran, Space};
-use crate::signatures;
+use csi_proxy_formats::signatures;
 use state::{Disk, Handle, Mount, Part, State};
 use std::collections::HashMap;
 use std::io;
@@ -400,10 +400,10 @@ impl LinuxOs for FakeLinux {
         if busy {
             return Err(errno(EBUSY));
         }
-        let head = d.read(0, crate::gpt::head_len(d.sector));
-        let parts = match crate::gpt::Gpt::parse(&head, d.sector, d.size / d.sector) {
+        let head = d.read(0, csi_proxy_formats::gpt::head_len(d.sector));
+        let parts = match csi_proxy_formats::gpt::Gpt::parse(&head, d.sector, d.size / d.sector) {
             Ok(Some(t)) => t.data_extents(),
-            _ => crate::gpt::mbr_data_extents(&head, d.sector),
+            _ => csi_proxy_formats::gpt::mbr_data_extents(&head, d.sector),
         };
         s.disks[i].parts = parts
             .into_iter()

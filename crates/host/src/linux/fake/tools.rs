@@ -1,11 +1,11 @@
 //! The filesystem tools as the fake runs them: each writes or reads real superblock bytes (the
-//! fields [`crate::signatures`] probes and reads sizes from), so what the host finds after a
+//! fields [`csi_proxy_formats::signatures`] probes and reads sizes from), so what the host finds after a
 //! tool is what it would find on a real device. Their refusals follow the real tools: mkfs.xfs
 //! refuses an existing signature without `-f` and a device under 300 MB; mke2fs never asks
 //! without a terminal; blkid(8) exits 2 when it finds nothing.
 
 use super::{State, errno};
-use crate::signatures;
+use csi_proxy_formats::signatures;
 use std::io;
 
 const BLOCK: u64 = 4096;

@@ -18,11 +18,12 @@
 //! Files: this one the host and its RPCs, `open_iscsi.rs` running `iscsiadm` and editing its node
 //! records, `sessions.rs` the sessions and their disks as sysfs shows them.
 
-use crate::iscsi_discovery::{Discovery, pdu::DiscoveredTarget};
+use crate::iscsi_discovery::Discovery;
 use crate::linux::state_dir;
 use csi_proxy_core::disk::DiskUsage;
 use csi_proxy_core::iscsi::{AuthType, Chap, IscsiHost, Secret, TargetPortal};
 use csi_proxy_core::{Error, Kind, Result};
+use csi_proxy_formats::iscsi_pdu::DiscoveredTarget;
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;

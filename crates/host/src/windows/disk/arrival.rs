@@ -5,8 +5,8 @@
 
 use super::{os, query_extents, volume_device};
 use crate::windows::os::Win32;
-use crate::windows_data::layout::{self, Layout};
 use csi_proxy_core::{Error, Kind, Result};
+use csi_proxy_formats::windows_buffers::layout::{self, Layout};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 

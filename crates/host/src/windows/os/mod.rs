@@ -13,8 +13,8 @@ pub mod probe;
 
 pub use files::FileApi;
 
-use crate::windows_data::wmi_codes::{describe_hresult, hresult_kind};
 use csi_proxy_core::{Error, Kind};
+use csi_proxy_formats::windows_buffers::wmi_codes::{describe_hresult, hresult_kind};
 use std::fmt;
 use std::time::Duration;
 use uuid::Uuid;
@@ -426,7 +426,7 @@ pub trait Win32: FileApi + Send + Sync {
         iqn: &str,
         address: &str,
         port: u16,
-        auth: &crate::windows_data::iscsi::LoginAuth,
+        auth: &csi_proxy_formats::windows_buffers::iscsi::LoginAuth,
     ) -> Win32Result<()>;
     /// `LogoutIScsiTarget(session)`.
     fn iscsi_logout(&self, session: (u64, u64)) -> Win32Result<()>;

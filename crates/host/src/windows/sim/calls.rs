@@ -397,7 +397,7 @@ impl Win32 for SimWindows {
         iqn: &str,
         address: &str,
         port: u16,
-        auth: &crate::windows_data::iscsi::LoginAuth,
+        auth: &csi_proxy_formats::windows_buffers::iscsi::LoginAuth,
     ) -> Win32Result<()> {
         let mut s = self.enter("iscsi_login")?;
         iscsi::login(&mut s, iqn, address, port, auth)

@@ -3,8 +3,10 @@
 
 use super::{DeviceId, Disk, Open, Part, SECTOR, State, Target};
 use crate::windows::os::{OsError, Win32Result, code};
-use crate::windows_data::ioctl as io;
-use crate::windows_data::layout::{self, ENTRY_SIZE, HEADER_SIZE, STYLE_GPT, STYLE_RAW};
+use csi_proxy_formats::windows_buffers::ioctl as io;
+use csi_proxy_formats::windows_buffers::layout::{
+    self, ENTRY_SIZE, HEADER_SIZE, STYLE_GPT, STYLE_RAW,
+};
 use std::time::Duration;
 use uuid::Uuid;
 

@@ -20,9 +20,11 @@
 //! Not modelled: file contents, times.
 
 use super::{SimWindows, State, key, mp_key, parent_key, smb};
-use crate::reparse::{IO_REPARSE_TAG_MOUNT_POINT, IO_REPARSE_TAG_SYMLINK, SYMLINK_FLAG_RELATIVE};
 use crate::windows::os::files::{ERROR_DIRECTORY, FileApi, access::SHARE_DELETE, attr, link_flag};
 use crate::windows::os::{OsError, Win32Result, code};
+use csi_proxy_formats::reparse::{
+    IO_REPARSE_TAG_MOUNT_POINT, IO_REPARSE_TAG_SYMLINK, SYMLINK_FLAG_RELATIVE,
+};
 
 /// A symbolic link in the simulated tree.
 #[derive(Debug, Clone)]

@@ -11,7 +11,7 @@
 
 use super::{SimWindows, State};
 use crate::windows::os::{IscsiSession, OsError, PersistentLogin, Win32Result, code};
-use crate::windows_data::iscsi::{self as data, ISCSI_ALL_INITIATOR_PORTS, isdsc};
+use csi_proxy_formats::windows_buffers::iscsi::{self as data, ISCSI_ALL_INITIATOR_PORTS, isdsc};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// ISDSC_LOGIN_FAILED: the target refused the login (authentication).

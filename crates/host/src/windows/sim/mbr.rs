@@ -8,7 +8,7 @@
 //! which documents no partition-style limit).
 
 use super::{MIB, Part, ReturnValue, SECTOR, SimWindows, Win32, part};
-use crate::windows_data::layout::{
+use csi_proxy_formats::windows_buffers::layout::{
     BASIC_DATA, ENTRY_SIZE, NO_DRIVE_LETTER, NewEntry, STYLE_GPT, STYLE_MBR,
 };
 use uuid::Uuid;

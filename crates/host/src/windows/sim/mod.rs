@@ -53,7 +53,9 @@ use super::os::{
     Access, IscsiSession, OsError, PersistentLogin, ReturnValue, Win32, Win32Result, code,
 };
 use crate::windows::os::pool::Namespaces;
-use crate::windows_data::layout::{BASIC_DATA, HIDDEN, MSR, NO_DRIVE_LETTER, STYLE_GPT, STYLE_RAW};
+use csi_proxy_formats::windows_buffers::layout::{
+    BASIC_DATA, HIDDEN, MSR, NO_DRIVE_LETTER, STYLE_GPT, STYLE_RAW,
+};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;

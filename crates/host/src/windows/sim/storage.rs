@@ -261,7 +261,7 @@ impl SimWindows {
 /// The controls whose pages give no output buffer ("lpOutBuffer: NULL, nOutBufferSize: 0") and
 /// that change state.
 pub(super) fn takes_no_output(code_: u32) -> bool {
-    use crate::windows_data::ioctl as io;
+    use csi_proxy_formats::windows_buffers::ioctl as io;
     matches!(
         code_,
         io::DISK_CREATE_DISK

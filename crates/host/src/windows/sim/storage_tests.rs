@@ -56,7 +56,7 @@ fn an_empty_dvd_drive_opens_only_for_queries() {
     let h = seam::open_query(&*m.sim, &device).unwrap();
     let e = seam::ioctl(
         &h,
-        crate::windows_data::ioctl::VOLUME_GET_VOLUME_DISK_EXTENTS,
+        csi_proxy_formats::windows_buffers::ioctl::VOLUME_GET_VOLUME_DISK_EXTENTS,
         &[],
         64,
     )
@@ -155,8 +155,14 @@ fn partition_disk_refuses_an_offline_or_read_only_disk_naming_the_attribute() {
     assert!(m.sim.partitions(n).is_empty());
     // The simulated Windows refuses the write itself, as Windows does.
     let h = seam::open(&*m.sim, &format!(r"\\.\PhysicalDrive{n}"), true).unwrap();
-    let create = crate::windows_data::ioctl::create_gpt_disk(uuid::Uuid::nil());
-    let e = seam::ioctl(&h, crate::windows_data::ioctl::DISK_CREATE_DISK, &create, 0).unwrap_err();
+    let create = csi_proxy_formats::windows_buffers::ioctl::create_gpt_disk(uuid::Uuid::nil());
+    let e = seam::ioctl(
+        &h,
+        csi_proxy_formats::windows_buffers::ioctl::DISK_CREATE_DISK,
+        &create,
+        0,
+    )
+    .unwrap_err();
     assert_eq!(e.code, code::WRITE_PROTECT);
 }
 

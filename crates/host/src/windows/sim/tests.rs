@@ -6,10 +6,10 @@ use super::*;
 use crate::windows::disk::{VOLUME_ARRIVAL_LIMIT, WindowsDiskHost};
 use crate::windows::filesystem::WindowsFilesystemHost;
 use crate::windows::volume::WindowsVolumeHost;
-use crate::windows_data::layout::{BASIC_DATA, MSR, MSR_SIZE};
 use csi_proxy_core::Kind;
 use csi_proxy_core::disk::DiskHost;
 use csi_proxy_core::volume::{ResizeTarget, VolumeHost};
+use csi_proxy_formats::windows_buffers::layout::{BASIC_DATA, MSR, MSR_SIZE};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 

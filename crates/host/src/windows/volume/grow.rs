@@ -5,7 +5,7 @@
 //! Whether the partition must grow is decided first (`csi_proxy_core::volume::rules`); a
 //! partition that cannot grow is refused only then.
 
-use crate::windows_data::layout::{self, Layout, STYLE_GPT, STYLE_MBR};
+use csi_proxy_formats::windows_buffers::layout::{self, Layout, STYLE_GPT, STYLE_MBR};
 
 /// MBR partition types of extended (container) partitions: `PARTITION_EXTENDED`,
 /// `PARTITION_XINT13_EXTENDED` and Linux's extended type.
@@ -71,7 +71,7 @@ pub fn grow_limit(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::windows_data::layout::Partition;
+    use csi_proxy_formats::windows_buffers::layout::Partition;
 
     const MIB: u64 = 1 << 20;
     const GIB: u64 = 1 << 30;

@@ -5,7 +5,7 @@
 //! Volume IDs are volume GUID paths, `\\?\Volume{GUID}\`, exactly as `FindFirstVolumeW` and
 //! `GetVolumeNameForVolumeMountPointW` return them (upstream's `MSFT_Volume.UniqueId` is the
 //! same string). Anything else is refused before any OS call
-//! ([`crate::windows_data::volume::VolumeName`]).
+//! ([`csi_proxy_formats::windows_buffers::volume::VolumeName`]).
 //!
 //! Data safety (design.md §5), on top of the core service's refusal of the host's own disks:
 //! FormatVolume never formats a volume that is mounted anywhere or that carries a filesystem or
@@ -18,16 +18,18 @@ use super::disk::{WindowsDiskHost, open_disk, read_layout, volume_extents, volum
 use super::os::files::utf16;
 use super::os::{self, Access, Handle, Win32, code, ioctl, os_error};
 use crate::format_record::{FormatRecord, FormatRecords};
-use crate::reparse::{self, LinkDestination, ReparsePoint};
-use crate::signatures;
-use crate::windows_data::ioctl as io;
-use crate::windows_data::layout::{self, Partition};
-use crate::windows_data::volume::{self as names, VolumeName, extend_sectors, mount_point_path};
-use crate::windows_data::wmi_codes::storage_return;
 use csi_proxy_core::disk::{DiskHost, DiskUsage};
 use csi_proxy_core::volume::rules;
 use csi_proxy_core::volume::{ResizeTarget, VolumeHost, VolumeStats};
 use csi_proxy_core::{Error, Kind, Result};
+use csi_proxy_formats::reparse::{self, LinkDestination, ReparsePoint};
+use csi_proxy_formats::signatures;
+use csi_proxy_formats::windows_buffers::ioctl as io;
+use csi_proxy_formats::windows_buffers::layout::{self, Partition};
+use csi_proxy_formats::windows_buffers::volume::{
+    self as names, VolumeName, extend_sectors, mount_point_path,
+};
+use csi_proxy_formats::windows_buffers::wmi_codes::storage_return;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use targets::Resolved;

@@ -9,7 +9,7 @@
 use super::{OsError, Win32Result};
 use crate::windows::os::{IscsiSession, PersistentLogin, code};
 use crate::windows::win::from_wide;
-use crate::windows_data::iscsi::{self as data, ISCSI_ALL_INITIATOR_PORTS};
+use csi_proxy_formats::windows_buffers::iscsi::{self as data, ISCSI_ALL_INITIATOR_PORTS};
 use std::ffi::c_void;
 use std::sync::OnceLock;
 use windows::Win32::Storage::IscsiDisc::{

@@ -44,7 +44,7 @@ use windows::core::{GUID, PCWSTR};
 // The I/O control codes and structure sizes the logic uses are plain numbers (so it compiles
 // everywhere); here they are checked against the `windows` crate's definitions.
 const _: () = {
-    use crate::windows_data::ioctl as io;
+    use csi_proxy_formats::windows_buffers::ioctl as io;
     use windows::Win32::System::Ioctl as w;
     assert!(io::DISK_GET_DRIVE_GEOMETRY_EX == w::IOCTL_DISK_GET_DRIVE_GEOMETRY_EX);
     assert!(io::DISK_GET_DRIVE_LAYOUT_EX == w::IOCTL_DISK_GET_DRIVE_LAYOUT_EX);
@@ -497,7 +497,7 @@ impl Win32 for SystemWin32 {
         iqn: &str,
         address: &str,
         port: u16,
-        auth: &crate::windows_data::iscsi::LoginAuth,
+        auth: &csi_proxy_formats::windows_buffers::iscsi::LoginAuth,
     ) -> Win32Result<()> {
         iscsi::login(iqn, address, port, auth)
     }

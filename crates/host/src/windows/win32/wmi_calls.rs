@@ -3,7 +3,7 @@
 //! the rest of the seam; what a `ReturnValue` means is judged by the logic above.
 
 use super::super::os::{OsError, ReturnValue, Win32Result};
-use crate::windows_data::volume::wql_string;
+use csi_proxy_formats::windows_buffers::volume::wql_string;
 use std::collections::HashMap;
 use windows::Win32::System::Com::{
     CLSCTX_INPROC_SERVER, CoCreateInstance, CoSetProxyBlanket, EOAC_NONE, GetErrorInfo,

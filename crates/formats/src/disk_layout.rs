@@ -1,5 +1,5 @@
 //! Which partitions a disk's own bytes list, and whether anything lies on the whole disk
-//! besides them. Pure, like [`crate::partition_plan`]; the hosts read the bytes.
+//! besides them. Pure; the hosts read the bytes, and [`crate::partition_plan`] decides from them.
 //!
 //! The kernel's list of partitions is not the disk's: a partition added with BLKPG stays after
 //! the image it belonged to is detached from a loop device, and a stale MBR stays in sector 0
@@ -55,11 +55,7 @@ pub fn listed(head: &[u8], tail: &[u8], sector: u64, total: u64) -> Result<Vec<E
     let found = match gpt::find(head, tail, sector, total) {
         // A backup at the end of a disk whose start holds something else is a stale copy
         // (a whole-disk filesystem made over an old GPT), not the disk's table.
-        Ok(Found::Backup(_))
-            if crate::partition_plan::start_holds_only_a_table(head, sector).is_err() =>
-        {
-            Ok(Found::None)
-        }
+        Ok(Found::Backup(_)) if start_holds_only_a_table(head, sector).is_err() => Ok(Found::None),
         found => found,
     };
     let (kind, parts, covered) = match found {
@@ -119,6 +115,45 @@ pub fn gpt_extents(t: &gpt::Gpt) -> Vec<(u64, u64)> {
         .iter()
         .map(|p| (p.first_lba * sector, p.sectors() * sector))
         .collect()
+}
+
+/// Whether LBA 0 (the first `sector` bytes of `head`) is all zeros.
+pub fn lba0_blank(head: &[u8], sector: u64) -> bool {
+    head.get(..sector as usize)
+        .is_some_and(|b| b.iter().all(|&x| x == 0))
+}
+
+/// Whether LBA 0 is a protective MBR: one partition entry, of type 0xEE.
+pub fn lba0_protective(head: &[u8]) -> bool {
+    matches!(gpt::mbr_partitions(head).as_slice(), [p] if p.kind == 0xEE)
+}
+
+/// `Ok` when the start of the disk holds nothing a table write could destroy: LBA 0 blank or a
+/// protective MBR, LBA 1 blank or a GPT header, and no signature [`signatures::probe`] knows
+/// other than a partition table's own. `Err` names what was found.
+pub fn start_holds_only_a_table(head: &[u8], sector: u64) -> Result<(), String> {
+    if !lba0_blank(head, sector) && !lba0_protective(head) {
+        return Err(if gpt::mbr_partitions(head).is_empty() {
+            "LBA 0 holds data (not a protective MBR)".to_string()
+        } else {
+            "LBA 0 holds an MBR partition table".to_string()
+        });
+    }
+    let s = sector as usize;
+    let lba1 = head.get(s..2 * s).unwrap_or_default();
+    if !lba1.iter().all(|&b| b == 0) && !gpt::has_signature(head, sector) {
+        return Err("LBA 1 holds data (not a GPT header)".into());
+    }
+    match signatures::probe(head) {
+        Some(sig) if !matches!(sig.kind, "gpt" | "dos") => Err(format!(
+            "the disk holds {} at its start{}",
+            sig.kind,
+            sig.uuid
+                .map(|u| format!(" (UUID {})", signatures::uuid_string(&u)))
+                .unwrap_or_default()
+        )),
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! double-NUL-terminated string lists it fills in.
 //!
 //! Nothing here calls the OS, so it compiles everywhere and is unit-tested on Linux; the Windows
-//! host in `crate::windows::iscsi` only moves these values in and out of the DLL.
+//! host in `csi_proxy_host::windows::iscsi` only moves these values in and out of the DLL.
 
 use csi_proxy_core::Kind;
 use csi_proxy_core::iscsi::{AuthType, Chap, TargetPortal};

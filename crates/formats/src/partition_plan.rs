@@ -13,8 +13,8 @@
 //! LBA 1 blank or a GPT header, and nothing [`signatures::probe`] knows in the bytes it reads).
 //! A whole-disk filesystem that still carries an old backup table at the end fails that test.
 
+use crate::disk_layout::{self as layout, lba0_blank, lba0_protective, start_holds_only_a_table};
 use crate::gpt::{self, Found, Gpt, GptError, Partition};
-use crate::layout;
 use crate::signatures;
 
 /// What PartitionDisk does to a disk.
@@ -207,44 +207,6 @@ pub fn table_to_grow(head: &[u8], tail: &[u8], sector: u64, total: u64) -> Resul
 }
 
 /// Whether the disk's first `sector` bytes are all zero.
-fn lba0_blank(head: &[u8], sector: u64) -> bool {
-    head.get(..sector as usize)
-        .is_some_and(|b| b.iter().all(|&x| x == 0))
-}
-
-/// Whether LBA 0 is a protective MBR: one partition entry, of type 0xEE.
-fn lba0_protective(head: &[u8]) -> bool {
-    matches!(gpt::mbr_partitions(head).as_slice(), [p] if p.kind == 0xEE)
-}
-
-/// `Ok` when the start of the disk holds nothing a table write could destroy: LBA 0 blank or a
-/// protective MBR, LBA 1 blank or a GPT header, and no signature [`signatures::probe`] knows
-/// other than a partition table's own. `Err` names what was found.
-pub(crate) fn start_holds_only_a_table(head: &[u8], sector: u64) -> Result<(), String> {
-    if !lba0_blank(head, sector) && !lba0_protective(head) {
-        return Err(if gpt::mbr_partitions(head).is_empty() {
-            "LBA 0 holds data (not a protective MBR)".to_string()
-        } else {
-            "LBA 0 holds an MBR partition table".to_string()
-        });
-    }
-    let s = sector as usize;
-    let lba1 = head.get(s..2 * s).unwrap_or_default();
-    if !lba1.iter().all(|&b| b == 0) && !gpt::has_signature(head, sector) {
-        return Err("LBA 1 holds data (not a GPT header)".into());
-    }
-    match signatures::probe(head) {
-        Some(sig) if !matches!(sig.kind, "gpt" | "dos") => Err(format!(
-            "the disk holds {} at its start{}",
-            sig.kind,
-            sig.uuid
-                .map(|u| format!(" (UUID {})", signatures::uuid_string(&u)))
-                .unwrap_or_default()
-        )),
-        _ => Ok(()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

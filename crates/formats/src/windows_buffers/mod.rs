@@ -3,7 +3,7 @@
 //! Everything here works on byte buffers laid out as Microsoft documents them (the buffers
 //! `DeviceIoControl` and `GetSystemFirmwareTable` fill in) and on plain values, with no OS call
 //! and no `windows` crate, so it compiles on every platform and is unit-tested on Linux with byte
-//! fixtures. The Windows hosts in `crate::windows` only move these buffers in and out of the OS.
+//! fixtures. The Windows hosts in `csi_proxy_host::windows` only move these buffers in and out of the OS.
 
 mod bytes;
 pub mod ioctl;
