@@ -8,6 +8,7 @@
 #     install         apt packages, rustup components and the Windows target (skipped if present)
 #     wine-setup      wine prefix with the bcryptprimitives.dll shim (scripts/wine-setup.sh)
 #     fmt             cargo fmt --all -- --check
+#     docs            every relative link in the Markdown files leads somewhere (scripts/check-links.py)
 #     clippy          cargo clippy --workspace --all-targets -- -D warnings
 #     clippy-windows  the same for --target x86_64-pc-windows-gnu
 #     test            cargo test --workspace (Linux; as root, with loop devices and mounts)
@@ -53,7 +54,7 @@ APT_PACKAGES=(
 # Installed without their recommends: lvm2's and bcache-tools' pull in an initramfs generator
 # no test uses.
 APT_NO_RECOMMENDS=(cryptsetup-bin lvm2 f2fs-tools dosfstools exfatprogs ntfs-3g nilfs-tools bcache-tools)
-ALL_STEPS=(install wine-setup fmt clippy clippy-windows test test-windows manifests fuzz-smoke)
+ALL_STEPS=(install wine-setup fmt docs clippy clippy-windows test test-windows manifests fuzz-smoke)
 
 usage() { sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; }
 
@@ -138,6 +139,10 @@ step_wine_setup() {
 
 step_fmt() {
     cargo fmt --all -- --check
+}
+
+step_docs() {
+    python3 "$ROOT/scripts/check-links.py"
 }
 
 step_clippy() {
