@@ -310,6 +310,14 @@ pub fn filesystem_bytes(buf: &[u8]) -> Option<u64> {
     }
 }
 
+/// The ID of the device a btrfs superblock belongs to within its filesystem (`dev_item.devid`,
+/// the first field of the `dev_item` at +0xc9 of the superblock at 64 KiB): what
+/// `BTRFS_IOC_RESIZE` names the device to grow by. `None` when `buf` holds no btrfs.
+pub fn btrfs_devid(buf: &[u8]) -> Option<u64> {
+    const SB: usize = 65536;
+    (probe(buf)?.kind == "btrfs").then(|| le64(buf, SB + 0xc9))
+}
+
 /// A filesystem UUID as text (`8-4-4-4-12`, lowercase, bytes in order).
 pub fn uuid_string(u: &[u8; 16]) -> String {
     uuid::Uuid::from_bytes(*u).to_string()

@@ -12,7 +12,7 @@ mod scsi;
 mod state;
 mod tools;
 
-use super::os::{At, Blkpg, LinuxOs, MountFlags, MountOf, Open, Ran, Space};
+use super::os::{At, Blkpg, LinuxOs, MountFlags, MountOf, Open, Ran, Space, XfsGeometry};
 use crate::signatures;
 use state::{Disk, Handle, Mount, Part, State};
 use std::collections::HashMap;
@@ -37,6 +37,8 @@ const ELOOP: i32 = 40;
 /// EUCLEAN, "Structure needs cleaning" (the kernel's EFSCORRUPTED).
 const EUCLEAN: i32 = 117;
 const ENXIO: i32 = 6;
+const ENODEV: i32 = 19;
+const ENOTTY: i32 = 25;
 
 /// The fake Linux (see the module documentation).
 #[derive(Debug, Default)]
@@ -543,6 +545,7 @@ impl LinuxOs for FakeLinux {
             return Ok(Space {
                 total: 1 << 30,
                 free: 1 << 29,
+                block: 4096,
             });
         };
         let (i, start, _) = s.extent(&Handle::Device {
@@ -554,6 +557,7 @@ impl LinuxOs for FakeLinux {
         Ok(Space {
             total: u.total_bytes,
             free: u.free_bytes,
+            block: 4096,
         })
     }
 
@@ -568,6 +572,26 @@ impl LinuxOs for FakeLinux {
             root: Some(m.point == path),
             dev: m.dev,
         })
+    }
+
+    fn xfs_geometry(&self, fd: u64) -> io::Result<XfsGeometry> {
+        let mut s = self.record(format!("xfs_geometry {fd}"));
+        tools::xfs_geometry(&mut s, fd)
+    }
+
+    fn xfs_grow_data(&self, fd: u64, blocks: u64, imaxpct: u32) -> io::Result<()> {
+        let mut s = self.record(format!("xfs_grow_data {fd} {blocks} {imaxpct}"));
+        tools::grow_mounted(&mut s, fd, "xfs", blocks)
+    }
+
+    fn ext4_resize(&self, fd: u64, blocks: u64) -> io::Result<()> {
+        let mut s = self.record(format!("ext4_resize {fd} {blocks}"));
+        tools::grow_mounted(&mut s, fd, "ext4", blocks)
+    }
+
+    fn btrfs_grow_device(&self, fd: u64, devid: u64) -> io::Result<()> {
+        let mut s = self.record(format!("btrfs_grow_device {fd} {devid}"));
+        tools::grow_mounted(&mut s, fd, "btrfs", devid)
     }
 
     fn fd_path(&self, fd: u64) -> io::Result<PathBuf> {

@@ -5,6 +5,7 @@
 //! without a terminal; blkid(8) exits 2 when it finds nothing.
 
 use super::{State, errno};
+use crate::linux::os::XfsGeometry;
 use crate::signatures;
 use std::io;
 
@@ -230,6 +231,67 @@ fn grow(s: &mut State, program: &str, args: &[&str]) -> io::Result<Ran> {
         }
     }
     Ok(ran(0, "", ""))
+}
+
+/// The device (disk index, start, length) of the mounted filesystem an open directory is on,
+/// and its first bytes.
+fn mounted_device(s: &State, fd: u64) -> io::Result<((usize, u64, u64), Vec<u8>)> {
+    let super::Handle::Dir(dir) = s.handle(fd)? else {
+        return Err(errno(super::ENOTTY));
+    };
+    let m = s.mount_holding(&dir).ok_or_else(|| errno(super::ENOTTY))?;
+    let dev = device(s, &m.source).ok_or_else(|| errno(super::ENOTTY))?;
+    Ok((dev, head(s, dev)))
+}
+
+/// `XFS_IOC_FSGEOMETRY_V1` as the kernel answers it: from the mounted xfs's superblock;
+/// ENOTTY on any other filesystem.
+pub(super) fn xfs_geometry(s: &mut State, fd: u64) -> io::Result<XfsGeometry> {
+    let (_, head) = mounted_device(s, fd)?;
+    if signatures::probe(&head).map(|sig| sig.kind) != Some("xfs") {
+        return Err(errno(super::ENOTTY));
+    }
+    let be = |at: usize, n: usize| head[at..at + n].iter().fold(0u64, |v, b| v << 8 | *b as u64);
+    Ok(XfsGeometry {
+        block_size: be(4, 4) as u32,
+        data_blocks: be(8, 8),
+        imaxpct: 25,
+    })
+}
+
+/// The grow ioctls on a mounted filesystem of `kind`: xfs and ext4 to `arg` blocks (EINVAL
+/// past the device or below the current size, as the kernel answers), btrfs's device `arg`
+/// to fill its device (ENODEV for another devid); ENOTTY on another filesystem.
+pub(super) fn grow_mounted(s: &mut State, fd: u64, kind: &str, arg: u64) -> io::Result<()> {
+    let (dev, head) = mounted_device(s, fd)?;
+    let found = signatures::probe(&head).map(|sig| sig.kind);
+    let fs_blocks = signatures::filesystem_bytes(&head).unwrap_or(0) / BLOCK;
+    match (kind, found) {
+        ("xfs", Some("xfs")) | ("ext4", Some("ext2" | "ext3" | "ext4")) => {
+            if arg > dev.2 / BLOCK || arg < fs_blocks {
+                return Err(errno(super::EINVAL));
+            }
+            if kind == "xfs" {
+                let mut sb = head[..512].to_vec();
+                set_xfs_blocks(&mut sb, arg);
+                put(s, dev, 0, &sb)
+            } else {
+                let mut sb = head[EXT as usize..EXT as usize + 1024].to_vec();
+                set_ext4_blocks(&mut sb, arg);
+                put(s, dev, EXT, &sb)
+            }
+        }
+        ("btrfs", Some("btrfs")) => {
+            const SB: usize = 65536;
+            let devid = u64::from_le_bytes(head[SB + 0xc9..SB + 0xd1].try_into().unwrap_or_default());
+            if devid != arg {
+                return Err(errno(super::ENODEV));
+            }
+            let total = dev.2 / BLOCK * BLOCK;
+            put(s, dev, SB as u64 + 0x70, &total.to_le_bytes())
+        }
+        _ => Err(errno(super::ENOTTY)),
+    }
 }
 
 /// e2fsck: a filesystem a killed resize2fs left is repaired only by `-y`; `-p` stops at it.
