@@ -7,8 +7,8 @@
 mod common;
 
 use common::{
-    Daemon, DiskClient, LoopDisk, VolumeClient, mounts_under, partition_one,
-    spawn_format, v1_clients, volumes_on, wait_for_child,
+    Daemon, DiskClient, LoopDisk, VolumeClient, mounts_under, partition_one, spawn_format,
+    v1_clients, volumes_on, wait_for_child,
 };
 use csi_proxy_api::disk::v1 as d1;
 use csi_proxy_api::volume::v1;

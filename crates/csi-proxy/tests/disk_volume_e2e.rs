@@ -359,7 +359,10 @@ async fn btrfs_grows_mounted_and_unmounted() {
     c.rescan().await;
     c.resize(&id, 0).await.unwrap();
     let (offline, _) = c.stats(&id).await;
-    assert!(offline > online + 150 * MIB, "unmounted: {online} -> {offline}");
+    assert!(
+        offline > online + 150 * MIB,
+        "unmounted: {online} -> {offline}"
+    );
     common::run("btrfs", &["check", "--readonly", &part_s]);
     c.mount(&id, &stage).await.unwrap();
     assert_eq!(

@@ -239,8 +239,18 @@ fn zfs_end_labels(dev: &Path, _: &Path) -> Result<(), String> {
     // nvs header (XDR, little-endian writer), nvlist version 0, NV_UNIQUE_NAME.
     let mut config = vec![1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
     pair(&mut config, "version", 8, &5000u64.to_be_bytes());
-    pair(&mut config, "name", 9, &[&4u32.to_be_bytes()[..], b"tank"].concat());
-    pair(&mut config, "pool_guid", 8, &0x0123_4567_89ab_cdefu64.to_be_bytes());
+    pair(
+        &mut config,
+        "name",
+        9,
+        &[&4u32.to_be_bytes()[..], b"tank"].concat(),
+    );
+    pair(
+        &mut config,
+        "pool_guid",
+        8,
+        &0x0123_4567_89ab_cdefu64.to_be_bytes(),
+    );
     config.extend_from_slice(&[0; 8]);
     let aligned = len_of(dev) & !((256 << 10) - 1);
     for label in [aligned - (512 << 10), aligned - (256 << 10)] {

@@ -263,7 +263,10 @@ async fn a_fifo_swapped_in_for_the_mount_point_never_blocks_the_disk() {
         assert!(moved, "{code:?}: {msg}");
     }
     assert!(swaps > 0);
-    assert!(grown > 0, "no ResizeVolume reached the filesystem during the race");
+    assert!(
+        grown > 0,
+        "no ResizeVolume reached the filesystem during the race"
+    );
 
     // The disk still answers: nothing holds its lock.
     let mounted_at = [a.join("mnt"), b.join("mnt")]

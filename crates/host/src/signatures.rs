@@ -515,7 +515,11 @@ mod tests {
             assert_eq!(probe(&b).map(|s| s.kind), Some("zfs_member"), "{label}");
             // An uberblock alone in label 1's ring too.
             let mut b = blank();
-            put(&mut b, label + (128 << 10) + 3 * 1024, &0x00bab10cu64.to_be_bytes());
+            put(
+                &mut b,
+                label + (128 << 10) + 3 * 1024,
+                &0x00bab10cu64.to_be_bytes(),
+            );
             assert_eq!(probe(&b).map(|s| s.kind), Some("zfs_member"), "{label}");
         }
         let len: u64 = (100 << 20) + (100 << 10) + 512; // not a multiple of 256 KiB

@@ -428,26 +428,13 @@ impl LinuxOs for SystemLinux {
         .map_err(io::Error::from)
     }
 
-    fn fd_path(&self, fd: u64) -> io::Result<PathBuf> {
-        Ok(PathBuf::from(format!(
-            "/proc/self/fd/{}",
-            self.file(fd)?.as_raw_fd()
-        )))
-    }
-
     fn random16(&self) -> io::Result<[u8; 16]> {
         let mut b = [0u8; 16];
         File::open("/dev/urandom")?.read_exact(&mut b)?;
         Ok(b)
     }
 
-    fn run(
-        &self,
-        program: &str,
-        args: &[&str],
-        limit: Option<Duration>,
-        inherit: Option<u64>,
-    ) -> io::Result<Ran> {
+    fn run(&self, program: &str, args: &[&str], limit: Option<Duration>) -> io::Result<Ran> {
         let mut cmd = Command::new(program);
         cmd.args(args)
             .stdin(Stdio::null())
@@ -455,23 +442,6 @@ impl LinuxOs for SystemLinux {
             .stderr(Stdio::piped())
             .env("LC_ALL", "C");
         super::tool::child_setup(&mut cmd);
-        // Held open until the tool is done.
-        let kept = inherit.map(|fd| self.file(fd)).transpose()?;
-        if let Some(f) = &kept {
-            let raw = f.as_raw_fd();
-            // SAFETY: between fork and exec the closure makes one fcntl(2) (async-signal-safe)
-            // on `raw`, which the parent keeps open (`kept`) until the child has exec'd.
-            unsafe {
-                use std::os::unix::process::CommandExt;
-                cmd.pre_exec(move || {
-                    // fcntl(F_SETFD, 0): the descriptor, opened O_CLOEXEC, survives this exec
-                    // only (the parent's copy keeps the flag, so no other child gets it).
-                    let fd = rustix::fd::BorrowedFd::borrow_raw(raw);
-                    rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())
-                        .map_err(io::Error::from)
-                });
-            }
-        }
         let done = super::tool::finish(cmd.spawn()?, limit)?;
         Ok(Ran {
             code: done.status.code(),

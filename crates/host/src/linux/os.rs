@@ -196,23 +196,12 @@ pub trait LinuxOs: Send + Sync {
     /// `BTRFS_IOC_RESIZE` with `<devid>:max` on an open file of a mounted btrfs: its device
     /// `devid` grows to fill that device.
     fn btrfs_grow_device(&self, fd: u64, devid: u64) -> io::Result<()>;
-    /// A path naming the open file itself (`/proc/self/fd/N`, proc(5)), for a tool started by
-    /// [`LinuxOs::run`] with `inherit` set to it: the tool opens the file held, never a path
-    /// looked up again.
-    fn fd_path(&self, fd: u64) -> io::Result<PathBuf>;
     /// 16 bytes from the kernel's random generator (`/dev/urandom`).
     fn random16(&self) -> io::Result<[u8; 16]>;
     /// Starts `program` with `args` (`LC_ALL=C`, no input, dying with the daemon) and waits for
     /// it, for at most `limit`: `TimedOut` past it (the tool is then killed), `NotFound` when it
-    /// is not installed. With `inherit`, that open file stays open in the tool under the same
-    /// number, so [`LinuxOs::fd_path`] names it there too.
-    fn run(
-        &self,
-        program: &str,
-        args: &[&str],
-        limit: Option<Duration>,
-        inherit: Option<u64>,
-    ) -> io::Result<Ran>;
+    /// is not installed.
+    fn run(&self, program: &str, args: &[&str], limit: Option<Duration>) -> io::Result<Ran>;
     /// Waits while the kernel catches up (devtmpfs nodes, a busy unmount).
     fn sleep(&self, d: Duration);
 }
@@ -313,11 +302,6 @@ impl Fd {
     /// See [`LinuxOs::btrfs_grow_device`].
     pub fn btrfs_grow_device(&self, devid: u64) -> io::Result<()> {
         self.os.btrfs_grow_device(self.raw, devid)
-    }
-
-    /// See [`LinuxOs::fd_path`].
-    pub fn path(&self) -> io::Result<PathBuf> {
-        self.os.fd_path(self.raw)
     }
 
     /// See [`LinuxOs::dir_is_empty`].

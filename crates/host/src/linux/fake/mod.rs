@@ -594,12 +594,6 @@ impl LinuxOs for FakeLinux {
         tools::grow_mounted(&mut s, fd, "btrfs", devid)
     }
 
-    fn fd_path(&self, fd: u64) -> io::Result<PathBuf> {
-        let s = self.record(format!("fd_path {fd}"));
-        s.handle(fd)?;
-        Ok(PathBuf::from(format!("/proc/self/fd/{fd}")))
-    }
-
     fn random16(&self) -> io::Result<[u8; 16]> {
         let mut s = self.record("random16".into());
         s.random = s.random.wrapping_add(1);
@@ -608,28 +602,8 @@ impl LinuxOs for FakeLinux {
         Ok(b)
     }
 
-    fn run(
-        &self,
-        program: &str,
-        args: &[&str],
-        limit: Option<Duration>,
-        inherit: Option<u64>,
-    ) -> io::Result<Ran> {
+    fn run(&self, program: &str, args: &[&str], limit: Option<Duration>) -> io::Result<Ran> {
         let mut s = self.record(format!("run {program} {}", args.join(" ")));
-        // The tool opens an inherited descriptor's /proc/self/fd path: the directory held.
-        let held = match inherit.map(|fd| (fd, s.handle(fd))) {
-            Some((fd, Ok(Handle::Dir(dir)))) => Some((format!("/proc/self/fd/{fd}"), dir)),
-            _ => None,
-        };
-        let args: Vec<String> = args
-            .iter()
-            .map(|a| match &held {
-                Some((name, dir)) if a == name => dir.to_string_lossy().into_owned(),
-                _ => a.to_string(),
-            })
-            .collect();
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let args = &args[..];
         if s.hanging.remove(program) {
             // Killed at its limit, as the real seam does; without one it would run for ever.
             assert!(

@@ -296,7 +296,10 @@ fn xfs_is_grown_on_a_private_temporary_mount() {
         .filter(|c| c.starts_with("xfs_grow_data "))
         .collect();
     assert_eq!(grow.len(), 1);
-    assert!(grow[0].starts_with(&format!("xfs_grow_data {fd} ")), "{grow:?}");
+    assert!(
+        grow[0].starts_with(&format!("xfs_grow_data {fd} ")),
+        "{grow:?}"
+    );
     assert!(calls.iter().position(|c| c == grow[0]) > Some(held));
     assert_eq!(n.count("make_private"), 1);
     assert_eq!(

@@ -117,7 +117,7 @@ pub(super) fn run(s: &mut State, program: &str, args: &[&str]) -> io::Result<Ran
         {
             ran(1, "", "Please run 'e2fsck -f /dev/x' first.")
         }
-        "resize2fs" | "xfs_growfs" => grow(s, program, args)?,
+        "resize2fs" => resize2fs(s, args)?,
         "e2fsck" => e2fsck(s, args),
         "blkid" => blkid(s, args),
         _ => return Err(errno(super::ENOENT)), // not installed
@@ -184,52 +184,26 @@ fn mkfs(s: &mut State, program: &str, args: &[&str], killed: bool) -> io::Result
     Ok(ran(0, "", ""))
 }
 
-/// resize2fs on a device node, xfs_growfs on a mount point: the filesystem grows to fill its
-/// device.
-fn grow(s: &mut State, program: &str, args: &[&str]) -> io::Result<Ran> {
-    let arg = args.last().copied().unwrap_or_default();
-    let node = if program == "xfs_growfs" {
-        match s.mounts.iter().rev().find(|m| m.point.as_os_str() == arg) {
-            Some(m) => m.source.clone(),
-            None => {
-                return Ok(ran(
-                    1,
-                    "",
-                    &format!("xfs_growfs: {arg} is not a mounted XFS filesystem"),
-                ));
-            }
-        }
-    } else {
-        arg.to_string()
-    };
-    let Some(dev) = device(s, &node) else {
+/// resize2fs on a device node: the ext2/3/4 grows to fill its device.
+fn resize2fs(s: &mut State, args: &[&str]) -> io::Result<Ran> {
+    let node = args.last().copied().unwrap_or_default();
+    let Some(dev) = device(s, node) else {
         return Ok(ran(
             1,
             "",
-            &format!("{program}: No such file or directory while opening {node}"),
+            &format!("resize2fs: No such file or directory while opening {node}"),
         ));
     };
-    let blocks = dev.2 / BLOCK;
     let head = head(s, dev);
-    match (program, signatures::probe(&head).map(|sig| sig.kind)) {
-        ("resize2fs", Some("ext2" | "ext3" | "ext4")) => {
-            let mut sb = head[EXT as usize..EXT as usize + 1024].to_vec();
-            set_ext4_blocks(&mut sb, blocks);
-            put(s, dev, EXT, &sb)?;
-        }
-        ("xfs_growfs", Some("xfs")) => {
-            let mut sb = head[..512].to_vec();
-            set_xfs_blocks(&mut sb, blocks);
-            put(s, dev, 0, &sb)?;
-        }
-        _ => {
-            return Ok(ran(
-                1,
-                "",
-                &format!("{program}: bad magic number in super-block"),
-            ));
-        }
+    if !matches!(
+        signatures::probe(&head).map(|sig| sig.kind),
+        Some("ext2" | "ext3" | "ext4")
+    ) {
+        return Ok(ran(1, "", "resize2fs: bad magic number in super-block"));
     }
+    let mut sb = head[EXT as usize..EXT as usize + 1024].to_vec();
+    set_ext4_blocks(&mut sb, dev.2 / BLOCK);
+    put(s, dev, EXT, &sb)?;
     Ok(ran(0, "", ""))
 }
 
@@ -251,7 +225,11 @@ pub(super) fn xfs_geometry(s: &mut State, fd: u64) -> io::Result<XfsGeometry> {
     if signatures::probe(&head).map(|sig| sig.kind) != Some("xfs") {
         return Err(errno(super::ENOTTY));
     }
-    let be = |at: usize, n: usize| head[at..at + n].iter().fold(0u64, |v, b| v << 8 | *b as u64);
+    let be = |at: usize, n: usize| {
+        head[at..at + n]
+            .iter()
+            .fold(0u64, |v, b| v << 8 | *b as u64)
+    };
     Ok(XfsGeometry {
         block_size: be(4, 4) as u32,
         data_blocks: be(8, 8),
@@ -283,7 +261,8 @@ pub(super) fn grow_mounted(s: &mut State, fd: u64, kind: &str, arg: u64) -> io::
         }
         ("btrfs", Some("btrfs")) => {
             const SB: usize = 65536;
-            let devid = u64::from_le_bytes(head[SB + 0xc9..SB + 0xd1].try_into().unwrap_or_default());
+            let devid =
+                u64::from_le_bytes(head[SB + 0xc9..SB + 0xd1].try_into().unwrap_or_default());
             if devid != arg {
                 return Err(errno(super::ENODEV));
             }

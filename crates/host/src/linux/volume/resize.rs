@@ -262,9 +262,8 @@ impl LinuxVolumeHost {
                 grow_mounted(op, vol, sig, buf, root)
             }
             ("ext2" | "ext3" | "ext4", None) => self.resize2fs_offline(op, vol),
-            ("xfs" | "btrfs", None) => self.with_temporary_mount(op, vol, sig, |root| {
-                grow_mounted(op, vol, sig, buf, root)
-            }),
+            ("xfs" | "btrfs", None) => self
+                .with_temporary_mount(op, vol, sig, |root| grow_mounted(op, vol, sig, buf, root)),
             (other, _) => Err(Error::new(
                 Kind::FailedPrecondition,
                 op,
