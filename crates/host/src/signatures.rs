@@ -219,7 +219,7 @@ fn zfs_config_names_a_guid(phys: &[u8]) -> bool {
         let Some(pair) = phys.get(at..at.saturating_add(size)) else {
             return false;
         };
-        if size % 4 != 0 || size < 20 {
+        if !size.is_multiple_of(4) || size < 20 {
             return false;
         }
         let name_len = be32(pair, 8) as usize;
