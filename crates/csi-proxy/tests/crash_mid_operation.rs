@@ -248,7 +248,7 @@ async fn sigkill_while_an_xfs_grows_on_a_private_mount_then_retry_succeeds() {
             .filter(|p| p != private)
             .collect()
     };
-    assert_eq!(temporary(&private), [left.clone()]);
+    assert_eq!(temporary(&private), std::slice::from_ref(&left));
     d.restart();
     assert_eq!(
         temporary(&private),
