@@ -220,6 +220,45 @@ fn zfs(dev: &Path, _: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// ZFS's labels 2 and 3 alone (the last 512 KiB of the length rounded down to 256 KiB), each
+/// with only its configuration: an XDR nvlist at +16 KiB naming the pool and its GUID.
+fn zfs_end_labels(dev: &Path, _: &Path) -> Result<(), String> {
+    fn pair(out: &mut Vec<u8>, name: &str, kind: u32, value: &[u8]) {
+        let mut p = (name.len() as u32).to_be_bytes().to_vec();
+        p.extend_from_slice(name.as_bytes());
+        p.resize(p.len().div_ceil(4) * 4, 0);
+        p.extend_from_slice(&kind.to_be_bytes());
+        p.extend_from_slice(&1u32.to_be_bytes());
+        p.extend_from_slice(value);
+        p.resize(p.len().div_ceil(4) * 4, 0);
+        let size = (p.len() as u32 + 8).to_be_bytes();
+        out.extend_from_slice(&size);
+        out.extend_from_slice(&size);
+        out.extend_from_slice(&p);
+    }
+    // nvs header (XDR, little-endian writer), nvlist version 0, NV_UNIQUE_NAME.
+    let mut config = vec![1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+    pair(&mut config, "version", 8, &5000u64.to_be_bytes());
+    pair(
+        &mut config,
+        "name",
+        9,
+        &[&4u32.to_be_bytes()[..], b"tank"].concat(),
+    );
+    pair(
+        &mut config,
+        "pool_guid",
+        8,
+        &0x0123_4567_89ab_cdefu64.to_be_bytes(),
+    );
+    config.extend_from_slice(&[0; 8]);
+    let aligned = len_of(dev) & !((256 << 10) - 1);
+    for label in [aligned - (512 << 10), aligned - (256 << 10)] {
+        write_at(dev, label + (16 << 10), &config)?;
+    }
+    Ok(())
+}
+
 /// [`luks`] keyed by a key file in `dir`, as a matrix format.
 fn luks_keyed(dev: &Path, dir: &Path, version: &str) -> Result<(), String> {
     let key = dir.join("key");
@@ -403,6 +442,8 @@ async fn foreign_content_matrix_through_the_stage_sequence() {
 /// libblkid knows these formats, so only its probe of the whole disk before any table write
 /// keeps PartitionDisk from writing a table over an array member. Checked against the old code
 /// by answering "nothing found" from the blkid probe: the IMSM member was partitioned over.
+/// Also a ZFS pool member whose start was overwritten: only its labels 2 and 3 at the end are
+/// left (their configuration nvlist, no uberblock); before, the disk was partitioned over.
 #[tokio::test(flavor = "multi_thread")]
 async fn fakeraid_metadata_at_the_end_of_a_disk_is_never_partitioned_over() {
     if !can_use_loop_devices() {
@@ -417,6 +458,7 @@ async fn fakeraid_metadata_at_the_end_of_a_disk_is_never_partitioned_over() {
             common::imsm as fn(&Path, &Path) -> _,
         ),
         ("ddf", "ddf_raid_member", common::ddf),
+        ("zfs-end", "zfs_member", zfs_end_labels),
     ] {
         let l = LoopDisk::new(d.dir.path(), name, 64).unwrap();
         make(&l.dev, d.dir.path()).unwrap();

@@ -1,17 +1,17 @@
 //! A mount point swapped under the volume RPCs that act on a mounted volume (issue 34): a client
 //! mounts its own volume at `evil/a/mnt`, makes a FIFO at `evil/b/mnt` and exchanges `a` and `b`
-//! (`renameat2(RENAME_EXCHANGE)`, as fast as it can) while WriteVolumeCache and GetVolumeStats
-//! are called over and over through the real daemon's socket, on a real loop disk with a real
-//! xfs. ResizeVolume is not raced here: the daemon hands `xfs_growfs` the held root, but
-//! `xfs_growfs` looks the mount point up in the mount table itself and opens that path
-//! (strace: `openat(AT_FDCWD, "<mount point>", O_RDONLY)`), so a FIFO swapped in can still hold
-//! it; growing through XFS_IOC_FSGROWFSDATA on the held root is the fix still to come.
+//! (`renameat2(RENAME_EXCHANGE)`, as fast as it can) while WriteVolumeCache, GetVolumeStats and
+//! ResizeVolume (a step larger each time, so every call grows the filesystem) are called over
+//! and over through the real daemon's socket, on a real loop disk with a real xfs.
 //!
 //! With the mount point's path read from the mount table and opened again, WriteVolumeCache
 //! opened the FIFO within a few calls and blocked in it holding the disk's lock: every later call
-//! on the disk ran into its deadline. Now each call acts on the mount's root held open and
-//! checked to be that mount, or fails cleanly; none waits past its deadline, and the disk still
-//! answers afterwards. Needs root (loop devices, mount); skipped with the reason otherwise.
+//! on the disk ran into its deadline. ResizeVolume did the same through `xfs_growfs`, even when
+//! handed the root held open: the tool looks the mount point up in the mount table itself and
+//! opens that path (strace: `openat(AT_FDCWD, "<mount point>", O_RDONLY)`). Now each call acts
+//! on the mount's root held open and checked to be that mount (growth by the kernel's ioctl on
+//! it), or fails cleanly; none waits past its deadline, and the disk still answers afterwards.
+//! Needs root (loop devices, mount); skipped with the reason otherwise.
 #![cfg(target_os = "linux")]
 
 mod common;
@@ -33,6 +33,10 @@ const RACE: Duration = Duration::from_secs(3);
 const DEADLINE: Duration = Duration::from_secs(15);
 
 const MIB: i64 = 1 << 20;
+/// The disk's size once grown for the race (a sparse file); each ResizeVolume asks for [`STEP`]
+/// more, the least growth the daemon acts on, so that every call reaches the filesystem.
+const DISK_MIB: u64 = 8192;
+const STEP: i64 = 100 * MIB;
 
 /// A thread exchanging `evil/a` and `evil/b` until stopped.
 struct Swapper {
@@ -160,16 +164,20 @@ async fn a_fifo_swapped_in_for_the_mount_point_never_blocks_the_disk() {
     .await
     .unwrap();
     assert!(is_mounted(&mnt));
-    // Room to grow, so ResizeVolume reaches the filesystem while the race runs.
-    l.grow_to(500);
+    // Room to grow, so ResizeVolume reaches the filesystem on every call of the race.
+    l.grow_to(DISK_MIB);
     disk.rescan(d1::RescanRequest {}).await.unwrap();
 
     let mut swapper = Swapper::start(a.clone(), b.clone());
     let start = Instant::now();
     let (mut calls, mut ok, mut hung) = (0u32, 0u32, Vec::new());
     let mut failed: Vec<(Code, String)> = Vec::new();
+    // The disk's size before it grew: more than the partition, so every call grows.
+    let (mut size, mut grown) = (400 * MIB, 0u32);
+    let first_size = stats_total(&mut vol, &id).await;
     'race: while start.elapsed() < RACE {
         let v = id.clone();
+        size = (size + STEP).min(DISK_MIB as i64 * MIB - 2 * MIB);
         let limit = DEADLINE + Duration::from_secs(5);
         let answers = [
             (
@@ -199,12 +207,31 @@ async fn a_fifo_swapped_in_for_the_mount_point_never_blocks_the_disk() {
                     Ok(Ok(r)) => {
                         let total = r.into_inner().total_bytes;
                         assert!(
-                            total > 300 * MIB && total <= 500 * MIB,
+                            total > 300 * MIB && total <= DISK_MIB as i64 * MIB,
                             "GetVolumeStats answered about another filesystem: {total} bytes"
                         );
                         Answer::Ok
                     }
                     other => answer(other),
+                },
+            ),
+            (
+                "ResizeVolume",
+                match answer(
+                    tokio::time::timeout(
+                        limit,
+                        vol.resize_volume(timed(vol1::ResizeVolumeRequest {
+                            volume_id: v.clone(),
+                            size_bytes: size,
+                        })),
+                    )
+                    .await,
+                ) {
+                    Answer::Ok => {
+                        grown += 1;
+                        Answer::Ok
+                    }
+                    other => other,
                 },
             ),
         ];
@@ -224,20 +251,22 @@ async fn a_fifo_swapped_in_for_the_mount_point_never_blocks_the_disk() {
     release_readers(&a.join("mnt"));
     release_readers(&b.join("mnt"));
     eprintln!(
-        "{calls} calls during {swaps} swaps: {ok} acted on the volume, {} failed cleanly, {} hung",
+        "{calls} calls during {swaps} swaps: {ok} acted on the volume ({grown} grew it), {} failed cleanly, {} hung",
         failed.len(),
         hung.len()
     );
     assert!(hung.is_empty(), "calls ran into their deadline: {hung:?}");
-    // A clean failure: the mount point no longer led to the mount when the daemon opened it,
-    // or xfs_growfs, given the mount's root held open, could not match it with the mount table
-    // while its path was moving (it then did nothing).
+    // The only clean failure: the mount point no longer led to the mount when the daemon
+    // opened it (nothing was done through it).
     for (code, msg) in &failed {
         let moved = *code == Code::Aborted && msg.contains("mount point changed");
-        let tool = msg.starts_with("ResizeVolume") && msg.contains("is not a mounted XFS");
-        assert!(moved || tool, "{code:?}: {msg}");
+        assert!(moved, "{code:?}: {msg}");
     }
     assert!(swaps > 0);
+    assert!(
+        grown > 0,
+        "no ResizeVolume reached the filesystem during the race"
+    );
 
     // The disk still answers: nothing holds its lock.
     let mounted_at = [a.join("mnt"), b.join("mnt")]
@@ -265,10 +294,26 @@ async fn a_fifo_swapped_in_for_the_mount_point_never_blocks_the_disk() {
         .unwrap()
         .into_inner();
     assert!(stats.total_bytes > 300 * MIB, "{stats:?}");
+    // What the race's successful calls grew is the volume's own filesystem.
+    assert!(
+        stats.total_bytes > first_size,
+        "{stats:?}, {first_size} before"
+    );
     vol.unmount_volume(vol1::UnmountVolumeRequest {
         volume_id: id,
         target_path: mounted_at.display().to_string(),
     })
     .await
     .unwrap();
+}
+
+/// The volume's filesystem size (GetVolumeStats).
+async fn stats_total(vol: &mut VolumeClient<tonic::transport::Channel>, id: &str) -> i64 {
+    vol.get_volume_stats(timed(vol1::GetVolumeStatsRequest {
+        volume_id: id.into(),
+    }))
+    .await
+    .unwrap()
+    .into_inner()
+    .total_bytes
 }

@@ -4,9 +4,8 @@
 //! Used for data safety: anything recognised here is never formatted over. Offsets and magic
 //! numbers are the ones each format documents (and the ones `blkid` checks).
 
-/// Bytes to read from the start of a device for [`probe`] (covers the ZFS uberblock ring at
-/// 128 KiB of label 0).
-pub const PROBE_LEN: usize = 256 << 10;
+/// Bytes to read from the start of a device for [`probe`]: ZFS's labels 0 and 1, 256 KiB each.
+pub const PROBE_LEN: usize = 512 << 10;
 
 /// What was found on a device.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,13 +161,9 @@ pub fn probe(buf: &[u8]) -> Option<Signature> {
     if at(buf, 32769, b"CD001") {
         return Some(sig("iso9660", Some("iso9660"), None));
     }
-    // ZFS label 0: uberblock ring of 1 KiB slots at 128 KiB, magic 0x00bab10c in either order.
-    for slot in 0..128 {
-        let off = (128 << 10) + slot * 1024;
-        let m = le64(buf, off);
-        if m == 0x00ba_b10c || m == 0x0cb1_ba00_0000_0000 {
-            return Some(sig("zfs_member", None, None));
-        }
+    // ZFS labels 0 and 1 (a pool member, imported or not, destroyed or a spare).
+    if [0, ZFS_LABEL].into_iter().any(|at| zfs_label_at(buf, at)) {
+        return Some(sig("zfs_member", None, None));
     }
     for sector in [512usize, 4096] {
         if at(buf, sector, b"EFI PART") {
@@ -182,15 +177,79 @@ pub fn probe(buf: &[u8]) -> Option<Signature> {
 }
 
 /// Bytes to read from the end of a device for [`probe_tail`]: md's 0.90 superblock lies
-/// between 64 and 128 KiB before the end.
-pub const TAIL_PROBE_LEN: usize = 128 << 10;
+/// between 64 and 128 KiB before the end, ZFS's labels 2 and 3 in the last 512 KiB of the
+/// device's length rounded down to 256 KiB.
+pub const TAIL_PROBE_LEN: usize = 768 << 10;
+
+/// The size of a ZFS vdev label; a vdev keeps four, two at its start and two at its end.
+const ZFS_LABEL: usize = 256 << 10;
+
+/// Whether a ZFS vdev label starts at `at` of `buf`: its configuration nvlist (at +16 KiB, XDR,
+/// naming the vdev's or the pool's GUID) or an uberblock (magic 0x00bab10c, in either byte
+/// order, in the ring of 1 KiB slots at +128 KiB). A label outside `buf` is not found.
+fn zfs_label_at(buf: &[u8], at: usize) -> bool {
+    let Some(label) = buf.get(at..at.saturating_add(ZFS_LABEL)) else {
+        return false;
+    };
+    let ring = (0..128).any(|slot| {
+        let m = le64(label, (128 << 10) + slot * 1024);
+        m == 0x00ba_b10c || m == 0x0cb1_ba00_0000_0000
+    });
+    ring || zfs_config_names_a_guid(&label[16 << 10..128 << 10])
+}
+
+/// Whether `phys` (a label's `vdev_phys` area) starts with an XDR-packed nvlist holding a
+/// `guid` or `pool_guid` uint64, as every label of a pool member or spare does. Bounded: at
+/// most [`ZFS_MAX_PAIRS`] pairs, each skipped by the size it states, which must lie inside
+/// `phys`; anything malformed is no label.
+fn zfs_config_names_a_guid(phys: &[u8]) -> bool {
+    // nvs_header_t: encoding 1 (NV_ENCODE_XDR), endian 0 or 1, two reserved bytes; then the
+    // XDR nvlist: version 0, flags; then the pairs.
+    if phys.len() < 12 || phys[0] != 1 || phys[1] > 1 || be32(phys, 4) != 0 {
+        return false;
+    }
+    let mut at = 12usize;
+    for _ in 0..ZFS_MAX_PAIRS {
+        // A pair: encoded size, decoded size, name (length, bytes padded to 4), type, count,
+        // value. Two zero sizes end the list.
+        let size = be32(phys, at) as usize;
+        if size == 0 {
+            return false;
+        }
+        let Some(pair) = phys.get(at..at.saturating_add(size)) else {
+            return false;
+        };
+        if !size.is_multiple_of(4) || size < 20 {
+            return false;
+        }
+        let name_len = be32(pair, 8) as usize;
+        let Some(name) = pair.get(12..12usize.saturating_add(name_len)) else {
+            return false;
+        };
+        let after_name = 12 + name_len.div_ceil(4) * 4;
+        // DATA_TYPE_UINT64 is 8, with one element.
+        if matches!(name, b"guid" | b"pool_guid")
+            && be32(pair, after_name) == 8
+            && be32(pair, after_name + 4) == 1
+            && pair.len() >= after_name + 16
+        {
+            return true;
+        }
+        at += size;
+    }
+    false
+}
+
+/// The most nvlist pairs [`zfs_config_names_a_guid`] reads; a label's top level has about 15.
+const ZFS_MAX_PAIRS: usize = 64;
 
 /// md RAID superblock magic (`MD_SB_MAGIC`), little-endian in 1.x and on x86 0.90 members.
 const MD_MAGIC: u32 = 0xa92b_4efc;
 
 /// Recognises what a device keeps at its end, where [`probe`] does not look: md RAID 0.90 and
 /// 1.0 members (a 1.0 member's data starts at sector 0, and an array's first sectors may be
-/// blank) and DRBD's internal metadata. `tail` is the device's last bytes (ideally
+/// blank), ZFS's labels 2 and 3 (a pool member whose start was overwritten) and DRBD's
+/// internal metadata. `tail` is the device's last bytes (ideally
 /// [`TAIL_PROBE_LEN`]) and `device_len` its length in bytes; a shorter tail only finds what
 /// lies within it.
 pub fn probe_tail(tail: &[u8], device_len: u64) -> Option<Signature> {
@@ -231,7 +290,14 @@ pub fn metadata_at_end(tail: &[u8], device_len: u64) -> Option<(Signature, u64)>
     let raid = found090
         .or(found10)
         .map(|at| (sig("linux_raid_member", None, None), at));
-    raid.or_else(|| {
+    // ZFS labels 2 and 3: the last two 256 KiB labels of the length rounded down to 256 KiB.
+    let aligned = device_len & !(ZFS_LABEL as u64 - 1);
+    let zfs = [2u64, 1]
+        .into_iter()
+        .filter_map(|n| aligned.checked_sub(n * ZFS_LABEL as u64))
+        .find(|&abs| rel(abs).is_some_and(|o| zfs_label_at(tail, o)))
+        .map(|at| (sig("zfs_member", None, None), at));
+    raid.or(zfs).or_else(|| {
         drbd.filter(|&abs| rel(abs).is_some_and(|o| DRBD_MAGICS.contains(&be32(tail, o + 60))))
             .map(|at| (sig("drbd", None, None), at))
     })
@@ -308,6 +374,14 @@ pub fn filesystem_bytes(buf: &[u8]) -> Option<u64> {
         "xfs" => be64(buf, 8).checked_mul(u64::from(be32(buf, 4))),
         _ => Some(usage.total_bytes),
     }
+}
+
+/// The ID of the device a btrfs superblock belongs to within its filesystem (`dev_item.devid`,
+/// the first field of the `dev_item` at +0xc9 of the superblock at 64 KiB): what
+/// `BTRFS_IOC_RESIZE` names the device to grow by. `None` when `buf` holds no btrfs.
+pub fn btrfs_devid(buf: &[u8]) -> Option<u64> {
+    const SB: usize = 65536;
+    (probe(buf)?.kind == "btrfs").then(|| le64(buf, SB + 0xc9))
 }
 
 /// A filesystem UUID as text (`8-4-4-4-12`, lowercase, bytes in order).
@@ -393,6 +467,126 @@ mod tests {
         let mut t = vec![0u8; 0x8000];
         put(&mut t, 0x7000 + 60, &0x8374_026bu32.to_be_bytes());
         assert_eq!(metadata_at_end(&t, 0x8000), None);
+    }
+
+    /// An XDR nvlist as a ZFS label's `vdev_phys` starts: header, version, flags, then pairs
+    /// of (name, type, value bytes), then the two zero sizes that end it.
+    fn nvlist(pairs: &[(&str, u32, &[u8])]) -> Vec<u8> {
+        let mut out = vec![1, 1, 0, 0];
+        out.extend_from_slice(&0u32.to_be_bytes());
+        out.extend_from_slice(&1u32.to_be_bytes());
+        for (name, kind, value) in pairs {
+            let mut pair = Vec::new();
+            pair.extend_from_slice(&(name.len() as u32).to_be_bytes());
+            pair.extend_from_slice(name.as_bytes());
+            pair.resize(pair.len().div_ceil(4) * 4, 0);
+            pair.extend_from_slice(&kind.to_be_bytes());
+            pair.extend_from_slice(&1u32.to_be_bytes());
+            pair.extend_from_slice(value);
+            pair.resize(pair.len().div_ceil(4) * 4, 0);
+            let size = (pair.len() + 8) as u32;
+            out.extend_from_slice(&size.to_be_bytes());
+            out.extend_from_slice(&size.to_be_bytes());
+            out.extend_from_slice(&pair);
+        }
+        out.extend_from_slice(&[0; 8]);
+        out
+    }
+
+    fn zfs_config() -> Vec<u8> {
+        let name = [&5u32.to_be_bytes()[..], b"tank\0\0\0\0"].concat();
+        nvlist(&[
+            ("version", 8, &5000u64.to_be_bytes()),
+            ("name", 9, &name),
+            ("state", 8, &1u64.to_be_bytes()),
+            ("pool_guid", 8, &0x1234_5678_9abc_def0u64.to_be_bytes()),
+        ])
+    }
+
+    /// A pool member is found by any one of its four labels' configuration, without any
+    /// uberblock (a pool never written, or its rings wiped): labels 0 and 1 at the start,
+    /// 2 and 3 in the last 512 KiB of its length rounded down to 256 KiB.
+    #[test]
+    fn zfs_labels_are_found_by_their_configuration_at_either_end() {
+        let config = zfs_config();
+        for label in [0usize, 256 << 10] {
+            let mut b = blank();
+            put(&mut b, label + (16 << 10), &config);
+            assert_eq!(probe(&b).map(|s| s.kind), Some("zfs_member"), "{label}");
+            // An uberblock alone in label 1's ring too.
+            let mut b = blank();
+            put(
+                &mut b,
+                label + (128 << 10) + 3 * 1024,
+                &0x00bab10cu64.to_be_bytes(),
+            );
+            assert_eq!(probe(&b).map(|s| s.kind), Some("zfs_member"), "{label}");
+        }
+        let len: u64 = (100 << 20) + (100 << 10) + 512; // not a multiple of 256 KiB
+        let aligned = len & !((256 << 10) - 1);
+        let tail_start = len - TAIL_PROBE_LEN as u64;
+        for abs in [aligned - (512 << 10), aligned - (256 << 10)] {
+            let mut t = vec![0u8; TAIL_PROBE_LEN];
+            put(&mut t, (abs - tail_start) as usize + (16 << 10), &config);
+            assert_eq!(
+                metadata_at_end(&t, len).map(|(s, at)| (s.kind, at)),
+                Some(("zfs_member", abs))
+            );
+        }
+        // A label one sector off its place is not one.
+        let mut t = vec![0u8; TAIL_PROBE_LEN];
+        let abs = aligned - (256 << 10) + 512;
+        put(&mut t, (abs - tail_start) as usize + (16 << 10), &config);
+        assert_eq!(probe_tail(&t, len), None);
+    }
+
+    /// A configuration that names no GUID, or is malformed anywhere the parser looks, is no
+    /// label; no input makes it panic or read past its buffer.
+    #[test]
+    fn a_malformed_zfs_configuration_is_no_label_and_never_panics() {
+        let phys = |c: &[u8]| {
+            let mut p = vec![0u8; 112 << 10];
+            put(&mut p, 0, c);
+            zfs_config_names_a_guid(&p)
+        };
+        assert!(phys(&zfs_config()));
+        assert!(phys(&nvlist(&[("guid", 8, &7u64.to_be_bytes())])));
+        assert!(!phys(&nvlist(&[("version", 8, &5000u64.to_be_bytes())])));
+        // The GUID as a string, or as an array, is not the label's.
+        assert!(!phys(&nvlist(&[("guid", 9, &7u64.to_be_bytes())])));
+        let mut c = zfs_config();
+        c[0] = 2; // native encoding
+        assert!(!phys(&c));
+        // A pair stating a size past the area, unaligned, or too small.
+        for size in [u32::MAX, 0x7fff_fff0, 21, 4] {
+            let mut c = zfs_config();
+            put(&mut c, 12, &size.to_be_bytes());
+            assert!(!phys(&c), "{size}");
+        }
+        // A name longer than its pair.
+        let mut c = zfs_config();
+        put(&mut c, 20, &u32::MAX.to_be_bytes());
+        assert!(!phys(&c));
+        // Every truncation and a sweep of pseudo-random bytes: an answer, never a panic.
+        let c = zfs_config();
+        for n in 0..c.len() {
+            let _ = zfs_config_names_a_guid(&c[..n]);
+        }
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..2000 {
+            let mut p = c.clone();
+            for _ in 0..4 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let i = (x as usize) % p.len();
+                p[i] = (x >> 32) as u8;
+            }
+            let _ = zfs_config_names_a_guid(&p);
+        }
+        // A pair list that never ends stops at the bound.
+        let many: Vec<(&str, u32, &[u8])> = (0..200).map(|_| ("x", 8, &[0u8; 8][..])).collect();
+        assert!(!phys(&nvlist(&many)));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 const GIB: u64 = 1 << 30;
 /// The tools a kill can land in.
-const TOOLS: [&str; 4] = ["mkfs.ext4", "mkfs.xfs", "resize2fs", "xfs_growfs"];
+const TOOLS: [&str; 3] = ["mkfs.ext4", "mkfs.xfs", "resize2fs"];
 
 struct Lane {
     name: String,

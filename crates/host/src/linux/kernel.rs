@@ -5,7 +5,7 @@
     reason = "the block-device ioctls have no safe wrapper; each block says why it is sound"
 )]
 
-use super::os::{At, Blkpg, LinuxOs, MountFlags, MountOf, Open, Ran, Space};
+use super::os::{At, Blkpg, LinuxOs, MountFlags, MountOf, Open, Ran, Space, XfsGeometry};
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{self, Read};
@@ -319,6 +319,7 @@ impl LinuxOs for SystemLinux {
         Ok(Space {
             total: s.f_blocks.saturating_mul(s.f_frsize),
             free: s.f_bfree.saturating_mul(s.f_frsize),
+            block: s.f_frsize,
         })
     }
 
@@ -338,11 +339,93 @@ impl LinuxOs for SystemLinux {
         })
     }
 
-    fn fd_path(&self, fd: u64) -> io::Result<PathBuf> {
-        Ok(PathBuf::from(format!(
-            "/proc/self/fd/{}",
-            self.file(fd)?.as_raw_fd()
-        )))
+    fn xfs_geometry(&self, fd: u64) -> io::Result<XfsGeometry> {
+        // ioctl_xfs_fsgeometry(2): `XFS_IOC_FSGEOMETRY_V1` is `_IOR('X', 100, struct
+        // xfs_fsop_geom_v1)`; the oldest form, answered by every kernel, and holding all that
+        // growing needs.
+        const XFS_IOC_FSGEOMETRY_V1: rustix::ioctl::Opcode =
+            rustix::ioctl::opcode::read::<XfsFsopGeomV1>(b'X', 100);
+        let f = self.file(fd)?;
+        // SAFETY: the kernel writes one `struct xfs_fsop_geom_v1`, of which `XfsFsopGeomV1` is
+        // a repr(C) copy (its size is in the opcode, so a mismatch is ENOTTY, never a short
+        // or long write).
+        let g = unsafe {
+            rustix::ioctl::ioctl(
+                &*f,
+                rustix::ioctl::Getter::<XFS_IOC_FSGEOMETRY_V1, XfsFsopGeomV1>::new(),
+            )
+        }?;
+        Ok(XfsGeometry {
+            block_size: g.blocksize,
+            data_blocks: g.datablocks,
+            imaxpct: g.imaxpct,
+        })
+    }
+
+    fn xfs_grow_data(&self, fd: u64, blocks: u64, imaxpct: u32) -> io::Result<()> {
+        // fs/xfs/libxfs/xfs_fs.h: `XFS_IOC_FSGROWFSDATA` is `_IOW('X', 110, struct
+        // xfs_growfs_data)`; the kernel grows the mounted data section to `newblocks` (never
+        // shrinks it: a smaller count is EINVAL) in its own transactions.
+        const XFS_IOC_FSGROWFSDATA: rustix::ioctl::Opcode =
+            rustix::ioctl::opcode::write::<XfsGrowfsData>(b'X', 110);
+        let f = self.file(fd)?;
+        let arg = XfsGrowfsData {
+            newblocks: blocks,
+            imaxpct,
+        };
+        // SAFETY: the kernel reads one `struct xfs_growfs_data`, of which `XfsGrowfsData` is a
+        // repr(C) copy, from the pointer the Setter passes.
+        unsafe {
+            rustix::ioctl::ioctl(
+                &*f,
+                rustix::ioctl::Setter::<XFS_IOC_FSGROWFSDATA, XfsGrowfsData>::new(arg),
+            )
+        }
+        .map_err(io::Error::from)
+    }
+
+    fn ext4_resize(&self, fd: u64, blocks: u64) -> io::Result<()> {
+        // Documentation/filesystems/ext4 (ioctls): "EXT4_IOC_RESIZE_FS: Resize the filesystem
+        // to a new size. The number of blocks of resized filesystem is passed in via 64 bit
+        // integer argument"; `_IOW('f', 16, __u64)`. The kernel allocates what the new groups
+        // need itself (what resize2fs does online).
+        const EXT4_IOC_RESIZE_FS: rustix::ioctl::Opcode =
+            rustix::ioctl::opcode::write::<u64>(b'f', 16);
+        let f = self.file(fd)?;
+        // SAFETY: the kernel reads one u64 from the pointer the Setter passes.
+        unsafe {
+            rustix::ioctl::ioctl(
+                &*f,
+                rustix::ioctl::Setter::<EXT4_IOC_RESIZE_FS, u64>::new(blocks),
+            )
+        }
+        .map_err(io::Error::from)
+    }
+
+    fn btrfs_grow_device(&self, fd: u64, devid: u64) -> io::Result<()> {
+        // include/uapi/linux/btrfs.h and btrfs-ioctl(2): `BTRFS_IOC_RESIZE` is `_IOW(0x94, 3,
+        // struct btrfs_ioctl_vol_args)`, whose `name` is `[<devid>:]<size>|max`: "max" grows
+        // that device of the mounted filesystem to the size of its block device.
+        const BTRFS_IOC_RESIZE: rustix::ioctl::Opcode =
+            rustix::ioctl::opcode::write::<BtrfsIoctlVolArgs>(0x94, 3);
+        let f = self.file(fd)?;
+        let mut arg = BtrfsIoctlVolArgs {
+            fd: 0,
+            name: [0; 4088],
+        };
+        let name = format!("{devid}:max");
+        // At most 20 digits and ":max": always fits, NUL-terminated by the zeros after it.
+        arg.name[..name.len()].copy_from_slice(name.as_bytes());
+        // SAFETY: the kernel copies one `struct btrfs_ioctl_vol_args` (4096 bytes, of which
+        // `BtrfsIoctlVolArgs` is a repr(C) copy) from the pointer the Setter passes, and reads
+        // `name` up to its NUL.
+        unsafe {
+            rustix::ioctl::ioctl(
+                &*f,
+                rustix::ioctl::Setter::<BTRFS_IOC_RESIZE, BtrfsIoctlVolArgs>::new(arg),
+            )
+        }
+        .map_err(io::Error::from)
     }
 
     fn random16(&self) -> io::Result<[u8; 16]> {
@@ -351,13 +434,7 @@ impl LinuxOs for SystemLinux {
         Ok(b)
     }
 
-    fn run(
-        &self,
-        program: &str,
-        args: &[&str],
-        limit: Option<Duration>,
-        inherit: Option<u64>,
-    ) -> io::Result<Ran> {
+    fn run(&self, program: &str, args: &[&str], limit: Option<Duration>) -> io::Result<Ran> {
         let mut cmd = Command::new(program);
         cmd.args(args)
             .stdin(Stdio::null())
@@ -365,23 +442,6 @@ impl LinuxOs for SystemLinux {
             .stderr(Stdio::piped())
             .env("LC_ALL", "C");
         super::tool::child_setup(&mut cmd);
-        // Held open until the tool is done.
-        let kept = inherit.map(|fd| self.file(fd)).transpose()?;
-        if let Some(f) = &kept {
-            let raw = f.as_raw_fd();
-            // SAFETY: between fork and exec the closure makes one fcntl(2) (async-signal-safe)
-            // on `raw`, which the parent keeps open (`kept`) until the child has exec'd.
-            unsafe {
-                use std::os::unix::process::CommandExt;
-                cmd.pre_exec(move || {
-                    // fcntl(F_SETFD, 0): the descriptor, opened O_CLOEXEC, survives this exec
-                    // only (the parent's copy keeps the flag, so no other child gets it).
-                    let fd = rustix::fd::BorrowedFd::borrow_raw(raw);
-                    rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())
-                        .map_err(io::Error::from)
-                });
-            }
-        }
         let done = super::tool::finish(cmd.spawn()?, limit)?;
         Ok(Ran {
             code: done.status.code(),
@@ -413,3 +473,49 @@ struct BlkpgIoctlArg {
     datalen: i32,
     data: *mut BlkpgPartition,
 }
+
+/// `struct xfs_fsop_geom_v1` (fs/xfs/libxfs/xfs_fs.h, ioctl_xfs_fsgeometry(2)): 112 bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct XfsFsopGeomV1 {
+    blocksize: u32,
+    rtextsize: u32,
+    agblocks: u32,
+    agcount: u32,
+    logblocks: u32,
+    sectsize: u32,
+    inodesize: u32,
+    imaxpct: u32,
+    datablocks: u64,
+    rtblocks: u64,
+    rtextents: u64,
+    logstart: u64,
+    uuid: [u8; 16],
+    sunit: u32,
+    swidth: u32,
+    version: i32,
+    flags: u32,
+    logsectsize: u32,
+    rtsectsize: u32,
+    dirblocksize: u32,
+}
+
+/// `struct xfs_growfs_data` (fs/xfs/libxfs/xfs_fs.h): 16 bytes.
+#[repr(C)]
+struct XfsGrowfsData {
+    newblocks: u64,
+    imaxpct: u32,
+}
+
+/// `struct btrfs_ioctl_vol_args` (include/uapi/linux/btrfs.h): 4096 bytes.
+#[repr(C)]
+struct BtrfsIoctlVolArgs {
+    fd: i64,
+    name: [u8; 4088],
+}
+
+const _: () = {
+    assert!(size_of::<XfsFsopGeomV1>() == 112);
+    assert!(size_of::<XfsGrowfsData>() == 16);
+    assert!(size_of::<BtrfsIoctlVolArgs>() == 4096);
+};

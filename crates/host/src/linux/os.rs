@@ -101,6 +101,19 @@ pub struct Space {
     pub total: u64,
     /// `f_bfree * f_frsize`.
     pub free: u64,
+    /// `f_frsize`: the unit the filesystem counts its blocks in (ext2/3/4's block size).
+    pub block: u64,
+}
+
+/// What growing a mounted xfs needs from its geometry (`XFS_IOC_FSGEOMETRY_V1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XfsGeometry {
+    /// Filesystem block size in bytes.
+    pub block_size: u32,
+    /// Data blocks the filesystem spans now.
+    pub data_blocks: u64,
+    /// The most space inodes may take, in percent; kept as it is when growing.
+    pub imaxpct: u32,
 }
 
 /// The OS primitives of the Linux disk and volume hosts. Each method is one documented call of
@@ -173,23 +186,22 @@ pub trait LinuxOs: Send + Sync {
     fn statvfs(&self, fd: u64) -> io::Result<Space>;
     /// statx(2) of an open file (`AT_EMPTY_PATH`, `STATX_MNT_ID`): the mount it is on.
     fn mount_of(&self, fd: u64) -> io::Result<MountOf>;
-    /// A path naming the open file itself (`/proc/self/fd/N`, proc(5)), for a tool started by
-    /// [`LinuxOs::run`] with `inherit` set to it: the tool opens the file held, never a path
-    /// looked up again.
-    fn fd_path(&self, fd: u64) -> io::Result<PathBuf>;
+    /// `XFS_IOC_FSGEOMETRY_V1` on an open file of a mounted xfs: its geometry.
+    fn xfs_geometry(&self, fd: u64) -> io::Result<XfsGeometry>;
+    /// `XFS_IOC_FSGROWFSDATA` on an open file of a mounted xfs: its data section grows to
+    /// `blocks` filesystem blocks, inodes keeping `imaxpct`.
+    fn xfs_grow_data(&self, fd: u64, blocks: u64, imaxpct: u32) -> io::Result<()>;
+    /// `EXT4_IOC_RESIZE_FS` on an open file of a mounted ext4: it grows to `blocks` blocks.
+    fn ext4_resize(&self, fd: u64, blocks: u64) -> io::Result<()>;
+    /// `BTRFS_IOC_RESIZE` with `<devid>:max` on an open file of a mounted btrfs: its device
+    /// `devid` grows to fill that device.
+    fn btrfs_grow_device(&self, fd: u64, devid: u64) -> io::Result<()>;
     /// 16 bytes from the kernel's random generator (`/dev/urandom`).
     fn random16(&self) -> io::Result<[u8; 16]>;
     /// Starts `program` with `args` (`LC_ALL=C`, no input, dying with the daemon) and waits for
     /// it, for at most `limit`: `TimedOut` past it (the tool is then killed), `NotFound` when it
-    /// is not installed. With `inherit`, that open file stays open in the tool under the same
-    /// number, so [`LinuxOs::fd_path`] names it there too.
-    fn run(
-        &self,
-        program: &str,
-        args: &[&str],
-        limit: Option<Duration>,
-        inherit: Option<u64>,
-    ) -> io::Result<Ran>;
+    /// is not installed.
+    fn run(&self, program: &str, args: &[&str], limit: Option<Duration>) -> io::Result<Ran>;
     /// Waits while the kernel catches up (devtmpfs nodes, a busy unmount).
     fn sleep(&self, d: Duration);
 }
@@ -272,9 +284,24 @@ impl Fd {
         self.os.mount_of(self.raw)
     }
 
-    /// See [`LinuxOs::fd_path`].
-    pub fn path(&self) -> io::Result<PathBuf> {
-        self.os.fd_path(self.raw)
+    /// See [`LinuxOs::xfs_geometry`].
+    pub fn xfs_geometry(&self) -> io::Result<XfsGeometry> {
+        self.os.xfs_geometry(self.raw)
+    }
+
+    /// See [`LinuxOs::xfs_grow_data`].
+    pub fn xfs_grow_data(&self, blocks: u64, imaxpct: u32) -> io::Result<()> {
+        self.os.xfs_grow_data(self.raw, blocks, imaxpct)
+    }
+
+    /// See [`LinuxOs::ext4_resize`].
+    pub fn ext4_resize(&self, blocks: u64) -> io::Result<()> {
+        self.os.ext4_resize(self.raw, blocks)
+    }
+
+    /// See [`LinuxOs::btrfs_grow_device`].
+    pub fn btrfs_grow_device(&self, devid: u64) -> io::Result<()> {
+        self.os.btrfs_grow_device(self.raw, devid)
     }
 
     /// See [`LinuxOs::dir_is_empty`].

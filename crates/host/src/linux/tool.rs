@@ -5,7 +5,7 @@
 //! daemon when the daemon dies (a retry after a crash never races an orphaned mkfs); a daemon
 //! asked to stop waits for running tools instead (see README, "Stopping").
 
-use super::os::{Fd, LinuxOs, Ran};
+use super::os::{LinuxOs, Ran};
 use csi_proxy_core::{Error, Kind, Result};
 use std::io::Read;
 use std::os::unix::process::CommandExt;
@@ -23,8 +23,7 @@ pub struct Failure {
 
 /// How long `program` may run before it is stopped: every tool reads a tenant's content while
 /// the disk is held, and a crafted filesystem can keep a checker or a resizer busy for ever.
-/// An interrupted mkfs is redone from its pending record; xfs_growfs and btrfs resize commit in
-/// kernel transactions; blkid only reads. resize2fs and e2fsck get the longest limit, as
+/// An interrupted mkfs is redone from its pending record; blkid only reads. resize2fs and e2fsck get the longest limit, as
 /// stopping an offline resize2fs moving metadata can leave the filesystem needing a check
 /// (the message says so; the retry's resize2fs asks for e2fsck -f, which the daemon runs).
 pub fn time_limit(program: &str) -> Duration {
@@ -72,15 +71,7 @@ pub fn run_on(
     program: &str,
     args: &[&str],
 ) -> Result<String, Result<Failure>> {
-    run_limited(
-        os,
-        op,
-        object,
-        program,
-        args,
-        Some(time_limit(program)),
-        None,
-    )
+    run_limited(os, op, object, program, args, Some(time_limit(program)))
 }
 
 fn run_limited(
@@ -90,36 +81,33 @@ fn run_limited(
     program: &str,
     args: &[&str],
     limit: Option<Duration>,
-    inherit: Option<&Fd>,
 ) -> Result<String, Result<Failure>> {
     let Ran {
         code,
         stdout,
         stderr,
-    } = os
-        .run(program, args, limit, inherit.map(Fd::raw))
-        .map_err(|e| {
-            Err(match (e.kind(), limit) {
-                (std::io::ErrorKind::NotFound, _) => Error::new(
-                    Kind::FailedPrecondition,
-                    op,
-                    object,
-                    format!("{program} is not installed on this host"),
-                ),
-                (std::io::ErrorKind::TimedOut, Some(limit)) => Error::new(
-                    Kind::Unavailable,
-                    op,
-                    object,
-                    format!(
-                        "{program} did not finish within {} s and was stopped, which frees the \
+    } = os.run(program, args, limit).map_err(|e| {
+        Err(match (e.kind(), limit) {
+            (std::io::ErrorKind::NotFound, _) => Error::new(
+                Kind::FailedPrecondition,
+                op,
+                object,
+                format!("{program} is not installed on this host"),
+            ),
+            (std::io::ErrorKind::TimedOut, Some(limit)) => Error::new(
+                Kind::Unavailable,
+                op,
+                object,
+                format!(
+                    "{program} did not finish within {} s and was stopped, which frees the \
                      disk; {}, a retry starts it again",
-                        limit.as_secs(),
-                        stopped_leaves(program)
-                    ),
+                    limit.as_secs(),
+                    stopped_leaves(program)
                 ),
-                _ => Error::io(op, object, &e).context(format!("running {program}")),
-            })
-        })?;
+            ),
+            _ => Error::io(op, object, &e).context(format!("running {program}")),
+        })
+    })?;
     if code == Some(0) {
         return Ok(String::from_utf8_lossy(&stdout).into_owned());
     }
@@ -303,29 +291,6 @@ pub fn run_checked(op: &str, object: &str, program: &str, args: &[&str]) -> Resu
     run_checked_on(&*super::os::system(), op, object, program, args)
 }
 
-/// As [`run_checked_on`], for a tool that acts on the open directory `dir` (a mount's root):
-/// `args_of` gets the path naming `dir` in the tool (`/proc/self/fd/N`, inherited), so the tool
-/// acts on what was opened and checked, never on a path looked up again.
-pub fn run_checked_holding(
-    os: &dyn LinuxOs,
-    op: &str,
-    object: &str,
-    program: &str,
-    dir: &Fd,
-    args_of: impl FnOnce(&str) -> Vec<String>,
-) -> Result<String> {
-    let path = dir
-        .path()
-        .map_err(|e| Error::io(op, object, &e).context(format!("running {program}")))?;
-    let args = args_of(&path.to_string_lossy());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let limit = Some(time_limit(program));
-    run_limited(os, op, object, program, &args, limit, Some(dir)).map_err(|r| match r {
-        Ok(f) => f.error(op, object, program, &[]),
-        Err(e) => e,
-    })
-}
-
 /// As [`run_on`], with a failed exit turned into an error naming the tool, its exit and output.
 pub fn run_checked_on(
     os: &dyn LinuxOs,
@@ -407,7 +372,6 @@ mod tests {
             "sleep",
             &["30"],
             Some(std::time::Duration::from_millis(200)),
-            None,
         )
         .unwrap_err()
         .unwrap_err();
@@ -429,7 +393,6 @@ mod tests {
             "sh",
             &["-c", "echo hi; echo oops >&2; exit 3"],
             Some(std::time::Duration::from_secs(30)),
-            None,
         )
         .unwrap_err()
         .unwrap();

@@ -12,7 +12,7 @@ mod scsi;
 mod state;
 mod tools;
 
-use super::os::{At, Blkpg, LinuxOs, MountFlags, MountOf, Open, Ran, Space};
+use super::os::{At, Blkpg, LinuxOs, MountFlags, MountOf, Open, Ran, Space, XfsGeometry};
 use csi_proxy_formats::signatures;
 use state::{Disk, Handle, Mount, Part, State};
 use std::collections::HashMap;
@@ -37,6 +37,8 @@ const ELOOP: i32 = 40;
 /// EUCLEAN, "Structure needs cleaning" (the kernel's EFSCORRUPTED).
 const EUCLEAN: i32 = 117;
 const ENXIO: i32 = 6;
+const ENODEV: i32 = 19;
+const ENOTTY: i32 = 25;
 
 /// The fake Linux (see the module documentation).
 #[derive(Debug, Default)]
@@ -543,6 +545,7 @@ impl LinuxOs for FakeLinux {
             return Ok(Space {
                 total: 1 << 30,
                 free: 1 << 29,
+                block: 4096,
             });
         };
         let (i, start, _) = s.extent(&Handle::Device {
@@ -554,6 +557,7 @@ impl LinuxOs for FakeLinux {
         Ok(Space {
             total: u.total_bytes,
             free: u.free_bytes,
+            block: 4096,
         })
     }
 
@@ -570,10 +574,24 @@ impl LinuxOs for FakeLinux {
         })
     }
 
-    fn fd_path(&self, fd: u64) -> io::Result<PathBuf> {
-        let s = self.record(format!("fd_path {fd}"));
-        s.handle(fd)?;
-        Ok(PathBuf::from(format!("/proc/self/fd/{fd}")))
+    fn xfs_geometry(&self, fd: u64) -> io::Result<XfsGeometry> {
+        let mut s = self.record(format!("xfs_geometry {fd}"));
+        tools::xfs_geometry(&mut s, fd)
+    }
+
+    fn xfs_grow_data(&self, fd: u64, blocks: u64, imaxpct: u32) -> io::Result<()> {
+        let mut s = self.record(format!("xfs_grow_data {fd} {blocks} {imaxpct}"));
+        tools::grow_mounted(&mut s, fd, "xfs", blocks)
+    }
+
+    fn ext4_resize(&self, fd: u64, blocks: u64) -> io::Result<()> {
+        let mut s = self.record(format!("ext4_resize {fd} {blocks}"));
+        tools::grow_mounted(&mut s, fd, "ext4", blocks)
+    }
+
+    fn btrfs_grow_device(&self, fd: u64, devid: u64) -> io::Result<()> {
+        let mut s = self.record(format!("btrfs_grow_device {fd} {devid}"));
+        tools::grow_mounted(&mut s, fd, "btrfs", devid)
     }
 
     fn random16(&self) -> io::Result<[u8; 16]> {
@@ -584,28 +602,8 @@ impl LinuxOs for FakeLinux {
         Ok(b)
     }
 
-    fn run(
-        &self,
-        program: &str,
-        args: &[&str],
-        limit: Option<Duration>,
-        inherit: Option<u64>,
-    ) -> io::Result<Ran> {
+    fn run(&self, program: &str, args: &[&str], limit: Option<Duration>) -> io::Result<Ran> {
         let mut s = self.record(format!("run {program} {}", args.join(" ")));
-        // The tool opens an inherited descriptor's /proc/self/fd path: the directory held.
-        let held = match inherit.map(|fd| (fd, s.handle(fd))) {
-            Some((fd, Ok(Handle::Dir(dir)))) => Some((format!("/proc/self/fd/{fd}"), dir)),
-            _ => None,
-        };
-        let args: Vec<String> = args
-            .iter()
-            .map(|a| match &held {
-                Some((name, dir)) if a == name => dir.to_string_lossy().into_owned(),
-                _ => a.to_string(),
-            })
-            .collect();
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let args = &args[..];
         if s.hanging.remove(program) {
             // Killed at its limit, as the real seam does; without one it would run for ever.
             assert!(

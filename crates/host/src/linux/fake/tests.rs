@@ -243,6 +243,32 @@ fn resize_grows_the_partition_and_the_filesystem_and_refuses_too_much() {
     );
 }
 
+/// A mounted ext4 grows through EXT4_IOC_RESIZE_FS on its mount's root, in blocks of the size
+/// statvfs reports there; resize2fs (which would look the mount point up by its path) never
+/// runs.
+#[test]
+fn a_mounted_ext4_grows_by_the_kernel_through_its_root() {
+    let n = Node::new(FsType::Ext4);
+    let id = n.volume("sda", GIB);
+    n.volumes.format_volume(&id).unwrap();
+    n.volumes.mount_volume(&id, TARGET).unwrap();
+    n.fake.resize_disk("sda", 2 * GIB);
+    n.fake.clear_calls();
+    n.volumes.resize_volume(&id, ResizeTarget::Maximum).unwrap();
+    assert!(n.ran("resize2fs").is_empty());
+    let grown: Vec<String> = (n.fake.calls().into_iter())
+        .filter(|c| c.starts_with("ext4_resize "))
+        .collect();
+    assert_eq!(grown.len(), 1, "{grown:?}");
+    let blocks: u64 = grown[0].rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(blocks * 4096 > 2 * GIB - (4 << 20), "{grown:?}");
+    assert!(n.volumes.get_volume_stats(&id).unwrap().total_bytes > GIB + GIB / 2);
+    // Nothing left to grow: no call at all.
+    n.fake.clear_calls();
+    n.volumes.resize_volume(&id, ResizeTarget::Maximum).unwrap();
+    assert_eq!(n.count("ext4_resize"), 0);
+}
+
 #[test]
 fn xfs_is_grown_on_a_private_temporary_mount() {
     let n = Node::new(FsType::Xfs);
@@ -250,22 +276,31 @@ fn xfs_is_grown_on_a_private_temporary_mount() {
     n.volumes.format_volume(&id).unwrap();
     n.fake.resize_disk("sda", 2 * GIB);
     n.volumes.resize_volume(&id, ResizeTarget::Maximum).unwrap();
-    let grow = n.ran("xfs_growfs");
-    assert_eq!(grow.len(), 1);
     // Named by the whole volume ID (diskseq included), never the PARTUUID alone, which a
     // clone of the disk growing at the same time shares.
-    // The tool got the private mount's root held open, never its path.
+    // The kernel grew it through the private mount's root held open; no tool ran.
+    assert!(n.ran("xfs_growfs").is_empty());
     let private = format!("{}/{id}", n.volumes_state_mnt());
     let calls = n.fake.calls();
     let held = calls
         .iter()
         .position(|c| *c == format!("open {private} DirNoFollow"))
         .expect("the private mount's root was opened");
+    let fd = calls[held + 1..]
+        .iter()
+        .find_map(|c| c.strip_prefix("xfs_geometry "))
+        .expect("the geometry was read through a descriptor")
+        .to_string();
+    let grow: Vec<&String> = calls
+        .iter()
+        .filter(|c| c.starts_with("xfs_grow_data "))
+        .collect();
+    assert_eq!(grow.len(), 1);
     assert!(
-        grow[0].starts_with("run xfs_growfs -d /proc/self/fd/"),
+        grow[0].starts_with(&format!("xfs_grow_data {fd} ")),
         "{grow:?}"
     );
-    assert!(calls.iter().position(|c| *c == grow[0]) > Some(held));
+    assert!(calls.iter().position(|c| c == grow[0]) > Some(held));
     assert_eq!(n.count("make_private"), 1);
     assert_eq!(
         n.fake.mount_points(),
@@ -287,12 +322,8 @@ fn a_mounted_volume_is_reached_through_its_root_never_its_path_again() {
     n.fake.resize_disk("sda", 2 * GIB);
     n.fake.clear_calls();
     n.volumes.resize_volume(&id, ResizeTarget::Maximum).unwrap();
-    let grow = n.ran("xfs_growfs");
-    assert_eq!(grow.len(), 1);
-    assert!(
-        grow[0].starts_with("run xfs_growfs -d /proc/self/fd/"),
-        "{grow:?}"
-    );
+    assert!(n.ran("xfs_growfs").is_empty(), "no tool is given the mount");
+    assert_eq!(n.count("xfs_grow_data"), 1, "the kernel grew it");
     let opened: Vec<String> = n
         .fake
         .calls()
@@ -325,7 +356,7 @@ fn a_mounted_volume_is_reached_through_its_root_never_its_path_again() {
     }
     assert_eq!(n.count("syncfs"), 0);
     assert_eq!(n.count("statvfs"), 0);
-    assert!(n.ran("xfs_growfs").is_empty());
+    assert_eq!(n.count("xfs_geometry") + n.count("xfs_grow_data"), 0);
     let through: Vec<String> = (n.fake.calls().into_iter())
         .filter(|c| c.starts_with(&format!("open {TARGET}")))
         .collect();

@@ -5,6 +5,7 @@
 //! without a terminal; blkid(8) exits 2 when it finds nothing.
 
 use super::{State, errno};
+use crate::linux::os::XfsGeometry;
 use csi_proxy_formats::signatures;
 use std::io;
 
@@ -116,7 +117,7 @@ pub(super) fn run(s: &mut State, program: &str, args: &[&str]) -> io::Result<Ran
         {
             ran(1, "", "Please run 'e2fsck -f /dev/x' first.")
         }
-        "resize2fs" | "xfs_growfs" => grow(s, program, args)?,
+        "resize2fs" => resize2fs(s, args)?,
         "e2fsck" => e2fsck(s, args),
         "blkid" => blkid(s, args),
         _ => return Err(errno(super::ENOENT)), // not installed
@@ -183,53 +184,93 @@ fn mkfs(s: &mut State, program: &str, args: &[&str], killed: bool) -> io::Result
     Ok(ran(0, "", ""))
 }
 
-/// resize2fs on a device node, xfs_growfs on a mount point: the filesystem grows to fill its
-/// device.
-fn grow(s: &mut State, program: &str, args: &[&str]) -> io::Result<Ran> {
-    let arg = args.last().copied().unwrap_or_default();
-    let node = if program == "xfs_growfs" {
-        match s.mounts.iter().rev().find(|m| m.point.as_os_str() == arg) {
-            Some(m) => m.source.clone(),
-            None => {
-                return Ok(ran(
-                    1,
-                    "",
-                    &format!("xfs_growfs: {arg} is not a mounted XFS filesystem"),
-                ));
-            }
-        }
-    } else {
-        arg.to_string()
-    };
-    let Some(dev) = device(s, &node) else {
+/// resize2fs on a device node: the ext2/3/4 grows to fill its device.
+fn resize2fs(s: &mut State, args: &[&str]) -> io::Result<Ran> {
+    let node = args.last().copied().unwrap_or_default();
+    let Some(dev) = device(s, node) else {
         return Ok(ran(
             1,
             "",
-            &format!("{program}: No such file or directory while opening {node}"),
+            &format!("resize2fs: No such file or directory while opening {node}"),
         ));
     };
-    let blocks = dev.2 / BLOCK;
     let head = head(s, dev);
-    match (program, signatures::probe(&head).map(|sig| sig.kind)) {
-        ("resize2fs", Some("ext2" | "ext3" | "ext4")) => {
-            let mut sb = head[EXT as usize..EXT as usize + 1024].to_vec();
-            set_ext4_blocks(&mut sb, blocks);
-            put(s, dev, EXT, &sb)?;
-        }
-        ("xfs_growfs", Some("xfs")) => {
-            let mut sb = head[..512].to_vec();
-            set_xfs_blocks(&mut sb, blocks);
-            put(s, dev, 0, &sb)?;
-        }
-        _ => {
-            return Ok(ran(
-                1,
-                "",
-                &format!("{program}: bad magic number in super-block"),
-            ));
-        }
+    if !matches!(
+        signatures::probe(&head).map(|sig| sig.kind),
+        Some("ext2" | "ext3" | "ext4")
+    ) {
+        return Ok(ran(1, "", "resize2fs: bad magic number in super-block"));
     }
+    let mut sb = head[EXT as usize..EXT as usize + 1024].to_vec();
+    set_ext4_blocks(&mut sb, dev.2 / BLOCK);
+    put(s, dev, EXT, &sb)?;
     Ok(ran(0, "", ""))
+}
+
+/// The device (disk index, start, length) of the mounted filesystem an open directory is on,
+/// and its first bytes.
+fn mounted_device(s: &State, fd: u64) -> io::Result<((usize, u64, u64), Vec<u8>)> {
+    let super::Handle::Dir(dir) = s.handle(fd)? else {
+        return Err(errno(super::ENOTTY));
+    };
+    let m = s.mount_holding(&dir).ok_or_else(|| errno(super::ENOTTY))?;
+    let dev = device(s, &m.source).ok_or_else(|| errno(super::ENOTTY))?;
+    Ok((dev, head(s, dev)))
+}
+
+/// `XFS_IOC_FSGEOMETRY_V1` as the kernel answers it: from the mounted xfs's superblock;
+/// ENOTTY on any other filesystem.
+pub(super) fn xfs_geometry(s: &mut State, fd: u64) -> io::Result<XfsGeometry> {
+    let (_, head) = mounted_device(s, fd)?;
+    if signatures::probe(&head).map(|sig| sig.kind) != Some("xfs") {
+        return Err(errno(super::ENOTTY));
+    }
+    let be = |at: usize, n: usize| {
+        head[at..at + n]
+            .iter()
+            .fold(0u64, |v, b| v << 8 | *b as u64)
+    };
+    Ok(XfsGeometry {
+        block_size: be(4, 4) as u32,
+        data_blocks: be(8, 8),
+        imaxpct: 25,
+    })
+}
+
+/// The grow ioctls on a mounted filesystem of `kind`: xfs and ext4 to `arg` blocks (EINVAL
+/// past the device or below the current size, as the kernel answers), btrfs's device `arg`
+/// to fill its device (ENODEV for another devid); ENOTTY on another filesystem.
+pub(super) fn grow_mounted(s: &mut State, fd: u64, kind: &str, arg: u64) -> io::Result<()> {
+    let (dev, head) = mounted_device(s, fd)?;
+    let found = signatures::probe(&head).map(|sig| sig.kind);
+    let fs_blocks = signatures::filesystem_bytes(&head).unwrap_or(0) / BLOCK;
+    match (kind, found) {
+        ("xfs", Some("xfs")) | ("ext4", Some("ext2" | "ext3" | "ext4")) => {
+            if arg > dev.2 / BLOCK || arg < fs_blocks {
+                return Err(errno(super::EINVAL));
+            }
+            if kind == "xfs" {
+                let mut sb = head[..512].to_vec();
+                set_xfs_blocks(&mut sb, arg);
+                put(s, dev, 0, &sb)
+            } else {
+                let mut sb = head[EXT as usize..EXT as usize + 1024].to_vec();
+                set_ext4_blocks(&mut sb, arg);
+                put(s, dev, EXT, &sb)
+            }
+        }
+        ("btrfs", Some("btrfs")) => {
+            const SB: usize = 65536;
+            let devid =
+                u64::from_le_bytes(head[SB + 0xc9..SB + 0xd1].try_into().unwrap_or_default());
+            if devid != arg {
+                return Err(errno(super::ENODEV));
+            }
+            let total = dev.2 / BLOCK * BLOCK;
+            put(s, dev, SB as u64 + 0x70, &total.to_le_bytes())
+        }
+        _ => Err(errno(super::ENOTTY)),
+    }
 }
 
 /// e2fsck: a filesystem a killed resize2fs left is repaired only by `-y`; `-p` stops at it.

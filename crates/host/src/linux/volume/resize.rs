@@ -138,7 +138,7 @@ impl LinuxVolumeHost {
         let table_now = read_mountinfo(&self.os, OP)?;
         let mounted = super::mounted::mounted_root(&self.os, OP, &vol, &table_now)?;
         vol.unchanged(OP)?;
-        self.grow_filesystem(OP, &vol, &sig, mounted.as_ref())?;
+        self.grow_filesystem(OP, &vol, &sig, &buf, mounted.as_ref())?;
         tracing::info!(volume = id, fs = sig.kind, "filesystem grown");
         Ok(())
     }
@@ -242,127 +242,100 @@ impl LinuxVolumeHost {
         }
     }
 
+    /// Grows the filesystem to fill its (already grown) partition. A mounted one, and an
+    /// unmounted xfs or btrfs (both grow only while mounted, here on a private temporary mount),
+    /// grow through the kernel's own ioctl on the mount's root held open ([`grow_mounted`]): no
+    /// tool is given a path, since xfs_growfs and resize2fs look the mount point up again in
+    /// the mount table and open it by its path, where a client's FIFO swapped in would block
+    /// them with the disk's lock held. Only an unmounted ext2/3/4 runs a tool, resize2fs on
+    /// the device node the request holds checked.
     fn grow_filesystem(
         &self,
         op: &str,
         vol: &Volume,
         sig: &Signature,
+        buf: &[u8],
         mounted_at: Option<&Fd>,
     ) -> Result<()> {
+        match (sig.kind, mounted_at) {
+            ("ext2" | "ext3" | "ext4" | "xfs" | "btrfs", Some(root)) => {
+                grow_mounted(op, vol, sig, buf, root)
+            }
+            ("ext2" | "ext3" | "ext4", None) => self.resize2fs_offline(op, vol),
+            ("xfs" | "btrfs", None) => self
+                .with_temporary_mount(op, vol, sig, |root| grow_mounted(op, vol, sig, buf, root)),
+            (other, _) => Err(Error::new(
+                Kind::FailedPrecondition,
+                op,
+                shown(&vol.id),
+                format!("the partition was grown but this host cannot grow a {other} filesystem"),
+            )),
+        }
+    }
+
+    /// resize2fs on the unmounted volume's device node, after `e2fsck -f` when it asks for it.
+    fn resize2fs_offline(&self, op: &str, vol: &Volume) -> Result<()> {
         let object = shown(&vol.id);
         let node = vol.node().to_string_lossy().into_owned();
         let os = &*self.os;
-        match sig.kind {
-            "ext2" | "ext3" | "ext4" => {
-                // A resize2fs of ours that was killed (with the daemon, or by a signal) can
-                // leave what `e2fsck -p` will not repair (an invalid resize inode); a marker
-                // in the state dir, there only while resize2fs runs, says the damage is our
-                // own unfinished work, which `e2fsck -f -y` then finishes, as resize2fs's
-                // manual says to. Best effort: without the marker the answer is as before.
-                let marker = format!("resizing-{}", vol.id);
-                let ours = mounted_at.is_none()
-                    && matches!(state_dir::read_file(&self.state_dir, &marker), Ok(Some(_)));
-                let mark = || {
-                    if mounted_at.is_none() {
-                        let _ = state_dir::write_file(&self.state_dir, &marker, b"", 0o600);
-                    }
-                };
-                let unmark = |r: &std::result::Result<String, Result<tool::Failure>>| {
-                    // A killed resize2fs (no exit code) keeps the marker.
-                    if !matches!(r, Err(Ok(f)) if f.code.is_none()) {
-                        let _ = state_dir::remove_file(&self.state_dir, &marker);
-                    }
-                };
-                mark();
-                let mut r = tool::run_on(os, op, &object, "resize2fs", &[&node]);
-                unmark(&r);
-                if let Err(Ok(f)) = &r
-                    && mounted_at.is_none()
-                    && f.output.contains("e2fsck -f")
-                {
-                    // resize2fs wants a freshly checked filesystem when it is offline.
-                    let mut fsck = tool::run_on(os, op, &object, "e2fsck", &["-f", "-p", &node]);
-                    if ours && matches!(&fsck, Err(Ok(f)) if f.code == Some(4)) {
-                        tracing::warn!(
-                            volume = vol.id,
-                            "finishing a resize2fs of ours that was killed: e2fsck -f -y"
-                        );
-                        fsck = tool::run_on(os, op, &object, "e2fsck", &["-f", "-y", &node]);
-                    }
-                    match fsck {
-                        Ok(_) => {}
-                        Err(Ok(f)) if f.code == Some(1) => {} // errors corrected
-                        Err(Ok(f)) if f.output.contains("Device or resource busy") => {
-                            return Err(f.error(op, &object, "e2fsck", &[]));
-                        }
-                        Err(Ok(f)) => {
-                            return Err(Error::new(
-                                Kind::FailedPrecondition,
-                                op,
-                                &object,
-                                format!(
-                                    "e2fsck found problems it could not fix (exit {:?}): {}",
-                                    f.code, f.output
-                                ),
-                            ));
-                        }
-                        Err(Err(e)) => return Err(e),
-                    }
-                    mark();
-                    r = tool::run_on(os, op, &object, "resize2fs", &[&node]);
-                    unmark(&r);
-                }
-                match r {
-                    Ok(_) => Ok(()),
-                    Err(Ok(f))
-                        if mounted_at.is_some()
-                            && (f.output.contains("Permission denied")
-                                || f.output.contains("Operation not permitted")) =>
-                    {
-                        Err(Error::new(
-                            Kind::PermissionDenied,
-                            op,
-                            &object,
-                            format!(
-                                "the partition was grown but the mounted ext4 filesystem could not be grown online: {} \
-                                 (growing a mounted ext4 needs CAP_SYS_RESOURCE, which this daemon lacks; \
-                                 unmount the volume and retry, or give the daemon CAP_SYS_RESOURCE)",
-                                f.output
-                            ),
-                        ))
-                    }
-                    Err(Ok(f)) => Err(f.error(op, &object, "resize2fs", &[])),
-                    Err(Err(e)) => Err(e),
-                }
+        // A resize2fs of ours that was killed (with the daemon, or by a signal) can leave what
+        // `e2fsck -p` will not repair (an invalid resize inode); a marker in the state dir,
+        // there only while resize2fs runs, says the damage is our own unfinished work, which
+        // `e2fsck -f -y` then finishes, as resize2fs's manual says to. Best effort: without
+        // the marker the answer is as before.
+        let marker = format!("resizing-{}", vol.id);
+        let ours = matches!(state_dir::read_file(&self.state_dir, &marker), Ok(Some(_)));
+        let mark = || {
+            let _ = state_dir::write_file(&self.state_dir, &marker, b"", 0o600);
+        };
+        let unmark = |r: &std::result::Result<String, Result<tool::Failure>>| {
+            // A killed resize2fs (no exit code) keeps the marker.
+            if !matches!(r, Err(Ok(f)) if f.code.is_none()) {
+                let _ = state_dir::remove_file(&self.state_dir, &marker);
             }
-            "xfs" | "btrfs" => {
-                // The tool gets the mount's root held open (`/proc/self/fd/N`), never a path.
-                let grow = |root: &Fd| -> Result<()> {
-                    let (program, args): (&str, &[&str]) = if sig.kind == "xfs" {
-                        ("xfs_growfs", &["-d"])
-                    } else {
-                        ("btrfs", &["filesystem", "resize", "max"])
-                    };
-                    tool::run_checked_holding(os, op, &object, program, root, |at| {
-                        args.iter()
-                            .map(|a| a.to_string())
-                            .chain([at.into()])
-                            .collect()
-                    })
-                    .map(drop)
-                };
-                match mounted_at {
-                    Some(mp) => grow(mp),
-                    // Both grow only while mounted.
-                    None => self.with_temporary_mount(op, vol, sig, grow),
-                }
+        };
+        mark();
+        let mut r = tool::run_on(os, op, &object, "resize2fs", &[&node]);
+        unmark(&r);
+        if let Err(Ok(f)) = &r
+            && f.output.contains("e2fsck -f")
+        {
+            // resize2fs wants a freshly checked filesystem when it is offline.
+            let mut fsck = tool::run_on(os, op, &object, "e2fsck", &["-f", "-p", &node]);
+            if ours && matches!(&fsck, Err(Ok(f)) if f.code == Some(4)) {
+                tracing::warn!(
+                    volume = vol.id,
+                    "finishing a resize2fs of ours that was killed: e2fsck -f -y"
+                );
+                fsck = tool::run_on(os, op, &object, "e2fsck", &["-f", "-y", &node]);
             }
-            other => Err(Error::new(
-                Kind::FailedPrecondition,
-                op,
-                &object,
-                format!("the partition was grown but this host cannot grow a {other} filesystem"),
-            )),
+            match fsck {
+                Ok(_) => {}
+                Err(Ok(f)) if f.code == Some(1) => {} // errors corrected
+                Err(Ok(f)) if f.output.contains("Device or resource busy") => {
+                    return Err(f.error(op, &object, "e2fsck", &[]));
+                }
+                Err(Ok(f)) => {
+                    return Err(Error::new(
+                        Kind::FailedPrecondition,
+                        op,
+                        &object,
+                        format!(
+                            "e2fsck found problems it could not fix (exit {:?}): {}",
+                            f.code, f.output
+                        ),
+                    ));
+                }
+                Err(Err(e)) => return Err(e),
+            }
+            mark();
+            r = tool::run_on(os, op, &object, "resize2fs", &[&node]);
+            unmark(&r);
+        }
+        match r {
+            Ok(_) => Ok(()),
+            Err(Ok(f)) => Err(f.error(op, &object, "resize2fs", &[])),
+            Err(Err(e)) => Err(e),
         }
     }
 
@@ -398,6 +371,83 @@ impl LinuxVolumeHost {
         let _ = self.os.remove_dir(&dir);
         u.map_err(err)?;
         r
+    }
+}
+
+/// Grows the filesystem mounted at `root` (a mount of `vol`, opened and checked) to fill the
+/// volume's device, through the filesystem's own grow ioctl on that descriptor: the kernel
+/// does the work, in its transactions, on the mount held. `buf` is the volume's first bytes
+/// (btrfs's superblock names the device's ID in its filesystem).
+fn grow_mounted(op: &str, vol: &Volume, sig: &Signature, buf: &[u8], root: &Fd) -> Result<()> {
+    let object = shown(&vol.id);
+    let failed = |what: &str, e: io::Error| {
+        Error::io(op, &object, &e).context(format!(
+            "the partition was grown but the mounted {} filesystem was not ({what})",
+            sig.kind
+        ))
+    };
+    let len = vol
+        .file
+        .device_len()
+        .map_err(|e| failed("the partition's new length", e))?;
+    match sig.kind {
+        "ext2" | "ext3" | "ext4" => {
+            // statvfs(3)'s f_frsize is the ext block size the kernel counts the filesystem in.
+            let block = root
+                .statvfs()
+                .map_err(|e| failed("its block size (statvfs)", e))?
+                .block;
+            if block == 0 {
+                return Err(failed(
+                    "its block size (statvfs)",
+                    io::Error::other("statvfs reported a block size of 0"),
+                ));
+            }
+            root.ext4_resize(len / block).map_err(|e| {
+                if e.kind() == io::ErrorKind::PermissionDenied {
+                    Error::new(
+                        Kind::PermissionDenied,
+                        op,
+                        &object,
+                        "the partition was grown but the mounted ext4 filesystem could not be \
+                         grown online (EXT4_IOC_RESIZE_FS needs CAP_SYS_RESOURCE, which this \
+                         daemon lacks; unmount the volume and retry, or give the daemon \
+                         CAP_SYS_RESOURCE)",
+                    )
+                } else {
+                    failed("EXT4_IOC_RESIZE_FS", e)
+                }
+            })
+        }
+        "xfs" => {
+            let geo = root
+                .xfs_geometry()
+                .map_err(|e| failed("XFS_IOC_FSGEOMETRY", e))?;
+            let blocks = len / u64::from(geo.block_size.max(1));
+            // As xfs_growfs: a data section already as long is left (the kernel would refuse
+            // a shorter one).
+            if blocks <= geo.data_blocks {
+                return Ok(());
+            }
+            root.xfs_grow_data(blocks, geo.imaxpct)
+                .map_err(|e| failed("XFS_IOC_FSGROWFSDATA", e))
+        }
+        "btrfs" => {
+            let devid = signatures::btrfs_devid(buf).ok_or_else(|| {
+                failed(
+                    "its device ID",
+                    io::Error::other("the btrfs superblock names no device ID"),
+                )
+            })?;
+            root.btrfs_grow_device(devid)
+                .map_err(|e| failed(&format!("BTRFS_IOC_RESIZE {devid}:max"), e))
+        }
+        other => Err(Error::new(
+            Kind::FailedPrecondition,
+            op,
+            &object,
+            format!("the partition was grown but this host cannot grow a {other} filesystem"),
+        )),
     }
 }
 
