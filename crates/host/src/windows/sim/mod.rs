@@ -19,7 +19,8 @@
 //! - A WMI connection made before `winmgmt` restarted answers RPC_E_DISCONNECTED until the
 //!   client connects again ([`SimWindows::restart_wmi`]).
 //! - An offline disk's volumes disappear until the disk is online again
-//!   (`DISK_ATTRIBUTE_OFFLINE`), and then arrive asynchronously, as after an attach.
+//!   (`DISK_ATTRIBUTE_OFFLINE`), and then arrive asynchronously, as after an attach; taken
+//!   offline, they stay surfaced for the arrival delay (removal is as asynchronous as arrival).
 //! - Drives without media, volumes locked by another process, the SAN policy and read-only
 //!   disks, disk contents and 4Kn sectors, surprise removal (`storage.rs`).
 //! - WMI calls run on a thread pool per namespace, as the real WMI layer's, and a namespace's
@@ -91,6 +92,10 @@ struct Disk {
     usable_length: u64,
     parts: Vec<Part>,
     offline: bool,
+    /// Until when an offline disk's volumes are still surfaced: taken offline, they go as
+    /// asynchronously as they arrive (Plug and Play removes the volume devices after the
+    /// arrival delay).
+    volumes_leave: Duration,
     /// `DISK_ATTRIBUTE_READ_ONLY`: writes fail ERROR_WRITE_PROTECT.
     read_only: bool,
     /// `(offline, read_only)` as persisted: what the disk comes back with when it is seen
@@ -380,7 +385,7 @@ impl State {
             vol.no_media
                 || vol.arrives <= self.clock
                     && self.disks.get(&vol.disk).is_some_and(|d| {
-                        !d.offline
+                        (!d.offline || self.clock < d.volumes_leave)
                             && d.parts
                                 .iter()
                                 .any(|p| p.number == vol.partition && p.attributes & HIDDEN == 0)
@@ -465,6 +470,7 @@ impl SimWindows {
                     offline: false,
                     read_only: false,
                     persisted: (false, false),
+                    volumes_leave: Duration::ZERO,
                     sector: SECTOR,
                     keep_usable: false,
                     removing: false,
@@ -517,6 +523,7 @@ impl SimWindows {
                 offline: false,
                 read_only: false,
                 persisted: (false, false),
+                volumes_leave: Duration::ZERO,
                 sector: SECTOR,
                 keep_usable: false,
                 removing: false,
