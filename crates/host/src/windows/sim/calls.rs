@@ -23,7 +23,7 @@ impl Win32 for SimWindows {
     fn close(&self, handle: u64) {
         let mut s = self.lock();
         s.handles.remove(&handle);
-        s.entries.remove(&handle);
+        s.close_entry(handle);
     }
 
     fn device_io_control(

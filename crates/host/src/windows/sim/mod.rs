@@ -204,6 +204,11 @@ struct State {
     readonly: BTreeSet<String>,
     /// Handles open on files and directories.
     entries: HashMap<u64, filesystem::OpenEntry>,
+    /// Entries marked for deletion while handles sharing delete were open on them (keys):
+    /// deleted at the last close, delete-pending until then.
+    delete_pending: BTreeSet<String>,
+    /// Handles another process holds, with when it closes them.
+    closes: Vec<(Duration, u64)>,
     page_files: Vec<String>,
     /// SMB servers' shares, keyed by lower-cased `\\server\share`.
     shares: BTreeMap<String, smb::Share>,
@@ -325,6 +330,11 @@ impl State {
         self.arrivals = later;
         for a in due {
             self.create_volume(a.disk, a.partition);
+        }
+        let (due, later): (Vec<_>, Vec<_>) = self.closes.drain(..).partition(|c| c.0 <= now);
+        self.closes = later;
+        for (_, h) in due {
+            self.close_entry(h);
         }
     }
 
