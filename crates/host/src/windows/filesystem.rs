@@ -188,8 +188,7 @@ fn past_pending<T>(
                 if is_code(&e, code::ACCESS_DENIED)
                     && os.find_entry(path).is_ok()
                     && os.now() < until
-                    && !csi_proxy_core::deadline::current()
-                        .is_some_and(|d| Instant::now() >= d) =>
+                    && csi_proxy_core::deadline::current().is_none_or(|d| Instant::now() < d) =>
             {
                 tracing::debug!(path = %show(path), "waiting for a delete-pending entry to go");
                 os.sleep(DELETE_PENDING_POLL);

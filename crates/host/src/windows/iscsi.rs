@@ -434,8 +434,8 @@ impl IscsiHost for WindowsIscsiHost {
             let waiting = !sessions.is_empty()
                 && disks.is_empty()
                 && os.now() < until
-                && !csi_proxy_core::deadline::current()
-                    .is_some_and(|d| std::time::Instant::now() >= d);
+                && csi_proxy_core::deadline::current()
+                    .is_none_or(|d| std::time::Instant::now() < d);
             if !waiting {
                 return Ok(disks);
             }

@@ -434,7 +434,7 @@ fn set_disk_state_offline_returns_once_the_volumes_are_gone() {
     m.sim.take_offline(n);
     assert_eq!(
         m.volume.list_volumes_on_disk(n, None).unwrap(),
-        [id.clone()]
+        std::slice::from_ref(&id)
     );
     m.disk.set_disk_online(n, false).unwrap();
     assert!(m.volume.list_volumes_on_disk(n, None).unwrap().is_empty());
