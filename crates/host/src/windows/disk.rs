@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 mod arrival;
 
 pub use arrival::VOLUME_ARRIVAL_LIMIT;
-use arrival::{wait_for_partition, wait_for_volumes};
+use arrival::{wait_for_departure, wait_for_partition, wait_for_volumes};
 
 super::os::seam_host! {
     /// The Windows disk host.
@@ -499,7 +499,8 @@ impl DiskHost for WindowsDiskHost {
             attrs & io::DISK_ATTRIBUTE_OFFLINE != 0
         };
         if done && !online {
-            return Ok(());
+            // Offline already, perhaps by a call whose volumes are still being removed.
+            return wait_for_departure(os, OP, disk_number);
         }
         if !online {
             refuse_system_disk(os, OP, disk_number)?;
@@ -520,6 +521,11 @@ impl DiskHost for WindowsDiskHost {
             let (l, _) = read_layout(OP, disk_number, &h)?;
             drop(h);
             wait_for_volumes(os, OP, disk_number, &l)?;
+        } else {
+            // Offline also means "its volumes are gone": Plug and Play removes them
+            // asynchronously, and drivers detach the disk right after.
+            drop(h);
+            wait_for_departure(os, OP, disk_number)?;
         }
         Ok(())
     }

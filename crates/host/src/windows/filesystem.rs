@@ -28,6 +28,10 @@
 //!   function fails"; renaming or deleting an entry needs delete access, so none of the held
 //!   directories can be renamed away and replaced by a junction, and the path built from them
 //!   names the directories that were checked (the scheme of kubelet's subPath fix on Windows).
+//! * `RemoveDirectoryW` and `DeleteFileW` only mark an entry that others hold open (sharing
+//!   delete): it goes at the last close, and until then creating an entry of its name fails
+//!   with ERROR_ACCESS_DENIED (delete-pending). Creating a directory waits that out, bounded
+//!   ([`create_directory`]), so Rmdir followed by Mkdir of the same path works.
 //! * Paths of 248 UTF-16 units or more (the documented `CreateDirectoryW` limit of `MAX_PATH`
 //!   minus an 8.3 name) are passed with the `\\?\` prefix, which lifts the limit to 32,767.
 
@@ -40,6 +44,7 @@ use csi_proxy_core::paths::{Found, Held, LinkProbe, LinkTarget, Walker};
 use csi_proxy_formats::reparse::{self, LinkDestination, ReparsePoint};
 use std::io;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// How many times one entry is re-examined when it keeps changing under us.
 const MAX_ATTEMPTS: usize = 16;
@@ -153,6 +158,44 @@ fn with_context(e: &OsError, what: &str, path: &[u16]) -> io::Error {
 
 fn has(attrs: u32, flag: u32) -> bool {
     attrs & flag != 0
+}
+
+/// How long creating a directory waits for a delete-pending entry of its name to go: whoever
+/// holds it (a scanner, an indexer, a container runtime) closes it at its own pace.
+const DELETE_PENDING_LIMIT: Duration = Duration::from_secs(10);
+/// The pause between two attempts.
+const DELETE_PENDING_POLL: Duration = Duration::from_millis(50);
+
+/// `CreateDirectoryW(path)`, waiting out a delete-pending entry of the name ([`past_pending`]).
+fn create_directory(os: &dyn Win32, path: &[u16]) -> Win32Result<()> {
+    past_pending(os, path, || os.create_directory(path))
+}
+
+/// Runs `call` on `path`; while the entry there is delete-pending (ERROR_ACCESS_DENIED although
+/// its directory still lists it: DeleteFileW and RemoveDirectoryW, Remarks, "marks a file for
+/// deletion on close ... the file deletion does not occur until the last handle to the file is
+/// closed"), runs it again until the entry has gone, for at most [`DELETE_PENDING_LIMIT`] and
+/// never past the caller's deadline.
+fn past_pending<T>(
+    os: &dyn Win32,
+    path: &[u16],
+    mut call: impl FnMut() -> Win32Result<T>,
+) -> Win32Result<T> {
+    let until = os.now() + DELETE_PENDING_LIMIT;
+    loop {
+        match call() {
+            Err(e)
+                if is_code(&e, code::ACCESS_DENIED)
+                    && os.find_entry(path).is_ok()
+                    && os.now() < until
+                    && csi_proxy_core::deadline::current().is_none_or(|d| Instant::now() < d) =>
+            {
+                tracing::debug!(path = %show(path), "waiting for a delete-pending entry to go");
+                os.sleep(DELETE_PENDING_POLL);
+            }
+            r => return r,
+        }
+    }
 }
 
 const SHARE_ALL: u32 = access::SHARE_READ | access::SHARE_WRITE | access::SHARE_DELETE;
@@ -397,7 +440,7 @@ impl<'a> Fs<'a> {
             let Some(&p) = missing.last() else {
                 return Ok(());
             };
-            match self.os.create_directory(&z(p)) {
+            match create_directory(self.os, &z(p)) {
                 Ok(()) => {
                     missing.pop();
                 }
@@ -451,9 +494,11 @@ impl WindowsFilesystemHost {
 
     /// Opens `path` as itself (or, with `follow`, what it leads to) and pins it.
     fn pin(&self, path: WPath, follow: bool, up: Option<PinnedDir>) -> Win32Result<PinnedDir> {
-        let raw = self
-            .os
-            .open_entry(&z(&path), access::READ_ATTRIBUTES, SHARE_PIN, follow)?;
+        let name = z(&path);
+        let raw = past_pending(&*self.os, &name, || {
+            self.os
+                .open_entry(&name, access::READ_ATTRIBUTES, SHARE_PIN, follow)
+        })?;
         let pin = PinnedDir(Arc::new(Pin {
             path,
             os: self.os.clone(),
@@ -542,7 +587,7 @@ impl Walker for WindowsFilesystemHost {
 
     fn make_dir(&self, dir: &Held, name: &str, _at: &str) -> io::Result<()> {
         let path = pinned(dir)?.child(name)?;
-        match self.os.create_directory(&z(&path)) {
+        match create_directory(&*self.os, &z(&path)) {
             Err(e) if !is_code(&e, code::ALREADY_EXISTS) => Err(io_error(&e)),
             _ => Ok(()),
         }

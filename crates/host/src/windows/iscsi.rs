@@ -38,6 +38,12 @@ pub fn available() -> bool {
 }
 
 /// An [`Error`] for initiator call `call` of operation `op` on `object` failing with `e`.
+/// How long GetTargetDisks waits for a connected target's first disk: Plug and Play surfaces
+/// the LUNs after the login returns, usually within seconds.
+const LUN_ARRIVAL_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// The pause between two looks.
+const LUN_ARRIVAL_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
 fn failed(op: &str, object: impl std::fmt::Display, call: &str, e: &OsError) -> Error {
     let (kind, what) = data::failure(e.code);
     Error::new(kind, op, object, format!("{call}: {what}"))
@@ -412,13 +418,29 @@ impl IscsiHost for WindowsIscsiHost {
         const OP: &str = "GetTargetDisks";
         let object = target_object(iqn, portal);
         check_iqn(OP, iqn, portal)?;
-        let mut disks = Vec::new();
-        for s in self.sessions_through(OP, portal, iqn)? {
-            disks.extend(self.session_disks(OP, &object, s.id)?);
+        // The LUNs' disks arrive asynchronously after the login, and drivers ask right after
+        // ConnectTarget: a connected target with no disk yet is waited for, bounded by
+        // LUN_ARRIVAL_LIMIT and the caller's deadline (a target with no LUN answers empty).
+        let os = self.os(OP)?;
+        let until = os.now() + LUN_ARRIVAL_LIMIT;
+        loop {
+            let sessions = self.sessions_through(OP, portal, iqn)?;
+            let mut disks = Vec::new();
+            for s in &sessions {
+                disks.extend(self.session_disks(OP, &object, s.id)?);
+            }
+            disks.sort_unstable();
+            disks.dedup();
+            let waiting = !sessions.is_empty()
+                && disks.is_empty()
+                && os.now() < until
+                && csi_proxy_core::deadline::current()
+                    .is_none_or(|d| std::time::Instant::now() < d);
+            if !waiting {
+                return Ok(disks);
+            }
+            os.sleep(LUN_ARRIVAL_POLL);
         }
-        disks.sort_unstable();
-        disks.dedup();
-        Ok(disks)
     }
 
     fn set_mutual_chap_secret(&self, secret: &Secret) -> Result<()> {

@@ -97,7 +97,7 @@ pub fn failure(code: u32) -> (Kind, String) {
             (Kind::AlreadyExists, "a mapping of this root already exists")
         }
         ERROR_ACCESS_DENIED | ERROR_NETWORK_ACCESS_DENIED => {
-            (Kind::PermissionDenied, "access denied")
+            (Kind::PermissionDenied, "access denied (error 5)")
         }
         ERROR_LOGON_FAILURE => (
             Kind::PermissionDenied,

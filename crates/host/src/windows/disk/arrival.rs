@@ -28,7 +28,7 @@ pub(super) fn wait_for_volumes(
     layout: &Layout,
 ) -> Result<BTreeMap<u64, String>> {
     let wanted = layout::volume_offsets(layout);
-    wait(os, op, disk, || {
+    wait(os, op, disk, APPEAR, || {
         let found = volumes_on(os, disk);
         let missing = wanted.iter().filter(|o| !found.contains_key(o)).count();
         if missing == 0 {
@@ -45,19 +45,36 @@ pub(super) fn wait_for_volumes(
 /// IOCTL_DISK_SET_DRIVE_LAYOUT_EX control code".
 pub(super) fn wait_for_partition(os: &dyn Win32, op: &str, disk: u32, number: u32) -> Result<()> {
     let device = format!(r"\\.\Harddisk{disk}Partition{number}");
-    wait(os, op, disk, || {
+    wait(os, op, disk, APPEAR, || {
         os::open_query(os, &device)
             .map(drop)
             .map_err(|_| format!("partition {number}"))
     })
 }
 
+/// Waits (as [`wait_for_volumes`]) until no volume of `disk` is surfaced any more: taken
+/// offline, a disk's volume devices are removed by Plug and Play as asynchronously as they were
+/// created, and a driver that detaches the disk or lists its volumes right after SetDiskState
+/// must not find them.
+pub(super) fn wait_for_departure(os: &dyn Win32, op: &str, disk: u32) -> Result<()> {
+    wait(os, op, disk, GO, || match volumes_on(os, disk).len() {
+        0 => Ok(()),
+        n => Err(format!("{n} of the disk's volumes")),
+    })
+}
+
+/// How a wait words what it is waiting for: while waiting, and once the limit passed.
+type Wording = (&'static str, &'static str);
+const APPEAR: Wording = ("had not appeared", "did not appear");
+const GO: Wording = ("were still surfaced", "did not go");
+
 /// Polls `look` until it answers `Ok`, for at most [`VOLUME_ARRIVAL_LIMIT`] and never past the
-/// caller's deadline; `Err` names what has not appeared yet.
+/// caller's deadline; `Err` names what has not appeared (or gone) yet.
 fn wait<T>(
     os: &dyn Win32,
     op: &str,
     disk: u32,
+    (during, after): Wording,
     mut look: impl FnMut() -> std::result::Result<T, String>,
 ) -> Result<T> {
     let until = os.now() + VOLUME_ARRIVAL_LIMIT;
@@ -71,9 +88,7 @@ fn wait<T>(
                 Kind::DeadlineExceeded,
                 op,
                 format!("disk {disk}"),
-                format!(
-                    "the caller's deadline passed while {missing} had not appeared; call again"
-                ),
+                format!("the caller's deadline passed while {missing} {during}; call again"),
             ));
         }
         if os.now() >= until {
@@ -82,7 +97,7 @@ fn wait<T>(
                 op,
                 format!("disk {disk}"),
                 format!(
-                    "{missing} did not appear within {} s; call again",
+                    "{missing} {after} within {} s; call again",
                     VOLUME_ARRIVAL_LIMIT.as_secs()
                 ),
             ));

@@ -23,7 +23,7 @@ impl Win32 for SimWindows {
     fn close(&self, handle: u64) {
         let mut s = self.lock();
         s.handles.remove(&handle);
-        s.entries.remove(&handle);
+        s.close_entry(handle);
     }
 
     fn device_io_control(
@@ -270,7 +270,7 @@ impl Win32 for SimWindows {
     fn smb_create_global_mapping(
         &self,
         remote: &str,
-        _require_privacy: bool,
+        require_privacy: bool,
         credential: Option<&str>,
     ) -> Win32Result<ReturnValue> {
         let (remote, credential) = (remote.to_string(), credential.map(str::to_string));
@@ -278,7 +278,7 @@ impl Win32 for SimWindows {
             if let Some(odd) = s.odd_return.take() {
                 return Ok(odd);
             }
-            let code = smb::create(s, &remote, credential.as_deref());
+            let code = smb::create(s, &remote, require_privacy, credential.as_deref());
             smb::answer(s.smb_encoding, code)
         })
     }

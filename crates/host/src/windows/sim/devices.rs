@@ -182,6 +182,11 @@ pub(super) fn ioctl(
                     if input.get(4).is_some_and(|p| *p != 0) {
                         d.persisted = (d.offline, d.read_only);
                     }
+                    if !was_offline && d.offline {
+                        // The volume devices are removed by Plug and Play, as they are
+                        // created: asynchronously (ledger row 81).
+                        d.volumes_leave = clock + delay;
+                    }
                     if was_offline && !d.offline {
                         s.volumes_arrive(n);
                     }

@@ -11,7 +11,12 @@
 //!   ERROR_DIR_NOT_EMPTY and a file ERROR_DIRECTORY. `DeleteFileW` on a directory is
 //!   ERROR_ACCESS_DENIED. FILE_ATTRIBUTE_READONLY makes both fail with ERROR_ACCESS_DENIED.
 //! - Deleting needs DELETE access, which an open handle without FILE_SHARE_DELETE denies:
-//!   ERROR_SHARING_VIOLATION.
+//!   ERROR_SHARING_VIOLATION. With handles open that share delete, `RemoveDirectoryW` and
+//!   `DeleteFileW` succeed but only mark the entry: it is deleted at the last close ("the
+//!   directory is not removed until the last handle to the directory is closed"). Until then it
+//!   is delete-pending: it is still listed (its directory is not empty), and opening it,
+//!   reading its attributes, deleting it again or creating an entry of its name fail with
+//!   ERROR_ACCESS_DENIED (STATUS_DELETE_PENDING).
 //! - `FindFirstFileExW` lists `.` and `..` in every directory but a drive root; an empty root
 //!   lists nothing and fails with ERROR_FILE_NOT_FOUND.
 //!
@@ -204,6 +209,39 @@ impl State {
         Ok(())
     }
 
+    /// ERROR_ACCESS_DENIED when the entry at `path` is delete-pending (STATUS_DELETE_PENDING,
+    /// which Win32 reports as access denied).
+    fn not_pending(&self, path: &str) -> Win32Result<()> {
+        if self.delete_pending.contains(&key(path)) {
+            return Err(OsError::new(code::ACCESS_DENIED));
+        }
+        Ok(())
+    }
+
+    /// Deletes the entry at `path` once checked: at once when nothing holds it open, else at
+    /// the last close (DeleteFileW and RemoveDirectoryW, Remarks: "marks a file for deletion on
+    /// close").
+    fn delete(&mut self, path: &str) {
+        let k = key(path);
+        if self.entries.values().any(|o| o.key == k) {
+            self.delete_pending.insert(k);
+        } else {
+            self.forget(path);
+        }
+    }
+
+    /// Closes an entry handle; the last close of a delete-pending entry deletes it.
+    pub(super) fn close_entry(&mut self, handle: u64) {
+        let Some(o) = self.entries.remove(&handle) else {
+            return;
+        };
+        if self.delete_pending.contains(&o.key) && !self.entries.values().any(|e| e.key == o.key) {
+            self.delete_pending.remove(&o.key);
+            let text = self.dirs.get(&o.key).cloned().unwrap_or(o.key);
+            self.forget(&text);
+        }
+    }
+
     /// Removes the entry `k` and its bookkeeping (not its children).
     fn forget(&mut self, path: &str) {
         let k = key(path);
@@ -286,6 +324,7 @@ impl State {
         target: &str,
         directory: bool,
     ) -> Win32Result<()> {
+        self.not_pending(link)?;
         if self.entry(link).is_some() {
             return Err(OsError::new(code::ALREADY_EXISTS));
         }
@@ -368,6 +407,7 @@ impl FileApi for SimWindows {
     fn file_attributes(&self, path: &[u16]) -> Win32Result<u32> {
         let s = self.enter("file_attributes")?;
         let p = s.through_links(&text(path))?;
+        s.not_pending(&p)?;
         match s.entry(&p) {
             Some(e) => Ok(s.attributes(&p, e)),
             None => Err(s.missing(&p)),
@@ -410,6 +450,7 @@ impl FileApi for SimWindows {
     fn open_entry(&self, path: &[u16], _access: u32, share: u32, follow: bool) -> Win32Result<u64> {
         let mut s = self.enter("open_entry")?;
         let p = s.through_links(&text(path))?;
+        s.not_pending(&p)?;
         let at = if follow {
             s.follow(&p)?
         } else if s.entry(&p).is_some() {
@@ -420,6 +461,7 @@ impl FileApi for SimWindows {
         let volume_root = follow && matches!(s.entry(&at), Some(Entry::MountedFolder(_)));
         s.next_handle += 4;
         let h = s.next_handle;
+        s.not_pending(&at)?;
         let key = key(&at);
         s.entries.insert(
             h,
@@ -461,6 +503,7 @@ impl FileApi for SimWindows {
     fn reparse_data(&self, path: &[u16]) -> Win32Result<Vec<u8>> {
         let s = self.enter("reparse_data")?;
         let p = s.through_links(&text(path))?;
+        s.not_pending(&p)?;
         match s.entry(&p) {
             Some(Entry::Link { .. }) => Ok(symlink_data(&s.links[&key(&p)].target)),
             Some(Entry::MountedFolder(v)) => Ok(mount_point_data(&s.volumes[v].names[0])),
@@ -472,6 +515,7 @@ impl FileApi for SimWindows {
     fn create_directory(&self, path: &[u16]) -> Win32Result<()> {
         let mut s = self.enter("create_directory")?;
         let p = s.through_links(&text(path))?;
+        s.not_pending(&p)?;
         if s.entry(&p).is_some() {
             return Err(OsError::new(code::ALREADY_EXISTS));
         }
@@ -483,6 +527,7 @@ impl FileApi for SimWindows {
     fn remove_directory(&self, path: &[u16]) -> Win32Result<()> {
         let mut s = self.enter("remove_directory")?;
         let p = s.through_links(&text(path))?;
+        s.not_pending(&p)?;
         match s.entry(&p) {
             None => return Err(s.missing(&p)),
             Some(Entry::Root) => return Err(OsError::new(code::ACCESS_DENIED)),
@@ -496,18 +541,19 @@ impl FileApi for SimWindows {
             Some(Entry::Dir | Entry::Link { directory: true } | Entry::MountedFolder(_)) => {}
         }
         s.deletable(&p)?;
-        s.forget(&p);
+        s.delete(&p);
         Ok(())
     }
 
     fn delete_file(&self, path: &[u16]) -> Win32Result<()> {
         let mut s = self.enter("delete_file")?;
         let p = s.through_links(&text(path))?;
+        s.not_pending(&p)?;
         match s.entry(&p) {
             None => Err(s.missing(&p)),
             Some(Entry::File | Entry::Link { directory: false }) => {
                 s.deletable(&p)?;
-                s.forget(&p);
+                s.delete(&p);
                 Ok(())
             }
             Some(_) => Err(OsError::new(code::ACCESS_DENIED)),
@@ -528,6 +574,30 @@ impl SimWindows {
     /// Sets FILE_ATTRIBUTE_READONLY on the entry at `path`.
     pub fn set_readonly(&self, path: &str) {
         self.lock().readonly.insert(key(path));
+    }
+
+    /// Another process opens the entry at `path` sharing read, write and delete, and closes it
+    /// after `held` (of the simulated clock, which the host's waits advance).
+    pub fn hold_entry(&self, path: &str, held: std::time::Duration) {
+        let mut s = self.lock();
+        s.next_handle += 4;
+        let h = s.next_handle;
+        let share = crate::windows::os::files::access::SHARE_READ
+            | crate::windows::os::files::access::SHARE_WRITE
+            | SHARE_DELETE;
+        let open = OpenEntry {
+            key: key(path),
+            share,
+            volume_root: false,
+        };
+        s.entries.insert(h, open);
+        let at = s.clock + held;
+        s.closes.push((at, h));
+    }
+
+    /// Whether the entry at `path` is delete-pending.
+    pub fn delete_pending(&self, path: &str) -> bool {
+        self.lock().delete_pending.contains(&key(path))
     }
 
     /// Whether an entry (of any kind) is at `path`.

@@ -199,3 +199,21 @@ fn os_calls_per_metadata_call() {
     eprintln!("seam calls: PathExists 6, IsSymlink {is_symlink}");
     assert!(is_symlink <= 11, "{is_symlink}");
 }
+
+/// Issue 37: Rmdir of a directory another process holds open (sharing delete) only marks it;
+/// until that process closes it the name is delete-pending and creating it again fails with
+/// ERROR_ACCESS_DENIED. Mkdir of the same path waits until it has gone and then makes it.
+#[test]
+fn mkdir_after_rmdir_waits_out_the_delete_pending_directory() {
+    use std::time::Duration;
+    let (sim, fs) = host();
+    sim.mkdir(r"C:\k\pod\vol");
+    sim.hold_entry(r"C:\k\pod\vol", Duration::from_secs(2));
+    fs.remove(r"C:\k\pod\vol").unwrap();
+    assert!(sim.delete_pending(r"C:\k\pod\vol"));
+    // Still listed: its parent is not empty yet.
+    assert!(fs.remove(r"C:\k\pod").is_err());
+    fs.mkdir_all(r"C:\k\pod\vol").unwrap();
+    assert!(!sim.delete_pending(r"C:\k\pod\vol"));
+    assert!(fs.path_exists(r"C:\k\pod\vol").unwrap());
+}

@@ -7,6 +7,8 @@
 //! - a login needs the target discovered (else ISDSC_TARGET_NOT_FOUND), the target's CHAP
 //!   credentials when it has some (else ISDSC_LOGIN_FAILED), and answers
 //!   ISDSC_TARGET_ALREADY_LOGGED_IN for a second session;
+//! - a session's LUN disks arrive asynchronously after the login (the arrival delay): until
+//!   then `GetDevicesForIScsiSessionW` lists none;
 //! - every list call answers ERROR_INSUFFICIENT_BUFFER with the size it needs when too small.
 
 use super::{SimWindows, State};
@@ -46,6 +48,9 @@ struct Session {
     disks: Vec<u32>,
     /// Its connection dropped and is being re-established: it lists no connection.
     reconnecting: bool,
+    /// When Plug and Play has surfaced its LUNs' disks: they arrive asynchronously after the
+    /// login (the arrival delay), and the session lists no device before.
+    devices_due: std::time::Duration,
 }
 
 /// The initiator's state.
@@ -211,6 +216,7 @@ pub(super) fn login(
     port: u16,
     auth: &data::LoginAuth,
 ) -> Win32Result<()> {
+    let devices_due = s.clock + s.arrival_delay;
     let i = s.initiator()?;
     let p = (address.to_ascii_lowercase(), port);
     if !i.discovered.get(iqn).is_some_and(|ps| ps.contains(&p)) {
@@ -240,6 +246,7 @@ pub(super) fn login(
         portal: p,
         disks: target.disks,
         reconnecting: false,
+        devices_due,
     });
     Ok(())
 }
@@ -307,19 +314,22 @@ pub(super) fn session_devices(
     session: (u64, u64),
     capacity: usize,
 ) -> Win32Result<Vec<(u32, u32)>> {
+    let now = s.clock;
     let i = s.initiator()?;
     let x = i
         .sessions
         .iter()
         .find(|x| x.id == session)
         .ok_or_else(|| err(isdsc::INVALID_SESSION_ID))?;
-    if capacity < x.disks.len() {
-        return Err(short(x.disks.len()));
+    let disks = if x.devices_due <= now {
+        &x.disks[..]
+    } else {
+        &[]
+    };
+    if capacity < disks.len() {
+        return Err(short(disks.len()));
     }
-    Ok(x.disks
-        .iter()
-        .map(|d| (data::FILE_DEVICE_DISK, *d))
-        .collect())
+    Ok(disks.iter().map(|d| (data::FILE_DEVICE_DISK, *d)).collect())
 }
 
 pub(super) fn set_chap_secret(s: &mut State, secret: &[u8]) -> Win32Result<()> {

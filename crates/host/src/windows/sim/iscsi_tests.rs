@@ -161,3 +161,17 @@ fn a_reconnecting_session_is_not_matched_by_its_name_alone() {
     let e = h.connect_target(&portal(), IQN, &no_chap()).unwrap_err();
     assert_eq!(e.kind(), Kind::Unavailable, "{}", e.message());
 }
+
+/// Issue 37: the LUNs' disks arrive asynchronously after the login (ledger row 83), and drivers
+/// ask for them right after ConnectTarget: GetTargetDisks waits for them.
+#[test]
+fn the_disks_of_a_target_just_logged_in_are_waited_for() {
+    let (sim, h) = host();
+    sim.set_arrival_delay(std::time::Duration::from_secs(2));
+    let disk = sim.add_disk(1 << 30, 4);
+    sim.add_iscsi_target("10.0.0.5", 3260, IQN, &[disk], None);
+    h.add_target_portal(&portal()).unwrap();
+    assert!(h.get_target_disks(&portal(), IQN).unwrap().is_empty());
+    h.connect_target(&portal(), IQN, &no_chap()).unwrap();
+    assert_eq!(h.get_target_disks(&portal(), IQN).unwrap(), [disk]);
+}

@@ -19,7 +19,8 @@
 //! - A WMI connection made before `winmgmt` restarted answers RPC_E_DISCONNECTED until the
 //!   client connects again ([`SimWindows::restart_wmi`]).
 //! - An offline disk's volumes disappear until the disk is online again
-//!   (`DISK_ATTRIBUTE_OFFLINE`), and then arrive asynchronously, as after an attach.
+//!   (`DISK_ATTRIBUTE_OFFLINE`), and then arrive asynchronously, as after an attach; taken
+//!   offline, they stay surfaced for the arrival delay (removal is as asynchronous as arrival).
 //! - Drives without media, volumes locked by another process, the SAN policy and read-only
 //!   disks, disk contents and 4Kn sectors, surprise removal (`storage.rs`).
 //! - WMI calls run on a thread pool per namespace, as the real WMI layer's, and a namespace's
@@ -93,6 +94,10 @@ struct Disk {
     usable_length: u64,
     parts: Vec<Part>,
     offline: bool,
+    /// Until when an offline disk's volumes are still surfaced: taken offline, they go as
+    /// asynchronously as they arrive (Plug and Play removes the volume devices after the
+    /// arrival delay).
+    volumes_leave: Duration,
     /// `DISK_ATTRIBUTE_READ_ONLY`: writes fail ERROR_WRITE_PROTECT.
     read_only: bool,
     /// `(offline, read_only)` as persisted: what the disk comes back with when it is seen
@@ -201,6 +206,11 @@ struct State {
     readonly: BTreeSet<String>,
     /// Handles open on files and directories.
     entries: HashMap<u64, filesystem::OpenEntry>,
+    /// Entries marked for deletion while handles sharing delete were open on them (keys):
+    /// deleted at the last close, delete-pending until then.
+    delete_pending: BTreeSet<String>,
+    /// Handles another process holds, with when it closes them.
+    closes: Vec<(Duration, u64)>,
     page_files: Vec<String>,
     /// SMB servers' shares, keyed by lower-cased `\\server\share`.
     shares: BTreeMap<String, smb::Share>,
@@ -323,6 +333,11 @@ impl State {
         for a in due {
             self.create_volume(a.disk, a.partition);
         }
+        let (due, later): (Vec<_>, Vec<_>) = self.closes.drain(..).partition(|c| c.0 <= now);
+        self.closes = later;
+        for (_, h) in due {
+            self.close_entry(h);
+        }
     }
 
     /// The volume of a partition appears: a basic-data partition gets a RAW volume with a new
@@ -382,7 +397,7 @@ impl State {
             vol.no_media
                 || vol.arrives <= self.clock
                     && self.disks.get(&vol.disk).is_some_and(|d| {
-                        !d.offline
+                        (!d.offline || self.clock < d.volumes_leave)
                             && d.parts
                                 .iter()
                                 .any(|p| p.number == vol.partition && p.attributes & HIDDEN == 0)
@@ -467,6 +482,7 @@ impl SimWindows {
                     offline: false,
                     read_only: false,
                     persisted: (false, false),
+                    volumes_leave: Duration::ZERO,
                     sector: SECTOR,
                     keep_usable: false,
                     removing: false,
@@ -519,6 +535,7 @@ impl SimWindows {
                 offline: false,
                 read_only: false,
                 persisted: (false, false),
+                volumes_leave: Duration::ZERO,
                 sector: SECTOR,
                 keep_usable: false,
                 removing: false,

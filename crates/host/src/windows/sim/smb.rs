@@ -5,6 +5,8 @@
 //! - a mapping of a root already mapped fails with ERROR_ALREADY_ASSIGNED (85);
 //! - wrong credentials fail with ERROR_LOGON_FAILURE (1326), an unknown server with
 //!   ERROR_BAD_NETPATH (53), an unknown share with ERROR_BAD_NET_NAME (67);
+//! - a mapping that requires privacy (`RequirePrivacy`, SMB encryption) to a server that
+//!   cannot encrypt fails with ERROR_ACCESS_DENIED (5) and is not made;
 //! - a mapping whose server stopped answering is listed `Disconnected` (status 2), and paths
 //!   below it do not answer;
 //! - a server whose password changed (an Azure Files key rotation) keeps the sessions already
@@ -63,6 +65,9 @@ pub(super) struct Share {
     up: bool,
     /// The server stopped answering: opens below the share block until it answers again.
     hangs: bool,
+    /// The server cannot encrypt (SMB before 3.0, or encryption turned off): a mapping that
+    /// requires privacy is refused.
+    no_encryption: bool,
 }
 
 /// A node-wide mapping.
@@ -136,8 +141,17 @@ pub(super) fn status(s: &State, m: &Mapping) -> u32 {
     }
 }
 
-/// `MSFT_SmbGlobalMapping.Create`: its ReturnValue.
-pub(super) fn create(s: &mut State, remote: &str, credential: Option<&str>) -> u32 {
+/// ERROR_ACCESS_DENIED: what a server that cannot encrypt answers a client requiring privacy.
+const ERROR_ACCESS_DENIED: u32 = 5;
+
+/// `MSFT_SmbGlobalMapping.Create`: its ReturnValue. `RequirePrivacy` ("Indicates that SMB
+/// encryption is required", New-SmbGlobalMapping) is refused by a server that cannot encrypt.
+pub(super) fn create(
+    s: &mut State,
+    remote: &str,
+    require_privacy: bool,
+    credential: Option<&str>,
+) -> u32 {
     let root = remote.trim_end_matches('\\').to_ascii_lowercase();
     if s.smb_mappings.contains_key(&root) {
         return 85;
@@ -158,6 +172,9 @@ pub(super) fn create(s: &mut State, remote: &str, credential: Option<&str>) -> u
     }
     if share.credential.is_some() && share.credential.as_deref() != credential {
         return 1326;
+    }
+    if require_privacy && share.no_encryption {
+        return ERROR_ACCESS_DENIED;
     }
     s.smb_mappings.insert(
         root,
@@ -180,6 +197,7 @@ impl SimWindows {
                 credential: credential.map(|(u, p)| crate::windows::smb::credential_string(u, p)),
                 up: true,
                 hangs: false,
+                no_encryption: false,
             },
         );
     }
@@ -196,6 +214,14 @@ impl SimWindows {
     pub fn set_share_hangs(&self, root: &str, hangs: bool) {
         if let Some(sh) = self.lock().shares.get_mut(&root.to_ascii_lowercase()) {
             sh.hangs = hangs;
+        }
+    }
+
+    /// The share's server cannot encrypt (or can again): a mapping requiring privacy is
+    /// refused with ERROR_ACCESS_DENIED.
+    pub fn set_share_encryption(&self, root: &str, encrypts: bool) {
+        if let Some(sh) = self.lock().shares.get_mut(&root.to_ascii_lowercase()) {
+            sh.no_encryption = !encrypts;
         }
     }
 

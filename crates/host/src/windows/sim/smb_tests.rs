@@ -117,3 +117,34 @@ fn a_dead_servers_health_probe_holds_one_thread_whatever_the_calls() {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// Issue 37: a mapping that requires privacy reaches the server as such. A server that cannot
+/// encrypt refuses it (nothing is mapped, the cause is named, whatever the encoding), and maps
+/// the same share when privacy is not required; a server that encrypts maps either.
+#[test]
+fn a_mapping_requiring_privacy_is_refused_by_a_server_that_cannot_encrypt() {
+    for encoding in ENCODINGS {
+        let sim = Arc::new(SimWindows::new());
+        sim.set_smb_failure_encoding(encoding);
+        sim.add_share(r"\\old01\vols", Some(("svc", "pw")));
+        sim.set_share_encryption(r"\\old01\vols", false);
+        sim.add_share(r"\\new01\vols", Some(("svc", "pw")));
+        let h = WindowsSmbHost::with_os(sim.clone());
+        let mut private = mapping(r"\\old01\vols", "svc", "pw");
+        private.require_privacy = true;
+        let e = h.new_smb_global_mapping(&private).unwrap_err();
+        assert_eq!(e.kind(), Kind::PermissionDenied, "{encoding:?}: {e}");
+        assert!(
+            e.message().contains("error 5") && e.message().contains(r#""\\\\old01\\vols""#),
+            "{encoding:?}: {}",
+            e.message()
+        );
+        assert!(sim.smb_roots().is_empty(), "{:?}", sim.smb_roots());
+        h.new_smb_global_mapping(&mapping(r"\\old01\vols", "svc", "pw"))
+            .unwrap();
+        let mut private = mapping(r"\\new01\vols", "svc", "pw");
+        private.require_privacy = true;
+        h.new_smb_global_mapping(&private).unwrap();
+        assert_eq!(sim.smb_roots().len(), 2);
+    }
+}

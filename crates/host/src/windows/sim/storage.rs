@@ -93,6 +93,17 @@ impl SimWindows {
         n
     }
 
+    /// Takes a disk offline as another tool would (`offline disk` in diskpart): its volumes
+    /// are still surfaced for the arrival delay, then gone.
+    pub fn take_offline(&self, disk: u32) {
+        let mut s = self.lock();
+        let leave = s.clock + s.arrival_delay;
+        if let Some(d) = s.disks.get_mut(&disk) {
+            d.offline = true;
+            d.volumes_leave = leave;
+        }
+    }
+
     /// Makes a disk read-only (`DISK_ATTRIBUTE_READ_ONLY`) or writable, as an administrator's
     /// `attributes disk set readonly` would, persistently.
     pub fn set_disk_read_only(&self, disk: u32, read_only: bool) {
@@ -109,6 +120,7 @@ impl SimWindows {
         let mut s = self.lock();
         if let Some(d) = s.disks.get_mut(&disk) {
             (d.offline, d.read_only) = d.persisted;
+            d.volumes_leave = Duration::ZERO;
         }
         s.volumes_arrive(disk);
     }

@@ -423,6 +423,25 @@ fn an_offline_disk_hides_its_volumes_until_online() {
     assert_eq!(m.volume.list_volumes_on_disk(n, None).unwrap(), [id]);
 }
 
+/// Issue 37: taken offline, a disk's volumes go as asynchronously as they arrive (ledger row
+/// 81). SetDiskState(offline) returns once they are gone, also when another tool took the disk
+/// offline a moment before, so a driver that lists the volumes or detaches the disk right after
+/// finds none.
+#[test]
+fn set_disk_state_offline_returns_once_the_volumes_are_gone() {
+    let m = machine();
+    let (n, id) = partitioned(&m);
+    m.sim.take_offline(n);
+    assert_eq!(
+        m.volume.list_volumes_on_disk(n, None).unwrap(),
+        std::slice::from_ref(&id)
+    );
+    m.disk.set_disk_online(n, false).unwrap();
+    assert!(m.volume.list_volumes_on_disk(n, None).unwrap().is_empty());
+    m.disk.set_disk_online(n, true).unwrap();
+    assert_eq!(m.volume.list_volumes_on_disk(n, None).unwrap(), [id]);
+}
+
 /// What a MountVolume and a FormatVolume cost in OS calls through the whole service (the
 /// deterministic counterpart of a latency benchmark): the disk is found once for the lock, and
 /// the host-disk guard reads the disk's use once, under the lock.
