@@ -35,6 +35,7 @@
 
 mod calls;
 mod chaos;
+mod collision;
 mod devices;
 mod filesystem;
 mod identity;
@@ -703,6 +704,8 @@ mod smb_tests;
 mod stale_tests;
 #[cfg(test)]
 mod storage_tests;
+#[cfg(test)]
+mod strict_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
