@@ -230,16 +230,22 @@ impl Win32 for SimWindows {
     }
 
     fn disk_interfaces(&self) -> Win32Result<Vec<String>> {
-        let s = self.enter("disk_interfaces")?;
-        Ok(s.disks
+        let mut s = self.enter("disk_interfaces")?;
+        let listed = s
+            .disks
             .keys()
+            .filter(|n| !s.unsurfaced.contains(n))
             .map(|&n| devices::interface_path(n))
-            .collect())
+            .collect();
+        // Plug and Play surfaces a disk just attached by the next enumeration.
+        s.unsurfaced.clear();
+        Ok(listed)
     }
 
     fn reenumerate_devices(&self) -> Win32Result<()> {
         let mut s = self.enter("reenumerate_devices")?;
         s.settle();
+        s.unsurfaced.clear();
         Ok(())
     }
 

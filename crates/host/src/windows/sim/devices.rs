@@ -19,6 +19,15 @@ pub(super) fn interface_path(n: u32) -> String {
 
 /// What a device path opens.
 pub(super) fn resolve_device(s: &State, path: &str) -> Option<Target> {
+    let target = resolve_any_device(s, path)?;
+    match target {
+        // A disk Plug and Play has not surfaced yet has no device to open.
+        Target::Disk(n) if s.unsurfaced.contains(&n) => None,
+        t => Some(t),
+    }
+}
+
+fn resolve_any_device(s: &State, path: &str) -> Option<Target> {
     let lower = path.to_ascii_lowercase();
     if let Some(n) = lower.strip_prefix(r"\\.\physicaldrive") {
         let n: u32 = n.parse().ok()?;
