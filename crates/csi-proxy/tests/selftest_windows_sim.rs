@@ -50,7 +50,20 @@ fn nothing_left(sim: &SimWindows) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_whole_flow_passes_and_leaves_nothing_behind() {
+    whole_flow(false).await;
+}
+
+/// Under SAN policy OfflineAll every disk the VHDX becomes (attached, and attached again
+/// after the resize) arrives offline and read-only: the flow brings it online before it
+/// partitions or grows anything.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_whole_flow_passes_under_san_policy_offline_all() {
+    whole_flow(true).await;
+}
+
+async fn whole_flow(offline_all: bool) {
     let d = SimDaemon::start().await;
+    d.sim.set_san_offline_all(offline_all);
     let o = run_over(&d, d.sim.as_ref()).await;
     for s in &o.steps {
         println!(
@@ -71,6 +84,7 @@ async fn the_whole_flow_passes_and_leaves_nothing_behind() {
         "ListDiskIDs",
         "ListDiskLocations",
         "own disk",
+        "SetDiskState online (attached)",
         "PartitionDisk",
         "ListVolumesOnDisk",
         "IsVolumeFormatted",
@@ -82,18 +96,24 @@ async fn the_whole_flow_passes_and_leaves_nothing_behind() {
         "MountVolume again",
         "GetVolumeIDFromTargetPath",
         "GetVolumeIDFromTargetPath (plain directory)",
-        "GetVolumeStats",
-        "ResizeVirtualDisk",
-        "Rescan",
-        "GetDiskStats",
-        "ResizeVolume(0)",
-        "ResizeVolume(0) again",
         "UnmountVolume",
         "UnmountVolume again",
         "SetDiskState offline",
         "SetDiskState online",
         "SetDiskState online again",
         "PartitionDisk again",
+        "GetVolumeStats",
+        "DetachVirtualDisk",
+        "ResizeVirtualDisk",
+        "AttachVirtualDisk again",
+        "GetVirtualDiskPhysicalPath again",
+        "ListDiskIDs again",
+        "SetDiskState online (attached again)",
+        "GetDiskStats",
+        "MountVolume (attached again)",
+        "ResizeVolume(0)",
+        "ResizeVolume(0) again",
+        "UnmountVolume (attached again)",
         "clean-up: Rmdir",
         "clean-up: DetachVirtualDisk",
         "clean-up: delete VHDX",
@@ -150,7 +170,8 @@ async fn a_fault_at_a_step_fails_that_step_and_still_cleans_up() {
         let last = names(&o);
         if *step != "CreateVirtualDisk" {
             assert!(
-                last.contains(&"clean-up: DetachVirtualDisk") || *step == "AttachVirtualDisk",
+                last.contains(&"clean-up: DetachVirtualDisk")
+                    || ["AttachVirtualDisk", "ResizeVirtualDisk"].contains(step),
                 "{call}: {last:?}"
             );
             assert!(last.contains(&"clean-up: delete VHDX"), "{call}: {last:?}");
@@ -269,8 +290,9 @@ async fn without_a_virtual_disk_service_it_says_so_and_creates_nothing() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_disk_that_stops_being_the_vhdx_is_not_acted_on() {
     let d = SimDaemon::start().await;
-    // Truthful for GetVirtualDiskPhysicalPath and PartitionDisk's check, then disk 0.
-    let o = run_over(&d, &lying(&d.sim, r"\\.\PhysicalDrive0", 2)).await;
+    // Truthful for GetVirtualDiskPhysicalPath, SetDiskState's and PartitionDisk's checks, then
+    // disk 0.
+    let o = run_over(&d, &lying(&d.sim, r"\\.\PhysicalDrive0", 3)).await;
     let failed = o.failed().expect("refused");
     assert_eq!(failed.name, "FormatVolume", "{failed:?}");
     assert!(

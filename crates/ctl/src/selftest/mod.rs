@@ -228,10 +228,15 @@ impl Selftest<'_> {
         self.clients = Some(self.out.record("connect", t, r)?);
         self.create_and_attach()?;
         self.find_disk().await?;
+        // Under SAN policy OfflineAll the new disk arrives offline and read-only: online first,
+        // as a driver stages a disk.
+        self.bring_online("SetDiskState online (attached)").await?;
         self.partition_and_format().await?;
         self.mount().await?;
-        self.grow().await?;
         self.unmount().await?;
-        self.offline_online().await
+        self.offline_online().await?;
+        // Resizing a VHDX outside a VM is an offline operation: detached, resized, attached
+        // again, and the volume grown on the disk it became.
+        self.grow().await
     }
 }

@@ -72,15 +72,8 @@ impl Selftest<'_> {
         self.scratch = true;
         self.out.record("Mkdir", t, r)?;
 
-        let at = format!(" at {target}");
         for name in ["MountVolume", "MountVolume again"] {
-            let r = self
-                .on_volume(name, "MountVolume", &at, async |c, v| {
-                    c.mount(v, &target).await
-                })
-                .await;
-            self.mounted |= r.is_ok();
-            r?;
+            self.mount_target(name).await?;
         }
 
         let t = Instant::now();
@@ -118,6 +111,10 @@ impl Selftest<'_> {
             .map_err(|s| status("GetVolumeStats", &s))
     }
 
+    /// Grows the VHDX the only way a VHDX outside a VM grows: "Resize-VHD is an offline
+    /// operation; the virtual hard disk must not be attached when the operation is initiated".
+    /// Detached, resized, attached again (a new disk number, perhaps; the same page 83 ID, the
+    /// VHDX's own), brought online, mounted, and the volume grown into the new space.
     pub(super) async fn grow(&mut self) -> Result<(), Stop> {
         let t = Instant::now();
         let r = self
@@ -126,27 +123,35 @@ impl Selftest<'_> {
             .map(|s| (s, format!("total {} bytes, used {} bytes", s.0, s.1)));
         let before = self.out.record("GetVolumeStats", t, r)?;
 
-        let (h, grown) = (self.handle.expect("created"), self.opts.grown_size);
+        let (vd, h, grown) = (self.vd, self.handle.expect("created"), self.opts.grown_size);
         let t = Instant::now();
         let r = async {
-            self.guard().await?;
-            self.vd
-                .resize(h, grown)
-                .map_err(|e| format!("ResizeVirtualDisk to {grown} bytes: {e}"))?;
-            Ok(((), format!("{grown} bytes")))
+            let n = self.guard().await?;
+            vd.detach(h)
+                .map_err(|e| format!("DetachVirtualDisk: {e}"))?;
+            Ok(((), format!("disk {n} detached to resize its VHDX")))
         }
         .await;
+        self.out.record("DetachVirtualDisk", t, r)?;
+        self.attached = false;
+
+        let t = Instant::now();
+        let r = vd
+            .resize(h, grown)
+            .map(|()| ((), format!("{grown} bytes")))
+            .map_err(|e| format!("ResizeVirtualDisk to {grown} bytes: {e}"));
         self.out.record("ResizeVirtualDisk", t, r)?;
 
         let t = Instant::now();
-        let r = self
-            .c()
-            .disk
-            .rescan()
-            .await
-            .map(|()| ((), "done".to_string()))
-            .map_err(|s| status("Rescan", &s));
-        self.out.record("Rescan", t, r)?;
+        let r = vd
+            .attach(h)
+            .map(|()| ((), "attached again, no drive letters".to_string()))
+            .map_err(|e| format!("AttachVirtualDisk: {e}"));
+        self.out.record("AttachVirtualDisk again", t, r)?;
+        self.attached = true;
+        self.find_again().await?;
+        self.bring_online("SetDiskState online (attached again)")
+            .await?;
 
         let (n, wait) = (self.disk.expect("attached"), self.opts.wait);
         let t = Instant::now();
@@ -165,6 +170,8 @@ impl Selftest<'_> {
         });
         self.out.record("GetDiskStats", t, r)?;
 
+        // Grown while mounted, as a driver's NodeExpandVolume grows it.
+        self.mount_target("MountVolume (attached again)").await?;
         for name in ["ResizeVolume(0)", "ResizeVolume(0) again"] {
             let t = Instant::now();
             let r = async {
@@ -187,22 +194,98 @@ impl Selftest<'_> {
             .await;
             self.out.record(name, t, r)?;
         }
+        self.unmount_target("UnmountVolume (attached again)").await
+    }
+
+    /// After the VHDX was attached again: the disk it is now, which must carry the page 83 ID
+    /// it had (the VHDX's own) before anything acts on it.
+    async fn find_again(&mut self) -> Result<(), Stop> {
+        let (vd, h, wait) = (self.vd, self.handle.expect("created"), self.opts.wait);
+        let t = Instant::now();
+        let r = match vd.physical_path(h) {
+            Ok(p) => match super::disk_number_of(&p) {
+                Some(n) => Ok((n, p)),
+                None => Err(format!("answered {p:?}, not a \\\\.\\PhysicalDriveN path")),
+            },
+            Err(e) => Err(e.to_string()),
+        };
+        let n = self.out.record("GetVirtualDiskPhysicalPath again", t, r)?;
+
+        let t = Instant::now();
+        let page83 = self.page83.clone();
+        let disk = &mut self.c().disk;
+        // Plug and Play surfaces the disk after AttachVirtualDisk returns: asked until listed.
+        let r = poll(wait, async || {
+            let ids = disk
+                .list_disk_ids()
+                .await
+                .map_err(|s| status("ListDiskIDs", &s))?;
+            Ok(ids.get(&n).cloned())
+        })
+        .await
+        .and_then(|id| {
+            let id = id.ok_or(format!("disk {n} is not listed after {wait:?}"))?;
+            if id.page83 != page83 {
+                return Err(format!(
+                    "refusing disk {n}: its page 83 identifier is {:?}, the VHDX's disk had {page83:?}",
+                    id.page83
+                ));
+            }
+            Ok(((), format!("disk {n} listed after {} ms, page83 {page83:?}", ms(t.elapsed()))))
+        });
+        self.out.record("ListDiskIDs again", t, r)?;
+        self.disk = Some(n);
         Ok(())
     }
 
+    /// SetDiskState(online) on the VHDX's disk once [`guard`](Self::guard) has passed: a disk
+    /// just attached may be offline and read-only (SAN policy OfflineAll).
+    pub(super) async fn bring_online(&mut self, name: &str) -> Result<(), Stop> {
+        let t = Instant::now();
+        let r = async {
+            let n = self.guard().await?;
+            self.c()
+                .disk
+                .set_online(n, true)
+                .await
+                .map_err(|s| status("SetDiskState", &s))?;
+            Ok(((), format!("disk {n} online and writable")))
+        }
+        .await;
+        self.out.record(name, t, r)
+    }
+
     pub(super) async fn unmount(&mut self) -> Result<(), Stop> {
-        let target = self.target();
-        let from = format!(" from {target}");
         for name in ["UnmountVolume", "UnmountVolume again"] {
-            let r = self
-                .on_volume(name, "UnmountVolume", &from, async |c, v| {
-                    c.unmount(v, &target).await
-                })
-                .await;
-            self.mounted &= r.is_err();
-            r?;
+            self.unmount_target(name).await?;
         }
         Ok(())
+    }
+
+    /// MountVolume of the test volume at the scratch target, recorded as `name`.
+    async fn mount_target(&mut self, name: &str) -> Result<(), Stop> {
+        let target = self.target();
+        let at = format!(" at {target}");
+        let r = self
+            .on_volume(name, "MountVolume", &at, async |c, v| {
+                c.mount(v, &target).await
+            })
+            .await;
+        self.mounted |= r.is_ok();
+        r
+    }
+
+    /// UnmountVolume of the test volume from the scratch target, recorded as `name`.
+    async fn unmount_target(&mut self, name: &str) -> Result<(), Stop> {
+        let target = self.target();
+        let from = format!(" from {target}");
+        let r = self
+            .on_volume(name, "UnmountVolume", &from, async |c, v| {
+                c.unmount(v, &target).await
+            })
+            .await;
+        self.mounted &= r.is_err();
+        r
     }
 
     pub(super) async fn offline_online(&mut self) -> Result<(), Stop> {

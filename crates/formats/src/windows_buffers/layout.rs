@@ -68,6 +68,14 @@ impl Partition {
         }
     }
 
+    /// The GPT entry's unique partition GUID (`PARTITION_INFORMATION_GPT.PartitionId`, at byte
+    /// 48); `None` on MBR disks or for an entry too short to hold it.
+    pub fn gpt_id(&self) -> Option<Uuid> {
+        self.gpt_type?;
+        let b: [u8; 16] = self.raw.get(48..64)?.try_into().ok()?;
+        Some(Uuid::from_bytes_le(b))
+    }
+
     /// Whether this is the Microsoft reserved partition, which the "no data partition yet"
     /// check ignores (upstream's rule), or an unused MBR slot.
     pub fn is_reserved(&self) -> bool {
@@ -82,6 +90,8 @@ pub struct Layout {
     pub style: u32,
     /// GPT: the disk GUID.
     pub disk_id: Uuid,
+    /// MBR: the disk signature (`DRIVE_LAYOUT_INFORMATION_MBR.Signature`).
+    pub signature: u32,
     /// GPT: first usable byte.
     pub usable_start: u64,
     /// GPT: usable bytes from `usable_start`.
@@ -137,6 +147,7 @@ pub fn parse_drive_layout(buf: &[u8]) -> Result<Layout, ParseError> {
     let mut layout = Layout {
         style,
         disk_id: Uuid::nil(),
+        signature: 0,
         usable_start: 0,
         usable_length: 0,
         max_partitions: 0,
@@ -147,6 +158,10 @@ pub fn parse_drive_layout(buf: &[u8]) -> Result<Layout, ParseError> {
         layout.usable_start = nonneg(le.i64(24).ok_or_else(short)?, "StartingUsableOffset")?;
         layout.usable_length = nonneg(le.i64(32).ok_or_else(short)?, "UsableLength")?;
         layout.max_partitions = le.u32(40).ok_or_else(short)?;
+    }
+    if style == STYLE_MBR {
+        // DRIVE_LAYOUT_INFORMATION_MBR: Signature u32 @8.
+        layout.signature = le.u32(8).ok_or_else(short)?;
     }
     for i in 0..count as usize {
         let at = HEADER_SIZE + i * ENTRY_SIZE;

@@ -18,6 +18,7 @@ fn only_partitions_windows_surfaces_are_waited_for() {
     let mut l = Layout {
         style: STYLE_GPT,
         disk_id: Uuid::nil(),
+        signature: 0,
         usable_start: 0,
         usable_length: 0,
         max_partitions: 128,

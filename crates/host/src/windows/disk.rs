@@ -20,6 +20,7 @@ use csi_proxy_formats::windows_buffers::storage;
 use std::collections::{BTreeMap, BTreeSet};
 
 mod arrival;
+mod collision;
 
 pub use arrival::VOLUME_ARRIVAL_LIMIT;
 use arrival::{wait_for_departure, wait_for_partition, wait_for_volumes};
@@ -264,7 +265,7 @@ fn refuse_raw_content(os: &dyn Win32, op: &str, n: u32, h: &Handle<'_>, sector: 
 }
 
 /// The disk's attributes (`GET_DISK_ATTRIBUTES.Attributes`).
-fn disk_attributes(os: &dyn Win32, op: &str, n: u32) -> Result<u64> {
+pub(super) fn disk_attributes(os: &dyn Win32, op: &str, n: u32) -> Result<u64> {
     let h = os::open_query(os, &disk_path(n)).map_err(|e| disk_open_error(op, n, &e))?;
     let out = ioctl(&h, io::DISK_GET_DISK_ATTRIBUTES, &[], 16)
         .map_err(|e| os_error(op, format!("disk {n}"), &e, &[]))?;
@@ -282,7 +283,7 @@ fn disk_attributes(os: &dyn Win32, op: &str, n: u32) -> Result<u64> {
 /// FAILED_PRECONDITION naming `attribute` when the disk has it: an offline disk surfaces no
 /// volume ("no volume devices are surfaced through Plug and Play"), and on a read-only one
 /// "writes to the disk will fail".
-fn refuse_attribute(op: &str, disk: u32, attrs: u64, attribute: u64) -> Result<()> {
+pub(super) fn refuse_attribute(op: &str, disk: u32, attrs: u64, attribute: u64) -> Result<()> {
     if attrs & attribute == 0 {
         return Ok(());
     }
@@ -506,6 +507,10 @@ impl DiskHost for WindowsDiskHost {
             refuse_system_disk(os, OP, disk_number)?;
         }
         let h = open_disk(os, OP, disk_number, true)?;
+        if online && attrs & io::DISK_ATTRIBUTE_OFFLINE != 0 {
+            let (l, _) = read_layout(OP, disk_number, &h)?;
+            collision::refuse_collision(os, OP, disk_number, &l)?;
+        }
         if !done {
             ioctl(
                 &h,

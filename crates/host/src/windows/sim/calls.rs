@@ -57,7 +57,10 @@ impl Win32 for SimWindows {
         }
         match open.map(|o| o.target) {
             Some(Target::Volume(v)) => {
-                if !offset.is_multiple_of(SECTOR) || !(len as u64).is_multiple_of(SECTOR) {
+                // A volume's sector is its disk's (File Buffering: "an integer multiple of the
+                // volume sector size"): 4096 on a 4Kn disk.
+                let sector = s.disks.get(&s.volumes[v].disk).map_or(SECTOR, |d| d.sector);
+                if !offset.is_multiple_of(sector) || !(len as u64).is_multiple_of(sector) {
                     return Err(OsError::new(code::INVALID_PARAMETER));
                 }
                 let head = &s.volumes[v].head;
@@ -227,16 +230,22 @@ impl Win32 for SimWindows {
     }
 
     fn disk_interfaces(&self) -> Win32Result<Vec<String>> {
-        let s = self.enter("disk_interfaces")?;
-        Ok(s.disks
+        let mut s = self.enter("disk_interfaces")?;
+        let listed = s
+            .disks
             .keys()
+            .filter(|n| !s.unsurfaced.contains(n))
             .map(|&n| devices::interface_path(n))
-            .collect())
+            .collect();
+        // Plug and Play surfaces a disk just attached by the next enumeration.
+        s.unsurfaced.clear();
+        Ok(listed)
     }
 
     fn reenumerate_devices(&self) -> Win32Result<()> {
         let mut s = self.enter("reenumerate_devices")?;
         s.settle();
+        s.unsurfaced.clear();
         Ok(())
     }
 
@@ -465,6 +474,11 @@ fn format_ntfs(s: &mut State, volume: &str) -> Win32Result<ReturnValue> {
                     .is_none_or(|known| known.contains(&s.volumes[v].names[0].to_ascii_lowercase()))
         })
         .ok_or(OsError::new(WBEM_E_NOT_FOUND))?;
+    // A format writes the volume: on a read-only disk "writes to the disk will fail", which
+    // the Storage Management API answers 41001, "The disk is read only" (ledger row 21).
+    if s.disks.get(&s.volumes[v].disk).is_some_and(|d| d.read_only) {
+        return Ok(ReturnValue::Code(41001));
+    }
     let length = devices::partition_of(s, v).map_or(0, |p| p.length);
     let sector = s.disks.get(&s.volumes[v].disk).map_or(SECTOR, |d| d.sector);
     let serial = s.next_serial;

@@ -21,6 +21,15 @@ pub(super) fn interface_path(n: u32) -> String {
 
 /// What a device path opens.
 pub(super) fn resolve_device(s: &State, path: &str) -> Option<Target> {
+    let target = resolve_any_device(s, path)?;
+    match target {
+        // A disk Plug and Play has not surfaced yet has no device to open.
+        Target::Disk(n) if s.unsurfaced.contains(&n) => None,
+        t => Some(t),
+    }
+}
+
+fn resolve_any_device(s: &State, path: &str) -> Option<Target> {
     let lower = path.to_ascii_lowercase();
     if let Some(n) = lower.strip_prefix(r"\\.\physicaldrive") {
         let n: u32 = n.parse().ok()?;
@@ -92,6 +101,10 @@ fn drive_layout(d: &Disk) -> Vec<u8> {
         out[24..32].copy_from_slice(&(d.usable_start as i64).to_le_bytes());
         out[32..40].copy_from_slice(&(d.usable_length as i64).to_le_bytes());
         out[40..44].copy_from_slice(&128u32.to_le_bytes());
+    }
+    if d.style == layout::STYLE_MBR {
+        // DRIVE_LAYOUT_INFORMATION_MBR: Signature u32 @8.
+        out[8..12].copy_from_slice(&d.mbr_signature().to_le_bytes());
     }
     for (i, p) in d.parts.iter().enumerate() {
         out[HEADER_SIZE + i * ENTRY_SIZE..][..ENTRY_SIZE].copy_from_slice(&entry(p, d.style));
@@ -169,6 +182,12 @@ pub(super) fn ioctl(
                     fit(a, out_len, code::INSUFFICIENT_BUFFER)
                 }
                 io::DISK_SET_DISK_ATTRIBUTES => {
+                    // SET_DISK_ATTRIBUTES: "Reserved1[3]: Reserved. Must be set to FALSE (0)",
+                    // "Reserved2[4]: Reserved. Must be set to 0"; Version is the structure's
+                    // size (ledger row 70).
+                    if !set_disk_attributes_valid(input) {
+                        return Err(invalid());
+                    }
                     let attrs = io::le_u64(input, 8).ok_or_else(invalid)?;
                     let mask = io::le_u64(input, 16).ok_or_else(invalid)?;
                     let was_offline = d.offline;
@@ -357,15 +376,28 @@ pub(super) fn ioctl(
             io::FSCTL_EXTEND_VOLUME if s.volumes[v].settles > s.clock => {
                 Err(OsError::new(code::NOT_READY))
             }
+            // "If the disk is READONLY, disk data and metadata can be read, but writes to the
+            // disk will fail" (ledger row 21).
+            io::FSCTL_EXTEND_VOLUME
+                if s.disks.get(&s.volumes[v].disk).is_some_and(|d| d.read_only) =>
+            {
+                Err(OsError::new(code::WRITE_PROTECT))
+            }
             io::FSCTL_EXTEND_VOLUME => {
                 let sectors = le_i64(input, 0).ok_or_else(invalid)?;
                 let length = partition_of(s, v).map_or(0, |p| p.length);
                 let sector = s.disks.get(&s.volumes[v].disk).map_or(SECTOR, |d| d.sector);
                 let vol = &mut s.volumes[v];
-                if vol.fs.is_none() {
-                    return Err(OsError::new(code::UNRECOGNIZED_VOLUME));
-                }
                 let bytes = sectors.checked_mul(sector).ok_or_else(invalid)?;
+                // "This control code is supported on NTFS, RAW, and ReFS file systems": on a RAW
+                // volume there is nothing to grow but the size must fit the partition.
+                if vol.fs.is_none() {
+                    return if bytes > length {
+                        Err(invalid())
+                    } else {
+                        Ok(Vec::new())
+                    };
+                }
                 // NTFS keeps its backup boot sector in the sector after the volume, so the
                 // volume ends one sector short of its partition; growing needs at least one
                 // more cluster (4 KiB by default).
@@ -378,6 +410,15 @@ pub(super) fn ioctl(
             _ => Err(OsError::new(code::INVALID_FUNCTION)),
         },
     }
+}
+
+/// Whether a `SET_DISK_ATTRIBUTES` input is one the disk driver takes: the whole structure
+/// (40 bytes), `Version` its size and the reserved bytes zero.
+fn set_disk_attributes_valid(input: &[u8]) -> bool {
+    input.len() == io::SET_DISK_ATTRIBUTES_SIZE
+        && io::le_u32(input, 0) == Some(io::SET_DISK_ATTRIBUTES_SIZE as u32)
+        && input[5..8].iter().all(|b| *b == 0)
+        && input[24..40].iter().all(|b| *b == 0)
 }
 
 /// Applies an `IOCTL_DISK_SET_DRIVE_LAYOUT_EX` input to a GPT disk: entries without

@@ -97,8 +97,11 @@ impl SimWindows {
     pub fn add_mbr_disk(&self, size: u64, lun: u8, partition: u64) -> (u32, String) {
         let n = self.add_disk(size, lun);
         let mut s = self.lock();
+        let id = s.guid();
         if let Some(d) = s.disks.get_mut(&n) {
             d.style = STYLE_MBR;
+            // Its signature (the ID's first four bytes), which no other disk has.
+            d.disk_id = id;
             // Kept as basic data, the simulator's mark of a partition a volume lives on.
             d.parts = vec![part(1, MIB, partition, BASIC_DATA, Uuid::nil(), 0)];
         }

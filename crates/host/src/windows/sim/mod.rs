@@ -36,6 +36,7 @@
 
 mod calls;
 mod chaos;
+mod collision;
 mod devices;
 mod filesystem;
 mod identity;
@@ -250,6 +251,11 @@ struct State {
     chaos: chaos::Chaos,
     /// Virtual disk files and handles (`vhd.rs`).
     vhds: vhd::Vhds,
+    /// Disks attached that Plug and Play has not surfaced yet: the next enumeration does not
+    /// list them (and their device paths do not open), the one after it does.
+    unsurfaced: BTreeSet<u32>,
+    /// SAN policy OfflineAll: every newly discovered disk arrives offline and read-only.
+    san_offline_all: bool,
 }
 
 /// The simulated Windows. Cheap to share: all state is behind one lock.
@@ -546,7 +552,21 @@ impl SimWindows {
                 serial: format!("SIM{n:04}"),
             },
         );
+        if s.san_offline_all
+            && let Some(d) = s.disks.get_mut(&n)
+        {
+            // "offlineAll. Specifies that all new disks are left offline by default"; "Disks
+            // that are left offline are read-only by default".
+            (d.offline, d.read_only) = (true, true);
+            d.persisted = (true, true);
+        }
         n
+    }
+
+    /// Sets the SAN policy to OfflineAll (`san policy=OfflineAll`): every disk discovered from
+    /// now on arrives offline and read-only; or back to the default.
+    pub fn set_san_offline_all(&self, on: bool) {
+        self.lock().san_offline_all = on;
     }
 
     /// Makes the disk not SCSI-addressed (a virtual disk, a Storage Spaces disk): its
@@ -722,6 +742,8 @@ mod smb_tests;
 mod stale_tests;
 #[cfg(test)]
 mod storage_tests;
+#[cfg(test)]
+mod strict_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -25,7 +25,17 @@ struct VhdFile {
     size: u64,
     /// While attached: the disk number and the handle that attached it.
     attached: Option<(u32, u64)>,
+    /// The identifier the disk reports in its device identification page: the VHDX's "Page 83
+    /// Data" metadata item, made with the file and kept with it across attaches.
+    page83: String,
+    /// While detached after an attach: what was written on the disk and the volumes Windows
+    /// made for its partitions (which come back, with their GUID paths, on the next attach).
+    kept: Option<(Disk, Vec<usize>)>,
 }
+
+/// The disk number a volume of a detached VHDX points at: no disk has it, so the volume is
+/// seen nowhere until its VHDX is attached again.
+const DETACHED: u32 = u32::MAX - 1;
 
 impl State {
     fn vhd_handle(&self, handle: u64) -> Win32Result<String> {
@@ -52,12 +62,19 @@ impl State {
         let Some((disk, _)) = f.attached.take() else {
             return;
         };
-        self.disks.remove(&disk);
+        let kept = self.disks.remove(&disk);
+        self.unsurfaced.remove(&disk);
         self.arrivals.retain(|a| a.disk != disk);
         let gone: BTreeSet<usize> = (0..self.volumes.len())
             .filter(|v| self.volumes[*v].disk == disk)
             .collect();
+        for v in &gone {
+            self.volumes[*v].disk = DETACHED;
+        }
         self.mount_points.retain(|_, (_, v)| !gone.contains(v));
+        if let (Some(f), Some(d)) = (self.vhds.files.get_mut(file), kept) {
+            f.kept = Some((d, gone.into_iter().collect()));
+        }
     }
 }
 
@@ -85,35 +102,58 @@ impl VirtualDisks for SimWindows {
             return Err(OsError::new(code::INVALID_PARAMETER));
         }
         s.files.insert(k.clone());
+        let page83 = format!("vhd-{}", s.guid());
         s.vhds.files.insert(
             k.clone(),
             VhdFile {
                 size,
                 attached: None,
+                page83,
+                kept: None,
             },
         );
         Ok(s.new_vhd_handle(k))
     }
 
     fn attach(&self, handle: u64) -> Win32Result<()> {
-        let size = {
-            let s = self.enter("attach_virtual_disk")?;
+        let (size, kept, page83) = {
+            let mut s = self.enter("attach_virtual_disk")?;
             let file = s.vhd_handle(handle)?;
-            let f = &s.vhds.files[&file];
+            let f = s.vhds.files.get_mut(&file).expect("a handle's file exists");
             if f.attached.is_some() {
                 return Err(OsError::new(code::SHARING_VIOLATION));
             }
-            f.size
+            (f.size, f.kept.take(), f.page83.clone())
         };
+        // A disk of the VHDX's size, as any newly discovered disk (the SAN policy applies).
         let disk = self.add_disk(size, 0);
         let mut s = self.lock();
+        if let Some((mut d, volumes)) = kept {
+            // What was written on it is there again, at its size now (resized while detached:
+            // the GPT's backup stays where it was written, as on any grown disk).
+            let fresh = s.disks.get(&disk).map(|f| (f.offline, f.read_only));
+            d.size = size;
+            d.pending_size = None;
+            if let Some(attrs) = fresh.filter(|_| s.san_offline_all) {
+                (d.offline, d.read_only) = attrs;
+            } else {
+                (d.offline, d.read_only) = d.persisted;
+            }
+            s.disks.insert(disk, d);
+            for v in volumes {
+                s.volumes[v].disk = disk;
+            }
+            s.volumes_arrive(disk);
+        }
         if let Some(d) = s.disks.get_mut(&disk) {
             // A file-backed virtual disk sits on no SCSI adapter (inferred, LEDGER) and
             // reports no serial number.
             d.scsi = None;
             d.serial = String::new();
-            d.page83 = DeviceId::Ascii(format!("vhd-{handle}"));
+            d.page83 = DeviceId::Ascii(page83);
         }
+        // AttachVirtualDisk returns before Plug and Play has surfaced the disk (ledger row 72).
+        s.unsurfaced.insert(disk);
         let file = s.vhd_handle(handle)?;
         if let Some(f) = s.vhds.files.get_mut(&file) {
             f.attached = Some((disk, handle));
@@ -131,29 +171,24 @@ impl VirtualDisks for SimWindows {
     }
 
     fn resize(&self, handle: u64, size: u64) -> Win32Result<()> {
-        let disk = {
-            let mut s = self.enter("resize_virtual_disk")?;
-            let file = s.vhd_handle(handle)?;
-            let (old, attached) = {
-                let f = &s.vhds.files[&file];
-                (f.size, f.attached.map(|(d, _)| d))
-            };
-            // RESIZE_VIRTUAL_DISK_FLAG_NONE: a smaller size is checked against the partition
-            // table, and a GPT keeps its backup at the end (**inferred**: the code of a
-            // truncation refused).
-            let cut = attached.and_then(|d| s.disks.get(&d)).is_some_and(|d| {
-                d.usable_length > 0 || d.parts.iter().any(|p| p.start + p.length > size)
-            });
-            if !size.is_multiple_of(SECTOR) || size < old && cut {
-                return Err(OsError::new(code::INVALID_PARAMETER));
-            }
-            let f = s.vhds.files.get_mut(&file).expect("a handle's file exists");
-            f.size = size;
-            f.attached.map(|(d, _)| d)
-        };
-        if let Some(d) = disk {
-            self.grow_disk(d, size);
+        let mut s = self.enter("resize_virtual_disk")?;
+        let file = s.vhd_handle(handle)?;
+        let f = s.vhds.files.get_mut(&file).expect("a handle's file exists");
+        // "Resize-VHD is an offline operation; the virtual hard disk must not be attached when
+        // the operation is initiated" (ledger row 46; inferred: the code).
+        if f.attached.is_some() {
+            return Err(OsError::new(code::BUSY));
         }
+        // RESIZE_VIRTUAL_DISK_FLAG_NONE: a smaller size is checked against the partition
+        // table, and a GPT keeps its backup at the end (**inferred**: the code of a
+        // truncation refused).
+        let cut = f.kept.as_ref().is_some_and(|(d, _)| {
+            d.usable_length > 0 || d.parts.iter().any(|p| p.start + p.length > size)
+        });
+        if size == 0 || !size.is_multiple_of(SECTOR) || size < f.size && cut {
+            return Err(OsError::new(code::INVALID_PARAMETER));
+        }
+        f.size = size;
         Ok(())
     }
 

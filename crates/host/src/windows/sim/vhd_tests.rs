@@ -22,13 +22,6 @@ fn an_attached_vhdx_is_a_new_raw_disk_without_scsi_address_that_detach_removes()
     assert!(sim.partitions(n).is_empty());
     assert_eq!(sim.lock().disks[&n].scsi, None);
     assert_eq!(sim.lock().disks[&n].size, GIB);
-    sim.resize(h, 2 * GIB).unwrap();
-    assert_eq!(sim.lock().disks[&n].pending_size, Some(2 * GIB));
-    assert_eq!(
-        sim.resize(h, 2 * GIB + 1).unwrap_err().code,
-        code::INVALID_PARAMETER,
-        "a size in whole sectors"
-    );
     sim.detach(h).unwrap();
     assert!(!sim.lock().disks.contains_key(&n));
     assert_eq!(sim.detach(h).unwrap_err().code, code::NOT_READY);
@@ -67,4 +60,55 @@ fn create_refuses_an_existing_file_a_missing_folder_and_odd_sizes() {
         sim.open(r"C:\vhd\missing.vhdx").unwrap_err().code,
         code::FILE_NOT_FOUND
     );
+}
+
+#[test]
+fn attach_returns_before_the_disk_is_surfaced() {
+    let sim = machine();
+    let h = sim.create(r"C:\vhd\e.vhdx", GIB).unwrap();
+    sim.attach(h).unwrap();
+    let path = sim.physical_path(h).unwrap();
+    // Plug and Play has not installed the disk yet: its device does not open and the
+    // enumeration under way does not list it...
+    assert_eq!(
+        crate::windows::os::open_query(&sim, &path)
+            .unwrap_err()
+            .code,
+        code::FILE_NOT_FOUND
+    );
+    assert_eq!(sim.disk_interfaces().unwrap().len(), 1);
+    // ...by the next one it is there.
+    assert_eq!(sim.disk_interfaces().unwrap().len(), 2);
+    crate::windows::os::open_query(&sim, &path).unwrap();
+}
+
+#[test]
+fn resize_is_refused_while_attached_and_seen_on_the_next_attach() {
+    let sim = machine();
+    let h = sim.create(r"C:\vhd\f.vhdx", GIB).unwrap();
+    sim.attach(h).unwrap();
+    let n = disk_number_of(&sim.physical_path(h).unwrap()).unwrap();
+    sim.lock().disks.get_mut(&n).unwrap().parts = vec![part(
+        1,
+        1 << 20,
+        1 << 29,
+        crate::windows_data::layout::BASIC_DATA,
+        Uuid::nil(),
+        0,
+    )];
+    // "Resize-VHD is an offline operation; the virtual hard disk must not be attached".
+    assert_eq!(sim.resize(h, 2 * GIB).unwrap_err().code, code::BUSY);
+    sim.detach(h).unwrap();
+    assert_eq!(
+        sim.resize(h, 2 * GIB + 1).unwrap_err().code,
+        code::INVALID_PARAMETER,
+        "a size in whole sectors"
+    );
+    sim.resize(h, 2 * GIB).unwrap();
+    sim.attach(h).unwrap();
+    let n = disk_number_of(&sim.physical_path(h).unwrap()).unwrap();
+    // The disk is the new size, with what was written on it.
+    assert_eq!(sim.lock().disks[&n].size, 2 * GIB);
+    assert_eq!(sim.partitions(n).len(), 1);
+    sim.close_vhd(h);
 }

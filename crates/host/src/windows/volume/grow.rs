@@ -80,6 +80,7 @@ mod tests {
         Layout {
             style: STYLE_MBR,
             disk_id: uuid::Uuid::nil(),
+            signature: 0,
             usable_start: 0,
             usable_length: 0,
             max_partitions: 0,

@@ -481,6 +481,13 @@ impl VolumeHost for WindowsVolumeHost {
             },
             target,
         )?;
+        if steps.grow_partition > 0 || steps.extend_filesystem {
+            // Both steps write to the disk, which on a read-only one "will fail": refused
+            // before either, naming the attribute, so no partition grows under a filesystem
+            // that cannot follow.
+            let attrs = super::disk::disk_attributes(os, OP, disk)?;
+            super::disk::refuse_attribute(OP, disk, attrs, io::DISK_ATTRIBUTE_READ_ONLY)?;
+        }
         if steps.grow_partition > 0 {
             // The documented way to enlarge a live partition ("you can grow an active
             // partition, and the partition can be open for sharing during the operation");
