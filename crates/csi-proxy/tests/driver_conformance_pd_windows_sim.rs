@@ -1,6 +1,6 @@
 //! gce-pd replayed over the simulated Windows (`common/pd_driver.rs`): its NodeStage (with the
-//! ResizeVolume(id, 0) every stage makes), NodePublish, NodeExpand, NodeUnpublish and
-//! NodeUnstage as its Windows mounter makes them through the v1 endpoints, with kubelet's raw
+//! ResizeVolume(id, 0) every stage makes, and GetDiskStats when disk-size validation is on),
+//! NodePublish, NodeGetVolumeStats, NodeExpand, NodeUnpublish and NodeUnstage as its Windows mounter makes them through the v1 endpoints, with kubelet's raw
 //! staging path. Needs nothing from the host.
 #![cfg(unix)]
 
@@ -54,10 +54,14 @@ async fn mbr_disk_life(d: &SimDaemon, pd: &mut PdDriver) {
     assert_eq!(pd.stage(&device, STAGING).await.unwrap(), id);
     pd.publish(STAGING, target).await.unwrap();
 
-    let before = pd.api.volume_stats(&id).await.unwrap().0;
+    // NodeGetVolumeStats on the raw publish path, through the daemon (issue 41).
+    let (available, before, used) = pd.stats(target).await.expect("stats");
+    assert_eq!((before, used), pd.api.volume_stats(&id).await.unwrap());
+    assert_eq!(available + used, before);
+    assert!(before > 9 * GIB as i64, "{before}");
     d.sim.grow_disk(disk, 20 * GIB);
     pd.expand(target).await.expect("the MBR partition grows");
-    let after = pd.api.volume_stats(&id).await.unwrap().0;
+    let after = pd.stats(target).await.unwrap().1;
     assert!(after > before + 9 * GIB as i64, "{before} -> {after}");
     pd.expand(target).await.expect("nothing more to grow: OK");
 
@@ -65,6 +69,14 @@ async fn mbr_disk_life(d: &SimDaemon, pd: &mut PdDriver) {
     pd.unstage(STAGING).await.unwrap();
     pd.unstage(STAGING).await.unwrap();
     d.sim.mkdir(&common::normalize_windows_path(STAGING));
-    assert_eq!(pd.stage(&device, STAGING).await.unwrap(), id);
+    // Re-staged with disk-size validation on: GetDiskStats on the disk the unstage took
+    // offline, before PartitionDisk and SetDiskState (issue 41).
+    let e = pd
+        .stage_validating(&device, STAGING, Some(21))
+        .await
+        .unwrap_err();
+    assert!(e.message().contains("expected block size"), "{e:?}");
+    let restaged = pd.stage_validating(&device, STAGING, Some(20)).await;
+    assert_eq!(restaged.expect("a 20 GiB disk passes"), id);
     pd.unstage(STAGING).await.unwrap();
 }

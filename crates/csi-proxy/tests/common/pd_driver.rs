@@ -51,15 +51,42 @@ impl PdDriver {
         self.api.fs.is_link(path).await.unwrap_or(false)
     }
 
-    /// NodeStageVolume: already a link → done; else FormatAndMount (PartitionDisk before
-    /// SetDiskState(online), the first volume after a length check, a format only when not
-    /// formatted, MountVolume on the raw path), then the resize every stage makes
-    /// (GetVolumeIDFromTargetPath, ResizeVolume with size 0). Returns the volume.
+    /// NodeStageVolume without disk-size validation (its default).
     pub async fn stage(&mut self, device_name: &str, staging: &str) -> Result<String, Status> {
+        self.stage_validating(device_name, staging, None).await
+    }
+
+    /// NodeStageVolume: the disk looked up (every attempt); already a link → done; with
+    /// `--enable-disk-size-validation` and a size in the publish context (`expected_gib`),
+    /// GetDiskStats on the disk as it is (offline at a re-stage), whose `TotalBytes` the driver
+    /// reads even when the call failed (a nil response there: Go panics), rounded up to GiB
+    /// and refused when smaller than expected; then FormatAndMount (PartitionDisk before
+    /// SetDiskState(online), the first volume after a length check, a format only when not
+    /// formatted, MountVolume on the raw path) and the resize every stage makes
+    /// (GetVolumeIDFromTargetPath, ResizeVolume with size 0). Returns the volume.
+    pub async fn stage_validating(
+        &mut self,
+        device_name: &str,
+        staging: &str,
+        expected_gib: Option<i64>,
+    ) -> Result<String, Status> {
+        let n = self.disk_number(device_name).await?;
         if self.is_mounted(staging).await {
             return self.api.volume_at(staging).await;
         }
-        let n = self.disk_number(device_name).await?;
+        if let Some(expected) = expected_gib {
+            let bytes = self.api.disk_size(&n).await.map_err(|e| {
+                Status::internal(format!(
+                    "the driver panics: GetDiskStats failed ({e:?}) and its nil response is read"
+                ))
+            })?;
+            let actual = (bytes + (1 << 30) - 1) >> 30;
+            if expected > actual {
+                return Err(Status::internal(format!(
+                    "expected block size \"{expected}\", got \"{actual}\""
+                )));
+            }
+        }
         self.api.partition_disk(&n).await?;
         self.api.set_online(&n, true).await?;
         let ids = self.api.volumes_on_disk(&n).await?;
@@ -81,6 +108,21 @@ impl PdDriver {
     pub async fn expand(&mut self, path: &str) -> Result<(), Status> {
         let id = self.api.volume_at(path).await?;
         self.api.resize(&id, 0).await
+    }
+
+    /// NodeGetVolumeStats on the path kubelet hands (the publish path, raw): the driver's own
+    /// `os.Lstat`, then GetVolumeIDFromTargetPath on that path and GetVolumeStats (v1beta1:
+    /// GetVolumeIDFromMount, VolumeStats). Returns (available, capacity, used) as it reports
+    /// them (available = total - used).
+    pub async fn stats(&mut self, volume_path: &str) -> Result<(i64, i64, i64), Status> {
+        if !self.host.is_link(volume_path) && !self.host.opens(volume_path) {
+            return Err(Status::not_found(format!(
+                "path {volume_path} does not exist"
+            )));
+        }
+        let id = self.api.volume_at(volume_path).await?;
+        let (total, used) = self.api.volume_stats(&id).await?;
+        Ok((total - used, total, used))
     }
 
     /// NodePublishVolume: the target kubelet made is removed (PathExists, Rmdir), then linked
