@@ -70,6 +70,7 @@ async fn the_whole_flow_passes_and_leaves_nothing_behind() {
         "GetVirtualDiskPhysicalPath",
         "ListDiskIDs",
         "ListDiskLocations",
+        "NVMe serials (gce-pd)",
         "own disk",
         "PartitionDisk",
         "ListVolumesOnDisk",

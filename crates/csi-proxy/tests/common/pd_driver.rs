@@ -19,6 +19,23 @@ use tonic::Status;
 pub struct PdDriver {
     pub api: ProxyApi,
     host: Arc<dyn NodeHost>,
+    /// What Google Cloud's metadata server lists (`instance/disks/?recursive=true`): device
+    /// name, interface and NVMe namespace identifier; empty off Google Cloud, where the call
+    /// fails and the legacy lookup runs.
+    metadata: Vec<(String, String, u64)>,
+}
+
+/// gce-pd's `convertSerialToEUI`: the serial without one trailing `.` and without `_` must be
+/// 32 characters whose first 16 parse as hex; `eui.` and those 32 otherwise nothing.
+fn serial_to_eui(serial: &str) -> Option<String> {
+    let cleaned = serial.strip_suffix('.').unwrap_or(serial).replace('_', "");
+    (cleaned.len() == 32 && u64::from_str_radix(cleaned.get(..16)?, 16).is_ok())
+        .then(|| format!("eui.{cleaned}"))
+}
+
+/// gce-pd's `convertEUIToDecimal`: the first 16 hex digits after `eui.`.
+fn eui_to_namespace_id(eui: &str) -> Option<u64> {
+    u64::from_str_radix(eui.strip_prefix("eui.")?.get(..16)?, 16).ok()
 }
 
 impl PdDriver {
@@ -29,15 +46,57 @@ impl PdDriver {
                 .await
                 .expect("csi-proxy v1beta"),
         };
-        PdDriver { api, host }
+        PdDriver {
+            api,
+            host,
+            metadata: Vec::new(),
+        }
     }
 
-    /// `getDiskNumberLegacy`: the disk whose page 83 ID's last white-space separated field is
-    /// the device name (off Google Cloud the metadata lookup fails and this is what runs).
+    /// The node runs on Google Cloud: the metadata server lists `device_name` attached over
+    /// `interface` (`NVME` for Hyperdisk) with the NVMe namespace identifier `namespace_id`.
+    pub fn on_google_cloud(&mut self, device_name: &str, interface: &str, namespace_id: u64) {
+        self.metadata
+            .push((device_name.into(), interface.into(), namespace_id));
+    }
+
+    /// `GetDiskNumber` (v1, since v1.21): a device the metadata server lists as NVMe is found
+    /// by its namespace identifier: ListDiskIDs, and for each disk its page 83 ID when it
+    /// starts with `eui.`, else its serial number reformatted (`serial_to_eui`), whose first
+    /// 16 hex digits must equal the identifier; no match, or no metadata, falls back to the
+    /// legacy lookup. Its v1beta mounter reads the identifiers keyed `UniqueId` and
+    /// `SerialNumber`, which disk v1beta2 never has (its keys are `page83`, `serialNumber`):
+    /// there the legacy lookup always runs.
     pub async fn disk_number(&mut self, device_name: &str) -> Result<String, Status> {
         if let Some(serial) = self.host.disk_serial(device_name) {
             return self.api.disk_with_serial(&serial).await;
         }
+        let nvme = self
+            .metadata
+            .iter()
+            .find(|(name, ..)| name == device_name)
+            .filter(|(_, interface, _)| interface == "NVME")
+            .map(|(.., id)| *id);
+        if let Some(namespace_id) = nvme
+            && self.api.versions().1 == "v1"
+        {
+            for (n, ids) in self.api.disk_ids().await? {
+                let eui = if ids.page83.starts_with("eui.") {
+                    Some(ids.page83.clone())
+                } else {
+                    serial_to_eui(&ids.serial)
+                };
+                if eui.as_deref().and_then(eui_to_namespace_id) == Some(namespace_id) {
+                    return Ok(n);
+                }
+            }
+        }
+        self.legacy_disk_number(device_name).await
+    }
+
+    /// `getDiskNumberLegacy`: the disk whose page 83 ID's last white-space separated field is
+    /// the device name (off Google Cloud the metadata lookup fails and this is what runs).
+    async fn legacy_disk_number(&mut self, device_name: &str) -> Result<String, Status> {
         let ids = self.api.disk_ids().await?;
         ids.into_iter()
             .find(|(_, d)| d.page83.split_whitespace().last() == Some(device_name))
