@@ -1,6 +1,6 @@
 //! gce-pd replayed over the simulated Windows (`common/pd_driver.rs`): its NodeStage (with the
-//! ResizeVolume(id, 0) every stage makes), NodePublish, NodeExpand, NodeUnpublish and
-//! NodeUnstage as its Windows mounter makes them through the v1 endpoints, with kubelet's raw
+//! ResizeVolume(id, 0) every stage makes, and GetDiskStats when disk-size validation is on),
+//! NodePublish, NodeGetVolumeStats, NodeExpand, NodeUnpublish and NodeUnstage as its Windows mounter makes them through the v1 endpoints, with kubelet's raw
 //! staging path. Needs nothing from the host.
 #![cfg(unix)]
 
@@ -54,10 +54,14 @@ async fn mbr_disk_life(d: &SimDaemon, pd: &mut PdDriver) {
     assert_eq!(pd.stage(&device, STAGING).await.unwrap(), id);
     pd.publish(STAGING, target).await.unwrap();
 
-    let before = pd.api.volume_stats(&id).await.unwrap().0;
+    // NodeGetVolumeStats on the raw publish path, through the daemon (issue 41).
+    let (available, before, used) = pd.stats(target).await.expect("stats");
+    assert_eq!((before, used), pd.api.volume_stats(&id).await.unwrap());
+    assert_eq!(available + used, before);
+    assert!(before > 9 * GIB as i64, "{before}");
     d.sim.grow_disk(disk, 20 * GIB);
     pd.expand(target).await.expect("the MBR partition grows");
-    let after = pd.api.volume_stats(&id).await.unwrap().0;
+    let after = pd.stats(target).await.unwrap().1;
     assert!(after > before + 9 * GIB as i64, "{before} -> {after}");
     pd.expand(target).await.expect("nothing more to grow: OK");
 
@@ -65,6 +69,60 @@ async fn mbr_disk_life(d: &SimDaemon, pd: &mut PdDriver) {
     pd.unstage(STAGING).await.unwrap();
     pd.unstage(STAGING).await.unwrap();
     d.sim.mkdir(&common::normalize_windows_path(STAGING));
-    assert_eq!(pd.stage(&device, STAGING).await.unwrap(), id);
+    // Re-staged with disk-size validation on: GetDiskStats on the disk the unstage took
+    // offline, before PartitionDisk and SetDiskState (issue 41).
+    let e = pd
+        .stage_validating(&device, STAGING, Some(21))
+        .await
+        .unwrap_err();
+    assert!(e.message().contains("expected block size"), "{e:?}");
+    let restaged = pd.stage_validating(&device, STAGING, Some(20)).await;
+    assert_eq!(restaged.expect("a 20 GiB disk passes"), id);
     pd.unstage(STAGING).await.unwrap();
+}
+
+/// gce-pd v1.21+ on Google Cloud finds a Hyperdisk (NVMe) by its namespace identifier
+/// (issue 41): the metadata server lists the device as NVMe with that identifier, ListDiskIDs'
+/// page 83 ID of an NVMe namespace is the EUI-64 as hex (no `eui.`), so the driver reformats
+/// each disk's serial number to 32 hex digits and compares the first 16. Two NVMe disks and a
+/// SCSI one are attached; each NVMe device name finds its own disk and stages, and a device
+/// the metadata server lists over SCSI falls back to page 83's device name.
+#[tokio::test(flavor = "multi_thread")]
+async fn hyperdisk_nvme_disks_are_found_by_their_namespace_identifier() {
+    let d = SimDaemon::start().await;
+    let mut pd = PdDriver::new(&d.connector, d.host()).await;
+    let scsi = d.sim.add_disk(10 * GIB, 1);
+    let a = d.sim.add_disk(10 * GIB, 2);
+    let b = d.sim.add_disk(10 * GIB, 3);
+    let (eui_a, eui_b) = (0x10CC_9636_B6E3_CE3B_u64, 0x10CC_9636_B6E3_CE3C_u64);
+    d.sim.make_disk_nvme(a, eui_a.to_be_bytes());
+    d.sim.make_disk_nvme(b, eui_b.to_be_bytes());
+    let ids = pd.api.disk_ids().await.unwrap();
+    let serial_a = &ids.iter().find(|(n, _)| *n == a.to_string()).unwrap().1;
+    assert_eq!(serial_a.serial, "10CC_9636_B6E3_CE3B_0000_0000_0000_0000.");
+    assert_eq!(
+        serial_a.page83, "10cc9636b6e3ce3b",
+        "no eui. prefix: the serial is used"
+    );
+
+    pd.on_google_cloud("hd-b", "NVME", eui_b);
+    pd.on_google_cloud("hd-a", "NVME", eui_a);
+    pd.on_google_cloud(&format!("sim-disk-{scsi}"), "SCSI", 0);
+    assert_eq!(pd.disk_number("hd-a").await.unwrap(), a.to_string());
+    assert_eq!(pd.disk_number("hd-b").await.unwrap(), b.to_string());
+    let legacy = pd.disk_number(&format!("sim-disk-{scsi}")).await.unwrap();
+    assert_eq!(legacy, scsi.to_string());
+    // A namespace no disk carries: the legacy lookup, which finds nothing either.
+    pd.on_google_cloud("hd-gone", "NVME", 0x10CC_9636_0000_0001);
+    assert!(pd.disk_number("hd-gone").await.is_err());
+
+    let staging =
+        r"\var\lib\kubelet\plugins\kubernetes.io\csi\pd.csi.storage.gke.io\hdb\globalmount";
+    d.sim.mkdir(&common::normalize_windows_path(staging));
+    let id = pd
+        .stage("hd-b", staging)
+        .await
+        .expect("the Hyperdisk stages");
+    assert_eq!(d.sim.volume_disk(&id), Some(b));
+    pd.unstage(staging).await.unwrap();
 }

@@ -178,10 +178,13 @@ async fn pd_replayed_on_a_loop_disk() {
     pd.publish(&staging, &target).await.unwrap();
     assert_eq!(read(&target), b"kept");
 
-    let before = pd.api.volume_stats(&id).await.unwrap().0;
+    // NodeGetVolumeStats on the publish path as kubelet hands it, through the daemon.
+    let (available, before, used) = pd.stats(&target).await.expect("stats");
+    assert_eq!((before, used), pd.api.volume_stats(&id).await.unwrap());
+    assert_eq!(available + used, before);
     grow_seen(&l, 700);
     pd.expand(&target).await.expect("grown");
-    let after = pd.api.volume_stats(&id).await.unwrap().0;
+    let after = pd.stats(&target).await.unwrap().1;
     assert!(after > before + 250 * MIB, "{before} -> {after}");
     pd.expand(&target).await.expect("nothing more to grow: OK");
 
@@ -192,7 +195,11 @@ async fn pd_replayed_on_a_loop_disk() {
         .await
         .expect("the retry finds nothing staged");
     std::fs::create_dir_all(&staging).unwrap();
-    assert_eq!(pd.stage("pd-disk-1", &staging).await.unwrap(), id);
+    // Re-staged with disk-size validation on: GetDiskStats first (700 MiB is 1 GiB rounded up).
+    let e = pd.stage_validating("pd-disk-1", &staging, Some(2)).await;
+    assert!(e.unwrap_err().message().contains("expected block size"));
+    let restaged = pd.stage_validating("pd-disk-1", &staging, Some(1)).await;
+    assert_eq!(restaged.unwrap(), id);
     assert_eq!(read(&staging), b"kept", "not formatted again");
     offline_refused(pd.unstage(&staging).await, &staging);
     pd.unstage(&staging)

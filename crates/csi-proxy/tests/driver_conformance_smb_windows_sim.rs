@@ -6,7 +6,8 @@
 
 mod common;
 
-use common::{SimDaemon, SmbDriver, SmbFlavour};
+use common::{SimDaemon, SmbDriver, SmbFlavour, count_dir};
+use csi_proxy_host::windows::os::OsError;
 
 const STAGING: &str = r"\var\lib\kubelet\plugins\kubernetes.io\csi\smb.csi.k8s.io";
 const PODS: &str = r"c:\var\lib\kubelet\pods";
@@ -23,10 +24,10 @@ fn publish_path(d: &SimDaemon, uid: &str, pvc: &str) -> String {
 }
 
 /// csi-driver-smb through a volume life, each operation twice as kubelet retries: stage (the
-/// mapping and its link), publish, unpublish, unstage (its count, then the mapping removed
-/// before the staging link); a second volume on the same share with a secret the server also
-/// takes reuses the healthy mapping, which the daemon keeps while that volume's link lives even
-/// when the driver, restarted, lost its counts.
+/// mapping, its link and the driver's count file), publish, unpublish, unstage (its count file
+/// removed, then the mapping when no count file of the share is left, before the staging
+/// link); a second volume on the same share with a secret the server also takes reuses the
+/// healthy mapping, and the counts, files on the host, survive the driver's restart.
 #[tokio::test(flavor = "multi_thread")]
 async fn smb_node_operations_each_twice() {
     let d = SimDaemon::start().await;
@@ -66,14 +67,21 @@ async fn smb_node_operations_each_twice() {
     }
     assert!(!d.sim.entry_exists(&target));
 
-    // The driver restarts and loses its counts: its unstage of the first volume asks for the
-    // mapping's removal, and the daemon keeps it for the second volume's link.
+    // The driver restarts; its count files stay on the host: the first volume's unstage
+    // leaves the mapping to the second volume without asking for its removal.
+    let counts = count_dir(r"\\files.example\vols");
+    assert_eq!(
+        d.sim.dir_entries(&counts).len(),
+        2,
+        "one count file per volume"
+    );
     drv.restart();
     for _ in 0..2 {
         drv.unstage("pvc-1", &st1).await.unwrap();
     }
     assert!(!d.sim.entry_exists(&common::normalize_windows_path(&st1)));
     assert_eq!(d.sim.smb_roots().len(), 1, "kept for the other volume");
+    assert_eq!(d.sim.calls().get("smb_remove_global_mapping"), None);
     assert!(drv.reads(&st2));
 
     // The last volume unstages in the driver's order: the mapping goes, then its link.
@@ -121,7 +129,9 @@ async fn broken_mapping_repaired(d: &SimDaemon, flavour: SmbFlavour) {
     {
         let mut drv = SmbDriver::new(d, flavour).await;
         let (root, user, source) = match flavour {
-            SmbFlavour::CsiDriverSmb => (r"\\fs01\vols", r"AZURE\svc", "//fs01/vols"),
+            SmbFlavour::CsiDriverSmb | SmbFlavour::CsiDriverSmbV1_12 => {
+                (r"\\fs01\vols", r"AZURE\svc", "//fs01/vols")
+            }
             SmbFlavour::AzureFile => (
                 r"\\acct.file.core.windows.net\pvc-share",
                 r"AZURE\acct",
@@ -221,6 +231,97 @@ async fn a_working_mapping_is_never_replaced_under_live_links() {
     assert!(drv.reads(&t1) && drv.reads(&staging("b")));
 }
 
+/// csi-driver-smb v1.9 to v1.20.3 (issue 41): an unstage that failed after the driver removed
+/// its count file (here RemoveSmbGlobalMapping failed once) is not recovered by kubelet's
+/// retries: each one fails in the driver's own removal of the missing count file, before any
+/// call reaches the daemon, so the staging link and the mapping stay. A count file made again
+/// by hand (an empty file of that name) lets the next retry through.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retried_unstage_fails_in_the_driver_once_its_count_file_is_gone() {
+    for flavour in [SmbFlavour::CsiDriverSmb, SmbFlavour::CsiDriverSmbV1_12] {
+        let d = SimDaemon::start().await;
+        let mut drv = SmbDriver::new(&d, flavour).await;
+        d.sim.add_share(r"\\fs01\vols", Some((r"AZURE\svc", "pw")));
+        let st = staging("r");
+        drv.stage("pvc-1", "//fs01/vols", Some("pvc-1"), &st, "svc", "pw")
+            .await
+            .unwrap();
+        let counts = count_dir(r"\\fs01\vols");
+        let [file] = d.sim.dir_entries(&counts).try_into().unwrap();
+        d.sim
+            .fail_next("smb_remove_global_mapping", OsError::new(0x8004_1001));
+        let first = drv.unstage("pvc-1", &st).await.unwrap_err();
+        assert!(
+            first.message().contains("RemoveSmbGlobalMapping"),
+            "{first:?}"
+        );
+        assert!(
+            d.sim.dir_entries(&counts).is_empty(),
+            "the driver removed its count first"
+        );
+        for _ in 0..3 {
+            let e = drv.unstage("pvc-1", &st).await.unwrap_err();
+            assert!(
+                e.message().contains("cannot find the file"),
+                "{flavour:?}: {e:?}"
+            );
+        }
+        assert_eq!(
+            d.sim.calls()["smb_remove_global_mapping"],
+            1,
+            "no retry reached the daemon"
+        );
+        assert_eq!(d.sim.smb_roots(), [r"\\fs01\vols"]);
+        assert!(drv.reads(&st), "the staging link stays");
+
+        d.sim.add_file(&format!(r"{counts}\{file}"));
+        drv.unstage("pvc-1", &st).await.unwrap();
+        assert!(d.sim.smb_roots().is_empty());
+        assert!(!d.sim.entry_exists(&common::normalize_windows_path(&st)));
+    }
+}
+
+/// csi-driver-smb before v1.13 names its count files by the remote path: two static volumes
+/// of one share with no sub-directory share one file. The first unstage removes it and asks
+/// for the mapping's removal, which the daemon refuses quietly while the second volume's link
+/// leads through it (that volume keeps answering); the second volume's unstage then fails in
+/// the driver on every retry. From v1.13 (count files by volume ID) both unstage, and the
+/// mapping goes with the last.
+#[tokio::test(flavor = "multi_thread")]
+async fn count_files_by_remote_path_before_v1_13_and_by_volume_id_after() {
+    for flavour in [SmbFlavour::CsiDriverSmbV1_12, SmbFlavour::CsiDriverSmb] {
+        let d = SimDaemon::start().await;
+        let mut drv = SmbDriver::new(&d, flavour).await;
+        d.sim
+            .add_share(r"\\fs01\static", Some((r"AZURE\svc", "pw")));
+        let (st1, st2) = (staging("s1"), staging("s2"));
+        for (vol, st) in [("pv-a", &st1), ("pv-b", &st2)] {
+            drv.stage(vol, "//fs01/static", None, st, "svc", "pw")
+                .await
+                .unwrap();
+        }
+        let files = d.sim.dir_entries(&count_dir(r"\\fs01\static")).len();
+        drv.unstage("pv-a", &st1).await.unwrap();
+        assert_eq!(d.sim.smb_roots().len(), 1, "{flavour:?}: kept for pv-b");
+        assert!(drv.reads(&st2), "{flavour:?}");
+        let last = drv.unstage("pv-b", &st2).await;
+        if flavour == SmbFlavour::CsiDriverSmbV1_12 {
+            assert_eq!(files, 1, "one file for both volumes");
+            let removals = d.sim.calls().get("smb_remove_global_mapping").copied();
+            assert_eq!(removals, None, "kept, answered OK");
+            for _ in 0..2 {
+                let e = drv.unstage("pv-b", &st2).await.unwrap_err();
+                assert!(e.message().contains("cannot find the file"), "{e:?}");
+            }
+            assert!(last.is_err() && drv.reads(&st2));
+        } else {
+            assert_eq!(files, 2, "one file per volume");
+            last.unwrap();
+            assert!(d.sim.smb_roots().is_empty());
+        }
+    }
+}
+
 /// Divergence 3 of issue 28: a share whose name has a space (`\\fs01\Team Share`, valid on
 /// Windows), given as csi-driver-smb's users write sources (`//fs01/Team Share`) with a
 /// sub-directory that has one too, stages, publishes and unstages. Before, the daemon refused
@@ -239,27 +340,59 @@ async fn a_share_name_with_spaces_stages_through_the_v1beta_fallback() {
 }
 
 async fn share_with_spaces_life(d: &SimDaemon) {
+    share_life(d, r"\\fs01\Team Share", "//fs01/Team Share", "pvc 1").await;
+}
+
+/// Issue 41: share names Samba and NAS servers export with `[ ] + = ; ,` (Microsoft's own
+/// servers refuse them, MS-FSCC 2.1.6), and names with what PowerShell, WQL or a WMI object
+/// path would interpret (`$( )`, `'`, `` ` ``, `&`, `@`, `{ }`, `#`, `%`), stage, publish and
+/// unstage as the driver gives them: `MSFT_SmbGlobalMapping.Create` gets the remote path
+/// verbatim, as a method parameter. Before, the daemon refused the first six (INVALID_ARGUMENT).
+#[tokio::test(flavor = "multi_thread")]
+async fn share_names_samba_and_nas_export_stage() {
+    let d = SimDaemon::start().await;
+    let names = [
+        "[team]",
+        "a+b",
+        "x=y",
+        "a;b",
+        "a,b",
+        "[a+b=c;d,e]",
+        "$(calc)",
+        "a'b",
+        "a`b",
+        "a&b",
+        "{x}@y",
+        "#5%",
+    ];
+    for (i, name) in names.into_iter().enumerate() {
+        share_life(
+            &d,
+            &format!(r"\\nas0{i}\{name}"),
+            &format!("//nas0{i}/{name}"),
+            "pvc",
+        )
+        .await;
+    }
+}
+
+/// A volume's life on the share `root` (as the server exports it), given as `source` with the
+/// sub-directory `sub`: the mapping is made with the remote path verbatim and removed at the
+/// unstage (v1; the v1beta mounter leaves it).
+async fn share_life(d: &SimDaemon, root: &str, source: &str, sub: &str) {
     let mut drv = SmbDriver::new(d, SmbFlavour::CsiDriverSmb).await;
-    d.sim
-        .add_share(r"\\fs01\Team Share", Some((r"CORP\svc", "pw")));
+    d.sim.add_share(root, Some((r"CORP\svc", "pw")));
     let st = staging("sp");
     let target = publish_path(d, "uid-1", "pvc 1");
-    drv.stage(
-        "pvc-1",
-        "//fs01/Team Share",
-        Some("pvc 1"),
-        &st,
-        r"CORP\svc",
-        "pw",
-    )
-    .await
-    .expect("a share name with a space is valid");
-    assert_eq!(d.sim.smb_roots(), [r"\\fs01\team share"]);
+    drv.stage("pvc-1", source, Some(sub), &st, r"CORP\svc", "pw")
+        .await
+        .unwrap_or_else(|e| panic!("{source}: {e:?}"));
+    assert_eq!(d.sim.smb_roots(), [root.to_lowercase()]);
     drv.publish(&st, &target).await.unwrap();
-    assert!(drv.reads(&target));
+    assert!(drv.reads(&target), "{source}");
     drv.unpublish(&target).await.unwrap();
     drv.unstage("pvc-1", &st).await.unwrap();
     assert!(!d.sim.entry_exists(&common::normalize_windows_path(&st)));
     let left = usize::from(drv.versions().1 != "v1");
-    assert_eq!(d.sim.smb_roots().len(), left);
+    assert_eq!(d.sim.smb_roots().len(), left, "{source}");
 }

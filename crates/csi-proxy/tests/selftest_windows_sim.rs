@@ -83,6 +83,7 @@ async fn whole_flow(offline_all: bool) {
         "GetVirtualDiskPhysicalPath",
         "ListDiskIDs",
         "ListDiskLocations",
+        "NVMe serials (gce-pd)",
         "own disk",
         "SetDiskState online (attached)",
         "PartitionDisk",

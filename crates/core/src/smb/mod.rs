@@ -17,7 +17,8 @@ use std::sync::{Arc, Mutex};
 mod remote;
 
 pub use remote::{
-    RemotePath, SHARE_ROOT_FORBIDDEN, remote_of_link_target, same_remote, share_root_of_link_target,
+    RemotePath, SERVER_NAME_FORBIDDEN, SHARE_NAME_FORBIDDEN, remote_of_link_target, same_remote,
+    share_root_of_link_target,
 };
 
 const NEW: &str = "NewSmbGlobalMapping";

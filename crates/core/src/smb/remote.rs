@@ -3,9 +3,16 @@
 
 use crate::error::{Error, Kind, Result};
 
-/// Characters refused in a remote path's server and share names (Microsoft's list of characters
-/// a share name may not contain, which also covers every server name form).
-pub const SHARE_ROOT_FORBIDDEN: &str = "\"/[]:|<>+=;,?*";
+/// Characters refused in a remote path's server name: MS-SRVS 2.2.2.8's default invalid set
+/// plus `*` (NAMETYPE_COMPUTER). No DNS, NetBIOS or IPv4 name carries one.
+pub const SERVER_NAME_FORBIDDEN: &str = "\"/[]:|<>+=;,?*";
+
+/// Characters refused in a remote path's share name: those no Windows path component may
+/// carry (MS-FSCC 2.1.5: `" \ / : | < > * ?`). MS-FSCC 2.1.6 also lists `[ ] + = ; ,` for
+/// shares a Windows server makes, but Samba and NAS servers export names with them and the
+/// SMB2 TREE_CONNECT path carries any other character; these six only cannot pass through
+/// the UNC path a staging link leads into (wildcards, a stream separator).
+pub const SHARE_NAME_FORBIDDEN: &str = "\"/:|<>?*";
 
 /// A remote path after validation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,18 +73,29 @@ impl RemotePath {
                 format!("{op}: remote path {remote:?} is invalid: it contains a control character"),
             ));
         }
-        // Windows refuses these characters in share names, and none appears in a DNS, NetBIOS
-        // or IP server name. (On Linux the root becomes the cifs mount data, where `,` would
-        // start a new mount option: the host escapes the value as the kernel expects, and this
-        // rule keeps `,` out of it in the first place.) White space is valid: `\\fs01\Team
-        // Share` is an ordinary Windows share, which csi-driver-smb passes through.
-        for (what, name) in [("server", server), ("share", share)] {
-            if let Some(c) = name.chars().find(|c| SHARE_ROOT_FORBIDDEN.contains(*c)) {
+        // A share name may carry `[ ] + = ; ,` (Samba, NAS exports) and white space
+        // (`\\fs01\Team Share`, which csi-driver-smb passes through): upstream passes them on.
+        // No host puts a name where these characters mean something: Windows hands the root to
+        // WMI as a method parameter, Linux as the mount source, never inside the option string.
+        for (what, name, forbidden, why) in [
+            (
+                "server",
+                server,
+                SERVER_NAME_FORBIDDEN,
+                "which no SMB server name may contain",
+            ),
+            (
+                "share",
+                share,
+                SHARE_NAME_FORBIDDEN,
+                "which no UNC path component may carry",
+            ),
+        ] {
+            if let Some(c) = name.chars().find(|c| forbidden.contains(*c)) {
                 return Err(Error::with_message(
                     Kind::InvalidArgument,
                     format!(
-                        "{op}: remote path {remote:?} is invalid: the {what} name contains {c:?}, \
-                         which no SMB {what} name may contain"
+                        "{op}: remote path {remote:?} is invalid: the {what} name contains {c:?}, {why}"
                     ),
                 ));
             }

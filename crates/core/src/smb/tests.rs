@@ -54,17 +54,41 @@ fn remote_paths_without_a_share_are_invalid() {
 }
 
 #[test]
-fn server_and_share_names_cannot_carry_mount_options() {
+fn server_names_stay_strict_and_share_names_refuse_only_what_no_unc_path_carries() {
     for remote in [
-        "\\\\srv\\x,file_mode=0777",
         "\\\\srv,ip=10.0.0.1\\share",
-        "//srv/share=1",
-        "\\\\srv\\a;b",
         "\\\\[::1]\\share",
+        "\\\\srv=1\\share",
+        "\\\\srv;x\\share",
     ] {
         let e = RemotePath::parse("NewSmbGlobalMapping", remote).unwrap_err();
         assert_eq!(e.kind(), Kind::InvalidArgument, "{remote}");
-        assert!(e.message().contains("which no SMB"), "{}", e.message());
+        assert!(
+            e.message().contains("no SMB server name"),
+            "{}",
+            e.message()
+        );
+    }
+    for c in ['"', ':', '|', '<', '>', '?', '*'] {
+        let remote = format!("\\\\srv\\a{c}b");
+        let e = RemotePath::parse("NewSmbGlobalMapping", &remote).unwrap_err();
+        assert_eq!(e.kind(), Kind::InvalidArgument, "{remote}");
+        assert!(
+            e.message().contains("the share name contains"),
+            "{}",
+            e.message()
+        );
+    }
+    // Samba and NAS exports carry these (issue 41): each is accepted, kept verbatim in the
+    // path, and only lower-cased in the root.
+    for c in ['[', ']', '+', '=', ';', ','] {
+        for share in [format!("A{c}b"), format!("{c}"), format!("x{c}{c}y{c}")] {
+            let remote = format!("\\\\Nas01\\{share}\\Sub");
+            let r = RemotePath::parse("NewSmbGlobalMapping", &remote).unwrap();
+            assert_eq!(r.path, remote);
+            assert_eq!(r.root, format!("\\\\nas01\\{}", share.to_lowercase()));
+            assert_eq!(r.sub_components(), ["Sub"]);
+        }
     }
     // Names real drivers use stay valid, and the directory part is not restricted.
     for remote in [
@@ -73,6 +97,8 @@ fn server_and_share_names_cannot_carry_mount_options() {
         "\\\\smb-server_1\\data-01",
         "\\\\fs01\\Team Share\\pvc 1",
         "//fs01/Team Share",
+        "\\\\nas\\x,file_mode=0777",
+        "//nas/[team]+a=b;c,d",
     ] {
         RemotePath::parse("NewSmbGlobalMapping", remote).unwrap();
     }

@@ -19,6 +19,23 @@ use tonic::Status;
 pub struct PdDriver {
     pub api: ProxyApi,
     host: Arc<dyn NodeHost>,
+    /// What Google Cloud's metadata server lists (`instance/disks/?recursive=true`): device
+    /// name, interface and NVMe namespace identifier; empty off Google Cloud, where the call
+    /// fails and the legacy lookup runs.
+    metadata: Vec<(String, String, u64)>,
+}
+
+/// gce-pd's `convertSerialToEUI`: the serial without one trailing `.` and without `_` must be
+/// 32 characters whose first 16 parse as hex; `eui.` and those 32 otherwise nothing.
+fn serial_to_eui(serial: &str) -> Option<String> {
+    let cleaned = serial.strip_suffix('.').unwrap_or(serial).replace('_', "");
+    (cleaned.len() == 32 && u64::from_str_radix(cleaned.get(..16)?, 16).is_ok())
+        .then(|| format!("eui.{cleaned}"))
+}
+
+/// gce-pd's `convertEUIToDecimal`: the first 16 hex digits after `eui.`.
+fn eui_to_namespace_id(eui: &str) -> Option<u64> {
+    u64::from_str_radix(eui.strip_prefix("eui.")?.get(..16)?, 16).ok()
 }
 
 impl PdDriver {
@@ -29,15 +46,57 @@ impl PdDriver {
                 .await
                 .expect("csi-proxy v1beta"),
         };
-        PdDriver { api, host }
+        PdDriver {
+            api,
+            host,
+            metadata: Vec::new(),
+        }
     }
 
-    /// `getDiskNumberLegacy`: the disk whose page 83 ID's last white-space separated field is
-    /// the device name (off Google Cloud the metadata lookup fails and this is what runs).
+    /// The node runs on Google Cloud: the metadata server lists `device_name` attached over
+    /// `interface` (`NVME` for Hyperdisk) with the NVMe namespace identifier `namespace_id`.
+    pub fn on_google_cloud(&mut self, device_name: &str, interface: &str, namespace_id: u64) {
+        self.metadata
+            .push((device_name.into(), interface.into(), namespace_id));
+    }
+
+    /// `GetDiskNumber` (v1, since v1.21): a device the metadata server lists as NVMe is found
+    /// by its namespace identifier: ListDiskIDs, and for each disk its page 83 ID when it
+    /// starts with `eui.`, else its serial number reformatted (`serial_to_eui`), whose first
+    /// 16 hex digits must equal the identifier; no match, or no metadata, falls back to the
+    /// legacy lookup. Its v1beta mounter reads the identifiers keyed `UniqueId` and
+    /// `SerialNumber`, which disk v1beta2 never has (its keys are `page83`, `serialNumber`):
+    /// there the legacy lookup always runs.
     pub async fn disk_number(&mut self, device_name: &str) -> Result<String, Status> {
         if let Some(serial) = self.host.disk_serial(device_name) {
             return self.api.disk_with_serial(&serial).await;
         }
+        let nvme = self
+            .metadata
+            .iter()
+            .find(|(name, ..)| name == device_name)
+            .filter(|(_, interface, _)| interface == "NVME")
+            .map(|(.., id)| *id);
+        if let Some(namespace_id) = nvme
+            && self.api.versions().1 == "v1"
+        {
+            for (n, ids) in self.api.disk_ids().await? {
+                let eui = if ids.page83.starts_with("eui.") {
+                    Some(ids.page83.clone())
+                } else {
+                    serial_to_eui(&ids.serial)
+                };
+                if eui.as_deref().and_then(eui_to_namespace_id) == Some(namespace_id) {
+                    return Ok(n);
+                }
+            }
+        }
+        self.legacy_disk_number(device_name).await
+    }
+
+    /// `getDiskNumberLegacy`: the disk whose page 83 ID's last white-space separated field is
+    /// the device name (off Google Cloud the metadata lookup fails and this is what runs).
+    async fn legacy_disk_number(&mut self, device_name: &str) -> Result<String, Status> {
         let ids = self.api.disk_ids().await?;
         ids.into_iter()
             .find(|(_, d)| d.page83.split_whitespace().last() == Some(device_name))
@@ -51,15 +110,42 @@ impl PdDriver {
         self.api.fs.is_link(path).await.unwrap_or(false)
     }
 
-    /// NodeStageVolume: already a link → done; else FormatAndMount (PartitionDisk before
-    /// SetDiskState(online), the first volume after a length check, a format only when not
-    /// formatted, MountVolume on the raw path), then the resize every stage makes
-    /// (GetVolumeIDFromTargetPath, ResizeVolume with size 0). Returns the volume.
+    /// NodeStageVolume without disk-size validation (its default).
     pub async fn stage(&mut self, device_name: &str, staging: &str) -> Result<String, Status> {
+        self.stage_validating(device_name, staging, None).await
+    }
+
+    /// NodeStageVolume: the disk looked up (every attempt); already a link → done; with
+    /// `--enable-disk-size-validation` and a size in the publish context (`expected_gib`),
+    /// GetDiskStats on the disk as it is (offline at a re-stage), whose `TotalBytes` the driver
+    /// reads even when the call failed (a nil response there: Go panics), rounded up to GiB
+    /// and refused when smaller than expected; then FormatAndMount (PartitionDisk before
+    /// SetDiskState(online), the first volume after a length check, a format only when not
+    /// formatted, MountVolume on the raw path) and the resize every stage makes
+    /// (GetVolumeIDFromTargetPath, ResizeVolume with size 0). Returns the volume.
+    pub async fn stage_validating(
+        &mut self,
+        device_name: &str,
+        staging: &str,
+        expected_gib: Option<i64>,
+    ) -> Result<String, Status> {
+        let n = self.disk_number(device_name).await?;
         if self.is_mounted(staging).await {
             return self.api.volume_at(staging).await;
         }
-        let n = self.disk_number(device_name).await?;
+        if let Some(expected) = expected_gib {
+            let bytes = self.api.disk_size(&n).await.map_err(|e| {
+                Status::internal(format!(
+                    "the driver panics: GetDiskStats failed ({e:?}) and its nil response is read"
+                ))
+            })?;
+            let actual = (bytes + (1 << 30) - 1) >> 30;
+            if expected > actual {
+                return Err(Status::internal(format!(
+                    "expected block size \"{expected}\", got \"{actual}\""
+                )));
+            }
+        }
         self.api.partition_disk(&n).await?;
         self.api.set_online(&n, true).await?;
         let ids = self.api.volumes_on_disk(&n).await?;
@@ -81,6 +167,21 @@ impl PdDriver {
     pub async fn expand(&mut self, path: &str) -> Result<(), Status> {
         let id = self.api.volume_at(path).await?;
         self.api.resize(&id, 0).await
+    }
+
+    /// NodeGetVolumeStats on the path kubelet hands (the publish path, raw): the driver's own
+    /// `os.Lstat`, then GetVolumeIDFromTargetPath on that path and GetVolumeStats (v1beta1:
+    /// GetVolumeIDFromMount, VolumeStats). Returns (available, capacity, used) as it reports
+    /// them (available = total - used).
+    pub async fn stats(&mut self, volume_path: &str) -> Result<(i64, i64, i64), Status> {
+        if !self.host.is_link(volume_path) && !self.host.opens(volume_path) {
+            return Err(Status::not_found(format!(
+                "path {volume_path} does not exist"
+            )));
+        }
+        let id = self.api.volume_at(volume_path).await?;
+        let (total, used) = self.api.volume_stats(&id).await?;
+        Ok((total - used, total, used))
     }
 
     /// NodePublishVolume: the target kubelet made is removed (PathExists, Rmdir), then linked

@@ -17,7 +17,6 @@ use super::fs_api::{FsApi, PathContext, SmbApi};
 use csi_proxy_core::paths::{LinkProbe, LinkTarget};
 use csi_proxy_host::windows::filesystem::WindowsFilesystemHost;
 use csi_proxy_host::windows::sim::SimWindows;
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use tonic::Status;
 
@@ -45,11 +44,40 @@ fn root_mapping_path(source: &str) -> String {
 /// Which driver is replayed.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum SmbFlavour {
-    /// csi-driver-smb with `--remove-smb-mapping-during-unmount` (its default): a per-share
-    /// count of volume IDs, RemoveSmbGlobalMapping at the last one, before the Rmdir.
+    /// csi-driver-smb v1.13–v1.20.3 with `--remove-smb-mapping-during-unmount` (its default):
+    /// a count file per volume ID under the share's directory in [`COUNTS`], the mapping
+    /// removed when the last one goes, before the Rmdir.
     CsiDriverSmb,
+    /// csi-driver-smb v1.9–v1.12: the same, with count files named by the remote path, so
+    /// volumes of one remote path (static volumes of a share) share one file.
+    CsiDriverSmbV1_12,
     /// azurefile: its unstage is Rmdir only, it never calls RemoveSmbGlobalMapping.
     AzureFile,
+}
+
+impl SmbFlavour {
+    fn is_csi_driver_smb(self) -> bool {
+        self != SmbFlavour::AzureFile
+    }
+}
+
+/// Where csi-driver-smb keeps its reference counts on the host: `c:\csi\smbmounts` in its
+/// container, whose `c:\csi` is the chart's `plugin-dir` host path (v1.9 to v1.20.3,
+/// `deploy/csi-smb-node-windows.yaml`), so the counts survive the container's restarts.
+pub const COUNTS: &str = r"c:\var\lib\kubelet\plugins\smb.csi.k8s.io\smbmounts";
+
+/// The count file's name: the MD5 of the lower-cased key, in hex (`getMd5`).
+fn md5_name(key: &str) -> String {
+    use md5::{Digest, Md5};
+    Md5::digest(key.to_lowercase().as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The directory of a mapping path's count files (`\\host\share` → `…\host\share`).
+pub fn count_dir(mapping_path: &str) -> String {
+    format!(r"{COUNTS}\{}", mapping_path.trim_start_matches('\\'))
 }
 
 /// A node plugin of one of the two SMB drivers, connected to a simulated-Windows daemon.
@@ -58,8 +86,6 @@ pub struct SmbDriver {
     pub smb: SmbApi,
     sim: Arc<SimWindows>,
     flavour: SmbFlavour,
-    /// csi-driver-smb's reference counts: volume IDs per mapping path.
-    refs: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl SmbDriver {
@@ -83,14 +109,25 @@ impl SmbDriver {
             smb,
             sim: d.sim.clone(),
             flavour,
-            refs: BTreeMap::new(),
         }
     }
 
-    /// The driver's container restarted: csi-driver-smb keeps its counts in the container's
-    /// own filesystem (`c:\csi\smbmounts`), so they are gone.
-    pub fn restart(&mut self) {
-        self.refs.clear();
+    /// The driver's container restarted: nothing it keeps is lost, its counts are files on
+    /// the host ([`COUNTS`]).
+    pub fn restart(&mut self) {}
+
+    /// The count file csi-driver-smb keeps for a volume staged from `remote` (its own
+    /// normalised source: `\`-separated, no trailing `\`).
+    fn count_file(&self, volume_id: &str, remote: &str) -> String {
+        let key = match self.flavour {
+            SmbFlavour::CsiDriverSmbV1_12 => remote,
+            _ => volume_id,
+        };
+        format!(
+            r"{}\{}",
+            count_dir(&root_mapping_path(remote)),
+            md5_name(key)
+        )
     }
 
     /// The driver's own `os.Open(target).ReadDir(1)`, through every link on the way.
@@ -190,8 +227,8 @@ impl SmbDriver {
         let mut source = source.to_string();
         if let Some(sub) = sub_dir {
             source = match self.flavour {
-                SmbFlavour::CsiDriverSmb => format!("{}/{sub}", source.trim_end_matches('/')),
                 SmbFlavour::AzureFile => format!(r"{source}\{sub}"),
+                _ => format!("{}/{sub}", source.trim_end_matches('/')),
             };
         }
         // SMBMount.
@@ -207,11 +244,11 @@ impl SmbDriver {
         }
         let local = normalize_windows_path(staging);
         self.smb.map(&source, &local, &user, password).await?;
-        if self.flavour == SmbFlavour::CsiDriverSmb && self.v1() {
-            self.refs
-                .entry(root_mapping_path(&source))
-                .or_default()
-                .insert(volume_id.into());
+        if self.flavour.is_csi_driver_smb() && self.v1() {
+            // incementVolumeIDReferencesCount: MkdirAll, then os.Create (truncates).
+            let file = self.count_file(volume_id, &source);
+            self.sim.mkdir(parent(&file));
+            self.sim.add_file(&file);
         }
         Ok(())
     }
@@ -237,20 +274,28 @@ impl SmbDriver {
     }
 
     /// NodeUnstageVolume. csi-driver-smb on v1 reads the remote path from the staging link
-    /// itself and, when its count for the share drops to zero, removes the mapping (an error
-    /// fails the unstage) before the Rmdir of the link; azurefile, and csi-driver-smb on v1beta,
-    /// only remove the link.
+    /// itself (when it cannot, it only removes the link), removes its count file — an error
+    /// fails the unstage, also when the file is gone because an earlier attempt removed it —
+    /// and, when no count file of the share is left, removes the mapping (an error fails the
+    /// unstage) before the Rmdir of the link; azurefile, and csi-driver-smb on v1beta, only
+    /// remove the link.
     pub async fn unstage(&mut self, volume_id: &str, staging: &str) -> Result<(), Status> {
-        if self.flavour == SmbFlavour::CsiDriverSmb && self.v1() {
+        if self.flavour.is_csi_driver_smb() && self.v1() {
             let fs = WindowsFilesystemHost::with_os(self.sim.clone());
             if let Ok(Some(LinkTarget::Path(remote))) =
                 fs.link_target(&normalize_windows_path(staging))
             {
                 let remote = remote.trim_end_matches('\\').to_string();
-                let root = root_mapping_path(&remote);
-                let refs = self.refs.entry(root).or_default();
-                refs.remove(volume_id);
-                if refs.is_empty() {
+                let file = self.count_file(volume_id, &remote);
+                self.sim.mkdir(parent(&file));
+                if !self.sim.remove_file(&file) {
+                    return Err(Status::internal(format!(
+                        "failed to unmount staging target {staging:?}: \
+                         decrementVolumeIDReferencesCount failed with error: remove {file}: \
+                         The system cannot find the file specified."
+                    )));
+                }
+                if self.sim.dir_entries(parent(&file)).is_empty() {
                     self.smb.unmap(&remote).await?;
                 }
             }

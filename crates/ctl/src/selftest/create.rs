@@ -102,6 +102,7 @@ impl Selftest<'_> {
             Err(s) => Err(status("ListDiskLocations", &s)),
         };
         self.out.record("ListDiskLocations", t, r)?;
+        self.nvme_serials().await?;
 
         // Refuse any disk that is not plainly the new VHDX: its size, and nothing on it.
         let t = Instant::now();
@@ -132,5 +133,63 @@ impl Selftest<'_> {
         }
         .await;
         self.out.record("own disk", t, r)
+    }
+
+    /// Records, for every disk whose serial number gce-pd (v1.21+) reads as an NVMe namespace
+    /// identifier, the serial verbatim (quoted: padding shows) and the identifier it yields
+    /// (ledger row 66 is inferred: that ListDiskIDs' serial, read from
+    /// `STORAGE_DEVICE_DESCRIPTOR`, is the string `MSFT_Disk.SerialNumber` gives upstream, with
+    /// its `_` groups and trailing `.`, on an NVMe disk). A record, never a failure: compare it
+    /// with `Get-Disk | Format-List Number,SerialNumber` on the node.
+    async fn nvme_serials(&mut self) -> Result<(), Stop> {
+        let t = Instant::now();
+        let r = match self.c().disk.list_disk_ids().await {
+            Ok(ids) => {
+                let found: Vec<String> = ids
+                    .iter()
+                    .filter_map(|(n, id)| {
+                        let ns = gce_pd_namespace_id(&id.serial_number)?;
+                        Some(format!(
+                            "disk {n}: serial {:?} gives namespace {ns:#018x} (page83 {:?})",
+                            id.serial_number, id.page83
+                        ))
+                    })
+                    .collect();
+                let answer = if found.is_empty() {
+                    "no disk's serial has the NVMe form gce-pd reads".to_string()
+                } else {
+                    found.join("; ")
+                };
+                Ok(((), answer))
+            }
+            Err(s) => Err(status("ListDiskIDs", &s)),
+        };
+        self.out.record("NVMe serials (gce-pd)", t, r)
+    }
+}
+
+/// The NVMe namespace identifier gce-pd reads from a serial number: without one trailing `.`
+/// and every `_`, 32 characters whose first 16 are hex digits, which are the identifier.
+fn gce_pd_namespace_id(serial: &str) -> Option<u64> {
+    let cleaned = serial.strip_suffix('.').unwrap_or(serial).replace('_', "");
+    if cleaned.len() != 32 {
+        return None;
+    }
+    u64::from_str_radix(cleaned.get(..16)?, 16).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn gce_pd_reads_the_namespace_from_the_first_sixteen_digits() {
+        let ns = super::gce_pd_namespace_id("10CC_9636_B6E3_CE3B_0000_0000_0000_0000.");
+        assert_eq!(ns, Some(0x10CC_9636_B6E3_CE3B));
+        for other in [
+            "SIM0001",
+            "10CC_9636_B6E3_CE3B_0000_0000_0000_0000. ",
+            "vol0123",
+        ] {
+            assert_eq!(super::gce_pd_namespace_id(other), None, "{other}");
+        }
     }
 }

@@ -14,9 +14,9 @@
 //! * The mount base is in the state directory (root's, 0700), which no client reaches.
 //!
 //! The mount is made with `mount(2)` directly (no `mount.cifs` helper): the kernel cifs client
-//! takes the server's address (`ip=`), the UNC and the credentials in the mount data, so the
-//! password is only ever in that one system-call argument — never in a process's argv, a log
-//! line or an error message. The key of a root is the root with every byte outside
+//! takes the UNC as the mount source, the server's address (`ip=`) and the credentials in the
+//! mount data, so the password is only ever in that one system-call argument — never in a
+//! process's argv, a log line or an error message. The key of a root is the root with every byte outside
 //! `[a-z0-9._-]` percent-encoded, so the mount directory names its root and the host's mount
 //! table is the whole truth about mappings.
 
@@ -90,14 +90,15 @@ pub fn key_root(name: &str) -> Option<String> {
 /// The cifs mount data for `mapping` reaching the server at `ip`. The password is escaped the
 /// way the kernel's option parser expects (`,` doubled); user and domain may not contain `,`.
 /// Errors name the field, never its value.
+///
+/// The share root is not in the data: it is the mount source ([`mount_source`]), a system-call
+/// argument of its own. A share name may carry `,` and `=` (Samba, NAS exports), and no
+/// escaping makes them safe in the data on every kernel: the LSM pass
+/// (`security_sb_eat_lsm_opts`) splits at every `,` before cifs joins `,,` back, and kernels
+/// before 5.11 split a `unc=` value at `,,` too, so `\\nas\x,,ip=…` would set an option. The
+/// kernel takes the UNC from the source (since 3.8; `unc=` is ignored since 5.11).
 pub fn mount_data(mapping: &SmbMapping, ip: &str) -> std::result::Result<String, String> {
-    let body = mapping.root.trim_start_matches('\\');
-    // The kernel splits the data at `,` and reads `,,` as a literal comma in any value; white
-    // space needs no quoting (`unc=\\fs01\Team Share` is one option).
-    let mut parts = vec![
-        format!("unc=\\\\{}", body.replace(',', ",,")),
-        format!("ip={ip}"),
-    ];
+    let mut parts = vec![format!("ip={ip}")];
     match &mapping.credentials {
         Some(c) => {
             let (domain, user) = match c.username.split_once('\\') {
@@ -129,6 +130,13 @@ pub fn mount_data(mapping: &SmbMapping, ip: &str) -> std::result::Result<String,
         parts.push("seal".into());
     }
     Ok(parts.join(","))
+}
+
+/// The `mount(2)` source of a lower-cased `\\server\share` root: `//server/share`, the name
+/// verbatim (the kernel's `smb3_parse_devname` splits it at `/` and `\\` only; core keeps both
+/// out of server and share names).
+pub fn mount_source(root: &str) -> String {
+    format!("//{}", root.trim_start_matches('\\').replace('\\', "/"))
 }
 
 /// Why cifs mounts cannot work on this kernel, if they cannot.
@@ -355,7 +363,7 @@ impl SmbHost for LinuxSmbHost {
                 state_dir::make_subdir(&base, name.as_deref().unwrap_or_default())
             })
             .map_err(|e| Error::io(NEW, format!("mount directory {:?}", dir.display()), &e))?;
-        let source = format!("//{}", body.replace('\\', "/"));
+        let source = mount_source(&mapping.root);
         self.mount(&source, &dir, &data).map_err(|errno| {
             let _ = fs::remove_dir(&dir);
             let kind = match errno {

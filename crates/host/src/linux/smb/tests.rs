@@ -40,14 +40,11 @@ fn mount_data_carries_domain_user_escaped_password_and_seal() {
     let d = mount_data(&mapping(Some("CORP\\alice"), "p,w=x\\y", true), "10.0.0.9").unwrap();
     assert_eq!(
         d,
-        "unc=\\\\srv\\share,ip=10.0.0.9,username=alice,domain=CORP,password=p,,w=x\\y,seal"
+        "ip=10.0.0.9,username=alice,domain=CORP,password=p,,w=x\\y,seal"
     );
     let d = mount_data(&mapping(None, "", false), "::1").unwrap();
-    assert_eq!(d, "unc=\\\\srv\\share,ip=::1,guest");
-    let mut spaced = mapping(None, "", false);
-    spaced.root = "\\\\fs01\\team share".into();
-    let d = mount_data(&spaced, "10.0.0.9").unwrap();
-    assert_eq!(d, "unc=\\\\fs01\\team share,ip=10.0.0.9,guest");
+    assert_eq!(d, "ip=::1,guest");
+    assert_eq!(mount_source("\\\\fs01\\team share"), "//fs01/team share");
     let e = mount_data(&mapping(Some("a,b"), "Secret-1", false), "1.2.3.4").unwrap_err();
     assert!(e.contains("user name") && !e.contains("Secret-1"), "{e}");
 }
@@ -59,6 +56,8 @@ fn mount_data_carries_domain_user_escaped_password_and_seal() {
 struct FakeCifs {
     old_kernel: bool,
     mounts: std::sync::Mutex<Vec<(PathBuf, MountFlags, String)>>,
+    /// The source of each mount made, in order.
+    sources: std::sync::Mutex<Vec<String>>,
 }
 
 impl CifsOs for FakeCifs {
@@ -70,7 +69,7 @@ impl CifsOs for FakeCifs {
     }
     fn mount(
         &self,
-        _: &str,
+        source: &str,
         dir: &Path,
         flags: MountFlags,
         data: &std::ffi::CStr,
@@ -79,6 +78,7 @@ impl CifsOs for FakeCifs {
             return Err(rustix::io::Errno::INVAL);
         }
         let data = data.to_string_lossy().into_owned();
+        self.sources.lock().unwrap().push(source.to_string());
         self.mounts
             .lock()
             .unwrap()
@@ -245,6 +245,73 @@ fn each_credential_gets_a_mount_of_its_own() {
     assert!(n.mounts().is_empty());
     let e = n.svc.remove_smb_global_mapping(SHARE).unwrap_err();
     assert_eq!(e.kind(), Kind::NotFound, "{e}");
+}
+
+/// The options the kernel reads from cifs mount data, in both passes it makes: the LSM pass
+/// (`security_sb_eat_lsm_opts`) splits at every `,`; cifs' own parser then reads `,,` as a
+/// literal comma. Each pass's keys, in order.
+fn kernel_option_keys(data: &str) -> (Vec<String>, Vec<(String, String)>) {
+    let key = |o: &str| o.split('=').next().unwrap_or("").to_string();
+    let lsm = data.split(',').filter(|o| !o.is_empty()).map(key).collect();
+    let mut cifs = Vec::new();
+    for opt in data.replace(",,", "\0").split(',') {
+        let opt = opt.replace('\0', ",");
+        let (k, v) = opt.split_once('=').unwrap_or((&opt, ""));
+        cifs.push((k.to_string(), v.to_string()));
+    }
+    (lsm, cifs)
+}
+
+/// Share names Samba and NAS servers export with `[ ] + = ; ,` (issue 41) are mapped: the
+/// name reaches the kernel verbatim as the mount source, the mount data is the same as for any
+/// share, the staging link leads into the mount, and the mapping is found and removed again.
+#[test]
+fn share_names_with_samba_characters_reach_the_kernel_as_the_source() {
+    let n = Node::new(false);
+    for (i, c) in ['[', ']', '+', '=', ';', ','].into_iter().enumerate() {
+        let share = format!("Team{c}Data{c}");
+        let remote = format!("\\\\srv\\{share}\\pvc-{i}");
+        let local = format!("pods/v{i}");
+        n.map(&remote, &local, "u", "Pw-1").unwrap();
+        let (dir, _, data) = n.mounts().last().unwrap().clone();
+        assert_eq!(
+            n.fake.sources.lock().unwrap().last().unwrap(),
+            &format!("//srv/{}", share.to_lowercase())
+        );
+        assert_eq!(data, "ip=10.0.0.9,username=u,password=Pw-1,seal", "{c}");
+        assert_eq!(
+            fs::read_link(n.k(&local)).unwrap(),
+            dir.join(format!("pvc-{i}"))
+        );
+        let root = format!("\\\\srv\\{}", share.to_lowercase());
+        assert!(n.host.smb_global_mappings().unwrap().contains(&root), "{c}");
+        fs::remove_file(n.k(&local)).unwrap();
+        n.svc.remove_smb_global_mapping(&remote).unwrap();
+        assert!(n.mounts().is_empty(), "{c}");
+    }
+}
+
+/// A share name written to set mount options sets none: whatever the kernel's two passes over
+/// the data read, the only options are the host's own, with the resolved address. Putting the
+/// name back into the data fails this, escaped (`,,` is split by the LSM pass) or not.
+#[test]
+fn a_share_name_never_injects_mount_options() {
+    let n = Node::new(false);
+    let share = "x,ip=6.6.6.6,,password=stolen,uid=0,context=system_u:object_r:etc_t:s0,sec=none";
+    let hostile = share.replace(':', ";");
+    let remote = format!("//srv/{hostile}");
+    n.map(&remote, "pods/h", "", "").unwrap();
+    let (_, _, data) = n.mounts().last().unwrap().clone();
+    let (lsm, cifs) = kernel_option_keys(&data);
+    assert_eq!(lsm, ["ip", "guest", "seal"], "{data}");
+    let ours: Vec<(String, String)> = [("ip", "10.0.0.9"), ("guest", ""), ("seal", "")]
+        .map(|(k, v)| (k.into(), v.into()))
+        .into();
+    assert_eq!(cifs, ours, "{data}");
+    assert_eq!(
+        n.fake.sources.lock().unwrap().last().unwrap(),
+        &format!("//srv/{hostile}")
+    );
 }
 
 /// Where the kernel refuses `nosymfollow`, the mount is made without it and a staging link

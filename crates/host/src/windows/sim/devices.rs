@@ -488,10 +488,12 @@ fn set_layout(d: &mut Disk, input: &[u8]) -> Win32Result<Vec<u32>> {
 /// (none for [`DeviceId::None`]).
 fn device_id_descriptor(id: &DeviceId) -> Vec<u8> {
     // (code set, identifier type, value): StorageIdCodeSetAscii with
-    // StorageIdTypeScsiNameString, or StorageIdCodeSetBinary with StorageIdTypeFCPHName (NAA).
+    // StorageIdTypeScsiNameString, or StorageIdCodeSetBinary with StorageIdTypeFCPHName (NAA) or StorageIdTypeEUI64.
     let (code_set, id_type, value) = match id {
         DeviceId::Ascii(s) => (2u32, 8u32, s.as_bytes()),
         DeviceId::Naa(v) => (1, 3, v.as_slice()),
+        // StorageIdTypeEUI64.
+        DeviceId::Eui64(v) => (1, 2, v.as_slice()),
         DeviceId::None => {
             let mut b = vec![0u8; 12];
             b[0..4].copy_from_slice(&1u32.to_le_bytes());

@@ -604,4 +604,21 @@ impl SimWindows {
     pub fn entry_exists(&self, path: &str) -> bool {
         self.lock().entry(path).is_some()
     }
+
+    /// The names of the entries in the directory `path` (a driver's own `os.ReadDir` through
+    /// its host-path mount); empty when there is none.
+    pub fn dir_entries(&self, path: &str) -> Vec<String> {
+        self.lock().children(&key(path))
+    }
+
+    /// Removes the plain file at `path` (a driver's own `os.Remove`); false when there is none.
+    pub fn remove_file(&self, path: &str) -> bool {
+        let mut s = self.lock();
+        let p = key(path);
+        let found = matches!(s.entry(&p), Some(Entry::File));
+        if found {
+            s.forget(&p);
+        }
+        found
+    }
 }

@@ -40,6 +40,7 @@ mod collision;
 mod devices;
 mod filesystem;
 mod identity;
+pub use identity::nvme_serial;
 mod iscsi;
 mod mbr;
 mod races;
@@ -129,6 +130,8 @@ enum DeviceId {
     Ascii(String),
     /// One binary NAA identifier associated with the device (VMware with `disk.EnableUUID`).
     Naa(Vec<u8>),
+    /// One binary EUI-64 identifier associated with the device (an NVMe namespace).
+    Eui64(Vec<u8>),
     /// No identifier (VMware without `disk.EnableUUID`).
     None,
 }
