@@ -6,7 +6,7 @@
 //! the attribute has two online disks, and two volumes, with one unique ID.
 
 use super::*;
-use crate::windows_data::layout::STYLE_MBR;
+use csi_proxy_formats::windows_buffers::layout::STYLE_MBR;
 
 impl Disk {
     /// `DRIVE_LAYOUT_INFORMATION_MBR.Signature` of an MBR disk: its ID's first four bytes.

@@ -5,7 +5,7 @@ use super::storage_tests::{services, stage};
 use super::tests::{machine, partitioned};
 use super::*;
 use crate::windows::os::{self as seam};
-use crate::windows_data::ioctl as io;
+use csi_proxy_formats::windows_buffers::ioctl as io;
 use csi_proxy_core::Kind;
 use csi_proxy_core::disk::DiskHost;
 use csi_proxy_core::volume::VolumeHost;

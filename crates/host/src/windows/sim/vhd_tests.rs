@@ -92,7 +92,7 @@ fn resize_is_refused_while_attached_and_seen_on_the_next_attach() {
         1,
         1 << 20,
         1 << 29,
-        crate::windows_data::layout::BASIC_DATA,
+        csi_proxy_formats::windows_buffers::layout::BASIC_DATA,
         Uuid::nil(),
         0,
     )];
