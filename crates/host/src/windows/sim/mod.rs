@@ -37,6 +37,7 @@ mod calls;
 mod chaos;
 mod devices;
 mod filesystem;
+pub mod holders;
 mod identity;
 mod iscsi;
 mod mbr;
@@ -50,7 +51,8 @@ mod vhd;
 mod wmi;
 
 use super::os::{
-    Access, IscsiSession, OsError, PersistentLogin, ReturnValue, Win32, Win32Result, code,
+    Access, IscsiSession, OsError, PersistentLogin, ReturnValue, StorageDisk, Win32, Win32Result,
+    code,
 };
 use crate::windows::os::pool::Namespaces;
 use crate::windows_data::layout::{BASIC_DATA, HIDDEN, MSR, NO_DRIVE_LETTER, STYLE_GPT, STYLE_RAW};
@@ -200,6 +202,14 @@ struct State {
     /// Handles open on files and directories.
     entries: HashMap<u64, filesystem::OpenEntry>,
     page_files: Vec<String>,
+    /// Handles other processes hold on devices (`holders.rs`), by an id of the test's.
+    others: HashMap<u64, holders::OtherOpen>,
+    /// Volumes locked through one of the daemon's handles (`FSCTL_LOCK_VOLUME`), with it.
+    volume_locks: HashMap<usize, u64>,
+    /// What the Storage Management provider reports of each disk (none: nothing).
+    disk_roles: BTreeMap<u32, holders::DiskRoles>,
+    /// The values of `HKLM\SYSTEM\CurrentControlSet\Control\CrashControl` that are set.
+    crash_control: BTreeMap<String, String>,
     /// SMB servers' shares, keyed by lower-cased `\\server\share`.
     shares: BTreeMap<String, smb::Share>,
     /// Node-wide SMB mappings, keyed by lower-cased root.
@@ -491,6 +501,15 @@ impl SimWindows {
             }
             s.files.insert(key(r"C:\pagefile.sys"));
             s.page_files = vec![r"C:\pagefile.sys".into()];
+            // Disk 0 holds the running Windows and the partition the firmware boots from.
+            s.disk_roles.insert(
+                0,
+                holders::DiskRoles {
+                    boot: true,
+                    system: true,
+                    ..Default::default()
+                },
+            );
         }
         sim
     }

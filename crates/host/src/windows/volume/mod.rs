@@ -24,7 +24,7 @@ use crate::windows_data::ioctl as io;
 use crate::windows_data::layout::{self, Partition};
 use crate::windows_data::volume::{self as names, VolumeName, extend_sectors, mount_point_path};
 use crate::windows_data::wmi_codes::storage_return;
-use csi_proxy_core::disk::{DiskHost, DiskUsage};
+use csi_proxy_core::disk::{DiskHost, DiskUsage, OpenElsewhere};
 use csi_proxy_core::volume::rules;
 use csi_proxy_core::volume::{ResizeTarget, VolumeHost, VolumeStats};
 use csi_proxy_core::{Error, Kind, Result};
@@ -107,12 +107,30 @@ fn open_volume<'a>(
     v: &VolumeName,
     access: Access,
 ) -> Result<Handle<'a>> {
-    os::open_with(os, &v.device_path(), access).map_err(|e| {
-        if e.kind() == Kind::NotFound {
+    os::open_with(os, &v.device_path(), access).map_err(|e| match e.code {
+        // CreateFileW: an open whose access another handle's share mode does not allow fails
+        // ERROR_SHARING_VIOLATION (the daemon shares read and write).
+        code::SHARING_VIOLATION => Error::new(
+            Kind::FailedPrecondition,
+            op,
+            shown(id),
+            format!(
+                "another process has the volume open and shares it for neither reading nor writing ({e})"
+            ),
+        ),
+        // FSCTL_LOCK_VOLUME: "A locked volume can be accessed only through handles to the file
+        // object (*hDevice) that locks the volume"; the daemon runs as an administrator, so a
+        // data-access open refused is a lock.
+        code::ACCESS_DENIED if access != Access::Query => Error::new(
+            Kind::FailedPrecondition,
+            op,
+            shown(id),
+            format!("the volume is locked by another process (FSCTL_LOCK_VOLUME) ({e})"),
+        ),
+        _ if e.kind() == Kind::NotFound => {
             Error::new(Kind::NotFound, op, shown(id), "no such volume")
-        } else {
-            os_error(op, shown(id), &e, &[])
         }
+        _ => os_error(op, shown(id), &e, &[]),
     })
 }
 
@@ -597,5 +615,9 @@ impl VolumeHost for WindowsVolumeHost {
 
     fn disk_usage(&self, disk: u32) -> Result<DiskUsage> {
         WindowsDiskHost::with_os(self.os.clone()).disk_usage(disk)
+    }
+
+    fn volumes_open_elsewhere(&self, disk: u32) -> Result<Vec<OpenElsewhere>> {
+        WindowsDiskHost::with_os(self.os.clone()).volumes_open_elsewhere(disk)
     }
 }
