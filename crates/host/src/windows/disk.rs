@@ -55,7 +55,7 @@ fn disk_open_error(op: &str, n: u32, e: &OsError) -> Error {
             Kind::FailedPrecondition,
             op,
             format!("disk {n}"),
-            format!("another process has the disk open and shares it for neither reading nor writing ({e})"),
+            format!("another process holds the disk open without sharing it for this access ({e})"),
         ),
         _ if e.kind() == Kind::NotFound => {
             Error::new(Kind::NotFound, op, format!("disk {n}"), "no such disk")

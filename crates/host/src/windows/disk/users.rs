@@ -3,7 +3,9 @@
 //! cluster's disk, a storage pool's member), and other processes holding one of its volumes open
 //! (found by a volume lock that fails). Facts only: the rule is core's.
 
-use super::{disks_of_path, on_no_disk, system_disks, volume_device, volume_path_names, volumes_on};
+use super::{
+    disks_of_path, on_no_disk, system_disks, volume_device, volume_path_names, volumes_on,
+};
 use crate::windows::os::{self, OsError, Win32, code, ioctl, os_error};
 use crate::windows_data::ioctl as io;
 use csi_proxy_core::disk::OpenElsewhere;
@@ -28,7 +30,8 @@ pub(super) fn host_use(
     let provider = |e: &OsError, class: &str| {
         os_error(op, class, e, &[]).context(format!("telling whether disk {disk} is the host's"))
     };
-    let disks = os::wmi_retrying(os, || os.storage_disks()).map_err(|e| provider(&e, "MSFT_Disk"))?;
+    let disks =
+        os::wmi_retrying(os, || os.storage_disks()).map_err(|e| provider(&e, "MSFT_Disk"))?;
     // A disk the provider does not list yet (attached a moment ago) is none of these.
     if let Some(d) = disks.iter().find(|d| d.number == disk) {
         let role = if d.is_boot {
@@ -86,7 +89,9 @@ fn crash_dump_use(
         };
         match disks_of_path(os, op, &file) {
             Ok(d) if d.contains(&disk) => {
-                return Ok(Some(format!("holds the crash dump file {file} (CrashControl {name})")));
+                return Ok(Some(format!(
+                    "holds the crash dump file {file} (CrashControl {name})"
+                )));
             }
             Ok(_) => {}
             Err(e) if lettered(mount_points) => {
@@ -141,9 +146,9 @@ pub(super) fn volumes_open_elsewhere(
             Err(e) if e.code == code::ACCESS_DENIED => {
                 format!("it is locked by another process ({e})")
             }
-            Err(e) if e.code == code::SHARING_VIOLATION => format!(
-                "another process has it open and shares it for neither reading nor writing ({e})"
-            ),
+            Err(e) if e.code == code::SHARING_VIOLATION => {
+                format!("another process holds it open without sharing it for reading ({e})")
+            }
             Err(e) => {
                 return Err(os_error(op, &volume, &e, &[])
                     .context(format!("telling whether disk {disk} is in use")));
@@ -158,7 +163,9 @@ pub(super) fn volumes_open_elsewhere(
                     continue;
                 }
                 Err(e) if e.kind() == Kind::NotFound => continue,
-                Err(e) => format!("files or handles on it are open: FSCTL_LOCK_VOLUME failed ({e})"),
+                Err(e) => {
+                    format!("files or handles on it are open: FSCTL_LOCK_VOLUME failed ({e})")
+                }
             },
         };
         out.push(OpenElsewhere {

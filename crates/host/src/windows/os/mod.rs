@@ -183,6 +183,9 @@ fn describe(code: u32) -> String {
         code::NOT_READY => "The device is not ready.",
         code::WRITE_PROTECT => "The media is write protected.",
         code::INVALID_PARAMETER => "The parameter is incorrect.",
+        code::SHARING_VIOLATION => {
+            "The process cannot access the file because it is being used by another process."
+        }
         code::INSUFFICIENT_BUFFER => "The data area passed to a system call is too small.",
         code::DIR_NOT_EMPTY => "The directory is not empty.",
         code::MORE_DATA => "More data is available.",

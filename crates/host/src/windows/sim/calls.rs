@@ -262,7 +262,9 @@ impl Win32 for SimWindows {
     }
 
     fn physical_disks(&self) -> Win32Result<Vec<(String, Vec<u16>)>> {
-        self.wmi_call(STORAGE, "physical_disks", |s| Ok(holders::physical_disks(s)))
+        self.wmi_call(STORAGE, "physical_disks", |s| {
+            Ok(holders::physical_disks(s))
+        })
     }
 
     fn crash_control(&self, name: &str) -> Win32Result<Option<String>> {

@@ -146,7 +146,44 @@ pub(super) fn physical_disks(s: &State) -> Vec<(String, Vec<u16>)> {
         .collect()
 }
 
+/// What tests make happen just before a given seam call of the daemon's: another process acting
+/// between two of its calls.
+#[derive(Default)]
+pub(super) struct BeforeCalls(Vec<(&'static str, Box<dyn FnOnce(&mut State) + Send>)>);
+
+impl std::fmt::Debug for BeforeCalls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|(c, _)| c))
+            .finish()
+    }
+}
+
+impl State {
+    /// Runs what a test set to happen before `call`.
+    pub(super) fn before_call(&mut self, call: &'static str) {
+        if let Some(i) = self.before_calls.0.iter().position(|(c, _)| *c == call) {
+            let (_, act) = self.before_calls.0.remove(i);
+            act(self);
+        }
+    }
+}
+
 impl SimWindows {
+    /// Another process takes `FSCTL_LOCK_VOLUME` on `volume` just before the daemon's next
+    /// seam call named `call` (e.g. `"format_ntfs"`).
+    pub fn lock_volume_before(&self, call: &'static str, volume: &str) {
+        let volume = volume.to_string();
+        self.lock().before_calls.0.push((
+            call,
+            Box::new(move |s: &mut State| {
+                if let Some(v) = s.volume_named(&volume) {
+                    s.volumes[v].locked = true;
+                }
+            }),
+        ));
+    }
+
     /// Another process opens `path` (a disk or volume device, or a file of a volume: pass the
     /// volume's device) with `access` and share mode `share` (`FILE_SHARE_READ`,
     /// `FILE_SHARE_WRITE`); returns what [`Self::close_in_other_process`] takes.

@@ -204,6 +204,8 @@ struct State {
     page_files: Vec<String>,
     /// Handles other processes hold on devices (`holders.rs`), by an id of the test's.
     others: HashMap<u64, holders::OtherOpen>,
+    /// What tests make happen just before given calls (`holders.rs`).
+    before_calls: holders::BeforeCalls,
     /// Volumes locked through one of the daemon's handles (`FSCTL_LOCK_VOLUME`), with it.
     volume_locks: HashMap<usize, u64>,
     /// What the Storage Management provider reports of each disk (none: nothing).
@@ -424,6 +426,7 @@ impl State {
 
     fn take_fault(&mut self, call: &'static str) -> Win32Result<()> {
         *self.calls.entry(call).or_default() += 1;
+        self.before_call(call);
         self.race();
         match self.faults.get_mut(call).and_then(VecDeque::pop_front) {
             Some(e) => Err(e),
@@ -710,6 +713,8 @@ fn part(number: u32, start: u64, length: u64, gpt_type: Uuid, id: Uuid, attribut
 mod content_tests;
 #[cfg(test)]
 mod filesystem_tests;
+#[cfg(test)]
+mod in_use_tests;
 #[cfg(test)]
 mod iscsi_tests;
 #[cfg(test)]

@@ -36,7 +36,7 @@ pub(super) fn volume_open_error(s: &State, v: usize, access: Access) -> Option<O
     if super::holders::locked(s, v) {
         return Some(OsError::new(code::ACCESS_DENIED));
     }
-    super::holders::sharing_violation(s, Target::Volume(v), access)
+    None
 }
 
 /// Why a filesystem call on volume `v` (`GetVolumeInformationW`, `GetDiskFreeSpaceExW`,

@@ -8,10 +8,10 @@
 mod event_log;
 mod files;
 mod iscsi;
+mod registry;
 mod scm;
 pub mod state_dir;
 pub mod vhd;
-mod registry;
 mod wmi_calls;
 
 pub use event_log::{EventSource, EventType};
