@@ -2,6 +2,12 @@
 //! to write, mount, grow, offline or log out. Each platform reports the facts it reads under
 //! [`DiskUsage`]; [`refuse_in_use`] alone decides, in front of PartitionDisk, FormatVolume,
 //! MountVolume, ResizeVolume, SetDiskState and DisconnectTarget.
+//!
+//! Looking for volumes someone else has open ([`OpenElsewhere`]) takes an exclusive lock of
+//! each volume for a moment, so only the RPCs that rewrite or remove what is on the disk look:
+//! PartitionDisk, FormatVolume and SetDiskState(offline). MountVolume and ResizeVolume do not:
+//! a mount point added and a volume grown online leave its users' data as it is, and a staged
+//! volume in use by its pods must still grow.
 
 use crate::error::{Error, Kind, Result};
 use crate::paths::{PathPolicy, PathStyle, is_drive_root};
@@ -30,6 +36,21 @@ pub struct DiskUsage {
     /// explains (a mount in another namespace, a filesystem of several devices, a process's
     /// exclusive open).
     pub claimed: Vec<String>,
+    /// Volumes of the disk that something else has open, found by an exclusive lock of each
+    /// that failed (Windows: `FSCTL_LOCK_VOLUME`); filled only for the RPCs that look.
+    pub open_elsewhere: Vec<OpenElsewhere>,
+}
+
+/// A volume of the disk that something else has open: an exclusive lock of it failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenElsewhere {
+    /// The volume.
+    pub volume: String,
+    /// Where it is mounted: the users of a volume mounted only below an allowed root are the
+    /// driver's own (the pods of a staged volume).
+    pub mount_points: Vec<String>,
+    /// Why the lock failed, as the OS said.
+    pub why: String,
 }
 
 /// Which uses of a disk are the caller's own flow, and so no reason to refuse.
@@ -73,15 +94,18 @@ pub fn refuse_in_use(op: &str, object: &str, usage: &DiskUsage, own: OwnUse<'_>)
             usage.stacked.join(", ")
         ));
     }
+    let below_a_root = |mp: &String| match own {
+        OwnUse::MountsBelow(roots) => roots.check(op, mp).is_ok_and(|n| !roots.is_root(&n)),
+        OwnUse::Nothing => false,
+    };
     let foreign = |mp: &&String| match own {
         OwnUse::MountsBelow(roots) => {
-            let below_a_root = roots.check(op, mp).is_ok_and(|n| !roots.is_root(&n));
             // A bare drive letter is what Windows gives any volume it finds (a disk partitioned
             // by upstream, a restored snapshot): upstream proceeds there, and so does this. The
             // host puts the disks whose letters matter (system, boot, page file) in
             // `system_use`.
             let automount = roots.style() == PathStyle::Windows && is_drive_root(mp);
-            !below_a_root && !automount
+            !below_a_root(mp) && !automount
         }
         OwnUse::Nothing => true,
     };
@@ -103,6 +127,20 @@ pub fn refuse_in_use(op: &str, object: &str, usage: &DiskUsage, own: OwnUse<'_>)
         return refuse(format!(
             "is held open by process(es) {}",
             usage.processes.join(", ")
+        ));
+    }
+    // A volume mounted only below the roots is used by the driver's own pods; one with a drive
+    // letter, mounted elsewhere or mounted nowhere is used by someone else.
+    let own_volume =
+        |o: &&OpenElsewhere| !o.mount_points.is_empty() && o.mount_points.iter().all(below_a_root);
+    if let Some(o) = usage.open_elsewhere.iter().find(|o| !own_volume(o)) {
+        let mounted = match o.mount_points.as_slice() {
+            [] => "mounted nowhere".to_string(),
+            mps => format!("mounted at {mps:?}"),
+        };
+        return refuse(format!(
+            "has volume {} ({mounted}) open in another process: an exclusive lock of it failed ({})",
+            o.volume, o.why
         ));
     }
     if !usage.claimed.is_empty() {
@@ -195,5 +233,31 @@ mod tests {
                 assert!(why.starts_with("FormatVolume disk 4: refused"), "{why}");
             }
         }
+    }
+
+    /// A volume something else has open is refused unless it is mounted only below the roots
+    /// (the pods of a staged volume), and always when the disk is about to go away.
+    #[test]
+    fn a_volume_open_elsewhere_is_refused_unless_only_the_drivers_own_mounts_show_it() {
+        let fs = crate::testing::kubelet_fs();
+        let roots = OwnUse::MountsBelow(fs.policy());
+        let open = |mps: &[&str]| DiskUsage {
+            mount_points: mps.iter().map(|m| m.to_string()).collect(),
+            open_elsewhere: vec![OpenElsewhere {
+                volume: "vol1".into(),
+                mount_points: mps.iter().map(|m| m.to_string()).collect(),
+                why: "Access is denied.".into(),
+            }],
+            ..Default::default()
+        };
+        let staged = open(&["/var/lib/kubelet/plugins/d/globalmount"]);
+        assert_eq!(refused(&staged, roots), None);
+        assert!(refused(&staged, OwnUse::Nothing).is_some());
+        let why = refused(&open(&[]), roots).unwrap();
+        assert!(
+            why.contains("volume vol1 (mounted nowhere) open in another process")
+                && why.contains("Access is denied."),
+            "{why}"
+        );
     }
 }

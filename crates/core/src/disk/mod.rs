@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 mod in_use;
-pub use in_use::{DiskUsage, OwnUse, refuse_in_use};
+pub use in_use::{DiskUsage, OpenElsewhere, OwnUse, refuse_in_use};
 
 /// Where a disk is attached, as the host reports it. Every field may be empty when the host
 /// does not know it (upstream leaves `bus` empty on most hosts).
@@ -68,6 +68,14 @@ pub trait DiskHost: Send + Sync {
     /// What the host uses the disk for (see [`DiskUsage`]). Mutating RPCs are refused while this
     /// is unknown, so a host that cannot tell leaves every disk alone.
     fn disk_usage(&self, disk_number: u32) -> Result<DiskUsage>;
+
+    /// The volumes of the disk something else has open ([`OpenElsewhere`]), asked under the
+    /// disk's lock only by the RPCs that rewrite or remove what is on it. A host whose
+    /// [`Self::disk_usage`] already reports such users (Linux: processes holding the disk and
+    /// an `O_EXCL` open) answers none.
+    fn volumes_open_elsewhere(&self, _disk_number: u32) -> Result<Vec<OpenElsewhere>> {
+        Ok(Vec::new())
+    }
 }
 
 /// The version-agnostic disk service every disk API version is served by.
@@ -87,13 +95,20 @@ impl DiskService {
         Self { host, roots }
     }
 
-    /// Holds the disk and refuses it when the host uses it for itself.
-    fn claim(&self, op: &str, disk_number: u32) -> Result<crate::locks::DiskGuard> {
+    /// Holds the disk and refuses it when the host or someone else uses it; with `opens`, a
+    /// volume of it that something else has open counts too.
+    fn claim(&self, op: &str, disk_number: u32, opens: bool) -> Result<crate::locks::DiskGuard> {
         let guard = lock_disk(disk_number, op, &format!("disk {disk_number}"))?;
-        let usage = self
+        let mut usage = self
             .host
             .disk_usage(disk_number)
             .map_err(|e| e.context(op))?;
+        if opens {
+            usage.open_elsewhere = self
+                .host
+                .volumes_open_elsewhere(disk_number)
+                .map_err(|e| e.context(op))?;
+        }
         refuse_in_use(
             op,
             &format!("disk {disk_number}"),
@@ -110,7 +125,7 @@ impl DiskService {
 
     /// PartitionDisk: initialise and partition the disk, idempotently.
     pub fn partition_disk(&self, disk_number: u32) -> Result<()> {
-        let _held = self.claim("PartitionDisk", disk_number)?;
+        let _held = self.claim("PartitionDisk", disk_number, true)?;
         self.host.partition_disk(disk_number)
     }
 
@@ -131,7 +146,8 @@ impl DiskService {
 
     /// SetDiskState: bring the disk online or offline (idempotent).
     pub fn set_disk_state(&self, disk_number: u32, is_online: bool) -> Result<()> {
-        let _held = self.claim("SetDiskState", disk_number)?;
+        // Taking a disk offline removes its volumes from under whoever has them open.
+        let _held = self.claim("SetDiskState", disk_number, !is_online)?;
         self.host.set_disk_online(disk_number, is_online)
     }
 

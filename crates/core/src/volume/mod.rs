@@ -8,7 +8,7 @@
 //! Volume IDs are opaque strings the host hands out (`\\?\Volume{GUID}\` on Windows); they must
 //! round-trip byte-exact, so nothing here normalises them.
 
-use crate::disk::{DiskUsage, OwnUse, refuse_in_use};
+use crate::disk::{DiskUsage, OpenElsewhere, OwnUse, refuse_in_use};
 use crate::error::{Error, Kind, Result};
 use crate::filesystem::{FilesystemService, HeldPath};
 use crate::locks::{DiskGuard, lock_disk};
@@ -98,6 +98,24 @@ pub trait VolumeHost: Send + Sync {
     /// What the host uses the disk for (asked under the disk's lock, once the volume's disk is
     /// known), so the service keeps away from the host's own disks.
     fn disk_usage(&self, disk_number: u32) -> Result<DiskUsage>;
+
+    /// The volumes of the disk something else has open, as
+    /// [`crate::disk::DiskHost::volumes_open_elsewhere`] answers (asked by FormatVolume only).
+    fn volumes_open_elsewhere(&self, _disk_number: u32) -> Result<Vec<OpenElsewhere>> {
+        Ok(Vec::new())
+    }
+}
+
+/// How much of a disk's use an RPC on one of its volumes checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Guard {
+    /// Nothing: the RPC leaves the disk as it is (UnmountVolume removes the caller's own
+    /// mount, WriteVolumeCache flushes).
+    Nothing,
+    /// The facts [`VolumeHost::disk_usage`] reports (MountVolume, ResizeVolume).
+    Facts,
+    /// Those, and volumes something else has open (FormatVolume, which rewrites the volume).
+    FactsAndOpens,
 }
 
 /// The version-agnostic volume service every volume API version is served by.
@@ -125,17 +143,23 @@ impl VolumeService {
         Self { host, fs }
     }
 
-    /// Holds the disk of the volume; with `guard_host_disk`, refuses it when the host uses the disk
-    /// for itself (design.md §5).
-    fn claim(&self, op: &str, volume_id: &str, guard_host_disk: bool) -> Result<DiskGuard> {
+    /// Holds the disk of the volume and refuses it, as `guard` says, when the host or someone
+    /// else uses the disk (design.md §5).
+    fn claim(&self, op: &str, volume_id: &str, guard: Guard) -> Result<DiskGuard> {
         let disk = self
             .host
             .volume_disk_number(volume_id)
             .map_err(|e| e.context(op))?;
-        let guard = lock_disk(disk, op, &format!("volume {volume_id:?} on disk {disk}"))?;
-        if guard_host_disk {
+        let held = lock_disk(disk, op, &format!("volume {volume_id:?} on disk {disk}"))?;
+        if guard != Guard::Nothing {
             // Asked under the lock: mounts may have changed while waiting for it.
-            let usage = self.host.disk_usage(disk).map_err(|e| e.context(op))?;
+            let mut usage = self.host.disk_usage(disk).map_err(|e| e.context(op))?;
+            if guard == Guard::FactsAndOpens {
+                usage.open_elsewhere = self
+                    .host
+                    .volumes_open_elsewhere(disk)
+                    .map_err(|e| e.context(op))?;
+            }
             refuse_in_use(
                 op,
                 &format!("volume {volume_id:?} on disk {disk}"),
@@ -143,7 +167,7 @@ impl VolumeService {
                 OwnUse::MountsBelow(self.fs.policy()),
             )?;
         }
-        Ok(guard)
+        Ok(held)
     }
 
     /// Checks that `target_path` is given, confines it to the allowed roots and holds it: the
@@ -183,7 +207,7 @@ impl VolumeService {
                 "a directory above the target path does not exist",
             ));
         };
-        let _held = self.claim(OP, volume_id, true)?;
+        let _held = self.claim(OP, volume_id, Guard::Facts)?;
         self.host
             .mount_volume(volume_id, &target.os_path)
             .map_err(|e| e.shown_as(&target.os_path, &target.normalised))
@@ -197,7 +221,7 @@ impl VolumeService {
         // A volume that cannot be found (its disk was detached by force) may still have a stale
         // mount on the target: the host decides whether what is there is that mount. With the
         // disk gone, there is no disk to hold.
-        let _held = match self.claim(OP, volume_id, false) {
+        let _held = match self.claim(OP, volume_id, Guard::Nothing) {
             Ok(held) => Some(held),
             Err(e) if e.kind() == Kind::NotFound => None,
             Err(e) => return Err(e),
@@ -221,7 +245,7 @@ impl VolumeService {
     /// FormatVolume: quick-format the volume.
     pub fn format_volume(&self, volume_id: &str) -> Result<()> {
         required("FormatVolume", "volume_id", volume_id)?;
-        let _held = self.claim("FormatVolume", volume_id, true)?;
+        let _held = self.claim("FormatVolume", volume_id, Guard::FactsAndOpens)?;
         self.host.format_volume(volume_id)
     }
 
@@ -240,7 +264,7 @@ impl VolumeService {
                 ));
             }
         };
-        let _held = self.claim(OP, volume_id, true)?;
+        let _held = self.claim(OP, volume_id, Guard::Facts)?;
         self.host.resize_volume(volume_id, target)
     }
 
@@ -299,7 +323,7 @@ impl VolumeService {
     /// WriteVolumeCache: flush the volume's write cache.
     pub fn write_volume_cache(&self, volume_id: &str) -> Result<()> {
         required("WriteVolumeCache", "volume_id", volume_id)?;
-        let _held = self.claim("WriteVolumeCache", volume_id, false)?;
+        let _held = self.claim("WriteVolumeCache", volume_id, Guard::Nothing)?;
         self.host.write_volume_cache(volume_id)
     }
 }

@@ -49,6 +49,10 @@ pub const SCSI_GET_ADDRESS: u32 = ctl_code(FILE_DEVICE_CONTROLLER, 0x406, 0, ANY
 pub const VOLUME_GET_VOLUME_DISK_EXTENTS: u32 = ctl_code(VOLUME_BASE, 0, 0, ANY);
 /// Extends a mounted filesystem to a number of sectors.
 pub const FSCTL_EXTEND_VOLUME: u32 = ctl_code(FILE_DEVICE_FILE_SYSTEM, 60, 0, ANY);
+/// Locks a volume "if it is not in use"; fails while any file on it is open.
+pub const FSCTL_LOCK_VOLUME: u32 = ctl_code(FILE_DEVICE_FILE_SYSTEM, 6, 0, ANY);
+/// Releases the lock `FSCTL_LOCK_VOLUME` took through the same handle.
+pub const FSCTL_UNLOCK_VOLUME: u32 = ctl_code(FILE_DEVICE_FILE_SYSTEM, 7, 0, ANY);
 
 /// `DISK_ATTRIBUTE_OFFLINE`.
 pub const DISK_ATTRIBUTE_OFFLINE: u64 = 1;
@@ -139,5 +143,7 @@ mod tests {
         assert_eq!(SCSI_GET_ADDRESS, 0x0004_1018);
         assert_eq!(VOLUME_GET_VOLUME_DISK_EXTENTS, 0x0056_0000);
         assert_eq!(FSCTL_EXTEND_VOLUME, 0x0009_00F0);
+        assert_eq!(FSCTL_LOCK_VOLUME, 0x0009_0018);
+        assert_eq!(FSCTL_UNLOCK_VOLUME, 0x0009_001C);
     }
 }

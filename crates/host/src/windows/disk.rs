@@ -11,7 +11,7 @@
 //! Whatever cannot be read while deciding whether a disk is in use counts as "in use".
 
 use super::os::{self, Handle, OsError, Win32, code, ioctl, os_error};
-use csi_proxy_core::disk::{DiskHost, DiskIds, DiskLocation, DiskUsage};
+use csi_proxy_core::disk::{DiskHost, DiskIds, DiskLocation, DiskUsage, OpenElsewhere};
 use csi_proxy_core::{Error, Kind, Result};
 use csi_proxy_formats::signatures;
 use csi_proxy_formats::windows_buffers::ioctl as io;
@@ -21,6 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 mod arrival;
 mod collision;
+mod users;
 
 pub use arrival::VOLUME_ARRIVAL_LIMIT;
 use arrival::{wait_for_departure, wait_for_partition, wait_for_volumes};
@@ -47,10 +48,20 @@ pub(super) fn open_disk<'a>(
 
 /// The error of a failed open of disk `n`.
 fn disk_open_error(op: &str, n: u32, e: &OsError) -> Error {
-    if e.kind() == Kind::NotFound {
-        Error::new(Kind::NotFound, op, format!("disk {n}"), "no such disk")
-    } else {
-        os_error(op, format!("disk {n}"), e, &[])
+    match e.code {
+        // CreateFileW: an open whose access another handle's share mode does not allow fails
+        // ERROR_SHARING_VIOLATION. The daemon shares read and write, so the holder opened the
+        // disk for itself.
+        code::SHARING_VIOLATION => Error::new(
+            Kind::FailedPrecondition,
+            op,
+            format!("disk {n}"),
+            format!("another process holds the disk open without sharing it for this access ({e})"),
+        ),
+        _ if e.kind() == Kind::NotFound => {
+            Error::new(Kind::NotFound, op, format!("disk {n}"), "no such disk")
+        }
+        _ => os_error(op, format!("disk {n}"), e, &[]),
     }
 }
 
@@ -133,41 +144,6 @@ fn disks_of_path(os: &dyn Win32, op: &str, path: &str) -> Result<BTreeSet<u32>> 
         .into_iter()
         .map(|e| e.disk_number)
         .collect())
-}
-
-/// Why disk `disk` holds a page file, if it does. When the page files cannot be listed, a disk
-/// with a drive letter counts as holding one (refused), and a disk without one does not (a page
-/// file needs a lettered volume).
-fn page_file_use(os: &dyn Win32, op: &str, disk: u32, mount_points: &[String]) -> Option<String> {
-    match os::wmi_retrying(os, || os.page_files()) {
-        Ok(files) => files
-            .into_iter()
-            .find_map(|f| match disks_of_path(os, op, &f) {
-                Ok(d) if d.contains(&disk) => Some(format!("holds the page file {f}")),
-                Ok(_) => None,
-                // A page file whose disks cannot be told may be on this one.
-                Err(e)
-                    if mount_points
-                        .iter()
-                        .any(|m| csi_proxy_core::paths::is_drive_root(m)) =>
-                {
-                    Some(format!(
-                        "has a drive letter, and the page file {f} cannot be placed ({e})"
-                    ))
-                }
-                Err(_) => None,
-            }),
-        Err(e)
-            if mount_points
-                .iter()
-                .any(|m| csi_proxy_core::paths::is_drive_root(m)) =>
-        {
-            Some(format!(
-                "has a drive letter, and the page files cannot be listed to tell whether it holds one ({e})"
-            ))
-        }
-        Err(_) => None,
-    }
 }
 
 /// Refuses `disk` when it holds the system volume.
@@ -307,13 +283,12 @@ fn on_no_disk(e: &OsError) -> bool {
     matches!(e.code, code::NOT_READY | code::INVALID_FUNCTION)
 }
 
-/// Every mount path (drive letters and mounted folders) of the volumes with an extent on
-/// `disk`. Fails closed: a volume whose disks or mount paths cannot be read is an error, never
-/// "not on this disk", because the answer guards a disk against being written to. Volumes are
-/// opened for queries only (access 0): that mounts no filesystem, so an optical drive without
-/// media and a volume another process locked answer like any other, and the extents control
-/// (FILE_ANY_ACCESS) needs nothing more.
-pub(super) fn mount_points_on(os: &dyn Win32, op: &str, disk: u32) -> Result<Vec<String>> {
+/// The volumes (GUID paths) with an extent on `disk`. Fails closed: a volume whose disks cannot
+/// be read is an error, never "not on this disk", because the answer guards a disk against
+/// being written to. Volumes are opened for queries only (access 0): that mounts no
+/// filesystem, so an optical drive without media and a volume another process locked or holds
+/// answer like any other, and the extents control (FILE_ANY_ACCESS) needs nothing more.
+pub(super) fn volumes_on(os: &dyn Win32, op: &str, disk: u32) -> Result<Vec<String>> {
     let mut out = Vec::new();
     let volumes = os.volumes().map_err(|e| os_error(op, "volumes", &e, &[]))?;
     for volume in volumes {
@@ -334,8 +309,18 @@ pub(super) fn mount_points_on(os: &dyn Win32, op: &str, disk: u32) -> Result<Vec
             Err(e) => return Err(os_error(op, &volume, &e, &[]).context(context())),
         };
         if extents.iter().any(|e| e.disk_number == disk) {
-            out.extend(volume_path_names(os, op, &volume)?);
+            out.push(volume);
         }
+    }
+    Ok(out)
+}
+
+/// Every mount path (drive letters and mounted folders) of the volumes with an extent on
+/// `disk`; fails closed as [`volumes_on`] does.
+pub(super) fn mount_points_on(os: &dyn Win32, op: &str, disk: u32) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for volume in volumes_on(os, op, disk)? {
+        out.extend(volume_path_names(os, op, &volume)?);
     }
     Ok(out)
 }
@@ -359,20 +344,20 @@ impl DiskHost for WindowsDiskHost {
     fn disk_usage(&self, disk_number: u32) -> Result<DiskUsage> {
         const OP: &str = "DiskUsage";
         let os = &*self.os;
+        // A data-access open: a process holding the disk for itself (no FILE_SHARE_READ)
+        // refuses it, and the refusal names that (ERROR_SHARING_VIOLATION).
         open_disk(os, OP, disk_number, false)?;
         let mount_points = mount_points_on(os, OP, disk_number)?;
-        // A drive letter alone does not make a disk the host's (core's rule), so the disks whose
-        // letters matter are named here: the system volume's and the page files'.
-        let system_use = if system_disks(os, OP)?.contains(&disk_number) {
-            Some("holds the Windows system volume".to_string())
-        } else {
-            page_file_use(os, OP, disk_number, &mount_points)
-        };
+        let system_use = users::host_use(os, OP, disk_number, &mount_points)?;
         Ok(DiskUsage {
             mount_points,
             system_use,
             ..Default::default()
         })
+    }
+
+    fn volumes_open_elsewhere(&self, disk_number: u32) -> Result<Vec<OpenElsewhere>> {
+        users::volumes_open_elsewhere(&*self.os, "DiskUsage", disk_number)
     }
 
     fn rescan(&self) -> Result<()> {

@@ -9,9 +9,9 @@
 
 use super::{disk_numbers, disk_path, read_layout};
 use crate::windows::os::{self, Win32, code, ioctl};
+use csi_proxy_core::{Error, Kind, Result};
 use csi_proxy_formats::windows_buffers::ioctl as io;
 use csi_proxy_formats::windows_buffers::layout::{Layout, STYLE_GPT, STYLE_MBR};
-use csi_proxy_core::{Error, Kind, Result};
 
 /// The unique IDs of a layout, each named as a message shows it.
 fn unique_ids(l: &Layout) -> Vec<String> {

@@ -39,6 +39,8 @@ pub mod code {
     pub const NOT_READY: u32 = 21;
     /// ERROR_SHARING_VIOLATION.
     pub const SHARING_VIOLATION: u32 = 32;
+    /// ERROR_NOT_LOCKED: "The segment is already unlocked."
+    pub const NOT_LOCKED: u32 = 158;
     /// ERROR_FILE_EXISTS.
     pub const FILE_EXISTS: u32 = 80;
     /// ERROR_INVALID_PARAMETER.
@@ -181,6 +183,9 @@ fn describe(code: u32) -> String {
         code::NOT_READY => "The device is not ready.",
         code::WRITE_PROTECT => "The media is write protected.",
         code::INVALID_PARAMETER => "The parameter is incorrect.",
+        code::SHARING_VIOLATION => {
+            "The process cannot access the file because it is being used by another process."
+        }
         code::INSUFFICIENT_BUFFER => "The data area passed to a system call is too small.",
         code::DIR_NOT_EMPTY => "The directory is not empty.",
         code::MORE_DATA => "More data is available.",
@@ -231,6 +236,19 @@ pub struct PersistentLogin {
     pub initiator_port: u32,
     /// `TargetPortal.Address` and `TargetPortal.Socket`.
     pub portal: (String, u16),
+}
+
+/// A disk as the Storage Management provider reports it (`MSFT_Disk`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StorageDisk {
+    /// `Number`: the disk number.
+    pub number: u32,
+    /// `IsBoot`: the disk holds the boot volume (the running Windows).
+    pub is_boot: bool,
+    /// `IsSystem`: the disk holds the system partition (what the firmware boots from).
+    pub is_system: bool,
+    /// `IsClustered`: the disk belongs to a failover cluster.
+    pub is_clustered: bool,
 }
 
 /// What a WMI method answered in its `ReturnValue` out-parameter.
@@ -349,6 +367,17 @@ pub trait Win32: FileApi + Send + Sync {
     fn reenumerate_devices(&self) -> Win32Result<()>;
     /// WMI `SELECT Name FROM Win32_PageFileUsage`: the page files in use.
     fn page_files(&self) -> Win32Result<Vec<String>>;
+    /// WMI `SELECT Number, IsBoot, IsSystem, IsClustered FROM MSFT_Disk`
+    /// (`ROOT\Microsoft\Windows\Storage`): every disk the provider knows.
+    fn storage_disks(&self) -> Win32Result<Vec<StorageDisk>>;
+    /// WMI `SELECT DeviceId, CannotPoolReason FROM MSFT_PhysicalDisk`
+    /// (`ROOT\Microsoft\Windows\Storage`): each physical disk's `DeviceId` and why it cannot
+    /// join a pool.
+    fn physical_disks(&self) -> Win32Result<Vec<(String, Vec<u16>)>>;
+    /// `RegGetValueW(HKEY_LOCAL_MACHINE, SYSTEM\CurrentControlSet\Control\CrashControl, name,
+    /// RRF_RT_REG_SZ | RRF_RT_REG_EXPAND_SZ)`: the crash dump setting `name` with environment
+    /// strings expanded; `None` when it is not set (ERROR_FILE_NOT_FOUND).
+    fn crash_control(&self, name: &str) -> Win32Result<Option<String>>;
     /// WMI `MSFT_Volume.Format` (NTFS, no label, quick, Force) of the volume with this
     /// `UniqueId`: the method's `ReturnValue`.
     fn format_ntfs(&self, volume: &str) -> Win32Result<ReturnValue>;

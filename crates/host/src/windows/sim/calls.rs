@@ -14,6 +14,9 @@ impl Win32 for SimWindows {
         {
             return Err(e);
         }
+        if let Some(e) = holders::sharing_violation(&s, target, access) {
+            return Err(e);
+        }
         s.next_handle += 4;
         let h = s.next_handle;
         s.handles.insert(h, Open { target, access });
@@ -24,6 +27,8 @@ impl Win32 for SimWindows {
         let mut s = self.lock();
         s.handles.remove(&handle);
         s.close_entry(handle);
+        // "The locked volume remains locked until ... The handle is closed".
+        s.volume_locks.retain(|_, holder| *holder != handle);
     }
 
     fn device_io_control(
@@ -39,7 +44,15 @@ impl Win32 for SimWindows {
             .handles
             .get(&handle)
             .ok_or(OsError::new(code::INVALID_HANDLE))?;
-        let out = devices::ioctl(&mut s, open, ioctl, input, out_len)?;
+        let out = match (open.target, ioctl) {
+            (Target::Volume(v), csi_proxy_formats::windows_buffers::ioctl::FSCTL_LOCK_VOLUME) => {
+                holders::lock_volume(&mut s, handle, v)?
+            }
+            (Target::Volume(v), csi_proxy_formats::windows_buffers::ioctl::FSCTL_UNLOCK_VOLUME) => {
+                holders::unlock_volume(&mut s, handle, v)?
+            }
+            _ => devices::ioctl(&mut s, open, ioctl, input, out_len)?,
+        };
         if out_len > 0 && storage::takes_no_output(ioctl) {
             // Applied, and then a short-buffer answer for the output buffer the page says
             // must be NULL: a caller that retries applies it again.
@@ -251,6 +264,21 @@ impl Win32 for SimWindows {
 
     fn page_files(&self) -> Win32Result<Vec<String>> {
         self.wmi_call(CIMV2, "page_files", |s| Ok(s.page_files.clone()))
+    }
+
+    fn storage_disks(&self) -> Win32Result<Vec<StorageDisk>> {
+        self.wmi_call(STORAGE, "storage_disks", |s| Ok(holders::storage_disks(s)))
+    }
+
+    fn physical_disks(&self) -> Win32Result<Vec<(String, Vec<u16>)>> {
+        self.wmi_call(STORAGE, "physical_disks", |s| {
+            Ok(holders::physical_disks(s))
+        })
+    }
+
+    fn crash_control(&self, name: &str) -> Win32Result<Option<String>> {
+        let s = self.enter("crash_control")?;
+        Ok(s.crash_control.get(name).cloned())
     }
 
     fn format_ntfs(&self, volume: &str) -> Win32Result<ReturnValue> {
@@ -478,6 +506,11 @@ fn format_ntfs(s: &mut State, volume: &str) -> Win32Result<ReturnValue> {
     // the Storage Management API answers 41001, "The disk is read only" (ledger row 21).
     if s.disks.get(&s.volumes[v].disk).is_some_and(|d| d.read_only) {
         return Ok(ReturnValue::Code(41001));
+    }
+    // A locked volume "can be accessed only through handles to the file object (*hDevice) that
+    // locks the volume": the provider's format cannot open it (ledger row 58).
+    if holders::locked(s, v) {
+        return Ok(ReturnValue::Code(40001));
     }
     let length = devices::partition_of(s, v).map_or(0, |p| p.length);
     let sector = s.disks.get(&s.volumes[v].disk).map_or(SECTOR, |d| d.sector);

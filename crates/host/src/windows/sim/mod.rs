@@ -39,6 +39,7 @@ mod chaos;
 mod collision;
 mod devices;
 mod filesystem;
+pub mod holders;
 mod identity;
 pub use identity::nvme_serial;
 mod iscsi;
@@ -53,7 +54,8 @@ mod vhd;
 mod wmi;
 
 use super::os::{
-    Access, IscsiSession, OsError, PersistentLogin, ReturnValue, Win32, Win32Result, code,
+    Access, IscsiSession, OsError, PersistentLogin, ReturnValue, StorageDisk, Win32, Win32Result,
+    code,
 };
 use crate::windows::os::pool::Namespaces;
 use csi_proxy_formats::windows_buffers::layout::{
@@ -216,6 +218,16 @@ struct State {
     /// Handles another process holds, with when it closes them.
     closes: Vec<(Duration, u64)>,
     page_files: Vec<String>,
+    /// Handles other processes hold on devices (`holders.rs`), by an id of the test's.
+    others: HashMap<u64, holders::OtherOpen>,
+    /// What tests make happen just before given calls (`holders.rs`).
+    before_calls: holders::BeforeCalls,
+    /// Volumes locked through one of the daemon's handles (`FSCTL_LOCK_VOLUME`), with it.
+    volume_locks: HashMap<usize, u64>,
+    /// What the Storage Management provider reports of each disk (none: nothing).
+    disk_roles: BTreeMap<u32, holders::DiskRoles>,
+    /// The values of `HKLM\SYSTEM\CurrentControlSet\Control\CrashControl` that are set.
+    crash_control: BTreeMap<String, String>,
     /// SMB servers' shares, keyed by lower-cased `\\server\share`.
     shares: BTreeMap<String, smb::Share>,
     /// Node-wide SMB mappings, keyed by lower-cased root.
@@ -440,6 +452,7 @@ impl State {
 
     fn take_fault(&mut self, call: &'static str) -> Win32Result<()> {
         *self.calls.entry(call).or_default() += 1;
+        self.before_call(call);
         self.race();
         match self.faults.get_mut(call).and_then(VecDeque::pop_front) {
             Some(e) => Err(e),
@@ -518,6 +531,15 @@ impl SimWindows {
             }
             s.files.insert(key(r"C:\pagefile.sys"));
             s.page_files = vec![r"C:\pagefile.sys".into()];
+            // Disk 0 holds the running Windows and the partition the firmware boots from.
+            s.disk_roles.insert(
+                0,
+                holders::DiskRoles {
+                    boot: true,
+                    system: true,
+                    ..Default::default()
+                },
+            );
         }
         sim
     }
@@ -733,6 +755,8 @@ fn part(number: u32, start: u64, length: u64, gpt_type: Uuid, id: Uuid, attribut
 mod content_tests;
 #[cfg(test)]
 mod filesystem_tests;
+#[cfg(test)]
+mod in_use_tests;
 #[cfg(test)]
 mod iscsi_tests;
 #[cfg(test)]

@@ -33,7 +33,7 @@ pub(super) fn volume_open_error(s: &State, v: usize, access: Access) -> Option<O
     if vol.no_media {
         return Some(OsError::new(code::NOT_READY));
     }
-    if vol.locked {
+    if super::holders::locked(s, v) {
         return Some(OsError::new(code::ACCESS_DENIED));
     }
     None
@@ -282,6 +282,8 @@ pub(super) fn takes_no_output(code_: u32) -> bool {
             | io::DISK_SET_DISK_ATTRIBUTES
             | io::DISK_UPDATE_PROPERTIES
             | io::FSCTL_EXTEND_VOLUME
+            | io::FSCTL_LOCK_VOLUME
+            | io::FSCTL_UNLOCK_VOLUME
     )
 }
 

@@ -5,10 +5,10 @@ use super::storage_tests::{services, stage};
 use super::tests::{machine, partitioned};
 use super::*;
 use crate::windows::os::{self as seam};
-use csi_proxy_formats::windows_buffers::ioctl as io;
 use csi_proxy_core::Kind;
 use csi_proxy_core::disk::DiskHost;
 use csi_proxy_core::volume::VolumeHost;
+use csi_proxy_formats::windows_buffers::ioctl as io;
 
 const GIB: u64 = 1 << 30;
 

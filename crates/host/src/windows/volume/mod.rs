@@ -16,9 +16,9 @@ mod targets;
 
 use super::disk::{WindowsDiskHost, open_disk, read_layout, volume_extents, volume_path_names};
 use super::os::files::utf16;
-use super::os::{self, Access, Handle, Win32, code, ioctl, os_error};
+use super::os::{self, Access, Handle, OsError, Win32, code, ioctl, os_error};
 use crate::format_record::{FormatRecord, FormatRecords};
-use csi_proxy_core::disk::{DiskHost, DiskUsage};
+use csi_proxy_core::disk::{DiskHost, DiskUsage, OpenElsewhere};
 use csi_proxy_core::volume::rules;
 use csi_proxy_core::volume::{ResizeTarget, VolumeHost, VolumeStats};
 use csi_proxy_core::{Error, Kind, Result};
@@ -109,13 +109,38 @@ fn open_volume<'a>(
     v: &VolumeName,
     access: Access,
 ) -> Result<Handle<'a>> {
-    os::open_with(os, &v.device_path(), access).map_err(|e| {
-        if e.kind() == Kind::NotFound {
+    os::open_with(os, &v.device_path(), access)
+        .map_err(|e| volume_error(op, id, &e, access != Access::Query))
+}
+
+/// The error of a failed call on volume `id`; `data_access` when the call reached the volume's
+/// data or filesystem (not a query open).
+fn volume_error(op: &str, id: &str, e: &OsError, data_access: bool) -> Error {
+    match e.code {
+        // CreateFileW: an open whose access another handle's share mode does not allow fails
+        // ERROR_SHARING_VIOLATION (the daemon shares read and write).
+        code::SHARING_VIOLATION => Error::new(
+            Kind::FailedPrecondition,
+            op,
+            shown(id),
+            format!(
+                "another process holds the volume open without sharing it for this access ({e})"
+            ),
+        ),
+        // FSCTL_LOCK_VOLUME: "A locked volume can be accessed only through handles to the file
+        // object (*hDevice) that locks the volume"; the daemon runs as an administrator, so a
+        // data access refused is a lock.
+        code::ACCESS_DENIED if data_access => Error::new(
+            Kind::FailedPrecondition,
+            op,
+            shown(id),
+            format!("the volume is locked by another process (FSCTL_LOCK_VOLUME) ({e})"),
+        ),
+        _ if e.kind() == Kind::NotFound => {
             Error::new(Kind::NotFound, op, shown(id), "no such volume")
-        } else {
-            os_error(op, shown(id), &e, &[])
         }
-    })
+        _ => os_error(op, shown(id), e, &[]),
+    }
 }
 
 /// The disk number of the volume's first extent.
@@ -154,6 +179,8 @@ fn volume_filesystem(
     match os.volume_information(&v.guid_path()) {
         Ok((n, serial)) => Ok(names::filesystem_present(&n).then_some((n, serial))),
         Err(e) if e.code == code::UNRECOGNIZED_VOLUME => Ok(None),
+        // The root directory is on the filesystem: a locked volume refuses it.
+        Err(e) if e.code == code::ACCESS_DENIED => Err(volume_error(op, id, &e, true)),
         Err(e) => Err(os_error(op, shown(id), &e, &[])),
     }
 }
@@ -285,6 +312,9 @@ fn read_head(os: &dyn Win32, op: &str, id: &str, v: &VolumeName) -> Result<Vec<u
 /// Windows documents no Win32 format call), reconnecting to WMI once when the connection was
 /// dropped. Parameters as upstream: NTFS, no label, quick, Force (the caller has checked the
 /// volume is mounted nowhere).
+/// The Storage Management API's "Access denied" return value.
+const ACCESS_DENIED_RETURN: u32 = 40001;
+
 fn wmi_format(os: &dyn Win32, op: &str, id: &str, v: &VolumeName) -> Result<()> {
     let volume = v.guid_path();
     let format = || os::wmi_retrying(os, || os.format_ntfs(&volume));
@@ -303,6 +333,15 @@ fn wmi_format(os: &dyn Win32, op: &str, id: &str, v: &VolumeName) -> Result<()> 
     .map_err(|e| os_error(op, shown(id), &e, &[]).context("MSFT_Volume.Format"))?
     .code(op, shown(id), "MSFT_Volume.Format")?;
     storage_return(code).map_err(|(kind, why)| {
+        // "Access denied" from the provider, which formats in its own process: a volume locked
+        // by another process refuses every handle but the locking one. Said so when a
+        // data-access open of ours is refused the same way now.
+        if code == ACCESS_DENIED_RETURN
+            && let Err(locked) = open_volume(os, op, id, v, Access::Read)
+            && locked.kind() == Kind::FailedPrecondition
+        {
+            return locked.context(format!("MSFT_Volume.Format: {why}"));
+        }
         Error::new(kind, op, shown(id), format!("MSFT_Volume.Format: {why}"))
     })
 }
@@ -606,5 +645,9 @@ impl VolumeHost for WindowsVolumeHost {
 
     fn disk_usage(&self, disk: u32) -> Result<DiskUsage> {
         WindowsDiskHost::with_os(self.os.clone()).disk_usage(disk)
+    }
+
+    fn volumes_open_elsewhere(&self, disk: u32) -> Result<Vec<OpenElsewhere>> {
+        WindowsDiskHost::with_os(self.os.clone()).volumes_open_elsewhere(disk)
     }
 }

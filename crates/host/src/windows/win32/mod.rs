@@ -8,6 +8,7 @@
 mod event_log;
 mod files;
 mod iscsi;
+mod registry;
 mod scm;
 pub mod state_dir;
 pub mod vhd;
@@ -18,7 +19,8 @@ pub use files::running_under_wine;
 use wmi_calls::wmi_os;
 
 use super::os::{
-    Access, IscsiSession, OsError, PersistentLogin, ReturnValue, Win32, Win32Result, code,
+    Access, IscsiSession, OsError, PersistentLogin, ReturnValue, StorageDisk, Win32, Win32Result,
+    code,
 };
 use super::win::{from_wide, wide};
 use std::ffi::c_void;
@@ -394,6 +396,18 @@ impl Win32 for SystemWin32 {
 
     fn page_files(&self) -> Win32Result<Vec<String>> {
         wmi_calls::page_files()
+    }
+
+    fn storage_disks(&self) -> Win32Result<Vec<StorageDisk>> {
+        wmi_calls::storage_disks()
+    }
+
+    fn physical_disks(&self) -> Win32Result<Vec<(String, Vec<u16>)>> {
+        wmi_calls::physical_disks()
+    }
+
+    fn crash_control(&self, name: &str) -> Win32Result<Option<String>> {
+        registry::crash_control(name)
     }
 
     fn format_ntfs(&self, volume: &str) -> Win32Result<ReturnValue> {

@@ -2,7 +2,7 @@
 //! Management API, SMB global mappings, the page files. One query or method call each, as in
 //! the rest of the seam; what a `ReturnValue` means is judged by the logic above.
 
-use super::super::os::{OsError, ReturnValue, Win32Result};
+use super::super::os::{OsError, ReturnValue, StorageDisk, Win32Result};
 use csi_proxy_formats::windows_buffers::volume::wql_string;
 use std::collections::HashMap;
 use windows::Win32::System::Com::{
@@ -199,6 +199,58 @@ pub(super) fn page_files() -> Win32Result<Vec<String>> {
             .filter_map(|r| match r.get("Name") {
                 Some(wmi::Variant::String(s)) => Some(s.clone()),
                 _ => None,
+            })
+            .collect())
+    })
+}
+
+/// A WMI boolean; anything else (NULL included) is false.
+fn variant_bool(v: Option<&wmi::Variant>) -> bool {
+    matches!(v, Some(wmi::Variant::Bool(true)))
+}
+
+/// `SELECT Number, IsBoot, IsSystem, IsClustered FROM MSFT_Disk`. A row without a number (a
+/// disk the provider cannot number) is left out: it has no `\\.\PhysicalDriveN` to act on.
+pub(super) fn storage_disks() -> Win32Result<Vec<StorageDisk>> {
+    super::super::wmi::run_in(STORAGE_NAMESPACE, |c| {
+        let rows: Vec<HashMap<String, wmi::Variant>> = c
+            .raw_query("SELECT Number, IsBoot, IsSystem, IsClustered FROM MSFT_Disk")
+            .map_err(|e| wmi_os(&e))?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                Some(StorageDisk {
+                    number: variant_u32(r.get("Number")?)?,
+                    is_boot: variant_bool(r.get("IsBoot")),
+                    is_system: variant_bool(r.get("IsSystem")),
+                    is_clustered: variant_bool(r.get("IsClustered")),
+                })
+            })
+            .collect())
+    })
+}
+
+/// `SELECT DeviceId, CannotPoolReason FROM MSFT_PhysicalDisk`.
+pub(super) fn physical_disks() -> Win32Result<Vec<(String, Vec<u16>)>> {
+    super::super::wmi::run_in(STORAGE_NAMESPACE, |c| {
+        let rows: Vec<HashMap<String, wmi::Variant>> = c
+            .raw_query("SELECT DeviceId, CannotPoolReason FROM MSFT_PhysicalDisk")
+            .map_err(|e| wmi_os(&e))?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                let Some(wmi::Variant::String(id)) = r.get("DeviceId") else {
+                    return None;
+                };
+                let reasons = match r.get("CannotPoolReason") {
+                    Some(wmi::Variant::Array(a)) => a
+                        .iter()
+                        .filter_map(variant_u32)
+                        .filter_map(|n| u16::try_from(n).ok())
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                Some((id.clone(), reasons))
             })
             .collect())
     })
