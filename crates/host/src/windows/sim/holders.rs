@@ -146,10 +146,13 @@ pub(super) fn physical_disks(s: &State) -> Vec<(String, Vec<u16>)> {
         .collect()
 }
 
+/// Another process's action on the machine, run once.
+type Action = Box<dyn FnOnce(&mut State) + Send>;
+
 /// What tests make happen just before a given seam call of the daemon's: another process acting
 /// between two of its calls.
 #[derive(Default)]
-pub(super) struct BeforeCalls(Vec<(&'static str, Box<dyn FnOnce(&mut State) + Send>)>);
+pub(super) struct BeforeCalls(Vec<(&'static str, Action)>);
 
 impl std::fmt::Debug for BeforeCalls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
