@@ -1,14 +1,14 @@
-//! `deploy/windows/install.ps1` against README's own service snippet: the script must set up the
+//! `deploy/windows/install.ps1` against docs/install.md's own service snippet: the script must set up the
 //! service's recovery exactly as the snippet does, on a new install and on an upgrade. Issue 37:
 //! README said the script did what the snippet does, yet the script never ran
 //! `sc.exe failureflag csiproxy 1`, so the SCM never restarted the service after the failures
 //! the daemon reports (it reports SERVICE_STOPPED with a service-specific exit code, and without
 //! the flag failure actions apply only to a service that ends without reporting STOPPED).
 
-const README: &str = include_str!("../../../README.md");
+const README: &str = include_str!("../../../docs/install.md");
 const INSTALL: &str = include_str!("../../../deploy/windows/install.ps1");
 
-/// The `sc.exe <verb> csiproxy <rest>` lines of README's service snippet that set recovery.
+/// The `sc.exe <verb> csiproxy <rest>` lines of docs/install.md's service snippet that set recovery.
 fn readme_recovery_lines() -> Vec<(String, String)> {
     let lines: Vec<(String, String)> = README
         .lines()
@@ -22,7 +22,7 @@ fn readme_recovery_lines() -> Vec<(String, String)> {
         .collect();
     assert!(
         lines.iter().any(|(verb, _)| verb == "failureflag"),
-        "README's snippet no longer sets the failure flag: {lines:?}"
+        "docs/install.md's snippet no longer sets the failure flag: {lines:?}"
     );
     lines
 }
@@ -37,7 +37,7 @@ fn install_ps1_sets_the_recovery_readme_promises_on_install_and_upgrade() {
     for (verb, rest) in readme_recovery_lines() {
         let call = format!("Invoke-Sc {verb} $name {rest}");
         let at = INSTALL.find(&call).unwrap_or_else(|| {
-            panic!("install.ps1 does not run README's `sc.exe {verb} csiproxy {rest}`")
+            panic!("install.ps1 does not run docs/install.md's `sc.exe {verb} csiproxy {rest}`")
         });
         assert!(
             at > branches_end,

@@ -22,7 +22,7 @@
 //!
 //! With these, the memory a client can pin is about `CONNECTIONS_TOTAL` idle connections (a few
 //! tens of KiB each) plus `RECEIVING_REQUESTS` messages of at most [`MAX_REQUEST_BYTES`] each,
-//! plus HTTP/2 receive windows: README's limits table states the figures.
+//! plus HTTP/2 receive windows: the limits table of docs/differences.md states the figures.
 
 use crate::metrics::{Limit, refused};
 use hyper::body::{Body as HttpBody, Frame, SizeHint};

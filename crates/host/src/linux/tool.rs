@@ -3,7 +3,7 @@
 //! Linux has no system call that creates or grows an ext4 or xfs filesystem, so these are the
 //! one place the Linux host starts a process. Arguments are never secrets. A tool dies with the
 //! daemon when the daemon dies (a retry after a crash never races an orphaned mkfs); a daemon
-//! asked to stop waits for running tools instead (see README, "Stopping").
+//! asked to stop waits for running tools instead (docs/install.md, "Linux").
 
 use super::os::{LinuxOs, Ran};
 use csi_proxy_core::{Error, Kind, Result};
