@@ -167,6 +167,8 @@ async fn a_fifo_swapped_in_for_the_mount_point_never_blocks_the_disk() {
     // Room to grow, so ResizeVolume reaches the filesystem on every call of the race.
     l.grow_to(DISK_MIB);
     disk.rescan(d1::RescanRequest {}).await.unwrap();
+    // Measured before the swaps start: during them GetVolumeStats may rightly answer ABORTED.
+    let first_size = stats_total(&mut vol, &id).await;
 
     let mut swapper = Swapper::start(a.clone(), b.clone());
     let start = Instant::now();
@@ -174,7 +176,6 @@ async fn a_fifo_swapped_in_for_the_mount_point_never_blocks_the_disk() {
     let mut failed: Vec<(Code, String)> = Vec::new();
     // The disk's size before it grew: more than the partition, so every call grows.
     let (mut size, mut grown) = (400 * MIB, 0u32);
-    let first_size = stats_total(&mut vol, &id).await;
     'race: while start.elapsed() < RACE {
         let v = id.clone();
         size = (size + STEP).min(DISK_MIB as i64 * MIB - 2 * MIB);

@@ -7,7 +7,9 @@ use csi_proxy_api::disk::{v1beta2 as d1beta2, v1beta3 as d1beta3};
 use csi_proxy_api::volume::{v1 as vol1, v1alpha1 as vol1alpha1, v1beta1 as vol1beta1};
 use csi_proxy_api::volume::{v1beta2 as vol1beta2, v1beta3 as vol1beta3, v2alpha1 as vol2alpha1};
 use csi_proxy_core::Result;
-use csi_proxy_core::disk::{DiskHost, DiskIds, DiskLocation, DiskService, DiskUsage};
+use csi_proxy_core::disk::{
+    DiskHost, DiskIds, DiskLocation, DiskService, DiskUsage, OpenElsewhere,
+};
 // A host that implements no RPC (only the usage facts the service checks first): every RPC must
 // answer UNIMPLEMENTED.
 use csi_proxy_core::testing::UnimplementedHost as Bare;
@@ -96,6 +98,10 @@ impl DiskHost for FakeDisks {
     fn disk_usage(&self, _: u32) -> Result<DiskUsage> {
         Ok(DiskUsage::default())
     }
+
+    fn volumes_open_elsewhere(&self, _: u32) -> Result<Vec<OpenElsewhere>> {
+        Ok(Vec::new())
+    }
 }
 
 /// A volume host that answers from the request, so conversions can be checked end to end.
@@ -178,6 +184,10 @@ impl VolumeHost for FakeVolumes {
 
     fn disk_usage(&self, _: u32) -> Result<DiskUsage> {
         Ok(DiskUsage::default())
+    }
+
+    fn volumes_open_elsewhere(&self, _: u32) -> Result<Vec<OpenElsewhere>> {
+        Ok(Vec::new())
     }
 }
 

@@ -73,9 +73,7 @@ pub trait DiskHost: Send + Sync {
     /// disk's lock only by the RPCs that rewrite or remove what is on it. A host whose
     /// [`Self::disk_usage`] already reports such users (Linux: processes holding the disk and
     /// an `O_EXCL` open) answers none.
-    fn volumes_open_elsewhere(&self, _disk_number: u32) -> Result<Vec<OpenElsewhere>> {
-        Ok(Vec::new())
-    }
+    fn volumes_open_elsewhere(&self, disk_number: u32) -> Result<Vec<OpenElsewhere>>;
 }
 
 /// The version-agnostic disk service every disk API version is served by.

@@ -7,7 +7,7 @@
 //! A type implements either the companion or the real trait, never both (the two impls would
 //! overlap).
 
-use crate::disk::{DiskHost, DiskIds, DiskLocation, DiskUsage};
+use crate::disk::{DiskHost, DiskIds, DiskLocation, DiskUsage, OpenElsewhere};
 use crate::error::{Error, Kind, Result};
 use crate::iscsi::{Chap, IscsiHost, Secret, TargetPortal};
 use crate::smb::{MappingState, SmbHost, SmbLinkUse, SmbMapping};
@@ -86,6 +86,9 @@ partial_host! {
                 "this host cannot tell whether the disk is in use, so it is not changed",
             )
         }
+        fn volumes_open_elsewhere(&self, disk_number: u32) -> Result<Vec<OpenElsewhere>> {
+            Ok(Vec::new())
+        }
     }
 }
 
@@ -143,6 +146,9 @@ partial_host! {
                 format!("disk {disk_number}"),
                 "this host cannot tell what the disk is used for, so it is not changed",
             )
+        }
+        fn volumes_open_elsewhere(&self, disk_number: u32) -> Result<Vec<OpenElsewhere>> {
+            Ok(Vec::new())
         }
     }
 }

@@ -101,9 +101,7 @@ pub trait VolumeHost: Send + Sync {
 
     /// The volumes of the disk something else has open, as
     /// [`crate::disk::DiskHost::volumes_open_elsewhere`] answers (asked by FormatVolume only).
-    fn volumes_open_elsewhere(&self, _disk_number: u32) -> Result<Vec<OpenElsewhere>> {
-        Ok(Vec::new())
-    }
+    fn volumes_open_elsewhere(&self, disk_number: u32) -> Result<Vec<OpenElsewhere>>;
 }
 
 /// How much of a disk's use an RPC on one of its volumes checks.

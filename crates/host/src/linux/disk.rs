@@ -4,7 +4,7 @@
 use super::blkid;
 use super::block::{self, Disk};
 use super::os::{self, Fd, Open, Os};
-use csi_proxy_core::disk::{DiskHost, DiskIds, DiskLocation, DiskUsage};
+use csi_proxy_core::disk::{DiskHost, DiskIds, DiskLocation, DiskUsage, OpenElsewhere};
 use csi_proxy_core::{Error, Kind, Result};
 use csi_proxy_formats::gpt::{self, Gpt, random_guid};
 use csi_proxy_formats::partition_plan::{self, Plan};
@@ -266,6 +266,12 @@ impl DiskHost for LinuxDiskHost {
 
     fn disk_usage(&self, number: u32) -> Result<DiskUsage> {
         block::in_use_facts(&self.os, &block::find_disk(&self.os, "disk usage", number)?)
+    }
+
+    /// None beyond [`Self::disk_usage`]: its facts already name every process holding the
+    /// disk or a partition open and every exclusive claim.
+    fn volumes_open_elsewhere(&self, _: u32) -> Result<Vec<OpenElsewhere>> {
+        Ok(Vec::new())
     }
 }
 

@@ -26,7 +26,7 @@ use super::mountinfo::{self, MountInfo};
 use super::os::{self, At, Blkpg, Fd, MountFlags, Open, Os};
 use super::tool;
 use crate::format_record::{FormatRecord, FormatRecords};
-use csi_proxy_core::disk::DiskUsage;
+use csi_proxy_core::disk::{DiskUsage, OpenElsewhere};
 use csi_proxy_core::volume::{ResizeTarget, VolumeHost, VolumeStats};
 use csi_proxy_core::{Error, Kind, Result};
 use csi_proxy_formats::gpt::{self, Gpt};
@@ -438,6 +438,11 @@ impl VolumeHost for LinuxVolumeHost {
 
     fn disk_usage(&self, disk: u32) -> Result<DiskUsage> {
         block::in_use_facts(&self.os, &block::find_disk(&self.os, "disk usage", disk)?)
+    }
+
+    /// None beyond [`Self::disk_usage`], as for the disk host.
+    fn volumes_open_elsewhere(&self, _: u32) -> Result<Vec<OpenElsewhere>> {
+        Ok(Vec::new())
     }
 }
 
