@@ -69,7 +69,12 @@ async fn smb_remote_paths_cannot_carry_mount_options() {
         } else {
             assert_ne!(s.code(), Code::InvalidArgument, "{remote}: {}", s.message());
             if !cifs {
-                assert_eq!(s.code(), Code::FailedPrecondition, "{remote}: {}", s.message());
+                assert_eq!(
+                    s.code(),
+                    Code::FailedPrecondition,
+                    "{remote}: {}",
+                    s.message()
+                );
             }
         }
     }
