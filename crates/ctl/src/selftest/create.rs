@@ -3,6 +3,7 @@
 
 use super::record::Stop;
 use super::{Selftest, ms, poll, status};
+use csi_proxy_client::disk::DiskIds;
 use csi_proxy_host::windows::vhd::{CALL_NOT_IMPLEMENTED, disk_number_of};
 use std::time::Instant;
 
@@ -49,6 +50,14 @@ impl Selftest<'_> {
         self.out.record("AttachVirtualDisk", t, r)?;
         self.attached = true;
 
+        self.disk = Some(self.physical_disk("GetVirtualDiskPhysicalPath")?);
+        Ok(())
+    }
+
+    /// The disk number the attached VHDX is now (`GetVirtualDiskPhysicalPath`), recorded as
+    /// `name`.
+    pub(super) fn physical_disk(&mut self, name: &str) -> Result<u32, Stop> {
+        let (vd, h) = (self.vd, self.handle.expect("created"));
         let t = Instant::now();
         let r = match vd.physical_path(h) {
             Ok(p) => match disk_number_of(&p) {
@@ -57,33 +66,37 @@ impl Selftest<'_> {
             },
             Err(e) => Err(e.to_string()),
         };
-        self.disk = Some(self.out.record("GetVirtualDiskPhysicalPath", t, r)?);
-        Ok(())
+        self.out.record(name, t, r)
     }
 
-    /// ListDiskIDs and ListDiskLocations list the new disk; it is the VHDX's size and empty.
-    pub(super) async fn find_disk(&mut self) -> Result<(), Stop> {
-        let n = self.disk.expect("attached");
+    /// ListDiskIDs asked until it lists disk `n` (Plug and Play surfaces a disk after
+    /// `AttachVirtualDisk` returns), within the selftest's wait: its IDs, or why not.
+    pub(super) async fn listed_ids(&mut self, n: u32) -> Result<DiskIds, String> {
         let wait = self.opts.wait;
-        let t = Instant::now();
         let disk = &mut self.c().disk;
-        let r = poll(wait, async || {
+        poll(wait, async || {
             let ids = disk
                 .list_disk_ids()
                 .await
                 .map_err(|s| status("ListDiskIDs", &s))?;
             Ok(ids.get(&n).cloned())
         })
-        .await
-        .and_then(|id| {
-            let id = id.ok_or(format!("disk {n} is not listed after {wait:?}"))?;
+        .await?
+        .ok_or(format!("disk {n} is not listed after {wait:?}"))
+    }
+
+    /// ListDiskIDs and ListDiskLocations list the new disk; it is the VHDX's size and empty.
+    pub(super) async fn find_disk(&mut self) -> Result<(), Stop> {
+        let n = self.disk.expect("attached");
+        let t = Instant::now();
+        let r = self.listed_ids(n).await.map(|id| {
             let answer = format!(
                 "disk {n} listed after {} ms: page83 {:?}, serial {:?}",
                 ms(t.elapsed()),
                 id.page83,
                 id.serial_number
             );
-            Ok((id.page83, answer))
+            (id.page83, answer)
         });
         self.page83 = self.out.record("ListDiskIDs", t, r)?;
 

@@ -200,31 +200,10 @@ impl Selftest<'_> {
     /// After the VHDX was attached again: the disk it is now, which must carry the page 83 ID
     /// it had (the VHDX's own) before anything acts on it.
     async fn find_again(&mut self) -> Result<(), Stop> {
-        let (vd, h, wait) = (self.vd, self.handle.expect("created"), self.opts.wait);
-        let t = Instant::now();
-        let r = match vd.physical_path(h) {
-            Ok(p) => match super::disk_number_of(&p) {
-                Some(n) => Ok((n, p)),
-                None => Err(format!("answered {p:?}, not a \\\\.\\PhysicalDriveN path")),
-            },
-            Err(e) => Err(e.to_string()),
-        };
-        let n = self.out.record("GetVirtualDiskPhysicalPath again", t, r)?;
-
+        let n = self.physical_disk("GetVirtualDiskPhysicalPath again")?;
         let t = Instant::now();
         let page83 = self.page83.clone();
-        let disk = &mut self.c().disk;
-        // Plug and Play surfaces the disk after AttachVirtualDisk returns: asked until listed.
-        let r = poll(wait, async || {
-            let ids = disk
-                .list_disk_ids()
-                .await
-                .map_err(|s| status("ListDiskIDs", &s))?;
-            Ok(ids.get(&n).cloned())
-        })
-        .await
-        .and_then(|id| {
-            let id = id.ok_or(format!("disk {n} is not listed after {wait:?}"))?;
+        let r = self.listed_ids(n).await.and_then(|id| {
             if id.page83 != page83 {
                 return Err(format!(
                     "refusing disk {n}: its page 83 identifier is {:?}, the VHDX's disk had {page83:?}",
@@ -242,17 +221,22 @@ impl Selftest<'_> {
     /// just attached may be offline and read-only (SAN policy OfflineAll).
     pub(super) async fn bring_online(&mut self, name: &str) -> Result<(), Stop> {
         let t = Instant::now();
-        let r = async {
-            let n = self.guard().await?;
-            self.c()
-                .disk
-                .set_online(n, true)
-                .await
-                .map_err(|s| status("SetDiskState", &s))?;
-            Ok(((), format!("disk {n} online and writable")))
-        }
-        .await;
+        let r = self
+            .online()
+            .await
+            .map(|n| ((), format!("disk {n} online and writable")));
         self.out.record(name, t, r)
+    }
+
+    /// SetDiskState(online) of the VHDX's disk, [`guard`](Self::guard)ed: its number.
+    async fn online(&mut self) -> Result<u32, String> {
+        let n = self.guard().await?;
+        self.c()
+            .disk
+            .set_online(n, true)
+            .await
+            .map_err(|s| status("SetDiskState", &s))?;
+        Ok(n)
     }
 
     pub(super) async fn unmount(&mut self) -> Result<(), Stop> {
@@ -321,12 +305,7 @@ impl Selftest<'_> {
         for name in ["SetDiskState online", "SetDiskState online again"] {
             let t = Instant::now();
             let r = async {
-                let n = self.guard().await?;
-                self.c()
-                    .disk
-                    .set_online(n, true)
-                    .await
-                    .map_err(|s| status("SetDiskState", &s))?;
+                let n = self.online().await?;
                 let returned = t.elapsed();
                 let (v, wait) = (self.volume.clone(), self.opts.wait);
                 let volume = &mut self.c().volume;
