@@ -44,7 +44,7 @@ use csi_proxy_core::paths::{Found, Held, LinkProbe, LinkTarget, Walker};
 use csi_proxy_formats::reparse::{self, LinkDestination, ReparsePoint};
 use std::io;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How many times one entry is re-examined when it keeps changing under us.
 const MAX_ATTEMPTS: usize = 16;
@@ -181,21 +181,15 @@ fn past_pending<T>(
     path: &[u16],
     mut call: impl FnMut() -> Win32Result<T>,
 ) -> Win32Result<T> {
-    let until = os.now() + DELETE_PENDING_LIMIT;
-    loop {
-        match call() {
-            Err(e)
-                if is_code(&e, code::ACCESS_DENIED)
-                    && os.find_entry(path).is_ok()
-                    && os.now() < until
-                    && csi_proxy_core::deadline::current().is_none_or(|d| Instant::now() < d) =>
-            {
-                tracing::debug!(path = %show(path), "waiting for a delete-pending entry to go");
-                os.sleep(DELETE_PENDING_POLL);
-            }
-            r => return r,
+    super::os::retry_within(os, DELETE_PENDING_LIMIT, DELETE_PENDING_POLL, || {
+        let r = call();
+        let pending =
+            matches!(&r, Err(e) if is_code(e, code::ACCESS_DENIED) && os.find_entry(path).is_ok());
+        if pending {
+            tracing::debug!(path = %show(path), "a delete-pending entry is in the way");
         }
-    }
+        (r, pending)
+    })
 }
 
 const SHARE_ALL: u32 = access::SHARE_READ | access::SHARE_WRITE | access::SHARE_DELETE;

@@ -37,13 +37,13 @@ pub fn available() -> bool {
         .is_ok()
 }
 
-/// An [`Error`] for initiator call `call` of operation `op` on `object` failing with `e`.
 /// How long GetTargetDisks waits for a connected target's first disk: Plug and Play surfaces
 /// the LUNs after the login returns, usually within seconds.
 const LUN_ARRIVAL_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// The pause between two looks.
 const LUN_ARRIVAL_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// An [`Error`] for initiator call `call` of operation `op` on `object` failing with `e`.
 fn failed(op: &str, object: impl std::fmt::Display, call: &str, e: &OsError) -> Error {
     let (kind, what) = data::failure(e.code);
     Error::new(kind, op, object, format!("{call}: {what}"))
@@ -422,25 +422,23 @@ impl IscsiHost for WindowsIscsiHost {
         // ConnectTarget: a connected target with no disk yet is waited for, bounded by
         // LUN_ARRIVAL_LIMIT and the caller's deadline (a target with no LUN answers empty).
         let os = self.os(OP)?;
-        let until = os.now() + LUN_ARRIVAL_LIMIT;
-        loop {
-            let sessions = self.sessions_through(OP, portal, iqn)?;
+        super::os::retry_within(os, LUN_ARRIVAL_LIMIT, LUN_ARRIVAL_POLL, || {
+            let sessions = match self.sessions_through(OP, portal, iqn) {
+                Ok(s) => s,
+                Err(e) => return (Err(e), false),
+            };
             let mut disks = Vec::new();
             for s in &sessions {
-                disks.extend(self.session_disks(OP, &object, s.id)?);
+                match self.session_disks(OP, &object, s.id) {
+                    Ok(d) => disks.extend(d),
+                    Err(e) => return (Err(e), false),
+                }
             }
             disks.sort_unstable();
             disks.dedup();
-            let waiting = !sessions.is_empty()
-                && disks.is_empty()
-                && os.now() < until
-                && csi_proxy_core::deadline::current()
-                    .is_none_or(|d| std::time::Instant::now() < d);
-            if !waiting {
-                return Ok(disks);
-            }
-            os.sleep(LUN_ARRIVAL_POLL);
-        }
+            let waiting = !sessions.is_empty() && disks.is_empty();
+            (Ok(disks), waiting)
+        })
     }
 
     fn set_mutual_chap_secret(&self, secret: &Secret) -> Result<()> {

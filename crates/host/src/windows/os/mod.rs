@@ -583,6 +583,27 @@ pub fn ioctl(h: &Handle<'_>, code: u32, input: &[u8], initial: usize) -> Win32Re
     }
 }
 
+/// Runs `attempt` until it says there is nothing to wait for (its `bool` is false), `limit` has
+/// passed on the seam's clock, or the caller's deadline has; answers its last result. For what
+/// Windows finishes after a call has returned (a delete-pending name, a new session's LUNs).
+pub fn retry_within<T>(
+    os: &dyn Win32,
+    limit: Duration,
+    pause: Duration,
+    mut attempt: impl FnMut() -> (T, bool),
+) -> T {
+    let until = os.now() + limit;
+    loop {
+        let (result, wait) = attempt();
+        let deadline_passed =
+            csi_proxy_core::deadline::current().is_some_and(|d| std::time::Instant::now() >= d);
+        if !wait || os.now() >= until || deadline_passed {
+            return result;
+        }
+        os.sleep(pause);
+    }
+}
+
 /// Whether a WMI failure means the connection is dead (`winmgmt` restarted, its RPC server
 /// gone) and a fresh connection would answer. Which code a call gets depends on when the
 /// server went: before the call (RPC_E_DISCONNECTED, RPC_S_SERVER_UNAVAILABLE), during it
