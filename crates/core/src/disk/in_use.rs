@@ -60,7 +60,9 @@ pub enum OwnUse<'a> {
     /// MountVolume again, re-staging after a restart and growing a staged volume online go
     /// ahead) and, on Windows, a bare drive letter (what Windows gives any volume it finds).
     MountsBelow(&'a PathPolicy),
-    /// None: the disk is about to go away (DisconnectTarget), so every mount counts.
+    /// None: the disk is about to go away (DisconnectTarget), so every mount counts but a
+    /// bare Windows drive letter (automount's; the logout dismounts it, and a user of it holds
+    /// files open there, which [`DiskUsage::open_elsewhere`] reports).
     Nothing,
 }
 
@@ -107,7 +109,7 @@ pub fn refuse_in_use(op: &str, object: &str, usage: &DiskUsage, own: OwnUse<'_>)
             let automount = roots.style() == PathStyle::Windows && is_drive_root(mp);
             !below_a_root(mp) && !automount
         }
-        OwnUse::Nothing => true,
+        OwnUse::Nothing => !is_drive_root(mp),
     };
     if let Some(mp) = usage.mount_points.iter().find(foreign) {
         return refuse(match own {
@@ -253,6 +255,14 @@ mod tests {
         let staged = open(&["/var/lib/kubelet/plugins/d/globalmount"]);
         assert_eq!(refused(&staged, roots), None);
         assert!(refused(&staged, OwnUse::Nothing).is_some());
+        // A disk about to go away: a bare drive letter is automount's, its users are its opens.
+        let lettered = DiskUsage {
+            mount_points: vec![r"E:\".into()],
+            ..Default::default()
+        };
+        assert_eq!(refused(&lettered, OwnUse::Nothing), None);
+        let why = refused(&open(&[r"E:\"]), OwnUse::Nothing).unwrap();
+        assert!(why.contains("open in another process"), "{why}");
         let why = refused(&open(&[]), roots).unwrap();
         assert!(
             why.contains("volume vol1 (mounted nowhere) open in another process")

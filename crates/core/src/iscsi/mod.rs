@@ -153,10 +153,10 @@ pub trait IscsiHost: Send + Sync {
     /// Sets the initiator's (node-wide) mutual CHAP secret.
     fn set_mutual_chap_secret(&self, secret: &Secret) -> Result<()>;
 
-    /// Who uses disk `number`, brought by a session (see [`DiskUsage`]), for the in-use rule
-    /// before a logout; `None` when there is nothing to look at: the disk is gone already, or
-    /// the host's logout refuses a busy session by itself (Windows answers
-    /// `ISDSC_DEVICE_BUSY_ON_SESSION`). A host whose logout does not (Linux) must look.
+    /// Who uses disk `number`, brought by a session (see [`DiskUsage`], with its volumes open
+    /// elsewhere), for the in-use rule before a logout; `None` when the disk is gone already.
+    /// Asked of both hosts: Linux's logout refuses nothing, and Windows' refuses only a device
+    /// with something open (`ISDSC_DEVICE_BUSY_ON_SESSION`), not a volume merely mounted.
     fn target_disk_usage(&self, number: u32) -> Result<Option<DiskUsage>>;
 }
 

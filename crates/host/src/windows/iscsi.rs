@@ -11,8 +11,9 @@
 //! reboot, and a persistent login would keep the CHAP secret in the initiator's store past
 //! DisconnectTarget.
 
+use super::disk::WindowsDiskHost;
 use super::os::{IscsiSession, OsError, Win32, Win32Result, code};
-use csi_proxy_core::disk::DiskUsage;
+use csi_proxy_core::disk::{DiskHost, DiskUsage};
 use csi_proxy_core::iscsi::{Chap, IscsiHost, Secret, TargetPortal};
 use csi_proxy_core::{Error, Kind, Result};
 use csi_proxy_formats::windows_buffers::iscsi::{self as data, FILE_DEVICE_DISK, isdsc};
@@ -408,10 +409,24 @@ impl IscsiHost for WindowsIscsiHost {
         Ok(())
     }
 
-    /// Nothing to look at: LogoutIScsiTarget itself refuses a session whose disks are in use
-    /// (ISDSC_DEVICE_BUSY_ON_SESSION), and DisconnectTarget reports that refusal.
-    fn target_disk_usage(&self, _: u32) -> Result<Option<DiskUsage>> {
-        Ok(None)
+    /// The disk group's facts of disk `number` (its mounts, the host's own disks, a process
+    /// holding it without sharing) and its volumes open elsewhere (the lock probe): the same
+    /// questions PartitionDisk asks. LogoutIScsiTarget refuses a session only when a device
+    /// cannot be removed (ISDSC_DEVICE_BUSY_ON_SESSION), and a volume mounted somewhere with
+    /// no file open is dismounted under its users.
+    fn target_disk_usage(&self, number: u32) -> Result<Option<DiskUsage>> {
+        const OP: &str = "DisconnectTarget";
+        let disks = WindowsDiskHost::with_os(self.os.clone());
+        let mut usage = match disks.disk_usage(number) {
+            Ok(u) => u,
+            // Gone already: nothing to take away.
+            Err(e) if e.kind() == Kind::NotFound => return Ok(None),
+            Err(e) => return Err(e.context(OP)),
+        };
+        usage.open_elsewhere = disks
+            .volumes_open_elsewhere(number)
+            .map_err(|e| e.context(OP))?;
+        Ok(Some(usage))
     }
 
     fn get_target_disks(&self, portal: &TargetPortal, iqn: &str) -> Result<Vec<u32>> {

@@ -98,6 +98,21 @@ pub(super) fn lock_volume(s: &mut State, h: u64, v: usize) -> Win32Result<Vec<u8
     Ok(Vec::new())
 }
 
+/// Whether something other than the daemon uses disk `disk`: another process's data-access
+/// handle on it or on one of its volumes, a volume locked by another process, or a file open on
+/// one of its volumes. What stops a Plug and Play removal of the disk (an iSCSI logout).
+pub(super) fn in_use_elsewhere(s: &State, disk: u32) -> bool {
+    let opened = |t: Target| {
+        s.others
+            .values()
+            .any(|o| o.target == t && o.access != Access::Query)
+    };
+    opened(Target::Disk(disk))
+        || s.volumes.iter().enumerate().any(|(v, vol)| {
+            vol.disk == disk && (vol.locked || opened(Target::Volume(v)) || files_open_on(s, v))
+        })
+}
+
 /// `FSCTL_UNLOCK_VOLUME` through handle `h` on volume `v`: releases the lock `h` holds.
 pub(super) fn unlock_volume(s: &mut State, h: u64, v: usize) -> Win32Result<Vec<u8>> {
     match s.volume_locks.get(&v) {

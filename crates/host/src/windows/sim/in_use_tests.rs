@@ -297,3 +297,82 @@ fn only_the_rpcs_that_rewrite_or_remove_a_disk_lock_its_volumes() {
     );
     m.sim.close_in_other_process(pod);
 }
+
+/// Row 60: DisconnectTarget asks each disk of the session what PartitionDisk asks, and every
+/// mount counts but automount's drive letter (the disk goes away under it). A volume mounted
+/// outside the roots would be dismounted under its users by the logout, which refuses only
+/// devices with something open; one another process has open is named by the lock probe.
+#[test]
+fn disconnect_target_refuses_a_session_whose_disk_is_in_use() {
+    use crate::windows::iscsi::WindowsIscsiHost;
+    use csi_proxy_core::iscsi::{
+        AuthType, Chap, IscsiHost, IscsiService, RawTargetPortal, TargetPortal,
+    };
+    const IQN: &str = "iqn.2026-01.com.example:array.t1";
+    let m = machine();
+    let (disk, vol) = services(&m);
+    let (n, id) = partitioned(&m, &disk, &vol);
+    vol.format_volume(&id).unwrap();
+    m.sim.add_iscsi_target("10.0.0.5", 3260, IQN, &[n], None);
+    let host = WindowsIscsiHost::with_os(m.sim.clone());
+    let portal = TargetPortal {
+        address: "10.0.0.5".into(),
+        port: 3260,
+    };
+    host.add_target_portal(&portal).unwrap();
+    let chap = Chap {
+        auth_type: AuthType::None,
+        username: String::new(),
+        secret: "".into(),
+    };
+    host.connect_target(&portal, IQN, &chap).unwrap();
+    let iscsi = IscsiService::new(Arc::new(host.clone()));
+    let raw = RawTargetPortal {
+        address: "10.0.0.5".into(),
+        port: 3260,
+    };
+    let disconnect = || iscsi.disconnect_target(Some(&raw), IQN);
+    let session_disk = format!("disk {n} of the session");
+    // Mounted outside the roots: nothing has a file open, so the logout alone would go ahead.
+    let outside = r"C:\data\reports";
+    m.sim.mkdir(outside);
+    VolumeHost::mount_volume(&m.volume, &id, outside).unwrap();
+    refused(disconnect(), &session_disk);
+    refused(disconnect(), r#"mounted at "C:\\data\\reports"#);
+    assert_eq!(m.sim.iscsi_sessions(), 1);
+    VolumeHost::unmount_volume(&m.volume, &id, outside).unwrap();
+    // Opened by another process (a backup agent reading it raw).
+    let h = m
+        .sim
+        .open_in_other_process(&volume_device(&id), Access::Read, SHARE_ALL);
+    refused(disconnect(), &session_disk);
+    refused(disconnect(), "open in another process");
+    // The initiator's own refusal, which the host alone meets.
+    refused(
+        host.disconnect_target(&portal, IQN),
+        "a device of the session is in use",
+    );
+    assert_eq!(m.sim.iscsi_sessions(), 1);
+    m.sim.close_in_other_process(h);
+    // Held without sharing by a raw block consumer.
+    let h = m
+        .sim
+        .open_in_other_process(&format!(r"\\.\PhysicalDrive{n}"), Access::ReadWrite, 0);
+    refused(disconnect(), "another process holds the disk open");
+    m.sim.close_in_other_process(h);
+    // The host's own: a cluster disk.
+    m.sim.set_disk_roles(
+        n,
+        DiskRoles {
+            clustered: true,
+            ..Default::default()
+        },
+    );
+    refused(disconnect(), "MSFT_Disk.IsClustered");
+    m.sim.set_disk_roles(n, DiskRoles::default());
+    assert_eq!(m.sim.iscsi_sessions(), 1);
+    // Automount's drive letter alone is no user: the unused session disconnects.
+    m.sim.assign_letter(&id);
+    disconnect().unwrap();
+    assert_eq!(m.sim.iscsi_sessions(), 0);
+}

@@ -251,13 +251,25 @@ pub(super) fn login(
     Ok(())
 }
 
+/// `LogoutIScsiTarget`: "the iSCSI initiator service ensures that all devices associated with
+/// the session can be safely removed from the device stack before allowing the initiator to
+/// close the session". A device another process has open, or a volume of it that is locked or
+/// has files open, cannot be; the logout then fails with ISDSC_DEVICE_BUSY_ON_SESSION
+/// (**inferred**: the code). A volume merely mounted somewhere is dismounted with its device,
+/// so it does not stop the logout (ledger row 60).
 pub(super) fn logout(s: &mut State, session: (u64, u64)) -> Win32Result<()> {
     let i = s.initiator()?;
-    let before = i.sessions.len();
-    i.sessions.retain(|x| x.id != session);
-    if i.sessions.len() == before {
+    let Some(x) = i.sessions.iter().find(|x| x.id == session) else {
         return Err(err(isdsc::INVALID_SESSION_ID));
+    };
+    let disks = x.disks.clone();
+    if disks
+        .iter()
+        .any(|&d| super::holders::in_use_elsewhere(s, d))
+    {
+        return Err(err(isdsc::DEVICE_BUSY_ON_SESSION));
     }
+    s.initiator()?.sessions.retain(|x| x.id != session);
     Ok(())
 }
 
