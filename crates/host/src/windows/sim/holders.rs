@@ -1,7 +1,7 @@
 //! Who else uses the machine's disks and volumes: other processes' handles with their share
 //! modes, volume locks (`FSCTL_LOCK_VOLUME`), what the Storage Management provider says of each
 //! disk (boot, system, clustered, in a storage pool) and the crash dump settings. Each follows
-//! the documentation cited in `LEDGER.md` (rows 55 to 59).
+//! the documentation cited in `LEDGER.md` (rows 55 to 60).
 
 use super::*;
 
