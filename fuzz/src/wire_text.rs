@@ -57,11 +57,8 @@ pub fn run(data: &[u8]) {
             }
         }
         _ => {
-            #[cfg(target_os = "linux")]
-            {
-                let _ = csi_proxy_host::linux::mountinfo::parse(input);
-                let _ = csi_proxy_host::linux::mountinfo::unescape(input);
-            }
+            let _ = csi_proxy_formats::mountinfo::parse(input);
+            let _ = csi_proxy_formats::mountinfo::unescape(input);
         }
     }
 }

@@ -12,13 +12,17 @@
 //! | [`windows_buffers`] | buffers Windows fills in: layouts, storage descriptors, extents, SMBIOS, iSCSI lists, WMI codes | Microsoft's structure pages (winioctl.h, iscsidsc.h, SMBIOS 3.x) |
 //! | [`reparse`] | Windows reparse points (links, junctions) | [MS-FSCC] 2.1.2 |
 //! | [`iscsi_pdu`] | iSCSI discovery-session PDUs and their text | RFC 7143 |
+//! | [`dbus`] | D-Bus values and messages (the systemd calls of the Linux host) | the D-Bus Specification, "Message Protocol" |
+//! | [`mountinfo`] | the Linux mount table, `/proc/self/mountinfo` | proc(5), "/proc/pid/mountinfo" |
 //!
 //! Dependencies run one way: `partition_plan` → `disk_layout` → `gpt`, `signatures`;
 //! `windows_buffers::layout` → `gpt`.
 
+pub mod dbus;
 pub mod disk_layout;
 pub mod gpt;
 pub mod iscsi_pdu;
+pub mod mountinfo;
 pub mod partition_plan;
 pub mod reparse;
 pub mod signatures;

@@ -101,7 +101,7 @@ fn alignment(code: u8) -> usize {
 }
 
 /// Splits the first single complete type off `sig` ("Type System").
-pub(super) fn split_type(sig: &str) -> Result<(&str, &str)> {
+pub(crate) fn split_type(sig: &str) -> Result<(&str, &str)> {
     let b = sig.as_bytes();
     let mut i = 0;
     while b.get(i) == Some(&b'a') {

@@ -47,7 +47,7 @@ pub struct Message {
     pub kind: MessageType,
     /// Header flags.
     pub flags: u8,
-    /// The sender's serial (set by [`Connection::send`]).
+    /// The sender's serial (the connection sets it when sending).
     pub serial: u32,
     /// PATH (1)
     pub path: Option<String>,
@@ -179,7 +179,7 @@ impl Message {
     }
 
     /// The full length of the message whose first 16 bytes are `start`.
-    pub(super) fn frame_len(start: &[u8; 16]) -> Result<usize> {
+    pub fn frame_len(start: &[u8; 16]) -> Result<usize> {
         let big = match start[0] {
             b'l' => false,
             b'B' => true,
@@ -267,9 +267,9 @@ impl Message {
 }
 
 /// The fuzz target's check: whatever the bytes, decoding and reading the body never panic, and
-/// a message that decoded encodes again into one that decodes to the same message.
-#[cfg(feature = "fuzzing")]
-pub(crate) fn fuzz_message(bytes: &[u8]) -> bool {
+/// a message that decoded encodes again into one that decodes to the same message; whether
+/// `bytes` decoded.
+pub fn decodes_and_round_trips(bytes: &[u8]) -> bool {
     let Ok(m) = Message::decode(bytes) else {
         return false;
     };

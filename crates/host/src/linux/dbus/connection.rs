@@ -193,7 +193,7 @@ impl Connection {
         while self.rbuf.len() < len {
             self.fill(deadline)?;
         }
-        let m = Message::decode(&self.rbuf[..len]);
+        let m = Message::decode(&self.rbuf[..len]).map_err(Error::from);
         self.rbuf.drain(..len);
         m
     }
@@ -237,7 +237,7 @@ impl Connection {
                 continue;
             }
             match m.kind {
-                MessageType::MethodReturn => return m.args(),
+                MessageType::MethodReturn => return Ok(m.args()?),
                 MessageType::Error => {
                     let text = m
                         .args()

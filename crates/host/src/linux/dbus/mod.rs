@@ -1,27 +1,20 @@
 //! A small, blocking D-Bus client over a Unix socket: what the system group needs to drive
 //! systemd (method calls, replies, errors, a bus name), and no more.
 //!
-//! Written from the D-Bus Specification (dbus.freedesktop.org/doc/dbus-specification.html),
-//! whose section names the comments below cite. Messages are sent little-endian; messages of
-//! either byte order are read ("Byte order and alignment"). Every read and write is bounded by a
+//! The wire format (values, messages) is [`csi_proxy_formats::dbus`]'s; this is the connection,
+//! its address and authentication, from the D-Bus Specification
+//! (dbus.freedesktop.org/doc/dbus-specification.html). Every read and write is bounded by a
 //! timeout, so a hung bus fails a call instead of hanging it.
 //!
 //! Kept ours rather than zbus: zbus alone grew the release binary by 1.3 MiB, past the 8 MiB
-//! budget with the metrics crates, for four systemd calls. Laid out as the spec is: the type
-//! system and its wire form (`marshal`), messages (`message`), and a connection with its
-//! address and authentication (`connection`).
+//! budget with the metrics crates, for four systemd calls.
 
 mod connection;
-mod marshal;
-mod message;
 #[cfg(test)]
 mod tests;
 
 pub use connection::Connection;
-pub use marshal::Value;
-#[cfg(feature = "fuzzing")]
-pub(crate) use message::fuzz_message;
-pub use message::{Message, MessageType};
+pub use csi_proxy_formats::dbus::{Message, MessageType, Value};
 
 use std::fmt;
 use std::io;
@@ -32,11 +25,6 @@ use std::time::Duration;
 pub const SYSTEM_BUS_DEFAULT: &str = "unix:path=/run/dbus/system_bus_socket";
 /// How long one call (or connecting) may take before it fails.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
-/// "The maximum length of a message, including header, header alignment padding, and body is
-/// 2 to the 27th power" ("Valid Names" / "Message Format").
-const MAX_MESSAGE: usize = 1 << 27;
-/// Nesting bound of container types (the spec allows 32 arrays and 32 structs deep).
-const MAX_DEPTH: usize = 64;
 /// Header flag NO_REPLY_EXPECTED ("Message Format": flags).
 #[cfg(test)]
 const NO_REPLY_EXPECTED: u8 = 0x1;
@@ -69,6 +57,12 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+impl From<csi_proxy_formats::dbus::ProtocolError> for Error {
+    fn from(e: csi_proxy_formats::dbus::ProtocolError) -> Self {
+        Error::Protocol(e.0)
+    }
+}
 
 impl From<io::Error> for Error {
     fn from(e: io::Error) -> Self {
