@@ -519,3 +519,77 @@ fn read_only_attribute_does_not_block_removal() {
     host().remove_all(s(&rodir)).unwrap();
     assert!(!rodir.exists());
 }
+
+/// A chain of `depth` directories named `d` below `root`, made with `mkdirat` through each
+/// directory's descriptor (so it may go deeper than a path can name).
+#[cfg(target_os = "linux")]
+fn deep_chain(root: &Path, depth: usize) {
+    use rustix::fs::{Mode, OFlags};
+    fs::create_dir_all(root).unwrap();
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let mut dir = rustix::fs::open(root, flags, Mode::empty()).unwrap();
+    for i in 0..depth {
+        rustix::fs::mkdirat(&dir, "d", Mode::from_raw_mode(0o755)).unwrap();
+        if i % 50 == 0 {
+            // A file beside the chain now and then, so levels are not all single entries.
+            let f = rustix::fs::openat(&dir, "f", OFlags::CREATE | OFlags::WRONLY, Mode::RUSR);
+            drop(f.unwrap());
+        }
+        dir = rustix::fs::openat(&dir, "d", flags, Mode::empty()).unwrap();
+    }
+}
+
+/// Runs `f` with this process limited to `limit` open descriptors.
+#[cfg(target_os = "linux")]
+fn with_descriptor_limit<T>(limit: u64, f: impl FnOnce() -> T) -> T {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let old = getrlimit(Resource::Nofile);
+    let low = Rlimit {
+        current: Some(limit.min(old.current.unwrap_or(u64::MAX))),
+        maximum: old.maximum,
+    };
+    setrlimit(Resource::Nofile, low).unwrap();
+    let out = f();
+    setrlimit(Resource::Nofile, old).unwrap();
+    out
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn rmdir_contents_of_a_deep_tree_holds_a_few_descriptors() {
+    // 1,000 levels: a removal holding a descriptor (and a listing) per level runs out of the
+    // 300 descriptors this process is then allowed, half-way down.
+    let t = tmp();
+    let root = t.path().join("root");
+    deep_chain(&root, 1000);
+    let removed = with_descriptor_limit(300, || host().remove_contents(s(&root)));
+    removed.unwrap();
+    assert!(root.is_dir());
+    assert_eq!(fs::read_dir(&root).unwrap().count(), 0);
+
+    // Rmdir(force) takes the same path.
+    deep_chain(&root.join("again"), 1000);
+    let removed = with_descriptor_limit(300, || host().remove_all(s(&root.join("again"))));
+    removed.unwrap();
+    assert!(!root.join("again").exists());
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn rmdir_contents_stops_past_its_depth_and_says_so() {
+    // More levels than a removal descends (4,096): the rest of the tree is removed, the
+    // too-deep chain is left and reported, and nothing beside the directory is touched.
+    let t = tmp();
+    let root = t.path().join("root");
+    deep_chain(&root, 4100);
+    write(&root.join("shallow").join("file"), "x");
+    write(&t.path().join("beside"), "kept");
+    let err = host().remove_contents(s(&root)).unwrap_err();
+    assert!(err.to_string().contains("more than 4096 levels"), "{err}");
+    assert!(!root.join("shallow").exists(), "the rest is still removed");
+    assert!(root.join("d").is_dir(), "the too-deep chain is left");
+    assert_eq!(fs::read_to_string(t.path().join("beside")).unwrap(), "kept");
+    // What is left is removed from a few levels down, where it is within the bound.
+    host().remove_all(s(&root.join("d/d/d/d/d/d/d/d"))).unwrap();
+    host().remove_all(s(&root)).unwrap();
+}

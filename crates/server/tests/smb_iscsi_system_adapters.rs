@@ -414,6 +414,8 @@ macro_rules! iscsi_version_test {
             assert_eq!(
                 calls,
                 [
+                    // AddTargetPortal counts the registered portals first (the portal cap).
+                    IscsiCall::List,
                     IscsiCall::Add(p.clone()),
                     IscsiCall::Discover(p.clone()),
                     IscsiCall::Remove(portal("10.0.0.5", 3261)),

@@ -13,8 +13,20 @@ use crate::locks::lock_disk;
 pub use crate::smb::Secret;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 pub mod portal;
+
+/// Target portals AddTargetPortal lets the node have registered (a node uses a handful; each
+/// one is kept, and on Linux rewritten, with every change).
+pub const MAX_PORTALS: usize = 64;
+
+static PORTALS_REFUSED: AtomicU64 = AtomicU64::new(0);
+
+/// AddTargetPortal calls refused by [`MAX_PORTALS`] since start (for the daemon's metrics).
+pub fn portal_refusals() -> u64 {
+    PORTALS_REFUSED.load(Ordering::Relaxed)
+}
 
 /// The port a portal listens on when the request says 0 (upstream's default).
 pub const DEFAULT_PORT: u16 = 3260;
@@ -215,9 +227,32 @@ impl IscsiService {
         Self { host }
     }
 
-    /// AddTargetPortal: registers a portal (idempotent).
+    /// AddTargetPortal: registers a portal (idempotent), up to [`MAX_PORTALS`] on the node.
     pub fn add_target_portal(&self, portal: Option<&RawTargetPortal>) -> Result<()> {
-        let portal = TargetPortal::from_raw("AddTargetPortal", portal)?;
+        const OP: &str = "AddTargetPortal";
+        let portal = TargetPortal::from_raw(OP, portal)?;
+        // Checked before the add, without a lock across the host's call (which may wait for a
+        // portal on the network): calls adding at the same instant may pass it together, so
+        // the list is bounded by the limit plus the calls in flight.
+        let portals = match self.host.list_target_portals() {
+            Ok(portals) => portals,
+            // A host that cannot list cannot be counted; its add answers for itself.
+            Err(e) if e.kind() == Kind::Unimplemented => Vec::new(),
+            Err(e) => return Err(e.context(OP)),
+        };
+        if portals.len() >= MAX_PORTALS && !portals.contains(&portal) {
+            PORTALS_REFUSED.fetch_add(1, Ordering::Relaxed);
+            return Err(Error::new(
+                Kind::ResourceExhausted,
+                OP,
+                format!("portal {portal}"),
+                format!(
+                    "{} target portals are registered, the daemon's limit ({MAX_PORTALS}); \
+                     remove one first",
+                    portals.len()
+                ),
+            ));
+        }
         self.host.add_target_portal(&portal)
     }
 
@@ -392,6 +427,57 @@ mod tests {
             })
             .unwrap();
         assert_eq!(host.0.lock().unwrap()[0].0.address, "fe80::1");
+    }
+
+    /// A node's portal list as the hosts keep it (add idempotent, remove by equality).
+    #[derive(Default)]
+    struct Portals(Mutex<Vec<TargetPortal>>);
+    impl PartialIscsiHost for Portals {
+        fn add_target_portal(&self, portal: &TargetPortal) -> Result<()> {
+            let mut list = self.0.lock().unwrap();
+            if !list.contains(portal) {
+                list.push(portal.clone());
+            }
+            Ok(())
+        }
+        fn remove_target_portal(&self, portal: &TargetPortal) -> Result<()> {
+            self.0.lock().unwrap().retain(|p| p != portal);
+            Ok(())
+        }
+        fn list_target_portals(&self) -> Result<Vec<TargetPortal>> {
+            Ok(self.0.lock().unwrap().clone())
+        }
+    }
+
+    #[test]
+    fn the_portal_list_is_capped_and_a_registered_portal_is_still_added_again() {
+        let host = Arc::new(Portals::default());
+        let svc = IscsiService::new(host.clone());
+        let nth = |i: usize| raw(&format!("10.0.{}.{}", i / 250, i % 250 + 1), 0);
+        for i in 0..MAX_PORTALS {
+            svc.add_target_portal(Some(&nth(i))).unwrap();
+        }
+        let before = portal_refusals();
+        let e = svc.add_target_portal(Some(&nth(MAX_PORTALS))).unwrap_err();
+        assert_eq!(e.kind(), Kind::ResourceExhausted, "{e}");
+        assert!(
+            e.message().starts_with("AddTargetPortal")
+                && e.message().contains("10.0.0.65:3260")
+                && e.message().contains("limit (64)"),
+            "{}",
+            e.message()
+        );
+        assert!(portal_refusals() > before);
+        assert_eq!(
+            host.0.lock().unwrap().len(),
+            MAX_PORTALS,
+            "nothing was added"
+        );
+        // Retries of a registered portal stay idempotent at the limit.
+        svc.add_target_portal(Some(&nth(3))).unwrap();
+        // A removal makes room.
+        svc.remove_target_portal(Some(&nth(3))).unwrap();
+        svc.add_target_portal(Some(&nth(MAX_PORTALS))).unwrap();
     }
 
     #[test]

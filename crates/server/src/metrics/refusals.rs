@@ -1,5 +1,5 @@
 //! `csi_proxy_refused_total{limit}`: what each of the daemon's limits refused (crate::limits,
-//! and the per-disk lock waits of `csi_proxy_core::locks`).
+//! the per-disk lock waits of `csi_proxy_core::locks` and the iSCSI portal cap).
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
@@ -54,6 +54,7 @@ pub(super) fn encode(encoder: &mut DescriptorEncoder) -> fmt::Result {
     let core = [
         ("disk_waiters", waits.too_many_waiters),
         ("disk_wait_timeout", waits.default_wait_passed),
+        ("target_portals", csi_proxy_core::iscsi::portal_refusals()),
     ];
     let ours = LIMITS.iter().map(|(l, name)| (*name, refusals(*l)));
     for (name, n) in ours.chain(core) {

@@ -29,7 +29,8 @@
 //! looked at cannot redirect them.
 //!
 //! Files: this one the host's operations and its link probe; `nofollow.rs` the files examined
-//! through directory descriptors, mount points among them, and the recursive removal.
+//! through directory descriptors, mount points among them, and one step of a removal;
+//! `removal.rs` the recursive removal, bounded in descriptors and memory at any depth.
 
 use crate::linux::mountinfo::{self, MountInfo};
 use csi_proxy_core::filesystem::FilesystemHost;
@@ -45,8 +46,10 @@ use std::path::{Path, PathBuf};
 
 mod beneath;
 mod nofollow;
+mod removal;
 
 use nofollow::*;
+use removal::{remove_below, remove_tree};
 
 /// Mode of directories created by [`FilesystemHost::mkdir_all`] (before the umask), as
 /// upstream's `os.MkdirAll(path, 0755)`.
@@ -290,13 +293,7 @@ impl FilesystemHost for LinuxFilesystemHost {
         let dir = held(dir)?;
         let mut mounts = Mounts::default();
         refuse_mounts_below(&mut mounts, &dir.path)?;
-        let mut first_error = None;
-        for name in dir.names()? {
-            if let Err(e) = remove_tree(&mut mounts, dir, &name, false) {
-                first_error.get_or_insert(e);
-            }
-        }
-        first_error.map_or(Ok(()), Err)
+        remove_below(&mut mounts, dir)
     }
 
     fn create_symlink(&self, parent: &Held, name: &str, target: &str) -> io::Result<()> {

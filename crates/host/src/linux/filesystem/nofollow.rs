@@ -1,6 +1,6 @@
 //! Files as seen through directory descriptors, never following a final link: what one entry
 //! is (`statx` without following), directories opened `O_NOFOLLOW`, mount points told apart from
-//! plain directories, and the recursive removal that never leaves the tree it was given.
+//! plain directories, and the step of a removal that never leaves the tree it was given.
 
 use super::*;
 use std::sync::OnceLock;
@@ -152,24 +152,6 @@ impl OpenDir {
 
     pub(super) fn child_path(&self, name: &OsStr) -> PathBuf {
         self.path.join(name)
-    }
-
-    /// The names in this directory, without `.` and `..`.
-    pub(super) fn names(&self) -> io::Result<Vec<OsString>> {
-        let wrap = |e: Errno| with_context(e.into(), "read directory", &self.path);
-        let mut names = Vec::new();
-        // A descriptor of its own, readable (`fd` may be `O_PATH`), so listing moves no offset
-        // of `fd`.
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat(&self.fd, c".", flags, Mode::empty()).map_err(wrap)?;
-        for entry in rustix::fs::Dir::new(fd).map_err(wrap)? {
-            let entry = entry.map_err(wrap)?;
-            let name = entry.file_name().to_bytes();
-            if name != b"." && name != b".." {
-                names.push(OsStr::from_bytes(name).to_owned());
-            }
-        }
-        Ok(names)
     }
 }
 
@@ -332,77 +314,5 @@ pub(super) fn refuse_mounts_below(mounts: &mut Mounts, dir: &Path) -> io::Result
         Ok(())
     } else {
         Err(mounted_below(&below))
-    }
-}
-
-/// A directory being emptied.
-pub(super) struct Frame {
-    pub(super) dir: OpenDir,
-    pub(super) name: OsString,
-    pub(super) entries: std::vec::IntoIter<OsString>,
-    pub(super) error: Option<io::Error>,
-}
-
-impl Frame {
-    pub(super) fn new(dir: OpenDir, name: &OsStr) -> io::Result<Self> {
-        let entries = dir.names()?.into_iter();
-        Ok(Frame {
-            dir,
-            name: name.to_owned(),
-            entries,
-            error: None,
-        })
-    }
-}
-
-/// Removes `name` in `top` and everything below it (iteratively, so depth is not limited by the
-/// thread's stack). After an error the remaining siblings are still removed; the first error is
-/// returned.
-pub(super) fn remove_tree(
-    mounts: &mut Mounts,
-    top: &OpenDir,
-    name: &OsStr,
-    unmount_top: bool,
-) -> io::Result<()> {
-    let mut stack = match step(mounts, top, name, unmount_top)? {
-        Step::Gone => return Ok(()),
-        Step::Descend(dir) => vec![Frame::new(dir, name)?],
-    };
-    loop {
-        let Some(frame) = stack.last_mut() else {
-            return Ok(());
-        };
-        if let Some(child) = frame.entries.next() {
-            let next = step(mounts, &frame.dir, &child, false).and_then(|s| match s {
-                Step::Gone => Ok(None),
-                Step::Descend(dir) => Frame::new(dir, &child).map(Some),
-            });
-            match next {
-                Ok(Some(f)) => stack.push(f),
-                Ok(None) => {}
-                Err(e) => {
-                    frame.error.get_or_insert(e);
-                }
-            }
-            continue;
-        }
-        let Some(done) = stack.pop() else {
-            return Ok(());
-        };
-        let parent = stack.last().map_or(top, |f| &f.dir);
-        let error = match rustix::fs::unlinkat(&parent.fd, &done.name, AtFlags::REMOVEDIR) {
-            Ok(()) | Err(Errno::NOENT) => None,
-            Err(e) => Some(
-                done.error
-                    .unwrap_or_else(|| with_context(e.into(), "rmdir", &done.dir.path)),
-            ),
-        };
-        match (stack.last_mut(), error) {
-            (Some(f), Some(e)) => {
-                f.error.get_or_insert(e);
-            }
-            (None, Some(e)) => return Err(e),
-            _ => {}
-        }
     }
 }
