@@ -17,8 +17,11 @@
 #                     (-p csi-proxy --bin csi-proxy), run under wine
 #     manifests       deploy/ manifests against Kubernetes' own schemas (kubernetes-validate from
 #                     PyPI, in a venv) and the systemd unit through systemd-analyze verify
+#     release         scripts/release.sh packs both archives from debug builds, then
+#                     scripts/check-release.py checks their files, sums and version lines, and
+#                     that the Containerfile and the HostProcess DaemonSet agree
 #     fuzz-smoke      the fuzz corpus and regressions replayed (cargo test in fuzz/), then each
-#                     cargo-fuzz target for FUZZ_SMOKE_SECONDS (default 20) on stable
+#                     cargo-fuzz target for FUZZ_SMOKE_SECONDS (default 10) on stable
 #                     (scripts/fuzz.sh; installs cargo-fuzz if missing)
 #   With STEPs, runs only those, in the order given.
 #
@@ -54,7 +57,7 @@ APT_PACKAGES=(
 # Installed without their recommends: lvm2's and bcache-tools' pull in an initramfs generator
 # no test uses.
 APT_NO_RECOMMENDS=(cryptsetup-bin lvm2 f2fs-tools dosfstools exfatprogs ntfs-3g nilfs-tools bcache-tools)
-ALL_STEPS=(install wine-setup fmt docs clippy clippy-windows test test-windows manifests fuzz-smoke)
+ALL_STEPS=(install wine-setup fmt docs clippy clippy-windows test test-windows manifests release fuzz-smoke)
 
 usage() { sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; }
 
@@ -197,12 +200,22 @@ step_manifests() {
     echo "deploy/linux/csi-proxy.service verified"
 }
 
+step_release() {
+    # Debug builds (the release profile's fat LTO would double CI's time); the archives' layout,
+    # sums and version lines are the same.
+    local dist
+    dist="$(mktemp -d)"
+    "$ROOT/scripts/release.sh" --profile dev --allow-dirty --out "$dist"
+    python3 "$ROOT/scripts/check-release.py" "$dist"
+    rm -rf "$dist"
+}
+
 step_fuzz_smoke() {
     # The fuzz crate is its own workspace (libFuzzer needs nightly flags, which fuzz.sh enables
     # on stable with RUSTC_BOOTSTRAP=1). The smoke run works on a copy of the corpus, and an
     # unoptimised build (FUZZ_DEV=1) keeps its build time to a few minutes.
     cargo test "${CARGO_FLAGS[@]}" --manifest-path fuzz/Cargo.toml
-    FUZZ_CORPUS_RO=1 FUZZ_DEV="${FUZZ_DEV:-1}" "$ROOT/scripts/fuzz.sh" "${FUZZ_SMOKE_SECONDS:-20}"
+    FUZZ_CORPUS_RO=1 FUZZ_DEV="${FUZZ_DEV:-1}" "$ROOT/scripts/fuzz.sh" "${FUZZ_SMOKE_SECONDS:-10}"
 }
 
 # ---------------------------------------------------------------------------------------------

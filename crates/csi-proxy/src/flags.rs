@@ -12,11 +12,18 @@ const DEFAULT_KUBELET_PATH: &str = r"C:\var\lib\kubelet";
 #[cfg(not(windows))]
 const DEFAULT_KUBELET_PATH: &str = "/var/lib/kubelet";
 
+/// What `--version` reports: the package version, and for a build by scripts/release.sh also
+/// the commit it was built from (`CSI_PROXY_RELEASE`, set by the script).
+pub const VERSION: &str = match option_env!("CSI_PROXY_RELEASE") {
+    Some(line) => line,
+    None => env!("CARGO_PKG_VERSION"),
+};
+
 /// csi-proxy: does privileged storage work on the host for CSI node plugins, over gRPC.
 #[derive(Debug, Parser)]
 // Go's flag package lets a flag be given again, the last value winning; repeatable flags
 // (`ArgAction::Append`) still collect every value.
-#[command(name = "csi-proxy", version, about, long_about = None, args_override_self = true)]
+#[command(name = "csi-proxy", version = VERSION, about, long_about = None, args_override_self = true)]
 pub struct Flags {
     /// The kubelet directory; every path argument must lie inside it or inside a --working-dir.
     #[arg(long = "kubelet-path", default_value = DEFAULT_KUBELET_PATH, value_name = "DIR")]

@@ -94,7 +94,7 @@ async fn run(
     ready: impl FnOnce(),
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), String> {
-    tracing::info!(version = env!("CARGO_PKG_VERSION"), "starting csi-proxy");
+    tracing::info!(version = flags::VERSION, "starting csi-proxy");
     if flags.windows_service && !cfg!(windows) {
         return Err("--windows-service is only meaningful on Windows".into());
     }

@@ -14,9 +14,15 @@ use report::{Failure, Report};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// What `--version` reports (with the commit for a build by scripts/release.sh).
+const VERSION: &str = match option_env!("CSI_PROXY_RELEASE") {
+    Some(line) => line,
+    None => env!("CARGO_PKG_VERSION"),
+};
+
 /// Inspect a running csi-proxy: disks, volumes, SMB mappings, iSCSI portals and sessions.
 #[derive(Debug, Parser)]
-#[command(name = "csi-proxy-ctl", version)]
+#[command(name = "csi-proxy-ctl", version = VERSION)]
 struct Cli {
     /// Directory of the daemon's Unix sockets (Linux).
     #[arg(long, global = true, default_value = "/run/csi-proxy")]
