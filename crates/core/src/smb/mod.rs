@@ -446,11 +446,7 @@ impl SmbService {
     /// Reuses, replaces or creates the mapping; called with the share root held. `own_link`
     /// is the request's local path: its link (from an earlier stage of the same volume) is
     /// about to be made again, so it does not count as another user of the mapping.
-    fn ensure_mapped(
-        &self,
-        mapping: &SmbMapping,
-        own_link: Option<&str>,
-    ) -> Result<()> {
+    fn ensure_mapped(&self, mapping: &SmbMapping, own_link: Option<&str>) -> Result<()> {
         let root = &mapping.root;
         let fingerprint = self.manager.fingerprint(mapping.credentials.as_ref());
         let (state, per_credential) = self.state_for(mapping)?;
@@ -620,7 +616,11 @@ impl SmbService {
             let users = self
                 .host
                 .smb_mapping_users(root, self.fs.policy().roots())?;
-            if users.links.iter().any(|u| same_remote(&u.remote, &remote.path)) {
+            if users
+                .links
+                .iter()
+                .any(|u| same_remote(&u.remote, &remote.path))
+            {
                 return Ok(());
             }
             return Err(Error::new(

@@ -58,13 +58,45 @@ struct FakeCifs {
     mounts: std::sync::Mutex<Vec<(PathBuf, MountFlags, String)>>,
     /// The source of each mount made, in order.
     sources: std::sync::Mutex<Vec<String>>,
+    /// Servers that do not answer: a mount of one of their shares, and `statfs` of a mount of
+    /// one, block until they answer again, as the kernel's do while it waits out its timeouts.
+    dead: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// Names the name servers do not answer for: resolving one blocks.
+    dns_dead: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// Mount attempts, by server.
+    attempts: std::sync::Mutex<std::collections::BTreeMap<String, usize>>,
+}
+
+impl FakeCifs {
+    /// Blocks while `server` is in `set`.
+    fn wait_while(set: &std::sync::Mutex<std::collections::BTreeSet<String>>, server: &str) {
+        while set.lock().unwrap().contains(server) {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+
+    fn set(set: &std::sync::Mutex<std::collections::BTreeSet<String>>, server: &str, on: bool) {
+        let mut s = set.lock().unwrap();
+        if on {
+            s.insert(server.to_string());
+        } else {
+            s.remove(server);
+        }
+    }
+
+    /// The server a mount's source names (`//server/share`).
+    fn server_of_source(source: &str) -> String {
+        let unc = source.trim_start_matches('/');
+        unc.split('/').next().unwrap_or("").to_string()
+    }
 }
 
 impl CifsOs for FakeCifs {
     fn cifs_missing(&self) -> Option<String> {
         None
     }
-    fn resolve(&self, _: &str) -> Option<String> {
+    fn resolve(&self, server: &str) -> Option<String> {
+        Self::wait_while(&self.dns_dead, server);
         Some("10.0.0.9".into())
     }
     fn mount(
@@ -79,6 +111,14 @@ impl CifsOs for FakeCifs {
         }
         let data = data.to_string_lossy().into_owned();
         self.sources.lock().unwrap().push(source.to_string());
+        let server = Self::server_of_source(source);
+        *self
+            .attempts
+            .lock()
+            .unwrap()
+            .entry(server.clone())
+            .or_default() += 1;
+        Self::wait_while(&self.dead, &server);
         self.mounts
             .lock()
             .unwrap()
@@ -120,7 +160,15 @@ impl CifsOs for FakeCifs {
             })
             .collect())
     }
-    fn answers(&self, _: &Path) -> std::result::Result<(), String> {
+    fn answers(&self, dir: &Path) -> std::result::Result<(), String> {
+        // The mount directory's name says whose root it is.
+        let root = dir
+            .file_name()
+            .and_then(|n| key_root(&n.to_string_lossy()));
+        if let Some(root) = root {
+            let server = root.trim_start_matches('\\').split('\\').next();
+            Self::wait_while(&self.dead, server.unwrap_or_default());
+        }
         Ok(())
     }
 }
@@ -187,6 +235,13 @@ impl Node {
             })
     }
 
+    /// A staging path as kubelet makes it (relative to the kubelet directory), its parent made.
+    fn staging(&self, name: &str) -> String {
+        let rel = format!("plugins/kubernetes.io/csi/smb.csi.k8s.io/{name}/globalmount");
+        fs::create_dir_all(Path::new(&self.k(&rel)).parent().unwrap()).unwrap();
+        rel
+    }
+
     fn mounts(&self) -> Vec<(PathBuf, MountFlags, String)> {
         self.fake.mounts.lock().unwrap().clone()
     }
@@ -200,13 +255,15 @@ const SHARE: &str = "\\\\srv\\share";
 #[test]
 fn each_credential_gets_a_mount_of_its_own() {
     let n = Node::new(false);
-    n.map(SHARE, "pods/a", "CORP\\alice", "Alice-Pw-1").unwrap();
-    n.map(SHARE, "pods/b", "CORP\\bob", "Bob-Pw-2").unwrap();
-    n.map(SHARE, "pods/a", "CORP\\alice", "Alice-Pw-1").unwrap(); // retry
+    let [pa, pb, pc, pd] = ["a", "b", "c", "d"].map(|v| n.staging(v));
+    let [pa, pb, pc, pd] = [pa.as_str(), pb.as_str(), pc.as_str(), pd.as_str()];
+    n.map(SHARE, pa, "CORP\\alice", "Alice-Pw-1").unwrap();
+    n.map(SHARE, pb, "CORP\\bob", "Bob-Pw-2").unwrap();
+    n.map(SHARE, pa, "CORP\\alice", "Alice-Pw-1").unwrap(); // retry
     let mounts = n.mounts();
     assert_eq!(mounts.len(), 2, "{mounts:?}");
-    let a = fs::read_link(n.k("pods/a")).unwrap();
-    let b = fs::read_link(n.k("pods/b")).unwrap();
+    let a = fs::read_link(n.k(pa)).unwrap();
+    let b = fs::read_link(n.k(pb)).unwrap();
     assert_ne!(a, b);
     let (dir_a, _, data_a) = mounts.iter().find(|(d, ..)| *d == a).unwrap();
     let (_, _, data_b) = mounts.iter().find(|(d, ..)| *d == b).unwrap();
@@ -222,11 +279,10 @@ fn each_credential_gets_a_mount_of_its_own() {
         assert!(!name.contains("Pw-") && !name.contains("alice"), "{name}");
     }
     // Same user, another password: yet another mount; the same user in other case: the same.
-    n.map(SHARE, "pods/c", "CORP\\alice", "Alice-Pw-rotated")
-        .unwrap();
-    n.map(SHARE, "pods/d", "corp\\ALICE", "Alice-Pw-1").unwrap();
+    n.map(SHARE, pc, "CORP\\alice", "Alice-Pw-rotated").unwrap();
+    n.map(SHARE, pd, "corp\\ALICE", "Alice-Pw-1").unwrap();
     assert_eq!(n.mounts().len(), 3);
-    assert_eq!(fs::read_link(n.k("pods/d")).unwrap(), a);
+    assert_eq!(fs::read_link(n.k(pd)).unwrap(), a);
 
     // Every link counts as a user of the share, whichever credential's mount it leads into:
     // removal keeps the mounts while others use them, and takes them all once none does.
@@ -234,11 +290,12 @@ fn each_credential_gets_a_mount_of_its_own() {
         .host
         .smb_mapping_users("\\\\srv\\share", &[n.k("")])
         .unwrap();
-    assert_eq!(users.len(), 4, "{users:?}");
+    assert_eq!(users.links.len(), 4, "{users:?}");
+    assert_eq!(users.incomplete, None);
     assert_eq!(n.host.smb_global_mappings().unwrap(), ["\\\\srv\\share"]);
     n.svc.remove_smb_global_mapping(SHARE).unwrap();
     assert_eq!(n.mounts().len(), 3, "kept while other links use it");
-    for l in ["pods/a", "pods/b", "pods/c", "pods/d"] {
+    for l in [pa, pb, pc, pd] {
         fs::remove_file(n.k(l)).unwrap();
     }
     n.svc.remove_smb_global_mapping(SHARE).unwrap();
@@ -401,4 +458,71 @@ fn the_local_link_is_never_made_outside_while_a_component_is_swapped() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert!(escaped.is_empty(), "links made outside: {escaped:?}");
+}
+
+/// Runs `map(remote)` on a thread of its own with a deadline `ms` from now (none: `None`); its
+/// answer arrives on the channel.
+fn map_on_thread(
+    n: &Arc<Node>,
+    remote: &'static str,
+    ms: Option<u64>,
+) -> std::sync::mpsc::Receiver<Result<()>> {
+    let (n, (tx, rx)) = (n.clone(), std::sync::mpsc::channel());
+    std::thread::spawn(move || {
+        let deadline =
+            ms.map(|ms| std::time::Instant::now() + std::time::Duration::from_millis(ms));
+        let r = csi_proxy_core::deadline::within(deadline, || n.map(remote, "", "u", "Pw-1"));
+        let _ = tx.send(r);
+    });
+    rx
+}
+
+/// Issue 35: one node-wide mutex was held across the name lookup and the cifs mount, so a
+/// server that does not answer stalled every SMB stage and unstage on the node, and neither
+/// step heeded the caller's deadline. Now a stage on a dead server ends at its deadline (the
+/// mount goes on, bounded, and a retry joins it instead of starting another), a stage on a
+/// name the name servers do not answer for too, and another server's stage completes at once.
+#[test]
+fn a_dead_server_delays_only_calls_for_its_own_share() {
+    use std::time::Duration;
+    const DEAD: &str = "\\\\dead\\vols";
+    let n = Arc::new(Node::new(false));
+    FakeCifs::set(&n.fake.dead, "dead", true);
+    FakeCifs::set(&n.fake.dns_dead, "nodns", true);
+
+    let e = map_on_thread(&n, DEAD, Some(300))
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the dead server's stage ends at its caller's deadline")
+        .unwrap_err();
+    assert_eq!(e.kind(), Kind::Unavailable, "{e}");
+    assert!(e.message().contains("did not complete"), "{e}");
+    let e = map_on_thread(&n, "\\\\nodns\\vols", Some(300))
+        .recv_timeout(Duration::from_secs(5))
+        .expect("a name lookup that hangs ends at the caller's deadline")
+        .unwrap_err();
+    assert_eq!(e.kind(), Kind::Unavailable, "{e}");
+    assert!(e.message().contains("did not resolve"), "{e}");
+
+    // Meanwhile, without a deadline, a retry for the dead share waits on it; another server's
+    // stage is not held up.
+    let waiting = map_on_thread(&n, DEAD, None);
+    map_on_thread(&n, "\\\\alive\\vols", None)
+        .recv_timeout(Duration::from_secs(1))
+        .expect("another server's stage completes within a second")
+        .unwrap();
+    assert_eq!(
+        n.fake.attempts.lock().unwrap()["dead"],
+        1,
+        "one mount in flight"
+    );
+
+    // The server answers: the mount in flight completes and the waiting retry uses it.
+    FakeCifs::set(&n.fake.dead, "dead", false);
+    FakeCifs::set(&n.fake.dns_dead, "nodns", false);
+    waiting
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the retry ends once the server answers")
+        .unwrap();
+    assert_eq!(n.fake.attempts.lock().unwrap()["dead"], 1);
+    assert_eq!(n.mounts().len(), 2);
 }

@@ -351,14 +351,16 @@ impl Win32 for SimWindows {
         Err(smb::unc_error(&s, dir).unwrap_or(OsError::new(code::PATH_NOT_FOUND)))
     }
 
-    fn links_below(&self, roots: &[String]) -> Vec<(String, String)> {
+    fn links_below(&self, roots: &[String]) -> (Vec<(String, String)>, Option<String>) {
         let s = self.lock();
         let roots: Vec<String> = roots.iter().map(|r| format!("{}\\", key(r))).collect();
-        s.links
+        let links = s
+            .links
             .iter()
             .filter(|(k, _)| roots.iter().any(|r| k.starts_with(r.as_str())))
             .map(|(_, l)| (l.text.clone(), l.target.clone()))
-            .collect()
+            .collect();
+        (links, s.link_scan_incomplete.clone())
     }
 
     fn service_state(&self, name: &str) -> Win32Result<u32> {

@@ -246,6 +246,12 @@ impl SimWindows {
         }
     }
 
+    /// The scan for links below the allowed roots misses some from now on, for this reason
+    /// (a directory `FindFirstFileW` cannot list), or sees them all again (`None`).
+    pub fn set_link_scan_incomplete(&self, why: Option<&str>) {
+        self.lock().link_scan_incomplete = why.map(str::to_string);
+    }
+
     /// How failed SMB mapping methods answer from now on.
     pub fn set_smb_failure_encoding(&self, encoding: SmbFailureEncoding) {
         self.lock().smb_encoding = encoding;
