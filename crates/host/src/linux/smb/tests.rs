@@ -162,9 +162,7 @@ impl CifsOs for FakeCifs {
     }
     fn answers(&self, dir: &Path) -> std::result::Result<(), String> {
         // The mount directory's name says whose root it is.
-        let root = dir
-            .file_name()
-            .and_then(|n| key_root(&n.to_string_lossy()));
+        let root = dir.file_name().and_then(|n| key_root(&n.to_string_lossy()));
         if let Some(root) = root {
             let server = root.trim_start_matches('\\').split('\\').next();
             Self::wait_while(&self.dead, server.unwrap_or_default());
@@ -460,28 +458,37 @@ fn the_local_link_is_never_made_outside_while_a_component_is_swapped() {
     assert!(escaped.is_empty(), "links made outside: {escaped:?}");
 }
 
-/// Runs `map(remote)` on a thread of its own with a deadline `ms` from now (none: `None`); its
-/// answer arrives on the channel.
+/// Runs `f` on a thread of its own with a deadline `ms` from now (none: `None`); its answer
+/// arrives on the channel.
+fn on_thread<T: Send + 'static>(
+    ms: Option<u64>,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::sync::mpsc::Receiver<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let deadline =
+            ms.map(|ms| std::time::Instant::now() + std::time::Duration::from_millis(ms));
+        let _ = tx.send(csi_proxy_core::deadline::within(deadline, f));
+    });
+    rx
+}
+
+/// Runs `map(remote)` as [`on_thread`] does.
 fn map_on_thread(
     n: &Arc<Node>,
     remote: &'static str,
     ms: Option<u64>,
 ) -> std::sync::mpsc::Receiver<Result<()>> {
-    let (n, (tx, rx)) = (n.clone(), std::sync::mpsc::channel());
-    std::thread::spawn(move || {
-        let deadline =
-            ms.map(|ms| std::time::Instant::now() + std::time::Duration::from_millis(ms));
-        let r = csi_proxy_core::deadline::within(deadline, || n.map(remote, "", "u", "Pw-1"));
-        let _ = tx.send(r);
-    });
-    rx
+    let n = n.clone();
+    on_thread(ms, move || n.map(remote, "", "u", "Pw-1"))
 }
 
 /// Issue 35: one node-wide mutex was held across the name lookup and the cifs mount, so a
 /// server that does not answer stalled every SMB stage and unstage on the node, and neither
 /// step heeded the caller's deadline. Now a stage on a dead server ends at its deadline (the
 /// mount goes on, bounded, and a retry joins it instead of starting another), a stage on a
-/// name the name servers do not answer for too, and another server's stage completes at once.
+/// name the name servers do not answer for too, another server's stage and unstage complete
+/// at once, and an unstage of the dead share ends at its deadline.
 #[test]
 fn a_dead_server_delays_only_calls_for_its_own_share() {
     use std::time::Duration;
@@ -515,6 +522,22 @@ fn a_dead_server_delays_only_calls_for_its_own_share() {
         1,
         "one mount in flight"
     );
+    // Another server's unstage is not held up either; one of the dead share waits on it, and
+    // ends at its deadline.
+    let m = n.clone();
+    on_thread(None, move || {
+        m.svc.remove_smb_global_mapping("\\\\alive\\vols")
+    })
+    .recv_timeout(Duration::from_secs(1))
+    .expect("another server's unstage completes within a second")
+    .unwrap();
+    assert!(n.mounts().is_empty(), "{:?}", n.mounts());
+    let m = n.clone();
+    let e = on_thread(Some(300), move || m.svc.remove_smb_global_mapping(DEAD))
+        .recv_timeout(Duration::from_secs(5))
+        .expect("an unstage of the dead share ends at its caller's deadline")
+        .unwrap_err();
+    assert_eq!(e.kind(), Kind::DeadlineExceeded, "{e}");
 
     // The server answers: the mount in flight completes and the waiting retry uses it.
     FakeCifs::set(&n.fake.dead, "dead", false);
@@ -524,5 +547,5 @@ fn a_dead_server_delays_only_calls_for_its_own_share() {
         .expect("the retry ends once the server answers")
         .unwrap();
     assert_eq!(n.fake.attempts.lock().unwrap()["dead"], 1);
-    assert_eq!(n.mounts().len(), 2);
+    assert_eq!(n.mounts().len(), 1);
 }

@@ -311,7 +311,10 @@ impl Win32 for SimWindows {
         credential: Option<&str>,
     ) -> Win32Result<ReturnValue> {
         let (remote, credential) = (remote.to_string(), credential.map(str::to_string));
-        self.wmi_call(SMB, "smb_create_global_mapping", move |s| {
+        let hangs = remote.clone();
+        // A server that does not answer holds the Create (and its WMI thread) until it does.
+        let blocked = move |s: &State| smb::unc_hangs(s, &hangs);
+        self.wmi_call_blocked(SMB, "smb_create_global_mapping", blocked, move |s| {
             if let Some(odd) = s.odd_return.take() {
                 return Ok(odd);
             }

@@ -9,6 +9,10 @@
 //!   cannot encrypt fails with ERROR_ACCESS_DENIED (5) and is not made;
 //! - a mapping whose server stopped answering is listed `Disconnected` (status 2), and paths
 //!   below it do not answer;
+//! - a server that does not answer at all (`set_share_hangs`) holds an open below its share,
+//!   and a `Create` of a mapping of it, on its WMI thread, until it answers again (the SMB
+//!   client waits out its request timeout, MS-SMB2 3.2.6.1); other servers' mappings and the
+//!   listing are not held up;
 //! - a server whose password changed (an Azure Files key rotation) keeps the sessions already
 //!   made; once they drop (server restart, failover, network blip) the client signs in again
 //!   with the credential the mapping was made with, which fails (ERROR_LOGON_FAILURE, 1326):
