@@ -80,6 +80,8 @@ pub struct LinuxSmbHost {
     os: Arc<dyn CifsOs>,
     /// `None` when the kernel gave no random key: mappings then fail, naming why.
     key: Option<CredentialKey>,
+    /// Most directory entries one link scan looks at ([`crate::smb_scan::MAX_ENTRIES`]).
+    scan_limit: usize,
 }
 
 /// The mount directory name of a lower-cased `\\server\share` root.
@@ -194,7 +196,20 @@ impl LinuxSmbHost {
         let key = CredentialKey::load_or_create(&base)
             .map_err(|e| tracing::error!("no random key for SMB credential tags: {e}"))
             .ok();
-        Self { base, os, key }
+        Self {
+            base,
+            os,
+            key,
+            scan_limit: crate::smb_scan::MAX_ENTRIES,
+        }
+    }
+
+    /// As the host, with link scans stopping at `limit` entries (tests: a tree past the limit
+    /// made in milliseconds).
+    #[cfg(test)]
+    fn with_scan_limit(mut self, limit: usize) -> Self {
+        self.scan_limit = limit;
+        self
     }
 
     /// Where the mapping of `mapping.root` with `mapping`'s credentials is mounted.
@@ -599,8 +614,9 @@ impl SmbHost for LinuxSmbHost {
             let dir = self.base.join(first);
             (self.root_of_mount_point(&dir).as_deref() == Some(root)).then_some(dir)
         };
-        let scan =
-            crate::smb_scan::links_using(scan_roots, |t, l| mount_of(&resolved(t, l)).is_some());
+        let scan = crate::smb_scan::links_using_within(scan_roots, self.scan_limit, |t, l| {
+            mount_of(&resolved(t, l)).is_some()
+        });
         Ok(SmbUsers {
             incomplete: scan.incomplete,
             links: scan

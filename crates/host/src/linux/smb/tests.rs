@@ -182,6 +182,11 @@ struct Node {
 
 impl Node {
     fn new(old_kernel: bool) -> Node {
+        Self::with_scan_limit(old_kernel, crate::smb_scan::MAX_ENTRIES)
+    }
+
+    /// As [`Node::new`], with link scans stopping at `scan_limit` entries.
+    fn with_scan_limit(old_kernel: bool, scan_limit: usize) -> Node {
         use csi_proxy_core::filesystem::FilesystemService;
         use csi_proxy_core::paths::{PathPolicy, PathStyle};
         let tmp = tempfile::tempdir().unwrap();
@@ -191,10 +196,10 @@ impl Node {
             old_kernel,
             ..Default::default()
         });
-        let host = Arc::new(LinuxSmbHost::with_os(
-            tmp.path().join("state/smb"),
-            fake.clone(),
-        ));
+        let host = Arc::new(
+            LinuxSmbHost::with_os(tmp.path().join("state/smb"), fake.clone())
+                .with_scan_limit(scan_limit),
+        );
         let policy =
             PathPolicy::new(PathStyle::Posix, &kubelet.display().to_string(), &[]).unwrap();
         let fs = FilesystemService::new(
@@ -548,4 +553,37 @@ fn a_dead_server_delays_only_calls_for_its_own_share() {
         .unwrap();
     assert_eq!(n.fake.attempts.lock().unwrap()["dead"], 1);
     assert_eq!(n.mounts().len(), 1);
+}
+
+/// Issue 41 item 1: the link scan walked the kubelet tree entry by entry under one entry
+/// budget, into emptyDir contents, and took what it had found when
+/// the budget ran out as the whole; walking `pods/` first (the listing's order decides: on
+/// NTFS, `pods` before `plugins`), a pod with a large emptyDir hid another volume's live
+/// staging link, and RemoveSmbGlobalMapping removed the mapping under it. Now only kubelet's
+/// own directories are listed: the link is found and the mapping kept (answered OK), and once
+/// no other volume uses it, the same tree lets it go.
+#[test]
+fn a_large_empty_dir_does_not_hide_another_volumes_staging_link() {
+    const LIMIT: usize = 1_000;
+    let n = Node::with_scan_limit(false, LIMIT);
+    let (own, other) = (n.staging("own"), n.staging("other"));
+    n.map(SHARE, &own, "u", "Pw-1").unwrap();
+    n.map(SHARE, &other, "u", "Pw-1").unwrap();
+    let cache = Path::new(&n.k("pods/uid-1/volumes/kubernetes.io~empty-dir/cache")).to_path_buf();
+    fs::create_dir_all(&cache).unwrap();
+    for i in 0..=LIMIT {
+        fs::File::create(cache.join(i.to_string())).unwrap();
+    }
+    n.svc.remove_smb_global_mapping(SHARE).unwrap();
+    assert_eq!(
+        n.mounts().len(),
+        1,
+        "kept: another volume's staging link uses it"
+    );
+    fs::remove_file(n.k(&other)).unwrap();
+    n.svc.remove_smb_global_mapping(SHARE).unwrap();
+    assert!(
+        n.mounts().is_empty(),
+        "removed: only the caller's own link is left"
+    );
 }
