@@ -211,6 +211,23 @@ impl<K: PartialEq + Clone> Table<K> {
         Ok(())
     }
 
+    /// Holds `key` for `op` on `object` if no held object `overlaps` it; never waits.
+    fn try_hold(&self, key: K, overlaps: impl Fn(&K, &K) -> bool, op: &str, object: &str) -> bool {
+        let mut st = self.lock();
+        if st.held.iter().any(|(h, _)| overlaps(h, &key)) {
+            return false;
+        }
+        st.held.push((
+            key,
+            Holder {
+                op: op.to_owned(),
+                object: object.to_owned(),
+                since: Instant::now(),
+            },
+        ));
+        true
+    }
+
     fn release(&self, key: &K) {
         let mut st = self.lock();
         if let Some(i) = st.held.iter().position(|(h, _)| h == key) {
@@ -223,6 +240,7 @@ impl<K: PartialEq + Clone> Table<K> {
 
 static DISKS: Table<u32> = Table::new();
 static PATHS: Table<String> = Table::new();
+static SMB_ROOTS: Table<String> = Table::new();
 
 /// Holds disk `number` until dropped.
 #[must_use = "the disk is released when the guard is dropped"]
@@ -309,6 +327,51 @@ fn within(inner: &str, outer: &str, separator: char) -> bool {
 impl Drop for PathGuard {
     fn drop(&mut self) {
         PATHS.release(&self.key);
+    }
+}
+
+/// Holds an SMB share root (the lower-cased `\\server\share` a mapping is made of) until
+/// dropped.
+#[must_use = "the share root is released when the guard is dropped"]
+pub struct SmbRootGuard {
+    root: String,
+}
+
+/// Waits until no other operation holds the SMB share root `root` (compared as given: the
+/// caller lower-cases it where names ignore case), then holds it; as [`lock_disk`],
+/// process-wide, bounded and capped the same way. Each root is ordered apart, so a share whose
+/// server does not answer holds up only the calls for that share.
+pub fn lock_smb_root(root: &str, op: &str, object: &str) -> Result<SmbRootGuard> {
+    SMB_ROOTS.hold(
+        root.to_string(),
+        |a, b| a == b,
+        op,
+        object,
+        Kinds {
+            kind: "SMB share",
+            named: &format!("share {root:?}"),
+        },
+        DEFAULT_WAIT,
+    )?;
+    Ok(SmbRootGuard {
+        root: root.to_string(),
+    })
+}
+
+/// Holds the SMB share root `root` if no operation holds it now; `None` (nothing held)
+/// otherwise. Never waits, so a call holding one root may take others without two calls
+/// ever waiting for each other.
+pub fn try_lock_smb_root(root: &str, op: &str, object: &str) -> Option<SmbRootGuard> {
+    SMB_ROOTS
+        .try_hold(root.to_string(), |a, b| a == b, op, object)
+        .then(|| SmbRootGuard {
+            root: root.to_string(),
+        })
+}
+
+impl Drop for SmbRootGuard {
+    fn drop(&mut self) {
+        SMB_ROOTS.release(&self.root);
     }
 }
 

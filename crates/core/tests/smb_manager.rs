@@ -4,7 +4,7 @@
 
 use csi_proxy_core::smb::{
     MappingInfo, MappingState, NewSmbGlobalMappingRequest, SmbHost, SmbLinkUse, SmbMapping,
-    SmbService,
+    SmbService, SmbUsers,
 };
 use csi_proxy_core::{Error, Kind, Result};
 use std::collections::{BTreeMap, BTreeSet};
@@ -44,6 +44,8 @@ struct Fake {
     /// Roots whose server does not answer at all (else a broken mapping is one whose server
     /// refuses its credential).
     unreachable: Mutex<BTreeSet<String>>,
+    /// Why the link scan is incomplete, if it is.
+    incomplete_scan: Mutex<Option<String>>,
 }
 
 impl Fake {
@@ -141,9 +143,9 @@ impl SmbHost for Fake {
     fn credential_mapping(&self, _: &SmbMapping) -> Result<Option<MappingState>> {
         Ok(None)
     }
-    fn smb_mapping_users(&self, root: &str, scan_roots: &[String]) -> Result<Vec<SmbLinkUse>> {
+    fn smb_mapping_users(&self, root: &str, scan_roots: &[String]) -> Result<SmbUsers> {
         assert_eq!(scan_roots, [KUBELET.to_string()]);
-        Ok(self
+        let links = self
             .links
             .lock()
             .unwrap()
@@ -155,7 +157,11 @@ impl SmbHost for Fake {
                 link: link.clone(),
                 remote: remote.clone(),
             })
-            .collect())
+            .collect();
+        Ok(SmbUsers {
+            links,
+            incomplete: self.incomplete_scan.lock().unwrap().clone(),
+        })
     }
 }
 
@@ -404,7 +410,7 @@ fn error_1219_reuses_a_mapping_that_appeared_or_rebinds_unused_ones() {
     let host = Arc::new(Fake::default());
     let svc = service(host.clone());
     // An unused mapping of another share on the same server, made as another user.
-    svc.new_smb_global_mapping(&req("\\\\srv\\other", "", "alice", PASSWORD))
+    svc.new_smb_global_mapping(&req("\\\\srv\\other2", "", "alice", PASSWORD))
         .unwrap();
     host.take();
     svc.new_smb_global_mapping(&req(ROOT, "v", "bob", PASSWORD))
@@ -413,7 +419,7 @@ fn error_1219_reuses_a_mapping_that_appeared_or_rebinds_unused_ones() {
         host.take(),
         [
             create(ROOT, "bob"),
-            Call::Remove("\\\\srv\\other".into()),
+            Call::Remove("\\\\srv\\other2".into()),
             create(ROOT, "bob"),
             Call::Link(ROOT.into(), format!("{KUBELET}/v"))
         ]
@@ -554,7 +560,7 @@ fn a_rebind_never_removes_the_requested_root_under_another_volume() {
         .new_smb_global_mapping(&req("\\\\srv\\share\\b", "v2", "u", PASSWORD))
         .unwrap_err();
     assert_eq!(e.kind(), Kind::FailedPrecondition, "{e}");
-    assert!(e.message().contains("1 links"), "{e}");
+    assert!(e.message().contains("1 other links"), "{e}");
     assert_eq!(host.take(), [create(ROOT, "u"), create(ROOT, "u")]);
     assert_eq!(host.mapped(), [ROOT]);
     // The volume's own earlier link does not count: its re-stage rebinds.
@@ -570,4 +576,51 @@ fn a_rebind_never_removes_the_requested_root_under_another_volume() {
             Call::Link(ROOT.into(), format!("{KUBELET}/v1"))
         ]
     );
+}
+
+/// Issue 41: a link scan that may have missed links (a directory it could not read, its entry
+/// limit) proves nothing unused. Before, what it found was taken as complete: the last link
+/// found gone, the mapping was removed under the links it had not seen. Now
+/// RemoveSmbGlobalMapping keeps it (and answers OK, as for a mapping others use), a new
+/// credential reuses the healthy mapping instead of replacing it, and error 1219 removes no
+/// mapping of the server.
+#[test]
+fn an_incomplete_link_scan_keeps_every_mapping() {
+    const SCAN: &str = "\\\\scan\\vols";
+    let host = Arc::new(Fake::default());
+    let svc = service(host.clone());
+    svc.new_smb_global_mapping(&req(SCAN, "v1", "u", PASSWORD))
+        .unwrap();
+    host.take();
+    *host.incomplete_scan.lock().unwrap() = Some("the entry limit was reached".into());
+
+    // Another volume's stage with a rotated password: the healthy mapping is reused.
+    svc.new_smb_global_mapping(&req(SCAN, "v2", "u", NEW_PASSWORD))
+        .unwrap();
+    assert_eq!(
+        host.take(),
+        [Call::Link(SCAN.into(), format!("{KUBELET}/v2"))],
+        "nothing removed or made again"
+    );
+
+    // The only links gone as far as the scan can tell: kept.
+    host.links.lock().unwrap().clear();
+    svc.remove_smb_global_mapping(SCAN).unwrap();
+    assert_eq!(host.take(), [], "an incomplete scan removes nothing");
+    assert_eq!(host.mapped(), [SCAN]);
+
+    // Error 1219 for another share of the server: the unproven mapping is kept, and the
+    // refusal says why.
+    let e = svc
+        .new_smb_global_mapping(&req("\\\\scan\\logs", "", "other", PASSWORD))
+        .unwrap_err();
+    assert_eq!(e.kind(), Kind::FailedPrecondition, "{e}");
+    assert!(e.message().contains("link scan was incomplete"), "{e}");
+    assert_eq!(host.mapped(), [SCAN]);
+
+    // A complete scan again: the mapping goes with its last link.
+    *host.incomplete_scan.lock().unwrap() = None;
+    host.take();
+    svc.remove_smb_global_mapping(SCAN).unwrap();
+    assert_eq!(host.take(), [Call::Remove(SCAN.into())]);
 }

@@ -396,3 +396,35 @@ async fn share_life(d: &SimDaemon, root: &str, source: &str, sub: &str) {
     let left = usize::from(drv.versions().1 != "v1");
     assert_eq!(d.sim.smb_roots().len(), left, "{source}");
 }
+
+/// Issue 41 item 1 through csi-driver-smb v1.20.3: while the link scan may have missed links
+/// (a directory under the kubelet path it could not list), the driver's unstage succeeds:
+/// RemoveSmbGlobalMapping keeps the mapping it cannot prove unused and answers OK (the driver
+/// removed its count file before the call, so an error would fail this unstage on every retry)
+/// and the driver removes its staging link. Once the scan is whole again, the next volume's
+/// unstage lets the mapping go.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unstage_while_the_link_scan_is_incomplete_succeeds_and_keeps_the_mapping() {
+    let d = SimDaemon::start().await;
+    let mut drv = SmbDriver::new(&d, SmbFlavour::CsiDriverSmb).await;
+    d.sim.add_share(r"\\fs01\vols", Some((r"AZURE\svc", "pw")));
+    let (st1, st2) = (staging("i1"), staging("i2"));
+    drv.stage("pvc-1", "//fs01/vols", Some("pvc-1"), &st1, "svc", "pw")
+        .await
+        .unwrap();
+    d.sim
+        .set_link_scan_incomplete(Some(r"C:\var\lib\kubelet\pods could not be listed"));
+    drv.unstage("pvc-1", &st1).await.unwrap();
+    assert_eq!(
+        d.sim.smb_roots(),
+        [r"\\fs01\vols"],
+        "kept: its users are not known"
+    );
+    assert!(!d.sim.entry_exists(&common::normalize_windows_path(&st1)));
+    d.sim.set_link_scan_incomplete(None);
+    drv.stage("pvc-2", "//fs01/vols", Some("pvc-2"), &st2, "svc", "pw")
+        .await
+        .unwrap();
+    drv.unstage("pvc-2", &st2).await.unwrap();
+    assert!(d.sim.smb_roots().is_empty());
+}

@@ -9,6 +9,7 @@ pub mod format_record;
 pub mod iscsi_discovery;
 #[cfg(target_os = "linux")]
 pub mod linux;
+pub mod probe;
 pub mod smb_scan;
 pub mod windows;
 

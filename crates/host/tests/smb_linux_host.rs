@@ -26,17 +26,16 @@ fn links_lead_into_the_mount_directory_and_are_found_as_users() {
     let tmp = tempfile::tempdir().unwrap();
     let host = LinuxSmbHost::new(tmp.path().join("smb"));
     let kubelet = tmp.path().join("kubelet");
-    let pods = kubelet.join("pods/p1/volumes");
-    std::fs::create_dir_all(&pods).unwrap();
-    let k = |rel: &str| kubelet.join(rel).display().to_string();
+    // Publish links where kubelet puts them: pods/<uid>/volumes/kubernetes.io~csi/<vol>/mount.
+    let vol = |n: u32| {
+        let dir = kubelet.join(format!("pods/p1/volumes/kubernetes.io~csi/v{n}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join("mount").display().to_string()
+    };
 
-    host.new_smb_link(
-        &guest(ROOT),
-        "\\\\FileServer\\Share\\dir\\sub",
-        &k("pods/p1/volumes/v1"),
-    )
-    .unwrap();
-    let target = std::fs::read_link(k("pods/p1/volumes/v1")).unwrap();
+    host.new_smb_link(&guest(ROOT), "\\\\FileServer\\Share\\dir\\sub", &vol(1))
+        .unwrap();
+    let target = std::fs::read_link(vol(1)).unwrap();
     assert_eq!(
         target,
         host.mount_dir(&guest(ROOT))
@@ -45,33 +44,25 @@ fn links_lead_into_the_mount_directory_and_are_found_as_users() {
             .join("sub")
     );
     // A retry of the same request is fine; another target at the same path is not.
-    host.new_smb_link(
-        &guest(ROOT),
-        "\\\\FileServer\\Share\\dir\\sub",
-        &k("pods/p1/volumes/v1"),
-    )
-    .unwrap();
+    host.new_smb_link(&guest(ROOT), "\\\\FileServer\\Share\\dir\\sub", &vol(1))
+        .unwrap();
     let e = host
-        .new_smb_link(
-            &guest(ROOT),
-            "\\\\FileServer\\Share\\other",
-            &k("pods/p1/volumes/v1"),
-        )
+        .new_smb_link(&guest(ROOT), "\\\\FileServer\\Share\\other", &vol(1))
         .unwrap_err();
     assert_eq!(e.kind(), Kind::AlreadyExists, "{e}");
 
     // Another volume on the same share, one on another share, one elsewhere, a relative link
     // into the share, and a link to a directory holding a link (not followed).
-    host.new_smb_link(&guest(ROOT), "//fileserver/share", &k("pods/p1/volumes/v2"))
+    host.new_smb_link(&guest(ROOT), "//fileserver/share", &vol(2))
         .unwrap();
     host.new_smb_link(
         &guest("\\\\fileserver\\other"),
         "\\\\fileserver\\other",
-        &k("pods/p1/volumes/v3"),
+        &vol(3),
     )
     .unwrap();
-    symlink("/etc", k("pods/p1/volumes/v4")).unwrap();
-    let deep = kubelet.join("plugins/a/b/c/d");
+    symlink("/etc", vol(4)).unwrap();
+    let deep = kubelet.join("plugins/kubernetes.io/csi/smb.csi.k8s.io/hash1");
     std::fs::create_dir_all(&deep).unwrap();
     let rel = pathdiff(&host.mount_dir(&guest(ROOT)).unwrap(), &deep);
     symlink(&rel, deep.join("globalmount")).unwrap();
@@ -82,12 +73,17 @@ fn links_lead_into_the_mount_directory_and_are_found_as_users() {
         outside.join("hidden"),
     )
     .unwrap();
-    symlink(&outside, k("pods/p1/volumes/v5")).unwrap();
+    symlink(&outside, vol(5)).unwrap();
 
     let users = host
         .smb_mapping_users(ROOT, &[kubelet.display().to_string()])
         .unwrap();
-    let found: Vec<(String, String)> = users.into_iter().map(|u| (u.link, u.remote)).collect();
+    assert_eq!(users.incomplete, None);
+    let found: Vec<(String, String)> = users
+        .links
+        .into_iter()
+        .map(|u| (u.link, u.remote))
+        .collect();
     assert_eq!(
         found,
         [
@@ -95,20 +91,20 @@ fn links_lead_into_the_mount_directory_and_are_found_as_users() {
                 deep.join("globalmount").display().to_string(),
                 ROOT.to_string()
             ),
-            (k("pods/p1/volumes/v1"), format!("{ROOT}\\dir\\sub")),
-            (k("pods/p1/volumes/v2"), ROOT.to_string()),
+            (vol(1), format!("{ROOT}\\dir\\sub")),
+            (vol(2), ROOT.to_string()),
         ],
         "each link with the remote path it leads to"
     );
     let others = host
         .smb_mapping_users("\\\\fileserver\\other", &[kubelet.display().to_string()])
         .unwrap();
-    assert_eq!(others.len(), 1);
-    assert_eq!(others[0].link, k("pods/p1/volumes/v3"));
+    assert_eq!(others.links.len(), 1);
+    assert_eq!(others.links[0].link, vol(3));
     let none = host
         .smb_mapping_users(ROOT, &[tmp.path().join("missing").display().to_string()])
         .unwrap();
-    assert!(none.is_empty());
+    assert!(none.links.is_empty() && none.incomplete.is_none());
 }
 
 /// `to` relative to the directory `from` (both absolute).

@@ -12,7 +12,7 @@ use crate::filesystem::FilesystemService;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasher, Hash, Hasher, RandomState};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 mod remote;
 
@@ -103,6 +103,16 @@ pub struct SmbLinkUse {
     pub remote: String,
 }
 
+/// The links that use a mapping, and whether the host could look everywhere such a link may be.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SmbUsers {
+    /// The links found.
+    pub links: Vec<SmbLinkUse>,
+    /// Why the scan may have missed links (a directory it could not read, its entry limit):
+    /// the manager then never removes the mapping, since it cannot prove it unused.
+    pub incomplete: Option<String>,
+}
+
 /// What the host is asked to map.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SmbMapping {
@@ -186,9 +196,10 @@ pub trait SmbHost: Send + Sync {
     fn smb_global_mappings(&self) -> Result<Vec<String>>;
 
     /// The links under `scan_roots` (the allowed roots: kubelet path and working dirs) that lead
-    /// into the mapping of `root`; derived from what is on disk, so nothing is lost when the
-    /// daemon restarts.
-    fn smb_mapping_users(&self, root: &str, scan_roots: &[String]) -> Result<Vec<SmbLinkUse>>;
+    /// into the mapping of `root`, looked for where kubelet puts staging and publish links;
+    /// derived from what is on disk, so nothing is lost when the daemon restarts. A scan that
+    /// may have missed some says so in [`SmbUsers::incomplete`].
+    fn smb_mapping_users(&self, root: &str, scan_roots: &[String]) -> Result<SmbUsers>;
 }
 
 /// What the manager does with the mapping a NewSmbGlobalMapping needs.
@@ -249,8 +260,10 @@ pub fn decide(
 ///   it (see `keep_for`: csi-driver-smb asks before removing its own staging link), so two
 ///   volumes on one share do not break each other.
 ///
-/// Operations are serialised: a mapping is never removed between another request's mapping and
-/// its link.
+/// Operations on one share root are ordered (`locks::lock_smb_root`): a mapping is never
+/// removed between another request's mapping and its link, and a share whose server does not
+/// answer holds up only the calls for that share. Removing other mappings on the same server
+/// (Windows error 1219) takes each of their roots without waiting: one busy is kept.
 #[derive(Clone)]
 pub struct SmbService {
     host: Arc<dyn SmbHost>,
@@ -262,11 +275,23 @@ pub struct SmbService {
 /// The manager's memory: only keyed hashes of the credentials each root was mapped with, under
 /// a key made at start-up and never stored, so nothing here can reveal a password.
 struct Manager {
-    lock: Mutex<HashMap<String, Fingerprint>>,
+    remembered: Mutex<HashMap<String, Fingerprint>>,
     key: RandomState,
 }
 
 impl Manager {
+    /// The fingerprints by root; held only to read or change one entry, never across a host
+    /// call (the share root's lock orders the calls).
+    fn remembered(&self) -> MutexGuard<'_, HashMap<String, Fingerprint>> {
+        self.remembered
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn forget(&self, root: &str) {
+        self.remembered().remove(root);
+    }
+
     fn fingerprint(&self, credentials: Option<&SmbCredentials>) -> Fingerprint {
         let mut h = self.key.build_hasher();
         match credentials {
@@ -287,13 +312,39 @@ impl Manager {
 /// caller's own link still exists when it asks: a link leading to exactly `remote` is taken for
 /// it. The mapping is kept while any link leads elsewhere in the share (another volume) or more
 /// than one leads to `remote` (two volumes on the same path). Decided from the links on disk,
-/// so it holds across daemon restarts.
-fn keep_for(users: &[SmbLinkUse], remote: &str) -> bool {
+/// so it holds across daemon restarts. A scan that may have missed links keeps it too.
+fn keep_for(users: &SmbUsers, remote: &str) -> bool {
     let own = users
+        .links
         .iter()
         .filter(|u| same_remote(&u.remote, remote))
         .count();
-    own > 1 || users.len() > own
+    users.incomplete.is_some() || own > 1 || users.links.len() > own
+}
+
+/// The other links a mapping has, as [`SmbService::other_users`] finds them.
+struct Others {
+    links: Vec<String>,
+    /// Why there may be more (see [`SmbUsers::incomplete`]).
+    incomplete: Option<String>,
+}
+
+impl Others {
+    /// Whether the mapping may serve other volumes.
+    fn any(&self) -> bool {
+        !self.links.is_empty() || self.incomplete.is_some()
+    }
+
+    /// The other users, for a message: "3 other links", or why there may be some.
+    fn describe(&self) -> String {
+        match &self.incomplete {
+            None => format!("{} other links use", self.links.len()),
+            Some(why) => format!(
+                "{} other links were found and the link scan was incomplete ({why}), so more may use",
+                self.links.len()
+            ),
+        }
+    }
 }
 
 /// The server part (`\\server`) of a lower-cased share root.
@@ -311,7 +362,7 @@ impl SmbService {
             fs,
             require_privacy,
             manager: Arc::new(Manager {
-                lock: Mutex::new(HashMap::new()),
+                remembered: Mutex::new(HashMap::new()),
                 key: RandomState::new(),
             }),
         }
@@ -350,13 +401,13 @@ impl SmbService {
             credentials,
             require_privacy: self.require_privacy,
         };
-        let mut remembered = self
-            .manager
-            .lock
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _share = crate::locks::lock_smb_root(
+            &mapping.root,
+            NEW,
+            &format!("mapping {:?}", mapping.root),
+        )?;
         let own_link = local.as_ref().map(|l| l.normalised.as_str());
-        self.ensure_mapped(&mapping, own_link, &mut remembered)?;
+        self.ensure_mapped(&mapping, own_link)?;
         match local {
             Some(local) => self
                 .host
@@ -377,25 +428,25 @@ impl SmbService {
 
     /// The links that use the mapping of `root`, but for `own_link` (the request's own local
     /// path, whose link is about to be made again).
-    fn other_users(&self, root: &str, own_link: Option<&str>) -> Result<Vec<String>> {
-        Ok(self
+    fn other_users(&self, root: &str, own_link: Option<&str>) -> Result<Others> {
+        let users = self
             .host
-            .smb_mapping_users(root, self.fs.policy().roots())?
-            .into_iter()
-            .map(|u| u.link)
-            .filter(|l| own_link.is_none_or(|own| !same_remote(l, own)))
-            .collect())
+            .smb_mapping_users(root, self.fs.policy().roots())?;
+        Ok(Others {
+            links: users
+                .links
+                .into_iter()
+                .map(|u| u.link)
+                .filter(|l| own_link.is_none_or(|own| !same_remote(l, own)))
+                .collect(),
+            incomplete: users.incomplete,
+        })
     }
 
-    /// Reuses, replaces or creates the mapping; called with the manager's lock held. `own_link`
+    /// Reuses, replaces or creates the mapping; called with the share root held. `own_link`
     /// is the request's local path: its link (from an earlier stage of the same volume) is
     /// about to be made again, so it does not count as another user of the mapping.
-    fn ensure_mapped(
-        &self,
-        mapping: &SmbMapping,
-        own_link: Option<&str>,
-        remembered: &mut HashMap<String, Fingerprint>,
-    ) -> Result<()> {
+    fn ensure_mapped(&self, mapping: &SmbMapping, own_link: Option<&str>) -> Result<()> {
         let root = &mapping.root;
         let fingerprint = self.manager.fingerprint(mapping.credentials.as_ref());
         let (state, per_credential) = self.state_for(mapping)?;
@@ -403,7 +454,7 @@ impl SmbService {
         let made_with = if per_credential {
             None
         } else {
-            remembered.get(root).copied()
+            self.manager.remembered().get(root).copied()
         };
         match decide(&state, mapping.credentials.as_ref(), fingerprint, made_with) {
             Decision::Reuse => {
@@ -417,14 +468,15 @@ impl SmbService {
                 // a storage key rotation), it heals every volume of the share, as upstream's
                 // remove-and-map-again does.
                 let others = self.other_users(root, own_link)?;
-                if !others.is_empty() {
+                if others.any() {
                     if let MappingState::Present(info) = &state
                         && info.healthy
                     {
                         tracing::info!(
                             root = %root,
-                            users = others.len(),
-                            "reusing a mapping made with other credentials, since other links use it ({why})"
+                            users = others.links.len(),
+                            incomplete = ?others.incomplete,
+                            "reusing a mapping made with other credentials, since other links may use it ({why})"
                         );
                         return Ok(());
                     }
@@ -438,20 +490,20 @@ impl SmbService {
                             NEW,
                             format!("mapping {root:?}"),
                             format!(
-                                "the share does not answer ({}) and {} other links use its \
-                                 mapping, which is kept for them; retry once the server answers",
+                                "the share does not answer ({}) and {} its mapping, which is \
+                                 kept for them; retry once the server answers",
                                 info.status,
-                                others.len()
+                                others.describe()
                             ),
                         ));
                     }
                     tracing::warn!(
                         root = %root,
-                        users = others.len(),
+                        users = others.links.len(),
                         "repairing a broken mapping other links use ({why}): made again with this request's credentials"
                     );
                 }
-                remembered.remove(root);
+                self.manager.forget(root);
                 match self.host.remove_smb_global_mapping(root) {
                     Err(e) if e.kind() != Kind::NotFound => {
                         return Err(
@@ -466,11 +518,11 @@ impl SmbService {
         match self.host.new_smb_global_mapping(mapping) {
             Ok(()) => {}
             Err(e) if e.kind() == Kind::AlreadyExists => {
-                self.rebind(mapping, own_link, fingerprint, remembered, e)?;
+                self.rebind(mapping, own_link, fingerprint, e)?;
             }
             Err(e) => return Err(e),
         }
-        remembered.insert(root.clone(), fingerprint);
+        self.manager.remembered().insert(root.clone(), fingerprint);
         Ok(())
     }
 
@@ -478,13 +530,13 @@ impl SmbService {
     /// 1219: the server has a connection made with other credentials). Reuse what is there if it
     /// is healthy and made as this user; otherwise remove the stale mapping of this root and
     /// every unused mapping on the same server, and try once more. Mappings on the same server
-    /// that links still use are never removed: that conflict is FAILED_PRECONDITION.
+    /// that links still use (or may use: an incomplete scan), or that another call is working
+    /// on, are never removed: that conflict is FAILED_PRECONDITION.
     fn rebind(
         &self,
         mapping: &SmbMapping,
         own_link: Option<&str>,
         fingerprint: Fingerprint,
-        remembered: &mut HashMap<String, Fingerprint>,
         refused: Error,
     ) -> Result<()> {
         let root = &mapping.root;
@@ -500,16 +552,27 @@ impl SmbService {
             if server_of(&other) != server {
                 continue;
             }
+            // Another root of the server is taken without waiting (the caller holds its own):
+            // one a call is working on is left to it, so two calls never wait for each other.
+            let _other = if other == *root {
+                None
+            } else {
+                match crate::locks::try_lock_smb_root(&other, NEW, &format!("mapping {other:?}")) {
+                    Some(guard) => Some(guard),
+                    None => {
+                        in_use.push(format!("{other:?} (another call is working on it)"));
+                        continue;
+                    }
+                }
+            };
             // The requested root too: whatever made the host refuse, a mapping other volumes'
             // links use is never removed under them (the request's own link aside).
-            let users = self
-                .other_users(&other, own_link.filter(|_| other == *root))?
-                .len();
-            if users > 0 {
-                in_use.push(format!("{other:?} ({users} links)"));
+            let others = self.other_users(&other, own_link.filter(|_| other == *root))?;
+            if others.any() {
+                in_use.push(format!("{other:?} ({} it)", others.describe()));
                 continue;
             }
-            remembered.remove(&other);
+            self.manager.forget(&other);
             match self.host.remove_smb_global_mapping(&other) {
                 Err(e) if e.kind() != Kind::NotFound => return Err(e),
                 _ => {}
@@ -523,7 +586,7 @@ impl SmbService {
                 } else {
                     format!(
                         "server {server:?} already has mappings made with other credentials that \
-                         links still use: {} (one set of credentials per server, Windows error 1219)",
+                         are kept: {} (one set of credentials per server, Windows error 1219)",
                         in_use.join(", ")
                     )
                 };
@@ -545,11 +608,7 @@ impl SmbService {
     pub fn remove_smb_global_mapping(&self, remote_path: &str) -> Result<()> {
         let remote = RemotePath::parse(REMOVE, remote_path)?;
         let root = &remote.root;
-        let mut remembered = self
-            .manager
-            .lock
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _share = crate::locks::lock_smb_root(root, REMOVE, &format!("mapping {root:?}"))?;
         if self.host.smb_global_mapping(root)? == MappingState::Absent {
             // A retry of csi-driver-smb's unstage whose removal went through but whose Rmdir of
             // its staging link, next, did not: the link to exactly this path is still there.
@@ -557,7 +616,11 @@ impl SmbService {
             let users = self
                 .host
                 .smb_mapping_users(root, self.fs.policy().roots())?;
-            if users.iter().any(|u| same_remote(&u.remote, &remote.path)) {
+            if users
+                .links
+                .iter()
+                .any(|u| same_remote(&u.remote, &remote.path))
+            {
                 return Ok(());
             }
             return Err(Error::new(
@@ -571,9 +634,20 @@ impl SmbService {
             .host
             .smb_mapping_users(root, self.fs.policy().roots())?;
         if keep_for(&users, &remote.path) {
+            // Kept, and answered OK as for a mapping other volumes use: csi-driver-smb fails
+            // its retried unstage before it reaches this call again (its count file is gone),
+            // so an error would leave the volume's unstage failing for ever, and a mapping
+            // kept loses nothing.
+            if let Some(why) = &users.incomplete {
+                tracing::warn!(
+                    root = %root,
+                    "{REMOVE}: mapping {root:?} kept: the link scan was incomplete ({why}), so it \
+                     cannot be proven unused"
+                );
+            }
             return Ok(());
         }
-        remembered.remove(root);
+        self.manager.forget(root);
         self.host.remove_smb_global_mapping(root)
     }
 }

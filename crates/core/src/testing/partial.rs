@@ -10,7 +10,7 @@
 use crate::disk::{DiskHost, DiskIds, DiskLocation, DiskUsage, OpenElsewhere};
 use crate::error::{Error, Kind, Result};
 use crate::iscsi::{Chap, IscsiHost, Secret, TargetPortal};
-use crate::smb::{MappingState, SmbHost, SmbLinkUse, SmbMapping};
+use crate::smb::{MappingState, SmbHost, SmbMapping, SmbUsers};
 use crate::system::{ServiceInfo, SystemHost};
 use crate::volume::{ResizeTarget, VolumeHost, VolumeStats};
 use std::collections::BTreeMap;
@@ -175,8 +175,8 @@ partial_host! {
         fn smb_global_mappings(&self) -> Result<Vec<String>> {
             Ok(Vec::new())
         }
-        fn smb_mapping_users(&self, root: &str, scan_roots: &[String]) -> Result<Vec<SmbLinkUse>> {
-            Ok(Vec::new())
+        fn smb_mapping_users(&self, root: &str, scan_roots: &[String]) -> Result<SmbUsers> {
+            Ok(SmbUsers::default())
         }
     }
 }

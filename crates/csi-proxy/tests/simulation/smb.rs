@@ -23,7 +23,7 @@ use super::world::{KUBELET, Rng, Weather, weather_hook};
 use csi_proxy_core::filesystem::FilesystemService;
 use csi_proxy_core::paths::{PathPolicy, PathStyle};
 use csi_proxy_core::smb::{
-    MappingState, NewSmbGlobalMappingRequest, SmbHost, SmbLinkUse, SmbMapping, SmbService,
+    MappingState, NewSmbGlobalMappingRequest, SmbHost, SmbMapping, SmbService, SmbUsers,
 };
 use csi_proxy_host::windows::filesystem::WindowsFilesystemHost;
 use csi_proxy_host::windows::os::Win32;
@@ -100,7 +100,7 @@ impl SmbHost for Watched {
         &self,
         root: &str,
         scan_roots: &[String],
-    ) -> csi_proxy_core::Result<Vec<SmbLinkUse>> {
+    ) -> csi_proxy_core::Result<SmbUsers> {
         self.host.smb_mapping_users(root, scan_roots)
     }
 }
@@ -232,6 +232,7 @@ impl SmbWorld {
     fn links(&self) -> BTreeMap<String, String> {
         self.sim
             .links_below(&[KUBELET.to_string()])
+            .0
             .into_iter()
             .map(|(l, t)| (norm(&l), t))
             .collect()

@@ -13,6 +13,12 @@
 //!   following links, before the link is made.
 //! * The mount base is in the state directory (root's, 0700), which no client reaches.
 //!
+//! Every network step (resolving the server's name, the mount, the health `statfs`) runs as a
+//! bounded probe ([`crate::probe`]): its caller waits until its deadline or the step's limit,
+//! one probe per name, mount directory or mount runs at a time (later callers join it), and
+//! the probes stuck at once are capped. A server that does not answer holds a thread per step
+//! of its own, never a caller past its deadline nor another share's calls.
+//!
 //! The mount is made with `mount(2)` directly (no `mount.cifs` helper): the kernel cifs client
 //! takes the UNC as the mount source, the server's address (`ip=`) and the credentials in the
 //! mount data, so the password is only ever in that one system-call argument — never in a
@@ -20,13 +26,16 @@
 //! `[a-z0-9._-]` percent-encoded, so the mount directory names its root and the host's mount
 //! table is the whole truth about mappings.
 
-use csi_proxy_core::smb::{MappingInfo, MappingState, SmbHost, SmbLinkUse, SmbMapping};
+use csi_proxy_core::smb::{MappingInfo, MappingState, SmbHost, SmbLinkUse, SmbMapping, SmbUsers};
 use csi_proxy_core::{Error, Kind, Result};
 use rustix::mount::MountFlags;
 use std::ffi::CString;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use crate::probe::{Probes, until};
 
 use super::mountinfo::{self, MountInfo};
 use super::state_dir;
@@ -45,12 +54,34 @@ const REMOVE: &str = "RemoveSmbGlobalMapping";
 /// percent-encoded in root keys, so the split is unambiguous).
 const TAG_SEPARATOR: char = '@';
 
+/// How long resolving a server's name may take (without a nearer caller deadline).
+const RESOLVE_LIMIT: Duration = Duration::from_secs(10);
+/// How long a cifs mount may take: the kernel's own connect attempts to a server that does not
+/// answer last about as long.
+const MOUNT_LIMIT: Duration = Duration::from_secs(60);
+/// How long a mount may take to answer `statfs` before it counts as not answering.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many probes of each step may be stuck at once; past that a step fails at once.
+const MAX_PROBES: usize = 16;
+
+/// The name lookups in flight, by server.
+static RESOLVES: LazyLock<Arc<Probes<Option<String>>>> =
+    LazyLock::new(|| Arc::new(Probes::new(MAX_PROBES)));
+/// The mounts in flight, by mount directory.
+static MOUNTS: LazyLock<Arc<Probes<std::result::Result<(), rustix::io::Errno>>>> =
+    LazyLock::new(|| Arc::new(Probes::new(MAX_PROBES)));
+/// The health probes in flight, by mount directory.
+static HEALTH: LazyLock<Arc<Probes<std::result::Result<(), String>>>> =
+    LazyLock::new(|| Arc::new(Probes::new(MAX_PROBES)));
+
 /// The Linux SMB host.
 pub struct LinuxSmbHost {
     base: PathBuf,
     os: Arc<dyn CifsOs>,
     /// `None` when the kernel gave no random key: mappings then fail, naming why.
     key: Option<CredentialKey>,
+    /// Most directory entries one link scan looks at ([`crate::smb_scan::MAX_ENTRIES`]).
+    scan_limit: usize,
 }
 
 /// The mount directory name of a lower-cased `\\server\share` root.
@@ -165,7 +196,20 @@ impl LinuxSmbHost {
         let key = CredentialKey::load_or_create(&base)
             .map_err(|e| tracing::error!("no random key for SMB credential tags: {e}"))
             .ok();
-        Self { base, os, key }
+        Self {
+            base,
+            os,
+            key,
+            scan_limit: crate::smb_scan::MAX_ENTRIES,
+        }
+    }
+
+    /// As the host, with link scans stopping at `limit` entries (tests: a tree past the limit
+    /// made in milliseconds).
+    #[cfg(test)]
+    fn with_scan_limit(mut self, limit: usize) -> Self {
+        self.scan_limit = limit;
+        self
     }
 
     /// Where the mapping of `mapping.root` with `mapping`'s credentials is mounted.
@@ -218,8 +262,32 @@ impl LinuxSmbHost {
             .flatten()
     }
 
+    /// A probe key: the step's object, on this host's OS (each fake in a test process is its
+    /// own machine).
+    fn probe_key(&self, object: &str) -> String {
+        format!("{:p} {object}", Arc::as_ptr(&self.os))
+    }
+
+    /// Whether the mount at `dir` answers `statfs` within [`HEALTH_TIMEOUT`] (or the caller's
+    /// deadline).
+    fn answers(&self, dir: &Path) -> std::result::Result<(), String> {
+        let (os, d) = (self.os.clone(), dir.to_path_buf());
+        HEALTH
+            .answers(
+                &self.probe_key(&dir.display().to_string()),
+                until(HEALTH_TIMEOUT),
+                move || os.answers(&d),
+            )
+            .unwrap_or_else(|| {
+                Err(format!(
+                    "not answering within {} s or the caller's deadline",
+                    HEALTH_TIMEOUT.as_secs()
+                ))
+            })
+    }
+
     fn state_of(&self, dir: &Path) -> MappingState {
-        let (healthy, status) = match self.os.answers(dir) {
+        let (healthy, status) = match self.answers(dir) {
             Ok(()) => (true, "OK".to_string()),
             Err(why) => (false, why),
         };
@@ -233,29 +301,84 @@ impl LinuxSmbHost {
         })
     }
 
-    /// Mounts `source` at `dir` with `nosuid,nodev,nosymfollow`; a kernel older than 5.10
-    /// refuses `nosymfollow` with EINVAL, and the mount is then made without it (links are
-    /// then checked when a staging link is made, see [`Self::check_beneath`]).
-    fn mount(
-        &self,
-        source: &str,
-        dir: &Path,
-        data: &CString,
-    ) -> std::result::Result<(), rustix::io::Errno> {
-        let safe = MountFlags::NOSUID | MountFlags::NODEV;
-        match self
-            .os
-            .mount(source, dir, safe | MountFlags::NOSYMFOLLOW, data)
-        {
-            Err(rustix::io::Errno::INVAL) => {
-                let r = self.os.mount(source, dir, safe, data);
-                if r.is_ok() {
-                    tracing::warn!(dir = %dir.display(), "the kernel refused nosymfollow; links on the share are checked before each staging link instead");
+    /// An address of `server`, resolved within [`RESOLVE_LIMIT`] (or the caller's deadline).
+    fn resolve(&self, server: &str, object: &str) -> Result<String> {
+        let (os, name) = (self.os.clone(), server.to_string());
+        match RESOLVES.answers(&self.probe_key(server), until(RESOLVE_LIMIT), move || {
+            os.resolve(&name)
+        }) {
+            Some(Some(ip)) => Ok(ip),
+            // The kernel client cannot resolve names: resolved here, as mount.cifs does.
+            Some(None) => Err(Error::new(
+                Kind::NotFound,
+                NEW,
+                object,
+                format!("server {server:?} does not resolve to an address"),
+            )),
+            None => Err(Error::new(
+                Kind::Unavailable,
+                NEW,
+                object,
+                format!(
+                    "the name servers did not resolve server {server:?} within {} s or the \
+                     caller's deadline; retry later",
+                    RESOLVE_LIMIT.as_secs()
+                ),
+            )),
+        }
+    }
+
+    /// Mounts `source` at `dir` ([`mount_cifs`]) within [`MOUNT_LIMIT`] (or the caller's
+    /// deadline). A mount that does not end in time goes on: when it succeeds later, a retry
+    /// finds it in the mount table and uses it; when it fails, its directory is removed.
+    fn mount_bounded(&self, source: &str, dir: &Path, data: CString, object: &str) -> Result<()> {
+        let (os, src, d) = (self.os.clone(), source.to_string(), dir.to_path_buf());
+        let answer = MOUNTS.answers(
+            &self.probe_key(&dir.display().to_string()),
+            until(MOUNT_LIMIT),
+            move || {
+                let r = mount_cifs(&*os, &src, &d, &data);
+                if r.is_err() {
+                    let _ = fs::remove_dir(&d);
                 }
                 r
+            },
+        );
+        let errno = match answer {
+            Some(Ok(())) => return Ok(()),
+            Some(Err(errno)) => errno,
+            None => {
+                return Err(Error::new(
+                    Kind::Unavailable,
+                    NEW,
+                    object,
+                    format!(
+                        "the cifs mount at {:?} did not complete within {} s or the caller's \
+                         deadline (the server does not answer); it goes on, and a retry uses \
+                         it once it is made",
+                        dir.display(),
+                        MOUNT_LIMIT.as_secs()
+                    ),
+                ));
             }
-            r => r,
-        }
+        };
+        let kind = match errno {
+            rustix::io::Errno::ACCESS | rustix::io::Errno::PERM => Kind::PermissionDenied,
+            rustix::io::Errno::NODEV => Kind::FailedPrecondition,
+            rustix::io::Errno::HOSTUNREACH
+            | rustix::io::Errno::CONNREFUSED
+            | rustix::io::Errno::TIMEDOUT
+            | rustix::io::Errno::HOSTDOWN => Kind::Unavailable,
+            rustix::io::Errno::NOENT | rustix::io::Errno::NXIO => Kind::NotFound,
+            rustix::io::Errno::INVAL => Kind::InvalidArgument,
+            _ => Kind::Internal,
+        };
+        Err(Error::new(
+            kind,
+            NEW,
+            object,
+            format!("cifs mount at {:?} failed: {errno}", dir.display()),
+        ))
     }
 
     /// Checks, on a mount made without `nosymfollow`, that `sub` leads beneath the mount root
@@ -294,6 +417,28 @@ impl LinuxSmbHost {
             };
         }
         Ok(())
+    }
+}
+
+/// Mounts `source` at `dir` with `nosuid,nodev,nosymfollow`; a kernel older than 5.10 refuses
+/// `nosymfollow` with EINVAL, and the mount is then made without it (links are then checked
+/// when a staging link is made, see [`LinuxSmbHost::check_beneath`]).
+fn mount_cifs(
+    os: &dyn CifsOs,
+    source: &str,
+    dir: &Path,
+    data: &CString,
+) -> std::result::Result<(), rustix::io::Errno> {
+    let safe = MountFlags::NOSUID | MountFlags::NODEV;
+    match os.mount(source, dir, safe | MountFlags::NOSYMFOLLOW, data) {
+        Err(rustix::io::Errno::INVAL) => {
+            let r = os.mount(source, dir, safe, data);
+            if r.is_ok() {
+                tracing::warn!(dir = %dir.display(), "the kernel refused nosymfollow; links on the share are checked before each staging link instead");
+            }
+            r
+        }
+        r => r,
     }
 }
 
@@ -344,15 +489,7 @@ impl SmbHost for LinuxSmbHost {
         }
         let body = mapping.root.trim_start_matches('\\');
         let server = body.split('\\').next().unwrap_or(body);
-        // The kernel client cannot resolve names: resolve here, as mount.cifs does.
-        let ip = self.os.resolve(server).ok_or_else(|| {
-            Error::new(
-                Kind::NotFound,
-                NEW,
-                &object,
-                format!("server {server:?} does not resolve to an address"),
-            )
-        })?;
+        let ip = self.resolve(server, &object)?;
         let data = mount_data(mapping, &ip).map_err(|why| Error::invalid(NEW, &object, why))?;
         let data = CString::new(data)
             .map_err(|_| Error::invalid(NEW, &object, "a credential contains a NUL character"))?;
@@ -364,26 +501,7 @@ impl SmbHost for LinuxSmbHost {
             })
             .map_err(|e| Error::io(NEW, format!("mount directory {:?}", dir.display()), &e))?;
         let source = mount_source(&mapping.root);
-        self.mount(&source, &dir, &data).map_err(|errno| {
-            let _ = fs::remove_dir(&dir);
-            let kind = match errno {
-                rustix::io::Errno::ACCESS | rustix::io::Errno::PERM => Kind::PermissionDenied,
-                rustix::io::Errno::NODEV => Kind::FailedPrecondition,
-                rustix::io::Errno::HOSTUNREACH
-                | rustix::io::Errno::CONNREFUSED
-                | rustix::io::Errno::TIMEDOUT
-                | rustix::io::Errno::HOSTDOWN => Kind::Unavailable,
-                rustix::io::Errno::NOENT | rustix::io::Errno::NXIO => Kind::NotFound,
-                rustix::io::Errno::INVAL => Kind::InvalidArgument,
-                _ => Kind::Internal,
-            };
-            Error::new(
-                kind,
-                NEW,
-                &object,
-                format!("cifs mount at {:?} failed: {errno}", dir.display()),
-            )
-        })?;
+        self.mount_bounded(&source, &dir, data, &object)?;
         tracing::info!(root = %mapping.root, dir = %dir.display(), "SMB share mounted");
         Ok(())
     }
@@ -481,7 +599,7 @@ impl SmbHost for LinuxSmbHost {
     }
 
     /// The links leading into any credential's mount of `root`.
-    fn smb_mapping_users(&self, root: &str, scan_roots: &[String]) -> Result<Vec<SmbLinkUse>> {
+    fn smb_mapping_users(&self, root: &str, scan_roots: &[String]) -> Result<SmbUsers> {
         let resolved = |target: &Path, link: &Path| {
             lexical(&if target.is_absolute() {
                 target.to_path_buf()
@@ -496,8 +614,13 @@ impl SmbHost for LinuxSmbHost {
             let dir = self.base.join(first);
             (self.root_of_mount_point(&dir).as_deref() == Some(root)).then_some(dir)
         };
-        Ok(
-            crate::smb_scan::links_using(scan_roots, |t, l| mount_of(&resolved(t, l)).is_some())
+        let scan = crate::smb_scan::links_using_within(scan_roots, self.scan_limit, |t, l| {
+            mount_of(&resolved(t, l)).is_some()
+        });
+        Ok(SmbUsers {
+            incomplete: scan.incomplete,
+            links: scan
+                .links
                 .into_iter()
                 .map(|(link, target)| {
                     // The remote path is the root plus the link's path inside the mount.
@@ -511,6 +634,6 @@ impl SmbHost for LinuxSmbHost {
                     SmbLinkUse { link, remote }
                 })
                 .collect(),
-        )
+        })
     }
 }

@@ -17,7 +17,7 @@ use super::os::files::{create_symlink, utf16};
 use super::os::pool::until;
 use super::os::probe::Probes;
 use super::os::{OsError, ReturnValue, Win32Result, os_error, wmi_retrying};
-use csi_proxy_core::smb::{MappingInfo, MappingState, SmbHost, SmbLinkUse, SmbMapping};
+use csi_proxy_core::smb::{MappingInfo, MappingState, SmbHost, SmbLinkUse, SmbMapping, SmbUsers};
 use csi_proxy_core::{Error, Kind, Result};
 use csi_proxy_formats::reparse::{self, LinkDestination};
 use std::sync::{Arc, LazyLock};
@@ -318,10 +318,9 @@ impl SmbHost for WindowsSmbHost {
         Ok(roots)
     }
 
-    fn smb_mapping_users(&self, root: &str, scan_roots: &[String]) -> Result<Vec<SmbLinkUse>> {
-        Ok(self
-            .os
-            .links_below(scan_roots)
+    fn smb_mapping_users(&self, root: &str, scan_roots: &[String]) -> Result<SmbUsers> {
+        let (links, incomplete) = self.os.links_below(scan_roots);
+        let links = links
             .into_iter()
             .filter(|(_, target)| {
                 csi_proxy_core::smb::share_root_of_link_target(target).as_deref() == Some(root)
@@ -330,7 +329,8 @@ impl SmbHost for WindowsSmbHost {
                 let remote = csi_proxy_core::smb::remote_of_link_target(&target).unwrap_or(target);
                 SmbLinkUse { link, remote }
             })
-            .collect())
+            .collect();
+        Ok(SmbUsers { links, incomplete })
     }
 }
 

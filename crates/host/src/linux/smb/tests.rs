@@ -58,13 +58,45 @@ struct FakeCifs {
     mounts: std::sync::Mutex<Vec<(PathBuf, MountFlags, String)>>,
     /// The source of each mount made, in order.
     sources: std::sync::Mutex<Vec<String>>,
+    /// Servers that do not answer: a mount of one of their shares, and `statfs` of a mount of
+    /// one, block until they answer again, as the kernel's do while it waits out its timeouts.
+    dead: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// Names the name servers do not answer for: resolving one blocks.
+    dns_dead: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// Mount attempts, by server.
+    attempts: std::sync::Mutex<std::collections::BTreeMap<String, usize>>,
+}
+
+impl FakeCifs {
+    /// Blocks while `server` is in `set`.
+    fn wait_while(set: &std::sync::Mutex<std::collections::BTreeSet<String>>, server: &str) {
+        while set.lock().unwrap().contains(server) {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+
+    fn set(set: &std::sync::Mutex<std::collections::BTreeSet<String>>, server: &str, on: bool) {
+        let mut s = set.lock().unwrap();
+        if on {
+            s.insert(server.to_string());
+        } else {
+            s.remove(server);
+        }
+    }
+
+    /// The server a mount's source names (`//server/share`).
+    fn server_of_source(source: &str) -> String {
+        let unc = source.trim_start_matches('/');
+        unc.split('/').next().unwrap_or("").to_string()
+    }
 }
 
 impl CifsOs for FakeCifs {
     fn cifs_missing(&self) -> Option<String> {
         None
     }
-    fn resolve(&self, _: &str) -> Option<String> {
+    fn resolve(&self, server: &str) -> Option<String> {
+        Self::wait_while(&self.dns_dead, server);
         Some("10.0.0.9".into())
     }
     fn mount(
@@ -79,6 +111,14 @@ impl CifsOs for FakeCifs {
         }
         let data = data.to_string_lossy().into_owned();
         self.sources.lock().unwrap().push(source.to_string());
+        let server = Self::server_of_source(source);
+        *self
+            .attempts
+            .lock()
+            .unwrap()
+            .entry(server.clone())
+            .or_default() += 1;
+        Self::wait_while(&self.dead, &server);
         self.mounts
             .lock()
             .unwrap()
@@ -120,7 +160,13 @@ impl CifsOs for FakeCifs {
             })
             .collect())
     }
-    fn answers(&self, _: &Path) -> std::result::Result<(), String> {
+    fn answers(&self, dir: &Path) -> std::result::Result<(), String> {
+        // The mount directory's name says whose root it is.
+        let root = dir.file_name().and_then(|n| key_root(&n.to_string_lossy()));
+        if let Some(root) = root {
+            let server = root.trim_start_matches('\\').split('\\').next();
+            Self::wait_while(&self.dead, server.unwrap_or_default());
+        }
         Ok(())
     }
 }
@@ -136,6 +182,11 @@ struct Node {
 
 impl Node {
     fn new(old_kernel: bool) -> Node {
+        Self::with_scan_limit(old_kernel, crate::smb_scan::MAX_ENTRIES)
+    }
+
+    /// As [`Node::new`], with link scans stopping at `scan_limit` entries.
+    fn with_scan_limit(old_kernel: bool, scan_limit: usize) -> Node {
         use csi_proxy_core::filesystem::FilesystemService;
         use csi_proxy_core::paths::{PathPolicy, PathStyle};
         let tmp = tempfile::tempdir().unwrap();
@@ -145,10 +196,10 @@ impl Node {
             old_kernel,
             ..Default::default()
         });
-        let host = Arc::new(LinuxSmbHost::with_os(
-            tmp.path().join("state/smb"),
-            fake.clone(),
-        ));
+        let host = Arc::new(
+            LinuxSmbHost::with_os(tmp.path().join("state/smb"), fake.clone())
+                .with_scan_limit(scan_limit),
+        );
         let policy =
             PathPolicy::new(PathStyle::Posix, &kubelet.display().to_string(), &[]).unwrap();
         let fs = FilesystemService::new(
@@ -187,6 +238,13 @@ impl Node {
             })
     }
 
+    /// A staging path as kubelet makes it (relative to the kubelet directory), its parent made.
+    fn staging(&self, name: &str) -> String {
+        let rel = format!("plugins/kubernetes.io/csi/smb.csi.k8s.io/{name}/globalmount");
+        fs::create_dir_all(Path::new(&self.k(&rel)).parent().unwrap()).unwrap();
+        rel
+    }
+
     fn mounts(&self) -> Vec<(PathBuf, MountFlags, String)> {
         self.fake.mounts.lock().unwrap().clone()
     }
@@ -200,13 +258,15 @@ const SHARE: &str = "\\\\srv\\share";
 #[test]
 fn each_credential_gets_a_mount_of_its_own() {
     let n = Node::new(false);
-    n.map(SHARE, "pods/a", "CORP\\alice", "Alice-Pw-1").unwrap();
-    n.map(SHARE, "pods/b", "CORP\\bob", "Bob-Pw-2").unwrap();
-    n.map(SHARE, "pods/a", "CORP\\alice", "Alice-Pw-1").unwrap(); // retry
+    let [pa, pb, pc, pd] = ["a", "b", "c", "d"].map(|v| n.staging(v));
+    let [pa, pb, pc, pd] = [pa.as_str(), pb.as_str(), pc.as_str(), pd.as_str()];
+    n.map(SHARE, pa, "CORP\\alice", "Alice-Pw-1").unwrap();
+    n.map(SHARE, pb, "CORP\\bob", "Bob-Pw-2").unwrap();
+    n.map(SHARE, pa, "CORP\\alice", "Alice-Pw-1").unwrap(); // retry
     let mounts = n.mounts();
     assert_eq!(mounts.len(), 2, "{mounts:?}");
-    let a = fs::read_link(n.k("pods/a")).unwrap();
-    let b = fs::read_link(n.k("pods/b")).unwrap();
+    let a = fs::read_link(n.k(pa)).unwrap();
+    let b = fs::read_link(n.k(pb)).unwrap();
     assert_ne!(a, b);
     let (dir_a, _, data_a) = mounts.iter().find(|(d, ..)| *d == a).unwrap();
     let (_, _, data_b) = mounts.iter().find(|(d, ..)| *d == b).unwrap();
@@ -222,11 +282,10 @@ fn each_credential_gets_a_mount_of_its_own() {
         assert!(!name.contains("Pw-") && !name.contains("alice"), "{name}");
     }
     // Same user, another password: yet another mount; the same user in other case: the same.
-    n.map(SHARE, "pods/c", "CORP\\alice", "Alice-Pw-rotated")
-        .unwrap();
-    n.map(SHARE, "pods/d", "corp\\ALICE", "Alice-Pw-1").unwrap();
+    n.map(SHARE, pc, "CORP\\alice", "Alice-Pw-rotated").unwrap();
+    n.map(SHARE, pd, "corp\\ALICE", "Alice-Pw-1").unwrap();
     assert_eq!(n.mounts().len(), 3);
-    assert_eq!(fs::read_link(n.k("pods/d")).unwrap(), a);
+    assert_eq!(fs::read_link(n.k(pd)).unwrap(), a);
 
     // Every link counts as a user of the share, whichever credential's mount it leads into:
     // removal keeps the mounts while others use them, and takes them all once none does.
@@ -234,11 +293,12 @@ fn each_credential_gets_a_mount_of_its_own() {
         .host
         .smb_mapping_users("\\\\srv\\share", &[n.k("")])
         .unwrap();
-    assert_eq!(users.len(), 4, "{users:?}");
+    assert_eq!(users.links.len(), 4, "{users:?}");
+    assert_eq!(users.incomplete, None);
     assert_eq!(n.host.smb_global_mappings().unwrap(), ["\\\\srv\\share"]);
     n.svc.remove_smb_global_mapping(SHARE).unwrap();
     assert_eq!(n.mounts().len(), 3, "kept while other links use it");
-    for l in ["pods/a", "pods/b", "pods/c", "pods/d"] {
+    for l in [pa, pb, pc, pd] {
         fs::remove_file(n.k(l)).unwrap();
     }
     n.svc.remove_smb_global_mapping(SHARE).unwrap();
@@ -401,4 +461,129 @@ fn the_local_link_is_never_made_outside_while_a_component_is_swapped() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert!(escaped.is_empty(), "links made outside: {escaped:?}");
+}
+
+/// Runs `f` on a thread of its own with a deadline `ms` from now (none: `None`); its answer
+/// arrives on the channel.
+fn on_thread<T: Send + 'static>(
+    ms: Option<u64>,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::sync::mpsc::Receiver<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let deadline =
+            ms.map(|ms| std::time::Instant::now() + std::time::Duration::from_millis(ms));
+        let _ = tx.send(csi_proxy_core::deadline::within(deadline, f));
+    });
+    rx
+}
+
+/// Runs `map(remote)` as [`on_thread`] does.
+fn map_on_thread(
+    n: &Arc<Node>,
+    remote: &'static str,
+    ms: Option<u64>,
+) -> std::sync::mpsc::Receiver<Result<()>> {
+    let n = n.clone();
+    on_thread(ms, move || n.map(remote, "", "u", "Pw-1"))
+}
+
+/// Issue 35: one node-wide mutex was held across the name lookup and the cifs mount, so a
+/// server that does not answer stalled every SMB stage and unstage on the node, and neither
+/// step heeded the caller's deadline. Now a stage on a dead server ends at its deadline (the
+/// mount goes on, bounded, and a retry joins it instead of starting another), a stage on a
+/// name the name servers do not answer for too, another server's stage and unstage complete
+/// at once, and an unstage of the dead share ends at its deadline.
+#[test]
+fn a_dead_server_delays_only_calls_for_its_own_share() {
+    use std::time::Duration;
+    const DEAD: &str = "\\\\dead\\vols";
+    let n = Arc::new(Node::new(false));
+    FakeCifs::set(&n.fake.dead, "dead", true);
+    FakeCifs::set(&n.fake.dns_dead, "nodns", true);
+
+    let e = map_on_thread(&n, DEAD, Some(300))
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the dead server's stage ends at its caller's deadline")
+        .unwrap_err();
+    assert_eq!(e.kind(), Kind::Unavailable, "{e}");
+    assert!(e.message().contains("did not complete"), "{e}");
+    let e = map_on_thread(&n, "\\\\nodns\\vols", Some(300))
+        .recv_timeout(Duration::from_secs(5))
+        .expect("a name lookup that hangs ends at the caller's deadline")
+        .unwrap_err();
+    assert_eq!(e.kind(), Kind::Unavailable, "{e}");
+    assert!(e.message().contains("did not resolve"), "{e}");
+
+    // Meanwhile, without a deadline, a retry for the dead share waits on it; another server's
+    // stage is not held up.
+    let waiting = map_on_thread(&n, DEAD, None);
+    map_on_thread(&n, "\\\\alive\\vols", None)
+        .recv_timeout(Duration::from_secs(1))
+        .expect("another server's stage completes within a second")
+        .unwrap();
+    assert_eq!(
+        n.fake.attempts.lock().unwrap()["dead"],
+        1,
+        "one mount in flight"
+    );
+    // Another server's unstage is not held up either; one of the dead share waits on it, and
+    // ends at its deadline.
+    let m = n.clone();
+    on_thread(None, move || {
+        m.svc.remove_smb_global_mapping("\\\\alive\\vols")
+    })
+    .recv_timeout(Duration::from_secs(1))
+    .expect("another server's unstage completes within a second")
+    .unwrap();
+    assert!(n.mounts().is_empty(), "{:?}", n.mounts());
+    let m = n.clone();
+    let e = on_thread(Some(300), move || m.svc.remove_smb_global_mapping(DEAD))
+        .recv_timeout(Duration::from_secs(5))
+        .expect("an unstage of the dead share ends at its caller's deadline")
+        .unwrap_err();
+    assert_eq!(e.kind(), Kind::DeadlineExceeded, "{e}");
+
+    // The server answers: the mount in flight completes and the waiting retry uses it.
+    FakeCifs::set(&n.fake.dead, "dead", false);
+    FakeCifs::set(&n.fake.dns_dead, "nodns", false);
+    waiting
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the retry ends once the server answers")
+        .unwrap();
+    assert_eq!(n.fake.attempts.lock().unwrap()["dead"], 1);
+    assert_eq!(n.mounts().len(), 1);
+}
+
+/// Issue 41 item 1: the link scan walked the kubelet tree entry by entry under one entry
+/// budget, into emptyDir contents, and took what it had found when
+/// the budget ran out as the whole; walking `pods/` first (the listing's order decides: on
+/// NTFS, `pods` before `plugins`), a pod with a large emptyDir hid another volume's live
+/// staging link, and RemoveSmbGlobalMapping removed the mapping under it. Now only kubelet's
+/// own directories are listed: the link is found and the mapping kept (answered OK), and once
+/// no other volume uses it, the same tree lets it go.
+#[test]
+fn a_large_empty_dir_does_not_hide_another_volumes_staging_link() {
+    const LIMIT: usize = 1_000;
+    let n = Node::with_scan_limit(false, LIMIT);
+    let (own, other) = (n.staging("own"), n.staging("other"));
+    n.map(SHARE, &own, "u", "Pw-1").unwrap();
+    n.map(SHARE, &other, "u", "Pw-1").unwrap();
+    let cache = Path::new(&n.k("pods/uid-1/volumes/kubernetes.io~empty-dir/cache")).to_path_buf();
+    fs::create_dir_all(&cache).unwrap();
+    for i in 0..=LIMIT {
+        fs::File::create(cache.join(i.to_string())).unwrap();
+    }
+    n.svc.remove_smb_global_mapping(SHARE).unwrap();
+    assert_eq!(
+        n.mounts().len(),
+        1,
+        "kept: another volume's staging link uses it"
+    );
+    fs::remove_file(n.k(&other)).unwrap();
+    n.svc.remove_smb_global_mapping(SHARE).unwrap();
+    assert!(
+        n.mounts().is_empty(),
+        "removed: only the caller's own link is left"
+    );
 }

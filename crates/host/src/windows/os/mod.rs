@@ -9,7 +9,7 @@
 
 pub mod files;
 pub mod pool;
-pub mod probe;
+pub use crate::probe;
 
 pub use files::FileApi;
 
@@ -405,9 +405,10 @@ pub trait Win32: FileApi + Send + Sync {
     /// answer). On a dead server this blocks for long; callers bound the wait
     /// ([`probe::Probes`]).
     fn dir_opens(&self, dir: &str) -> Win32Result<()>;
-    /// Every symbolic link below `roots` (bounded scan, links not followed), as
-    /// `(link, target as stored)`.
-    fn links_below(&self, roots: &[String]) -> Vec<(String, String)>;
+    /// Every symbolic link at kubelet's staging and publish places below `roots`
+    /// ([`crate::smb_scan`]: bounded, links read and not followed), as `(link, target as
+    /// stored)`, and why the scan may have missed some, if it may have.
+    fn links_below(&self, roots: &[String]) -> (Vec<(String, String)>, Option<String>);
     /// `OpenServiceW(name, SERVICE_QUERY_STATUS)` and `QueryServiceStatusEx`: the service's
     /// `dwCurrentState`.
     fn service_state(&self, name: &str) -> Win32Result<u32>;

@@ -321,11 +321,7 @@ pub fn as_os_error(e: &Error) -> OsError {
     OsError::with_message(code, e.message())
 }
 
-/// `now + limit`, or the current call's deadline when that comes first.
-pub fn until(limit: Duration) -> Instant {
-    let by_limit = Instant::now() + limit;
-    csi_proxy_core::deadline::current().map_or(by_limit, |d| d.min(by_limit))
-}
+pub use crate::probe::until;
 
 #[cfg(test)]
 mod tests {

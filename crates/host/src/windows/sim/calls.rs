@@ -311,7 +311,10 @@ impl Win32 for SimWindows {
         credential: Option<&str>,
     ) -> Win32Result<ReturnValue> {
         let (remote, credential) = (remote.to_string(), credential.map(str::to_string));
-        self.wmi_call(SMB, "smb_create_global_mapping", move |s| {
+        let hangs = remote.clone();
+        // A server that does not answer holds the Create (and its WMI thread) until it does.
+        let blocked = move |s: &State| smb::unc_hangs(s, &hangs);
+        self.wmi_call_blocked(SMB, "smb_create_global_mapping", blocked, move |s| {
             if let Some(odd) = s.odd_return.take() {
                 return Ok(odd);
             }
@@ -351,14 +354,16 @@ impl Win32 for SimWindows {
         Err(smb::unc_error(&s, dir).unwrap_or(OsError::new(code::PATH_NOT_FOUND)))
     }
 
-    fn links_below(&self, roots: &[String]) -> Vec<(String, String)> {
+    fn links_below(&self, roots: &[String]) -> (Vec<(String, String)>, Option<String>) {
         let s = self.lock();
         let roots: Vec<String> = roots.iter().map(|r| format!("{}\\", key(r))).collect();
-        s.links
+        let links = s
+            .links
             .iter()
             .filter(|(k, _)| roots.iter().any(|r| k.starts_with(r.as_str())))
             .map(|(_, l)| (l.text.clone(), l.target.clone()))
-            .collect()
+            .collect();
+        (links, s.link_scan_incomplete.clone())
     }
 
     fn service_state(&self, name: &str) -> Win32Result<u32> {

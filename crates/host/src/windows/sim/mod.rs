@@ -234,6 +234,9 @@ struct State {
     smb_mappings: BTreeMap<String, smb::Mapping>,
     /// How failed SMB mapping methods answer.
     smb_encoding: smb::SmbFailureEncoding,
+    /// Why the scan for links below the allowed roots misses some (a directory it cannot
+    /// list), if it does.
+    link_scan_incomplete: Option<String>,
     /// What a WMI connection made before `winmgmt` restarted answers (RPC_E_DISCONNECTED, or
     /// another "server gone" code); `None` while connected.
     wmi_gone: Option<u32>,

@@ -9,6 +9,10 @@
 //!   cannot encrypt fails with ERROR_ACCESS_DENIED (5) and is not made;
 //! - a mapping whose server stopped answering is listed `Disconnected` (status 2), and paths
 //!   below it do not answer;
+//! - a server that does not answer at all (`set_share_hangs`) holds an open below its share,
+//!   and a `Create` of a mapping of it, on its WMI thread, until it answers again (the SMB
+//!   client waits out its request timeout, MS-SMB2 3.2.6.1); other servers' mappings and the
+//!   listing are not held up;
 //! - a server whose password changed (an Azure Files key rotation) keeps the sessions already
 //!   made; once they drop (server restart, failover, network blip) the client signs in again
 //!   with the credential the mapping was made with, which fails (ERROR_LOGON_FAILURE, 1326):
@@ -244,6 +248,12 @@ impl SimWindows {
         if let Some(m) = s.smb_mappings.get_mut(&root) {
             m.signed_out = wanted.is_some() && m.credential != wanted;
         }
+    }
+
+    /// The scan for links below the allowed roots misses some from now on, for this reason
+    /// (a directory `FindFirstFileW` cannot list), or sees them all again (`None`).
+    pub fn set_link_scan_incomplete(&self, why: Option<&str>) {
+        self.lock().link_scan_incomplete = why.map(str::to_string);
     }
 
     /// How failed SMB mapping methods answer from now on.

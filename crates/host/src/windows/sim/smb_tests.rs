@@ -148,3 +148,123 @@ fn a_mapping_requiring_privacy_is_refused_by_a_server_that_cannot_encrypt() {
         assert_eq!(sim.smb_roots().len(), 2);
     }
 }
+
+/// Runs `f` on a thread of its own with a deadline `ms` from now (none: `None`); its answer
+/// arrives on the channel.
+fn on_thread<T: Send + 'static>(
+    ms: Option<u64>,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::sync::mpsc::Receiver<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let deadline =
+            ms.map(|ms| std::time::Instant::now() + std::time::Duration::from_millis(ms));
+        let _ = tx.send(csi_proxy_core::deadline::within(deadline, f));
+    });
+    rx
+}
+
+/// Issue 35: one node-wide mutex was held across the mapping's WMI Create, so a server that
+/// does not answer held up every SMB stage and unstage on the node, also for healthy servers.
+/// Now each share root is ordered apart: while a Create waits on the dead server (a retry
+/// without a deadline waiting behind it), another server's NewSmbGlobalMapping and
+/// RemoveSmbGlobalMapping complete at once, and the dead share's calls end at their deadline.
+#[test]
+fn a_hanging_server_delays_only_calls_for_its_own_share() {
+    use crate::windows::filesystem::WindowsFilesystemHost;
+    use csi_proxy_core::filesystem::FilesystemService;
+    use csi_proxy_core::paths::{PathPolicy, PathStyle};
+    use csi_proxy_core::smb::{NewSmbGlobalMappingRequest, SmbService};
+    use std::time::Duration;
+    const DEAD: &str = r"\\dead35\vols";
+    const ALIVE: &str = r"\\alive35\vols";
+    let sim = Arc::new(SimWindows::new());
+    sim.add_share(DEAD, None);
+    sim.add_share(ALIVE, None);
+    sim.set_share_hangs(DEAD, true);
+    let policy = PathPolicy::new(PathStyle::Windows, r"C:\var\lib\kubelet", &[]).unwrap();
+    let fs = FilesystemService::new(
+        Arc::new(WindowsFilesystemHost::with_os(sim.clone())),
+        Arc::new(policy),
+    );
+    let smb = SmbService::new(Arc::new(WindowsSmbHost::with_os(sim.clone())), fs, false);
+    let new = |remote: &'static str, ms: Option<u64>| {
+        let smb = smb.clone();
+        on_thread(ms, move || {
+            smb.new_smb_global_mapping(&NewSmbGlobalMappingRequest {
+                remote_path: remote.into(),
+                ..Default::default()
+            })
+        })
+    };
+    let remove = |remote: &'static str, ms: Option<u64>| {
+        let smb = smb.clone();
+        on_thread(ms, move || smb.remove_smb_global_mapping(remote))
+    };
+    let e = new(DEAD, Some(300))
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the dead server's stage ends at its caller's deadline")
+        .unwrap_err();
+    assert!(
+        matches!(e.kind(), Kind::Unavailable | Kind::DeadlineExceeded),
+        "{e}"
+    );
+    // A retry without a deadline waits on the dead server, holding its share root.
+    let waiting = new(DEAD, None);
+    std::thread::sleep(Duration::from_millis(50));
+    new(ALIVE, None)
+        .recv_timeout(Duration::from_secs(1))
+        .expect("another server's stage completes within a second")
+        .unwrap();
+    remove(ALIVE, None)
+        .recv_timeout(Duration::from_secs(1))
+        .expect("another server's unstage completes within a second")
+        .unwrap();
+    assert_eq!(
+        sim.smb_roots(),
+        Vec::<String>::new(),
+        "the alive share was removed"
+    );
+    let e = remove(DEAD, Some(300))
+        .recv_timeout(Duration::from_secs(5))
+        .expect("an unstage of the dead share ends at its caller's deadline")
+        .unwrap_err();
+    assert_eq!(e.kind(), Kind::DeadlineExceeded, "{e}");
+    sim.set_share_hangs(DEAD, false);
+    waiting
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the retry ends once the server answers")
+        .unwrap();
+    assert_eq!(sim.smb_roots(), [DEAD]);
+}
+
+/// Issue 41 on Windows: a link scan that may have missed links (a directory it could not list)
+/// keeps the mapping RemoveSmbGlobalMapping was asked to remove, and says why in the log; once
+/// the scan is whole again, the mapping goes.
+#[test]
+fn an_incomplete_link_scan_keeps_the_mapping() {
+    use crate::windows::filesystem::WindowsFilesystemHost;
+    use csi_proxy_core::filesystem::FilesystemService;
+    use csi_proxy_core::paths::{PathPolicy, PathStyle};
+    use csi_proxy_core::smb::{NewSmbGlobalMappingRequest, SmbService};
+    const SHARE: &str = r"\\scan41\vols";
+    let sim = Arc::new(SimWindows::new());
+    sim.add_share(SHARE, None);
+    let policy = PathPolicy::new(PathStyle::Windows, r"C:\var\lib\kubelet", &[]).unwrap();
+    let fs = FilesystemService::new(
+        Arc::new(WindowsFilesystemHost::with_os(sim.clone())),
+        Arc::new(policy),
+    );
+    let smb = SmbService::new(Arc::new(WindowsSmbHost::with_os(sim.clone())), fs, false);
+    smb.new_smb_global_mapping(&NewSmbGlobalMappingRequest {
+        remote_path: SHARE.into(),
+        ..Default::default()
+    })
+    .unwrap();
+    sim.set_link_scan_incomplete(Some("C:\\var\\lib\\kubelet\\pods could not be listed"));
+    smb.remove_smb_global_mapping(SHARE).unwrap();
+    assert_eq!(sim.smb_roots(), [SHARE], "kept: its users are not known");
+    sim.set_link_scan_incomplete(None);
+    smb.remove_smb_global_mapping(SHARE).unwrap();
+    assert!(sim.smb_roots().is_empty());
+}

@@ -30,10 +30,22 @@ impl SimWindows {
         call: &'static str,
         f: impl FnOnce(&mut State) -> Win32Result<R> + Send + 'static,
     ) -> Win32Result<R> {
+        self.wmi_call_blocked(namespace, call, |_| false, f)
+    }
+
+    /// [`Self::wmi_call`] for a call that also blocks (on its WMI thread, the machine's lock
+    /// released) while `blocked` says so: a mapping's Create while its server does not answer.
+    pub(super) fn wmi_call_blocked<R: Send + 'static>(
+        &self,
+        namespace: &'static str,
+        call: &'static str,
+        blocked: impl Fn(&State) -> bool + Send + 'static,
+        f: impl FnOnce(&mut State) -> Win32Result<R> + Send + 'static,
+    ) -> Win32Result<R> {
         let state: Arc<Mutex<State>> = self.state.clone();
         self.wmi.run_in(namespace, move |_| {
             let mut s = lock_state(&state);
-            while s.wmi_hung.contains(namespace) {
+            while s.wmi_hung.contains(namespace) || blocked(&s) {
                 drop(s);
                 std::thread::sleep(Duration::from_millis(2));
                 s = lock_state(&state);

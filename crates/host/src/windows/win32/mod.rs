@@ -443,11 +443,14 @@ impl Win32 for SystemWin32 {
             .map_err(|e| OsError::new(e.raw_os_error().unwrap_or(0) as u32))
     }
 
-    fn links_below(&self, roots: &[String]) -> Vec<(String, String)> {
-        crate::smb_scan::links_using(roots, |_, _| true)
+    fn links_below(&self, roots: &[String]) -> (Vec<(String, String)>, Option<String>) {
+        let scan = crate::smb_scan::links_using(roots, |_, _| true);
+        let links = scan
+            .links
             .into_iter()
             .map(|(link, target)| (link, target.to_string_lossy().into_owned()))
-            .collect()
+            .collect();
+        (links, scan.incomplete)
     }
 
     fn service_state(&self, name: &str) -> Win32Result<u32> {

@@ -8,6 +8,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
+/// `now + limit`, or the current call's deadline when that comes first.
+pub fn until(limit: std::time::Duration) -> Instant {
+    let by_limit = Instant::now() + limit;
+    csi_proxy_core::deadline::current().map_or(by_limit, |d| d.min(by_limit))
+}
+
 /// One probe in flight: its answer once it has one.
 struct Slot<T> {
     answer: Mutex<Option<T>>,
