@@ -244,6 +244,7 @@ impl Win32 for SimWindows {
 
     fn disk_interfaces(&self) -> Win32Result<Vec<String>> {
         let mut s = self.enter("disk_interfaces")?;
+        s.luns_arrive();
         let listed = s
             .disks
             .keys()

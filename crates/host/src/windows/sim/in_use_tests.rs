@@ -326,6 +326,8 @@ fn disconnect_target_refuses_a_session_whose_disk_is_in_use() {
         secret: "".into(),
     };
     host.connect_target(&portal, IQN, &chap).unwrap();
+    // The driver's order: the session's disks, which arrive after the login, then their use.
+    assert_eq!(host.get_target_disks(&portal, IQN).unwrap(), [n]);
     let iscsi = IscsiService::new(Arc::new(host.clone()));
     let raw = RawTargetPortal {
         address: "10.0.0.5".into(),

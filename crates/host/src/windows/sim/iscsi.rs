@@ -7,8 +7,9 @@
 //! - a login needs the target discovered (else ISDSC_TARGET_NOT_FOUND), the target's CHAP
 //!   credentials when it has some (else ISDSC_LOGIN_FAILED), and answers
 //!   ISDSC_TARGET_ALREADY_LOGGED_IN for a second session;
-//! - a session's LUN disks arrive asynchronously after the login (the arrival delay): until
-//!   then `GetDevicesForIScsiSessionW` lists none;
+//! - a target's LUN disks are not on the machine before a login: they arrive asynchronously
+//!   after it (the arrival delay; until then `GetDevicesForIScsiSessionW` lists none, and the
+//!   next enumeration of disks does not list them), and leave with the logout (ledger row 83);
 //! - every list call answers ERROR_INSUFFICIENT_BUFFER with the size it needs when too small.
 
 use super::{SimWindows, State};
@@ -69,6 +70,8 @@ pub(super) struct Initiator {
     /// Persistent logins: (IQN, initiator instance, initiator port, portal address, port).
     persistent: BTreeSet<(String, String, u32, String, u16)>,
     chap_secret: Option<Vec<u8>>,
+    /// LUN disks of targets nobody is logged in to, off the machine, with their volumes.
+    parked: BTreeMap<u32, (super::Disk, Vec<usize>)>,
 }
 
 fn err(code: u32) -> OsError {
@@ -251,6 +254,32 @@ pub(super) fn login(
     Ok(())
 }
 
+impl State {
+    /// The LUNs of sessions whose devices are due arrive on the machine (Plug and Play
+    /// surfaces them after the login returned, with their volumes).
+    pub(super) fn luns_arrive(&mut self) {
+        let now = self.clock;
+        let due: Vec<u32> = self
+            .iscsi
+            .sessions
+            .iter()
+            .filter(|x| x.devices_due <= now)
+            .flat_map(|x| x.disks.iter().copied())
+            .filter(|d| self.iscsi.parked.contains_key(d))
+            .collect();
+        for disk in due {
+            let Some((d, volumes)) = self.iscsi.parked.remove(&disk) else {
+                continue;
+            };
+            self.disks.insert(disk, d);
+            for v in volumes {
+                self.volumes[v].disk = disk;
+                self.volumes[v].arrives = now;
+            }
+        }
+    }
+}
+
 /// `LogoutIScsiTarget`: "the iSCSI initiator service ensures that all devices associated with
 /// the session can be safely removed from the device stack before allowing the initiator to
 /// close the session". A device another process has open, or a volume of it that is locked or
@@ -270,6 +299,12 @@ pub(super) fn logout(s: &mut State, session: (u64, u64)) -> Win32Result<()> {
         return Err(err(isdsc::DEVICE_BUSY_ON_SESSION));
     }
     s.initiator()?.sessions.retain(|x| x.id != session);
+    // The session's LUNs leave the machine with it.
+    for disk in disks {
+        if let Some(kept) = s.unplug(disk) {
+            s.iscsi.parked.insert(disk, kept);
+        }
+    }
     Ok(())
 }
 
@@ -326,6 +361,7 @@ pub(super) fn session_devices(
     session: (u64, u64),
     capacity: usize,
 ) -> Win32Result<Vec<(u32, u32)>> {
+    s.luns_arrive();
     let now = s.clock;
     let i = s.initiator()?;
     let x = i
@@ -364,8 +400,8 @@ impl SimWindows {
         disks: &[u32],
         chap: Option<(&str, &str)>,
     ) {
-        self.lock()
-            .iscsi
+        let mut s = self.lock();
+        s.iscsi
             .arrays
             .entry((address.to_ascii_lowercase(), port))
             .or_default()
@@ -374,6 +410,13 @@ impl SimWindows {
                 disks: disks.to_vec(),
                 chap: chap.map(|(u, s)| (u.into(), s.into())),
             });
+        // The LUNs are the array's until a login brings them to the machine.
+        for &disk in disks {
+            let in_session = s.iscsi.sessions.iter().any(|x| x.disks.contains(&disk));
+            if !in_session && let Some(kept) = s.unplug(disk) {
+                s.iscsi.parked.insert(disk, kept);
+            }
+        }
     }
 
     /// A persistent login of `iqn` through `address:port` (one made by upstream or an

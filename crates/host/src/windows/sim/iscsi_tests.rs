@@ -175,3 +175,50 @@ fn the_disks_of_a_target_just_logged_in_are_waited_for() {
     h.connect_target(&portal(), IQN, &no_chap()).unwrap();
     assert_eq!(h.get_target_disks(&portal(), IQN).unwrap(), [disk]);
 }
+
+/// Issue 37: a target's LUN disks are not on the machine before a login (ledger row 83): no
+/// enumeration lists them and their device does not open; they arrive after the login and
+/// leave with the logout.
+#[test]
+fn a_targets_disks_exist_only_while_a_session_holds_them() {
+    use crate::windows::os::{Access, Win32};
+    let (sim, h) = host();
+    sim.set_arrival_delay(std::time::Duration::from_secs(2));
+    let disk = sim.add_disk(1 << 30, 4);
+    let listed = |sim: &SimWindows| {
+        sim.disk_interfaces()
+            .unwrap()
+            .contains(&devices::interface_path(disk))
+    };
+    let opens = |sim: &SimWindows| {
+        sim.open_raw(&format!(r"\\.\PhysicalDrive{disk}"), Access::Read)
+            .map(|handle| sim.close(handle))
+            .is_ok()
+    };
+    assert!(
+        listed(&sim) && opens(&sim),
+        "an ordinary disk before it is a LUN"
+    );
+    sim.add_iscsi_target("10.0.0.5", 3260, IQN, &[disk], None);
+    assert!(
+        !listed(&sim) && !opens(&sim),
+        "the array's LUN before any login"
+    );
+    h.add_target_portal(&portal()).unwrap();
+    h.connect_target(&portal(), IQN, &no_chap()).unwrap();
+    assert!(
+        !listed(&sim) && !opens(&sim),
+        "the login returns before Plug and Play"
+    );
+    assert_eq!(h.get_target_disks(&portal(), IQN).unwrap(), [disk]);
+    assert!(
+        listed(&sim) && opens(&sim),
+        "arrived with the session's devices"
+    );
+    h.disconnect_target(&portal(), IQN).unwrap();
+    assert!(!listed(&sim) && !opens(&sim), "gone with the logout");
+    // A new login brings the same LUN, and what was on it, back.
+    h.connect_target(&portal(), IQN, &no_chap()).unwrap();
+    assert_eq!(h.get_target_disks(&portal(), IQN).unwrap(), [disk]);
+    assert!(listed(&sim) && opens(&sim));
+}

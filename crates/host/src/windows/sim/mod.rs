@@ -351,6 +351,7 @@ impl State {
 
     /// Creates the volumes whose arrival is due.
     fn settle(&mut self) {
+        self.luns_arrive();
         let now = self.clock;
         let (due, later): (Vec<_>, Vec<_>) = self.arrivals.drain(..).partition(|a| a.due <= now);
         self.arrivals = later;

@@ -62,7 +62,17 @@ impl State {
         let Some((disk, _)) = f.attached.take() else {
             return;
         };
-        let kept = self.disks.remove(&disk);
+        let kept = self.unplug(disk);
+        if let (Some(f), Some(kept)) = (self.vhds.files.get_mut(file), kept) {
+            f.kept = Some(kept);
+        }
+    }
+
+    /// Takes `disk` off the machine as Plug and Play removes a device whose bus went away (a
+    /// detach, a logout): its volumes leave with it and so do the mount points that led to
+    /// them. Answers the disk and its volumes, kept for its return.
+    pub(super) fn unplug(&mut self, disk: u32) -> Option<(Disk, Vec<usize>)> {
+        let kept = self.disks.remove(&disk)?;
         self.unsurfaced.remove(&disk);
         self.arrivals.retain(|a| a.disk != disk);
         let gone: BTreeSet<usize> = (0..self.volumes.len())
@@ -72,9 +82,7 @@ impl State {
             self.volumes[*v].disk = DETACHED;
         }
         self.mount_points.retain(|_, (_, v)| !gone.contains(v));
-        if let (Some(f), Some(d)) = (self.vhds.files.get_mut(file), kept) {
-            f.kept = Some((d, gone.into_iter().collect()));
-        }
+        Some((kept, gone.into_iter().collect()))
     }
 }
 
