@@ -161,3 +161,21 @@ fn a_replaced_root_is_opened_again() {
     assert!(exists(&k.join("new")));
     assert!(!exists(&k.join("a/b")));
 }
+
+/// The kernel, not only the policy's lexical rules, keeps the fast path below the held root: a
+/// `..` out of it (which the walk never passes on, client paths with `..` being refused) is
+/// refused by `RESOLVE_BENEATH` and handed back to the walk, whether it comes before the final
+/// component or is the final component.
+#[test]
+fn the_kernel_refuses_dot_dot_out_of_the_root() {
+    let (tmp, k, _) = setup();
+    fs::create_dir_all(tmp.path().join("outside/c")).unwrap();
+    let host = LinuxFilesystemHost::new();
+    let root = host.open_trusted(s(&k), false).unwrap();
+    assert_eq!(fast(&host, &root, &[".."]), "walk");
+    assert_eq!(fast(&host, &root, &["..", "outside"]), "walk");
+    assert_eq!(
+        fast(&host, &root, &["a", "..", "..", "outside", "c"]),
+        "walk"
+    );
+}

@@ -284,8 +284,9 @@ impl PathPolicy {
 
         // The fast path: below the root, one lookup that the kernel refuses at any link or mount
         // point; only then is the path walked component by component (with the root held).
-        if !mode.create
-            && let Some((last, _)) = below.split_last()
+        // Mkdir takes it only to find its directory there already (drivers make it on every
+        // stage); anything it has to make is made by the walk.
+        if let Some((last, _)) = below.split_last()
             && let Some(root) = self
                 .hold(&mut stack, &mut fs_root, walker, false)
                 .map_err(|(at, e)| io_err(&at, &e))?
@@ -294,10 +295,7 @@ impl PathPolicy {
                 .beneath(root, below)
                 .map_err(|e| io_err(&normalised, &e))?
             {
-                Beneath::Reached { parent, found }
-                    if matches!(found, Found::Dir(_) | Found::Missing | Found::Other)
-                        || matches!(found, Found::Link(_)) && !mode.follow_final =>
-                {
+                Beneath::Reached { parent, found } if fast_answer(mode, &found) => {
                     return Ok(Walk::Reached(Reached {
                         parent,
                         name: last.to_string(),
@@ -306,13 +304,13 @@ impl PathPolicy {
                         normalised,
                     }));
                 }
-                Beneath::Absent => {
+                Beneath::Absent if !mode.create => {
                     return Ok(Walk::Absent {
                         resolved: normalised.clone(),
                         normalised,
                     });
                 }
-                Beneath::Reached { .. } | Beneath::Walk => {}
+                Beneath::Reached { .. } | Beneath::Absent | Beneath::Walk => {}
             }
         }
 
@@ -613,6 +611,18 @@ impl PathPolicy {
         };
         let walk = self.walk(op, path, mode, &ProbeWalker(probe))?;
         Ok((walk.normalised().to_string(), walk.resolved().to_string()))
+    }
+}
+
+/// Whether what the fast path found at the final entry is the walk's answer for `mode`: a
+/// directory, nothing or anything else, and a link that is not to be followed; for Mkdir only
+/// a directory (the walk makes what is missing and refuses what is not a directory).
+fn fast_answer<D>(mode: Mode, found: &Found<D>) -> bool {
+    match found {
+        Found::Dir(_) => true,
+        Found::Missing | Found::Other => !mode.create,
+        Found::Link(_) => !mode.follow_final,
+        Found::Volume(_) | Found::Foreign(_) => false,
     }
 }
 

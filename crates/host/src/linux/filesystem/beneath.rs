@@ -3,8 +3,8 @@
 //! refuses at any link, mount point or `..` (`RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
 //! RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV`). What it reaches was reached through plain
 //! directories only, which is where the component walk would have led too; anything else
-//! (`ELOOP`, `EXDEV`, a kernel before 5.6 without `openat2`) is left to that walk, which reads
-//! and checks each link and mount point.
+//! (`ELOOP`, `EXDEV`, a kernel before 5.6 or a seccomp filter without `openat2`) is left to that
+//! walk, which reads and checks each link and mount point.
 //!
 //! A held root is looked at again by its path at most once per [`RECHECK`]: when its path names
 //! another directory than the one held (the root was replaced, or something was mounted on it
@@ -30,8 +30,11 @@ const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
     .union(ResolveFlags::NO_MAGICLINKS)
     .union(ResolveFlags::NO_XDEV);
 
-/// Set once `openat2` answered `ENOSYS` (Linux before 5.6): every later path is walked.
+/// Set once `openat2` was found unusable in this process (Linux before 5.6, or a seccomp filter
+/// that refuses it): every later path is walked, without asking the kernel again.
 static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
+/// Set once the kernel was asked whether `openat2` is usable (at most once per process).
+static PROBED: AtomicBool = AtomicBool::new(false);
 
 /// Roots (and the directories on the way to them) held open, by the path the policy names them.
 /// Only the policy's roots and their ancestors are opened as trusted, so this stays small.
@@ -128,7 +131,7 @@ pub(super) fn beneath(root: &Held, names: &[&str]) -> io::Result<Beneath<Held>> 
         match rustix::fs::openat2(&root.fd, &rest, flags, Mode::empty(), RESOLVE) {
             Ok(fd) => Box::new(OpenDir::unread(fd, root.path.join(rest))),
             Err(Errno::NOENT) | Err(Errno::NOTDIR) => return Ok(Beneath::Absent),
-            Err(e) => return refused(e),
+            Err(e) => return refused(e, root),
         }
     };
     let dir = held(&parent)?;
@@ -143,7 +146,7 @@ pub(super) fn beneath(root: &Held, names: &[&str]) -> io::Result<Beneath<Held>> 
             Some(found) => found,
             None => return Ok(Beneath::Walk),
         },
-        Err(e) => return refused(e),
+        Err(e) => return refused(e, dir),
     };
     Ok(Beneath::Reached { parent, found })
 }
@@ -170,16 +173,31 @@ fn not_a_dir(dir: &OpenDir, name: &OsStr) -> io::Result<Option<Found<Held>>> {
     }
 }
 
-/// What a refused `openat2` means: the component walk decides, or an error.
-fn refused(e: Errno) -> io::Result<Beneath<Held>> {
+/// What a refused `openat2` from `dir` means: the component walk decides, or an error.
+fn refused(e: Errno, dir: &OpenDir) -> io::Result<Beneath<Held>> {
     match e {
-        Errno::NOSYS => {
-            NO_OPENAT2.store(true, Ordering::Relaxed);
+        // A link (ELOOP), a mount point (EXDEV), a rename racing the lookup (EAGAIN): the walk
+        // looks at each component and decides.
+        Errno::LOOP | Errno::XDEV | Errno::AGAIN => Ok(Beneath::Walk),
+        // No `openat2` (ENOSYS, before 5.6), a seccomp filter refusing it (EPERM or ENOSYS), or
+        // flags this kernel does not know (EINVAL): asked once whether `openat2` works at all,
+        // and if not, remembered, so the fallback costs nothing on later requests.
+        Errno::NOSYS | Errno::PERM | Errno::INVAL => {
+            if !PROBED.swap(true, Ordering::Relaxed) && !openat2_works(dir.fd.as_fd()) {
+                NO_OPENAT2.store(true, Ordering::Relaxed);
+            }
             Ok(Beneath::Walk)
         }
-        // A link (ELOOP), a mount point (EXDEV), a rename racing the lookup (EAGAIN), a sandbox
-        // that filters the call (EPERM): the walk looks at each component and decides.
-        Errno::LOOP | Errno::XDEV | Errno::AGAIN | Errno::PERM => Ok(Beneath::Walk),
         e => Err(e.into()),
     }
+}
+
+/// Whether `openat2` with the fast path's flags works here: `.` of a directory already open
+/// can only be refused by a kernel or a filter that refuses the call itself.
+fn openat2_works(dir: BorrowedFd<'_>) -> bool {
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    !matches!(
+        rustix::fs::openat2(dir, ".", flags, Mode::empty(), RESOLVE),
+        Err(Errno::NOSYS | Errno::PERM | Errno::INVAL)
+    )
 }
