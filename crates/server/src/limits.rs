@@ -11,14 +11,19 @@
 //! - **message size**: each group's largest legitimate request ([`max_request_bytes`]); more is
 //!   RESOURCE_EXHAUSTED from the message's length prefix, before its bytes are buffered;
 //! - **request bodies**: a request's message must arrive within [`BODY_TIMEOUT`], and at most
-//!   [`RECEIVING_REQUESTS`] requests may be receiving their message at once in the whole daemon
-//!   ([`RequestLimits`]); both past the limit are RESOURCE_EXHAUSTED naming it;
-//! - **idle connections**: HTTP/2 keepalive pings every [`KEEPALIVE_INTERVAL`], a connection
+//!   [`RECEIVING_REQUESTS`] requests may be receiving their message at once in the whole daemon,
+//!   [`RECEIVING_PER_CONNECTION`] of them on one connection ([`RequestLimits`]), so one
+//!   connection's stalled senders leave places for everyone else's; all past the limit are
+//!   RESOURCE_EXHAUSTED naming it;
+//! - **idle connections**: a connection with no call in progress and none started for
+//!   [`IDLE_TIMEOUT`] is told to go away (GOAWAY, NO_ERROR) and closes, as grpc-go's
+//!   MaxConnectionIdle does; HTTP/2 keepalive pings every [`KEEPALIVE_INTERVAL`], a connection
 //!   that does not answer one within [`KEEPALIVE_TIMEOUT`] is closed; every connection is told
-//!   to go away (GOAWAY, NO_ERROR) after [`MAX_CONNECTION_AGE`] and closes once its calls end.
-//!   This is grpc-go's own MaxConnectionAge behaviour: its clients (upstream's, the drivers')
-//!   open a new connection for the next call without failing any; tonic clients reconnect too.
-//!   grpc-go clients answer server pings at any rate (its ping enforcement is server-side only).
+//!   to go away after [`MAX_CONNECTION_AGE`] and closes once its calls end.
+//!   This is grpc-go's own MaxConnectionIdle/MaxConnectionAge behaviour: its clients (upstream's,
+//!   which keep one connection for their whole life, and the drivers') open a new connection for
+//!   the next call without failing any; tonic clients reconnect too. grpc-go clients answer
+//!   server pings at any rate (its ping enforcement is server-side only).
 //!
 //! With these, the memory a client can pin is about `CONNECTIONS_TOTAL` idle connections (a few
 //! tens of KiB each) plus `RECEIVING_REQUESTS` messages of at most [`MAX_REQUEST_BYTES`] each,
@@ -28,10 +33,11 @@ use crate::metrics::{Limit, refused};
 use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
 
 /// Concurrent calls one connection may have open (`SETTINGS_MAX_CONCURRENT_STREAMS`).
@@ -45,6 +51,15 @@ pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Requests receiving their message at once, in the whole daemon. A legitimate message arrives
 /// in microseconds, so only stalled senders ever meet this.
 pub const RECEIVING_REQUESTS: usize = 128;
+/// Requests receiving their message at once on one connection: an eighth of
+/// [`RECEIVING_REQUESTS`], so a client needs eight connections of stalled senders to take every
+/// place, and with fewer (the attack of issue 35: four connections) leaves half to the others.
+pub const RECEIVING_PER_CONNECTION: usize = 16;
+/// A connection with no call in progress and none started for this long is asked to go away.
+/// grpc-go's servers default to no idle limit and grpc-go's keepalive enforcement takes 5 min as
+/// the shortest interval a client may be made to keep; 5 min of silence is the same bound. A
+/// Go client keeping one connection for life (upstream's) reconnects on its next call.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// Interval of the daemon's HTTP/2 keepalive pings on every connection.
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(60);
 /// A connection whose peer does not acknowledge a ping within this is closed.
@@ -166,24 +181,94 @@ pub struct ConnectionPlace {
 static RECEIVING: LazyLock<Arc<Semaphore>> =
     LazyLock::new(|| Arc::new(Semaphore::new(RECEIVING_REQUESTS)));
 
-/// The tower layer adding [`Limited`] to an endpoint's service.
-#[derive(Debug, Clone, Copy)]
-pub struct RequestLimits;
+/// What one connection holds under the daemon's limits: its share of the receiving places
+/// ([`RECEIVING_PER_CONNECTION`]) and its calls in progress, which tell when it is idle.
+#[derive(Debug)]
+pub struct Connection {
+    receiving: Arc<Semaphore>,
+    calls: AtomicUsize,
+    /// Woken when a call starts or ends.
+    activity: Notify,
+}
+
+impl Connection {
+    /// A new connection's state: no call yet, its whole share free.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Connection {
+            receiving: Arc::new(Semaphore::new(RECEIVING_PER_CONNECTION)),
+            calls: AtomicUsize::new(0),
+            activity: Notify::new(),
+        })
+    }
+
+    /// Completes once the connection has had no call in progress, and none started, for
+    /// `after` ([`IDLE_TIMEOUT`] when served).
+    pub async fn idle_for(&self, after: Duration) {
+        loop {
+            // Registered before the count is read, so a call starting in between wakes it.
+            let activity = self.activity.notified();
+            tokio::pin!(activity);
+            activity.as_mut().enable();
+            if self.calls.load(Ordering::Acquire) == 0 {
+                tokio::select! {
+                    () = tokio::time::sleep(after) => return,
+                    () = activity => {}
+                }
+            } else {
+                activity.await;
+            }
+        }
+    }
+
+    /// Counts one call in progress until the guard is dropped.
+    fn start_call(self: &Arc<Self>) -> CallInProgress {
+        self.calls.fetch_add(1, Ordering::AcqRel);
+        self.activity.notify_waiters();
+        CallInProgress(self.clone())
+    }
+}
+
+/// A call counted in its connection's [`Connection`] until dropped.
+struct CallInProgress(Arc<Connection>);
+
+impl Drop for CallInProgress {
+    fn drop(&mut self) {
+        self.0.calls.fetch_sub(1, Ordering::AcqRel);
+        self.0.activity.notify_waiters();
+    }
+}
+
+/// The tower layer adding [`Limited`] to the service of one connection.
+#[derive(Debug, Clone)]
+pub struct RequestLimits(pub Arc<Connection>);
 
 impl<S> tower::Layer<S> for RequestLimits {
     type Service = Limited<S>;
     fn layer(&self, inner: S) -> Limited<S> {
-        Limited(inner)
+        Limited {
+            inner,
+            connection: self.0.clone(),
+        }
     }
 }
 
 /// Bounds how long a request's message may take to arrive ([`BODY_TIMEOUT`]) and how many
-/// requests may be receiving one at once ([`RECEIVING_REQUESTS`]). hyper has neither knob: it
-/// keeps a stream whose sender stalls for as long as the connection lives.
+/// requests may be receiving one at once ([`RECEIVING_REQUESTS`], [`RECEIVING_PER_CONNECTION`]),
+/// and counts the connection's calls in progress. hyper has none of these knobs: it keeps a
+/// stream whose sender stalls for as long as the connection lives.
 #[derive(Debug, Clone)]
-pub struct Limited<S>(S);
+pub struct Limited<S> {
+    inner: S,
+    connection: Arc<Connection>,
+}
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// A RESOURCE_EXHAUSTED answer for `path`, counted under `limit`.
+fn refuse(limit: Limit, path: &str, why: &str) -> http::Response<tonic::body::Body> {
+    refused(limit);
+    tonic::Status::resource_exhausted(format!("{path}: {why}; retry")).into_http()
+}
 
 impl<S> tower::Service<http::Request<tonic::body::Body>> for Limited<S>
 where
@@ -199,39 +284,52 @@ where
     type Future = BoxFuture<Result<S::Response, S::Error>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.0.poll_ready(cx)
+        self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
-        let Ok(permit) = RECEIVING.clone().try_acquire_owned() else {
-            refused(Limit::ReceivingRequests);
-            let status = tonic::Status::resource_exhausted(format!(
-                "{}: {RECEIVING_REQUESTS} requests are already receiving their message, the \
-                 daemon's limit; retry",
-                req.uri().path()
-            ));
-            return Box::pin(std::future::ready(Ok(status.into_http())));
-        };
+        let call = self.connection.start_call();
         let path = req.uri().path().to_owned();
+        let Ok(own) = self.connection.receiving.clone().try_acquire_owned() else {
+            let why = format!(
+                "{RECEIVING_PER_CONNECTION} requests of this connection are already receiving \
+                 their message, the daemon's limit per connection"
+            );
+            let r = refuse(Limit::ReceivingPerConnection, &path, &why);
+            return Box::pin(std::future::ready(Ok(r)));
+        };
+        let Ok(all) = RECEIVING.clone().try_acquire_owned() else {
+            let why = format!(
+                "{RECEIVING_REQUESTS} requests are already receiving their message, the \
+                 daemon's limit"
+            );
+            let r = refuse(Limit::ReceivingRequests, &path, &why);
+            return Box::pin(std::future::ready(Ok(r)));
+        };
         let req = req.map(|body| {
             tonic::body::Body::new(Arriving {
                 inner: body,
                 timer: Box::pin(tokio::time::sleep(BODY_TIMEOUT)),
-                permit: Some(permit),
+                permits: Some((own, all)),
                 path,
             })
         });
-        Box::pin(self.0.call(req))
+        let fut = self.inner.call(req);
+        Box::pin(async move {
+            let r = fut.await;
+            drop(call);
+            r
+        })
     }
 }
 
-/// A request body that must end within [`BODY_TIMEOUT`], holding a [`RECEIVING_REQUESTS`] place
-/// until it ends, fails, or is dropped.
+/// A request body that must end within [`BODY_TIMEOUT`], holding its places (its connection's
+/// and the daemon's) until it ends, fails, or is dropped.
 struct Arriving {
     inner: tonic::body::Body,
     timer: Pin<Box<Sleep>>,
     /// `None` once the body has ended: no timer applies afterwards.
-    permit: Option<OwnedSemaphorePermit>,
+    permits: Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)>,
     path: String,
 }
 
@@ -245,13 +343,13 @@ impl HttpBody for Arriving {
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
-        if this.permit.is_none() {
+        if this.permits.is_none() {
             return polled;
         }
         match polled {
             Poll::Ready(r) => {
                 if r.as_ref().is_none_or(Result::is_err) || this.inner.is_end_stream() {
-                    this.permit = None;
+                    this.permits = None;
                 }
                 Poll::Ready(r)
             }
@@ -259,7 +357,7 @@ impl HttpBody for Arriving {
                 if this.timer.as_mut().poll(cx).is_pending() {
                     return Poll::Pending;
                 }
-                this.permit = None;
+                this.permits = None;
                 refused(Limit::BodyTimeout);
                 tracing::debug!(path = %this.path, "request message did not arrive in time");
                 // The body ends here; hyper resets the stream when the answer is sent, and
@@ -337,11 +435,13 @@ mod tests {
         let stalled = tokio_stream::iter([part]).chain(tokio_stream::pending());
         let body = tonic::body::Body::new(http_body_util::StreamBody::new(stalled));
         let permits = RECEIVING.available_permits();
-        let permit = RECEIVING.clone().try_acquire_owned().unwrap();
+        let conn = Connection::new();
+        let own = conn.receiving.clone().try_acquire_owned().unwrap();
+        let all = RECEIVING.clone().try_acquire_owned().unwrap();
         let mut b = Arriving {
             inner: body,
             timer: Box::pin(tokio::time::sleep(BODY_TIMEOUT)),
-            permit: Some(permit),
+            permits: Some((own, all)),
             path: "/v1.Filesystem/Mkdir".into(),
         };
         assert!(b.frame().await.unwrap().is_ok());
@@ -355,6 +455,11 @@ mod tests {
             RECEIVING.available_permits(),
             permits,
             "the place is given back"
+        );
+        assert_eq!(
+            conn.receiving.available_permits(),
+            RECEIVING_PER_CONNECTION,
+            "and the connection's"
         );
     }
 }
