@@ -462,4 +462,76 @@ mod tests {
             "and the connection's"
         );
     }
+
+    /// A request whose message never arrives, as the inner service sees it: its body kept.
+    fn stalled() -> http::Request<tonic::body::Body> {
+        let body = http_body_util::StreamBody::new(tokio_stream::pending::<
+            Result<Frame<bytes::Bytes>, tonic::Status>,
+        >());
+        http::Request::post("/v1.Filesystem/Mkdir")
+            .body(tonic::body::Body::new(body))
+            .unwrap()
+    }
+
+    /// One connection's stalled senders take at most its share of the receiving places; the
+    /// next request on it is RESOURCE_EXHAUSTED naming the limit, while a request on another
+    /// connection is still taken in. Before, one connection could take every place.
+    #[tokio::test]
+    async fn a_connection_takes_at_most_its_share_of_the_receiving_places() {
+        use tower::{Layer, Service, ServiceExt};
+        let kept = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let inner = {
+            let kept = kept.clone();
+            tower::service_fn(move |req: http::Request<tonic::body::Body>| {
+                kept.lock().unwrap().push(req);
+                std::future::ready(Ok::<_, std::convert::Infallible>(http::Response::new(
+                    tonic::body::Body::empty(),
+                )))
+            })
+        };
+        let (a, b) = (Connection::new(), Connection::new());
+        let mut on_a = RequestLimits(a.clone()).layer(inner.clone());
+        let mut on_b = RequestLimits(b).layer(inner);
+        let refused_before = crate::metrics::refusals(Limit::ReceivingPerConnection);
+        for _ in 0..RECEIVING_PER_CONNECTION {
+            let r = on_a.ready().await.unwrap().call(stalled()).await.unwrap();
+            assert!(r.headers().get("grpc-status").is_none());
+        }
+        let r = on_a.ready().await.unwrap().call(stalled()).await.unwrap();
+        let status = tonic::Status::from_header_map(r.headers()).expect("a status");
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            status.message().contains("16 requests of this connection"),
+            "{status:?}"
+        );
+        assert_eq!(
+            crate::metrics::refusals(Limit::ReceivingPerConnection),
+            refused_before + 1
+        );
+        let r = on_b.ready().await.unwrap().call(stalled()).await.unwrap();
+        assert!(r.headers().get("grpc-status").is_none(), "another connection's");
+        // Bodies given up give the places back.
+        kept.lock().unwrap().clear();
+        assert_eq!(a.receiving.available_permits(), RECEIVING_PER_CONNECTION);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_is_idle_only_after_the_timeout_without_calls() {
+        let c = Connection::new();
+        let after = Duration::from_secs(300);
+        let t0 = tokio::time::Instant::now();
+        let call = c.start_call();
+        let idle = tokio::spawn({
+            let c = c.clone();
+            async move { c.idle_for(after).await }
+        });
+        tokio::time::sleep(after * 2).await;
+        assert!(!idle.is_finished(), "a call in progress is not idleness");
+        drop(call);
+        tokio::time::sleep(after / 2).await;
+        // A call that starts and ends restarts the count.
+        drop(c.start_call());
+        idle.await.unwrap();
+        assert_eq!(t0.elapsed(), after * 2 + after / 2 + after);
+    }
 }
