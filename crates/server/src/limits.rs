@@ -509,7 +509,10 @@ mod tests {
             refused_before + 1
         );
         let r = on_b.ready().await.unwrap().call(stalled()).await.unwrap();
-        assert!(r.headers().get("grpc-status").is_none(), "another connection's");
+        assert!(
+            r.headers().get("grpc-status").is_none(),
+            "another connection's"
+        );
         // Bodies given up give the places back.
         kept.lock().unwrap().clear();
         assert_eq!(a.receiving.available_permits(), RECEIVING_PER_CONNECTION);
