@@ -34,11 +34,11 @@ use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
-use tokio::time::Sleep;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Instant, Sleep};
 
 /// Concurrent calls one connection may have open (`SETTINGS_MAX_CONCURRENT_STREAMS`).
 pub const STREAMS_PER_CONNECTION: u32 = 64;
@@ -187,8 +187,8 @@ static RECEIVING: LazyLock<Arc<Semaphore>> =
 pub struct Connection {
     receiving: Arc<Semaphore>,
     calls: AtomicUsize,
-    /// Woken when a call starts or ends.
-    activity: Notify,
+    /// When a call last started or ended.
+    last_activity: Mutex<Instant>,
 }
 
 impl Connection {
@@ -197,34 +197,41 @@ impl Connection {
         Arc::new(Connection {
             receiving: Arc::new(Semaphore::new(RECEIVING_PER_CONNECTION)),
             calls: AtomicUsize::new(0),
-            activity: Notify::new(),
+            last_activity: Mutex::new(Instant::now()),
         })
     }
 
     /// Completes once the connection has had no call in progress, and none started, for
     /// `after` ([`IDLE_TIMEOUT`] when served).
+    ///
+    /// It looks at the calls when its timer fires instead of being woken by them: a wake-up
+    /// from a call's task would put the connection's task in that worker's LIFO slot, where no
+    /// other worker can take it, and a metadata call running inline and hanging there would
+    /// then stall the whole connection.
     pub async fn idle_for(&self, after: Duration) {
         loop {
-            // Registered before the count is read, so a call starting in between wakes it.
-            let activity = self.activity.notified();
-            tokio::pin!(activity);
-            activity.as_mut().enable();
-            if self.calls.load(Ordering::Acquire) == 0 {
-                tokio::select! {
-                    () = tokio::time::sleep(after) => return,
-                    () = activity => {}
-                }
+            let now = Instant::now();
+            let next = if self.calls.load(Ordering::Acquire) > 0 {
+                now + after
             } else {
-                activity.await;
+                *self.last_activity.lock().unwrap_or_else(|p| p.into_inner()) + after
+            };
+            if next <= now {
+                return;
             }
+            tokio::time::sleep_until(next).await;
         }
     }
 
     /// Counts one call in progress until the guard is dropped.
     fn start_call(self: &Arc<Self>) -> CallInProgress {
         self.calls.fetch_add(1, Ordering::AcqRel);
-        self.activity.notify_waiters();
+        self.touch();
         CallInProgress(self.clone())
+    }
+
+    fn touch(&self) {
+        *self.last_activity.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
     }
 }
 
@@ -233,8 +240,9 @@ struct CallInProgress(Arc<Connection>);
 
 impl Drop for CallInProgress {
     fn drop(&mut self) {
+        // The time first, so a look between the two never finds no call and an old time.
+        self.0.touch();
         self.0.calls.fetch_sub(1, Ordering::AcqRel);
-        self.0.activity.notify_waiters();
     }
 }
 
