@@ -155,4 +155,100 @@ mod tests {
         assert!(t.elapsed() >= idle / 2, "not before the idle timeout");
         served.await.unwrap();
     }
+
+    /// The builder of every connection, with keepalive pings every `every` and `timeout` to
+    /// answer one (the daemon's are 60 s and 20 s).
+    fn pinging(
+        every: Duration,
+        timeout: Duration,
+    ) -> hyper::server::conn::http2::Builder<TokioExecutor> {
+        let mut b = http2();
+        b.keep_alive_interval(Some(every))
+            .keep_alive_timeout(timeout);
+        b
+    }
+
+    /// A client that completes the preface and its SETTINGS and then reads nothing (so answers
+    /// no ping) is closed once a keepalive ping goes unanswered, long before the idle timeout.
+    /// Before, hyper's pings were the only bound after the preface and nothing here checked
+    /// that they close such a connection.
+    #[tokio::test]
+    async fn a_connection_that_answers_no_ping_is_closed() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (server, mut client) = tokio::io::duplex(64 * 1024);
+        let (_stop_tx, stop_rx) = watch::channel(false);
+        let (every, timeout) = (Duration::from_millis(200), Duration::from_millis(200));
+        let t = std::time::Instant::now();
+        let served = tokio::spawn(connection(
+            server,
+            Routes::default(),
+            pinging(every, timeout),
+            stop_rx,
+            Duration::from_secs(3600),
+        ));
+        client
+            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(10), served)
+            .await
+            .expect("the connection is closed")
+            .unwrap();
+        let took = t.elapsed();
+        println!("closed after {took:?} (ping every {every:?}, {timeout:?} to answer)");
+        assert!(took >= every, "not before a ping was due");
+        // What the server sent: its SETTINGS, the ack of ours, a PING, then the end.
+        let mut sent = Vec::new();
+        client.read_to_end(&mut sent).await.unwrap();
+        let mut types = Vec::new();
+        let mut at = 0;
+        while at + 9 <= sent.len() {
+            let len = usize::from(sent[at]) << 16
+                | usize::from(sent[at + 1]) << 8
+                | usize::from(sent[at + 2]);
+            types.push(sent[at + 3]);
+            at += 9 + len;
+        }
+        assert!(types.contains(&6), "a PING was sent: frame types {types:?}");
+    }
+
+    /// A client that answers pings and sends its own as often as it likes is never closed for
+    /// it (grpc-go would answer a client pinging more often than every 5 min GOAWAY
+    /// ENHANCE_YOUR_CALM; the daemon is more lenient), and stays open across many of the
+    /// daemon's pings while under the idle timeout.
+    #[tokio::test]
+    async fn a_client_that_answers_and_sends_pings_stays_connected() {
+        let (server, client) = tokio::io::duplex(64 * 1024);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let every = Duration::from_millis(50);
+        let served = tokio::spawn(connection(
+            server,
+            Routes::default(),
+            pinging(every, every),
+            stop_rx,
+            Duration::from_secs(3600),
+        ));
+        let (_h2, mut conn) = h2::client::handshake(client).await.unwrap();
+        let mut pings = conn.ping_pong().expect("the client's ping handle");
+        let conn = tokio::spawn(conn);
+        // 1 s: twenty of the daemon's pings, and a hundred of the client's.
+        for _ in 0..100 {
+            pings
+                .ping(h2::Ping::opaque())
+                .await
+                .expect("the daemon answers");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            !served.is_finished() && !conn.is_finished(),
+            "still connected"
+        );
+        stop_tx.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(10), served)
+            .await
+            .expect("closes on stop")
+            .unwrap();
+        let closed = conn.await.unwrap();
+        assert!(closed.is_ok(), "a clean GOAWAY, not an error: {closed:?}");
+    }
 }

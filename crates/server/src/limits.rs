@@ -23,7 +23,10 @@
 //!   This is grpc-go's own MaxConnectionIdle/MaxConnectionAge behaviour: its clients (upstream's,
 //!   which keep one connection for their whole life, and the drivers') open a new connection for
 //!   the next call without failing any; tonic clients reconnect too. grpc-go clients answer
-//!   server pings at any rate (its ping enforcement is server-side only).
+//!   server pings at any rate (its ping enforcement is server-side only). The daemon enforces no
+//!   minimum interval on the client's pings (grpc-go's servers answer a client pinging more
+//!   often than every 5 min GOAWAY ENHANCE_YOUR_CALM): a connection is closed for silence,
+//!   never for pinging.
 //!
 //! With these, the memory a client can pin is about `CONNECTIONS_TOTAL` idle connections (a few
 //! tens of KiB each) plus `RECEIVING_REQUESTS` messages of at most [`MAX_REQUEST_BYTES`] each,
