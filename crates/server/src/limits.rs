@@ -58,6 +58,10 @@ pub const RECEIVING_REQUESTS: usize = 128;
 /// [`RECEIVING_REQUESTS`], so a client needs eight connections of stalled senders to take every
 /// place, and with fewer (the attack of issue 35: four connections) leaves half to the others.
 pub const RECEIVING_PER_CONNECTION: usize = 16;
+/// How long a request's message may be arriving before it takes a receiving place. Legitimate
+/// messages arrive within microseconds of their headers; a burst of calls on one connection
+/// finds many in flight at once, and must not be refused for it.
+pub const RECEIVING_GRACE: Duration = Duration::from_millis(500);
 /// A connection with no call in progress and none started for this long is asked to go away.
 /// grpc-go's servers default to no idle limit and grpc-go's keepalive enforcement takes 5 min as
 /// the shortest interval a client may be made to keep; 5 min of silence is the same bound. A
@@ -275,12 +279,6 @@ pub struct Limited<S> {
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
-/// A RESOURCE_EXHAUSTED answer for `path`, counted under `limit`.
-fn refuse(limit: Limit, path: &str, why: &str) -> http::Response<tonic::body::Body> {
-    refused(limit);
-    tonic::Status::resource_exhausted(format!("{path}: {why}; retry")).into_http()
-}
-
 impl<S> tower::Service<http::Request<tonic::body::Body>> for Limited<S>
 where
     S: tower::Service<
@@ -301,27 +299,14 @@ where
     fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
         let call = self.connection.start_call();
         let path = req.uri().path().to_owned();
-        let Ok(own) = self.connection.receiving.clone().try_acquire_owned() else {
-            let why = format!(
-                "{RECEIVING_PER_CONNECTION} requests of this connection are already receiving \
-                 their message, the daemon's limit per connection"
-            );
-            let r = refuse(Limit::ReceivingPerConnection, &path, &why);
-            return Box::pin(std::future::ready(Ok(r)));
-        };
-        let Ok(all) = RECEIVING.clone().try_acquire_owned() else {
-            let why = format!(
-                "{RECEIVING_REQUESTS} requests are already receiving their message, the \
-                 daemon's limit"
-            );
-            let r = refuse(Limit::ReceivingRequests, &path, &why);
-            return Box::pin(std::future::ready(Ok(r)));
-        };
         let req = req.map(|body| {
             tonic::body::Body::new(Arriving {
                 inner: body,
-                timer: Box::pin(tokio::time::sleep(BODY_TIMEOUT)),
-                permits: Some((own, all)),
+                timer: Box::pin(tokio::time::sleep(RECEIVING_GRACE)),
+                connection: self.connection.clone(),
+                permits: None,
+                done: false,
+                message: Message::default(),
                 path,
             })
         });
@@ -339,9 +324,64 @@ where
 struct Arriving {
     inner: tonic::body::Body,
     timer: Pin<Box<Sleep>>,
-    /// `None` once the body has ended: no timer applies afterwards.
+    connection: Arc<Connection>,
+    /// Taken when the message is still arriving [`RECEIVING_GRACE`] after the headers (a burst
+    /// of calls whose messages are in flight is never refused), given back when it has arrived.
     permits: Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)>,
+    /// The message has arrived or the body ended: no timer or place applies any more.
+    done: bool,
+    message: Message,
     path: String,
+}
+
+/// How much of a request's (first) gRPC message has arrived. Every RPC of the API is unary, and
+/// tonic stops reading a unary request once it has its message: the frame ending the stream may
+/// never be polled, so the message's own length, not the body's end, says when it has arrived.
+/// Without this, a call kept its receiving place for as long as it ran (a call waiting for a
+/// held disk too), and 16 such calls took their connection's share.
+#[derive(Default)]
+struct Message {
+    /// The 5-byte prefix (compression flag, big-endian length) as far as it has arrived.
+    prefix: Vec<u8>,
+    /// Bytes after the prefix.
+    body: usize,
+}
+
+impl Message {
+    /// Counts `data`; true once the whole message has arrived.
+    fn arrived(&mut self, data: &[u8]) -> bool {
+        let take = (5 - self.prefix.len()).min(data.len());
+        self.prefix.extend_from_slice(&data[..take]);
+        self.body += data.len() - take;
+        match self.prefix[..] {
+            [_, a, b, c, d] => self.body >= u32::from_be_bytes([a, b, c, d]) as usize,
+            _ => false,
+        }
+    }
+}
+
+impl Arriving {
+    /// No timer or place applies any more; the places are given back.
+    fn end(&mut self) {
+        self.done = true;
+        self.permits = None;
+    }
+
+    /// Ends the body with RESOURCE_EXHAUSTED naming `limit`'s `why`, counted. hyper resets the
+    /// stream when the answer is sent, and drops what it buffered for it.
+    fn refuse(
+        &mut self,
+        limit: Limit,
+        why: &str,
+    ) -> Poll<Option<Result<Frame<bytes::Bytes>, tonic::Status>>> {
+        self.end();
+        refused(limit);
+        self.inner = tonic::body::Body::empty();
+        Poll::Ready(Some(Err(tonic::Status::resource_exhausted(format!(
+            "{}: {why}; retry",
+            self.path
+        )))))
+    }
 }
 
 impl HttpBody for Arriving {
@@ -354,31 +394,51 @@ impl HttpBody for Arriving {
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
-        if this.permits.is_none() {
+        if this.done {
             return polled;
         }
         match polled {
             Poll::Ready(r) => {
-                if r.as_ref().is_none_or(Result::is_err) || this.inner.is_end_stream() {
-                    this.permits = None;
+                let arrived = match &r {
+                    Some(Ok(f)) => f.data_ref().is_some_and(|d| this.message.arrived(d)),
+                    _ => false,
+                };
+                if arrived || r.as_ref().is_none_or(Result::is_err) || this.inner.is_end_stream() {
+                    this.end();
                 }
                 Poll::Ready(r)
             }
             Poll::Pending => {
-                if this.timer.as_mut().poll(cx).is_pending() {
-                    return Poll::Pending;
+                if this.permits.is_none() && this.timer.as_mut().poll(cx).is_ready() {
+                    // Still arriving after the grace: a place, or the refusal. The timer now
+                    // runs to the body's deadline.
+                    let Ok(own) = this.connection.receiving.clone().try_acquire_owned() else {
+                        let why = format!(
+                            "{RECEIVING_PER_CONNECTION} requests of this connection are already \
+                             receiving their message, the daemon's limit per connection"
+                        );
+                        return this.refuse(Limit::ReceivingPerConnection, &why);
+                    };
+                    let Ok(all) = RECEIVING.clone().try_acquire_owned() else {
+                        let why = format!(
+                            "{RECEIVING_REQUESTS} requests are already receiving their message, \
+                             the daemon's limit"
+                        );
+                        return this.refuse(Limit::ReceivingRequests, &why);
+                    };
+                    this.permits = Some((own, all));
+                    let deadline = this.timer.deadline() - RECEIVING_GRACE + BODY_TIMEOUT;
+                    this.timer.as_mut().reset(deadline);
                 }
-                this.permits = None;
-                refused(Limit::BodyTimeout);
-                tracing::debug!(path = %this.path, "request message did not arrive in time");
-                // The body ends here; hyper resets the stream when the answer is sent, and
-                // drops what it buffered for it.
-                this.inner = tonic::body::Body::empty();
-                Poll::Ready(Some(Err(tonic::Status::resource_exhausted(format!(
-                    "{}: the request message did not arrive within {} s, the daemon's limit",
-                    this.path,
-                    BODY_TIMEOUT.as_secs()
-                )))))
+                if this.timer.as_mut().poll(cx).is_ready() {
+                    let why = format!(
+                        "the request message did not arrive within {} s, the daemon's limit",
+                        BODY_TIMEOUT.as_secs()
+                    );
+                    tracing::debug!(path = %this.path, "request message did not arrive in time");
+                    return this.refuse(Limit::BodyTimeout, &why);
+                }
+                Poll::Pending
             }
         }
     }
@@ -447,14 +507,7 @@ mod tests {
         let body = tonic::body::Body::new(http_body_util::StreamBody::new(stalled));
         let permits = RECEIVING.available_permits();
         let conn = Connection::new();
-        let own = conn.receiving.clone().try_acquire_owned().unwrap();
-        let all = RECEIVING.clone().try_acquire_owned().unwrap();
-        let mut b = Arriving {
-            inner: body,
-            timer: Box::pin(tokio::time::sleep(BODY_TIMEOUT)),
-            permits: Some((own, all)),
-            path: "/v1.Filesystem/Mkdir".into(),
-        };
+        let mut b = arriving(&conn, body, "/v1.Filesystem/Mkdir");
         assert!(b.frame().await.unwrap().is_ok());
         let e = b.frame().await.unwrap().unwrap_err();
         assert_eq!(e.code(), tonic::Code::ResourceExhausted);
@@ -474,42 +527,100 @@ mod tests {
         );
     }
 
-    /// A request whose message never arrives, as the inner service sees it: its body kept.
-    fn stalled() -> http::Request<tonic::body::Body> {
-        let body = http_body_util::StreamBody::new(tokio_stream::pending::<
-            Result<Frame<bytes::Bytes>, tonic::Status>,
-        >());
-        http::Request::post("/v1.Filesystem/Mkdir")
-            .body(tonic::body::Body::new(body))
-            .unwrap()
+    /// What [`Limited`] makes of a request's `body` on `conn`.
+    fn arriving(conn: &Arc<Connection>, body: tonic::body::Body, path: &str) -> Arriving {
+        Arriving {
+            inner: body,
+            timer: Box::pin(tokio::time::sleep(RECEIVING_GRACE)),
+            connection: conn.clone(),
+            permits: None,
+            done: false,
+            message: Message::default(),
+            path: path.into(),
+        }
+    }
+
+    /// Polls `b` once, as hyper's task would, without waiting.
+    fn poll_once(b: &mut Arriving) -> Poll<Option<Result<Frame<bytes::Bytes>, tonic::Status>>> {
+        Pin::new(b).poll_frame(&mut Context::from_waker(std::task::Waker::noop()))
+    }
+
+    /// A body whose frames are sent through the returned sender.
+    fn channel_body() -> (
+        tokio::sync::mpsc::UnboundedSender<Result<Frame<bytes::Bytes>, tonic::Status>>,
+        tonic::body::Body,
+    ) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let stream = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
+        (
+            tx,
+            tonic::body::Body::new(http_body_util::StreamBody::new(stream)),
+        )
+    }
+
+    /// A request takes a receiving place only while its message is found still arriving, and
+    /// gives it back once the whole message has arrived although the frame ending its stream
+    /// was not read (tonic never reads it for a unary call): a call running long (waiting for
+    /// a held disk) holds no place. Before, it held one from its headers until it ended, and a
+    /// burst of 17 calls on one connection was refused.
+    #[tokio::test(start_paused = true)]
+    async fn a_place_is_held_only_while_the_message_is_arriving() {
+        let conn = Connection::new();
+        let (tx, body) = channel_body();
+        let mut b = arriving(&conn, body, "/v1.Volume/ListVolumesOnDisk");
+        let data = |d: &'static [u8]| Ok(Frame::data(bytes::Bytes::from_static(d)));
+        tx.send(data(b"\0\0\0\0\x06ab")).unwrap();
+        assert!(matches!(poll_once(&mut b), Poll::Ready(Some(Ok(_)))));
+        assert_eq!(conn.receiving.available_permits(), RECEIVING_PER_CONNECTION);
+        assert!(poll_once(&mut b).is_pending());
+        tokio::time::advance(RECEIVING_GRACE).await;
+        assert!(poll_once(&mut b).is_pending());
+        assert_eq!(
+            conn.receiving.available_permits(),
+            RECEIVING_PER_CONNECTION - 1,
+            "half a message is still arriving"
+        );
+        tx.send(data(b"cdef")).unwrap();
+        assert!(matches!(poll_once(&mut b), Poll::Ready(Some(Ok(_)))));
+        assert_eq!(
+            conn.receiving.available_permits(),
+            RECEIVING_PER_CONNECTION,
+            "the whole message arrived"
+        );
+        // The stream's end never read, as tonic does: nothing is held, no timer applies.
+        assert!(poll_once(&mut b).is_pending());
+        assert_eq!(conn.receiving.available_permits(), RECEIVING_PER_CONNECTION);
+        drop(tx);
     }
 
     /// One connection's stalled senders take at most its share of the receiving places; the
     /// next request on it is RESOURCE_EXHAUSTED naming the limit, while a request on another
     /// connection is still taken in. Before, one connection could take every place.
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_connection_takes_at_most_its_share_of_the_receiving_places() {
-        use tower::{Layer, Service, ServiceExt};
-        let kept = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let inner = {
-            let kept = kept.clone();
-            tower::service_fn(move |req: http::Request<tonic::body::Body>| {
-                kept.lock().unwrap().push(req);
-                std::future::ready(Ok::<_, std::convert::Infallible>(http::Response::new(
-                    tonic::body::Body::empty(),
-                )))
-            })
-        };
         let (a, b) = (Connection::new(), Connection::new());
-        let mut on_a = RequestLimits(a.clone()).layer(inner.clone());
-        let mut on_b = RequestLimits(b).layer(inner);
+        let stalled = |conn| {
+            let (tx, body) = channel_body();
+            (tx, arriving(conn, body, "/v1.Filesystem/Mkdir"))
+        };
         let refused_before = crate::metrics::refusals(Limit::ReceivingPerConnection);
-        for _ in 0..RECEIVING_PER_CONNECTION {
-            let r = on_a.ready().await.unwrap().call(stalled()).await.unwrap();
-            assert!(r.headers().get("grpc-status").is_none());
+        let mut kept: Vec<_> = (0..RECEIVING_PER_CONNECTION).map(|_| stalled(&a)).collect();
+        let mut over = stalled(&a);
+        let mut on_b = stalled(&b);
+        for s in kept.iter_mut().chain([&mut over, &mut on_b]) {
+            assert!(
+                poll_once(&mut s.1).is_pending(),
+                "in flight: no place needed"
+            );
         }
-        let r = on_a.ready().await.unwrap().call(stalled()).await.unwrap();
-        let status = tonic::Status::from_header_map(r.headers()).expect("a status");
+        assert_eq!(a.receiving.available_permits(), RECEIVING_PER_CONNECTION);
+        tokio::time::advance(RECEIVING_GRACE).await;
+        for s in &mut kept {
+            assert!(poll_once(&mut s.1).is_pending());
+        }
+        let Poll::Ready(Some(Err(status))) = poll_once(&mut over.1) else {
+            panic!("the 17th is refused");
+        };
         assert_eq!(status.code(), tonic::Code::ResourceExhausted);
         assert!(
             status.message().contains("16 requests of this connection"),
@@ -519,13 +630,13 @@ mod tests {
             crate::metrics::refusals(Limit::ReceivingPerConnection),
             refused_before + 1
         );
-        let r = on_b.ready().await.unwrap().call(stalled()).await.unwrap();
-        assert!(
-            r.headers().get("grpc-status").is_none(),
-            "another connection's"
+        assert!(poll_once(&mut on_b.1).is_pending(), "another connection's");
+        assert_eq!(
+            b.receiving.available_permits(),
+            RECEIVING_PER_CONNECTION - 1
         );
         // Bodies given up give the places back.
-        kept.lock().unwrap().clear();
+        kept.clear();
         assert_eq!(a.receiving.available_permits(), RECEIVING_PER_CONNECTION);
     }
 
