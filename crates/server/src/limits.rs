@@ -14,7 +14,8 @@
 //!   [`RECEIVING_REQUESTS`] requests may be receiving their message at once in the whole daemon,
 //!   [`RECEIVING_PER_CONNECTION`] of them on one connection ([`RequestLimits`]), so one
 //!   connection's stalled senders leave places for everyone else's; all past the limit are
-//!   RESOURCE_EXHAUSTED naming it;
+//!   RESOURCE_EXHAUSTED naming it. A request counts as receiving from [`RECEIVING_GRACE`] after
+//!   its headers until its whole message has arrived;
 //! - **idle connections**: a connection with no call in progress and none started for
 //!   [`IDLE_TIMEOUT`] is told to go away (GOAWAY, NO_ERROR) and closes, as grpc-go's
 //!   MaxConnectionIdle does; HTTP/2 keepalive pings every [`KEEPALIVE_INTERVAL`], a connection
