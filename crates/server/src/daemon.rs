@@ -1,5 +1,6 @@
 //! The daemon: every group-version endpoint in one process, started together, stopped together.
 
+use crate::endpoint_server::serve as serve_endpoint;
 use crate::limits::ConnectionCaps;
 use crate::transport::accept::AcceptBackoff;
 use crate::transport::ack_hold::AckHold;
@@ -135,33 +136,23 @@ pub async fn serve_and_tell(
         let name = endpoint_name(&listen, group, version);
         let (reporter, routes) = with_health(ep).await;
         health.push(reporter);
-        let router = limited_server()
-            .layer(crate::spec_status::Layer)
-            .layer(crate::limits::RequestLimits)
-            .add_routes(routes);
         servers.spawn(async move {
             let signal = async move {
                 let _ = stop.wait_for(|s| *s).await;
             };
-            let r = match incoming {
+            match incoming {
                 #[cfg(unix)]
                 Incoming::Unix(l) => {
                     let accepted = tokio_stream::wrappers::UnixListenerStream::new(l);
-                    router
-                        .serve_with_incoming_shutdown(connections(accepted, caps, name), signal)
-                        .await
+                    serve_endpoint(routes, connections(accepted, caps, name), signal).await;
                 }
                 #[cfg(windows)]
                 Incoming::Pipe(l) => {
-                    router
-                        .serve_with_incoming_shutdown(
-                            connections(l.into_incoming(), caps, name),
-                            signal,
-                        )
-                        .await
+                    serve_endpoint(routes, connections(l.into_incoming(), caps, name), signal)
+                        .await;
                 }
-            };
-            (group, version, r)
+            }
+            (group, version, Ok::<(), String>(()))
         });
     }
     tracing::info!(endpoints = names.len(), "serving");
@@ -232,22 +223,6 @@ fn ended<E: std::fmt::Display>(
             message: join.to_string(),
         }),
     }
-}
-
-/// The HTTP/2 server with the limits of [`crate::limits`]: streams per connection, receive
-/// windows, keepalive pings and the connection age after which a connection is asked to go away.
-fn limited_server() -> tonic::transport::Server {
-    use crate::limits as l;
-    tonic::transport::Server::builder()
-        .max_concurrent_streams(l::STREAMS_PER_CONNECTION)
-        .initial_stream_window_size(l::STREAM_WINDOW)
-        .initial_connection_window_size(l::CONNECTION_WINDOW)
-        .http2_keepalive_interval(Some(l::KEEPALIVE_INTERVAL))
-        .http2_keepalive_timeout(Some(l::KEEPALIVE_TIMEOUT))
-        // No grace: a connection told to go away keeps its running calls until they end (a
-        // long format must not be cut); the request-body limits bound a call that never ends
-        // its request.
-        .max_connection_age(l::MAX_CONNECTION_AGE)
 }
 
 /// An endpoint's accepted connections as served: accept errors pause instead of spinning,

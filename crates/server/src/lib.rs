@@ -4,6 +4,7 @@
 pub mod call;
 pub mod daemon;
 pub mod disk;
+pub mod endpoint_server;
 pub mod filesystem;
 pub mod iscsi;
 pub mod limits;

@@ -11,14 +11,23 @@
 //! - **message size**: each group's largest legitimate request ([`max_request_bytes`]); more is
 //!   RESOURCE_EXHAUSTED from the message's length prefix, before its bytes are buffered;
 //! - **request bodies**: a request's message must arrive within [`BODY_TIMEOUT`], and at most
-//!   [`RECEIVING_REQUESTS`] requests may be receiving their message at once in the whole daemon
-//!   ([`RequestLimits`]); both past the limit are RESOURCE_EXHAUSTED naming it;
-//! - **idle connections**: HTTP/2 keepalive pings every [`KEEPALIVE_INTERVAL`], a connection
+//!   [`RECEIVING_REQUESTS`] requests may be receiving their message at once in the whole daemon,
+//!   [`RECEIVING_PER_CONNECTION`] of them on one connection ([`RequestLimits`]), so one
+//!   connection's stalled senders leave places for everyone else's; all past the limit are
+//!   RESOURCE_EXHAUSTED naming it. A request counts as receiving from [`RECEIVING_GRACE`] after
+//!   its headers until its whole message has arrived;
+//! - **idle connections**: a connection with no call in progress and none started for
+//!   [`IDLE_TIMEOUT`] is told to go away (GOAWAY, NO_ERROR) and closes, as grpc-go's
+//!   MaxConnectionIdle does; HTTP/2 keepalive pings every [`KEEPALIVE_INTERVAL`], a connection
 //!   that does not answer one within [`KEEPALIVE_TIMEOUT`] is closed; every connection is told
-//!   to go away (GOAWAY, NO_ERROR) after [`MAX_CONNECTION_AGE`] and closes once its calls end.
-//!   This is grpc-go's own MaxConnectionAge behaviour: its clients (upstream's, the drivers')
-//!   open a new connection for the next call without failing any; tonic clients reconnect too.
-//!   grpc-go clients answer server pings at any rate (its ping enforcement is server-side only).
+//!   to go away after [`MAX_CONNECTION_AGE`] and closes once its calls end.
+//!   This is grpc-go's own MaxConnectionIdle/MaxConnectionAge behaviour: its clients (upstream's,
+//!   which keep one connection for their whole life, and the drivers') open a new connection for
+//!   the next call without failing any; tonic clients reconnect too. grpc-go clients answer
+//!   server pings at any rate (its ping enforcement is server-side only). The daemon enforces no
+//!   minimum interval on the client's pings (grpc-go's servers answer a client pinging more
+//!   often than every 5 min GOAWAY ENHANCE_YOUR_CALM): a connection is closed for silence,
+//!   never for pinging.
 //!
 //! With these, the memory a client can pin is about `CONNECTIONS_TOTAL` idle connections (a few
 //! tens of KiB each) plus `RECEIVING_REQUESTS` messages of at most [`MAX_REQUEST_BYTES`] each,
@@ -28,11 +37,12 @@ use crate::metrics::{Limit, refused};
 use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, LazyLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 
 /// Concurrent calls one connection may have open (`SETTINGS_MAX_CONCURRENT_STREAMS`).
 pub const STREAMS_PER_CONNECTION: u32 = 64;
@@ -45,6 +55,19 @@ pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Requests receiving their message at once, in the whole daemon. A legitimate message arrives
 /// in microseconds, so only stalled senders ever meet this.
 pub const RECEIVING_REQUESTS: usize = 128;
+/// Requests receiving their message at once on one connection: an eighth of
+/// [`RECEIVING_REQUESTS`], so a client needs eight connections of stalled senders to take every
+/// place, and with fewer (the attack of issue 35: four connections) leaves half to the others.
+pub const RECEIVING_PER_CONNECTION: usize = 16;
+/// How long a request's message may be arriving before it takes a receiving place. Legitimate
+/// messages arrive within microseconds of their headers; a burst of calls on one connection
+/// finds many in flight at once, and must not be refused for it.
+pub const RECEIVING_GRACE: Duration = Duration::from_millis(500);
+/// A connection with no call in progress and none started for this long is asked to go away.
+/// grpc-go's servers default to no idle limit and grpc-go's keepalive enforcement takes 5 min as
+/// the shortest interval a client may be made to keep; 5 min of silence is the same bound. A
+/// Go client keeping one connection for life (upstream's) reconnects on its next call.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// Interval of the daemon's HTTP/2 keepalive pings on every connection.
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(60);
 /// A connection whose peer does not acknowledge a ping within this is closed.
@@ -166,22 +189,94 @@ pub struct ConnectionPlace {
 static RECEIVING: LazyLock<Arc<Semaphore>> =
     LazyLock::new(|| Arc::new(Semaphore::new(RECEIVING_REQUESTS)));
 
-/// The tower layer adding [`Limited`] to an endpoint's service.
-#[derive(Debug, Clone, Copy)]
-pub struct RequestLimits;
+/// What one connection holds under the daemon's limits: its share of the receiving places
+/// ([`RECEIVING_PER_CONNECTION`]) and its calls in progress, which tell when it is idle.
+#[derive(Debug)]
+pub struct Connection {
+    receiving: Arc<Semaphore>,
+    calls: AtomicUsize,
+    /// When a call last started or ended.
+    last_activity: Mutex<Instant>,
+}
+
+impl Connection {
+    /// A new connection's state: no call yet, its whole share free.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Connection {
+            receiving: Arc::new(Semaphore::new(RECEIVING_PER_CONNECTION)),
+            calls: AtomicUsize::new(0),
+            last_activity: Mutex::new(Instant::now()),
+        })
+    }
+
+    /// Completes once the connection has had no call in progress, and none started, for
+    /// `after` ([`IDLE_TIMEOUT`] when served).
+    ///
+    /// It looks at the calls when its timer fires instead of being woken by them: a wake-up
+    /// from a call's task would put the connection's task in that worker's LIFO slot, where no
+    /// other worker can take it, and a metadata call running inline and hanging there would
+    /// then stall the whole connection.
+    pub async fn idle_for(&self, after: Duration) {
+        loop {
+            let now = Instant::now();
+            let next = if self.calls.load(Ordering::Acquire) > 0 {
+                now + after
+            } else {
+                *self.last_activity.lock().unwrap_or_else(|p| p.into_inner()) + after
+            };
+            if next <= now {
+                return;
+            }
+            tokio::time::sleep_until(next).await;
+        }
+    }
+
+    /// Counts one call in progress until the guard is dropped.
+    fn start_call(self: &Arc<Self>) -> CallInProgress {
+        self.calls.fetch_add(1, Ordering::AcqRel);
+        self.touch();
+        CallInProgress(self.clone())
+    }
+
+    fn touch(&self) {
+        *self.last_activity.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+}
+
+/// A call counted in its connection's [`Connection`] until dropped.
+struct CallInProgress(Arc<Connection>);
+
+impl Drop for CallInProgress {
+    fn drop(&mut self) {
+        // The time first, so a look between the two never finds no call and an old time.
+        self.0.touch();
+        self.0.calls.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The tower layer adding [`Limited`] to the service of one connection.
+#[derive(Debug, Clone)]
+pub struct RequestLimits(pub Arc<Connection>);
 
 impl<S> tower::Layer<S> for RequestLimits {
     type Service = Limited<S>;
     fn layer(&self, inner: S) -> Limited<S> {
-        Limited(inner)
+        Limited {
+            inner,
+            connection: self.0.clone(),
+        }
     }
 }
 
 /// Bounds how long a request's message may take to arrive ([`BODY_TIMEOUT`]) and how many
-/// requests may be receiving one at once ([`RECEIVING_REQUESTS`]). hyper has neither knob: it
-/// keeps a stream whose sender stalls for as long as the connection lives.
+/// requests may be receiving one at once ([`RECEIVING_REQUESTS`], [`RECEIVING_PER_CONNECTION`]),
+/// and counts the connection's calls in progress. hyper has none of these knobs: it keeps a
+/// stream whose sender stalls for as long as the connection lives.
 #[derive(Debug, Clone)]
-pub struct Limited<S>(S);
+pub struct Limited<S> {
+    inner: S,
+    connection: Arc<Connection>,
+}
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
@@ -199,40 +294,95 @@ where
     type Future = BoxFuture<Result<S::Response, S::Error>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.0.poll_ready(cx)
+        self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
-        let Ok(permit) = RECEIVING.clone().try_acquire_owned() else {
-            refused(Limit::ReceivingRequests);
-            let status = tonic::Status::resource_exhausted(format!(
-                "{}: {RECEIVING_REQUESTS} requests are already receiving their message, the \
-                 daemon's limit; retry",
-                req.uri().path()
-            ));
-            return Box::pin(std::future::ready(Ok(status.into_http())));
-        };
+        let call = self.connection.start_call();
         let path = req.uri().path().to_owned();
         let req = req.map(|body| {
             tonic::body::Body::new(Arriving {
                 inner: body,
-                timer: Box::pin(tokio::time::sleep(BODY_TIMEOUT)),
-                permit: Some(permit),
+                timer: Box::pin(tokio::time::sleep(RECEIVING_GRACE)),
+                connection: self.connection.clone(),
+                permits: None,
+                done: false,
+                message: Message::default(),
                 path,
             })
         });
-        Box::pin(self.0.call(req))
+        let fut = self.inner.call(req);
+        Box::pin(async move {
+            let r = fut.await;
+            drop(call);
+            r
+        })
     }
 }
 
-/// A request body that must end within [`BODY_TIMEOUT`], holding a [`RECEIVING_REQUESTS`] place
-/// until it ends, fails, or is dropped.
+/// A request body that must end within [`BODY_TIMEOUT`], holding its places (its connection's
+/// and the daemon's) until it ends, fails, or is dropped.
 struct Arriving {
     inner: tonic::body::Body,
     timer: Pin<Box<Sleep>>,
-    /// `None` once the body has ended: no timer applies afterwards.
-    permit: Option<OwnedSemaphorePermit>,
+    connection: Arc<Connection>,
+    /// Taken when the message is still arriving [`RECEIVING_GRACE`] after the headers (a burst
+    /// of calls whose messages are in flight is never refused), given back when it has arrived.
+    permits: Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)>,
+    /// The message has arrived or the body ended: no timer or place applies any more.
+    done: bool,
+    message: Message,
     path: String,
+}
+
+/// How much of a request's (first) gRPC message has arrived. Every RPC of the API is unary, and
+/// tonic stops reading a unary request once it has its message: the frame ending the stream may
+/// never be polled, so the message's own length, not the body's end, says when it has arrived.
+/// Without this, a call kept its receiving place for as long as it ran (a call waiting for a
+/// held disk too), and 16 such calls took their connection's share.
+#[derive(Default)]
+struct Message {
+    /// The 5-byte prefix (compression flag, big-endian length) as far as it has arrived.
+    prefix: Vec<u8>,
+    /// Bytes after the prefix.
+    body: usize,
+}
+
+impl Message {
+    /// Counts `data`; true once the whole message has arrived.
+    fn arrived(&mut self, data: &[u8]) -> bool {
+        let take = (5 - self.prefix.len()).min(data.len());
+        self.prefix.extend_from_slice(&data[..take]);
+        self.body += data.len() - take;
+        match self.prefix[..] {
+            [_, a, b, c, d] => self.body >= u32::from_be_bytes([a, b, c, d]) as usize,
+            _ => false,
+        }
+    }
+}
+
+impl Arriving {
+    /// No timer or place applies any more; the places are given back.
+    fn end(&mut self) {
+        self.done = true;
+        self.permits = None;
+    }
+
+    /// Ends the body with RESOURCE_EXHAUSTED naming `limit`'s `why`, counted. hyper resets the
+    /// stream when the answer is sent, and drops what it buffered for it.
+    fn refuse(
+        &mut self,
+        limit: Limit,
+        why: &str,
+    ) -> Poll<Option<Result<Frame<bytes::Bytes>, tonic::Status>>> {
+        self.end();
+        refused(limit);
+        self.inner = tonic::body::Body::empty();
+        Poll::Ready(Some(Err(tonic::Status::resource_exhausted(format!(
+            "{}: {why}; retry",
+            self.path
+        )))))
+    }
 }
 
 impl HttpBody for Arriving {
@@ -245,31 +395,51 @@ impl HttpBody for Arriving {
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
-        if this.permit.is_none() {
+        if this.done {
             return polled;
         }
         match polled {
             Poll::Ready(r) => {
-                if r.as_ref().is_none_or(Result::is_err) || this.inner.is_end_stream() {
-                    this.permit = None;
+                let arrived = match &r {
+                    Some(Ok(f)) => f.data_ref().is_some_and(|d| this.message.arrived(d)),
+                    _ => false,
+                };
+                if arrived || r.as_ref().is_none_or(Result::is_err) || this.inner.is_end_stream() {
+                    this.end();
                 }
                 Poll::Ready(r)
             }
             Poll::Pending => {
-                if this.timer.as_mut().poll(cx).is_pending() {
-                    return Poll::Pending;
+                if this.permits.is_none() && this.timer.as_mut().poll(cx).is_ready() {
+                    // Still arriving after the grace: a place, or the refusal. The timer now
+                    // runs to the body's deadline.
+                    let Ok(own) = this.connection.receiving.clone().try_acquire_owned() else {
+                        let why = format!(
+                            "{RECEIVING_PER_CONNECTION} requests of this connection are already \
+                             receiving their message, the daemon's limit per connection"
+                        );
+                        return this.refuse(Limit::ReceivingPerConnection, &why);
+                    };
+                    let Ok(all) = RECEIVING.clone().try_acquire_owned() else {
+                        let why = format!(
+                            "{RECEIVING_REQUESTS} requests are already receiving their message, \
+                             the daemon's limit"
+                        );
+                        return this.refuse(Limit::ReceivingRequests, &why);
+                    };
+                    this.permits = Some((own, all));
+                    let deadline = this.timer.deadline() - RECEIVING_GRACE + BODY_TIMEOUT;
+                    this.timer.as_mut().reset(deadline);
                 }
-                this.permit = None;
-                refused(Limit::BodyTimeout);
-                tracing::debug!(path = %this.path, "request message did not arrive in time");
-                // The body ends here; hyper resets the stream when the answer is sent, and
-                // drops what it buffered for it.
-                this.inner = tonic::body::Body::empty();
-                Poll::Ready(Some(Err(tonic::Status::resource_exhausted(format!(
-                    "{}: the request message did not arrive within {} s, the daemon's limit",
-                    this.path,
-                    BODY_TIMEOUT.as_secs()
-                )))))
+                if this.timer.as_mut().poll(cx).is_ready() {
+                    let why = format!(
+                        "the request message did not arrive within {} s, the daemon's limit",
+                        BODY_TIMEOUT.as_secs()
+                    );
+                    tracing::debug!(path = %this.path, "request message did not arrive in time");
+                    return this.refuse(Limit::BodyTimeout, &why);
+                }
+                Poll::Pending
             }
         }
     }
@@ -337,13 +507,8 @@ mod tests {
         let stalled = tokio_stream::iter([part]).chain(tokio_stream::pending());
         let body = tonic::body::Body::new(http_body_util::StreamBody::new(stalled));
         let permits = RECEIVING.available_permits();
-        let permit = RECEIVING.clone().try_acquire_owned().unwrap();
-        let mut b = Arriving {
-            inner: body,
-            timer: Box::pin(tokio::time::sleep(BODY_TIMEOUT)),
-            permit: Some(permit),
-            path: "/v1.Filesystem/Mkdir".into(),
-        };
+        let conn = Connection::new();
+        let mut b = arriving(&conn, body, "/v1.Filesystem/Mkdir");
         assert!(b.frame().await.unwrap().is_ok());
         let e = b.frame().await.unwrap().unwrap_err();
         assert_eq!(e.code(), tonic::Code::ResourceExhausted);
@@ -356,5 +521,143 @@ mod tests {
             permits,
             "the place is given back"
         );
+        assert_eq!(
+            conn.receiving.available_permits(),
+            RECEIVING_PER_CONNECTION,
+            "and the connection's"
+        );
+    }
+
+    /// What [`Limited`] makes of a request's `body` on `conn`.
+    fn arriving(conn: &Arc<Connection>, body: tonic::body::Body, path: &str) -> Arriving {
+        Arriving {
+            inner: body,
+            timer: Box::pin(tokio::time::sleep(RECEIVING_GRACE)),
+            connection: conn.clone(),
+            permits: None,
+            done: false,
+            message: Message::default(),
+            path: path.into(),
+        }
+    }
+
+    /// Polls `b` once, as hyper's task would, without waiting.
+    fn poll_once(b: &mut Arriving) -> Poll<Option<Result<Frame<bytes::Bytes>, tonic::Status>>> {
+        Pin::new(b).poll_frame(&mut Context::from_waker(std::task::Waker::noop()))
+    }
+
+    /// A body whose frames are sent through the returned sender.
+    fn channel_body() -> (
+        tokio::sync::mpsc::UnboundedSender<Result<Frame<bytes::Bytes>, tonic::Status>>,
+        tonic::body::Body,
+    ) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let stream = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
+        (
+            tx,
+            tonic::body::Body::new(http_body_util::StreamBody::new(stream)),
+        )
+    }
+
+    /// A request takes a receiving place only while its message is found still arriving, and
+    /// gives it back once the whole message has arrived although the frame ending its stream
+    /// was not read (tonic never reads it for a unary call): a call running long (waiting for
+    /// a held disk) holds no place. Before, it held one from its headers until it ended, and a
+    /// burst of 17 calls on one connection was refused.
+    #[tokio::test(start_paused = true)]
+    async fn a_place_is_held_only_while_the_message_is_arriving() {
+        let conn = Connection::new();
+        let (tx, body) = channel_body();
+        let mut b = arriving(&conn, body, "/v1.Volume/ListVolumesOnDisk");
+        let data = |d: &'static [u8]| Ok(Frame::data(bytes::Bytes::from_static(d)));
+        tx.send(data(b"\0\0\0\0\x06ab")).unwrap();
+        assert!(matches!(poll_once(&mut b), Poll::Ready(Some(Ok(_)))));
+        assert_eq!(conn.receiving.available_permits(), RECEIVING_PER_CONNECTION);
+        assert!(poll_once(&mut b).is_pending());
+        tokio::time::advance(RECEIVING_GRACE).await;
+        assert!(poll_once(&mut b).is_pending());
+        assert_eq!(
+            conn.receiving.available_permits(),
+            RECEIVING_PER_CONNECTION - 1,
+            "half a message is still arriving"
+        );
+        tx.send(data(b"cdef")).unwrap();
+        assert!(matches!(poll_once(&mut b), Poll::Ready(Some(Ok(_)))));
+        assert_eq!(
+            conn.receiving.available_permits(),
+            RECEIVING_PER_CONNECTION,
+            "the whole message arrived"
+        );
+        // The stream's end never read, as tonic does: nothing is held, no timer applies.
+        assert!(poll_once(&mut b).is_pending());
+        assert_eq!(conn.receiving.available_permits(), RECEIVING_PER_CONNECTION);
+        drop(tx);
+    }
+
+    /// One connection's stalled senders take at most its share of the receiving places; the
+    /// next request on it is RESOURCE_EXHAUSTED naming the limit, while a request on another
+    /// connection is still taken in. Before, one connection could take every place.
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_takes_at_most_its_share_of_the_receiving_places() {
+        let (a, b) = (Connection::new(), Connection::new());
+        let stalled = |conn| {
+            let (tx, body) = channel_body();
+            (tx, arriving(conn, body, "/v1.Filesystem/Mkdir"))
+        };
+        let refused_before = crate::metrics::refusals(Limit::ReceivingPerConnection);
+        let mut kept: Vec<_> = (0..RECEIVING_PER_CONNECTION).map(|_| stalled(&a)).collect();
+        let mut over = stalled(&a);
+        let mut on_b = stalled(&b);
+        for s in kept.iter_mut().chain([&mut over, &mut on_b]) {
+            assert!(
+                poll_once(&mut s.1).is_pending(),
+                "in flight: no place needed"
+            );
+        }
+        assert_eq!(a.receiving.available_permits(), RECEIVING_PER_CONNECTION);
+        tokio::time::advance(RECEIVING_GRACE).await;
+        for s in &mut kept {
+            assert!(poll_once(&mut s.1).is_pending());
+        }
+        let Poll::Ready(Some(Err(status))) = poll_once(&mut over.1) else {
+            panic!("the 17th is refused");
+        };
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            status.message().contains("16 requests of this connection"),
+            "{status:?}"
+        );
+        assert_eq!(
+            crate::metrics::refusals(Limit::ReceivingPerConnection),
+            refused_before + 1
+        );
+        assert!(poll_once(&mut on_b.1).is_pending(), "another connection's");
+        assert_eq!(
+            b.receiving.available_permits(),
+            RECEIVING_PER_CONNECTION - 1
+        );
+        // Bodies given up give the places back.
+        kept.clear();
+        assert_eq!(a.receiving.available_permits(), RECEIVING_PER_CONNECTION);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_is_idle_only_after_the_timeout_without_calls() {
+        let c = Connection::new();
+        let after = Duration::from_secs(300);
+        let t0 = tokio::time::Instant::now();
+        let call = c.start_call();
+        let idle = tokio::spawn({
+            let c = c.clone();
+            async move { c.idle_for(after).await }
+        });
+        tokio::time::sleep(after * 2).await;
+        assert!(!idle.is_finished(), "a call in progress is not idleness");
+        drop(call);
+        tokio::time::sleep(after / 2).await;
+        // A call that starts and ends restarts the count.
+        drop(c.start_call());
+        idle.await.unwrap();
+        assert_eq!(t0.elapsed(), after * 2 + after / 2 + after);
     }
 }

@@ -269,8 +269,123 @@ fn a_call_waits_for_a_holder_that_is_only_busy() {
 /// The filesystem group over `host`; the other groups are not exercised here.
 fn services(host: Arc<Fs>) -> Services {
     let policy = PathPolicy::new(PathStyle::Posix, "/var/lib/kubelet", &[]).unwrap();
-    let hosts = Hosts::all(Arc::new(csi_proxy_core::testing::UnimplementedHost));
+    let hosts = Hosts::all(Arc::new(HeldDisk));
     Services::new(FilesystemService::new(host, Arc::new(policy)), hosts, true)
+}
+
+/// A host whose ListVolumesOnDisk of disk 1 holds the call (and so the disk's lock) while
+/// [`DISK_HELD`] says so, as a long mkfs or a device that stopped answering does; disk 2 answers
+/// at once. Every other RPC of these groups answers UNIMPLEMENTED.
+struct HeldDisk;
+
+/// Whether disk 1 is held, and its waiters' wake-up.
+static DISK_HELD: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
+
+impl csi_proxy_core::testing::PartialVolumeHost for HeldDisk {
+    fn list_volumes_on_disk(
+        &self,
+        disk: u32,
+        _: Option<std::num::NonZeroU32>,
+    ) -> csi_proxy_core::Result<Vec<String>> {
+        let mut held = DISK_HELD.0.lock().unwrap();
+        while disk == 1 && *held {
+            held = DISK_HELD.1.wait(held).unwrap();
+        }
+        Ok(vec![])
+    }
+    fn volume_disk_number(&self, _: &str) -> csi_proxy_core::Result<u32> {
+        Ok(0)
+    }
+    fn disk_usage(&self, _: u32) -> csi_proxy_core::Result<csi_proxy_core::disk::DiskUsage> {
+        Ok(Default::default())
+    }
+}
+impl csi_proxy_core::testing::PartialDiskHost for HeldDisk {
+    fn disk_usage(&self, _: u32) -> csi_proxy_core::Result<csi_proxy_core::disk::DiskUsage> {
+        Ok(Default::default())
+    }
+}
+impl csi_proxy_core::testing::PartialSmbHost for HeldDisk {}
+impl csi_proxy_core::testing::PartialIscsiHost for HeldDisk {}
+impl csi_proxy_core::testing::PartialSystemHost for HeldDisk {}
+
+/// Lets disk 1 go when dropped, also when the test fails.
+struct LetGo;
+
+impl Drop for LetGo {
+    fn drop(&mut self) {
+        *DISK_HELD.0.lock().unwrap() = false;
+        DISK_HELD.1.notify_all();
+    }
+}
+
+/// With one disk's lock held and 600 calls on that disk waiting without a deadline (issue 35),
+/// another disk's call and another group's PathExists and Mkdir, from another client, still
+/// answer. The waiters past the cap per disk are refused at once; before the cap, each took a
+/// blocking-pool thread and the 512 of them left none for the other calls.
+#[test]
+fn six_hundred_waiters_on_a_held_disk_leave_other_disks_and_groups_served() {
+    use csi_proxy_api::volume::v1::ListVolumesOnDiskRequest;
+    use csi_proxy_api::volume::v1::volume_client::VolumeClient;
+    on_two_workers(|fs, _, connector| async move {
+        *DISK_HELD.0.lock().unwrap() = true;
+        let _let_go = LetGo;
+        let on = |disk| ListVolumesOnDiskRequest {
+            disk_number: disk,
+            partition_number: 0,
+        };
+        // Ten connections: one carries at most 64 calls at once (its streams' limit).
+        let mut clients = Vec::new();
+        for _ in 0..10 {
+            clients.push(VolumeClient::new(
+                connector.channel("volume", "v1").await.unwrap(),
+            ));
+        }
+        let waiters: Vec<_> = (0..600)
+            .map(|i| {
+                let mut c = clients[i % 10].clone();
+                tokio::spawn(async move { c.list_volumes_on_disk(on(1)).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let mut other = VolumeClient::new(connector.channel("volume", "v1").await.unwrap());
+        let t = std::time::Instant::now();
+        let others = async {
+            other.list_volumes_on_disk(on(2)).await.unwrap();
+            let disk = t.elapsed();
+            fs.clone().path_exists(request("b")).await.unwrap();
+            let exists = t.elapsed() - disk;
+            fs.clone()
+                .mkdir(MkdirRequest {
+                    path: "/var/lib/kubelet/c".into(),
+                })
+                .await
+                .unwrap();
+            (disk, exists, t.elapsed() - disk - exists)
+        };
+        // Issue 35 asks for an answer within a second; 5 s keeps a loaded CI machine from
+        // failing it, and the figures are printed.
+        let (disk, exists, mkdir) = tokio::time::timeout(Duration::from_secs(5), others)
+            .await
+            .expect("other disks and groups are served while 600 calls wait on a held disk");
+        println!("with 600 waiters: disk 2 {disk:?}, PathExists {exists:?}, Mkdir {mkdir:?}");
+        drop(_let_go);
+        let mut refused = 0;
+        for w in waiters {
+            match w.await.unwrap() {
+                Ok(_) => {}
+                Err(e) if e.code() == Code::ResourceExhausted => {
+                    if refused == 0 {
+                        println!("the first refusal: {}", e.message());
+                    }
+                    refused += 1;
+                }
+                Err(e) => panic!("a waiter answered {e:?}"),
+            }
+        }
+        println!("{refused} of 600 waiters refused past the cap");
+        assert!(refused > 0, "the waiters past the cap are refused");
+    });
 }
 
 #[tokio::test]

@@ -13,7 +13,8 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 /// Binds the metrics listener. `addr` is `host:port` as upstream takes it; a bare `:port`
-/// (Go's spelling for every interface) listens on all IPv4 interfaces.
+/// (Go's spelling for every interface) listens on all IPv4 interfaces, so exposure beyond the
+/// node is opt-in by the flag's value (the flag's default is off; docs/operating.md).
 pub async fn bind(addr: &str) -> io::Result<TcpListener> {
     let addr = if addr.starts_with(':') {
         format!("0.0.0.0{addr}")
@@ -33,6 +34,12 @@ pub(super) const MAX_HEAD: usize = 16 * 1024;
 /// does not keep its task and socket forever.
 const CONNECTION_LIMIT: Duration = Duration::from_secs(60);
 
+/// Scrape connections served at once; more are closed on accept (counted as
+/// `csi_proxy_refused_total{limit="metrics_connections"}`). A scraper asks one at a time, so a
+/// few scrapers need a few; the cap keeps a flood of them from taking the descriptors the
+/// endpoints need.
+pub const METRICS_CONNECTIONS: usize = 16;
+
 /// Serves `GET /metrics` (and `HEAD`) over HTTP/1.1 on `listener` forever; other methods on
 /// `/metrics` answer 405, other paths 404. One request per connection, as a scraper needs.
 pub async fn serve(listener: TcpListener) {
@@ -42,9 +49,18 @@ pub async fn serve(listener: TcpListener) {
         .max_header_size(MAX_HEAD)
         .timer(TokioTimer::new())
         .header_read_timeout(Duration::from_secs(10));
+    let places = std::sync::Arc::new(tokio::sync::Semaphore::new(METRICS_CONNECTIONS));
     loop {
         match listener.accept().await {
             Ok((conn, _)) => {
+                let Ok(place) = places.clone().try_acquire_owned() else {
+                    super::refused(super::Limit::MetricsConnections);
+                    tracing::debug!(
+                        "metrics listener: {METRICS_CONNECTIONS} connections open, one closed"
+                    );
+                    drop(conn);
+                    continue;
+                };
                 let conn = http.serve_connection(
                     TokioIo::new(conn),
                     hyper::service::service_fn(
@@ -52,6 +68,7 @@ pub async fn serve(listener: TcpListener) {
                     ),
                 );
                 tokio::spawn(async move {
+                    let _place = place;
                     match tokio::time::timeout(CONNECTION_LIMIT, conn).await {
                         Ok(Ok(())) => {}
                         Ok(Err(e)) => tracing::debug!("metrics request failed: {e}"),

@@ -20,14 +20,20 @@ pub enum Limit {
     BodyTimeout,
     /// A request refused because too many were receiving their message at once.
     ReceivingRequests,
+    /// A request refused because too many of its connection's were receiving their message.
+    ReceivingPerConnection,
+    /// A connection to the metrics listener past its cap was closed.
+    MetricsConnections,
 }
 
-const LIMITS: [(Limit, &str); 5] = [
+const LIMITS: [(Limit, &str); 7] = [
     (Limit::ConnectionsPerEndpoint, "connections_per_endpoint"),
     (Limit::ConnectionsTotal, "connections_total"),
     (Limit::MessageSize, "message_size"),
     (Limit::BodyTimeout, "body_timeout"),
     (Limit::ReceivingRequests, "receiving_requests"),
+    (Limit::ReceivingPerConnection, "receiving_per_connection"),
+    (Limit::MetricsConnections, "metrics_connections"),
 ];
 
 static COUNTS: [AtomicU64; LIMITS.len()] = [const { AtomicU64::new(0) }; LIMITS.len()];

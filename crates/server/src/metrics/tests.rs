@@ -169,6 +169,43 @@ async fn serves_get_and_head_on_metrics_only() {
     server.abort();
 }
 
+/// Past [`super::http::METRICS_CONNECTIONS`] silent connections, the next one is closed at once
+/// and counted; once one closes, a scrape is answered again. Before, every connection was
+/// served, each holding a descriptor for up to a minute.
+#[tokio::test]
+async fn the_metrics_listener_caps_its_connections() {
+    use super::http::METRICS_CONNECTIONS;
+    use tokio::io::AsyncReadExt;
+    let listener = bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(serve(listener));
+    let mut silent = Vec::new();
+    for _ in 0..METRICS_CONNECTIONS {
+        silent.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+    }
+    let before = refusals(Limit::MetricsConnections);
+    let mut over = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut buf = [0u8; 1];
+    let n = tokio::time::timeout(Duration::from_secs(5), over.read(&mut buf))
+        .await
+        .expect("closed at once, not after the header timeout");
+    assert!(matches!(n, Ok(0) | Err(_)), "closed: {n:?}");
+    assert_eq!(refusals(Limit::MetricsConnections), before + 1);
+    drop(silent.pop());
+    // The server gives the place back when it sees the close.
+    let mut answered = String::new();
+    for _ in 0..50 {
+        answered = ask(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        if !answered.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(answered.starts_with("HTTP/1.1 200 OK\r\n"), "{answered:?}");
+    assert!(answered.contains("csi_proxy_refused_total{limit=\"metrics_connections\"}"));
+    server.abort();
+}
+
 #[test]
 fn label_values_are_escaped() {
     // Our label values are identifiers, but the encoder must still escape what it is given.

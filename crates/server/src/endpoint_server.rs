@@ -1,0 +1,254 @@
+//! One endpoint's HTTP/2 server: hyper serving each accepted connection with the limits of
+//! [`crate::limits`].
+//!
+//! tonic's own server loop has no idle timeout and builds one service for every connection
+//! alike, so neither a connection's share of the receiving places nor "no call for
+//! [`IDLE_TIMEOUT`]" could be expressed through it. This loop does what it did (HTTP/2 only,
+//! the connection's `ConnectInfo` in each request's extensions, GOAWAY at
+//! [`MAX_CONNECTION_AGE`] and on stop, then waiting for every connection to close) and adds
+//! both: each connection gets its own [`Connection`] state, and is told to go away (hyper's
+//! graceful shutdown: GOAWAY with NO_ERROR, running calls finish) when it has been idle.
+
+use crate::limits::{self as l, Connection, IDLE_TIMEOUT, MAX_CONNECTION_AGE, RequestLimits};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use std::future::Future;
+use std::io;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::watch;
+use tokio_stream::{Stream, StreamExt};
+use tonic::service::Routes;
+use tonic::transport::server::Connected;
+use tower::ServiceExt;
+
+/// The HTTP/2 settings of every connection: streams per connection, receive windows and
+/// keepalive pings.
+fn http2() -> hyper::server::conn::http2::Builder<TokioExecutor> {
+    let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    b.timer(TokioTimer::new())
+        .max_concurrent_streams(l::STREAMS_PER_CONNECTION)
+        .initial_stream_window_size(l::STREAM_WINDOW)
+        .initial_connection_window_size(l::CONNECTION_WINDOW)
+        .keep_alive_interval(Some(l::KEEPALIVE_INTERVAL))
+        .keep_alive_timeout(l::KEEPALIVE_TIMEOUT);
+    b
+}
+
+/// Serves `routes` on every connection `incoming` yields until `signal` completes, then tells
+/// every connection to go away and waits for them to close (the caller bounds that wait).
+pub async fn serve<IO>(
+    routes: Routes,
+    incoming: impl Stream<Item = io::Result<IO>>,
+    signal: impl Future<Output = ()>,
+) where
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+{
+    let routes = routes.prepare();
+    let http2 = http2();
+    // Each connection holds a receiver; `closed()` tells when the last one is gone.
+    let (stop_tx, stop_rx) = watch::channel(false);
+    {
+        let mut incoming = std::pin::pin!(incoming);
+        let mut signal = std::pin::pin!(signal);
+        loop {
+            let io = tokio::select! {
+                () = &mut signal => break,
+                io = incoming.next() => match io {
+                    Some(Ok(io)) => io,
+                    // AcceptBackoff has logged and paused; the next accept may work.
+                    Some(Err(_)) => continue,
+                    None => break,
+                },
+            };
+            tokio::spawn(connection(
+                io,
+                routes.clone(),
+                http2.clone(),
+                stop_rx.clone(),
+                IDLE_TIMEOUT,
+            ));
+        }
+    }
+    let _ = stop_tx.send(true);
+    drop(stop_rx);
+    stop_tx.closed().await;
+}
+
+/// Serves one connection until it closes: told to go away after `idle` without calls, at
+/// [`MAX_CONNECTION_AGE`], or when the endpoint stops.
+async fn connection<IO>(
+    io: IO,
+    routes: Routes,
+    http2: hyper::server::conn::http2::Builder<TokioExecutor>,
+    mut stop: watch::Receiver<bool>,
+    idle: Duration,
+) where
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+{
+    let info = io.connect_info();
+    let state = Connection::new();
+    let svc = tower::ServiceBuilder::new()
+        .layer(crate::spec_status::Layer)
+        .layer(RequestLimits(state.clone()))
+        .service(routes);
+    let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+        let mut req = req.map(tonic::body::Body::new);
+        req.extensions_mut().insert(info.clone());
+        svc.clone().oneshot(req)
+    });
+    let conn = http2.serve_connection(TokioIo::new(io), svc);
+    let mut conn = std::pin::pin!(conn);
+    let why = tokio::select! {
+        r = &mut conn => return ended(r),
+        () = state.idle_for(idle) => "idle",
+        () = tokio::time::sleep(MAX_CONNECTION_AGE) => "age",
+        _ = stop.wait_for(|s| *s) => "stop",
+    };
+    tracing::debug!("asking a connection to go away ({why})");
+    conn.as_mut().graceful_shutdown();
+    ended(conn.await);
+}
+
+fn ended(r: Result<(), hyper::Error>) {
+    if let Err(e) = r {
+        tracing::debug!("connection ended: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    /// A connection that made a call and then none is told to go away (GOAWAY, NO_ERROR) once
+    /// the idle timeout passes, and closes; the client sees a clean end, not an error. Before,
+    /// a connection after its preface stayed open for as long as its client kept it.
+    #[tokio::test]
+    async fn an_idle_connection_is_told_to_go_away_and_closes() {
+        let (server, client) = tokio::io::duplex(64 * 1024);
+        let (_stop_tx, stop_rx) = watch::channel(false);
+        let idle = Duration::from_millis(300);
+        let served = tokio::spawn(connection(
+            server,
+            Routes::default(),
+            http2(),
+            stop_rx,
+            idle,
+        ));
+        let (mut h2, conn) = h2::client::handshake(client).await.unwrap();
+        let conn = tokio::spawn(conn);
+        let req = http::Request::post("http://localhost/v1.Nothing/Call")
+            .header("content-type", "application/grpc")
+            .body(())
+            .unwrap();
+        let (resp, mut body) = h2.send_request(req, false).unwrap();
+        body.send_data(Bytes::from_static(&[0, 0, 0, 0, 0]), true)
+            .unwrap();
+        let resp = resp.await.unwrap();
+        assert_eq!(resp.headers()["grpc-status"], "12", "UNIMPLEMENTED");
+        let t = std::time::Instant::now();
+        let closed = tokio::time::timeout(Duration::from_secs(10), conn)
+            .await
+            .expect("the idle connection closes")
+            .unwrap();
+        assert!(closed.is_ok(), "a clean GOAWAY, not an error: {closed:?}");
+        assert!(t.elapsed() >= idle / 2, "not before the idle timeout");
+        served.await.unwrap();
+    }
+
+    /// The builder of every connection, with keepalive pings every `every` and `timeout` to
+    /// answer one (the daemon's are 60 s and 20 s).
+    fn pinging(
+        every: Duration,
+        timeout: Duration,
+    ) -> hyper::server::conn::http2::Builder<TokioExecutor> {
+        let mut b = http2();
+        b.keep_alive_interval(Some(every))
+            .keep_alive_timeout(timeout);
+        b
+    }
+
+    /// A client that completes the preface and its SETTINGS and then reads nothing (so answers
+    /// no ping) is closed once a keepalive ping goes unanswered, long before the idle timeout.
+    /// Before, hyper's pings were the only bound after the preface and nothing here checked
+    /// that they close such a connection.
+    #[tokio::test]
+    async fn a_connection_that_answers_no_ping_is_closed() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (server, mut client) = tokio::io::duplex(64 * 1024);
+        let (_stop_tx, stop_rx) = watch::channel(false);
+        let (every, timeout) = (Duration::from_millis(200), Duration::from_millis(200));
+        let t = std::time::Instant::now();
+        let served = tokio::spawn(connection(
+            server,
+            Routes::default(),
+            pinging(every, timeout),
+            stop_rx,
+            Duration::from_secs(3600),
+        ));
+        client
+            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(10), served)
+            .await
+            .expect("the connection is closed")
+            .unwrap();
+        let took = t.elapsed();
+        println!("closed after {took:?} (ping every {every:?}, {timeout:?} to answer)");
+        assert!(took >= every, "not before a ping was due");
+        // What the server sent: its SETTINGS, the ack of ours, a PING, then the end.
+        let mut sent = Vec::new();
+        client.read_to_end(&mut sent).await.unwrap();
+        let mut types = Vec::new();
+        let mut at = 0;
+        while at + 9 <= sent.len() {
+            let len = usize::from(sent[at]) << 16
+                | usize::from(sent[at + 1]) << 8
+                | usize::from(sent[at + 2]);
+            types.push(sent[at + 3]);
+            at += 9 + len;
+        }
+        assert!(types.contains(&6), "a PING was sent: frame types {types:?}");
+    }
+
+    /// A client that answers pings and sends its own as often as it likes is never closed for
+    /// it (grpc-go would answer a client pinging more often than every 5 min GOAWAY
+    /// ENHANCE_YOUR_CALM; the daemon is more lenient), and stays open across many of the
+    /// daemon's pings while under the idle timeout.
+    #[tokio::test]
+    async fn a_client_that_answers_and_sends_pings_stays_connected() {
+        let (server, client) = tokio::io::duplex(64 * 1024);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let every = Duration::from_millis(50);
+        let served = tokio::spawn(connection(
+            server,
+            Routes::default(),
+            pinging(every, every),
+            stop_rx,
+            Duration::from_secs(3600),
+        ));
+        let (_h2, mut conn) = h2::client::handshake(client).await.unwrap();
+        let mut pings = conn.ping_pong().expect("the client's ping handle");
+        let conn = tokio::spawn(conn);
+        // 1 s: twenty of the daemon's pings, and a hundred of the client's.
+        for _ in 0..100 {
+            pings
+                .ping(h2::Ping::opaque())
+                .await
+                .expect("the daemon answers");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            !served.is_finished() && !conn.is_finished(),
+            "still connected"
+        );
+        stop_tx.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(10), served)
+            .await
+            .expect("closes on stop")
+            .unwrap();
+        let closed = conn.await.unwrap();
+        assert!(closed.is_ok(), "a clean GOAWAY, not an error: {closed:?}");
+    }
+}
