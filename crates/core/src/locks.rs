@@ -72,6 +72,20 @@ struct State<K> {
     waiting_total: usize,
 }
 
+impl<K> State<K> {
+    /// Records `key` as held by `op` on `object` from now.
+    fn hold(&mut self, key: K, op: &str, object: &str) {
+        self.held.push((
+            key,
+            Holder {
+                op: op.to_owned(),
+                object: object.to_owned(),
+                since: Instant::now(),
+            },
+        ));
+    }
+}
+
 /// Objects with an operation in progress, of one kind.
 struct Table<K> {
     state: Mutex<State<K>>,
@@ -200,14 +214,7 @@ impl<K: PartialEq + Clone> Table<K> {
                 ));
             }
         }
-        st.held.push((
-            key,
-            Holder {
-                op: op.to_owned(),
-                object: object.to_owned(),
-                since: Instant::now(),
-            },
-        ));
+        st.hold(key, op, object);
         Ok(())
     }
 
@@ -217,14 +224,7 @@ impl<K: PartialEq + Clone> Table<K> {
         if st.held.iter().any(|(h, _)| overlaps(h, &key)) {
             return false;
         }
-        st.held.push((
-            key,
-            Holder {
-                op: op.to_owned(),
-                object: object.to_owned(),
-                since: Instant::now(),
-            },
-        ));
+        st.hold(key, op, object);
         true
     }
 

@@ -94,3 +94,18 @@ impl PartialVolumeHost for UnimplementedHost {
 impl PartialSmbHost for UnimplementedHost {}
 impl PartialIscsiHost for UnimplementedHost {}
 impl PartialSystemHost for UnimplementedHost {}
+
+/// Runs `f` on a thread of its own with a deadline `ms` from now (none: `None`), as a call
+/// the daemon serves would; its answer arrives on the channel.
+pub fn on_thread<T: Send + 'static>(
+    ms: Option<u64>,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::sync::mpsc::Receiver<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let deadline =
+            ms.map(|ms| std::time::Instant::now() + std::time::Duration::from_millis(ms));
+        let _ = tx.send(crate::deadline::within(deadline, f));
+    });
+    rx
+}

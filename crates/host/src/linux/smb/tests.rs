@@ -3,6 +3,7 @@
 
 use super::*;
 use csi_proxy_core::smb::SmbCredentials;
+use csi_proxy_core::testing::on_thread;
 
 #[test]
 fn root_keys_round_trip_and_stay_one_component() {
@@ -469,21 +470,6 @@ fn the_local_link_is_never_made_outside_while_a_component_is_swapped() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert!(escaped.is_empty(), "links made outside: {escaped:?}");
-}
-
-/// Runs `f` on a thread of its own with a deadline `ms` from now (none: `None`); its answer
-/// arrives on the channel.
-fn on_thread<T: Send + 'static>(
-    ms: Option<u64>,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> std::sync::mpsc::Receiver<T> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let deadline =
-            ms.map(|ms| std::time::Instant::now() + std::time::Duration::from_millis(ms));
-        let _ = tx.send(csi_proxy_core::deadline::within(deadline, f));
-    });
-    rx
 }
 
 /// Runs `map(remote)` as [`on_thread`] does.

@@ -5,6 +5,7 @@ use super::{SimWindows, SmbFailureEncoding};
 use crate::windows::smb::WindowsSmbHost;
 use csi_proxy_core::Kind;
 use csi_proxy_core::smb::{SmbCredentials, SmbHost, SmbMapping};
+use csi_proxy_core::testing::on_thread;
 use std::sync::Arc;
 
 const ENCODINGS: [SmbFailureEncoding; 3] = [
@@ -147,21 +148,6 @@ fn a_mapping_requiring_privacy_is_refused_by_a_server_that_cannot_encrypt() {
         h.new_smb_global_mapping(&private).unwrap();
         assert_eq!(sim.smb_roots().len(), 2);
     }
-}
-
-/// Runs `f` on a thread of its own with a deadline `ms` from now (none: `None`); its answer
-/// arrives on the channel.
-fn on_thread<T: Send + 'static>(
-    ms: Option<u64>,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> std::sync::mpsc::Receiver<T> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let deadline =
-            ms.map(|ms| std::time::Instant::now() + std::time::Duration::from_millis(ms));
-        let _ = tx.send(csi_proxy_core::deadline::within(deadline, f));
-    });
-    rx
 }
 
 /// Issue 35: one node-wide mutex was held across the mapping's WMI Create, so a server that
