@@ -75,6 +75,14 @@ pub trait Walker {
     /// What `name` inside `dir` is, without following it; a directory is opened relative to
     /// `dir`. `at` is the path it is known by (for messages).
     fn look(&self, dir: &Self::Dir, name: &str, at: &str) -> io::Result<Found<Self::Dir>>;
+    /// What the final entry `name` inside `dir` is when the walk ends on it as itself (not
+    /// followed, nothing created): the caller acts on it by its name inside the held `dir`, or
+    /// only asks what it is, so it need not be held. A host may answer without opening it; a
+    /// directory is then still [`Found::Dir`], with a handle that holds nothing and must not be
+    /// acted through. The default opens it as [`Walker::look`] does.
+    fn peek(&self, dir: &Self::Dir, name: &str, at: &str) -> io::Result<Found<Self::Dir>> {
+        self.look(dir, name, at)
+    }
     /// Creates the directory `name` inside `dir`; an existing entry is not an error (the walk
     /// looks again and decides).
     fn make_dir(&self, dir: &Self::Dir, name: &str, at: &str) -> io::Result<()>;
@@ -154,7 +162,8 @@ pub struct Reached<D> {
     pub parent: D,
     /// The final entry's name inside `parent`.
     pub name: String,
-    /// What the final entry is (never a [`Found::Link`] when the final link was followed).
+    /// What the final entry is (never a [`Found::Link`] when the final link was followed; not
+    /// followed, a directory's handle may hold nothing: see [`Walker::peek`]).
     pub found: Found<D>,
     /// The request path, normalised.
     pub normalised: String,
@@ -387,8 +396,12 @@ impl PathPolicy {
                 None => continue,
             };
             let create = mode.create && (follow || !last);
-            let found = look_or_create(walker, parent, &top[0].name, &at, create)
-                .map_err(|e| io_err(&at, &e))?;
+            let found = if last && !follow {
+                walker.peek(parent, &top[0].name, &at)
+            } else {
+                look_or_create(walker, parent, &top[0].name, &at, create)
+            }
+            .map_err(|e| io_err(&at, &e))?;
             if last && !(follow && matches!(found, Found::Link(_))) {
                 // The final entry is reported as it is (a followed final link is walked on).
                 // What a followed path leads to must be provably inside, except that Mkdir

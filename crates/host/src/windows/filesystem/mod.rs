@@ -60,13 +60,16 @@ const ERROR_CANT_RESOLVE_FILENAME: u32 = 1921;
 
 seam_host!(
     /// The Windows filesystem host.
-    WindowsFilesystemHost
+    WindowsFilesystemHost {
+        roots: Arc<roots::Roots>
+    }
 );
 
 #[cfg(windows)]
 pub use super::win32::running_under_wine;
 
 mod entries;
+mod roots;
 mod wide;
 
 use entries::*;
@@ -77,20 +80,14 @@ impl WindowsFilesystemHost {
         Fs { os: &*self.os }
     }
 
-    /// Opens `path` as itself (or, with `follow`, what it leads to) and pins it.
-    fn pin(&self, path: WPath, follow: bool, up: Option<PinnedDir>) -> Win32Result<PinnedDir> {
+    /// Opens `path` as itself and pins it; also answers the handle.
+    fn pin(&self, path: WPath, up: PinnedDir) -> Win32Result<(PinnedDir, u64)> {
         let name = z(&path);
         let raw = past_pending(&*self.os, &name, || {
             self.os
-                .open_entry(&name, access::READ_ATTRIBUTES, SHARE_PIN, follow)
+                .open_entry(&name, access::READ_ATTRIBUTES, SHARE_PIN, false)
         })?;
-        let pin = PinnedDir(Arc::new(Pin {
-            path,
-            os: self.os.clone(),
-            raw,
-            _up: up,
-        }));
-        Ok(pin)
+        Ok((PinnedDir::held(path, self.os.clone(), raw, Some(up)), raw))
     }
 }
 
@@ -102,17 +99,41 @@ pub(crate) struct PinnedDir(Arc<Pin>);
 struct Pin {
     path: WPath,
     os: Arc<dyn Win32>,
-    raw: u64,
+    /// `None` for a final entry only looked at ([`Walker::peek`]): its directory is held, it
+    /// is not.
+    raw: Option<u64>,
     _up: Option<PinnedDir>,
 }
 
 impl Drop for Pin {
     fn drop(&mut self) {
-        self.os.close(self.raw);
+        if let Some(raw) = self.raw {
+            self.os.close(raw);
+        }
     }
 }
 
 impl PinnedDir {
+    /// `raw` (open on the directory at `path`), held with the directory above it.
+    fn held(path: WPath, os: Arc<dyn Win32>, raw: u64, up: Option<PinnedDir>) -> Self {
+        PinnedDir(Arc::new(Pin {
+            path,
+            os,
+            raw: Some(raw),
+            _up: up,
+        }))
+    }
+
+    /// The directory `path` inside the held `up`, looked at but not held itself.
+    fn unheld(path: WPath, up: &PinnedDir) -> Self {
+        PinnedDir(Arc::new(Pin {
+            path,
+            os: up.0.os.clone(),
+            raw: None,
+            _up: Some(up.clone()),
+        }))
+    }
+
     /// The path of `name` inside this directory.
     fn child(&self, name: &str) -> io::Result<WPath> {
         Ok(join(&self.0.path, &wpath(name)?))
@@ -128,29 +149,21 @@ fn pinned(h: &Held) -> io::Result<&PinnedDir> {
 impl Walker for WindowsFilesystemHost {
     type Dir = Held;
 
+    /// A root is the administrator's: a link there is followed. Held for the host's life
+    /// ([`roots`]).
     fn open_trusted(&self, path: &str, create: bool) -> io::Result<Held> {
-        let p = wpath(path)?;
-        if create {
-            self.fs().mkdir_all(&p).map_err(|e| io_error(&e))?;
-        }
-        // A root is the administrator's: a link there is followed.
-        let pin = self.pin(p, true, None).map_err(|e| io_error(&e))?;
-        let (attrs, _) = self.os.attribute_tag(pin.0.raw).map_err(|e| io_error(&e))?;
-        if !has(attrs, attr::DIRECTORY) {
-            return Err(io_error(&OsError::new(ERROR_DIRECTORY)));
-        }
-        Ok(Box::new(pin))
+        Ok(Box::new(self.root(path, create)?))
     }
 
     fn look(&self, dir: &Held, name: &str, _at: &str) -> io::Result<Found<Held>> {
         let dir = pinned(dir)?;
         let path = dir.child(name)?;
-        let pin = match self.pin(path, false, Some(dir.clone())) {
+        let (pin, raw) = match self.pin(path, dir.clone()) {
             Ok(pin) => pin,
             Err(e) if e.names_nothing() => return Ok(Found::Missing),
             Err(e) => return Err(io_error(&e)),
         };
-        let (attrs, _) = self.os.attribute_tag(pin.0.raw).map_err(|e| io_error(&e))?;
+        let (attrs, _) = self.os.attribute_tag(raw).map_err(|e| io_error(&e))?;
         if has(attrs, attr::REPARSE_POINT) {
             // Read while the entry is held: it cannot be replaced meanwhile.
             match self.fs().read_reparse_point(&pin.0.path)?.destination() {
@@ -165,6 +178,26 @@ impl Walker for WindowsFilesystemHost {
         }
         Ok(if has(attrs, attr::DIRECTORY) {
             Found::Dir(Box::new(pin))
+        } else {
+            Found::Other
+        })
+    }
+
+    /// `GetFileAttributesW` of the name inside the held directory: the entry's own attributes
+    /// ("not the link destination"), with no handle opened on it. Only a reparse point is
+    /// opened and read, as [`Walker::look`] does.
+    fn peek(&self, dir: &Held, name: &str, at: &str) -> io::Result<Found<Held>> {
+        let held = pinned(dir)?;
+        let path = z(&held.child(name)?);
+        let attrs = match past_pending(&*self.os, &path, || self.os.file_attributes(&path)) {
+            Ok(attrs) => attrs,
+            Err(e) if e.names_nothing() => return Ok(Found::Missing),
+            Err(e) => return Err(io_error(&e)),
+        };
+        Ok(if has(attrs, attr::REPARSE_POINT) {
+            return self.look(dir, name, at);
+        } else if has(attrs, attr::DIRECTORY) {
+            Found::Dir(Box::new(PinnedDir::unheld(held.child(name)?, held)))
         } else {
             Found::Other
         })

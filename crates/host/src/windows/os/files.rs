@@ -73,6 +73,10 @@ pub trait FileApi {
     /// `GetFileInformationByHandleEx(FileAttributeTagInfo)`: attributes and reparse tag of what
     /// the handle is open on.
     fn attribute_tag(&self, handle: u64) -> Win32Result<(u32, u32)>;
+    /// `GetFileInformationByHandleEx(FileIdInfo)`: the volume serial number and the 128-bit
+    /// file ID of what the handle is open on, which together "uniquely identify a file on a
+    /// single computer" (FILE_ID_INFO).
+    fn file_id(&self, handle: u64) -> Win32Result<(u64, u128)>;
     /// `GetFileInformationByHandleEx(FileBasicInfo)`: the `FileAttributes` member.
     fn basic_attributes(&self, handle: u64) -> Win32Result<u32>;
     /// `SetFileInformationByHandle(FileBasicInfo)` with these attributes and zero times ("keep

@@ -486,15 +486,16 @@ pub trait Win32: FileApi + Send + Sync {
     fn sleep(&self, d: Duration);
 }
 
-/// Declares a Windows host over the seam: the struct holding its [`Win32`], `new()` acting on
-/// this machine (Windows only) and `with_os` acting through any seam (the simulated Windows in
-/// tests).
+/// Declares a Windows host over the seam: the struct holding its [`Win32`] (and any state of
+/// its own, given as `{ field: Type }`, made with `Default`), `new()` acting on this machine
+/// (Windows only) and `with_os` acting through any seam (the simulated Windows in tests).
 macro_rules! seam_host {
-    ($(#[$doc:meta])* $name:ident) => {
+    ($(#[$doc:meta])* $name:ident $({ $($field:ident: $ty:ty),* $(,)? })?) => {
         $(#[$doc])*
         #[derive(Clone)]
         pub struct $name {
             os: std::sync::Arc<dyn $crate::windows::os::Win32>,
+            $($($field: $ty,)*)?
         }
 
         impl std::fmt::Debug for $name {
@@ -521,7 +522,10 @@ macro_rules! seam_host {
 
             /// A host acting through `os` (the real Windows, or the simulated one in tests).
             pub fn with_os(os: std::sync::Arc<dyn $crate::windows::os::Win32>) -> Self {
-                Self { os }
+                Self {
+                    os,
+                    $($($field: Default::default(),)*)?
+                }
             }
         }
     };

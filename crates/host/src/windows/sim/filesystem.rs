@@ -249,6 +249,7 @@ impl State {
         self.files.remove(&k);
         self.links.remove(&k);
         self.readonly.remove(&k);
+        self.ids.remove(&k);
         self.mount_points.remove(&mp_key(path));
     }
 
@@ -288,6 +289,7 @@ impl State {
         );
         self.dirs.retain(|k, _| !below(k));
         self.files.retain(|k| !below(k));
+        self.ids.retain(|k, _| !below(k));
         self.volumes[v].contents = moved;
     }
 
@@ -487,6 +489,26 @@ impl FileApi for SimWindows {
 
     fn basic_attributes(&self, handle: u64) -> Win32Result<u32> {
         self.attribute_tag(handle).map(|(a, _)| a)
+    }
+
+    fn file_id(&self, handle: u64) -> Win32Result<(u64, u128)> {
+        let mut s = self.enter("file_id")?;
+        let open = s.opened(handle)?.clone();
+        // A mounted volume's root directory: an ID on that volume.
+        if open.volume_root
+            && let Some(Entry::MountedFolder(v)) = s.entry(&open.key)
+        {
+            return Ok((v as u64 + 1, 5));
+        }
+        s.entry(&open.key)
+            .ok_or(OsError::new(code::FILE_NOT_FOUND))?;
+        let next = s.next_id + 1;
+        let id = *s.ids.entry(open.key).or_insert(next);
+        if id == next {
+            s.next_id = next;
+        }
+        // Everything else is on the system volume (serial 0); IDs start past the root's.
+        Ok((0, u128::from(id) + 16))
     }
 
     fn set_basic_attributes(&self, handle: u64, attributes: u32) -> Win32Result<()> {

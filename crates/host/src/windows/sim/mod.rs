@@ -212,6 +212,10 @@ struct State {
     readonly: BTreeSet<String>,
     /// Handles open on files and directories.
     entries: HashMap<u64, filesystem::OpenEntry>,
+    /// File IDs of the entries asked about (keys): an entry keeps its ID when renamed and takes
+    /// it along when deleted; one made later at the same path gets a new one.
+    ids: BTreeMap<String, u64>,
+    next_id: u64,
     /// Entries marked for deletion while handles sharing delete were open on them (keys):
     /// deleted at the last close, delete-pending until then.
     delete_pending: BTreeSet<String>,

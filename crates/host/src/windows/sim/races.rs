@@ -95,6 +95,7 @@ impl State {
         }
         remap(&mut self.dirs, &moved);
         remap(&mut self.links, &moved);
+        remap(&mut self.ids, &moved);
         for set in [&mut self.files, &mut self.readonly] {
             let keys: Vec<String> = set.iter().filter(|k| moved(k).is_some()).cloned().collect();
             for k in keys {
@@ -156,6 +157,12 @@ impl SimWindows {
         let mut s = self.lock();
         s.swapping = None;
         s.swaps
+    }
+
+    /// Exchanges the entries at `a` and `b` once (as renaming them into each other's place
+    /// would); ERROR_SHARING_VIOLATION while one is held open without `FILE_SHARE_DELETE`.
+    pub fn exchange_entries(&self, a: &str, b: &str) -> Win32Result<()> {
+        self.lock().exchange(a, b)
     }
 
     /// Adds a directory symbolic link at `link` to `target` (a client's own link).

@@ -236,6 +236,7 @@ impl VirtualDisks for SimWindows {
             return Err(OsError::new(code::SHARING_VIOLATION));
         }
         s.files.remove(&k);
+        s.ids.remove(&k);
         s.vhds.files.remove(&k);
         Ok(())
     }

@@ -10,10 +10,10 @@ use windows::Win32::Foundation::HANDLE;
 use windows::Win32::Storage::FileSystem::{
     CreateDirectoryW, CreateFileW, CreateSymbolicLinkW, DeleteFileW, FILE_ATTRIBUTE_TAG_INFO,
     FILE_BASIC_INFO, FILE_FLAG_BACKUP_SEMANTICS, FILE_FLAG_OPEN_REPARSE_POINT,
-    FILE_FLAGS_AND_ATTRIBUTES, FILE_READ_ATTRIBUTES, FILE_SHARE_DELETE, FILE_SHARE_MODE,
-    FILE_SHARE_READ, FILE_SHARE_WRITE, FIND_FIRST_EX_FLAGS, FileAttributeTagInfo, FileBasicInfo,
-    FindClose, FindExInfoBasic, FindExSearchNameMatch, FindFirstFileExW, FindNextFileW,
-    GetFileAttributesW, GetFileInformationByHandleEx, INVALID_FILE_ATTRIBUTES,
+    FILE_FLAGS_AND_ATTRIBUTES, FILE_ID_INFO, FILE_READ_ATTRIBUTES, FILE_SHARE_DELETE,
+    FILE_SHARE_MODE, FILE_SHARE_READ, FILE_SHARE_WRITE, FIND_FIRST_EX_FLAGS, FileAttributeTagInfo,
+    FileBasicInfo, FileIdInfo, FindClose, FindExInfoBasic, FindExSearchNameMatch, FindFirstFileExW,
+    FindNextFileW, GetFileAttributesW, GetFileInformationByHandleEx, INVALID_FILE_ATTRIBUTES,
     MAXIMUM_REPARSE_DATA_BUFFER_SIZE, OPEN_EXISTING, RemoveDirectoryW, SYMBOLIC_LINK_FLAGS,
     SetFileInformationByHandle, WIN32_FIND_DATAW,
 };
@@ -164,6 +164,26 @@ impl FileApi for SystemWin32 {
         }
         .map_err(|e| os(&e))?;
         Ok((info.FileAttributes, info.ReparseTag))
+    }
+
+    fn file_id(&self, raw: u64) -> Win32Result<(u64, u128)> {
+        let mut info = FILE_ID_INFO::default();
+        // SAFETY: `info` is a writable FILE_ID_INFO and its exact size is passed; the handle is
+        // open for the duration of the call. FILE_ID_INFO: "The file identifier and the volume
+        // serial number uniquely identify a file on a single computer."
+        unsafe {
+            GetFileInformationByHandleEx(
+                handle(raw),
+                FileIdInfo,
+                (&raw mut info).cast::<c_void>(),
+                size_of::<FILE_ID_INFO>() as u32,
+            )
+        }
+        .map_err(|e| os(&e))?;
+        Ok((
+            info.VolumeSerialNumber,
+            u128::from_le_bytes(info.FileId.Identifier),
+        ))
     }
 
     fn basic_attributes(&self, raw: u64) -> Win32Result<u32> {
