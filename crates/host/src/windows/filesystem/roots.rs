@@ -29,8 +29,11 @@ pub(crate) struct Roots {
 
 struct HeldRoot {
     dir: PinnedDir,
-    /// Its volume serial number and file ID.
-    id: (u64, u128),
+    /// Its volume serial number and file ID; `None` when the filesystem gives none (a failed
+    /// query, or a zero file ID: FILE_ID_INFORMATION, "For file systems that do not support a
+    /// 128-bit file ID, this field must be set to 0, and must be ignored"), and then the root
+    /// is held anew at every look.
+    id: Option<(u64, u128)>,
     /// When (seam clock) its path was last seen to name it.
     checked: Duration,
 }
@@ -44,7 +47,7 @@ impl Roots {
             .map(|r| r.dir.clone())
     }
 
-    fn known(&self, path: &str) -> Option<(PinnedDir, (u64, u128))> {
+    fn known(&self, path: &str) -> Option<(PinnedDir, Option<(u64, u128)>)> {
         let held = self.held.read().unwrap_or_else(PoisonError::into_inner);
         held.get(path).map(|r| (r.dir.clone(), r.id))
     }
@@ -76,7 +79,7 @@ impl WindowsFilesystemHost {
         // closes, among others) lets the held handle go and opens it as new.
         let looked = match self.roots.known(path) {
             Some((held, id)) => match self.open_root(&p, false) {
-                Ok((_, now_id)) if now_id == id => Some((held, id)),
+                Ok((_, now_id)) if id.is_some() && now_id == id => Some((held, id)),
                 Ok(fresh) => Some(fresh),
                 Err(_) => None,
             },
@@ -102,7 +105,7 @@ impl WindowsFilesystemHost {
 
     /// Opens the directory at `p` (following links) sharing delete, and reads its file ID;
     /// `wait` waits out a delete-pending entry of the name ([`past_pending`]).
-    fn open_root(&self, p: &[u16], wait: bool) -> Win32Result<(PinnedDir, (u64, u128))> {
+    fn open_root(&self, p: &[u16], wait: bool) -> Win32Result<(PinnedDir, Option<(u64, u128)>)> {
         let name = z(p);
         let open = || {
             self.os
@@ -118,7 +121,7 @@ impl WindowsFilesystemHost {
         if !has(attrs, attr::DIRECTORY) {
             return Err(OsError::new(ERROR_DIRECTORY));
         }
-        let id = self.os.file_id(raw)?;
+        let id = self.os.file_id(raw).ok().filter(|&(_, file)| file != 0);
         Ok((dir, id))
     }
 }

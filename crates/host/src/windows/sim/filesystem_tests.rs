@@ -291,3 +291,26 @@ fn a_removed_root_is_let_go_within_a_second() {
 fn u(s: &str) -> Vec<u16> {
     s.encode_utf16().collect()
 }
+
+/// A filesystem that gives no file ID (the query fails, or answers 0: "for file systems that do
+/// not support a 128-bit file ID, this field must be set to 0"): the root still works, and is
+/// held anew at every look at its path, since it cannot be told to be the same.
+#[test]
+fn a_root_without_a_file_id_is_held_anew_at_every_look() {
+    use crate::windows::os::{OsError, Win32, code};
+    let sim = Arc::new(SimWindows::new());
+    sim.mkdir(r"C:\k\a");
+    sim.mkdir(r"C:\k2\b");
+    let fs = rooted(&sim);
+    sim.fail_next("file_id", OsError::new(code::INVALID_PARAMETER));
+    assert!(fs.path_exists(r"C:\k\a").unwrap());
+    sim.exchange_entries(r"C:\k", r"C:\k2").unwrap();
+    sim.sleep(std::time::Duration::from_secs(1));
+    assert!(fs.path_exists(r"C:\k\b").unwrap());
+    sim.remove_directory(&u(r"C:\k2\a")).unwrap();
+    sim.remove_directory(&u(r"C:\k2")).unwrap();
+    assert!(
+        !sim.entry_exists(r"C:\k2"),
+        "the replaced root is still held"
+    );
+}
