@@ -35,6 +35,7 @@ LINUX_FILES = {
     "csi-proxy",
     "csi-proxy-ctl",
     "csi-proxy.service",
+    "csi-proxy.socket",
     "node-plugin-daemonset.yaml",
     "README.md",
     "VERSION",
@@ -113,9 +114,33 @@ def check_static():
         name = path[len(SANDBOX):]
         if name not in copied:
             problem(f"csi-proxy-hostprocess.yaml starts {path}; the Containerfile does not copy {name}")
-    for name in ("csi-proxy.service", "node-plugin-daemonset.yaml"):
+    for name in ("csi-proxy.service", "csi-proxy.socket", "node-plugin-daemonset.yaml"):
         if not (ROOT / "deploy/linux" / name).is_file():
             problem(f"deploy/linux/{name} is missing")
+    check_socket_unit()
+
+
+def check_socket_unit():
+    """csi-proxy.socket binds exactly the sockets csi-proxy.service's daemon serves: its
+    directory is --socket-dir, its group --socket-group, one socket per endpoint."""
+    service = (ROOT / "deploy/linux/csi-proxy.service").read_text()
+    unit = (ROOT / "deploy/linux/csi-proxy.socket").read_text()
+    start = re.search(r"^ExecStart=(.*)$", service, re.M).group(1)
+    flags = dict(re.findall(r"--([\w-]+)=(\S+)", start))
+    listen = re.findall(r"^ListenStream=(\S+)$", unit, re.M)
+    dirs = {l.rsplit("/", 1)[0] for l in listen}
+    if dirs != {flags.get("socket-dir")}:
+        problem(f"csi-proxy.socket listens in {dirs}; the service's --socket-dir is {flags.get('socket-dir')}")
+    group = re.search(r"^SocketGroup=(\S+)$", unit, re.M)
+    if (group and group.group(1)) != flags.get("socket-group"):
+        problem("csi-proxy.socket's SocketGroup= differs from the service's --socket-group")
+    registry = (ROOT / "crates/server/src/registry.rs").read_text()
+    served = set()
+    for g, versions in re.findall(r"group_endpoints!\(list, s\.\w+, (\w+), \[(.*?)\]\);", registry, re.S):
+        served |= {f"csi-proxy-{g}-{v}.sock" for v in re.findall(r'=> "(\w+)"', versions)}
+    names = {l.rsplit("/", 1)[1] for l in listen}
+    if len(served) != 23 or names != served or len(listen) != len(names):
+        problem(f"csi-proxy.socket's sockets differ from the endpoints: missing {sorted(served - names)}, extra {sorted(names - served)}")
 
 
 def members(names, top):

@@ -12,7 +12,7 @@
 #                    says "-dirty" (never publish such a build)
 #
 # Produces, for version V (Cargo.toml's) built at commit C:
-#   csi-proxy-V-linux-amd64.tar.gz    csi-proxy, csi-proxy-ctl, csi-proxy.service,
+#   csi-proxy-V-linux-amd64.tar.gz    csi-proxy, csi-proxy-ctl, csi-proxy.service, .socket,
 #                                     node-plugin-daemonset.yaml, README.md, docs/, VERSION
 #   csi-proxy-V-windows-amd64.zip     csi-proxy.exe, csi-proxy-ctl.exe, install.ps1,
 #                                     csi-proxy-hostprocess.yaml, node-plugin-daemonset.yaml,
@@ -88,7 +88,8 @@ common() {
 LINUX_NAME="csi-proxy-$VERSION-linux-amd64"
 mkdir "$STAGE/$LINUX_NAME"
 install -m 0755 "$LINUX_BIN/csi-proxy" "$LINUX_BIN/csi-proxy-ctl" "$STAGE/$LINUX_NAME/"
-install -m 0644 deploy/linux/csi-proxy.service deploy/linux/node-plugin-daemonset.yaml \
+install -m 0644 deploy/linux/csi-proxy.service deploy/linux/csi-proxy.socket \
+    deploy/linux/node-plugin-daemonset.yaml \
     "$STAGE/$LINUX_NAME/"
 common "$STAGE/$LINUX_NAME"
 # Reproducible metadata: owner root, times of the commit.

@@ -188,16 +188,17 @@ step_manifests() {
     sed "s#/usr/local/bin/csi-proxy#${CARGO_TARGET_DIR:-$ROOT/target}/debug/csi-proxy#" \
         deploy/linux/csi-proxy.service \
         > "$dir/csi-proxy.service"
+    cp deploy/linux/csi-proxy.socket "$dir/"
     local out rc=0
-    out="$(systemd-analyze verify "$dir/csi-proxy.service" 2>&1)" || rc=$?
+    out="$(systemd-analyze verify "$dir/csi-proxy.socket" "$dir/csi-proxy.service" 2>&1)" || rc=$?
     rm -rf "$dir"
-    # verify also reports on units the file refers to that this machine lacks; only lines about
-    # csi-proxy.service itself (an unknown key, a bad value) count, and it exits 0 for those.
-    if [[ $rc -ne 0 ]] || grep -q 'csi-proxy\.service' <<<"$out"; then
+    # verify also reports on units the files refer to that this machine lacks; only lines about
+    # csi-proxy's own units (an unknown key, a bad value) count, and it exits 0 for those.
+    if [[ $rc -ne 0 ]] || grep -q 'csi-proxy\.\(service\|socket\)' <<<"$out"; then
         echo "$out" >&2
         return 1
     fi
-    echo "deploy/linux/csi-proxy.service verified"
+    echo "deploy/linux/csi-proxy.service and csi-proxy.socket verified"
 }
 
 step_release() {

@@ -448,3 +448,235 @@ async fn every_flag_upstream_accepts_starts_the_daemon_in_every_go_spelling() {
         }
     }
 }
+
+/// `systemctl restart` with csi-proxy.socket, replayed without systemd: this process plays
+/// systemd's part (binds every endpoint's socket, mode 0660, and keeps it), and each daemon
+/// gets the sockets as systemd passes them (descriptors 3.., `LISTEN_FDS`, `LISTEN_PID` its
+/// own pid). Four clients, one long-lived channel each as drivers hold, call PathExists in a
+/// loop while the daemon gets SIGTERM and a new one starts: no call fails, since a client
+/// connecting meanwhile waits in the socket's queue; the sockets stay where systemd bound them.
+#[tokio::test]
+async fn a_restart_with_systemd_passed_sockets_loses_no_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, kubelet, state) = (
+        dir.path().join("run"),
+        dir.path().join("kubelet"),
+        dir.path().join("state"),
+    );
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::create_dir_all(kubelet.join("x")).unwrap();
+    let names = endpoint_socket_names();
+    assert_eq!(names.len(), 23);
+    let held: Vec<std::os::unix::net::UnixListener> = names
+        .iter()
+        .map(|n| {
+            let path = run.join(n);
+            let l = std::os::unix::net::UnixListener::bind(&path).unwrap();
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o660))
+                .unwrap();
+            l
+        })
+        .collect();
+    let start = || {
+        activated(
+            &held,
+            &run,
+            &kubelet,
+            &state,
+            &dir.path().join("daemon.log"),
+        )
+    };
+
+    let mut first = start();
+    let connector = csi_proxy_client::Connector::SocketDir(run.clone());
+    let target = kubelet.join("x").display().to_string();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let ch = connector.lazy_channel("filesystem", "v1");
+            let (target, stop) = (target.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut fs = FilesystemClient::from_channel("v1", ch).unwrap();
+                let (mut ok, mut failed, mut gap) = (0u32, Vec::new(), Duration::ZERO);
+                let mut last = Instant::now();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    // A daemon that does not take the passed sockets leaves calls queued forever.
+                    let call =
+                        tokio::time::timeout(Duration::from_secs(10), fs.path_exists(&target));
+                    match call.await {
+                        Ok(Ok(true)) => ok += 1,
+                        other => failed.push(format!("{other:?}")),
+                    }
+                    gap = gap.max(last.elapsed());
+                    last = Instant::now();
+                }
+                (ok, failed, gap)
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &first.id().to_string()])
+        .status();
+    let status = tokio::task::spawn_blocking(move || first.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    for n in &names {
+        assert!(
+            run.join(n).exists(),
+            "{n}: a passed socket is systemd's, never removed"
+        );
+    }
+    let mut second = start();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut longest = Duration::ZERO;
+    for c in clients {
+        let (ok, failed, gap) = c.await.unwrap();
+        assert!(
+            failed.is_empty(),
+            "failed calls across the restart: {failed:?}"
+        );
+        assert!(ok > 0);
+        longest = longest.max(gap);
+    }
+    println!("restart with passed sockets: 0 failed calls, longest wait for an answer {longest:?}");
+    let _ = second.kill();
+    let _ = second.wait();
+}
+
+/// systemd's own tool for running a socket-activated service by hand binds every endpoint's
+/// socket and passes them (`LISTEN_FDS`, `LISTEN_PID`, `LISTEN_FDNAMES`); the daemon serves on
+/// them, and leaves them in place when it stops.
+#[tokio::test]
+async fn the_daemon_serves_on_sockets_systemd_socket_activate_passes() {
+    let Ok(tool) = which("systemd-socket-activate") else {
+        println!("SKIPPED: systemd-socket-activate is not installed");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (run, kubelet) = (dir.path().join("run"), dir.path().join("kubelet"));
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::create_dir_all(&kubelet).unwrap();
+    let names = endpoint_socket_names();
+    let mut cmd = Command::new(tool);
+    for n in &names {
+        cmd.arg(format!("--listen={}", run.join(n).display()));
+    }
+    cmd.arg(env!("CARGO_BIN_EXE_csi-proxy"))
+        .arg(format!("--kubelet-path={}", kubelet.display()))
+        .arg(format!("--socket-dir={}", run.display()))
+        .arg(format!(
+            "--state-dir={}",
+            dir.path().join("state").display()
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("daemon.log")).unwrap());
+    if !common::every_process_readable() {
+        cmd.arg("--skip-unreadable-processes");
+    }
+    let mut daemon = cmd.spawn().unwrap();
+    // The tool binds the sockets before it starts the daemon; once they exist a connection
+    // waits in the queue until the daemon accepts it.
+    let t = Instant::now();
+    while socket_count(&run) < names.len() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the tool bound no sockets"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let connector = csi_proxy_client::Connector::SocketDir(run.clone());
+    let mut fs = FilesystemClient::connect(&connector).await.unwrap();
+    let answer = tokio::time::timeout(
+        Duration::from_secs(20),
+        fs.path_exists(&kubelet.display().to_string()),
+    )
+    .await;
+    let log = || std::fs::read_to_string(dir.path().join("daemon.log")).unwrap_or_default();
+    assert!(
+        matches!(answer, Ok(Ok(true))),
+        "{answer:?}; log:\n{}",
+        log()
+    );
+    assert!(
+        log().contains("listening sockets passed by systemd sockets=23"),
+        "{}",
+        log()
+    );
+    let _ = Command::new("kill")
+        .args(["-TERM", &daemon.id().to_string()])
+        .status();
+    assert!(daemon.wait().unwrap().success());
+    assert_eq!(socket_count(&run), 23, "passed sockets are left in place");
+}
+
+fn which(tool: &str) -> Result<std::path::PathBuf, ()> {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
+        .ok_or(())
+}
+
+/// The socket file names of the 23 endpoints, as the daemon names them.
+fn endpoint_socket_names() -> Vec<String> {
+    let unit = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/linux/csi-proxy.socket"),
+    )
+    .unwrap();
+    unit.lines()
+        .filter_map(|l| l.strip_prefix("ListenStream=/run/csi-proxy/"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Starts the daemon with `held` passed as systemd passes sockets. bash moves them to
+/// descriptors 3.. (first out of the way, to 500 and up, so no move overwrites a socket not yet
+/// moved) and execs the daemon with `LISTEN_PID` set to its own pid, which exec keeps.
+fn activated(
+    held: &[std::os::unix::net::UnixListener],
+    run: &Path,
+    kubelet: &Path,
+    state: &Path,
+    log: &Path,
+) -> std::process::Child {
+    use std::os::fd::AsRawFd;
+    let mut script = String::new();
+    for (i, l) in held.iter().enumerate() {
+        // Inherited across exec only without close-on-exec.
+        rustix::io::fcntl_setfd(l, rustix::io::FdFlags::empty()).unwrap();
+        script += &format!("exec {}<&{} {}<&-; ", 500 + i, l.as_raw_fd(), l.as_raw_fd());
+    }
+    for i in 0..held.len() {
+        script += &format!("exec {}<&{} {}<&-; ", 3 + i, 500 + i, 500 + i);
+    }
+    script += &format!("LISTEN_PID=$$ LISTEN_FDS={} exec \"$0\" \"$@\"", held.len());
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let mut cmd = Command::new("bash");
+    cmd.arg("-c")
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_csi-proxy"))
+        .arg(format!("--kubelet-path={}", kubelet.display()))
+        .arg(format!("--socket-dir={}", run.display()))
+        .arg(format!("--state-dir={}", state.display()))
+        .arg("-v=2")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log);
+    if !common::every_process_readable() {
+        cmd.arg("--skip-unreadable-processes");
+    }
+    let child = cmd.spawn().unwrap();
+    for l in held {
+        rustix::io::fcntl_setfd(l, rustix::io::FdFlags::CLOEXEC).unwrap();
+    }
+    child
+}

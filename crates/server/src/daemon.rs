@@ -68,6 +68,9 @@ pub enum DaemonError {
         /// The OS error, with the socket or pipe name.
         source: io::Error,
     },
+    /// The sockets systemd passed (socket activation) cannot be used.
+    #[error("{0}")]
+    Inherited(io::Error),
     /// An endpoint's server failed while running.
     #[error("the {group} {version} endpoint failed: {message}")]
     Serve {
@@ -113,11 +116,7 @@ pub async fn serve_and_tell(
 ) -> Result<(), DaemonError> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut servers = JoinSet::new();
-    let bound = bind_all(&endpoints, &listen)?;
-    let names: Vec<String> = endpoints
-        .iter()
-        .map(|e| endpoint_name(&listen, e.group, e.version))
-        .collect();
+    let (bound, created) = bind_all(&endpoints, &listen)?;
 
     let in_all = crate::limits::connection_budget(crate::limits::descriptor_limit());
     let total = ConnectionCaps::daemon(in_all);
@@ -155,7 +154,7 @@ pub async fn serve_and_tell(
             (group, version)
         });
     }
-    tracing::info!(endpoints = names.len(), "serving");
+    tracing::info!(endpoints = health.len(), "serving");
     ready();
 
     // An endpoint that ends before a stop request is a failure, also when it ends "cleanly"
@@ -195,7 +194,7 @@ pub async fn serve_and_tell(
             }
         }
     }
-    cleanup(&listen, &names);
+    cleanup(&listen, &created);
     failure.map_or(Ok(()), Err)
 }
 
@@ -256,9 +255,18 @@ enum Incoming {
     Pipe(crate::transport::pipe::PipeListener),
 }
 
-fn bind_all(endpoints: &[Endpoint], listen: &Listen) -> Result<Vec<Incoming>, DaemonError> {
+/// Creates every endpoint's listener, or takes the one systemd passed for its socket path.
+/// Returns the listeners and the names of the sockets this process created, the only ones it
+/// removes when it stops (a passed socket stays with systemd across restarts).
+fn bind_all(
+    endpoints: &[Endpoint],
+    listen: &Listen,
+) -> Result<(Vec<Incoming>, Vec<String>), DaemonError> {
     let mut bound = Vec::with_capacity(endpoints.len());
     let mut created = Vec::new();
+    #[cfg(unix)]
+    let mut inherited =
+        crate::transport::activation::Inherited::take().map_err(DaemonError::Inherited)?;
     for ep in endpoints {
         let err = |source| DaemonError::Listen {
             group: ep.group,
@@ -267,12 +275,19 @@ fn bind_all(endpoints: &[Endpoint], listen: &Listen) -> Result<Vec<Incoming>, Da
         };
         let r = match listen {
             #[cfg(unix)]
-            Listen::Unix { dir, gid } => crate::transport::unix::ensure_dir(dir)
-                .and_then(|()| {
-                    let path = crate::transport::unix::socket_path(dir, ep.group, ep.version);
-                    crate::transport::unix::bind(&path, *gid)
-                })
-                .map(Incoming::Unix),
+            Listen::Unix { dir, gid } => {
+                let path = crate::transport::unix::socket_path(dir, ep.group, ep.version);
+                match inherited.listener_for(&path) {
+                    Ok(Some(passed)) => {
+                        bound.push(Incoming::Unix(passed));
+                        continue;
+                    }
+                    Ok(None) => crate::transport::unix::ensure_dir(dir)
+                        .and_then(|()| crate::transport::unix::bind(&path, *gid))
+                        .map(Incoming::Unix),
+                    Err(e) => Err(e),
+                }
+            }
             #[cfg(windows)]
             Listen::Pipe { sddl } => crate::transport::pipe::PipeListener::bind(
                 &endpoint_name(listen, ep.group, ep.version),
@@ -292,7 +307,9 @@ fn bind_all(endpoints: &[Endpoint], listen: &Listen) -> Result<Vec<Incoming>, Da
             }
         }
     }
-    Ok(bound)
+    #[cfg(unix)]
+    inherited.close_unused();
+    Ok((bound, created))
 }
 
 fn cleanup(listen: &Listen, names: &[String]) {

@@ -3,7 +3,8 @@
 #![cfg(windows)]
 
 use std::io;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use csi_proxy_api::filesystem::v1 as fs;
@@ -307,6 +308,70 @@ async fn second_bind_of_the_same_name_fails_clearly() {
     let ch = channel(&server.path, true).await.expect("connect");
     assert!(path_exists(ch, "x").await.unwrap());
     server.shutdown().await;
+}
+
+/// A hand-off: a second server creates instances beside the running one; clients holding a
+/// channel each and calling in a loop never fail while the first stops (GOAWAY, in-flight
+/// calls finish) and after it is gone, when every connection reaches the second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_beside_the_running_one_takes_over_without_a_failed_call() {
+    let old = TestServer::start("beside", DEFAULT_PIPE_SDDL);
+    let beside = PipeListener::bind_beside(&old.path, DEFAULT_PIPE_SDDL).expect("bind beside");
+    let (stop_new, stopped) = oneshot::channel::<()>();
+    let new = tokio::spawn(
+        Server::builder()
+            .add_service(FilesystemServer::new(TestFilesystem))
+            .serve_with_incoming_shutdown(beside.into_incoming(), async {
+                let _ = stopped.await;
+            }),
+    );
+    let done = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        let ch = channel(&old.path, true).await.expect("connect");
+        let done = done.clone();
+        clients.push(tokio::spawn(async move {
+            let (mut ok, mut failed) = (0u32, Vec::new());
+            while !done.load(Ordering::Relaxed) {
+                match path_exists(ch.clone(), "x").await {
+                    Ok(true) => ok += 1,
+                    other => failed.push(format!("{other:?}")),
+                }
+            }
+            (ok, failed)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let path = old.path.clone();
+    old.shutdown().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The name is the new server's alone now: a fresh client reaches it.
+    let ch = channel(&path, true)
+        .await
+        .expect("connect after the old server is gone");
+    assert!(path_exists(ch, "x").await.unwrap());
+    done.store(true, Ordering::Relaxed);
+    for c in clients {
+        let (ok, failed) = c.await.unwrap();
+        assert!(
+            failed.is_empty(),
+            "failed calls during the hand-off: {failed:?}"
+        );
+        assert!(ok > 0);
+    }
+    let _ = stop_new.send(());
+    new.await.unwrap().unwrap();
+}
+
+/// With nobody serving the name, binding beside is binding: the first instance, after which a
+/// plain second bind is refused as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binding_beside_nobody_makes_the_first_instance() {
+    let path = unique_pipe("beside-nobody");
+    let listener = PipeListener::bind_beside(&path, DEFAULT_PIPE_SDDL).expect("bind beside");
+    let err = PipeListener::bind(&path, DEFAULT_PIPE_SDDL).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::AddrInUse, "{err}");
+    drop(listener);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

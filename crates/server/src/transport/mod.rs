@@ -92,6 +92,8 @@ macro_rules! read_through_wrapper {
 
 pub mod accept;
 pub mod ack_hold;
+#[cfg(unix)]
+pub mod activation;
 pub mod authority;
 pub mod capped;
 pub mod handshake_timeout;

@@ -119,6 +119,44 @@ impl PipeListener {
         })
     }
 
+    /// Creates a further instance of the pipe `name` while another process (the csi-proxy being
+    /// replaced) still serves it, so clients find an instance of one or the other at every
+    /// moment; with nobody serving the name it is [`Self::bind`].
+    ///
+    /// Only for a hand-off agreed through the state directory: it is what
+    /// `FILE_FLAG_FIRST_PIPE_INSTANCE` exists to prevent. The pipe keeps the security
+    /// descriptor its first instance was created with ("Named Pipe Security and Access Rights":
+    /// creating an instance of an existing pipe is an access check against the DACL in the
+    /// pipe's security descriptor, which needs `FILE_CREATE_PIPE_INSTANCE`), so `sddl` takes
+    /// effect only once every instance of the old process is gone; the caller makes sure it
+    /// is the one the old process used.
+    ///
+    /// Errors: as [`Self::bind`]; [`io::ErrorKind::PermissionDenied`] when the pipe's DACL does
+    /// not grant this account `FILE_CREATE_PIPE_INSTANCE`.
+    pub fn bind_beside(name: &str, sddl: &str) -> io::Result<PipeListener> {
+        let path = full_pipe_path(name)?;
+        if ensure_no_server(&path).is_ok() {
+            return PipeListener::bind(&path, sddl);
+        }
+        let security: Arc<PipeSecurity> = PipeSecurity::from_sddl(sddl)?.into();
+        let next = create_instance(&path, &security, false).map_err(|e| match e.raw_os_error() {
+            Some(ERROR_ACCESS_DENIED) => io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "cannot create an instance of pipe {path} beside its running server: its \
+                     security descriptor does not grant this account FILE_CREATE_PIPE_INSTANCE ({e})"
+                ),
+            ),
+            _ => io::Error::new(e.kind(), format!("cannot create pipe {path}: {e}")),
+        })?;
+        Ok(PipeListener {
+            path,
+            security,
+            listening: Some(next),
+            failures: 0,
+        })
+    }
+
     /// The full pipe path, `\\.\pipe\...`.
     pub fn path(&self) -> &str {
         &self.path
