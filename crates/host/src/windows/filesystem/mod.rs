@@ -67,9 +67,12 @@ seam_host!(
 pub use super::win32::running_under_wine;
 
 mod entries;
+mod removal;
 mod wide;
 
 use entries::*;
+#[cfg(test)]
+pub(crate) use removal::{LISTING_BUFFER, OPEN_LEVELS};
 use wide::*;
 
 impl WindowsFilesystemHost {
@@ -244,20 +247,18 @@ impl FilesystemHost for WindowsFilesystemHost {
             false
         };
         let pin = fs
-            .open(&p, access::READ_ATTRIBUTES, SHARE_PIN, follow)
+            .open(
+                &p,
+                access::READ_ATTRIBUTES | access::LIST_DIRECTORY,
+                SHARE_PIN,
+                follow,
+            )
             .map_err(|e| io_error(&e))?;
         let (attrs, _) = fs.os.attribute_tag(pin.raw()).map_err(|e| io_error(&e))?;
         if !has(attrs, attr::DIRECTORY) || (!follow && has(attrs, attr::REPARSE_POINT)) {
             return Err(io::Error::other("changed while being emptied; retry"));
         }
-        let mut first_error = None;
-        for name in fs.list_dir(&p).map_err(|e| io_error(&e))? {
-            if let Err(e) = fs.remove_tree(join(&p, &name)) {
-                first_error.get_or_insert(e);
-            }
-        }
-        drop(pin);
-        first_error.map_or(Ok(()), Err)
+        fs.remove_below(pin, p, follow)
     }
 
     fn create_symlink(&self, parent: &Held, name: &str, target: &str) -> io::Result<()> {

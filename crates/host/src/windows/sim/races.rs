@@ -71,6 +71,16 @@ impl State {
         Ok(())
     }
 
+    /// Renames the entry at `from` to `to`, with everything below it (the caller checked it
+    /// may).
+    pub(super) fn rename_entry(&mut self, from: &str, to: &str) {
+        let (kf, kt) = (key(from), key(to));
+        self.rekey(&kf, &kt);
+        if let Some(text) = self.dirs.get_mut(&kt) {
+            *text = to.to_string();
+        }
+    }
+
     /// Moves every entry at or below the key `from` to `to`.
     fn rekey(&mut self, from: &str, to: &str) {
         let moved = |k: &str| -> Option<String> {
@@ -95,6 +105,7 @@ impl State {
         }
         remap(&mut self.dirs, &moved);
         remap(&mut self.links, &moved);
+        remap(&mut self.ids, &moved);
         for set in [&mut self.files, &mut self.readonly] {
             let keys: Vec<String> = set.iter().filter(|k| moved(k).is_some()).cloned().collect();
             for k in keys {
