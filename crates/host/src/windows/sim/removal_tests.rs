@@ -80,30 +80,34 @@ fn removal_holds_a_bounded_window_of_directories_and_listing_at_any_depth_and_wi
     assert!(!sim.entry_exists(&format!(r"{POD}\again")));
 }
 
-/// A tenant renames directory `d{level}` of its tree, which the removal no longer holds open
-/// (it fell out of the window), and moves another directory, from outside the tree and holding
-/// a file, into its place. When the removal climbs back it must see the change and stop: the
-/// file survives and the error names the path and `cause`.
-fn replaced_while_outside_the_window(level: usize, cause: &str) {
-    const DEPTH: usize = 30;
+const DEPTH: usize = 30;
+
+/// The removal of a tree `DEPTH` levels deep is held at its first delete at the bottom (the
+/// levels above the deepest 8 closed by then) while `swap` does what a tenant can to the
+/// directory `d{level}`, which nothing holds; then it goes on. It must stop with an error
+/// naming the path and `cause`, and every path of `survivors` must still be there.
+fn race_outside_the_window(
+    level: usize,
+    swap: impl FnOnce(&SimWindows, &str),
+    survivors: &[&str],
+    cause: &str,
+) {
     let (sim, fs) = host();
     let deepest = chain(&sim, POD, DEPTH);
     sim.add_file(&format!(r"{deepest}\bottom"));
-    let victim = r"C:\outside\victim";
-    sim.mkdir(victim);
-    sim.add_file(&format!(r"{victim}\precious"));
-    let replaced = (1..=level).fold(POD.to_string(), |p, i| format!(r"{p}\d{i}"));
+    sim.add_file(&format!(r"{deepest}\more"));
+    let swapped = (1..=level).fold(POD.to_string(), |p, i| format!(r"{p}\d{i}"));
 
     // Each directory on the way down is first tried as empty (one mark each, refused); the
-    // next mark is the bottom file's, when the removal is 30 levels down and the levels above
-    // the deepest 8 are closed.
+    // next mark is the bottom file's. (A walk by path deletes it with DeleteFileW instead.)
     let mut marks = 0;
     sim.set_chaos(Some(Box::new(move |call| {
         if call == "delete_on_close" {
             marks += 1;
-            if marks == DEPTH + 1 {
-                return Disturbance::Hang;
-            }
+        }
+        if marks == DEPTH + 1 || call == "delete_file" {
+            marks += 1;
+            return Disturbance::Hang;
         }
         Disturbance::None
     })));
@@ -118,10 +122,7 @@ fn replaced_while_outside_the_window(level: usize, cause: &str) {
         std::thread::sleep(Duration::from_millis(1));
     }
     assert_eq!(sim.hung_calls(), 1, "the removal never reached the bottom");
-    // The tenant's move: the directory away, the outside one in its place.
-    sim.rename(&replaced, r"C:\k\moved")
-        .expect("the directory is outside the window: nothing holds it");
-    sim.rename(victim, &replaced).unwrap();
+    swap(&sim, &swapped);
     sim.release_hung();
     let e = walk.join().unwrap().unwrap_err();
     let msg = e.to_string();
@@ -129,22 +130,67 @@ fn replaced_while_outside_the_window(level: usize, cause: &str) {
         msg.contains(r"C:\k\pod\d1\d2\d3") && msg.contains(cause),
         "the error names the path and the cause ({cause}): {msg}"
     );
-    assert!(
-        sim.entry_exists(&format!(r"{replaced}\precious")),
-        "the file of the directory moved in was removed"
-    );
+    for survivor in survivors {
+        assert!(sim.entry_exists(survivor), "{survivor} was removed");
+    }
     assert_eq!(sim.open_entry_handles(), 0, "every handle is closed");
 }
 
-/// The level just above the window, met again first: opened by its path, it has another file
-/// ID.
-#[test]
-fn a_directory_replaced_outside_the_window_is_refused_and_nothing_in_it_removed() {
-    replaced_while_outside_the_window(30 - OPEN_LEVELS, "renamed or replaced");
+/// The tenant's move: `dir` renamed away (nothing holds it) and a directory from outside the
+/// tree, holding a file, moved into its place.
+fn replace_with_outside(sim: &SimWindows, dir: &str) {
+    sim.mkdir(r"C:\outside\victim");
+    sim.add_file(r"C:\outside\victim\precious");
+    sim.rename(dir, r"C:\k\moved")
+        .expect("the directory is outside the window: nothing holds it");
+    sim.rename(r"C:\outside\victim", dir).unwrap();
 }
 
-/// A level further up: the path of the one met again first no longer leads anywhere.
+/// The level just above the window, met again first, is another directory now: opened by its
+/// path, it has another file ID. Nothing in it is removed.
+#[test]
+fn a_directory_replaced_outside_the_window_is_refused_and_nothing_in_it_removed() {
+    let level = DEPTH - OPEN_LEVELS;
+    let precious = (1..=level).fold(POD.to_string(), |p, i| format!(r"{p}\d{i}")) + r"\precious";
+    race_outside_the_window(
+        level,
+        replace_with_outside,
+        &[&precious],
+        "renamed or replaced",
+    );
+}
+
+/// A level further up replaced: the path of the level met again first leads nowhere now.
 #[test]
 fn a_directory_above_the_window_replaced_stops_the_removal() {
-    replaced_while_outside_the_window(5, "no longer at its path");
+    race_outside_the_window(
+        5,
+        replace_with_outside,
+        &[r"C:\k\pod\d1\d2\d3\d4\d5\precious"],
+        "no longer at its path",
+    );
+}
+
+/// A level above the window replaced by a link to a directory outside that mirrors the names
+/// below it: the levels still open are acted on through their handles, never through the link,
+/// so the mirror's entries stay; and the level met again through the link is refused.
+#[test]
+fn a_link_swapped_in_above_the_window_never_leads_the_removal_outside() {
+    let mirror = (6..=DEPTH).fold(r"C:\outside".to_string(), |p, i| format!(r"{p}\d{i}"));
+    let more = format!(r"{mirror}\more");
+    let level_22 = (6..=DEPTH - OPEN_LEVELS)
+        .fold(r"C:\outside".to_string(), |p, i| format!(r"{p}\d{i}"))
+        + r"\keep";
+    race_outside_the_window(
+        5,
+        |sim, dir| {
+            sim.mkdir(&mirror);
+            sim.add_file(&more);
+            sim.add_file(&level_22);
+            sim.rename(dir, r"C:\k\moved").unwrap();
+            sim.add_dir_link(dir, r"C:\outside");
+        },
+        &[&more, &level_22],
+        "renamed or replaced",
+    );
 }
