@@ -13,11 +13,12 @@
 //!   given to `DeleteVolumeMountPointW` so the mount manager forgets it ("Deleting a mounted
 //!   folder does not cause the underlying directory to be deleted"), then removed as a directory.
 //! * Whether something is a reparse point is read with `GetFileAttributesW`, which "returns
-//!   information about the link itself and not the link destination". Before descending into a
-//!   directory, it is opened with `FILE_FLAG_OPEN_REPARSE_POINT` (so a link swapped in is opened
-//!   as itself) and checked through that handle (`FileAttributeTagInfo`); the handle is held
-//!   without `FILE_SHARE_DELETE` while the directory is emptied, so the directory cannot be
-//!   renamed away and replaced by a junction meanwhile.
+//!   information about the link itself and not the link destination". The recursive removal
+//!   (`removal.rs`) opens each entry as itself relative to its directory's handle and checks
+//!   it through that handle (`FileAttributeTagInfo`); a directory being emptied is held without
+//!   `FILE_SHARE_DELETE` while it is among the 8 deepest, so it cannot be renamed away and
+//!   replaced by a junction meanwhile, and one met again after it was closed is checked by
+//!   file ID.
 //! * `FILE_ATTRIBUTE_READONLY` blocks deletion; it is cleared (through a handle opened on the
 //!   entry itself) when a delete fails with `ERROR_ACCESS_DENIED`, and the delete retried.
 //! * Request paths are walked by the path policy through this host's [`Walker`]: each component
