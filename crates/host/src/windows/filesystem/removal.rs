@@ -40,8 +40,9 @@ const ENTRY_ACCESS: u32 = access::DELETE | access::READ_ATTRIBUTES | access::WRI
 
 /// One directory being emptied, from the removed one downwards.
 struct Level<'a> {
-    /// Its file ID when it was opened.
-    id: FileId,
+    /// Its file ID when it was opened; `None` where the filesystem has none (FileIdInfo
+    /// unsupported): such a level is never let out of the window.
+    id: Option<FileId>,
     /// Its file ID in its parent's listing (to skip it there after a failure).
     listed: u64,
     /// The length of [`Removal::path`] that is this level's path.
@@ -125,10 +126,14 @@ impl<'a> Removal<'_, 'a> {
     /// Makes the directory open on `handle`, listed as `listed`, the deepest level; closes the
     /// level that falls out of the window.
     fn push(&mut self, handle: Handle<'a>, listed: u64) -> io::Result<()> {
-        let id = self
-            .os()
-            .file_id(handle.raw())
-            .map_err(|e| with_context(&e, "query the file ID of", &self.path))?;
+        let id = match self.os().file_id(handle.raw()) {
+            // FILE_ID_INFORMATION: "For file systems that do not support a 128-bit file ID,
+            // this field must be set to 0, and must be ignored."
+            Ok((_, 0)) => None,
+            Ok(id) => Some(id),
+            Err(e) if unsupported(&e) => None,
+            Err(e) => return Err(with_context(&e, "query the file ID of", &self.path)),
+        };
         self.levels.push(Level {
             id,
             listed,
@@ -196,7 +201,7 @@ impl<'a> Removal<'_, 'a> {
             .os
             .file_id(handle.raw())
             .map_err(|e| with_context(&e, "query the file ID of", path))?;
-        if id != level.id {
+        if Some(id) != level.id {
             return Err(io::Error::other(format!(
                 "{}: renamed or replaced while being removed (its file ID changed); the \
                  removal stopped there and nothing in what is there now was removed",
@@ -259,7 +264,8 @@ impl<'a> Removal<'_, 'a> {
             };
             let path = join(&self.path, &entry.name);
             let parent = &open.handle;
-            let dir_hint = has(entry.attributes, attr::DIRECTORY);
+            let dir_hint = has(entry.attributes, attr::DIRECTORY)
+                && !has(entry.attributes, attr::REPARSE_POINT);
             match self.fs.step(Some(parent), &entry.name, &path, dir_hint) {
                 Ok(Step::Gone) => {}
                 Ok(Step::Descend(handle)) => {
@@ -267,6 +273,18 @@ impl<'a> Removal<'_, 'a> {
                         Some(format!(
                             "more than {MAX_DEPTH} levels below the removed directory, the \
                              deepest a removal goes"
+                        ))
+                    } else if let Some(closing) = self
+                        .levels
+                        .len()
+                        .checked_sub(OPEN_LEVELS)
+                        .filter(|&i| self.levels[i].id.is_none())
+                    {
+                        let at = &self.path[..self.levels[closing].path_len];
+                        Some(format!(
+                            "the filesystem gives {} no file ID, so it could not be checked \
+                             again once closed, and only {OPEN_LEVELS} directories are held open",
+                            show(at)
                         ))
                     } else if path.len() > MAX_PATH_UNITS {
                         Some(format!(
@@ -315,36 +333,20 @@ impl<'a> Fs<'a> {
         }
     }
 
-    /// Removes the reparse point open on `h` as itself. A volume mount point is first given to
-    /// `DeleteVolumeMountPointW`, which takes a path: only when `path` still names the entry
-    /// the handle is open on (same file ID), so no other mount point is ever touched.
-    fn remove_link(&self, h: &Handle<'_>, path: &[u16], attrs: u32, tag: u32) -> io::Result<()> {
-        if has(attrs, attr::DIRECTORY) && tag == IO_REPARSE_TAG_MOUNT_POINT {
-            let same = self
-                .open(path, access::READ_ATTRIBUTES, SHARE_ALL, false)
-                .and_then(
-                    |by_path| Ok(self.os.file_id(by_path.raw())? == self.os.file_id(h.raw())?),
-                )
-                .unwrap_or(false);
-            if same
-                && self
-                    .read_reparse_point(path)
-                    .is_ok_and(|rp| rp.is_volume_mount_point())
-            {
-                tracing::info!(path = %show(path), "deleting volume mount point");
-                let mut mp = show(path);
-                if !mp.ends_with('\\') {
-                    mp.push('\\');
-                }
-                if let Err(e) = self.os.delete_volume_mount_point(&mp) {
-                    tracing::warn!(path = %mp, error = %e, "DeleteVolumeMountPointW failed");
-                }
-            }
+    /// Whether the reparse point open on `h` is a volume mount point that `path` still names
+    /// (same file ID): only then is it given to `DeleteVolumeMountPointW`, which takes a path,
+    /// so no other mount point is ever touched through a path renamed meanwhile.
+    fn volume_mount_point_at(&self, h: &Handle<'_>, path: &[u16], attrs: u32, tag: u32) -> bool {
+        if !has(attrs, attr::DIRECTORY) || tag != IO_REPARSE_TAG_MOUNT_POINT {
+            return false;
         }
-        match self.dispose(h) {
-            Err(e) if !e.names_nothing() => Err(with_context(&e, "remove reparse point", path)),
-            _ => Ok(()),
-        }
+        let same = self
+            .open(path, access::READ_ATTRIBUTES, SHARE_ALL, false)
+            .and_then(|by_path| Ok(self.os.file_id(by_path.raw())? == self.os.file_id(h.raw())?))
+            .unwrap_or(false);
+        same && self
+            .read_reparse_point(path)
+            .is_ok_and(|rp| rp.is_volume_mount_point())
     }
 
     /// Opens the entry `name` of `parent` (or, without a parent, `path`) as itself and removes
@@ -357,6 +359,7 @@ impl<'a> Fs<'a> {
         dir_hint: bool,
     ) -> io::Result<Step<'a>> {
         let mut list = dir_hint;
+        let mut unmounted = false;
         for _ in 0..MAX_ATTEMPTS {
             let access = ENTRY_ACCESS | if list { access::LIST_DIRECTORY } else { 0 };
             let opened = match parent {
@@ -373,8 +376,29 @@ impl<'a> Fs<'a> {
                 .attribute_tag(h.raw())
                 .map_err(|e| with_context(&e, "query", path))?;
             if has(attrs, attr::REPARSE_POINT) {
-                self.remove_link(&h, path, attrs, tag)?;
-                return Ok(Step::Gone);
+                if !unmounted && self.volume_mount_point_at(&h, path, attrs, tag) {
+                    // The mount manager forgets it; our handle, which does not share delete,
+                    // is closed first so that nothing of ours stands in its way. The folder
+                    // left is opened again and removed.
+                    drop(h);
+                    unmounted = true;
+                    tracing::info!(path = %show(path), "deleting volume mount point");
+                    let mut mp = show(path);
+                    if !mp.ends_with('\\') {
+                        mp.push('\\');
+                    }
+                    if let Err(e) = self.os.delete_volume_mount_point(&mp) {
+                        tracing::warn!(path = %mp, error = %e, "DeleteVolumeMountPointW failed");
+                    }
+                    continue;
+                }
+                // A link (or a mount point the mount manager would not forget) as itself.
+                return match self.dispose(&h) {
+                    Err(e) if !e.names_nothing() => {
+                        Err(with_context(&e, "remove reparse point", path))
+                    }
+                    _ => Ok(Step::Gone),
+                };
             }
             if !has(attrs, attr::DIRECTORY) {
                 return match self.dispose(&h) {
@@ -443,4 +467,10 @@ impl<'a> Removal<'_, 'a> {
         self.push(first, 0)?;
         self.run()
     }
+}
+
+/// The answers of a filesystem that has no `FileIdInfo` (ERROR_INVALID_PARAMETER,
+/// ERROR_INVALID_FUNCTION, ERROR_NOT_SUPPORTED).
+fn unsupported(e: &OsError) -> bool {
+    [code::INVALID_PARAMETER, code::INVALID_FUNCTION, 50].contains(&e.code)
 }

@@ -9,6 +9,7 @@ use crate::windows::filesystem::{LISTING_BUFFER, OPEN_LEVELS, WindowsFilesystemH
 use crate::windows::os::files::dir_record_len;
 use csi_proxy_core::paths::PathStyle;
 use csi_proxy_core::testing::PathOps;
+use csi_proxy_core::volume::VolumeHost;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -193,4 +194,48 @@ fn a_link_swapped_in_above_the_window_never_leads_the_removal_outside() {
         &[&more, &level_22],
         "renamed or replaced",
     );
+}
+
+/// Where the filesystem gives no file ID, a directory could not be checked again once closed:
+/// the removal holds its 8 directories and leaves what is deeper in place, saying why.
+#[test]
+fn without_file_ids_the_removal_never_lets_a_directory_out_of_the_window() {
+    let (sim, fs) = host();
+    let deepest = chain(&sim, POD, 12);
+    sim.add_file(&format!(r"{deepest}\bottom"));
+    sim.add_file(&format!(r"{POD}\top-file"));
+    for _ in 0..64 {
+        sim.fail_next("file_id", OsError::new(code::INVALID_PARAMETER));
+    }
+    let e = fs.remove_contents(POD).unwrap_err();
+    assert!(
+        e.to_string().contains("no file ID") && e.to_string().contains(r"\d8: left in place"),
+        "{e}"
+    );
+    assert!(!sim.entry_exists(&format!(r"{POD}\top-file")));
+    assert!(sim.entry_exists(&format!(r"{deepest}\bottom")));
+    assert_eq!(sim.open_entry_handles(), 0, "every handle is closed");
+}
+
+/// A volume mounted on a folder deep in the tree: the mount manager is told (the folder still
+/// names the entry the removal opened), the folder goes, the volume and its data stay.
+#[test]
+fn a_volume_mounted_deep_in_the_tree_is_dismounted_not_emptied() {
+    let m = super::tests::machine();
+    let (_, id) = super::tests::formatted(&m);
+    let fs = PathOps::new(
+        WindowsFilesystemHost::with_os(m.sim.clone()),
+        PathStyle::Windows,
+    );
+    let deepest = chain(&m.sim, POD, 12);
+    let mnt = format!(r"{deepest}\mnt");
+    m.sim.mkdir(&mnt);
+    m.volume.mount_volume(&id, &mnt).unwrap();
+    m.sim.mkdir(&format!(r"{mnt}\volume-data"));
+    fs.remove_all(&format!(r"{POD}\d1")).unwrap();
+    assert!(!m.sim.entry_exists(&format!(r"{POD}\d1")));
+    assert_eq!(m.sim.calls().get("delete_volume_mount_point"), Some(&1));
+    m.sim.mkdir(r"C:\k\again");
+    m.volume.mount_volume(&id, r"C:\k\again").unwrap();
+    assert!(m.sim.entry_exists(r"C:\k\again\volume-data"));
 }
