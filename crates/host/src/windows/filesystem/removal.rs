@@ -189,7 +189,8 @@ impl<'a> Removal<'_, 'a> {
                 return Err(io::Error::new(
                     io::ErrorKind::NotFound,
                     format!(
-                        "{}: no longer at its path (it or a directory above it was renamed or                          replaced while being removed); the removal stopped there",
+                        "{}: no longer at its path (it or a directory above it was renamed or \
+                         replaced while being removed); the removal stopped there",
                         show(path)
                     ),
                 ));
@@ -223,8 +224,25 @@ impl<'a> Removal<'_, 'a> {
         if self.levels.last().is_some_and(|l| l.open.is_none()) {
             self.reopen_deepest()?;
         }
-        // Marked through our own handle, which is the only one: gone when it closes.
-        let error = match self.fs.dispose(&open.handle) {
+        // Marked through our own handle. Children marked for deletion go at their last
+        // close, which another process (a scanner, an indexer) may make a little later, and
+        // Wine makes after the call: until then the directory is not empty. When nothing
+        // below failed, that is waited out (bounded: 10 s and the caller's deadline).
+        let disposed = if done.error.is_none() {
+            super::super::os::retry_within(
+                self.fs.os,
+                DELETE_PENDING_LIMIT,
+                DELETE_PENDING_POLL,
+                || {
+                    let r = self.fs.dispose(&open.handle);
+                    let pending = matches!(&r, Err(e) if is_code(e, code::DIR_NOT_EMPTY));
+                    (r, pending)
+                },
+            )
+        } else {
+            self.fs.dispose(&open.handle)
+        };
+        let error = match disposed {
             Ok(()) => None,
             Err(e) if e.names_nothing() => None,
             Err(e) => Some(

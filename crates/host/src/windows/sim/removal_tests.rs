@@ -239,3 +239,17 @@ fn a_volume_mounted_deep_in_the_tree_is_dismounted_not_emptied() {
     m.volume.mount_volume(&id, r"C:\k\again").unwrap();
     assert!(m.sim.entry_exists(r"C:\k\again\volume-data"));
 }
+
+/// A file another process holds open (sharing delete: a scanner, an indexer) is only marked
+/// when removed; it goes when that process closes it, and until then its directory is not
+/// empty. The removal waits that out instead of failing.
+#[test]
+fn a_file_another_process_holds_is_waited_out() {
+    let (sim, fs) = host();
+    let deepest = chain(&sim, POD, 3);
+    let held = format!(r"{deepest}\scanned");
+    sim.add_file(&held);
+    sim.hold_entry(&held, Duration::from_secs(2));
+    fs.remove_all(&format!(r"{POD}\d1")).unwrap();
+    assert!(!sim.entry_exists(&format!(r"{POD}\d1")));
+}
