@@ -88,10 +88,6 @@ pub trait FileApi {
     /// `dwFileAttributes` and `dwReserved0`, which is its reparse tag when the attributes have
     /// FILE_ATTRIBUTE_REPARSE_POINT. Needs no access to the entry itself.
     fn find_entry(&self, path: &[u16]) -> Win32Result<(u32, u32)>;
-    /// `FindFirstFileExW(pattern)`, `FindNextFileW` until ERROR_NO_MORE_FILES, `FindClose`:
-    /// the names matching `pattern` (`dir\*` lists a directory, `.` and `..` included where the
-    /// filesystem reports them).
-    fn find_names(&self, pattern: &[u16]) -> Win32Result<Vec<Vec<u16>>>;
     /// `CreateFileW(path, access, share, OPEN_EXISTING, FILE_FLAG_BACKUP_SEMANTICS` (which is
     /// what opens a directory) `[| FILE_FLAG_OPEN_REPARSE_POINT when !follow])`. Closed with
     /// [`super::Win32::close`].

@@ -17,8 +17,7 @@
 //!   is delete-pending: it is still listed (its directory is not empty), and opening it,
 //!   reading its attributes, deleting it again or creating an entry of its name fail with
 //!   ERROR_ACCESS_DENIED (STATUS_DELETE_PENDING).
-//! - `FindFirstFileExW` lists `.` and `..` in every directory but a drive root; an empty root
-//!   lists nothing and fails with ERROR_FILE_NOT_FOUND.
+//! - A directory's listing holds `.` and `..` in every directory but a drive root.
 //!
 //! - A link in the middle of a path is followed (`races.rs`); a final one only when asked.
 //! - Handle-relative primitives (ledger row 85): `NtCreateFile` with a `RootDirectory` opens
@@ -493,31 +492,6 @@ impl FileApi for SimWindows {
             None | Some(Entry::Root) => Err(s.missing(&p)),
             Some(e) => Ok((s.attributes(&p, e), tag(e))),
         }
-    }
-
-    fn find_names(&self, pattern: &[u16]) -> Win32Result<Vec<Vec<u16>>> {
-        let mut s = self.enter("find_names")?;
-        let p = s.through_links(&text(pattern))?;
-        let Some(dir) = p.strip_suffix(r"\*") else {
-            return Err(OsError::new(code::INVALID_PARAMETER));
-        };
-        let dir = match s.entry(dir) {
-            Some(Entry::File | Entry::Link { directory: false }) | None => {
-                return Err(OsError::new(code::PATH_NOT_FOUND));
-            }
-            Some(_) => s.follow(dir)?,
-        };
-        let k = key(&dir);
-        let mut names = s.children(&k);
-        if !is_root(&k) {
-            names.splice(0..0, [".".to_string(), "..".to_string()]);
-        }
-        if names.is_empty() {
-            return Err(OsError::new(code::FILE_NOT_FOUND));
-        }
-        // The whole listing at once: one batch as `peaks` counts them.
-        s.dir_batch_peak = s.dir_batch_peak.max(names.len());
-        Ok(names.iter().map(|n| n.encode_utf16().collect()).collect())
     }
 
     fn open_entry(&self, path: &[u16], access: u32, share: u32, follow: bool) -> Win32Result<u64> {

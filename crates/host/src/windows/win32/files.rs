@@ -21,7 +21,7 @@ use windows::Win32::Storage::FileSystem::{
     FILE_READ_ATTRIBUTES, FILE_SHARE_DELETE, FILE_SHARE_MODE, FILE_SHARE_READ, FILE_SHARE_WRITE,
     FIND_FIRST_EX_FLAGS, FileAttributeTagInfo, FileBasicInfo, FileDispositionInfo,
     FileIdBothDirectoryInfo, FileIdBothDirectoryRestartInfo, FileIdInfo, FindClose,
-    FindExInfoBasic, FindExSearchNameMatch, FindFirstFileExW, FindNextFileW, GetFileAttributesW,
+    FindExInfoBasic, FindExSearchNameMatch, FindFirstFileExW, GetFileAttributesW,
     GetFileInformationByHandleEx, INVALID_FILE_ATTRIBUTES, MAXIMUM_REPARSE_DATA_BUFFER_SIZE,
     OPEN_EXISTING, RemoveDirectoryW, SYMBOLIC_LINK_FLAGS, SYNCHRONIZE, SetFileInformationByHandle,
     WIN32_FIND_DATAW,
@@ -75,16 +75,6 @@ fn find_first(name: &[u16]) -> Win32Result<(FindHandle, WIN32_FIND_DATAW)> {
     Ok((FindHandle(h), data))
 }
 
-/// `cFileName` up to its NUL.
-fn file_name(data: &WIN32_FIND_DATAW) -> Vec<u16> {
-    let n = data
-        .cFileName
-        .iter()
-        .position(|&u| u == 0)
-        .unwrap_or(data.cFileName.len());
-    data.cFileName[..n].to_vec()
-}
-
 /// Whether this process runs under Wine (`ntdll.dll` exports `wine_get_version`, which no
 /// Windows ntdll does). Wine fakes some operations (symbolic links), so tests skip those.
 pub fn running_under_wine() -> bool {
@@ -117,21 +107,6 @@ impl FileApi for SystemWin32 {
         // FILE_ATTRIBUTE_REPARSE_POINT attribute, this member specifies the reparse tag."
         let (_h, data) = find_first(path)?;
         Ok((data.dwFileAttributes, data.dwReserved0))
-    }
-
-    fn find_names(&self, pattern: &[u16]) -> Win32Result<Vec<Vec<u16>>> {
-        let (h, mut data) = find_first(pattern)?;
-        let mut names = vec![file_name(&data)];
-        loop {
-            // SAFETY: `h` is an open find handle and `data` a writable WIN32_FIND_DATAW.
-            match unsafe { FindNextFileW(h.0, &raw mut data) }.map_err(|e| os(&e)) {
-                Ok(()) => names.push(file_name(&data)),
-                // "If no matching files can be found, the GetLastError function returns
-                // ERROR_NO_MORE_FILES."
-                Err(e) if e.code == code::NO_MORE_FILES => return Ok(names),
-                Err(e) => return Err(e),
-            }
-        }
     }
 
     fn open_entry(&self, path: &[u16], access: u32, share: u32, follow: bool) -> Win32Result<u64> {
