@@ -335,6 +335,36 @@ fn rmdir_contents_empties_but_keeps_the_directory() {
     host().remove_contents(s(&root)).unwrap();
 }
 
+/// Deeper than the removal holds open (8 directories) and wider than one listing read (256
+/// names on Linux, 16 KiB of records on Windows): levels closed on the way down are opened again
+/// and checked on the way back, listings read in several batches.
+#[test]
+fn rmdir_contents_and_force_remove_trees_deeper_and_wider_than_one_window() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let mut deep = root.clone();
+    for i in 0..40 {
+        deep = deep.join(format!("level{i:02}"));
+        write(&deep.join("file"), "x");
+    }
+    let wide = root.join("level00").join("wide");
+    for i in 0..600 {
+        write(&wide.join(format!("entry-with-a-longer-name-{i:04}")), "x");
+    }
+    host().remove_contents(s(&root)).unwrap();
+    assert!(root.is_dir());
+    assert_eq!(fs::read_dir(&root).unwrap().count(), 0);
+
+    deep = root.join("again");
+    for i in 0..40 {
+        deep = deep.join(format!("l{i}"));
+    }
+    fs::create_dir_all(&deep).unwrap();
+    write(&deep.join("file"), "x");
+    host().remove_all(s(&root.join("again"))).unwrap();
+    assert!(!root.join("again").exists());
+}
+
 #[test]
 fn rmdir_contents_does_not_follow_symlinks() {
     let t = tmp();

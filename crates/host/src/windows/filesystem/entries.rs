@@ -1,5 +1,5 @@
 //! One directory entry at a time as Win32 sees it: open, examine, remove (links as
-//! themselves, read-only entries cleared), and the recursive removal built on it.
+//! themselves, read-only entries cleared). The recursive removal is in `removal.rs`.
 
 use super::*;
 
@@ -41,20 +41,6 @@ impl<'a> Fs<'a> {
     pub(super) fn reparse_tag(&self, path: &[u16]) -> Win32Result<Option<u32>> {
         let (attrs, tag) = self.os.find_entry(&z(path))?;
         Ok(has(attrs, attr::REPARSE_POINT).then_some(tag))
-    }
-
-    /// The names in the directory at `path`, without `.` and `..`.
-    pub(super) fn list_dir(&self, path: &[u16]) -> Win32Result<Vec<WPath>> {
-        let pattern = join(path, &[u16::from(b'*')]);
-        match self.os.find_names(&z(&pattern)) {
-            Ok(names) => Ok(names
-                .into_iter()
-                .filter(|n| !n.is_empty() && n != &[0x2e] && n != &[0x2e, 0x2e])
-                .collect()),
-            // Nothing matched (a root directory has no `.`/`..`).
-            Err(e) if is_code(&e, code::FILE_NOT_FOUND) => Ok(Vec::new()),
-            Err(e) => Err(e),
-        }
     }
 
     /// Clears FILE_ATTRIBUTE_READONLY on the entry itself (never a link's target); `Ok(true)`
@@ -127,115 +113,6 @@ impl<'a> Fs<'a> {
         self.remove_directory(path)
     }
 
-    /// Removes `path` unless it is a non-empty plain directory, which is pinned and listed
-    /// instead.
-    pub(super) fn step(&self, path: WPath) -> io::Result<Step<'a>> {
-        for _ in 0..MAX_ATTEMPTS {
-            let attrs = match self.attributes(&path) {
-                Ok(a) => a,
-                Err(e) if e.names_nothing() => return Ok(Step::Gone),
-                Err(e) => return Err(with_context(&e, "attributes of", &path)),
-            };
-            if has(attrs, attr::REPARSE_POINT) {
-                return match self.remove_reparse_point(&path, attrs) {
-                    Err(e) if !e.names_nothing() => {
-                        Err(with_context(&e, "remove reparse point", &path))
-                    }
-                    _ => Ok(Step::Gone),
-                };
-            }
-            if !has(attrs, attr::DIRECTORY) {
-                return match self.delete_file(&path) {
-                    Err(e) if is_code(&e, code::ACCESS_DENIED) && self.dir_now(&path) => continue,
-                    Err(e) if !e.names_nothing() => Err(with_context(&e, "delete", &path)),
-                    _ => Ok(Step::Gone),
-                };
-            }
-            match self.remove_directory(&path) {
-                Ok(()) => return Ok(Step::Gone),
-                Err(e) if e.names_nothing() => return Ok(Step::Gone),
-                Err(e) if is_code(&e, code::DIR_NOT_EMPTY) => {}
-                Err(e) if is_code(&e, ERROR_DIRECTORY) => continue, // now a file
-                Err(e) => return Err(with_context(&e, "remove directory", &path)),
-            }
-            let pin = match self.open(&path, access::READ_ATTRIBUTES, SHARE_PIN, false) {
-                Ok(h) => h,
-                Err(e) if e.names_nothing() => return Ok(Step::Gone),
-                Err(e) => return Err(with_context(&e, "open", &path)),
-            };
-            let (attrs, _) = self
-                .os
-                .attribute_tag(pin.raw())
-                .map_err(|e| with_context(&e, "query", &path))?;
-            if has(attrs, attr::REPARSE_POINT) || !has(attrs, attr::DIRECTORY) {
-                continue; // swapped for a link or a file since we looked
-            }
-            let entries = self
-                .list_dir(&path)
-                .map_err(|e| with_context(&e, "list", &path))?;
-            return Ok(Step::Descend(Frame {
-                path,
-                pin,
-                entries: entries.into_iter(),
-                error: None,
-            }));
-        }
-        Err(io::Error::other(format!(
-            "{}: changed {MAX_ATTEMPTS} times while being removed",
-            show(&path)
-        )))
-    }
-
-    pub(super) fn dir_now(&self, path: &[u16]) -> bool {
-        self.attributes(path).is_ok_and(|a| has(a, attr::DIRECTORY))
-    }
-
-    /// Removes `path` and everything below it (iteratively); after an error the remaining
-    /// siblings are still removed and the first error is returned.
-    pub(super) fn remove_tree(&self, path: WPath) -> io::Result<()> {
-        let mut stack = match self.step(path)? {
-            Step::Gone => return Ok(()),
-            Step::Descend(frame) => vec![frame],
-        };
-        loop {
-            let Some(frame) = stack.last_mut() else {
-                return Ok(());
-            };
-            if let Some(name) = frame.entries.next() {
-                match self.step(join(&frame.path, &name)) {
-                    Ok(Step::Descend(child)) => stack.push(child),
-                    Ok(Step::Gone) => {}
-                    Err(e) => {
-                        frame.error.get_or_insert(e);
-                    }
-                }
-                continue;
-            }
-            let Some(Frame {
-                path, pin, error, ..
-            }) = stack.pop()
-            else {
-                return Ok(());
-            };
-            // Unpin first: our own handle without FILE_SHARE_DELETE would block the removal.
-            drop(pin);
-            let error = match self.remove_directory(&path) {
-                Ok(()) => None,
-                Err(e) if e.names_nothing() => None,
-                Err(e) => {
-                    Some(error.unwrap_or_else(|| with_context(&e, "remove directory", &path)))
-                }
-            };
-            match (stack.last_mut(), error) {
-                (Some(parent), Some(e)) => {
-                    parent.error.get_or_insert(e);
-                }
-                (None, Some(e)) => return Err(e),
-                _ => {}
-            }
-        }
-    }
-
     /// Whether the directory at `path`, links followed, is a directory (what std's
     /// `metadata().is_dir()` answers).
     pub(super) fn is_dir_following(&self, path: &[u16]) -> bool {
@@ -268,19 +145,6 @@ impl<'a> Fs<'a> {
             }
         }
     }
-}
-
-/// A directory being emptied, pinned open without FILE_SHARE_DELETE.
-pub(super) struct Frame<'a> {
-    path: WPath,
-    pin: Handle<'a>,
-    entries: std::vec::IntoIter<WPath>,
-    error: Option<io::Error>,
-}
-
-pub(super) enum Step<'a> {
-    Gone,
-    Descend(Frame<'a>),
 }
 
 /// Errors that mean "nothing is there" for a link's target (a dangling link answers false, not

@@ -13,11 +13,12 @@
 //!   given to `DeleteVolumeMountPointW` so the mount manager forgets it ("Deleting a mounted
 //!   folder does not cause the underlying directory to be deleted"), then removed as a directory.
 //! * Whether something is a reparse point is read with `GetFileAttributesW`, which "returns
-//!   information about the link itself and not the link destination". Before descending into a
-//!   directory, it is opened with `FILE_FLAG_OPEN_REPARSE_POINT` (so a link swapped in is opened
-//!   as itself) and checked through that handle (`FileAttributeTagInfo`); the handle is held
-//!   without `FILE_SHARE_DELETE` while the directory is emptied, so the directory cannot be
-//!   renamed away and replaced by a junction meanwhile.
+//!   information about the link itself and not the link destination". The recursive removal
+//!   (`removal.rs`) opens each entry as itself relative to its directory's handle and checks
+//!   it through that handle (`FileAttributeTagInfo`); a directory being emptied is held without
+//!   `FILE_SHARE_DELETE` while it is among the 8 deepest, so it cannot be renamed away and
+//!   replaced by a junction meanwhile, and one met again after it was closed is checked by
+//!   file ID.
 //! * `FILE_ATTRIBUTE_READONLY` blocks deletion; it is cleared (through a handle opened on the
 //!   entry itself) when a delete fails with `ERROR_ACCESS_DENIED`, and the delete retried.
 //! * Request paths are walked by the path policy through this host's [`Walker`]: each component
@@ -69,10 +70,13 @@ seam_host!(
 pub use super::win32::running_under_wine;
 
 mod entries;
+mod removal;
 mod roots;
 mod wide;
 
 use entries::*;
+#[cfg(test)]
+pub(crate) use removal::{LISTING_BUFFER, OPEN_LEVELS};
 use wide::*;
 
 impl WindowsFilesystemHost {
@@ -277,20 +281,18 @@ impl FilesystemHost for WindowsFilesystemHost {
             false
         };
         let pin = fs
-            .open(&p, access::READ_ATTRIBUTES, SHARE_PIN, follow)
+            .open(
+                &p,
+                access::READ_ATTRIBUTES | access::LIST_DIRECTORY,
+                SHARE_PIN,
+                follow,
+            )
             .map_err(|e| io_error(&e))?;
         let (attrs, _) = fs.os.attribute_tag(pin.raw()).map_err(|e| io_error(&e))?;
         if !has(attrs, attr::DIRECTORY) || (!follow && has(attrs, attr::REPARSE_POINT)) {
             return Err(io::Error::other("changed while being emptied; retry"));
         }
-        let mut first_error = None;
-        for name in fs.list_dir(&p).map_err(|e| io_error(&e))? {
-            if let Err(e) = fs.remove_tree(join(&p, &name)) {
-                first_error.get_or_insert(e);
-            }
-        }
-        drop(pin);
-        first_error.map_or(Ok(()), Err)
+        fs.remove_below(pin, p, follow)
     }
 
     fn create_symlink(&self, parent: &Held, name: &str, target: &str) -> io::Result<()> {

@@ -34,6 +34,32 @@ pub mod access {
     pub const SHARE_WRITE: u32 = 0x2;
     /// FILE_SHARE_DELETE: without it, nobody may delete or rename the entry while it is open.
     pub const SHARE_DELETE: u32 = 0x4;
+    /// FILE_LIST_DIRECTORY: what reading a directory's listing through its handle needs.
+    pub const LIST_DIRECTORY: u32 = 0x1;
+    /// DELETE: what marking the entry for deletion through its handle needs.
+    pub const DELETE: u32 = 0x1_0000;
+}
+
+/// One entry of a directory listing read through the directory's handle
+/// ([`FileApi::read_dir`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// `FileName`, as stored (not necessarily valid UTF-16).
+    pub name: Vec<u16>,
+    /// `FileAttributes`.
+    pub attributes: u32,
+    /// `FileId`: the file's 64-bit reference number on its volume.
+    pub file_id: u64,
+}
+
+/// `FILE_ID_INFO`: the volume serial number and the 128-bit file identifier, which together
+/// "uniquely identify a file on a single computer".
+pub type FileId = (u64, u128);
+
+/// The bytes one `FILE_ID_BOTH_DIR_INFO` record takes in a listing buffer for a name of
+/// `name_len` UTF-16 units: the fixed part (104 bytes) and the name, aligned to 8 bytes.
+pub fn dir_record_len(name_len: usize) -> usize {
+    (104 + 2 * name_len).next_multiple_of(8)
 }
 
 /// `CreateSymbolicLinkW` flags.
@@ -62,10 +88,6 @@ pub trait FileApi {
     /// `dwFileAttributes` and `dwReserved0`, which is its reparse tag when the attributes have
     /// FILE_ATTRIBUTE_REPARSE_POINT. Needs no access to the entry itself.
     fn find_entry(&self, path: &[u16]) -> Win32Result<(u32, u32)>;
-    /// `FindFirstFileExW(pattern)`, `FindNextFileW` until ERROR_NO_MORE_FILES, `FindClose`:
-    /// the names matching `pattern` (`dir\*` lists a directory, `.` and `..` included where the
-    /// filesystem reports them).
-    fn find_names(&self, pattern: &[u16]) -> Win32Result<Vec<Vec<u16>>>;
     /// `CreateFileW(path, access, share, OPEN_EXISTING, FILE_FLAG_BACKUP_SEMANTICS` (which is
     /// what opens a directory) `[| FILE_FLAG_OPEN_REPARSE_POINT when !follow])`. Closed with
     /// [`super::Win32::close`].
@@ -76,7 +98,7 @@ pub trait FileApi {
     /// `GetFileInformationByHandleEx(FileIdInfo)`: the volume serial number and the 128-bit
     /// file ID of what the handle is open on, which together "uniquely identify a file on a
     /// single computer" (FILE_ID_INFO).
-    fn file_id(&self, handle: u64) -> Win32Result<(u64, u128)>;
+    fn file_id(&self, handle: u64) -> Win32Result<FileId>;
     /// `GetFileInformationByHandleEx(FileBasicInfo)`: the `FileAttributes` member.
     fn basic_attributes(&self, handle: u64) -> Win32Result<u32>;
     /// `SetFileInformationByHandle(FileBasicInfo)` with these attributes and zero times ("keep
@@ -96,6 +118,24 @@ pub trait FileApi {
     fn delete_file(&self, path: &[u16]) -> Win32Result<()>;
     /// `CreateSymbolicLinkW(link, target, flags)`.
     fn create_symbolic_link(&self, link: &[u16], target: &[u16], flags: u32) -> Win32Result<()>;
+    /// `NtCreateFile(FILE_OPEN, FILE_OPEN_REPARSE_POINT)` with `OBJECT_ATTRIBUTES.RootDirectory`
+    /// = `dir` and `ObjectName` = `name` (one component): the entry `name` of the directory the
+    /// handle `dir` is open on, as itself (a link is not followed), wherever that directory is
+    /// now ("If RootDirectory is non-NULL, ObjectName specifies an object name relative to the
+    /// RootDirectory directory"). Closed with [`super::Win32::close`].
+    fn open_child(&self, dir: u64, name: &[u16], access: u32, share: u32) -> Win32Result<u64>;
+    /// `GetFileInformationByHandleEx(FileIdBothDirectoryInfo)` (with `restart`,
+    /// `FileIdBothDirectoryRestartInfo`, which "forces the enumeration operation to start
+    /// again from the beginning") into a buffer of `buffer` bytes: the next entries of the
+    /// listing of the directory `dir` is open on (with FILE_LIST_DIRECTORY), as many as fit
+    /// ("The number of files that are returned for each call ... depends on the size of the
+    /// buffer"); empty once the listing is done (ERROR_NO_MORE_FILES).
+    fn read_dir(&self, dir: u64, restart: bool, buffer: usize) -> Win32Result<Vec<DirEntry>>;
+    /// `SetFileInformationByHandle(FileDispositionInfo, DeleteFile = TRUE)`: the entry the
+    /// handle (opened with DELETE) is open on is deleted when its last handle closes; a
+    /// directory that is not empty fails (STATUS_DIRECTORY_NOT_EMPTY, ERROR_DIR_NOT_EMPTY), a
+    /// read-only entry too (STATUS_CANNOT_DELETE, ERROR_ACCESS_DENIED).
+    fn delete_on_close(&self, handle: u64) -> Win32Result<()>;
 }
 
 /// `s` as UTF-16, without a terminator.

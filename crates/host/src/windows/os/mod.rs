@@ -564,6 +564,19 @@ pub fn open_entry<'a>(
         .map(|raw| Handle { os, raw })
 }
 
+/// Opens the entry `name` of the directory `dir` is open on, as itself
+/// ([`FileApi::open_child`]).
+pub fn open_child<'a>(
+    os: &'a dyn Win32,
+    dir: &Handle<'_>,
+    name: &[u16],
+    access: u32,
+    share: u32,
+) -> Win32Result<Handle<'a>> {
+    os.open_child(dir.raw, name, access, share)
+        .map(|raw| Handle { os, raw })
+}
+
 /// Sends `code` with `input`, growing the output buffer (from `initial` bytes, up to 1 MiB) while
 /// the driver answers ERROR_INSUFFICIENT_BUFFER or ERROR_MORE_DATA, as variable-length outputs
 /// (layouts, descriptors, extents) require. With `initial` 0 the control returns nothing (and

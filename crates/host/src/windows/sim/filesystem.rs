@@ -17,15 +17,28 @@
 //!   is delete-pending: it is still listed (its directory is not empty), and opening it,
 //!   reading its attributes, deleting it again or creating an entry of its name fail with
 //!   ERROR_ACCESS_DENIED (STATUS_DELETE_PENDING).
-//! - `FindFirstFileExW` lists `.` and `..` in every directory but a drive root; an empty root
-//!   lists nothing and fails with ERROR_FILE_NOT_FOUND.
+//! - A directory's listing holds `.` and `..` in every directory but a drive root.
 //!
 //! - A link in the middle of a path is followed (`races.rs`); a final one only when asked.
+//! - Handle-relative primitives (ledger row 86): `NtCreateFile` with a `RootDirectory` opens
+//!   one entry of the directory that handle is open on, wherever it is now, as itself;
+//!   `GetFileInformationByHandleEx(FileIdBothDirectoryInfo)` reads the listing in batches that
+//!   fit the caller's buffer, each call resuming "after the last file is returned" (a cursor
+//!   by name, as an NTFS index is ordered), the `…RestartInfo` class starting again and
+//!   ERROR_NO_MORE_FILES ending it; `FileIdInfo` answers an identity that stays with the entry
+//!   when it is renamed and that no other entry has; `FileDispositionInfo` needs DELETE access
+//!   (ERROR_ACCESS_DENIED), fails on a read-only entry (STATUS_CANNOT_DELETE,
+//!   ERROR_ACCESS_DENIED) and on a directory that is not empty (ERROR_DIR_NOT_EMPTY), and
+//!   deletes at the last close. A directory no handle holds without FILE_SHARE_DELETE can be
+//!   renamed ([`SimWindows::rename`]), handles open below it following it.
 //!
 //! Not modelled: file contents, times.
 
 use super::{SimWindows, State, key, mp_key, parent_key, smb};
-use crate::windows::os::files::{ERROR_DIRECTORY, FileApi, access::SHARE_DELETE, attr, link_flag};
+use crate::windows::os::files::{
+    DirEntry, ERROR_DIRECTORY, ERROR_INVALID_NAME, FileApi, FileId, access, access::SHARE_DELETE,
+    attr, dir_record_len, link_flag,
+};
 use crate::windows::os::{OsError, Win32Result, code};
 use csi_proxy_formats::reparse::{
     IO_REPARSE_TAG_MOUNT_POINT, IO_REPARSE_TAG_SYMLINK, SYMLINK_FLAG_RELATIVE,
@@ -48,9 +61,16 @@ pub(super) struct OpenEntry {
     /// The key of what the handle is open on (a followed link's target).
     pub(super) key: String,
     share: u32,
+    /// The access granted (what `delete_on_close` and `read_dir` need).
+    pub(super) access: u32,
     /// Opened through a mounted folder: the handle is on the volume's root directory.
     volume_root: bool,
+    /// The listing read through this handle so far: the last name returned, lower-cased.
+    cursor: Option<String>,
 }
+
+/// The volume serial number `file_id` answers (one volume for the whole tree).
+const VOLUME_SERIAL: u64 = 0x5157_0001;
 
 /// What is at a path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -194,6 +214,55 @@ impl State {
         self.entries
             .values()
             .any(|o| o.key == k && o.share & SHARE_DELETE == 0)
+    }
+
+    /// Whether a handle open with DELETE access holds `k` (a later open not sharing delete
+    /// fails: CreateFileW, "If this flag is not specified, but the file or device has been
+    /// opened for delete access, the function fails").
+    fn opened_for_delete(&self, k: &str) -> bool {
+        self.entries
+            .values()
+            .any(|o| o.key == k && o.access & access::DELETE != 0)
+    }
+
+    /// ERROR_SHARING_VIOLATION when an open of `k` with `access` and `share` conflicts with
+    /// the handles open on it.
+    fn may_open(&self, k: &str, access: u32, share: u32) -> Win32Result<()> {
+        let wants_delete = access & access::DELETE != 0;
+        if (wants_delete && self.pinned(k))
+            || (share & SHARE_DELETE == 0 && self.opened_for_delete(k))
+        {
+            return Err(OsError::new(code::SHARING_VIOLATION));
+        }
+        Ok(())
+    }
+
+    /// Opens a handle of the daemon's on `key`, counting the most it ever held at once.
+    fn open_handle(&mut self, key: String, access: u32, share: u32, volume_root: bool) -> u64 {
+        self.next_handle += 4;
+        let h = self.next_handle;
+        let open = OpenEntry {
+            key,
+            share,
+            access,
+            volume_root,
+            cursor: None,
+        };
+        self.entries.insert(h, open);
+        self.entry_handles_peak = self.entry_handles_peak.max(self.entries.len());
+        h
+    }
+
+    /// The file ID of the entry `k`: given the first time it is asked for, then kept with the
+    /// entry across renames (`rekey`) and never given to another.
+    fn id_of(&mut self, k: &str) -> u64 {
+        if let Some(&id) = self.ids.get(k) {
+            return id;
+        }
+        self.next_id += 1;
+        let id = self.next_id;
+        self.ids.insert(k.to_string(), id);
+        id
     }
 
     /// What deleting the entry at `path` needs, beyond its type: write access to it and nobody
@@ -426,30 +495,7 @@ impl FileApi for SimWindows {
         }
     }
 
-    fn find_names(&self, pattern: &[u16]) -> Win32Result<Vec<Vec<u16>>> {
-        let s = self.enter("find_names")?;
-        let p = s.through_links(&text(pattern))?;
-        let Some(dir) = p.strip_suffix(r"\*") else {
-            return Err(OsError::new(code::INVALID_PARAMETER));
-        };
-        let dir = match s.entry(dir) {
-            Some(Entry::File | Entry::Link { directory: false }) | None => {
-                return Err(OsError::new(code::PATH_NOT_FOUND));
-            }
-            Some(_) => s.follow(dir)?,
-        };
-        let k = key(&dir);
-        let mut names = s.children(&k);
-        if !is_root(&k) {
-            names.splice(0..0, [".".to_string(), "..".to_string()]);
-        }
-        if names.is_empty() {
-            return Err(OsError::new(code::FILE_NOT_FOUND));
-        }
-        Ok(names.iter().map(|n| n.encode_utf16().collect()).collect())
-    }
-
-    fn open_entry(&self, path: &[u16], _access: u32, share: u32, follow: bool) -> Win32Result<u64> {
+    fn open_entry(&self, path: &[u16], access: u32, share: u32, follow: bool) -> Win32Result<u64> {
         let mut s = self.enter("open_entry")?;
         let p = s.through_links(&text(path))?;
         s.not_pending(&p)?;
@@ -461,19 +507,10 @@ impl FileApi for SimWindows {
             return Err(s.missing(&p));
         };
         let volume_root = follow && matches!(s.entry(&at), Some(Entry::MountedFolder(_)));
-        s.next_handle += 4;
-        let h = s.next_handle;
         s.not_pending(&at)?;
         let key = key(&at);
-        s.entries.insert(
-            h,
-            OpenEntry {
-                key,
-                share,
-                volume_root,
-            },
-        );
-        Ok(h)
+        s.may_open(&key, access, share)?;
+        Ok(s.open_handle(key, access, share, volume_root))
     }
 
     fn attribute_tag(&self, handle: u64) -> Win32Result<(u32, u32)> {
@@ -489,26 +526,6 @@ impl FileApi for SimWindows {
 
     fn basic_attributes(&self, handle: u64) -> Win32Result<u32> {
         self.attribute_tag(handle).map(|(a, _)| a)
-    }
-
-    fn file_id(&self, handle: u64) -> Win32Result<(u64, u128)> {
-        let mut s = self.enter("file_id")?;
-        let open = s.opened(handle)?.clone();
-        // A mounted volume's root directory: an ID on that volume.
-        if open.volume_root
-            && let Some(Entry::MountedFolder(v)) = s.entry(&open.key)
-        {
-            return Ok((v as u64 + 1, 5));
-        }
-        s.entry(&open.key)
-            .ok_or(OsError::new(code::FILE_NOT_FOUND))?;
-        let next = s.next_id + 1;
-        let id = *s.ids.entry(open.key).or_insert(next);
-        if id == next {
-            s.next_id = next;
-        }
-        // Everything else is on the system volume (serial 0); IDs start past the root's.
-        Ok((0, u128::from(id) + 16))
     }
 
     fn set_basic_attributes(&self, handle: u64, attributes: u32) -> Win32Result<()> {
@@ -590,6 +607,134 @@ impl FileApi for SimWindows {
         let link = s.through_links(&text(link))?;
         s.add_link(&link, &text(target), flags & link_flag::DIRECTORY != 0)
     }
+
+    fn open_child(&self, dir: u64, name: &[u16], access: u32, share: u32) -> Win32Result<u64> {
+        let mut s = self.enter("open_child")?;
+        let parent = s.opened(dir)?.key.clone();
+        let n = String::from_utf16_lossy(name);
+        // One component: STATUS_OBJECT_NAME_INVALID otherwise.
+        if n.is_empty() || n == "." || n == ".." || n.contains(['\\', '/']) {
+            return Err(OsError::new(ERROR_INVALID_NAME));
+        }
+        if !matches!(
+            s.entry(&parent),
+            Some(Entry::Dir | Entry::Root | Entry::MountedFolder(_))
+        ) {
+            return Err(OsError::new(ERROR_DIRECTORY));
+        }
+        // Relative to the directory itself: no link on the way is followed, the name is looked
+        // up where the directory is now.
+        let p = format!("{parent}\\{n}");
+        s.not_pending(&p)?;
+        if s.entry(&p).is_none() {
+            return Err(OsError::new(code::FILE_NOT_FOUND));
+        }
+        let k = key(&p);
+        s.may_open(&k, access, share)?;
+        Ok(s.open_handle(k, access, share, false))
+    }
+
+    fn read_dir(&self, dir: u64, restart: bool, buffer: usize) -> Win32Result<Vec<DirEntry>> {
+        let mut s = self.enter("read_dir")?;
+        let open = s.opened(dir)?.clone();
+        if open.access & access::LIST_DIRECTORY == 0 {
+            return Err(OsError::new(code::ACCESS_DENIED));
+        }
+        let k = open.key.clone();
+        if !matches!(
+            s.entry(&k),
+            Some(Entry::Dir | Entry::Root | Entry::MountedFolder(_))
+        ) {
+            return Err(OsError::new(code::INVALID_PARAMETER));
+        }
+        let mut names: Vec<(String, String)> = s
+            .children(&k)
+            .into_iter()
+            .map(|n| (n.to_lowercase(), n))
+            .collect();
+        names.sort();
+        if !is_root(&k) {
+            // Sorted before any name.
+            names.splice(0..0, [".", ".."].map(|n| (n.to_string(), n.to_string())));
+        }
+        let after = if restart { None } else { open.cursor.clone() };
+        let mut used = 0;
+        let mut out = Vec::new();
+        for (low, name) in names
+            .into_iter()
+            .filter(|(low, _)| after.as_ref().is_none_or(|a| low > a))
+        {
+            let units: Vec<u16> = name.encode_utf16().collect();
+            let len = dir_record_len(units.len());
+            if used + len > buffer {
+                if out.is_empty() {
+                    // Not even one record fits.
+                    return Err(OsError::new(code::MORE_DATA));
+                }
+                break;
+            }
+            used += len;
+            let path = format!("{k}\\{low}");
+            let attributes = match name.as_str() {
+                "." | ".." => attr::DIRECTORY,
+                _ => s.entry(&path).map_or(0, |e| s.attributes(&path, e)),
+            };
+            let file_id = match name.as_str() {
+                "." | ".." => 0,
+                _ => s.id_of(&key(&path)),
+            };
+            out.push((
+                low,
+                DirEntry {
+                    name: units,
+                    attributes,
+                    file_id,
+                },
+            ));
+        }
+        let cursor = out.last().map(|(low, _)| low.clone()).or(after);
+        if let Some(o) = s.entries.get_mut(&dir) {
+            o.cursor = cursor;
+        }
+        s.dir_batch_peak = s.dir_batch_peak.max(out.len());
+        Ok(out.into_iter().map(|(_, e)| e).collect())
+    }
+
+    fn file_id(&self, handle: u64) -> Win32Result<FileId> {
+        let mut s = self.enter("file_id")?;
+        let open = s.opened(handle)?.clone();
+        // A mounted volume's root directory: an ID on that volume.
+        if open.volume_root
+            && let Some(Entry::MountedFolder(v)) = s.entry(&open.key)
+        {
+            return Ok((v as u64 + 1, 5));
+        }
+        if s.entry(&open.key).is_none() {
+            return Err(OsError::new(code::FILE_NOT_FOUND));
+        }
+        let id = s.id_of(&open.key);
+        Ok((VOLUME_SERIAL, u128::from(id)))
+    }
+
+    fn delete_on_close(&self, handle: u64) -> Win32Result<()> {
+        let mut s = self.enter("delete_on_close")?;
+        let open = s.opened(handle)?.clone();
+        if open.access & access::DELETE == 0 {
+            return Err(OsError::new(code::ACCESS_DENIED));
+        }
+        let k = open.key;
+        match s.entry(&k) {
+            None => return Err(OsError::new(code::FILE_NOT_FOUND)),
+            Some(Entry::Root) => return Err(OsError::new(code::ACCESS_DENIED)),
+            Some(_) if s.readonly.contains(&k) => return Err(OsError::new(code::ACCESS_DENIED)),
+            Some(Entry::Dir) if !s.children(&k).is_empty() => {
+                return Err(OsError::new(code::DIR_NOT_EMPTY));
+            }
+            Some(_) => {}
+        }
+        s.delete_pending.insert(k);
+        Ok(())
+    }
 }
 
 impl SimWindows {
@@ -610,11 +755,52 @@ impl SimWindows {
         let open = OpenEntry {
             key: key(path),
             share,
+            access: 0,
             volume_root: false,
+            cursor: None,
         };
         s.entries.insert(h, open);
         let at = s.clock + held;
         s.closes.push((at, h));
+    }
+
+    /// Another process renames the entry at `from` to `to` (`MoveFileExW` without
+    /// MOVEFILE_REPLACE_EXISTING), with everything below it; handles open below it stay open
+    /// on the same entries. Fails with ERROR_SHARING_VIOLATION while a handle holds it without
+    /// FILE_SHARE_DELETE and ERROR_ALREADY_EXISTS when something is at `to`.
+    pub fn rename(&self, from: &str, to: &str) -> Win32Result<()> {
+        let mut s = self.lock();
+        if s.entry(from).is_none() {
+            return Err(s.missing(from));
+        }
+        if s.entry(to).is_some() {
+            return Err(OsError::new(code::ALREADY_EXISTS));
+        }
+        s.parent_is_directory(to)?;
+        if s.pinned(&key(from)) {
+            return Err(OsError::new(code::SHARING_VIOLATION));
+        }
+        s.rename_entry(from, to);
+        Ok(())
+    }
+
+    /// The most file and directory handles the daemon held at once since the last
+    /// [`Self::reset_peaks`], and the most entries one listing read returned.
+    pub fn peaks(&self) -> (usize, usize) {
+        let s = self.lock();
+        (s.entry_handles_peak, s.dir_batch_peak)
+    }
+
+    /// Starts [`Self::peaks`] again from the handles open now.
+    pub fn reset_peaks(&self) {
+        let mut s = self.lock();
+        s.entry_handles_peak = s.entries.len();
+        s.dir_batch_peak = 0;
+    }
+
+    /// How many file and directory handles are open now.
+    pub fn open_entry_handles(&self) -> usize {
+        self.lock().entries.len()
     }
 
     /// Whether the entry at `path` is delete-pending.

@@ -212,10 +212,13 @@ struct State {
     readonly: BTreeSet<String>,
     /// Handles open on files and directories.
     entries: HashMap<u64, filesystem::OpenEntry>,
-    /// File IDs of the entries asked about (keys): an entry keeps its ID when renamed and takes
-    /// it along when deleted; one made later at the same path gets a new one.
+    /// File IDs (`FileIdInfo`) of the entries asked about, by key; they move with renames.
     ids: BTreeMap<String, u64>,
     next_id: u64,
+    /// The most handles `entries` held at once, and the most entries one listing read
+    /// returned, since a test reset them (`peaks`).
+    entry_handles_peak: usize,
+    dir_batch_peak: usize,
     /// Entries marked for deletion while handles sharing delete were open on them (keys):
     /// deleted at the last close, delete-pending until then.
     delete_pending: BTreeSet<String>,
@@ -769,6 +772,8 @@ mod in_use_tests;
 mod iscsi_tests;
 #[cfg(test)]
 mod race_tests;
+#[cfg(test)]
+mod removal_tests;
 #[cfg(test)]
 mod service_tests;
 #[cfg(test)]

@@ -71,6 +71,16 @@ impl State {
         Ok(())
     }
 
+    /// Renames the entry at `from` to `to`, with everything below it (the caller checked it
+    /// may).
+    pub(super) fn rename_entry(&mut self, from: &str, to: &str) {
+        let (kf, kt) = (key(from), key(to));
+        self.rekey(&kf, &kt);
+        if let Some(text) = self.dirs.get_mut(&kt) {
+            *text = to.to_string();
+        }
+    }
+
     /// Moves every entry at or below the key `from` to `to`.
     fn rekey(&mut self, from: &str, to: &str) {
         let moved = |k: &str| -> Option<String> {

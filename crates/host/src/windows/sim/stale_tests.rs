@@ -90,7 +90,8 @@ fn a_stale_delete_volume_mount_point_does_not_undo_a_new_stage() {
     stale_unstage_after_restage("delete_volume_mount_point");
 }
 
+/// The mount point itself is removed through its handle (`FileDispositionInfo`).
 #[test]
-fn a_stale_remove_directory_does_not_undo_a_new_stage() {
-    stale_unstage_after_restage("remove_directory");
+fn a_stale_delete_on_close_does_not_undo_a_new_stage() {
+    stale_unstage_after_restage("delete_on_close");
 }

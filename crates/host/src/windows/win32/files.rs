@@ -3,21 +3,30 @@
 //! NUL-terminated copy.
 
 use super::{SystemWin32, handle, os};
-use crate::windows::os::files::FileApi;
+use crate::windows::os::files::{DirEntry, FileApi, FileId};
 use crate::windows::os::{OsError, Win32Result, code, open_entry};
 use std::ffi::c_void;
-use windows::Win32::Foundation::HANDLE;
-use windows::Win32::Storage::FileSystem::{
-    CreateDirectoryW, CreateFileW, CreateSymbolicLinkW, DeleteFileW, FILE_ATTRIBUTE_TAG_INFO,
-    FILE_BASIC_INFO, FILE_FLAG_BACKUP_SEMANTICS, FILE_FLAG_OPEN_REPARSE_POINT,
-    FILE_FLAGS_AND_ATTRIBUTES, FILE_ID_INFO, FILE_READ_ATTRIBUTES, FILE_SHARE_DELETE,
-    FILE_SHARE_MODE, FILE_SHARE_READ, FILE_SHARE_WRITE, FIND_FIRST_EX_FLAGS, FileAttributeTagInfo,
-    FileBasicInfo, FileIdInfo, FindClose, FindExInfoBasic, FindExSearchNameMatch, FindFirstFileExW,
-    FindNextFileW, GetFileAttributesW, GetFileInformationByHandleEx, INVALID_FILE_ATTRIBUTES,
-    MAXIMUM_REPARSE_DATA_BUFFER_SIZE, OPEN_EXISTING, RemoveDirectoryW, SYMBOLIC_LINK_FLAGS,
-    SetFileInformationByHandle, WIN32_FIND_DATAW,
+use windows::Wdk::Foundation::OBJECT_ATTRIBUTES;
+use windows::Wdk::Storage::FileSystem::{
+    FILE_OPEN, FILE_OPEN_FOR_BACKUP_INTENT, FILE_OPEN_REPARSE_POINT, FILE_SYNCHRONOUS_IO_NONALERT,
+    NtCreateFile,
 };
-use windows::Win32::System::IO::DeviceIoControl;
+use windows::Win32::Foundation::{
+    HANDLE, OBJ_CASE_INSENSITIVE, RtlNtStatusToDosError, UNICODE_STRING,
+};
+use windows::Win32::Storage::FileSystem::{
+    CreateDirectoryW, CreateFileW, CreateSymbolicLinkW, DeleteFileW, FILE_ACCESS_RIGHTS,
+    FILE_ATTRIBUTE_TAG_INFO, FILE_BASIC_INFO, FILE_DISPOSITION_INFO, FILE_FLAG_BACKUP_SEMANTICS,
+    FILE_FLAG_OPEN_REPARSE_POINT, FILE_FLAGS_AND_ATTRIBUTES, FILE_ID_BOTH_DIR_INFO, FILE_ID_INFO,
+    FILE_READ_ATTRIBUTES, FILE_SHARE_DELETE, FILE_SHARE_MODE, FILE_SHARE_READ, FILE_SHARE_WRITE,
+    FIND_FIRST_EX_FLAGS, FileAttributeTagInfo, FileBasicInfo, FileDispositionInfo,
+    FileIdBothDirectoryInfo, FileIdBothDirectoryRestartInfo, FileIdInfo, FindClose,
+    FindExInfoBasic, FindExSearchNameMatch, FindFirstFileExW, GetFileAttributesW,
+    GetFileInformationByHandleEx, INVALID_FILE_ATTRIBUTES, MAXIMUM_REPARSE_DATA_BUFFER_SIZE,
+    OPEN_EXISTING, RemoveDirectoryW, SYMBOLIC_LINK_FLAGS, SYNCHRONIZE, SetFileInformationByHandle,
+    WIN32_FIND_DATAW,
+};
+use windows::Win32::System::IO::{DeviceIoControl, IO_STATUS_BLOCK};
 use windows::Win32::System::Ioctl::FSCTL_GET_REPARSE_POINT;
 use windows::Win32::System::LibraryLoader::{GetModuleHandleW, GetProcAddress};
 use windows::core::{PCWSTR, s, w};
@@ -66,16 +75,6 @@ fn find_first(name: &[u16]) -> Win32Result<(FindHandle, WIN32_FIND_DATAW)> {
     Ok((FindHandle(h), data))
 }
 
-/// `cFileName` up to its NUL.
-fn file_name(data: &WIN32_FIND_DATAW) -> Vec<u16> {
-    let n = data
-        .cFileName
-        .iter()
-        .position(|&u| u == 0)
-        .unwrap_or(data.cFileName.len());
-    data.cFileName[..n].to_vec()
-}
-
 /// Whether this process runs under Wine (`ntdll.dll` exports `wine_get_version`, which no
 /// Windows ntdll does). Wine fakes some operations (symbolic links), so tests skip those.
 pub fn running_under_wine() -> bool {
@@ -108,21 +107,6 @@ impl FileApi for SystemWin32 {
         // FILE_ATTRIBUTE_REPARSE_POINT attribute, this member specifies the reparse tag."
         let (_h, data) = find_first(path)?;
         Ok((data.dwFileAttributes, data.dwReserved0))
-    }
-
-    fn find_names(&self, pattern: &[u16]) -> Win32Result<Vec<Vec<u16>>> {
-        let (h, mut data) = find_first(pattern)?;
-        let mut names = vec![file_name(&data)];
-        loop {
-            // SAFETY: `h` is an open find handle and `data` a writable WIN32_FIND_DATAW.
-            match unsafe { FindNextFileW(h.0, &raw mut data) }.map_err(|e| os(&e)) {
-                Ok(()) => names.push(file_name(&data)),
-                // "If no matching files can be found, the GetLastError function returns
-                // ERROR_NO_MORE_FILES."
-                Err(e) if e.code == code::NO_MORE_FILES => return Ok(names),
-                Err(e) => return Err(e),
-            }
-        }
     }
 
     fn open_entry(&self, path: &[u16], access: u32, share: u32, follow: bool) -> Win32Result<u64> {
@@ -166,7 +150,7 @@ impl FileApi for SystemWin32 {
         Ok((info.FileAttributes, info.ReparseTag))
     }
 
-    fn file_id(&self, raw: u64) -> Win32Result<(u64, u128)> {
+    fn file_id(&self, raw: u64) -> Win32Result<FileId> {
         let mut info = FILE_ID_INFO::default();
         // SAFETY: `info` is a writable FILE_ID_INFO and its exact size is passed; the handle is
         // open for the duration of the call. FILE_ID_INFO: "The file identifier and the volume
@@ -279,4 +263,127 @@ impl FileApi for SystemWin32 {
         };
         if ok { Ok(()) } else { Err(last_error()) }
     }
+
+    fn open_child(&self, dir: u64, name: &[u16], access: u32, share: u32) -> Win32Result<u64> {
+        let bytes =
+            u16::try_from(name.len() * 2).map_err(|_| OsError::new(code::INVALID_PARAMETER))?;
+        let name_string = UNICODE_STRING {
+            Length: bytes,
+            MaximumLength: bytes,
+            Buffer: windows::core::PWSTR(name.as_ptr().cast_mut()),
+        };
+        let attributes = OBJECT_ATTRIBUTES {
+            Length: size_of::<OBJECT_ATTRIBUTES>() as u32,
+            RootDirectory: handle(dir),
+            ObjectName: &raw const name_string,
+            Attributes: OBJ_CASE_INSENSITIVE,
+            ..Default::default()
+        };
+        let mut h = HANDLE::default();
+        let mut status_block = IO_STATUS_BLOCK::default();
+        // FILE_OPEN_REPARSE_POINT: "Open a file with a reparse point and bypass normal reparse
+        // point processing for the file"; FILE_OPEN_FOR_BACKUP_INTENT opens a directory as
+        // FILE_FLAG_BACKUP_SEMANTICS does; SYNCHRONIZE with FILE_SYNCHRONOUS_IO_NONALERT makes
+        // the handle synchronous, as CreateFileW's are.
+        let options =
+            FILE_OPEN_REPARSE_POINT | FILE_OPEN_FOR_BACKUP_INTENT | FILE_SYNCHRONOUS_IO_NONALERT;
+        // SAFETY: every pointer (the handle out, the attributes, the name they point to, the
+        // status block) is valid for the call; the name is not read past `Length`; no
+        // allocation size and no extended attributes are passed.
+        let status = unsafe {
+            NtCreateFile(
+                &raw mut h,
+                FILE_ACCESS_RIGHTS(access) | SYNCHRONIZE,
+                &raw const attributes,
+                &raw mut status_block,
+                None,
+                FILE_FLAGS_AND_ATTRIBUTES(0),
+                FILE_SHARE_MODE(share),
+                FILE_OPEN,
+                options,
+                None,
+                0,
+            )
+        };
+        if status.is_err() {
+            // SAFETY: a pure conversion of a status code.
+            return Err(OsError::new(unsafe { RtlNtStatusToDosError(status) }));
+        }
+        Ok(h.0 as u64)
+    }
+
+    fn read_dir(&self, dir: u64, restart: bool, buffer: usize) -> Win32Result<Vec<DirEntry>> {
+        let class = if restart {
+            FileIdBothDirectoryRestartInfo
+        } else {
+            FileIdBothDirectoryInfo
+        };
+        // u64s keep the records 8-byte aligned, as the structure needs.
+        let mut buf = vec![0u64; buffer.div_ceil(8)];
+        let len =
+            u32::try_from(buf.len() * 8).map_err(|_| OsError::new(code::INVALID_PARAMETER))?;
+        // SAFETY: the buffer is writable for `len` bytes and the handle is open.
+        let r = unsafe {
+            GetFileInformationByHandleEx(handle(dir), class, buf.as_mut_ptr().cast::<c_void>(), len)
+        }
+        .map_err(|e| os(&e));
+        match r {
+            // The listing is done.
+            Err(e) if e.code == code::NO_MORE_FILES => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+            Ok(()) => {}
+        }
+        let bytes: &[u8] = bytemuck_bytes(&buf);
+        let name_at = std::mem::offset_of!(FILE_ID_BOTH_DIR_INFO, FileName);
+        let mut entries = Vec::new();
+        let mut at = 0usize;
+        loop {
+            let Some(record) = bytes.get(at..at + name_at) else {
+                return Err(OsError::new(code::INVALID_PARAMETER));
+            };
+            // SAFETY: `record` holds the fixed part of one FILE_ID_BOTH_DIR_INFO, read unaligned.
+            let info: FILE_ID_BOTH_DIR_INFO =
+                unsafe { std::ptr::read_unaligned(record.as_ptr().cast()) };
+            let start = at + name_at;
+            let Some(name) = bytes.get(start..start + info.FileNameLength as usize) else {
+                return Err(OsError::new(code::INVALID_PARAMETER));
+            };
+            entries.push(DirEntry {
+                name: name
+                    .chunks_exact(2)
+                    .map(|c| u16::from_le_bytes([c[0], c[1]]))
+                    .collect(),
+                attributes: info.FileAttributes,
+                file_id: info.FileId as u64,
+            });
+            // "Contains zero (0) if no other entries follow this one."
+            if info.NextEntryOffset == 0 {
+                return Ok(entries);
+            }
+            at += info.NextEntryOffset as usize;
+        }
+    }
+
+    fn delete_on_close(&self, raw: u64) -> Win32Result<()> {
+        let info = FILE_DISPOSITION_INFO { DeleteFile: true };
+        // SAFETY: `info` is a readable FILE_DISPOSITION_INFO and its exact size is passed. "A
+        // file marked for deletion is not actually deleted until all open handles for the file
+        // object have been closed".
+        unsafe {
+            SetFileInformationByHandle(
+                handle(raw),
+                FileDispositionInfo,
+                (&raw const info).cast::<c_void>(),
+                size_of::<FILE_DISPOSITION_INFO>() as u32,
+            )
+        }
+        .map_err(|e| os(&e))
+    }
+}
+
+/// The bytes of a buffer of `u64`s.
+fn bytemuck_bytes(buf: &[u64]) -> &[u8] {
+    // SAFETY: any initialised u64 slice is a valid byte slice of 8 times its length, with the
+    // same lifetime.
+    unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), buf.len() * 8) }
 }
