@@ -62,6 +62,57 @@ fn a_plain_path_takes_the_fast_path() {
     assert_eq!(fast(&host, &root, &["a", "b", "last-link"]), "link c");
 }
 
+/// PathExists's fast path ([`Walker::exists_beneath`]): the same answers as the walk for plain
+/// paths, from a look at the final entry (no descriptor opened for it); a link on the way is the
+/// walk's, which refuses the one that leads out instead of answering about what is there.
+#[test]
+fn path_exists_looks_at_the_final_entry_and_leaves_links_on_the_way_to_the_walk() {
+    let (tmp, k, policy) = setup();
+    fs::write(k.join("a/b/file"), "x").unwrap();
+    symlink("nowhere", k.join("a/b/dangling")).unwrap();
+    let outside = tmp.path().join("outside");
+    fs::create_dir_all(outside.join("secret")).unwrap();
+    symlink(&outside, k.join("a/out")).unwrap();
+    let host = LinuxFilesystemHost::new();
+    let root = host.open_trusted(s(&k), false).unwrap();
+    let exists = |names: &[&str]| host.exists_beneath(&root, names).unwrap();
+    assert_eq!(exists(&["a"]), Some(true));
+    assert_eq!(exists(&["nothing"]), Some(false));
+    assert_eq!(exists(&["a", "b", "c"]), Some(true));
+    assert_eq!(exists(&["a", "b", "file"]), Some(true));
+    assert_eq!(
+        exists(&["a", "b", "dangling"]),
+        Some(true),
+        "a dangling link exists"
+    );
+    assert_eq!(exists(&["a", "b", "nothing"]), Some(false));
+    assert_eq!(exists(&["a", "nothing", "x"]), Some(false));
+    assert_eq!(exists(&["a", "b", "file", "x"]), Some(false));
+    assert_eq!(
+        exists(&["a", "out", "secret"]),
+        None,
+        "a link on the way: walked"
+    );
+    assert_eq!(
+        exists(&["a", "out"]),
+        Some(true),
+        "a final link is not followed"
+    );
+    let e = policy
+        .exists("PathExists", s(&k.join("a/out/secret")), &host)
+        .unwrap_err();
+    assert_eq!(e.kind(), Kind::PermissionDenied, "{e}");
+    for (path, want) in [("a/b/dangling", true), ("a/b/nothing", false), ("a", true)] {
+        assert_eq!(
+            policy
+                .exists("PathExists", s(&k.join(path)), &host)
+                .unwrap(),
+            want,
+            "{path}"
+        );
+    }
+}
+
 #[test]
 fn a_link_on_the_way_falls_back_to_the_walk_and_its_rules() {
     let (tmp, k, policy) = setup();

@@ -182,10 +182,10 @@ impl FilesystemService {
 
     /// PathExists: whether anything exists at `path` (a dangling link counts).
     pub fn path_exists(&self, path: &str) -> Result<bool> {
-        Ok(match self.walk("PathExists", path, Mode::ENTRY)? {
-            Walk::Reached(r) => r.found.exists(),
-            Walk::Absent { .. } => false,
-        })
+        const OP: &str = "PathExists";
+        let exists = self.policy.exists(OP, path, self.host.as_ref())?;
+        crate::deadline::check(OP, path)?;
+        Ok(exists)
     }
 
     /// Mkdir: recursive and idempotent; an existing directory, or a link to one, is success.

@@ -95,6 +95,19 @@ pub trait Walker {
         let _ = (root, names);
         Ok(Beneath::Walk)
     }
+
+    /// The fast path of a caller that asks only whether the final entry exists (PathExists): as
+    /// [`Walker::beneath`], but no handle on the final entry is wanted, so a host may answer from
+    /// one look at it inside its parent. `None`: the walk decides.
+    fn exists_beneath(&self, root: &Self::Dir, names: &[&str]) -> io::Result<Option<bool>> {
+        Ok(match self.beneath(root, names)? {
+            Beneath::Reached { found, .. } if fast_answer(Mode::ENTRY, &found) => {
+                Some(found.exists())
+            }
+            Beneath::Absent => Some(false),
+            Beneath::Reached { .. } | Beneath::Walk => None,
+        })
+    }
 }
 
 /// What [`Walker::beneath`] found.
@@ -260,15 +273,7 @@ impl PathPolicy {
         };
         let roots = || self.roots.join(", ");
 
-        // Components up to the root are not looked at: the administrator chose the root.
-        let mut stack: Vec<Entry<W::Dir>> = comps[..root_len]
-            .iter()
-            .map(|c| Entry {
-                name: c.to_string(),
-                sticky: false,
-                held: None,
-            })
-            .collect();
+        let mut stack = root_stack(&comps[..root_len]);
         let below = &comps[root_len..];
         let mut steps: Vec<Step> = below
             .iter()
@@ -499,6 +504,34 @@ impl PathPolicy {
         self.reached(op, path, normalised, end, walker, mode.create)
     }
 
+    /// Whether anything exists at `path` (a link, dangling or not, counts; it is not followed):
+    /// the walk's answer, from the host's [`Walker::exists_beneath`] when it can give one.
+    pub fn exists<W: Walker + ?Sized>(&self, op: &str, path: &str, walker: &W) -> Result<bool> {
+        let qualified = self.qualified(path);
+        let (comps, root_len) = self.lexical_inside(op, &qualified)?;
+        if let Some(below) = comps.get(root_len..).filter(|b| !b.is_empty()) {
+            let mut stack = root_stack(&comps[..root_len]);
+            let mut fs_root = None;
+            let io_err = |at: &str, e: &io::Error| {
+                Error::io(op, format!("{} (checking {at:?})", shown(&qualified)), e)
+            };
+            let root = self
+                .hold(&mut stack, &mut fs_root, walker, false)
+                .map_err(|(at, e)| io_err(&at, &e))?;
+            if let Some(root) = root
+                && let Some(exists) = walker
+                    .exists_beneath(root, below)
+                    .map_err(|e| io_err(&self.style.render(&comps), &e))?
+            {
+                return Ok(exists);
+            }
+        }
+        Ok(match self.walk(op, path, Mode::ENTRY, walker)? {
+            Walk::Reached(r) => r.found.exists(),
+            Walk::Absent { .. } => false,
+        })
+    }
+
     /// The walk's result from the location reached and what its final entry was found to be.
     fn reached<W: Walker + ?Sized>(
         &self,
@@ -656,6 +689,18 @@ fn look_or_create<W: Walker + ?Sized>(
     Err(io::Error::other(format!(
         "{at:?} vanished {CREATE_ATTEMPTS} times right after it was created"
     )))
+}
+
+/// The location of a root: its components, not looked at (the administrator chose the root).
+fn root_stack<D>(comps: &[&str]) -> Vec<Entry<D>> {
+    comps
+        .iter()
+        .map(|c| Entry {
+            name: c.to_string(),
+            sticky: false,
+            held: None,
+        })
+        .collect()
 }
 
 fn names<D>(stack: &[Entry<D>]) -> Vec<&str> {

@@ -151,6 +151,40 @@ pub(super) fn beneath(root: &Held, names: &[&str]) -> io::Result<Beneath<Held>> 
     Ok(Beneath::Reached { parent, found })
 }
 
+/// Whether `names` below the held `root` name anything, for a caller that wants no handle on
+/// it (PathExists): the directories on the way resolved as [`beneath`] does (none when the parent
+/// is the root), then one `statx` of the final name inside its parent, not followed, so no
+/// descriptor is opened for it. `None`: the component walk decides.
+pub(super) fn exists(root: &Held, names: &[&str]) -> io::Result<Option<bool>> {
+    if NO_OPENAT2.load(Ordering::Relaxed) {
+        return Ok(None);
+    }
+    let Some((last, above)) = names.split_last() else {
+        return Ok(None);
+    };
+    let root = held(root)?;
+    let parent;
+    let dir = if above.is_empty() {
+        root.fd.as_fd()
+    } else {
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        match rustix::fs::openat2(&root.fd, above.join("/"), flags, Mode::empty(), RESOLVE) {
+            Ok(fd) => {
+                parent = fd;
+                parent.as_fd()
+            }
+            Err(Errno::NOENT) | Err(Errno::NOTDIR) => return Ok(Some(false)),
+            Err(e) => return refused(e, root).map(|_| None),
+        }
+    };
+    Ok(match node_at(dir, OsStr::new(last)) {
+        Ok(_) => Some(true),
+        Err(Errno::NOENT) => Some(false),
+        // Looked at again by the walk, which reports what it finds.
+        Err(_) => None,
+    })
+}
+
 /// What the final entry `name` in `dir` is when it did not open as a directory: one `statx` of
 /// that one name inside the held directory, not followed (no handle on it is kept: operations
 /// act on the name inside `dir`, as after the component walk). `None`: it changed meanwhile.

@@ -226,6 +226,10 @@ impl Walker for LinuxFilesystemHost {
     fn beneath(&self, root: &Held, names: &[&str]) -> io::Result<Beneath<Held>> {
         beneath::beneath(root, names)
     }
+
+    fn exists_beneath(&self, root: &Held, names: &[&str]) -> io::Result<Option<bool>> {
+        beneath::exists(root, names)
+    }
 }
 
 /// Answers about a path string: opens its parent as the OS resolves it (for callers that only
