@@ -111,13 +111,32 @@ pub async fn serve_and_tell(
     ready: impl FnOnce(),
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DaemonError> {
+    serve_with(endpoints, listen, Names::Fresh, ready, shutdown).await
+}
+
+/// How the endpoints get their names.
+pub enum Names {
+    /// Each is bound at its name (a stale socket replaced, a live one refused).
+    Fresh,
+    /// A hand-off (see [`crate::handoff`]): each is bound beside its name, all are served, and
+    /// only then is each renamed over its name; the function is told how that went (an error
+    /// names the rename that failed: the names before it are this daemon's, the others still
+    /// the serving daemon's).
+    TakeOver(Box<dyn FnOnce(Result<(), String>) + Send>),
+}
+
+/// As [`serve_and_tell`], the names given as `names` says.
+pub async fn serve_with(
+    endpoints: Vec<Endpoint>,
+    listen: Listen,
+    names: Names,
+    ready: impl FnOnce(),
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), DaemonError> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut servers = JoinSet::new();
-    let bound = bind_all(&endpoints, &listen)?;
-    let names: Vec<String> = endpoints
-        .iter()
-        .map(|e| endpoint_name(&listen, e.group, e.version))
-        .collect();
+    let (bound, mut owned) = bind_all(&endpoints, &listen, matches!(names, Names::TakeOver(_)))?;
+    let names_count = owned.len();
 
     let in_all = crate::limits::connection_budget(crate::limits::descriptor_limit());
     let total = ConnectionCaps::daemon(in_all);
@@ -155,7 +174,10 @@ pub async fn serve_and_tell(
             (group, version)
         });
     }
-    tracing::info!(endpoints = names.len(), "serving");
+    if let Names::TakeOver(renamed) = names {
+        renamed(crate::transport::names::rename_all(&mut owned));
+    }
+    tracing::info!(endpoints = names_count, "serving");
     ready();
 
     // An endpoint that ends before a stop request is a failure, also when it ends "cleanly"
@@ -195,7 +217,7 @@ pub async fn serve_and_tell(
             }
         }
     }
-    cleanup(&listen, &names);
+    cleanup(&owned);
     failure.map_or(Ok(()), Err)
 }
 
@@ -256,7 +278,13 @@ enum Incoming {
     Pipe(crate::transport::pipe::PipeListener),
 }
 
-fn bind_all(endpoints: &[Endpoint], listen: &Listen) -> Result<Vec<Incoming>, DaemonError> {
+/// Binds every endpoint, at its name or (`beside`, a take-over) beside it; on a failure removes
+/// what it made and names the endpoint.
+fn bind_all(
+    endpoints: &[Endpoint],
+    listen: &Listen,
+    beside: bool,
+) -> Result<(Vec<Incoming>, Vec<crate::transport::names::Owned>), DaemonError> {
     let mut bound = Vec::with_capacity(endpoints.len());
     let mut created = Vec::new();
     for ep in endpoints {
@@ -265,53 +293,37 @@ fn bind_all(endpoints: &[Endpoint], listen: &Listen) -> Result<Vec<Incoming>, Da
             version: ep.version,
             source,
         };
+        let name = endpoint_name(listen, ep.group, ep.version);
         let r = match listen {
             #[cfg(unix)]
             Listen::Unix { dir, gid } => crate::transport::unix::ensure_dir(dir)
-                .and_then(|()| {
-                    let path = crate::transport::unix::socket_path(dir, ep.group, ep.version);
-                    crate::transport::unix::bind(&path, *gid)
-                })
-                .map(Incoming::Unix),
+                .and_then(|()| crate::transport::names::bind_unix(&name, *gid, beside))
+                .map(|(l, owned)| (Incoming::Unix(l), owned)),
             #[cfg(windows)]
-            Listen::Pipe { sddl } => crate::transport::pipe::PipeListener::bind(
-                &endpoint_name(listen, ep.group, ep.version),
-                sddl,
-            )
-            .map(Incoming::Pipe),
+            Listen::Pipe { sddl } => crate::transport::names::pipe_names(beside)
+                .and_then(|()| crate::transport::pipe::PipeListener::bind(&name, sddl))
+                .map(|l| (Incoming::Pipe(l), crate::transport::names::Owned::pipe(&name))),
         };
         match r {
-            Ok(i) => {
-                created.push(endpoint_name(listen, ep.group, ep.version));
+            Ok((i, owned)) => {
+                created.push(owned);
                 bound.push(i);
             }
             Err(e) => {
                 drop(bound);
-                cleanup(listen, &created);
+                cleanup(&created);
                 return Err(err(e));
             }
         }
     }
-    Ok(bound)
+    Ok((bound, created))
 }
 
-fn cleanup(listen: &Listen, names: &[String]) {
-    match listen {
-        #[cfg(unix)]
-        Listen::Unix { .. } => {
-            for n in names {
-                if let Err(e) = std::fs::remove_file(n)
-                    && e.kind() != io::ErrorKind::NotFound
-                {
-                    tracing::warn!(socket = %n, "cannot remove socket: {e}");
-                }
-            }
-        }
-        #[cfg(windows)]
-        Listen::Pipe { .. } => {
-            // Pipes vanish with their last handle.
-            let _ = names;
-        }
+/// Removes the socket files this daemon made and still owns (see
+/// [`crate::transport::names::Owned::remove_if_ours`]); pipes vanish with their last handle.
+fn cleanup(owned: &[crate::transport::names::Owned]) {
+    for o in owned {
+        o.remove_if_ours();
     }
 }
 

@@ -5,6 +5,7 @@ pub mod call;
 pub mod daemon;
 pub mod disk;
 pub mod endpoint_server;
+pub mod handoff;
 pub mod filesystem;
 pub mod iscsi;
 pub mod limits;

@@ -95,6 +95,7 @@ pub mod ack_hold;
 pub mod authority;
 pub mod capped;
 pub mod handshake_timeout;
+pub mod names;
 #[cfg(windows)]
 pub mod pipe;
 #[cfg(unix)]
