@@ -296,7 +296,10 @@ impl Gate {
                 Kind::Unavailable,
                 op,
                 object,
-                format!("{}; {WAITERS_TOTAL} calls already wait, retry later", still()),
+                format!(
+                    "{}; {WAITERS_TOTAL} calls already wait, retry later",
+                    still()
+                ),
             ));
         }
         let deadline = crate::deadline::current();
@@ -319,7 +322,11 @@ impl Gate {
         if passed {
             Ok(())
         } else if deadline.is_some() {
-            Err(crate::deadline::passed(op, object, &format!("while {}", still())))
+            Err(crate::deadline::passed(
+                op,
+                object,
+                &format!("while {}", still()),
+            ))
         } else {
             Err(Error::new(
                 Kind::Unavailable,

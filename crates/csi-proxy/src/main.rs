@@ -156,7 +156,10 @@ async fn run(
                 return std::future::pending().await;
             }
             let pid = handoff::requested(state).await;
-            tracing::info!(next = pid, "the next csi-proxy took over the endpoints; stopping");
+            tracing::info!(
+                next = pid,
+                "the next csi-proxy took over the endpoints; stopping"
+            );
         }
     };
     let shutdown = async move {

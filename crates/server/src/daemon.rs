@@ -302,7 +302,12 @@ fn bind_all(
             #[cfg(windows)]
             Listen::Pipe { sddl } => crate::transport::names::pipe_names(beside)
                 .and_then(|()| crate::transport::pipe::PipeListener::bind(&name, sddl))
-                .map(|l| (Incoming::Pipe(l), crate::transport::names::Owned::pipe(&name))),
+                .map(|l| {
+                    (
+                        Incoming::Pipe(l),
+                        crate::transport::names::Owned::pipe(&name),
+                    )
+                }),
         };
         match r {
             Ok((i, owned)) => {

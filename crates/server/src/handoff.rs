@@ -74,7 +74,8 @@ fn lock_file(dir: &Path, name: &str) -> io::Result<File> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
-        o.mode(0o600).custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32);
+        o.mode(0o600)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32);
     }
     o.open(&path)
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
@@ -124,7 +125,9 @@ pub fn start(state_dir: &Path, take_over: bool) -> Result<Start, String> {
             remove(&state_dir.join(REQUEST));
             record_pid(state_dir);
             if take_over {
-                tracing::info!("--take-over: no csi-proxy serves with this state directory; starting normally");
+                tracing::info!(
+                    "--take-over: no csi-proxy serves with this state directory; starting normally"
+                );
             }
             Ok(Start::Fresh(lock))
         }
@@ -233,7 +236,10 @@ mod tests {
         let Start::Fresh(first) = start(dir.path(), false).unwrap() else {
             panic!("the first start serves");
         };
-        assert!(!dir.path().join(REQUEST).exists(), "a stale request is removed");
+        assert!(
+            !dir.path().join(REQUEST).exists(),
+            "a stale request is removed"
+        );
         let e = start(dir.path(), false).unwrap_err();
         assert!(
             e.contains(&format!("pid {}", std::process::id())) && e.contains("--take-over"),

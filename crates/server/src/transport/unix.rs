@@ -150,7 +150,9 @@ pub fn identity(path: &Path) -> io::Result<(u64, u64)> {
 /// it removed it.
 pub fn remove_if_ours(path: &Path, ours: (u64, u64)) -> io::Result<bool> {
     match identity(path) {
-        Ok(id) if id == ours => std::fs::remove_file(path).or_else(ignore_not_found).map(|()| true),
+        Ok(id) if id == ours => std::fs::remove_file(path)
+            .or_else(ignore_not_found)
+            .map(|()| true),
         Ok(_) => Ok(false),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(e),
