@@ -201,6 +201,45 @@ mod tests {
         served.await.unwrap();
     }
 
+    /// Connections queued in the listener's backlog when the stop comes (after a hand-off:
+    /// made to this daemon just before its path was renamed to the next one's) are accepted
+    /// and told to go away after their handshake, a clean end their client reconnects from at
+    /// once; before, the listener was closed with them in its queue and each was reset, which
+    /// a client sees as a failed connection and backs off from.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn connections_queued_at_stop_get_a_goaway_not_a_reset() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sock");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        // Eight connections in the backlog, then the stop, before the loop ever runs: each
+        // turn of the loop may take the stop or a connection first.
+        let mut queued = Vec::new();
+        for _ in 0..8 {
+            queued.push(tokio::net::UnixStream::connect(&path).await.unwrap());
+        }
+        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+        let served = tokio::spawn(serve(Routes::default(), incoming, async {}));
+        for (i, io) in queued.into_iter().enumerate() {
+            let (_h2, conn) =
+                tokio::time::timeout(Duration::from_secs(10), h2::client::handshake(io))
+                    .await
+                    .expect("answered")
+                    .unwrap_or_else(|e| panic!("connection {i}: the handshake failed: {e}"));
+            let closed = tokio::time::timeout(Duration::from_secs(10), conn)
+                .await
+                .expect("closed");
+            assert!(
+                closed.is_ok(),
+                "connection {i}: a clean GOAWAY, not a reset: {closed:?}"
+            );
+        }
+        tokio::time::timeout(Duration::from_secs(10), served)
+            .await
+            .expect("the endpoint stops")
+            .unwrap();
+    }
+
     /// The builder of every connection, with keepalive pings every `every` and `timeout` to
     /// answer one (the daemon's are 60 s and 20 s).
     fn pinging(
