@@ -332,3 +332,101 @@ async fn a_format_in_flight_finishes_on_the_old_daemon_and_the_new_one_waits() {
         .formatted;
     assert!(formatted);
 }
+
+/// Starts another daemon on `d`'s directories with `extra`, again every 10 ms while it exits
+/// at start (as a DaemonSet or service manager restarts a pod or unit that failed), until one
+/// serves; returns it.
+fn start_until_it_serves(d: &Daemon, extra: &[&str]) -> Child {
+    let last = d.sockets.join("csi-proxy-iscsi-v1alpha2.sock");
+    let t = Instant::now();
+    loop {
+        let mut c = d.spawn_another(extra, "next.log");
+        loop {
+            if let Ok(Some(_)) = c.try_wait() {
+                break;
+            }
+            if served_by(&last) == Some(c.id()) {
+                return c;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "no start served");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// One way of replacing the daemon under the four looping clients: what they saw.
+async fn replace_under_load(order: &str) -> Report {
+    let mut d = Daemon::start(&[]);
+    let load = Load::start(&d);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let old_pid = d.child.id();
+    let d = Arc::new(std::sync::Mutex::new(d));
+    let dd = d.clone();
+    let order = order.to_string();
+    tokio::task::spawn_blocking(move || {
+        let mut d = dd.lock().unwrap();
+        let new = match order.as_str() {
+            "take-over" => start_until_it_serves(&d, &["--take-over"]),
+            "surge" => {
+                let killer = std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(1500));
+                    common::signal(old_pid, "-TERM");
+                });
+                let c = start_until_it_serves(&d, &[]);
+                killer.join().unwrap();
+                c
+            }
+            _ => {
+                d.signal("-TERM");
+                d.wait_exit(Duration::from_secs(30));
+                start_until_it_serves(&d, &[])
+            }
+        };
+        let mut old = std::mem::replace(&mut d.child, new);
+        let _ = wait_exit(&mut old, Duration::from_secs(30));
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let r = load.finish().await;
+    drop(d);
+    r
+}
+
+/// The figures of BENCHMARKS.md ("Upgrade without a failed call"), not a test: run by
+/// scripts/bench-upgrade.sh. Four grpc-go-like clients call PathExists every 2 ms while the
+/// daemon is replaced: with --take-over (the hand-off); start the new one, SIGTERM the old one
+/// 1.5 s later (a surge without the hand-off, the new one restarted every 10 ms while the old
+/// one holds the state dir); SIGTERM the old one, then start the new one (`systemctl restart`
+/// without socket activation). Nothing here asserts a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "a benchmark: scripts/bench-upgrade.sh"]
+async fn upgrade_figures() {
+    let runs: usize = std::env::var("UPGRADE_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    println!(
+        "| how the new daemon replaces the old | run | answers | failed calls | longest gap |"
+    );
+    println!("|---|---|---|---|---|");
+    for (order, what) in [
+        ("take-over", "start the new one with --take-over"),
+        (
+            "surge",
+            "start the new one, SIGTERM the old one 1.5 s later",
+        ),
+        ("restart", "SIGTERM the old one, then start the new one"),
+    ] {
+        for run in 1..=runs {
+            let r = replace_under_load(order).await;
+            println!(
+                "| {what} | {run} | {} | {} | {} ms |",
+                r.answers,
+                r.failures.len(),
+                r.longest_gap.as_millis()
+            );
+        }
+    }
+}
