@@ -357,7 +357,7 @@ fn start_until_it_serves(d: &Daemon, extra: &[&str]) -> Child {
 
 /// One way of replacing the daemon under the four looping clients: what they saw.
 async fn replace_under_load(order: &str) -> Report {
-    let mut d = Daemon::start(&[]);
+    let d = Daemon::start(&[]);
     let load = Load::start(&d);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let old_pid = d.child.id();
