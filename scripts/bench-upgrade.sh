@@ -13,4 +13,5 @@ cd "$(dirname "$0")/.."
 profile=(--release)
 if [ "${1:-}" = "--debug" ]; then profile=(); fi
 cargo test "${profile[@]}" -p csi-proxy --test handoff_e2e upgrade_figures -- --ignored \
-    --nocapture --test-threads=1 2>&1 | grep -E '^\||test result|panicked'
+    --nocapture --test-threads=1 2>&1 | grep -E '\||test result|panicked' \
+    | sed 's/^test upgrade_figures \.\.\. //'
