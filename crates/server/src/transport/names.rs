@@ -124,3 +124,52 @@ pub fn rename_all(owned: &mut [Owned]) -> Result<(), String> {
     let _ = owned;
     Ok(())
 }
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    /// A rename that fails part-way leaves every path served by somebody: the ones renamed are
+    /// ours (and removed by us at exit), the rest keep what they named (the serving daemon's
+    /// sockets; here a directory the rename could not replace) and our sockets bound beside
+    /// them are removed, never left in the socket dir.
+    #[tokio::test]
+    async fn a_rename_failing_part_way_leaves_the_rest_to_the_serving_daemon() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = |g: &str| {
+            crate::transport::unix::socket_path(dir.path(), g, "v1")
+                .display()
+                .to_string()
+        };
+        let (a, b, c) = (name("disk"), name("volume"), name("smb"));
+        let mut owned = Vec::new();
+        let mut listeners = Vec::new();
+        for n in [&a, &b, &c] {
+            let (l, o) = bind_unix(n, None, true).unwrap();
+            listeners.push(l);
+            owned.push(o);
+        }
+        // Between the binds and the renames, the second path became a directory.
+        std::fs::create_dir(&b).unwrap();
+        let e = rename_all(&mut owned).unwrap_err();
+        assert!(e.contains("1 of 3 endpoints") && e.contains(&b), "{e}");
+        let meta = std::fs::symlink_metadata(&a).unwrap();
+        assert!(std::os::unix::fs::FileTypeExt::is_socket(&meta.file_type()));
+        assert!(std::path::Path::new(&b).is_dir());
+        assert!(!std::path::Path::new(&c).exists());
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".new"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+        for o in &owned {
+            o.remove_if_ours();
+        }
+        assert!(
+            !std::path::Path::new(&a).exists(),
+            "ours is removed at exit"
+        );
+        assert!(std::path::Path::new(&b).is_dir(), "what is not ours stays");
+    }
+}
