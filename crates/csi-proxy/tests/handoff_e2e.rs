@@ -333,6 +333,45 @@ async fn a_format_in_flight_finishes_on_the_old_daemon_and_the_new_one_waits() {
     assert!(formatted);
 }
 
+/// A take-over with `--metrics-bind-address` starts while the old daemon holds the address,
+/// and binds it once the old one has exited: /metrics then answers from the new daemon.
+#[tokio::test]
+async fn the_metrics_address_passes_to_the_new_daemon() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let flag = format!("--metrics-bind-address=127.0.0.1:{port}");
+    let mut d = Daemon::start(&[&flag]);
+    let paths = sockets(&d);
+    let before: Vec<_> = paths.iter().map(|p| identity(p)).collect();
+    let mut new = d.spawn_another(&["--take-over"], "new.log");
+    let log = d.dir.path().join("new.log");
+    wait_renamed(&paths, &before, &mut new, &log);
+    let mut old = std::mem::replace(&mut d.child, new);
+    assert!(wait_exit(&mut old, GRACE + Duration::from_secs(1)).success());
+    let t = Instant::now();
+    loop {
+        use std::io::{Read, Write};
+        if let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            let mut body = String::new();
+            let _ = c.read_to_string(&mut body);
+            assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the new daemon never bound the metrics address:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(d.alive());
+}
+
 /// Starts another daemon on `d`'s directories with `extra`, again every 10 ms while it exits
 /// at start (as a DaemonSet or service manager restarts a pod or unit that failed), until one
 /// serves; returns it.
