@@ -136,6 +136,7 @@ impl<K: PartialEq + Clone> Table<K> {
         // have done the work, and done again later it would undo what came after (a stale
         // unmount of a volume staged again).
         crate::deadline::check(op, object)?;
+        GATE.pass(op, object, names.named, default_wait)?;
         let mut st = self.lock();
         let blocker = |st: &State<K>| st.held.iter().position(|(h, _)| overlaps(h, &key));
         if let Some(i) = blocker(&st) {
@@ -220,6 +221,10 @@ impl<K: PartialEq + Clone> Table<K> {
 
     /// Holds `key` for `op` on `object` if no held object `overlaps` it; never waits.
     fn try_hold(&self, key: K, overlaps: impl Fn(&K, &K) -> bool, op: &str, object: &str) -> bool {
+        // Never waits: a closed gate is an object held by the predecessor.
+        if !GATE.open_hint.load(Ordering::SeqCst) {
+            return false;
+        }
         let mut st = self.lock();
         if st.held.iter().any(|(h, _)| overlaps(h, &key)) {
             return false;
@@ -236,6 +241,120 @@ impl<K: PartialEq + Clone> Table<K> {
         drop(st);
         self.freed.notify_all();
     }
+}
+
+/// Whether this daemon's predecessor may still be running: a daemon started with
+/// `--take-over` serves while the daemon it replaces finishes its in-flight calls (a format,
+/// a mount), and until that one has exited, no call of this daemon that takes an object (a
+/// disk, a path, an SMB share) may start: two processes' in-process locks do not see each
+/// other, and a second mkfs beside the first would ruin both. Read-only calls take no object
+/// and go through at once.
+struct Gate {
+    open: Mutex<bool>,
+    opened: Condvar,
+    /// Fast path: true once open (the usual state, from start on for a daemon that took over
+    /// from nobody).
+    open_hint: std::sync::atomic::AtomicBool,
+    waiting: std::sync::atomic::AtomicUsize,
+}
+
+impl Gate {
+    const fn new() -> Self {
+        Gate {
+            open: Mutex::new(true),
+            opened: Condvar::new(),
+            open_hint: std::sync::atomic::AtomicBool::new(true),
+            waiting: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    fn set(&self, open: bool) {
+        *self.open.lock().unwrap_or_else(|p| p.into_inner()) = open;
+        self.open_hint.store(open, Ordering::SeqCst);
+        if open {
+            self.opened.notify_all();
+        }
+    }
+
+    /// Waits until the gate is open, within the same bounds as a lock wait: the call's
+    /// deadline (DEADLINE_EXCEEDED), else `default_wait` (UNAVAILABLE); past
+    /// [`WAITERS_TOTAL`] waiters UNAVAILABLE at once. `named` is the object, for the message.
+    fn pass(&self, op: &str, object: &str, named: &str, default_wait: Duration) -> Result<()> {
+        if self.open_hint.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let still = || {
+            format!(
+                "the previous csi-proxy is still finishing its calls (this daemon took over \
+                 from it), and {named} waits for it to exit"
+            )
+        };
+        if self.waiting.fetch_add(1, Ordering::SeqCst) >= WAITERS_TOTAL {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            TOO_MANY_WAITERS.fetch_add(1, Ordering::Relaxed);
+            return Err(Error::new(
+                Kind::Unavailable,
+                op,
+                object,
+                format!(
+                    "{}; {WAITERS_TOTAL} calls already wait, retry later",
+                    still()
+                ),
+            ));
+        }
+        let deadline = crate::deadline::current();
+        let until = deadline.unwrap_or_else(|| Instant::now() + default_wait);
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        while !*open {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            open = self
+                .opened
+                .wait_timeout(open, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        let passed = *open;
+        drop(open);
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        if passed {
+            Ok(())
+        } else if deadline.is_some() {
+            Err(crate::deadline::passed(
+                op,
+                object,
+                &format!("while {}", still()),
+            ))
+        } else {
+            Err(Error::new(
+                Kind::Unavailable,
+                op,
+                object,
+                format!(
+                    "waited {} s: {}; nothing was done, retry",
+                    default_wait.as_secs(),
+                    still()
+                ),
+            ))
+        }
+    }
+}
+
+static GATE: Gate = Gate::new();
+
+/// Called by a daemon that takes over from a running one, before it serves: from now on,
+/// every call that takes a disk, a path or an SMB share waits (bounded as a lock wait) until
+/// [`predecessor_exited`].
+pub fn predecessor_running() {
+    GATE.set(false);
+}
+
+/// The predecessor has exited (its serving lock was released): calls that take objects go
+/// through again.
+pub fn predecessor_exited() {
+    GATE.set(true);
 }
 
 static DISKS: Table<u32> = Table::new();
@@ -519,6 +638,43 @@ mod tests {
             "{e}"
         );
         assert!(refusals().default_wait_passed > before);
+    }
+
+    /// While the predecessor of a take-over runs, a call that takes an object waits for its
+    /// exit: until the call's deadline (DEADLINE_EXCEEDED naming the object and the previous
+    /// daemon), else the default wait (UNAVAILABLE); once it has exited the call goes on.
+    /// A gate of its own: the process-wide one stays open for the other tests.
+    #[test]
+    fn a_call_taking_an_object_waits_for_the_predecessor() {
+        let gate = Arc::new(Gate::new());
+        gate.set(false);
+        let soon = Some(Instant::now() + Duration::from_millis(30));
+        let e = crate::deadline::within(soon, || {
+            gate.pass("FormatVolume", "volume v", "disk 7", DEFAULT_WAIT)
+        })
+        .unwrap_err();
+        assert_eq!(e.kind(), Kind::DeadlineExceeded);
+        assert!(
+            e.to_string().contains("FormatVolume")
+                && e.to_string().contains("previous csi-proxy")
+                && e.to_string().contains("disk 7"),
+            "{e}"
+        );
+        let e = gate
+            .pass("Mkdir", "/k/a", "path \"/k/a\"", Duration::from_millis(20))
+            .unwrap_err();
+        assert_eq!(e.kind(), Kind::Unavailable);
+        assert!(e.to_string().contains("previous csi-proxy"), "{e}");
+        // A waiter is let through when the predecessor exits.
+        let waiter = {
+            let gate = gate.clone();
+            std::thread::spawn(move || gate.pass("Mkdir", "/k/b", "path", DEFAULT_WAIT))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!waiter.is_finished(), "waits while the predecessor runs");
+        gate.set(true);
+        waiter.join().unwrap().expect("through once it exited");
+        assert_eq!(gate.waiting.load(Ordering::SeqCst), 0);
     }
 
     /// A path is ordered with itself and with the paths above and below it, and with nothing

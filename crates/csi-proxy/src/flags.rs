@@ -69,6 +69,14 @@ pub struct Flags {
           require_equals = true, default_value = "false", value_name = "BOOL")]
     pub skip_unreadable_processes: bool,
 
+    /// Take over from the csi-proxy serving with the same --state-dir without a failed call:
+    /// serve beside it, rename the sockets over its own, then ask it to stop (it lets its
+    /// calls finish). Without a serving daemon: an ordinary start.
+    #[arg(long = "take-over", num_args = 0..=1, default_missing_value = "true",
+          require_equals = true, default_value = "false", value_name = "BOOL",
+          value_parser = go_bool)]
+    pub take_over: bool,
+
     /// Security descriptor (SDDL) of the named pipes (Windows). Default: SYSTEM and
     /// Administrators only.
     #[arg(long = "pipe-sddl", value_name = "SDDL")]
@@ -342,6 +350,14 @@ mod tests {
         assert_eq!(parse(&["-log_file_max_size", "10"]).log_file_max_size, 10);
         let v = go_style(["csi-proxy", "-log_file_max_size=-1"].map(OsString::from));
         assert!(Flags::try_parse_from(v).is_err());
+    }
+
+    #[test]
+    fn take_over_in_go_spelling() {
+        assert!(parse(&["-take-over"]).take_over);
+        assert!(parse(&["--take-over=true"]).take_over);
+        assert!(!parse(&["-take-over=false"]).take_over);
+        assert!(!parse(&[]).take_over);
     }
 
     #[test]

@@ -25,6 +25,12 @@ pub fn services(policy: Arc<PathPolicy>, flags: &Flags) -> Result<Services, Stri
     Ok(s)
 }
 
+/// The state directory, checked (and created) by the platform's rules before anything else
+/// uses it: the hand-off locks live there.
+pub fn state_dir(flags: &Flags, policy: &PathPolicy) -> Result<std::path::PathBuf, String> {
+    platform::state_dir(flags, policy)
+}
+
 #[cfg(target_os = "linux")]
 mod platform {
     use super::*;
@@ -41,8 +47,7 @@ mod platform {
         // no client reaches: never beside the sockets, which every client container mounts.
         // Judged before anything is created: a refused directory is never made, also not
         // inside the kubelet path or the socket directory.
-        not_shared(Path::new(&flags.state_dir), flags, policy)?;
-        let state = linux::state_dir::prepare(Path::new(&flags.state_dir))?;
+        let state = state_dir(flags, policy)?;
         // The flag's parser admits only the names FsType knows.
         let fs_type = flags.format_filesystem.parse().unwrap_or_default();
         linux::block_users::skip_unreadable_processes(flags.skip_unreadable_processes);
@@ -59,6 +64,12 @@ mod platform {
                 iscsi: Arc::new(linux::iscsi::LinuxIscsiHost::new(state.join("iscsi"))),
             },
         ))
+    }
+
+    /// The state directory, refused when clients reach it, created 0700 when missing.
+    pub fn state_dir(flags: &Flags, policy: &PathPolicy) -> Result<PathBuf, String> {
+        not_shared(Path::new(&flags.state_dir), flags, policy)?;
+        linux::state_dir::prepare(Path::new(&flags.state_dir))
     }
 
     /// Refuses a state directory that clients reach: the socket directory, the kubelet path or
@@ -119,6 +130,13 @@ mod platform {
     use super::*;
     use csi_proxy_host::windows;
 
+    /// The state directory, SYSTEM's and Administrators' alone.
+    pub fn state_dir(flags: &Flags, _policy: &PathPolicy) -> Result<std::path::PathBuf, String> {
+        let dir = std::path::Path::new(&flags.state_dir);
+        windows::state_dir::prepare(&windows::win32::state_dir::SystemStateDir, dir)?;
+        Ok(dir.to_path_buf())
+    }
+
     /// The Windows hosts.
     pub fn hosts(
         flags: &Flags,
@@ -126,10 +144,7 @@ mod platform {
     ) -> Result<(Arc<dyn FilesystemHost>, Hosts), String> {
         // The format records decide what FormatVolume may format: their folder is SYSTEM's and
         // Administrators' alone, or the daemon does not start.
-        windows::state_dir::prepare(
-            &windows::win32::state_dir::SystemStateDir,
-            std::path::Path::new(&flags.state_dir),
-        )?;
+        state_dir(flags, _policy)?;
         Ok((
             Arc::new(windows::filesystem::WindowsFilesystemHost::new()),
             Hosts {

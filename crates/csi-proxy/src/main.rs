@@ -11,6 +11,7 @@ mod windows_service;
 
 use csi_proxy_core::paths::{PathPolicy, PathStyle};
 use csi_proxy_server::daemon::{self, Listen};
+use csi_proxy_server::handoff;
 use csi_proxy_server::registry;
 use service_events::ServiceEvents;
 use std::process::ExitCode;
@@ -114,31 +115,122 @@ async fn run(
     }
     #[cfg(target_os = "linux")]
     tokio::spawn(release_memory_when_quiet());
-    // Empty = off: nothing listens. Bound before the endpoints, as upstream does, so a bad
-    // address fails start-up instead of leaving a daemon without the metrics it was asked for.
-    if !flags.metrics_bind_address.is_empty() {
-        let listener = csi_proxy_server::metrics::bind(&flags.metrics_bind_address)
-            .await
-            .map_err(|e| format!("--metrics-bind-address: {e}"))?;
-        if let Ok(addr) = listener.local_addr() {
-            tracing::info!(address = %addr, "serving metrics on /metrics");
-        }
-        tokio::spawn(csi_proxy_server::metrics::serve(listener));
-    }
     let policy = PathPolicy::new(
         PathStyle::native(),
         &flags.kubelet_path,
         &flags.working_dirs,
     )
     .map_err(|e| format!("invalid --kubelet-path/--working-dir: {e}"))?;
+    // The hand-off locks come first: a start refused because another daemon serves binds and
+    // touches nothing.
+    let state = hosts::state_dir(&flags, &policy)?;
+    let listen = listen(&flags)?;
+    let start = handoff::start(&state, flags.take_over, &daemon::listen_key(&listen))?;
+    let taking_over = matches!(start, handoff::Start::TakeOver(_));
+    if taking_over {
+        // No call of ours takes a disk, path or share until the previous daemon has exited.
+        csi_proxy_core::locks::predecessor_running();
+    }
+    // Empty = off: nothing listens. Bound before the endpoints, as upstream does, so a bad
+    // address fails start-up instead of leaving a daemon without the metrics it was asked for.
+    // Taking over, the previous daemon still holds the address: bound once it has exited.
+    let mut metrics_later = None;
+    if !flags.metrics_bind_address.is_empty() {
+        match csi_proxy_server::metrics::bind(&flags.metrics_bind_address).await {
+            Ok(listener) => serve_metrics(listener),
+            Err(e) if taking_over && e.kind() == std::io::ErrorKind::AddrInUse => {
+                metrics_later = Some(flags.metrics_bind_address.clone());
+            }
+            Err(e) => return Err(format!("--metrics-bind-address: {e}")),
+        }
+    }
     tracing::info!(roots = ?policy.roots(), require_privacy = flags.require_privacy, "path roots");
     let services = hosts::services(Arc::new(policy), &flags)?;
-    let listen = listen(&flags)?;
-    daemon::serve_and_tell(registry::endpoints(&services), listen, ready, shutdown)
+    let endpoints = registry::endpoints(&services);
+    // Serving (now, or once taken over), this daemon stops when the next one asks.
+    let (serving_tx, serving_rx) = tokio::sync::oneshot::channel::<()>();
+    let asked = {
+        let state = state.clone();
+        async move {
+            if serving_rx.await.is_err() {
+                return std::future::pending().await;
+            }
+            let pid = handoff::requested(state).await;
+            tracing::info!(
+                next = pid,
+                "the next csi-proxy took over the endpoints; stopping"
+            );
+        }
+    };
+    let shutdown = async move {
+        tokio::select! {
+            () = shutdown => {}
+            () = asked => {}
+        }
+    };
+    let names = match start {
+        handoff::Start::Fresh(lock) => {
+            lock.hold_until_exit();
+            let _ = serving_tx.send(());
+            daemon::Names::Fresh
+        }
+        handoff::Start::TakeOver(t) => daemon::Names::TakeOver(Box::new(move |renamed| {
+            tokio::spawn(take_over(t, renamed, serving_tx, metrics_later));
+        })),
+    };
+    daemon::serve_with(endpoints, listen, names, ready, shutdown)
         .await
         .map_err(|e| e.to_string())?;
     tracing::info!("stopped");
     Ok(())
+}
+
+fn serve_metrics(listener: tokio::net::TcpListener) {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(address = %addr, "serving metrics on /metrics");
+    }
+    tokio::spawn(csi_proxy_server::metrics::serve(listener));
+}
+
+/// The rest of a hand-off once every endpoint is served beside the previous daemon's and
+/// renamed over them (`renamed`): ask the previous daemon to stop, wait for it to exit, then
+/// let calls that take objects through, bind the metrics address it held, and from then on
+/// watch for a request of the next daemon (`serving`).
+async fn take_over(
+    t: handoff::TakeOver,
+    renamed: Result<(), String>,
+    serving: tokio::sync::oneshot::Sender<()>,
+    metrics: Option<String>,
+) {
+    match renamed {
+        Ok(()) => {
+            if let Err(e) = t.request() {
+                tracing::error!("{e}; the previous csi-proxy keeps running beside this one");
+            }
+        }
+        // Every path is served (the ones renamed by this daemon, the others by the previous
+        // one), so nobody is asked to stop: the operator decides.
+        Err(e) => tracing::error!(
+            "taking over failed: {e}; not asking the previous csi-proxy to stop; stop it (SIGTERM) and start csi-proxy again to serve every endpoint from one daemon"
+        ),
+    }
+    let lock = match t.wait().await {
+        Ok(lock) => lock,
+        Err(e) => {
+            tracing::error!("{e}");
+            return;
+        }
+    };
+    lock.hold_until_exit();
+    csi_proxy_core::locks::predecessor_exited();
+    tracing::info!("the previous csi-proxy has exited; this one serves alone");
+    let _ = serving.send(());
+    if let Some(addr) = metrics {
+        match csi_proxy_server::metrics::bind(&addr).await {
+            Ok(listener) => serve_metrics(listener),
+            Err(e) => tracing::error!("--metrics-bind-address: {e}; serving without metrics"),
+        }
+    }
 }
 
 #[cfg(unix)]

@@ -83,6 +83,17 @@ pub enum DaemonError {
     },
 }
 
+/// Where and how the endpoints listen, as one line: what a take-over must share with the
+/// daemon it replaces ([`crate::handoff`]).
+pub fn listen_key(listen: &Listen) -> String {
+    match listen {
+        #[cfg(unix)]
+        Listen::Unix { dir, gid } => format!("unix sockets in {} group {gid:?}", dir.display()),
+        #[cfg(windows)]
+        Listen::Pipe { sddl } => format!("named pipes with SDDL {sddl}"),
+    }
+}
+
 /// The name a client uses to reach an endpoint: a socket path or a pipe name.
 pub fn endpoint_name(listen: &Listen, group: &str, version: &str) -> String {
     match listen {
@@ -114,9 +125,32 @@ pub async fn serve_and_tell(
     ready: impl FnOnce(),
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DaemonError> {
+    serve_with(endpoints, listen, Names::Fresh, ready, shutdown).await
+}
+
+/// How the endpoints get their names.
+pub enum Names {
+    /// Each is bound at its name (a stale socket replaced, a live one refused).
+    Fresh,
+    /// A hand-off (see [`crate::handoff`]): each is bound beside its name, all are served, and
+    /// only then is each renamed over its name; the function is told how that went (an error
+    /// names the rename that failed: the names before it are this daemon's, the others still
+    /// the serving daemon's).
+    TakeOver(Box<dyn FnOnce(Result<(), String>) + Send>),
+}
+
+/// As [`serve_and_tell`], the names given as `names` says.
+pub async fn serve_with(
+    endpoints: Vec<Endpoint>,
+    listen: Listen,
+    names: Names,
+    ready: impl FnOnce(),
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), DaemonError> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut servers = JoinSet::new();
-    let (bound, created) = bind_all(&endpoints, &listen)?;
+    let (bound, mut owned) = bind_all(&endpoints, &listen, matches!(names, Names::TakeOver(_)))?;
+    let names_count = owned.len();
 
     let in_all = crate::limits::connection_budget(crate::limits::descriptor_limit());
     let total = ConnectionCaps::daemon(in_all);
@@ -154,7 +188,10 @@ pub async fn serve_and_tell(
             (group, version)
         });
     }
-    tracing::info!(endpoints = health.len(), "serving");
+    if let Names::TakeOver(renamed) = names {
+        renamed(crate::transport::names::rename_all(&mut owned));
+    }
+    tracing::info!(endpoints = names_count, "serving");
     ready();
 
     // An endpoint that ends before a stop request is a failure, also when it ends "cleanly"
@@ -194,7 +231,7 @@ pub async fn serve_and_tell(
             }
         }
     }
-    cleanup(&listen, &created);
+    cleanup(&owned);
     failure.map_or(Ok(()), Err)
 }
 
@@ -255,13 +292,15 @@ enum Incoming {
     Pipe(crate::transport::pipe::PipeListener),
 }
 
-/// Creates every endpoint's listener, or takes the one systemd passed for its socket path.
-/// Returns the listeners and the names of the sockets this process created, the only ones it
-/// removes when it stops (a passed socket stays with systemd across restarts).
+/// Creates every endpoint's listener at its name or (`beside`, a take-over) beside it, or takes
+/// the one systemd passed for its socket path (socket activation). Returns the listeners and
+/// the names this process made, the only ones it removes when it stops (a passed socket stays
+/// with systemd across restarts). On a failure removes what it made and names the endpoint.
 fn bind_all(
     endpoints: &[Endpoint],
     listen: &Listen,
-) -> Result<(Vec<Incoming>, Vec<String>), DaemonError> {
+    beside: bool,
+) -> Result<(Vec<Incoming>, Vec<crate::transport::names::Owned>), DaemonError> {
     let mut bound = Vec::with_capacity(endpoints.len());
     let mut created = Vec::new();
     #[cfg(unix)]
@@ -273,36 +312,51 @@ fn bind_all(
             version: ep.version,
             source,
         };
+        let name = endpoint_name(listen, ep.group, ep.version);
         let r = match listen {
             #[cfg(unix)]
             Listen::Unix { dir, gid } => {
                 let path = crate::transport::unix::socket_path(dir, ep.group, ep.version);
                 match inherited.listener_for(&path) {
+                    // systemd holds the socket across restarts: nothing to bind, rename or
+                    // remove, also in a take-over.
+                    Ok(Some(_)) if beside => Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
+                            "systemd passed the socket {}, which another daemon serves now: \
+                             a daemon with passed sockets does not take over (restart it with \
+                             systemctl restart once the other one has stopped)",
+                            path.display()
+                        ),
+                    )),
                     Ok(Some(passed)) => {
                         bound.push(Incoming::Unix(passed));
                         continue;
                     }
                     Ok(None) => crate::transport::unix::ensure_dir(dir)
-                        .and_then(|()| crate::transport::unix::bind(&path, *gid))
-                        .map(Incoming::Unix),
+                        .and_then(|()| crate::transport::names::bind_unix(&name, *gid, beside))
+                        .map(|(l, owned)| (Incoming::Unix(l), owned)),
                     Err(e) => Err(e),
                 }
             }
             #[cfg(windows)]
-            Listen::Pipe { sddl } => crate::transport::pipe::PipeListener::bind(
-                &endpoint_name(listen, ep.group, ep.version),
-                sddl,
-            )
-            .map(Incoming::Pipe),
+            Listen::Pipe { sddl } => {
+                crate::transport::names::bind_pipe(&name, sddl, beside).map(|l| {
+                    (
+                        Incoming::Pipe(l),
+                        crate::transport::names::Owned::pipe(&name),
+                    )
+                })
+            }
         };
         match r {
-            Ok(i) => {
-                created.push(endpoint_name(listen, ep.group, ep.version));
+            Ok((i, owned)) => {
+                created.push(owned);
                 bound.push(i);
             }
             Err(e) => {
                 drop(bound);
-                cleanup(listen, &created);
+                cleanup(&created);
                 return Err(err(e));
             }
         }
@@ -312,23 +366,11 @@ fn bind_all(
     Ok((bound, created))
 }
 
-fn cleanup(listen: &Listen, names: &[String]) {
-    match listen {
-        #[cfg(unix)]
-        Listen::Unix { .. } => {
-            for n in names {
-                if let Err(e) = std::fs::remove_file(n)
-                    && e.kind() != io::ErrorKind::NotFound
-                {
-                    tracing::warn!(socket = %n, "cannot remove socket: {e}");
-                }
-            }
-        }
-        #[cfg(windows)]
-        Listen::Pipe { .. } => {
-            // Pipes vanish with their last handle.
-            let _ = names;
-        }
+/// Removes the socket files this daemon made and still owns (see
+/// [`crate::transport::names::Owned::remove_if_ours`]); pipes vanish with their last handle.
+fn cleanup(owned: &[crate::transport::names::Owned]) {
+    for o in owned {
+        o.remove_if_ours();
     }
 }
 

@@ -52,7 +52,25 @@ pub async fn serve<IO>(
         let mut signal = std::pin::pin!(signal);
         loop {
             let io = tokio::select! {
-                () = &mut signal => break,
+                () = &mut signal => {
+                    // Connections already queued in the listener's backlog were made to this
+                    // daemon (after a hand-off, before the path was renamed to the next one's):
+                    // closing the listener would reset them, which a client sees as a failed
+                    // connection and backs off from. Each is accepted and told to go away like
+                    // every other (GOAWAY once its HTTP/2 handshake is done, hyper's
+                    // close_pending), so its client reconnects at once.
+                    drain(&mut incoming, |io| {
+                        tokio::spawn(connection(
+                            io,
+                            routes.clone(),
+                            http2.clone(),
+                            stop_rx.clone(),
+                            IDLE_TIMEOUT,
+                        ));
+                    })
+                    .await;
+                    break;
+                }
                 io = incoming.next() => match io {
                     Some(Ok(io)) => io,
                     // AcceptBackoff has logged and paused; the next accept may work.
@@ -72,6 +90,33 @@ pub async fn serve<IO>(
     let _ = stop_tx.send(true);
     drop(stop_rx);
     stop_tx.closed().await;
+}
+
+/// Accepts what `incoming` has ready now (non-blocking accepts until the listener would
+/// block), handing each connection to `serve`.
+async fn drain<IO>(
+    incoming: &mut std::pin::Pin<&mut impl Stream<Item = io::Result<IO>>>,
+    mut serve: impl FnMut(IO),
+) {
+    let mut drained = 0usize;
+    loop {
+        let next = std::future::poll_fn(|cx| match incoming.as_mut().poll_next(cx) {
+            std::task::Poll::Pending => std::task::Poll::Ready(None),
+            std::task::Poll::Ready(r) => std::task::Poll::Ready(Some(r)),
+        })
+        .await;
+        match next {
+            Some(Some(Ok(io))) => {
+                drained += 1;
+                serve(io);
+            }
+            // An accept error pauses the stream (AcceptBackoff): nothing more is ready.
+            Some(Some(Err(_))) | Some(None) | None => break,
+        }
+    }
+    if drained > 0 {
+        tracing::debug!(drained, "accepted the connections queued at stop");
+    }
 }
 
 /// Serves one connection until it closes: told to go away after `idle` without calls, at
@@ -154,6 +199,45 @@ mod tests {
         assert!(closed.is_ok(), "a clean GOAWAY, not an error: {closed:?}");
         assert!(t.elapsed() >= idle / 2, "not before the idle timeout");
         served.await.unwrap();
+    }
+
+    /// Connections queued in the listener's backlog when the stop comes (after a hand-off:
+    /// made to this daemon just before its path was renamed to the next one's) are accepted
+    /// and told to go away after their handshake, a clean end their client reconnects from at
+    /// once; before, the listener was closed with them in its queue and each was reset, which
+    /// a client sees as a failed connection and backs off from.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn connections_queued_at_stop_get_a_goaway_not_a_reset() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sock");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        // Eight connections in the backlog, then the stop, before the loop ever runs: each
+        // turn of the loop may take the stop or a connection first.
+        let mut queued = Vec::new();
+        for _ in 0..8 {
+            queued.push(tokio::net::UnixStream::connect(&path).await.unwrap());
+        }
+        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+        let served = tokio::spawn(serve(Routes::default(), incoming, async {}));
+        for (i, io) in queued.into_iter().enumerate() {
+            let (_h2, conn) =
+                tokio::time::timeout(Duration::from_secs(10), h2::client::handshake(io))
+                    .await
+                    .expect("answered")
+                    .unwrap_or_else(|e| panic!("connection {i}: the handshake failed: {e}"));
+            let closed = tokio::time::timeout(Duration::from_secs(10), conn)
+                .await
+                .expect("closed");
+            assert!(
+                closed.is_ok(),
+                "connection {i}: a clean GOAWAY, not a reset: {closed:?}"
+            );
+        }
+        tokio::time::timeout(Duration::from_secs(10), served)
+            .await
+            .expect("the endpoint stops")
+            .unwrap();
     }
 
     /// The builder of every connection, with keepalive pings every `every` and `timeout` to

@@ -6,6 +6,7 @@ pub mod daemon;
 pub mod disk;
 pub mod endpoint_server;
 pub mod filesystem;
+pub mod handoff;
 pub mod iscsi;
 pub mod limits;
 pub mod metrics;

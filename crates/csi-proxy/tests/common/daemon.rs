@@ -147,6 +147,15 @@ impl Daemon {
         interrupted
     }
 
+    /// Starts another daemon on this one's directories (sockets, state, kubelet) with the
+    /// harness's flags, this one's extra flags and environment, plus `extra`; its stderr goes
+    /// to `<dir>/<log>`. Not waited for.
+    pub fn spawn_another(&self, extra: &[&str], log: &str) -> Child {
+        let mut all = self.extra.clone();
+        all.extend(extra.iter().map(|s| s.to_string()));
+        spawn_logging(self.dir.path(), &self.kubelet, &all, &self.env, log)
+    }
+
     /// Resident memory of the daemon in KiB (`VmRSS` in `/proc/<pid>/status`).
     pub fn rss_kib(&self) -> u64 {
         let s = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
@@ -188,10 +197,20 @@ impl Drop for Daemon {
 /// Starts the binary on `<dir>/run`, `<dir>/state` and `kubelet`; stderr goes to
 /// `<dir>/daemon.log`.
 fn spawn(dir: &Path, kubelet: &Path, extra: &[String], env: &[(String, String)]) -> Child {
+    spawn_logging(dir, kubelet, extra, env, "daemon.log")
+}
+
+fn spawn_logging(
+    dir: &Path,
+    kubelet: &Path,
+    extra: &[String],
+    env: &[(String, String)],
+    log: &str,
+) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(dir.join("daemon.log"))
+        .open(dir.join(log))
         .unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_csi-proxy"));
     cmd.arg(format!("-kubelet-path={}", kubelet.display()))

@@ -17,6 +17,8 @@ mod driver;
 mod ebs_driver;
 #[cfg(unix)]
 mod fs_api;
+#[cfg(unix)]
+mod go_client;
 mod host;
 mod loopdisk;
 #[cfg(unix)]
@@ -46,6 +48,8 @@ pub use driver::*;
 pub use ebs_driver::*;
 #[cfg(unix)]
 pub use fs_api::*;
+#[cfg(unix)]
+pub use go_client::*;
 pub use host::*;
 pub use loopdisk::*;
 #[cfg(unix)]

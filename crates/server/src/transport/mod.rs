@@ -97,6 +97,7 @@ pub mod activation;
 pub mod authority;
 pub mod capped;
 pub mod handshake_timeout;
+pub mod names;
 #[cfg(windows)]
 pub mod pipe;
 #[cfg(unix)]

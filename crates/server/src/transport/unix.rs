@@ -70,6 +70,95 @@ pub fn bind(path: &Path, gid: Option<u32>) -> io::Result<UnixListener> {
     Ok(listener)
 }
 
+/// Where a daemon taking over binds `path`'s socket before renaming it over `path`:
+/// `<dir>/.csi-proxy-<group>-<version>.sock.new`, in the same directory (rename(2) is atomic
+/// only within one filesystem).
+pub fn beside(path: &Path) -> PathBuf {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    path.with_file_name(format!(".{name}.new"))
+}
+
+/// Binds a listener for `path` at [`beside`]`(path)`, restricted as [`bind`] restricts, for a
+/// hand-off: `path` itself is left to the serving daemon until [`rename_over`]. A leftover
+/// socket at the beside name (a take-over that crashed; only one runs at a time) is replaced;
+/// anything else there is refused. `path` must be absent or a socket, so that the rename
+/// later cannot replace anything but a socket.
+pub fn bind_beside(path: &Path, gid: Option<u32>) -> io::Result<(UnixListener, PathBuf)> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if !meta.file_type().is_socket() => {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!(
+                    "{} exists and is not a socket; refusing to replace it",
+                    path.display()
+                ),
+            ));
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let new = beside(path);
+    match std::fs::symlink_metadata(&new) {
+        Ok(meta) if meta.file_type().is_socket() => {
+            std::fs::remove_file(&new).or_else(ignore_not_found)?;
+        }
+        Ok(_) => {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!(
+                    "{} exists and is not a socket; refusing to replace it",
+                    new.display()
+                ),
+            ));
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let listener = UnixListener::bind(&new)
+        .map_err(|e| io::Error::new(e.kind(), format!("binding {}: {e}", new.display())))?;
+    if let Err(e) = restrict(&new, gid) {
+        let _ = std::fs::remove_file(&new);
+        return Err(io::Error::new(
+            e.kind(),
+            format!("setting owner/mode of {}: {e}", new.display()),
+        ));
+    }
+    Ok((listener, new))
+}
+
+/// Renames the socket bound at `from` over `to` in one step: every connect() to `to` finds a
+/// listening socket, the serving daemon's before, this one's after.
+pub fn rename_over(from: &Path, to: &Path) -> io::Result<()> {
+    std::fs::rename(from, to).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("renaming {} over {}: {e}", from.display(), to.display()),
+        )
+    })
+}
+
+/// Which file `path` names now (device and inode, the link itself if it is one).
+pub fn identity(path: &Path) -> io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).map(|m| (m.dev(), m.ino()))
+}
+
+/// Removes `path` at exit if it still names the socket this daemon bound (`ours`, from
+/// [`identity`] right after binding): after a hand-off it names the next daemon's socket, and
+/// a daemon started meanwhile may have replaced it; neither is ours to remove. Says whether
+/// it removed it.
+pub fn remove_if_ours(path: &Path, ours: (u64, u64)) -> io::Result<bool> {
+    match identity(path) {
+        Ok(id) if id == ours => std::fs::remove_file(path)
+            .or_else(ignore_not_found)
+            .map(|()| true),
+        Ok(_) => Ok(false),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Gives the socket file just bound at `path` mode [`SOCKET_MODE`] and group `gid`, acting on
 /// the file itself: it is opened with `O_PATH | O_NOFOLLOW` and must be a socket, so a link a
 /// client swapped in meanwhile is refused, never followed to what it names.
@@ -169,6 +258,60 @@ mod tests {
         let accept = tokio::spawn(async move { live.accept().await.map(|_| ()) });
         tokio::net::UnixStream::connect(&path).await.unwrap();
         accept.await.unwrap().unwrap();
+    }
+
+    /// At exit only our own socket is removed: not the one a take-over renamed over our path,
+    /// not one a daemon started after ours bound there; ours, found at its path, is.
+    #[test]
+    fn only_our_own_socket_is_removed_at_exit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = socket_path(dir.path(), "disk", "v1");
+        let _ours = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let id = identity(&path).unwrap();
+        // A take-over: another socket bound beside and renamed over our path.
+        let next = beside(&path);
+        let _theirs = std::os::unix::net::UnixListener::bind(&next).unwrap();
+        rename_over(&next, &path).unwrap();
+        assert!(!remove_if_ours(&path, id).unwrap());
+        assert!(path.exists(), "the next daemon's socket stays");
+        std::os::unix::net::UnixStream::connect(&path).expect("still served");
+        // A restarted daemon that removed ours and bound anew: also kept.
+        std::fs::remove_file(&path).unwrap();
+        let _third = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        assert!(!remove_if_ours(&path, id).unwrap());
+        assert!(path.exists());
+        // Ours is removed; a path that is gone is not an error.
+        let id = identity(&path).unwrap();
+        assert!(remove_if_ours(&path, id).unwrap());
+        assert!(!path.exists());
+        assert!(!remove_if_ours(&path, id).unwrap());
+    }
+
+    /// A take-over binds beside the path, restricted like the path, never over a non-socket.
+    #[test]
+    fn a_take_over_binds_beside_and_never_replaces_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _g = rt.enter();
+        let path = socket_path(dir.path(), "volume", "v1");
+        let (_l, new) = bind_beside(&path, None).unwrap();
+        assert_eq!(new, dir.path().join(".csi-proxy-volume-v1.sock.new"));
+        let mode = std::fs::metadata(&new).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, SOCKET_MODE);
+        assert!(!path.exists(), "the path itself is not touched");
+        let file = socket_path(dir.path(), "smb", "v1");
+        std::fs::write(&file, b"data").unwrap();
+        assert_eq!(
+            bind_beside(&file, None).unwrap_err().kind(),
+            io::ErrorKind::AlreadyExists
+        );
+        std::fs::create_dir(beside(&socket_path(dir.path(), "iscsi", "v1"))).unwrap();
+        let e = bind_beside(&socket_path(dir.path(), "iscsi", "v1"), None).unwrap_err();
+        assert!(e.to_string().contains("not a socket"), "{e}");
+        assert_eq!(std::fs::read(&file).unwrap(), b"data");
     }
 
     #[test]
