@@ -77,6 +77,15 @@ pub struct Flags {
           value_parser = go_bool)]
     pub take_over: bool,
 
+    /// Once a --take-over daemon has taken the endpoints from this one: exit (false), or let
+    /// every lock go and wait to be stopped (true), for a supervisor that would restart an
+    /// exited daemon, which would then take the endpoints back (a DaemonSet's pod, restarted
+    /// until its controller deletes it).
+    #[arg(long = "wait-after-hand-off", num_args = 0..=1, default_missing_value = "true",
+          require_equals = true, default_value = "false", value_name = "BOOL",
+          value_parser = go_bool)]
+    pub wait_after_hand_off: bool,
+
     /// Security descriptor (SDDL) of the named pipes (Windows). Default: SYSTEM and
     /// Administrators only.
     #[arg(long = "pipe-sddl", value_name = "SDDL")]
@@ -358,6 +367,8 @@ mod tests {
         assert!(parse(&["--take-over=true"]).take_over);
         assert!(!parse(&["-take-over=false"]).take_over);
         assert!(!parse(&[]).take_over);
+        assert!(parse(&["-wait-after-hand-off"]).wait_after_hand_off);
+        assert!(!parse(&[]).wait_after_hand_off);
     }
 
     #[test]

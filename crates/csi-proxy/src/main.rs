@@ -16,6 +16,7 @@ use csi_proxy_server::registry;
 use service_events::ServiceEvents;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 fn main() -> ExitCode {
     let flags = match parse_flags(std::env::args_os(), service_events::open) {
@@ -39,7 +40,12 @@ fn main() -> ExitCode {
     } else {
         ServiceEvents::none()
     };
+    let wait_after_hand_off = flags.wait_after_hand_off;
     let result = run_until(flags, || events.started(), shutdown_signal(), None);
+    // The runtime has ended: every host call has returned.
+    if result.is_ok() && wait_after_hand_off && HANDED_OFF.load(Ordering::Relaxed) {
+        wait_to_be_stopped();
+    }
     events.stopped(&result);
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -156,6 +162,7 @@ async fn run(
                 return std::future::pending().await;
             }
             let pid = handoff::requested(state).await;
+            HANDED_OFF.store(true, Ordering::Relaxed);
             tracing::info!(
                 next = pid,
                 "the next csi-proxy took over the endpoints; stopping"
@@ -183,6 +190,24 @@ async fn run(
         .map_err(|e| e.to_string())?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Set when the stop was a hand-off to a --take-over daemon.
+static HANDED_OFF: AtomicBool = AtomicBool::new(false);
+
+/// --wait-after-hand-off: holds nothing (no endpoint, no metrics address, no lock) and waits
+/// for the stop signal, so a supervisor that restarts an exited daemon has nothing to restart
+/// until it stops this one.
+fn wait_to_be_stopped() {
+    handoff::release();
+    tracing::info!("handed off; waiting to be stopped (--wait-after-hand-off)");
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt.block_on(shutdown_signal()),
+        Err(e) => tracing::error!("cannot wait for the stop signal: {e}; exiting"),
+    }
 }
 
 fn serve_metrics(listener: tokio::net::TcpListener) {

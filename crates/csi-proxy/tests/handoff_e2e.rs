@@ -385,6 +385,46 @@ async fn the_metrics_address_passes_to_the_new_daemon() {
     assert!(d.alive());
 }
 
+/// `--wait-after-hand-off` (the HostProcess DaemonSet's: its pod would be restarted after an
+/// exit, and would take the endpoints back): after the hand-off the old process lives on,
+/// holding nothing (the new one gets the lock and says it serves alone), and exits 0 at once
+/// when stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_wait_after_hand_off_the_old_daemon_lets_go_and_waits_to_be_stopped() {
+    let mut d = Daemon::start(&["--wait-after-hand-off"]);
+    let mut new = start_until_it_serves(&d, &["--take-over"]);
+    let log = d.dir.path().join("next.log");
+    let t = Instant::now();
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("serves alone")
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the new daemon never got the lock:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(d.alive(), "the old daemon waits to be stopped");
+    assert!(
+        d.log().contains("waiting to be stopped"),
+        "{}",
+        d.log_tail()
+    );
+    let paths = sockets(&d);
+    assert_eq!(served_by(&paths[0]), Some(new.id()));
+    d.signal("-TERM");
+    assert!(wait_exit(&mut d.child, Duration::from_secs(5)).success());
+    assert_eq!(
+        served_by(&paths[0]),
+        Some(new.id()),
+        "the paths stay the new one's"
+    );
+    let _ = new.kill();
+    let _ = new.wait();
+}
+
 /// Starts another daemon on `d`'s directories with `extra`, again every 10 ms while it exits
 /// at start (as a DaemonSet or service manager restarts a pod or unit that failed), until one
 /// serves; returns it.

@@ -57,9 +57,20 @@ pub struct ServingLock {
 static HELD: OnceLock<File> = OnceLock::new();
 
 impl ServingLock {
-    /// Keeps the lock until the process exits.
+    /// Keeps the lock until the process exits (or [`release`]).
     pub fn hold_until_exit(self) {
         let _ = HELD.set(self.file);
+    }
+}
+
+/// Lets `serving.lock` go while the process lives on: only once nothing of this daemon runs
+/// any more (its runtime, and with it every host call, has ended), so the next daemon's calls
+/// that take a disk find nobody working on it.
+pub fn release() {
+    if let Some(f) = HELD.get()
+        && let Err(e) = f.unlock()
+    {
+        tracing::warn!("cannot unlock {SERVING_LOCK}: {e}");
     }
 }
 
