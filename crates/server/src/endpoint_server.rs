@@ -50,6 +50,15 @@ pub async fn serve<IO>(
     {
         let mut incoming = std::pin::pin!(incoming);
         let mut signal = std::pin::pin!(signal);
+        let serve = |io| {
+            tokio::spawn(connection(
+                io,
+                routes.clone(),
+                http2.clone(),
+                stop_rx.clone(),
+                IDLE_TIMEOUT,
+            ));
+        };
         loop {
             let io = tokio::select! {
                 () = &mut signal => {
@@ -59,16 +68,7 @@ pub async fn serve<IO>(
                     // connection and backs off from. Each is accepted and told to go away like
                     // every other (GOAWAY once its HTTP/2 handshake is done, hyper's
                     // close_pending), so its client reconnects at once.
-                    drain(&mut incoming, |io| {
-                        tokio::spawn(connection(
-                            io,
-                            routes.clone(),
-                            http2.clone(),
-                            stop_rx.clone(),
-                            IDLE_TIMEOUT,
-                        ));
-                    })
-                    .await;
+                    drain(&mut incoming, &serve).await;
                     break;
                 }
                 io = incoming.next() => match io {
@@ -78,13 +78,7 @@ pub async fn serve<IO>(
                     None => break,
                 },
             };
-            tokio::spawn(connection(
-                io,
-                routes.clone(),
-                http2.clone(),
-                stop_rx.clone(),
-                IDLE_TIMEOUT,
-            ));
+            serve(io);
         }
     }
     let _ = stop_tx.send(true);

@@ -48,6 +48,12 @@ impl<'a> Fs<'a> {
     pub(super) fn clear_readonly(&self, path: &[u16]) -> Win32Result<bool> {
         let access = access::READ_ATTRIBUTES | access::WRITE_ATTRIBUTES;
         let h = self.open(path, access, SHARE_ALL, false)?;
+        self.clear_readonly_of(&h)
+    }
+
+    /// Clears FILE_ATTRIBUTE_READONLY of what the handle (with FILE_WRITE_ATTRIBUTES) is open
+    /// on; `Ok(true)` if it was set.
+    pub(super) fn clear_readonly_of(&self, h: &Handle<'_>) -> Win32Result<bool> {
         let attrs = self.os.basic_attributes(h.raw())?;
         if !has(attrs, attr::READONLY) {
             return Ok(false);

@@ -336,15 +336,9 @@ impl<'a> Fs<'a> {
     fn dispose(&self, h: &Handle<'_>) -> Win32Result<()> {
         match self.os.delete_on_close(h.raw()) {
             Err(e) if is_code(&e, code::ACCESS_DENIED) => {
-                let attrs = self.os.basic_attributes(h.raw())?;
-                if !has(attrs, attr::READONLY) {
+                if !self.clear_readonly_of(h)? {
                     return Err(e);
                 }
-                let mut attrs = attrs & !attr::READONLY;
-                if attrs == 0 {
-                    attrs = attr::NORMAL;
-                }
-                self.os.set_basic_attributes(h.raw(), attrs)?;
                 self.os.delete_on_close(h.raw())
             }
             r => r,
