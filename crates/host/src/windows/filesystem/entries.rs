@@ -97,6 +97,20 @@ impl<'a> Fs<'a> {
     /// Removes a reparse point itself; a volume mount point is first given to
     /// `DeleteVolumeMountPointW`, so the mount manager forgets it. What it leads to is never
     /// touched.
+    /// Tells the mount manager to forget the volume mount point at `path` (logged, not
+    /// failed, when it cannot: the folder left is removed as a folder).
+    pub(super) fn delete_volume_mount_point(&self, path: &[u16]) {
+        tracing::info!(path = %show(path), "deleting volume mount point");
+        // DeleteVolumeMountPointW needs the trailing backslash.
+        let mut mp = show(path);
+        if !mp.ends_with('\\') {
+            mp.push('\\');
+        }
+        if let Err(e) = self.os.delete_volume_mount_point(&mp) {
+            tracing::warn!(path = %mp, error = %e, "DeleteVolumeMountPointW failed");
+        }
+    }
+
     pub(super) fn remove_reparse_point(&self, path: &[u16], attrs: u32) -> Win32Result<()> {
         if !has(attrs, attr::DIRECTORY) {
             return self.delete_file(path);
@@ -105,16 +119,9 @@ impl<'a> Fs<'a> {
             .read_reparse_point(path)
             .is_ok_and(|rp| rp.is_volume_mount_point())
         {
-            tracing::info!(path = %show(path), "deleting volume mount point");
-            // DeleteVolumeMountPointW needs the trailing backslash. A name that is not valid
-            // UTF-16 cannot be passed; RemoveDirectoryW below still removes the mount point.
-            let mut mp = show(path);
-            if !mp.ends_with('\\') {
-                mp.push('\\');
-            }
-            if let Err(e) = self.os.delete_volume_mount_point(&mp) {
-                tracing::warn!(path = %mp, error = %e, "DeleteVolumeMountPointW failed");
-            }
+            // A name that is not valid UTF-16 cannot be passed; RemoveDirectoryW below still
+            // removes the mount point.
+            self.delete_volume_mount_point(path);
         }
         self.remove_directory(path)
     }

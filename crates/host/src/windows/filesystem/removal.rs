@@ -394,14 +394,7 @@ impl<'a> Fs<'a> {
                     // left is opened again and removed.
                     drop(h);
                     unmounted = true;
-                    tracing::info!(path = %show(path), "deleting volume mount point");
-                    let mut mp = show(path);
-                    if !mp.ends_with('\\') {
-                        mp.push('\\');
-                    }
-                    if let Err(e) = self.os.delete_volume_mount_point(&mp) {
-                        tracing::warn!(path = %mp, error = %e, "DeleteVolumeMountPointW failed");
-                    }
+                    self.delete_volume_mount_point(path);
                     continue;
                 }
                 // A link (or a mount point the mount manager would not forget) as itself.
