@@ -8,7 +8,7 @@
 //! so the marker lands in the trace in the order the server saw it, with no clock to line up.
 //! A line `MARK begin <phase>` on stdout says the same for a reader.
 //!
-//! Results are printed as `RESULT <phase> calls=<n> p50_us=<..> p99_us=<..> per_s=<..>` lines for
+//! Results are printed as `RESULT <phase> calls=<n> p50_us=<..> p99_us=<..> max_us=<..> per_s=<..>` lines for
 //! the script to parse.
 
 use crate::stats::Samples;
@@ -114,7 +114,15 @@ async fn run(a: &Args) -> Result<(), String> {
             let mut lat = Vec::with_capacity(n);
             for _ in 0..n {
                 let t = Instant::now();
-                fs.path_exists(&path).await?;
+                loop {
+                    match fs.path_exists(&path).await {
+                        Ok(_) => break,
+                        Err(s) if never_sent(&s) => {
+                            RESENT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        Err(s) => return Err(s),
+                    }
+                }
                 lat.push(t.elapsed());
             }
             Ok::<_, Status>(lat)
@@ -130,7 +138,31 @@ async fn run(a: &Args) -> Result<(), String> {
     s.wall = start.elapsed();
     mark("end", &name);
     result(&name, &s);
+    println!(
+        "RESENT {name} {}",
+        RESENT.load(std::sync::atomic::Ordering::Relaxed)
+    );
     Ok(())
+}
+
+/// Calls sent again because their connection never sent them (see [`never_sent`]).
+static RESENT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Whether a failed call never left the client: its connection took it back before writing it
+/// (hyper's `Canceled`, the connection having closed first, as after a server's GOAWAY). grpc-go,
+/// the drivers' client, sends such a call again on a new connection (gRPC's transparent retry),
+/// so the concurrent phase does too; any other error is a failed call, which ends the run.
+fn never_sent(s: &Status) -> bool {
+    let mut src = std::error::Error::source(s);
+    while let Some(e) = src {
+        if e.downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_canceled)
+        {
+            return true;
+        }
+        src = e.source();
+    }
+    false
 }
 
 /// Warm-up, then `a.calls` sequential calls between the phase's markers.
@@ -173,10 +205,11 @@ fn result(phase: &str, s: &Samples) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "RESULT {phase} calls={} p50_us={:.1} p99_us={:.1} per_s={:.0}",
+        "RESULT {phase} calls={} p50_us={:.1} p99_us={:.1} max_us={:.1} per_s={:.0}",
         s.latencies.len(),
         us(s.quantile(0.5)),
         us(s.quantile(0.99)),
+        us(s.latencies.iter().copied().max().unwrap_or_default()),
         s.throughput()
     );
     let _ = out.flush();
