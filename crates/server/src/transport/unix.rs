@@ -47,27 +47,38 @@ pub fn bind(path: &Path, gid: Option<u32>) -> io::Result<UnixListener> {
             }
         }
         Ok(_) => {
-            return Err(io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                format!(
-                    "{} exists and is not a socket; refusing to replace it",
-                    path.display()
-                ),
-            ));
+            return Err(not_a_socket(path));
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
-    let listener = UnixListener::bind(path)
-        .map_err(|e| io::Error::new(e.kind(), format!("binding {}: {e}", path.display())))?;
-    if let Err(e) = restrict(path, gid) {
-        let _ = std::fs::remove_file(path);
+    bind_restricted(path, gid)
+}
+
+/// Binds a listener at `at` (nothing there) and gives the socket file [`restrict`]'s mode and
+/// group; on a failure of the latter the file is removed again.
+fn bind_restricted(at: &Path, gid: Option<u32>) -> io::Result<UnixListener> {
+    let listener = UnixListener::bind(at)
+        .map_err(|e| io::Error::new(e.kind(), format!("binding {}: {e}", at.display())))?;
+    if let Err(e) = restrict(at, gid) {
+        let _ = std::fs::remove_file(at);
         return Err(io::Error::new(
             e.kind(),
-            format!("setting owner/mode of {}: {e}", path.display()),
+            format!("setting owner/mode of {}: {e}", at.display()),
         ));
     }
     Ok(listener)
+}
+
+/// The refusal to bind over `path`, which exists and is not a socket.
+fn not_a_socket(path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        format!(
+            "{} exists and is not a socket; refusing to replace it",
+            path.display()
+        ),
+    )
 }
 
 /// Where a daemon taking over binds `path`'s socket before renaming it over `path`:
@@ -86,13 +97,7 @@ pub fn beside(path: &Path) -> PathBuf {
 pub fn bind_beside(path: &Path, gid: Option<u32>) -> io::Result<(UnixListener, PathBuf)> {
     match std::fs::symlink_metadata(path) {
         Ok(meta) if !meta.file_type().is_socket() => {
-            return Err(io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                format!(
-                    "{} exists and is not a socket; refusing to replace it",
-                    path.display()
-                ),
-            ));
+            return Err(not_a_socket(path));
         }
         Ok(_) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -104,27 +109,12 @@ pub fn bind_beside(path: &Path, gid: Option<u32>) -> io::Result<(UnixListener, P
             std::fs::remove_file(&new).or_else(ignore_not_found)?;
         }
         Ok(_) => {
-            return Err(io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                format!(
-                    "{} exists and is not a socket; refusing to replace it",
-                    new.display()
-                ),
-            ));
+            return Err(not_a_socket(&new));
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
-    let listener = UnixListener::bind(&new)
-        .map_err(|e| io::Error::new(e.kind(), format!("binding {}: {e}", new.display())))?;
-    if let Err(e) = restrict(&new, gid) {
-        let _ = std::fs::remove_file(&new);
-        return Err(io::Error::new(
-            e.kind(),
-            format!("setting owner/mode of {}: {e}", new.display()),
-        ));
-    }
-    Ok((listener, new))
+    Ok((bind_restricted(&new, gid)?, new))
 }
 
 /// Renames the socket bound at `from` over `to` in one step: every connect() to `to` finds a
