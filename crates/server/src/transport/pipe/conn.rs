@@ -5,6 +5,7 @@
     reason = "the client process id is a Win32 call with no safe wrapper"
 )]
 
+use super::write::Writer;
 use super::*;
 
 /// The most bytes gathered into one pipe write (larger answers go out buffer by buffer).
@@ -13,6 +14,9 @@ pub(super) const GATHER_LIMIT: usize = 64 * 1024;
 /// One connected client of a pipe: the server end of a pipe instance.
 #[derive(Debug)]
 pub struct PipeConn {
+    /// Our own write path (see `write.rs`); `None` (mio's writes) only if its event could not
+    /// be made. Declared before `inner`: a pending write is ended before the handle closes.
+    writer: Option<Writer>,
     inner: NamedPipeServer,
     info: PipeConnectInfo,
 }
@@ -31,7 +35,17 @@ impl PipeConn {
         // call; `pid` is a valid out-pointer.
         let ok =
             unsafe { GetNamedPipeClientProcessId(HANDLE(inner.as_raw_handle()), &mut pid).is_ok() };
+        let writer = if exp_mio_writes() {
+            None
+        } else {
+            Writer::new(HANDLE(inner.as_raw_handle()))
+                .inspect_err(|e| {
+                    tracing::warn!(error = %e, "pipe connection writes through mio: no event");
+                })
+                .ok()
+        };
         PipeConn {
+            writer,
             inner,
             info: PipeConnectInfo {
                 client_process_id: (ok && pid != 0).then_some(pid),
@@ -51,7 +65,9 @@ impl PipeConn {
 
     /// The underlying pipe instance, consuming the connection.
     pub fn into_inner(self) -> NamedPipeServer {
-        self.inner
+        let PipeConn { writer, inner, .. } = self;
+        drop(writer);
+        inner
     }
 }
 
@@ -75,17 +91,21 @@ impl AsyncRead for PipeConn {
 
 impl AsyncWrite for PipeConn {
     fn poll_write(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let this = self.get_mut();
+        match &mut this.writer {
+            Some(w) => w.poll_write(cx, buf),
+            None => Pin::new(&mut this.inner).poll_write(cx, buf),
+        }
     }
 
     /// Several buffers (an answer's HTTP/2 frames) become one pipe write: each write on a pipe
     /// is its own overlapped `WriteFile` and completion, and the pipe itself does not gather.
     fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
@@ -95,24 +115,37 @@ impl AsyncWrite for PipeConn {
                 .iter()
                 .find(|b| !b.is_empty())
                 .map_or(&[][..], |b| &b[..]);
-            return Pin::new(&mut self.inner).poll_write(cx, first);
+            return self.poll_write(cx, first);
         }
         let mut joined = Vec::with_capacity(total);
         for b in bufs {
             joined.extend_from_slice(b);
         }
-        Pin::new(&mut self.inner).poll_write(cx, &joined)
+        self.poll_write(cx, &joined)
     }
 
     fn is_write_vectored(&self) -> bool {
         true
     }
 
+    /// Ready once every byte written has left (a pending write finished).
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if let Some(w) = &mut self.writer {
+            std::task::ready!(w.poll_idle(cx))?;
+        }
         Pin::new(&mut self.inner).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if let Some(w) = &mut self.writer {
+            std::task::ready!(w.poll_idle(cx))?;
+        }
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
+}
+
+/// EXPERIMENT ONLY (removed before merge): `CSI_PROXY_EXP_WRITE=mio` keeps mio's writes.
+fn exp_mio_writes() -> bool {
+    static MIO: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *MIO.get_or_init(|| std::env::var("CSI_PROXY_EXP_WRITE").is_ok_and(|v| v == "mio"))
 }

@@ -51,6 +51,8 @@ use windows::core::{BOOL, PCWSTR};
 
 mod conn;
 mod security;
+mod win32;
+mod write;
 
 pub use conn::{PipeConn, PipeConnectInfo};
 use security::*;
