@@ -20,19 +20,10 @@ pub const GRACE: Duration = Duration::from_secs(4);
 
 /// The runtime the daemon runs on: one async worker per CPU, timers and I/O.
 pub fn runtime() -> io::Result<tokio::runtime::Runtime> {
-    // EXPERIMENT ONLY (removed before merge): CSI_PROXY_EXP_RT=w1|ct|w1ei|ei.
-    let exp = std::env::var("CSI_PROXY_EXP_RT").unwrap_or_default();
-    let mut b = match exp.as_str() {
-        "ct" => tokio::runtime::Builder::new_current_thread(),
-        _ => tokio::runtime::Builder::new_multi_thread(),
-    };
-    if exp.starts_with("w1") {
-        b.worker_threads(1);
-    }
-    if exp.ends_with("ei") {
-        b.event_interval(1024).global_queue_interval(1024);
-    }
-    b.enable_all().thread_name("csi-proxy").build()
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("csi-proxy")
+        .build()
 }
 
 /// One served group-version.

@@ -619,3 +619,128 @@ async fn without_the_fix_h2_rejects_upstream_authorities() {
     assert_eq!(outcome, answered_exists());
     server.shutdown().await;
 }
+
+/// Bytes that depend on their position, so a lost, doubled or reordered chunk shows.
+fn patterned(len: usize) -> Vec<u8> {
+    (0..len as u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect()
+}
+
+/// Ends the whole test process if the test is still running after `secs`: a write that held the
+/// runtime's only thread would otherwise hang the test forever instead of failing it.
+fn watchdog(test: &'static str, secs: u64) -> std::sync::mpsc::Sender<()> {
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+            finished.recv_timeout(Duration::from_secs(secs))
+        {
+            eprintln!("{test}: still running after {secs} s: the runtime's thread is held");
+            std::process::exit(101);
+        }
+    });
+    done
+}
+
+/// A client of `listener` and the server end of its connection.
+async fn connected_pair(
+    listener: &mut PipeListener,
+) -> (NamedPipeClient, csi_proxy_server::transport::pipe::PipeConn) {
+    let client = ClientOptions::new()
+        .open(listener.path())
+        .expect("open pipe");
+    let conn = listener.accept().await.expect("accept");
+    (client, conn)
+}
+
+/// A client that stops reading fills the pipe: the daemon's write then stays pending, and must
+/// neither hold the runtime's only thread (a ticker on it keeps ticking) nor lose, double or
+/// reorder a byte once the client reads again, in writes of every size from 1 byte to more than
+/// the pipe's buffer.
+#[tokio::test(flavor = "current_thread")]
+async fn a_client_that_stops_reading_holds_no_thread_and_loses_no_byte() {
+    let _watchdog = watchdog("a_client_that_stops_reading", 30);
+    let mut listener = PipeListener::bind(&unique_pipe("full"), DEFAULT_PIPE_SDDL).unwrap();
+    let (mut client, mut conn) = connected_pair(&mut listener).await;
+    let data = patterned(3 * 1024 * 1024 + 17);
+    let sent = data.clone();
+    let writer = tokio::spawn(async move {
+        let mut at = 0;
+        let mut size = 1;
+        while at < sent.len() {
+            let end = (at + size).min(sent.len());
+            conn.write_all(&sent[at..end]).await?;
+            at = end;
+            size = size * 3 % 700_001 + 1;
+        }
+        conn.flush().await?;
+        Ok::<_, io::Error>(conn)
+    });
+    let ticks = Arc::new(AtomicU32::new(0));
+    let ticker = tokio::spawn({
+        let ticks = ticks.clone();
+        async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                ticks.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    });
+    // Nobody reads for 400 ms: far more was written than the pipe holds.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!writer.is_finished(), "3 MiB fit into the pipe?");
+    let seen = ticks.load(Ordering::Relaxed);
+    assert!(
+        seen >= 10,
+        "the runtime's thread ran {seen} ticks in 400 ms"
+    );
+    let mut got = vec![0u8; data.len()];
+    client.read_exact(&mut got).await.unwrap();
+    assert!(got == data, "the bytes read differ from the bytes written");
+    let mut conn = writer.await.unwrap().expect("every write succeeded");
+    ticker.abort();
+    // The connection still works both ways after the stall.
+    conn.write_all(b"after").await.unwrap();
+    let mut tail = [0u8; 5];
+    client.read_exact(&mut tail).await.unwrap();
+    assert_eq!(&tail, b"after");
+}
+
+/// A connection dropped while its write is pending (the client never reads) goes away at once,
+/// the client sees the bytes that were in the pipe and then the end, and the listener goes on
+/// serving.
+#[tokio::test(flavor = "current_thread")]
+async fn dropping_a_connection_with_a_pending_write_ends_it() {
+    let _watchdog = watchdog("dropping_a_connection_with_a_pending_write", 30);
+    let mut listener = PipeListener::bind(&unique_pipe("drop"), DEFAULT_PIPE_SDDL).unwrap();
+    let (mut client, mut conn) = connected_pair(&mut listener).await;
+    let data = patterned(2 * 1024 * 1024);
+    // Written behind: returns with the rest of the bytes still pending.
+    let mut at = 0;
+    while at < data.len() {
+        let more = tokio::time::timeout(Duration::from_millis(200), conn.write(&data[at..])).await;
+        match more {
+            Ok(n) => at += n.unwrap(),
+            Err(_) => break,
+        }
+    }
+    let started = Instant::now();
+    drop(conn);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "drop took {:?}",
+        started.elapsed()
+    );
+    let mut got = Vec::new();
+    let _ = client.read_to_end(&mut got).await;
+    assert!(got.len() < data.len(), "the whole 2 MiB fit into the pipe?");
+    assert!(
+        got == data[..got.len()],
+        "what arrived is not a prefix of what was written"
+    );
+    let (mut client, mut conn) = connected_pair(&mut listener).await;
+    conn.write_all(b"next").await.unwrap();
+    let mut next = [0u8; 4];
+    client.read_exact(&mut next).await.unwrap();
+    assert_eq!(&next, b"next");
+}

@@ -35,15 +35,11 @@ impl PipeConn {
         // call; `pid` is a valid out-pointer.
         let ok =
             unsafe { GetNamedPipeClientProcessId(HANDLE(inner.as_raw_handle()), &mut pid).is_ok() };
-        let writer = if exp_mio_writes() {
-            None
-        } else {
-            Writer::new(HANDLE(inner.as_raw_handle()))
-                .inspect_err(|e| {
-                    tracing::warn!(error = %e, "pipe connection writes through mio: no event");
-                })
-                .ok()
-        };
+        let writer = Writer::new(HANDLE(inner.as_raw_handle()))
+            .inspect_err(
+                |e| tracing::warn!(error = %e, "pipe connection writes through mio: no event"),
+            )
+            .ok();
         PipeConn {
             writer,
             inner,
@@ -142,10 +138,4 @@ impl AsyncWrite for PipeConn {
         }
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
-}
-
-/// EXPERIMENT ONLY (removed before merge): `CSI_PROXY_EXP_WRITE=mio` keeps mio's writes.
-fn exp_mio_writes() -> bool {
-    static MIO: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *MIO.get_or_init(|| std::env::var("CSI_PROXY_EXP_WRITE").is_ok_and(|v| v == "mio"))
 }

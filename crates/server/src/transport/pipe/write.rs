@@ -88,7 +88,11 @@ impl Writer {
 
     /// Writes up to [`WRITE_LIMIT`] bytes of `buf`, after any write still pending. Bytes of a
     /// write that goes pending count as written (they are in our buffer and leave in order).
-    pub(super) fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    pub(super) fn poll_write(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         if let Err(e) = std::task::ready!(self.poll_idle(cx)) {
             return Poll::Ready(Err(e));
         }
