@@ -20,7 +20,9 @@
 //! further instance needs `FILE_CREATE_PIPE_INSTANCE` on the pipe, which the DACL decides.
 //!
 //! Files: this one the listener and its stream of connections, `security.rs` the pipe's
-//! security descriptor, `conn.rs` one connected client.
+//! security descriptor, `conn.rs` one connected client, `write.rs` its writes (overlapped
+//! writes whose completion skips the runtime's completion port) over the Win32 calls in
+//! `win32.rs`.
 #![allow(
     unsafe_code,
     reason = "creating a pipe instance with a raw security descriptor has no safe wrapper"

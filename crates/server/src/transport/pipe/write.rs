@@ -129,8 +129,10 @@ impl Writer {
     }
 
     fn op(&self, buf: Vec<u8>) -> Box<Op> {
-        let mut ov = OVERLAPPED::default();
-        ov.hEvent = self.event.tagged();
+        let ov = OVERLAPPED {
+            hEvent: self.event.tagged(),
+            ..OVERLAPPED::default()
+        };
         Box::new(Op { ov, buf })
     }
 
@@ -140,8 +142,8 @@ impl Writer {
         // SAFETY: `op` is boxed: its OVERLAPPED and buffer stay put until the operation is seen
         // complete (here, in `poll_idle`, or in `Drop`).
         let finished = unsafe { win32::write(self.pipe, &op.buf, ov) }?;
-        // SAFETY: as above.
         let result = if finished {
+            // SAFETY: as above.
             unsafe { win32::overlapped_result(self.pipe, &op.ov) }?
         } else {
             None
@@ -149,9 +151,9 @@ impl Writer {
         match result {
             Some(n) => self.rest(op, n as usize),
             None => {
+                let context = Arc::as_ptr(&self.wake).cast::<c_void>();
                 // SAFETY: the slot lives in `self.wake` for as long as `self`, and the wait is
                 // unregistered (waiting for a running callback) before `self` goes.
-                let context = Arc::as_ptr(&self.wake).cast::<c_void>();
                 match unsafe { ThreadPoolWait::register(&self.event, wake_waiter, context) } {
                     Ok(wait) => {
                         self.pending = Some(Pending { op, wait });
