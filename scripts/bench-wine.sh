@@ -11,8 +11,8 @@
 #
 # Options: --rounds N (default 2: before, after, before, after; medians are printed),
 # --calls N (sequential calls per timed phase, default 2000), --trace-calls N (per traced phase,
-# default 500), --keep-traces DIR, --client rust|go (default rust; go with upstream). Prints one
-# Markdown table.
+# default 500), --keep-traces DIR (also keeps every run's RESULT and COUNT lines, per daemon),
+# --client rust|go (default rust; go with upstream). Prints one Markdown table.
 #
 # Build: both daemons and the client (crates/bench, `windows.rs`) are built for
 # x86_64-pc-windows-gnu with the `bench-wine` profile (the release settings with thin LTO and 16
@@ -67,7 +67,7 @@ while (($#)); do
         --upstream-exe) upstream="$2"; shift 2 ;;
         --go-client) go_client="$2"; shift 2 ;;
         --client) client_kind="$2"; shift 2 ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
         *) echo "bench-wine: unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -319,6 +319,10 @@ for ((r = 1; r <= rounds; r++)); do
         run_once "$label" "$work/trace-$label-$r.txt" "$work/$label.counts" "$trace_calls"
     done
 done
+
+if [[ -n "$keep_traces" ]]; then
+    mkdir -p "$keep_traces" && cp "$work"/*.results "$work"/*.counts "$keep_traces/"
+fi
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $("$WINE" --version)"
 echo "daemons: after=$after${before:+, before=$before}${upstream:+, upstream=$upstream}; $rounds round(s), medians; $calls calls per timed phase, $trace_calls per traced phase"

@@ -25,11 +25,12 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
+	"unsafe"
 
 	fsapi "github.com/kubernetes-csi/csi-proxy/client/api/filesystem/v1"
 	fsclient "github.com/kubernetes-csi/csi-proxy/client/groups/filesystem/v1"
-	"golang.org/x/sys/windows"
 )
 
 type args struct {
@@ -169,16 +170,23 @@ func waitServing(req *fsapi.PathExistsRequest, limit time.Duration) (*fsclient.C
 	}
 }
 
+// CreateNamedPipeW through the standard library, so the client builds against any upstream
+// tag's vendored golang.org/x/sys (v1.1.2's has no CreateNamedPipe).
+var createNamedPipe = syscall.NewLazyDLL("kernel32.dll").NewProc("CreateNamedPipeW")
+
+const pipeAccessDuplex = 3 // PIPE_ACCESS_DUPLEX; dwPipeMode 0 is PIPE_TYPE_BYTE
+
 // mark puts a marker into the wineserver trace: creating a named pipe is a request carrying
 // its name, seen in the order the server handled it. A failure only loses the marker.
 func mark(edge, phase string) {
 	name := `\\.\pipe\csi-proxy-bench-mark-` + edge + "-" + phase
-	p, err := windows.UTF16PtrFromString(name)
+	p, err := syscall.UTF16PtrFromString(name)
 	if err == nil {
-		var h windows.Handle
-		h, err = windows.CreateNamedPipe(p, windows.PIPE_ACCESS_DUPLEX, windows.PIPE_TYPE_BYTE, 1, 0, 0, 0, nil)
-		if err == nil {
-			windows.CloseHandle(h)
+		h, _, e := createNamedPipe.Call(uintptr(unsafe.Pointer(p)), pipeAccessDuplex, 0, 1, 0, 0, 0, 0)
+		if syscall.Handle(h) == syscall.InvalidHandle {
+			err = e
+		} else {
+			syscall.CloseHandle(syscall.Handle(h))
 		}
 	}
 	if err != nil {
