@@ -14,7 +14,7 @@
 # default 500), --keep-traces DIR (also keeps every run's RESULT and COUNT lines, per daemon),
 # --client rust|go (default rust; go with upstream). Prints one Markdown table.
 #
-# Build: both daemons and the client (crates/bench, `windows.rs`) are built for
+# Build: our daemons and the Rust client (crates/bench, `windows.rs`) are built for
 # x86_64-pc-windows-gnu with the `bench-wine` profile (the release settings with thin LTO and 16
 # codegen units, see the workspace Cargo.toml; an older commit without the profile gets the same
 # settings through --config), so both sides of the comparison are built alike.
