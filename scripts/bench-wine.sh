@@ -260,6 +260,7 @@ killed = re.compile(r"^([0-9a-f]{4,8}): \*killed\*")
 mark = re.compile(r'csi-proxy-bench-mark-(begin|end)-([A-Za-z0-9]+)"')
 daemon, pending = set(), set()
 phase, counts, seen = None, {}, set()
+by_thread = collections.defaultdict(collections.Counter)
 with open(trace, errors="replace") as f:
     for line in f:
         m = req.match(line)
@@ -280,6 +281,7 @@ with open(trace, errors="replace") as f:
                     pending.add(tid)
                 if phase:
                     counts[phase][name] += 1
+                    by_thread[phase][tid] += 1
             continue
         m = rep.match(line)
         if m and m.group(1) in pending:
@@ -297,7 +299,9 @@ for p in sorted(seen):
         continue
     c = counts[p]
     names = " ".join(f"{k}={v / n:.2f}" for k, v in c.most_common())
-    print(f"COUNT {p} total={sum(c.values()) / n:.2f} {names}")
+    # Threads that take part in the calls (at least one request per 10 calls), not the idle ones.
+    busy = sum(1 for v in by_thread[p].values() if v >= n / 10)
+    print(f"COUNT {p} total={sum(c.values()) / n:.2f} threads={busy} {names}")
 PY
         if [[ -n "$keep_traces" ]]; then
             mkdir -p "$keep_traces" && mv "$trace" "$keep_traces/"
@@ -383,13 +387,14 @@ for phase, title in [("PathExists", "PathExists"), ("Check", "health Check")] + 
     if not any(phase in cnt[l] for l in labels):
         continue
     row(f"**wineserver requests by the daemon per {title}**", [med(cnt[l], phase, "total") for l in labels], n2)
+    row(f"daemon threads making them (>= 1 request per 10 calls), {title}", [med(cnt[l], phase, "threads") for l in labels], lambda v: f"{v:.0f}")
     row(f"pipe writes (`write` requests) per {title}", [med(cnt[l], phase, "write") or 0.0 for l in labels], n2)
     if phase == eight:
         continue
     names = collections.Counter()
     for l in labels:
         for k, v in cnt[l].get(phase, {}).items():
-            if k != "total":
+            if k not in ("total", "threads"):
                 names[k] = max(names[k], statistics.median(v))
     # Upstream's Go runtime makes requests ours does not: show more of them side by side.
     for k, m in names.most_common(12 if "upstream" in labels else 8):
