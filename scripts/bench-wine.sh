@@ -174,8 +174,10 @@ daemon_cmd() {
 }
 
 # Reads the client's stdout from FIFO $1 into file $2 and, at each MARK line, the CPU time of the
-# daemon (unix pid $3) and of wineserver ($4); at each RESULT line prints that phase's CPU per call
-# as an extra `RESULT <phase> cpu_us=.. ws_cpu_us=..` line.
+# daemon (unix pid $3) and of wineserver ($4) and the machine's busy and total time; at each RESULT
+# line prints that phase's CPU per call and how busy the machine was (every process, ours and
+# others': near 100 % the times measure the competition for the cores as much as the daemon) as
+# an extra `RESULT <phase> cpu_us=.. ws_cpu_us=.. busy_pct=..` line.
 cpu_reader() {
     python3 - "$@" <<'PY'
 import os, sys
@@ -187,6 +189,12 @@ def cpu(pid):
         return (int(f[11]) + int(f[12])) * tick_us  # utime + stime, all threads
     except (OSError, IndexError, ValueError):
         return None
+def machine():
+    try:
+        f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+        return (sum(f) - f[3] - f[4]) * tick_us, sum(f) * tick_us  # all but idle and iowait
+    except (OSError, ValueError, IndexError):
+        return None, None
 marks = {}
 with open(fifo) as src, open(copy, "w") as dst:
     for line in src:
@@ -194,13 +202,14 @@ with open(fifo) as src, open(copy, "w") as dst:
         dst.flush()
         f = line.split()
         if len(f) == 3 and f[0] == "MARK":
-            marks[(f[1], f[2])] = [cpu(p) for p in pids]
+            marks[(f[1], f[2])] = [cpu(p) for p in pids] + list(machine())
         elif len(f) > 2 and f[0] == "RESULT":
             b, e = marks.get(("begin", f[1])), marks.get(("end", f[1]))
             n = int(f[2].split("=")[1])
             if b and e and n and None not in b + e:
                 d, w = ((e[i] - b[i]) / n for i in range(2))
-                print(f"RESULT {f[1]} cpu_us={d:.1f} ws_cpu_us={w:.1f}")
+                busy = 100 * (e[2] - b[2]) / max(e[3] - b[3], 1)
+                print(f"RESULT {f[1]} cpu_us={d:.1f} ws_cpu_us={w:.1f} busy_pct={busy:.0f}")
 PY
 }
 
@@ -368,6 +377,7 @@ def row(what, vals, fmt):
 def cpu_rows(phase, title):
     row(f"daemon CPU per {title}", [med(res[l], phase, "cpu_us") for l in labels], us)
     row(f"wineserver CPU per {title} (both sides' requests)", [med(res[l], phase, "ws_cpu_us") for l in labels], us)
+    row(f"machine busy during {title} (all processes)", [med(res[l], phase, "busy_pct") for l in labels], lambda v: f"{v:.0f} %")
 us = lambda v: f"{v:,.0f} µs"
 per_s = lambda v: f"{v:,.0f}/s"
 n2 = lambda v: f"{v:.1f}"
