@@ -29,7 +29,8 @@
 #
 # CPU: in the timed runs a reader of the client's stdout (a FIFO, so it costs nothing while it
 # waits) reads the daemon's and wineserver's CPU time from /proc at each MARK line; divided by
-# the phase's calls that is CPU per call (clock-tick resolution, 10 ms per phase).
+# the phase's calls that is CPU per call (clock-tick resolution, 10 ms per phase). It also reads
+# how busy the whole machine was over the phase (/proc/stat), to show when times are contended.
 #
 # Why requests: wine turns every NT call that needs the kernel into a request to wineserver, so
 # the requests a call costs stand in for the kernel transitions it costs on Windows, on any machine.
@@ -47,7 +48,8 @@
 # named pipe `csi-proxy-bench-mark-begin-<phase>` / `...-end-<phase>`, a request that carries the
 # name), and the daemon's requests between a phase's markers, divided by the phase's calls, are the
 # requests per call. Pipe writes per call are the daemon's `write` requests in the window (a
-# WriteFile on a named pipe is one `write` request to wineserver, which owns pipe buffers).
+# WriteFile on a named pipe is one `write` request to wineserver, which owns pipe buffers); the
+# threads per phase are the daemon's threads with at least one request per 10 calls in the window.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$PWD"
