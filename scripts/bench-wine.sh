@@ -22,8 +22,9 @@
 # Upstream: DIR is an extracted upstream csi-proxy source tree, for example
 # `git --git-dir=MIRROR archive v1.1.3 | tar -x -C DIR`. Its `cmd/csi-proxy` and our Go client
 # (scripts/bench-wine-go-client, added to the tree through `go build -overlay`, so DIR is not
-# changed) are built with its vendored modules (`-mod=vendor`, offline) for windows/amd64; Go is
-# installed from Debian (apt-get install golang-go) if missing. The Go client calls PathExists
+# changed) are built with its vendored modules (`-mod=vendor`, offline) for windows/amd64, by
+# scripts/go-client-build.sh (shared with bench-go-linux.sh); Go is installed from Debian
+# (apt-get install golang-go) if missing. The Go client calls PathExists
 # through upstream's generated client and grpc-go, as drivers do; upstream serves no health
 # check, so with `--client go` there is no Check phase. Upstream gets only --kubelet-path.
 #
@@ -124,26 +125,12 @@ fi
 after="${after:-$tdir/$target/bench-wine/csi-proxy.exe}"
 client="$tdir/$target/bench-wine/csi-proxy-bench.exe"
 if [[ -n "$upstream_src" ]]; then
-    [[ -f "$upstream_src/go.mod" && -d "$upstream_src/cmd/csi-proxy" && -d "$upstream_src/vendor" ]] || {
-        echo "bench-wine: $upstream_src is not an extracted upstream csi-proxy source tree (go.mod, cmd/csi-proxy, vendor/)" >&2
-        exit 1
-    }
-    if ! command -v go >/dev/null 2>&1; then
-        echo "bench-wine: no Go toolchain: installing Debian's golang-go with apt-get (to build upstream's csi-proxy.exe and the Go client)" >&2
-        { apt-get update -qq && apt-get install -y -qq golang-go; } >&2 || {
-            echo "bench-wine: could not install golang-go; install Go yourself or pass --upstream-exe and --go-client" >&2
-            exit 1
-        }
-    fi
-    upstream_src="$(cd "$upstream_src" && pwd)"
-    # Our client joins upstream's tree only in this build's view of it (go build -overlay).
-    python3 -c 'import json, sys; print(json.dumps({"Replace": {sys.argv[1]: sys.argv[2]}}))' \
-        "$upstream_src/cmd/bench-client/main.go" "$repo/scripts/bench-wine-go-client/main.go" \
-        >"$work/overlay.json"
+    # shellcheck source=scripts/go-client-build.sh
+    . "$repo/scripts/go-client-build.sh"
+    go_upstream_ready bench-wine "$upstream_src"
     echo "building upstream's csi-proxy.exe and the Go client from $upstream_src with $(go version)" >&2
-    (cd "$upstream_src" && export GOOS=windows GOARCH=amd64 CGO_ENABLED=0 GOFLAGS=-mod=vendor GOTOOLCHAIN=local &&
-        go build -o "$work/upstream-csi-proxy.exe" ./cmd/csi-proxy &&
-        go build -overlay "$work/overlay.json" -o "$work/bench-client.exe" ./cmd/bench-client) >&2
+    go_upstream_build "$upstream_src" windows -o "$work/upstream-csi-proxy.exe" ./cmd/csi-proxy
+    go_client_build "$upstream_src" windows "$work/bench-client.exe" "$work/overlay.json"
     upstream="${upstream:-$work/upstream-csi-proxy.exe}"
     go_client="${go_client:-$work/bench-client.exe}"
 fi
