@@ -27,8 +27,11 @@
 # --state-dir under it) and asks about `kubelet/x`, a directory that exists (depth 1). Daemons
 # should be release-like builds (e.g. `--profile bench-wine`): a debug build distorts the ratio.
 set -euo pipefail
+caller="$PWD"
 cd "$(dirname "$0")/.."
 repo="$PWD"
+# Paths given relative to where the script was called from.
+abs() { if [[ -z "$1" || "$1" == /* ]]; then printf '%s' "$1"; else printf '%s' "$caller/$1"; fi; }
 
 rounds=3 calls=4000 warmup=500 upstream_src="" upstream_git="" tag=v1.1.3 go_client="" client_desc=""
 labels=() bins=()
@@ -37,13 +40,13 @@ while (($#)); do
         --rounds) rounds="$2"; shift 2 ;;
         --calls) calls="$2"; shift 2 ;;
         --warmup) warmup="$2"; shift 2 ;;
-        --upstream-src) upstream_src="$2"; shift 2 ;;
-        --upstream-git) upstream_git="$2"; shift 2 ;;
+        --upstream-src) upstream_src="$(abs "$2")"; shift 2 ;;
+        --upstream-git) upstream_git="$(abs "$2")"; shift 2 ;;
         --upstream-tag) tag="$2"; shift 2 ;;
-        --go-client) go_client="$2"; shift 2 ;;
+        --go-client) go_client="$(abs "$2")"; shift 2 ;;
         --daemon)
             [[ "$2" == ?*=?* ]] || { echo "bench-go-linux: --daemon takes LABEL=PATH, not $2" >&2; exit 2; }
-            labels+=("${2%%=*}") bins+=("${2#*=}"); shift 2 ;;
+            labels+=("${2%%=*}") bins+=("$(abs "${2#*=}")"); shift 2 ;;
         -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
         *) echo "bench-go-linux: unknown argument: $1" >&2; exit 2 ;;
     esac
