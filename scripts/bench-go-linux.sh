@@ -26,6 +26,9 @@
 # Each run starts the daemon fresh in a temporary directory (--kubelet-path, --socket-dir,
 # --state-dir under it) and asks about `kubelet/x`, a directory that exists (depth 1). Daemons
 # should be release-like builds (e.g. `--profile bench-wine`): a debug build distorts the ratio.
+# A --daemon value may carry arguments after the binary (`LABEL=BIN ARG...`, split on spaces):
+# `--daemon "floor=target/bench-wine/csi-proxy-bench-server --layers noop"` measures plain tonic
+# answering PathExists with no work, the floor of the ratio on this machine.
 set -euo pipefail
 caller="$PWD"
 cd "$(dirname "$0")/.."
@@ -46,14 +49,14 @@ while (($#)); do
         --go-client) go_client="$(abs "$2")"; shift 2 ;;
         --daemon)
             [[ "$2" == ?*=?* ]] || { echo "bench-go-linux: --daemon takes LABEL=PATH, not $2" >&2; exit 2; }
-            labels+=("${2%%=*}") bins+=("$(abs "${2#*=}")"); shift 2 ;;
+            labels+=("${2%%=*}") bins+=("$(abs "${2#*=}")"); shift 2 ;;  # BIN [ARG...]
         -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
         *) echo "bench-go-linux: unknown argument: $1" >&2; exit 2 ;;
     esac
 done
 ((${#labels[@]})) || { echo "bench-go-linux: no --daemon LABEL=PATH given" >&2; exit 2; }
 for b in "${bins[@]}"; do
-    [[ -x "$b" ]] || { echo "bench-go-linux: no such binary: $b" >&2; exit 1; }
+    [[ -x "${b%% *}" ]] || { echo "bench-go-linux: no such binary: ${b%% *}" >&2; exit 1; }
 done
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/csi-proxy-bench-go-linux.XXXXXX")"
@@ -86,10 +89,11 @@ cpu_times() { awk 'NR == 1 { t = 0; for (i = 2; i <= NF; i++) t += $i; print t -
 # Runs daemon $2 (of label $1) fresh and the client against it; appends the PAIR line and how busy
 # the machine was meanwhile to $work/<label>.results.
 run_once() {
-    local label="$1" bin="$2" d
+    local label="$1" bin="$2" d cmd
+    read -ra cmd <<<"$bin"
     d="$(mktemp -d "$work/run.XXXXXX")"
     mkdir -p "$d/kubelet/x" "$d/run" "$d/state"
-    "$bin" --kubelet-path="$d/kubelet" --socket-dir="$d/run" --state-dir="$d/state" \
+    "${cmd[@]}" --kubelet-path="$d/kubelet" --socket-dir="$d/run" --state-dir="$d/state" \
         </dev/null >"$d/daemon.out" 2>"$d/daemon.err" &
     daemon=$!
     local b0 t0 b1 t1

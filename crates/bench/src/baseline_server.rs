@@ -66,6 +66,9 @@ mod linux {
         /// Which of the daemon's layers to add to plain tonic.
         #[arg(long, value_enum)]
         layers: Layers,
+        /// Accepted and unused, so scripts start this server as they start the daemon.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
     }
 
     /// PathExists straight to the service, on the worker that received it; nothing else. With
