@@ -13,6 +13,9 @@
 //!   daemon installs): the `FilesystemV1` adapter (`call.rs`: metrics, inline slot, deadline
 //!   check, request logging), the `spec_status` layer, the accept back-off, the handshake timeout,
 //!   the `:authority` rewriter.
+//! - `noop`: `bare` whose PathExists answers "exists" without any work (no path check, no
+//!   `statx`): the floor a PathExists costs on plain tonic, which the health check is compared
+//!   against (the two differ only in their method, request and answer).
 //! - `daemon-stack`: `daemon::serve` itself with this one endpoint and the daemon's logging: the
 //!   daemon's whole stack, one endpoint instead of 23.
 
@@ -40,6 +43,7 @@ mod linux {
     #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
     pub enum Layers {
         Bare,
+        Noop,
         Adapter,
         Deadline,
         Accept,
@@ -62,10 +66,17 @@ mod linux {
         /// Which of the daemon's layers to add to plain tonic.
         #[arg(long, value_enum)]
         layers: Layers,
+        /// Accepted and unused, so scripts start this server as they start the daemon.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
     }
 
-    /// PathExists straight to the service, on the worker that received it; nothing else.
-    struct Bare(FilesystemService);
+    /// PathExists straight to the service, on the worker that received it; nothing else. With
+    /// `noop`, not even the service: every path exists.
+    struct Bare {
+        svc: FilesystemService,
+        noop: bool,
+    }
 
     fn unimplemented<T>() -> Result<Response<T>, Status> {
         Err(Status::unimplemented("bench server: PathExists only"))
@@ -77,7 +88,10 @@ mod linux {
             &self,
             r: Request<v1::PathExistsRequest>,
         ) -> Result<Response<v1::PathExistsResponse>, Status> {
-            match self.0.path_exists(&r.into_inner().path) {
+            if self.noop {
+                return Ok(Response::new(v1::PathExistsResponse { exists: true }));
+            }
+            match self.svc.path_exists(&r.into_inner().path) {
                 Ok(exists) => Ok(Response::new(v1::PathExistsResponse { exists })),
                 Err(e) => Err(csi_proxy_server::status::to_status(&e)),
             }
@@ -147,7 +161,10 @@ mod linux {
             Layers::Adapter | Layers::DaemonStack => {
                 Routes::new(FilesystemV1::new(svc).into_server())
             }
-            _ => Routes::new(v1::filesystem_server::FilesystemServer::new(Bare(svc))),
+            _ => Routes::new(v1::filesystem_server::FilesystemServer::new(Bare {
+                svc,
+                noop: a.layers == Layers::Noop,
+            })),
         };
         if a.layers == Layers::DaemonStack {
             let endpoint = Endpoint {

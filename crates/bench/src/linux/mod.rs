@@ -68,10 +68,14 @@ struct Args {
 }
 
 /// The layer table's servers: `csi-proxy-bench-server --layers <name>`, and what each row is.
-const LAYERS: [(&str, &str); 8] = [
+const LAYERS: [(&str, &str); 9] = [
     (
         "bare",
         "bare tonic (serve_with_incoming, handler calls the service)",
+    ),
+    (
+        "noop",
+        "bare tonic, PathExists answered with no work (no path check, no statx): the floor",
     ),
     (
         "adapter",

@@ -308,18 +308,27 @@ impl PathPolicy {
 
     /// The lexical check: normalised components and how many of them are the deepest matching root.
     fn lexical_inside<'p>(&self, op: &str, path: &'p str) -> Result<(Vec<&'p str>, usize)> {
+        let (comps, root) = self.lexical_root(op, path)?;
+        let root_len = self.root_comps.get(root).map_or(0, Vec::len);
+        Ok((comps, root_len))
+    }
+
+    /// As [`PathPolicy::lexical_inside`], with the index of the root the path lies in (in
+    /// [`PathPolicy::roots`]) instead of its length.
+    fn lexical_root<'p>(&self, op: &str, path: &'p str) -> Result<(Vec<&'p str>, usize)> {
         let comps = self
             .style
             .lexical(path)
             .map_err(|why| Error::invalid(op, shown(path), why))?;
         // The deepest root wins, so that components on the way to an admin-chosen nested root are
         // not probed (the admin chose that root, links and all).
-        let root_len = self
+        let root = self
             .root_comps
             .iter()
-            .filter(|r| self.style.starts_with(&comps, r))
-            .map(Vec::len)
-            .max()
+            .enumerate()
+            .filter(|(_, r)| self.style.starts_with(&comps, r))
+            .max_by_key(|(_, r)| r.len())
+            .map(|(i, _)| i)
             .ok_or_else(|| {
                 Error::new(
                     Kind::PermissionDenied,
@@ -328,7 +337,7 @@ impl PathPolicy {
                     format!("not within the allowed roots [{}]", self.roots.join(", ")),
                 )
             })?;
-        Ok((comps, root_len))
+        Ok((comps, root))
     }
 
     /// Compares only as many components as the roots have, so deep paths cost no more per step.

@@ -508,19 +508,24 @@ impl PathPolicy {
     /// the walk's answer, from the host's [`Walker::exists_beneath`] when it can give one.
     pub fn exists<W: Walker + ?Sized>(&self, op: &str, path: &str, walker: &W) -> Result<bool> {
         let qualified = self.qualified(path);
-        let (comps, root_len) = self.lexical_inside(op, &qualified)?;
-        if let Some(below) = comps.get(root_len..).filter(|b| !b.is_empty()) {
-            let mut stack = root_stack(&comps[..root_len]);
-            let mut fs_root = None;
+        let (comps, root) = self.lexical_root(op, &qualified)?;
+        let root_len = self.root_comps.get(root).map_or(0, Vec::len);
+        if let Some(below) = comps.get(root_len..).filter(|b| !b.is_empty())
+            && let Some(at) = self.roots.get(root)
+        {
+            // The root as the policy names it (a root is always on the root path, so the walk
+            // would open it as trusted too), without building the walk's stack.
             let io_err = |at: &str, e: &io::Error| {
                 Error::io(op, format!("{} (checking {at:?})", shown(&qualified)), e)
             };
-            let root = self
-                .hold(&mut stack, &mut fs_root, walker, false)
-                .map_err(|(at, e)| io_err(&at, &e))?;
-            if let Some(root) = root
+            let held = match walker.open_trusted(at, false) {
+                Ok(d) => Some(d),
+                Err(e) if names_nothing(&e) => None,
+                Err(e) => return Err(io_err(at, &e)),
+            };
+            if let Some(dir) = held
                 && let Some(exists) = walker
-                    .exists_beneath(root, below)
+                    .exists_beneath(&dir, below)
                     .map_err(|e| io_err(&self.style.render(&comps), &e))?
             {
                 return Ok(exists);

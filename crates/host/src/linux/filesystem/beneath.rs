@@ -15,7 +15,6 @@
 
 use super::*;
 use rustix::fs::ResolveFlags;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
@@ -37,14 +36,16 @@ static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
 static PROBED: AtomicBool = AtomicBool::new(false);
 
 /// Roots (and the directories on the way to them) held open, by the path the policy names them.
-/// Only the policy's roots and their ancestors are opened as trusted, so this stays small.
+/// Only the policy's roots and their ancestors are opened as trusted, so this stays small: a
+/// list compared byte for byte, which costs less per request than hashing a path.
 #[derive(Debug, Default)]
 pub(super) struct Roots {
-    held: RwLock<HashMap<PathBuf, HeldRoot>>,
+    held: RwLock<Vec<HeldRoot>>,
 }
 
 #[derive(Debug)]
 struct HeldRoot {
+    path: PathBuf,
     dir: Arc<OpenDir>,
     /// When its path was last seen to name `dir`.
     checked: Instant,
@@ -62,7 +63,7 @@ impl Roots {
         let now = Instant::now();
         let known = {
             let held = self.held.read().unwrap_or_else(PoisonError::into_inner);
-            match held.get(path) {
+            match held.iter().find(|r| r.path == path) {
                 Some(r) if now.duration_since(r.checked) < RECHECK => return Ok(r.dir.clone()),
                 Some(r) => Some(r.dir.clone()),
                 None => None,
@@ -80,19 +81,21 @@ impl Roots {
             },
         };
         let mut held = self.held.write().unwrap_or_else(PoisonError::into_inner);
-        held.insert(
-            path.to_path_buf(),
-            HeldRoot {
-                dir: dir.clone(),
-                checked: now,
-            },
-        );
+        let entry = HeldRoot {
+            path: path.to_path_buf(),
+            dir: dir.clone(),
+            checked: now,
+        };
+        match held.iter_mut().find(|r| r.path == path) {
+            Some(r) => *r = entry,
+            None => held.push(entry),
+        }
         Ok(dir)
     }
 
     fn forget(&self, path: &Path) {
         let mut held = self.held.write().unwrap_or_else(PoisonError::into_inner);
-        held.remove(path);
+        held.retain(|r| r.path != path);
     }
 }
 
