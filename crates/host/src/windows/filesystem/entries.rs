@@ -94,9 +94,6 @@ impl<'a> Fs<'a> {
         self.with_readonly_retry(path, |p| self.os.delete_file(p))
     }
 
-    /// Removes a reparse point itself; a volume mount point is first given to
-    /// `DeleteVolumeMountPointW`, so the mount manager forgets it. What it leads to is never
-    /// touched.
     /// Tells the mount manager to forget the volume mount point at `path` (logged, not
     /// failed, when it cannot: the folder left is removed as a folder).
     pub(super) fn delete_volume_mount_point(&self, path: &[u16]) {
@@ -111,6 +108,9 @@ impl<'a> Fs<'a> {
         }
     }
 
+    /// Removes a reparse point itself; a volume mount point is first given to
+    /// `DeleteVolumeMountPointW`, so the mount manager forgets it. What it leads to is never
+    /// touched.
     pub(super) fn remove_reparse_point(&self, path: &[u16], attrs: u32) -> Win32Result<()> {
         if !has(attrs, attr::DIRECTORY) {
             return self.delete_file(path);
