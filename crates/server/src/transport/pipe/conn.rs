@@ -10,6 +10,10 @@ use super::*;
 
 /// The most bytes gathered into one pipe write (larger answers go out buffer by buffer).
 pub(super) const GATHER_LIMIT: usize = 64 * 1024;
+const _: () = assert!(
+    GATHER_LIMIT <= super::write::WRITE_LIMIT,
+    "a gathered write is one write"
+);
 
 /// One connected client of a pipe: the server end of a pipe instance.
 #[derive(Debug)]
@@ -113,11 +117,20 @@ impl AsyncWrite for PipeConn {
                 .map_or(&[][..], |b| &b[..]);
             return self.poll_write(cx, first);
         }
-        let mut joined = Vec::with_capacity(total);
-        for b in bufs {
-            joined.extend_from_slice(b);
+        let join = || {
+            let mut joined = Vec::with_capacity(total);
+            for b in bufs {
+                joined.extend_from_slice(b);
+            }
+            joined
+        };
+        let this = self.get_mut();
+        match &mut this.writer {
+            // The joined buffer becomes the write's own: joined once a write starts, not copied
+            // again.
+            Some(w) => w.poll_write_gathered(cx, join),
+            None => Pin::new(&mut this.inner).poll_write(cx, &join()),
         }
-        self.poll_write(cx, &joined)
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -22,7 +22,7 @@ use windows::Win32::System::IO::OVERLAPPED;
 use super::win32::{self, Event, ThreadPoolWait};
 
 /// The most bytes one write takes (and copies); hyper hands over the rest in the next write.
-const WRITE_LIMIT: usize = 256 * 1024;
+pub(super) const WRITE_LIMIT: usize = 256 * 1024;
 
 /// One write's OVERLAPPED and bytes, which must not move or be freed while it is pending.
 struct Op {
@@ -93,14 +93,26 @@ impl Writer {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        self.poll_write_gathered(cx, || buf[..buf.len().min(WRITE_LIMIT)].to_vec())
+    }
+
+    /// As [`Writer::poll_write`] for the bytes `gather` returns (at most [`WRITE_LIMIT`]),
+    /// called only once no write is pending: its buffer becomes the write's own, uncopied.
+    pub(super) fn poll_write_gathered(
+        &mut self,
+        cx: &mut Context<'_>,
+        gather: impl FnOnce() -> Vec<u8>,
+    ) -> Poll<io::Result<usize>> {
         if let Err(e) = std::task::ready!(self.poll_idle(cx)) {
             return Poll::Ready(Err(e));
         }
+        let buf = gather();
+        debug_assert!(buf.len() <= WRITE_LIMIT);
         if buf.is_empty() {
             return Poll::Ready(Ok(0));
         }
-        let len = buf.len().min(WRITE_LIMIT);
-        let op = self.op(buf[..len].to_vec());
+        let len = buf.len();
+        let op = self.op(buf);
         Poll::Ready(self.start(op).map(|()| len))
     }
 
