@@ -117,7 +117,7 @@ async fn run(a: &Args) -> Result<(), String> {
                 loop {
                     match fs.path_exists(&path).await {
                         Ok(_) => break,
-                        Err(s) if never_sent(&s) => {
+                        Err(s) if csi_proxy_client::retry::never_processed(&s) => {
                             RESENT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         }
                         Err(s) => return Err(s),
@@ -145,25 +145,12 @@ async fn run(a: &Args) -> Result<(), String> {
     Ok(())
 }
 
-/// Calls sent again because their connection never sent them (see [`never_sent`]).
+/// Calls sent again because the daemon never processed them
+/// ([`csi_proxy_client::retry::never_processed`]: refused, or taken back by their connection
+/// after a GOAWAY). grpc-go, the drivers' client, sends such a call again on a new connection
+/// (gRPC's transparent retry), so the concurrent phase does too; any other error is a failed
+/// call, which ends the run.
 static RESENT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// Whether a failed call never left the client: its connection took it back before writing it
-/// (hyper's `Canceled`, the connection having closed first, as after a server's GOAWAY). grpc-go,
-/// the drivers' client, sends such a call again on a new connection (gRPC's transparent retry),
-/// so the concurrent phase does too; any other error is a failed call, which ends the run.
-fn never_sent(s: &Status) -> bool {
-    let mut src = std::error::Error::source(s);
-    while let Some(e) = src {
-        if e.downcast_ref::<hyper::Error>()
-            .is_some_and(hyper::Error::is_canceled)
-        {
-            return true;
-        }
-        src = e.source();
-    }
-    false
-}
 
 /// Warm-up, then `a.calls` sequential calls between the phase's markers.
 async fn phase<F, Fut>(name: &str, a: &Args, mut call: F) -> Result<Samples, String>

@@ -12,6 +12,7 @@ pub mod disk;
 pub mod filesystem;
 pub mod health;
 pub mod iscsi;
+pub mod retry;
 pub mod volume;
 
 use std::path::PathBuf;

@@ -54,25 +54,13 @@ enum Fate {
 }
 
 fn fate(s: &Status) -> Fate {
+    if csi_proxy_client::retry::never_processed(s) {
+        return Fate::Unprocessed;
+    }
     let mut src: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(s);
     let mut lost = false;
     while let Some(e) = src {
-        if let Some(h2) = e.downcast_ref::<h2::Error>() {
-            if h2.reason() == Some(h2::Reason::REFUSED_STREAM)
-                || (h2.is_go_away() && h2.is_remote())
-            {
-                return Fate::Unprocessed;
-            }
-            lost = true;
-        }
-        if let Some(h) = e.downcast_ref::<hyper::Error>() {
-            // Canceled: taken back before it was written (its connection closed first).
-            if h.is_canceled() {
-                return Fate::Unprocessed;
-            }
-            lost = true;
-        }
-        if e.downcast_ref::<std::io::Error>().is_some() {
+        if e.is::<h2::Error>() || e.is::<hyper::Error>() || e.is::<std::io::Error>() {
             lost = true;
         }
         src = e.source();
