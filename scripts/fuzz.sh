@@ -12,14 +12,15 @@
 # only stable, so RUSTC_BOOTSTRAP=1 lets stable accept them. New inputs the fuzzer finds go to
 # fuzz/corpus/<target>/ (the seed corpus kept in the repo); crashes go to
 # fuzz/artifacts/<target>/ and make this script exit 1. Replay one with
-#   RUSTC_BOOTSTRAP=1 cargo +stable fuzz run <target> fuzz/artifacts/<target>/<file>
+#   RUSTC_BOOTSTRAP=1 cargo +stable fuzz run --target-dir target/fuzz <target> fuzz/artifacts/<target>/<file>
 # The corpus also replays without libFuzzer: cargo test --manifest-path fuzz/Cargo.toml
 #
 # Environment: FUZZ_JOBS (default 1) parallel libFuzzer jobs per target; FUZZ_CORPUS_RO=1 runs
 # against a temporary copy of the corpus, leaving fuzz/corpus/ unchanged; FUZZ_DEV=1 builds
 # without optimisation (builds in a fraction of the time, runs slower: for CI smoke runs);
 # FUZZ_UNIT_TIMEOUT seconds one input may take before it is reported as a hang (10, or 120 with
-# FUZZ_DEV=1).
+# FUZZ_DEV=1); FUZZ_TARGET_DIR where it builds (default target/fuzz, apart from the workspace's
+# stable builds).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -49,6 +50,11 @@ if [[ "${FUZZ_DEV:-}" == 1 ]]; then
     UNIT_TIMEOUT="${FUZZ_UNIT_TIMEOUT:-120}"
 fi
 
+# A target directory of fuzz's own: with RUSTC_BOOTSTRAP=1 set, build scripts (anyhow's,
+# thiserror's, proc-macro2's) probe nightly features, and cargo would reuse those probes in the
+# workspace's stable builds if both shared one directory.
+FUZZ_TARGET_DIR="${FUZZ_TARGET_DIR:-${CARGO_TARGET_DIR:-$ROOT/target}/fuzz}"
+
 status=0
 for t in "${TARGETS[@]}"; do
     corpus="corpus/$t"
@@ -59,7 +65,7 @@ for t in "${TARGETS[@]}"; do
         corpus="$tmp"
     fi
     echo "==> fuzz $t for ${SECONDS_EACH}s"
-    if ! cargo "${TOOLCHAIN[@]}" fuzz run "${BUILD[@]}" "$t" "$corpus" --jobs "${FUZZ_JOBS:-1}" -- \
+    if ! cargo "${TOOLCHAIN[@]}" fuzz run "${BUILD[@]}" --target-dir "$FUZZ_TARGET_DIR" "$t" "$corpus" --jobs "${FUZZ_JOBS:-1}" -- \
         -max_total_time="$SECONDS_EACH" -timeout="$UNIT_TIMEOUT" -rss_limit_mb=2048 \
         -print_final_stats=1; then
         echo "fuzz.sh: target $t FAILED (see fuzz/artifacts/$t/)" >&2

@@ -81,6 +81,8 @@ CARGO_FLAGS=()
 if [[ "${CI:-}" == "true" ]]; then
     CARGO_FLAGS+=(--locked)
     export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+    # A clean clone builds once: incremental state would only double the object files on disk.
+    export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 fi
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
 
@@ -226,6 +228,15 @@ start_all=$SECONDS
 
 fmt_duration() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
 
+# Free space where cargo writes, in GiB: printed before each step and with a failure, because a
+# full disk shows up as a linker crash (a Bus error in ld) rather than as "no space left".
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+disk_free() {
+    local dir="$TARGET_DIR"
+    [[ -d "$dir" ]] || dir="$ROOT"
+    df -P -BG "$dir" 2>/dev/null | awk 'NR == 2 { sub(/G$/, "", $4); print $4 "G free on " $6 }'
+}
+
 summary() {
     local line
     echo
@@ -244,7 +255,7 @@ for step in "${steps[@]}"; do
     fi
     echo
     echo "==================================================================================="
-    echo " ==> $step"
+    echo " ==> $step   ($(disk_free))"
     echo "==================================================================================="
     t0=$SECONDS
     # A subshell outside any `||`/`if` context, so that `set -e` applies inside the step.
@@ -260,7 +271,7 @@ for step in "${steps[@]}"; do
         results+=("$(printf '%-15s %-7s %s' "$step" FAILED "$took (exit $rc)")")
         summary
         echo
-        echo "FAILED at step '$step' (exit $rc)"
+        echo "FAILED at step '$step' (exit $rc); disk: $(disk_free)"
         exit 1
     fi
     results+=("$(printf '%-15s %-7s %s' "$step" ok "$took")")
