@@ -27,7 +27,8 @@
 #
 # Environment:
 #   SKIP_INSTALL=1   skip the install step (nothing is installed or downloaded)
-#   CI=true          CI mode: cargo runs with --locked and without colour
+#   CI=true          CI mode: cargo runs with --locked, without colour and without incremental
+#                    state (CARGO_INCREMENTAL=0: a clean clone builds once)
 #   CSI_PROXY_WINEPREFIX   wine prefix (default $HOME/.csi-proxy-wine)
 #
 # Meant for a Debian 12 machine with rustup and cargo, run as root (the Linux integration tests
