@@ -238,6 +238,22 @@ disk_free() {
     df -P -BG "$dir" 2>/dev/null | awk 'NR == 2 { sub(/G$/, "", $4); print $4 "G free on " $6 }'
 }
 
+# In CI, the test executables a step linked (most of the build's disk) are removed once the step
+# has passed: no later step runs them, and a later `cargo build` relinks the two daemons it needs.
+# This keeps the run's peak disk at the `test` step instead of the sum of every step.
+prune_after() {
+    [[ "${CI:-}" == "true" ]] || return 0
+    local deps
+    case "$1" in
+        test) deps="$TARGET_DIR/debug/deps" ;;
+        test-windows) deps="$TARGET_DIR/$WINDOWS_TARGET/debug/deps" ;;
+        *) return 0 ;;
+    esac
+    [[ -d "$deps" ]] || return 0
+    find "$deps" -maxdepth 1 -type f -executable ! -name '*.so' ! -name '*.dll' -delete
+    echo "removed the executables of step '$1' from $deps ($(disk_free))"
+}
+
 summary() {
     local line
     echo
@@ -276,6 +292,7 @@ for step in "${steps[@]}"; do
         exit 1
     fi
     results+=("$(printf '%-15s %-7s %s' "$step" ok "$took")")
+    prune_after "$step"
 done
 
 summary
