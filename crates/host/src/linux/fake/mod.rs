@@ -7,6 +7,7 @@
 //! ELOOP. The filesystem tools are modelled in `tools`. Every call is recorded, so tests can
 //! count what an operation costs.
 
+mod meet;
 mod render;
 mod scsi;
 mod state;
@@ -44,6 +45,7 @@ const ENOTTY: i32 = 25;
 #[derive(Debug, Default)]
 pub struct FakeLinux {
     state: Mutex<State>,
+    meet: meet::Meet,
 }
 
 impl FakeLinux {
@@ -193,12 +195,20 @@ impl FakeLinux {
     pub fn clear_calls(&self) {
         self.lock().calls.clear();
     }
+
+    /// From now on, a `read_file` whose recorded line starts with `prefix` waits up to `wait`
+    /// for another thread's, so both have read before either acts on what it read.
+    pub fn meet_after(&self, prefix: &str, wait: Duration) {
+        self.meet.set(prefix, wait);
+    }
 }
 
 impl LinuxOs for FakeLinux {
     fn read_file(&self, path: &Path) -> io::Result<Vec<u8>> {
-        let s = self.record(format!("read_file {}", path.display()));
-        render::read(&s, path).map(String::into_bytes)
+        let call = format!("read_file {}", path.display());
+        let r = render::read(&self.record(call.clone()), path).map(String::into_bytes);
+        self.meet.after(&call);
+        r
     }
 
     fn write_file(&self, path: &Path, text: &str) -> io::Result<()> {

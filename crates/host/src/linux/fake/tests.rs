@@ -9,6 +9,7 @@ use csi_proxy_core::Kind;
 use csi_proxy_core::disk::DiskHost;
 use csi_proxy_core::volume::{ResizeTarget, VolumeHost};
 use std::sync::Arc;
+use std::time::Duration;
 
 const GIB: u64 = 1 << 30;
 /// Where the tests mount: a path that exists only inside the fake.
@@ -308,6 +309,53 @@ fn xfs_is_grown_on_a_private_temporary_mount() {
         "the temporary mount is gone, the private directory stays"
     );
     assert!(n.volumes.get_volume_stats(&id).unwrap().total_bytes > GIB + GIB / 2);
+}
+
+/// Two xfs volumes grown at the same time, each on its own temporary mount: the private
+/// directory is made a mount once, not once per grow. Two grows that both found it not yet a
+/// mount each bound it onto itself; the second bind covered the first grow's temporary mount,
+/// whose unmount then failed with EINVAL ("not mounted") and left the filesystem mounted
+/// underneath (clones_e2e saw it 1 run in 6 on loop disks).
+#[test]
+fn concurrent_grows_make_the_private_directory_a_mount_once() {
+    for round in 0..3 {
+        let n = Node::new(FsType::Xfs);
+        let ids = [n.volume("sda", GIB), n.volume("sdb", GIB)];
+        for id in &ids {
+            n.volumes.format_volume(id).unwrap();
+        }
+        n.fake.resize_disk("sda", 2 * GIB);
+        n.fake.resize_disk("sdb", 2 * GIB);
+        // Both grows read the mount table before either acts on it.
+        (n.fake).meet_after("read_file /proc/self/mountinfo", Duration::from_millis(200));
+        let start = std::sync::Barrier::new(2);
+        std::thread::scope(|s| {
+            let grows: Vec<_> = (ids.iter())
+                .map(|id| {
+                    let (volumes, start) = (&n.volumes, &start);
+                    s.spawn(move || {
+                        start.wait();
+                        volumes.resize_volume(id, ResizeTarget::Maximum)
+                    })
+                })
+                .collect();
+            for g in grows {
+                let r = g.join().unwrap();
+                assert!(r.is_ok(), "round {round}: {r:?}");
+            }
+        });
+        for id in &ids {
+            assert!(
+                n.volumes.get_volume_stats(id).unwrap().total_bytes > GIB + GIB / 2,
+                "round {round}: {id} was not grown"
+            );
+        }
+        assert_eq!(
+            n.fake.mount_points(),
+            ["/", n.volumes_state_mnt().as_str()],
+            "round {round}: one bind of the private directory and no temporary mount left"
+        );
+    }
 }
 
 /// A mounted volume is synced, measured and grown through its mount's root held open and

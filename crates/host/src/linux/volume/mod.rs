@@ -84,6 +84,9 @@ pub struct LinuxVolumeHost {
     /// Kernel filesystem types MountVolume mounts besides [`mount_policy::BUILT_IN`]
     /// (`--mount-filesystem`).
     mount_filesystems: Arc<[String]>,
+    /// Held while `<state_dir>/mnt` is checked and made a mount
+    /// ([`Self::make_mount_dir_private`]), so that two grows at once bind it once.
+    private_dir: Arc<std::sync::Mutex<()>>,
 }
 
 impl std::fmt::Debug for LinuxVolumeHost {
@@ -155,6 +158,7 @@ impl LinuxVolumeHost {
             state_dir: state_dir.into(),
             fs_type,
             mount_filesystems: Arc::from([]),
+            private_dir: Arc::default(),
         };
         host.recover_private_mounts();
         host
@@ -174,7 +178,12 @@ impl LinuxVolumeHost {
     /// it then never propagate to other mount namespaces (a kubelet or container runtime with a
     /// shared view of the host), where a copy could keep the filesystem busy and, left behind,
     /// make the volume look mounted outside the allowed roots.
+    ///
+    /// The look and the bind happen under one lock: two grows that both found no mount there
+    /// would each bind it, and the second bind would cover the first grow's temporary mount,
+    /// leaving it mounted underneath and its unmount failing with EINVAL.
     pub(super) fn make_mount_dir_private(&self) -> io::Result<()> {
+        let _held = (self.private_dir.lock()).unwrap_or_else(|poisoned| poisoned.into_inner());
         let dir = self.state_dir.join("mnt");
         self.os.create_dir_all(&dir, 0o700)?;
         let dir = self.os.canonicalize(&dir)?;
