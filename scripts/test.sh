@@ -40,6 +40,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 WINDOWS_TARGET=x86_64-pc-windows-gnu
+# Where cargo builds.
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 APT_PACKAGES=(
     gcc libc6-dev                          # linker for the host target
     gcc-mingw-w64-x86-64                   # linker for x86_64-pc-windows-gnu, builds the wine shim
@@ -188,7 +190,7 @@ step_manifests() {
     cargo build "${CARGO_FLAGS[@]}" -p csi-proxy
     local dir
     dir="$(mktemp -d)"
-    sed "s#/usr/local/bin/csi-proxy#${CARGO_TARGET_DIR:-$ROOT/target}/debug/csi-proxy#" \
+    sed "s#/usr/local/bin/csi-proxy#$TARGET_DIR/debug/csi-proxy#" \
         deploy/linux/csi-proxy.service \
         > "$dir/csi-proxy.service"
     cp deploy/linux/csi-proxy.socket "$dir/"
@@ -231,7 +233,6 @@ fmt_duration() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
 
 # Free space where cargo writes, in GiB: printed before each step and with a failure, because a
 # full disk shows up as a linker crash (a Bus error in ld) rather than as "no space left".
-TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 disk_free() {
     local dir="$TARGET_DIR"
     [[ -d "$dir" ]] || dir="$ROOT"
