@@ -35,6 +35,10 @@ fn main() -> ExitCode {
     if flags.windows_service {
         return windows_service::run(flags);
     }
+    // Outside service mode the console control events stop the daemon gracefully: installed
+    // before anything is served, so no event finds only the default handler (ExitProcess).
+    #[cfg(windows)]
+    let _ = console::asked();
     let events = if flags.event_log() {
         service_events::open()
     } else {
@@ -47,6 +51,8 @@ fn main() -> ExitCode {
         wait_to_be_stopped();
     }
     events.stopped(&result);
+    #[cfg(windows)]
+    console::stopped();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -282,7 +288,7 @@ fn listen(flags: &flags::Flags) -> Result<Listen, String> {
     })
 }
 
-/// Completes on SIGINT or SIGTERM (Unix) or Ctrl-C / console close (Windows).
+/// Completes on SIGINT or SIGTERM (Unix) or a console control event (Windows: [`console`]).
 async fn shutdown_signal() {
     #[cfg(unix)]
     {
@@ -301,10 +307,65 @@ async fn shutdown_signal() {
     }
     #[cfg(windows)]
     {
-        if tokio::signal::ctrl_c().await.is_err() {
+        let Some(asked) = console::asked() else {
             return std::future::pending().await;
+        };
+        let mut rx = asked.subscribe();
+        match rx.wait_for(Option::is_some).await {
+            Ok(event) => {
+                if let Some(e) = *event {
+                    tracing::info!("{} received", e.name());
+                }
+            }
+            Err(_) => std::future::pending().await,
         }
-        tracing::info!("Ctrl-C received");
+    }
+}
+
+/// Console control events outside service mode (a HostProcess pod, a console, a supervisor):
+/// CTRL_C, CTRL_BREAK, CTRL_CLOSE, CTRL_LOGOFF and CTRL_SHUTDOWN each stop the daemon as
+/// SIGTERM does on Linux. The handler of the last three holds its thread until the daemon has
+/// stopped ([`console::stopped`]), because the system ends the process as soon as it returns;
+/// the system's own limits on that wait are documented beside `time_limit` in the host crate
+/// (CTRL_CLOSE 5 s; CTRL_LOGOFF and CTRL_SHUTDOWN 5 s for a process that is not a service;
+/// Ctrl+C and Ctrl+Break none), and a drain longer than the event's limit is cut off there.
+#[cfg(windows)]
+mod console {
+    use csi_proxy_host::windows::console::{ConsoleStop, CtrlEvent};
+    use std::sync::OnceLock;
+    use tokio::sync::watch;
+
+    static ASKED: OnceLock<Option<watch::Sender<Option<CtrlEvent>>>> = OnceLock::new();
+
+    /// The first event received (`None` until then); installs the handler on first use.
+    /// `None` when the handler cannot be installed (said in the log): then only the default
+    /// handler runs, and a stop ends the process at once.
+    pub fn asked() -> Option<&'static watch::Sender<Option<CtrlEvent>>> {
+        ASKED
+            .get_or_init(|| {
+                let (tx, _) = watch::channel(None);
+                let stop = ConsoleStop::new(|e| {
+                    if let Some(Some(tx)) = ASKED.get() {
+                        tx.send_replace(Some(e));
+                    }
+                });
+                match csi_proxy_host::windows::win32::console::install(stop) {
+                    Ok(_) => Some(tx),
+                    Err(e) => {
+                        tracing::error!("{e}: a console stop will not be graceful");
+                        None
+                    }
+                }
+            })
+            .as_ref()
+    }
+
+    /// The daemon has stopped: a handler thread held for an event that ends the process may
+    /// return (the process then ends).
+    pub fn stopped() {
+        if let Some(stop) = csi_proxy_host::windows::win32::console::installed() {
+            stop.stopped();
+        }
     }
 }
 

@@ -90,17 +90,31 @@ pub fn describe_hresult(hres: i32) -> String {
 }
 
 /// `(return value, meaning, kind)` of the Storage Management API methods' documented return
-/// values (shared by `MSFT_Disk`, `MSFT_Partition` and `MSFT_Volume` methods).
+/// values (shared by `MSFT_Disk`, `MSFT_Partition` and `MSFT_Volume` methods). The numbers and
+/// meanings are those of "Storage Management API Common Return Codes"
+/// (learn.microsoft.com/windows-hardware/drivers/storage/storage-management-api-common-return-codes),
+/// except 41018, which the method pages (`MSFT_Disk.Online`, `Offline`, `Initialize`) list
+/// instead of the common page's 40018 for the same cause. A wrong number here turns a precise
+/// refusal into INTERNAL "return value N" on a real node, so the test below checks each row
+/// against the page's own wording.
 const STORAGE_RETURNS: &[(u32, &str, Kind)] = &[
     (1, "Not Supported", Kind::Unimplemented),
     (2, "Unspecified Error", Kind::Internal),
     (3, "Timeout", Kind::DeadlineExceeded),
     (4, "Failed", Kind::Internal),
     (5, "Invalid Parameter", Kind::InvalidArgument),
+    (6, "In Use / Disk is in use", Kind::FailedPrecondition),
     (
         7,
         "This command is not supported on x86 running in an x64 environment",
         Kind::Unimplemented,
+    ),
+    (8, "Object Not Found", Kind::NotFound),
+    (4099, "The device is busy", Kind::Unavailable),
+    (
+        40000,
+        "Not enough available capacity",
+        Kind::ResourceExhausted,
     ),
     (40001, "Access denied", Kind::PermissionDenied),
     (
@@ -108,9 +122,15 @@ const STORAGE_RETURNS: &[(u32, &str, Kind)] = &[
         "There are not enough resources to complete the operation",
         Kind::Unavailable,
     ),
+    (40003, "Cache out of date", Kind::Unavailable),
     (
         40004,
         "An unexpected I/O error has occurred",
+        Kind::Internal,
+    ),
+    (
+        40007,
+        "The request failed due to a fatal device hardware error",
         Kind::Internal,
     ),
     (
@@ -123,16 +143,31 @@ const STORAGE_RETURNS: &[(u32, &str, Kind)] = &[
         "The disk has not been initialized",
         Kind::FailedPrecondition,
     ),
-    (41001, "The disk is read only", Kind::FailedPrecondition),
-    (41002, "The disk is offline", Kind::FailedPrecondition),
     (
-        41006,
+        41001,
         "The disk has already been initialized",
         Kind::AlreadyExists,
     ),
+    (41002, "The disk is read only", Kind::FailedPrecondition),
+    (41003, "The disk is offline", Kind::FailedPrecondition),
+    (
+        41004,
+        "The disk's partition limit has been reached",
+        Kind::ResourceExhausted,
+    ),
+    (
+        41009,
+        "The operation is not supported on a critical disk",
+        Kind::FailedPrecondition,
+    ),
+    (
+        41018,
+        "The specified object is managed by the Microsoft Failover Clustering component",
+        Kind::FailedPrecondition,
+    ),
     (
         42002,
-        "The access path is already in use",
+        "The requested access path is already in use",
         Kind::AlreadyExists,
     ),
     (
@@ -158,6 +193,16 @@ const STORAGE_RETURNS: &[(u32, &str, Kind)] = &[
     (
         43003,
         "The number of clusters exceeds 32 bits",
+        Kind::FailedPrecondition,
+    ),
+    (
+        43005,
+        "The cluster size must be a multiple of the disk's physical sector size",
+        Kind::InvalidArgument,
+    ),
+    (
+        43006,
+        "Cannot perform the requested operation when the drive is read only",
         Kind::FailedPrecondition,
     ),
 ];
@@ -222,5 +267,25 @@ mod tests {
         s.sort_unstable();
         s.dedup();
         assert_eq!(s.len(), STORAGE_RETURNS.len());
+    }
+
+    /// Each code the daemon meets in practice means what the Storage Management API's common
+    /// return codes page says: the table once had every disk code shifted by one (41001 read
+    /// only, 41002 offline) and no 43006, so a read-only disk's format was INTERNAL.
+    #[test]
+    fn codes_mean_what_the_storage_management_page_says() {
+        for (code, words, kind) in [
+            (41000, "not been initialized", Kind::FailedPrecondition),
+            (41001, "already been initialized", Kind::AlreadyExists),
+            (41002, "read only", Kind::FailedPrecondition),
+            (41003, "offline", Kind::FailedPrecondition),
+            (43006, "drive is read only", Kind::FailedPrecondition),
+            (40003, "Cache out of date", Kind::Unavailable),
+            (6, "in use", Kind::FailedPrecondition),
+        ] {
+            let (k, msg) = storage_return(code).unwrap_err();
+            assert_eq!(k, kind, "{code}: {msg}");
+            assert!(msg.contains(words), "{code}: {msg}");
+        }
     }
 }

@@ -28,7 +28,14 @@ use arrival::{wait_for_departure, wait_for_partition, wait_for_volumes};
 
 super::os::seam_host! {
     /// The Windows disk host.
-    WindowsDiskHost
+    WindowsDiskHost {
+        // SetDiskState(online)'s collision check and the attribute write it guards, one at a
+        // time across every disk: two disks that share unique IDs (a disk and its copy)
+        // brought online at once would each see the other offline and both come online. The
+        // daemon builds one disk host, so this is node-wide; the wait for volumes after the
+        // write is outside it.
+        onlining: std::sync::Arc<std::sync::Mutex<()>>,
+    }
 }
 
 /// `\\.\PhysicalDriveN`.
@@ -492,6 +499,11 @@ impl DiskHost for WindowsDiskHost {
             refuse_system_disk(os, OP, disk_number)?;
         }
         let h = open_disk(os, OP, disk_number, true)?;
+        let onlining = online.then(|| {
+            self.onlining
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        });
         if online && attrs & io::DISK_ATTRIBUTE_OFFLINE != 0 {
             let (l, _) = read_layout(OP, disk_number, &h)?;
             collision::refuse_collision(os, OP, disk_number, &l)?;
@@ -505,6 +517,7 @@ impl DiskHost for WindowsDiskHost {
             )
             .map_err(|e| os_error(OP, format!("disk {disk_number}"), &e, &[]))?;
         }
+        drop(onlining);
         if online {
             // Online also means "its volumes exist": Plug and Play surfaces them only after
             // the disk comes online (or was just attached).

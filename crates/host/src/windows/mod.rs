@@ -3,6 +3,7 @@
 //! Every host (disk, volume, filesystem, SMB, system, iSCSI) is logic over the [`os::Win32`]
 //! seam and compiles on every platform: on Windows it runs over the real seam ([`win32`]), in
 //! tests over the simulated Windows ([`sim`]).
+pub mod console;
 pub mod disk;
 pub mod filesystem;
 pub mod iscsi;

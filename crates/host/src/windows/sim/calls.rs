@@ -38,7 +38,7 @@ impl Win32 for SimWindows {
         input: &[u8],
         out_len: usize,
     ) -> Win32Result<Vec<u8>> {
-        let mut s = self.enter("device_io_control")?;
+        let mut s = self.enter_ioctl("device_io_control", Some(ioctl))?;
         s.settle();
         let open = *s
             .handles
@@ -492,6 +492,10 @@ impl Win32 for SimWindows {
     }
 }
 
+/// `MSFT_Volume.Format`'s return value for a volume of a read-only disk (the method's page and
+/// the Storage Management API's common return codes: 43006).
+pub(super) const FORMAT_READ_ONLY: u32 = 43006;
+
 /// `MSFT_Volume.Format` (NTFS, quick) of the volume whose `UniqueId` is `volume`.
 fn format_ntfs(s: &mut State, volume: &str) -> Win32Result<ReturnValue> {
     if let Some(odd) = s.odd_return.take() {
@@ -509,9 +513,10 @@ fn format_ntfs(s: &mut State, volume: &str) -> Win32Result<ReturnValue> {
         })
         .ok_or(OsError::new(WBEM_E_NOT_FOUND))?;
     // A format writes the volume: on a read-only disk "writes to the disk will fail", which
-    // the Storage Management API answers 41001, "The disk is read only" (ledger row 21).
+    // MSFT_Volume.Format answers with its documented 43006, "Cannot perform the requested
+    // operation when the drive is read only" (ledger row 21).
     if s.disks.get(&s.volumes[v].disk).is_some_and(|d| d.read_only) {
-        return Ok(ReturnValue::Code(41001));
+        return Ok(ReturnValue::Code(FORMAT_READ_ONLY));
     }
     // A locked volume "can be accessed only through handles to the file object (*hDevice) that
     // locks the volume": the provider's format cannot open it (ledger row 58).

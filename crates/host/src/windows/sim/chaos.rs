@@ -43,6 +43,8 @@ pub(super) struct Chaos {
     dead: bool,
     /// The hook hung the call being entered.
     hang_next: bool,
+    /// The I/O control code whose next call hangs.
+    hang_ioctl: Option<u32>,
     /// Calls hung so far (each call's ticket is its number among them), calls released, and
     /// calls waiting now.
     hung: u64,
@@ -93,9 +95,23 @@ impl SimWindows {
     /// Locks the machine for seam call `call` and takes its fault; a call the hook hangs waits
     /// here, the machine unlocked, until the test releases it.
     pub(super) fn enter(&self, call: &'static str) -> Win32Result<MutexGuard<'_, State>> {
+        self.enter_ioctl(call, None)
+    }
+
+    /// [`Self::enter`] for `DeviceIoControl` with code `ioctl`, which [`Self::hang_next_ioctl`]
+    /// may have asked to hang.
+    pub(super) fn enter_ioctl(
+        &self,
+        call: &'static str,
+        ioctl: Option<u32>,
+    ) -> Win32Result<MutexGuard<'_, State>> {
         let mut s = self.lock();
         s.take_fault(call)?;
-        if std::mem::take(&mut s.chaos.hang_next) {
+        let picked = ioctl.is_some() && s.chaos.hang_ioctl == ioctl;
+        if picked {
+            s.chaos.hang_ioctl = None;
+        }
+        if std::mem::take(&mut s.chaos.hang_next) || picked {
             let ticket = s.chaos.hung;
             s.chaos.hung += 1;
             s.chaos.waiting += 1;
@@ -110,6 +126,13 @@ impl SimWindows {
             }
         }
         Ok(s)
+    }
+
+    /// Hangs the next `DeviceIoControl` with code `ioctl`, whichever thread makes it, as
+    /// [`Disturbance::Hang`] does, until [`Self::release_hung`]: a test's way to stop one caller
+    /// at a chosen point while another runs.
+    pub fn hang_next_ioctl(&self, ioctl: u32) {
+        self.lock().chaos.hang_ioctl = Some(ioctl);
     }
 
     /// How many calls the hook hung that still wait.

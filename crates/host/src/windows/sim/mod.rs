@@ -37,6 +37,7 @@
 mod calls;
 mod chaos;
 mod collision;
+pub mod console;
 mod devices;
 mod filesystem;
 pub mod holders;
@@ -762,6 +763,8 @@ fn part(number: u32, start: u64, length: u64, gpt_type: Uuid, id: Uuid, attribut
     }
 }
 
+#[cfg(test)]
+mod console_tests;
 #[cfg(test)]
 mod content_tests;
 #[cfg(test)]

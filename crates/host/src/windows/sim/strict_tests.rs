@@ -82,7 +82,13 @@ fn a_read_only_disk_refuses_extend_and_format_and_the_host_names_the_attribute()
     m.sim.set_disk_read_only(n, true);
     let e = m.volume.format_volume(&id).unwrap_err();
     assert_eq!(e.kind(), Kind::FailedPrecondition, "{}", e.message());
-    assert!(e.message().contains("read only"), "{}", e.message());
+    // The documented meaning of Format's 43006, not a bare "return value".
+    assert!(
+        e.message().contains("drive is read only"),
+        "{}",
+        e.message()
+    );
+    assert!(e.message().contains("43006"), "{}", e.message());
     assert_eq!(m.sim.filesystem_of(&id), None);
     assert!(!m.volume.is_volume_formatted(&id).unwrap());
 
@@ -185,4 +191,50 @@ fn an_mbr_disk_copy_collides_on_its_signature() {
         e.message()
     );
     assert_eq!(m.sim.online_id_collisions(), vec![]);
+}
+
+/// Two SetDiskState(online) at once, on a disk and its copy, both offline: the collision check
+/// and the write that brings a disk online are one step across disks, so exactly one comes
+/// online and the other is refused naming the first. Mutation check: without the disk host's
+/// `onlining` lock the copy's call checks while the source's write is held (both offline),
+/// both come online and `online_id_collisions` names them.
+#[test]
+fn a_disk_and_its_copy_brought_online_at_once_never_both_come_online() {
+    let m = machine();
+    let (source, _) = m.sim.add_mbr_disk(10 * GIB, 3, 4 * GIB);
+    let copy = m.sim.add_disk_copy(source, 4);
+    m.disk.set_disk_online(source, false).unwrap();
+    // The source's call stops at its attribute write, after its own collision check.
+    m.sim.hang_next_ioctl(io::DISK_SET_DISK_ATTRIBUTES);
+    std::thread::scope(|scope| {
+        let first = scope.spawn(|| m.disk.set_disk_online(source, true));
+        for _ in 0..10_000 {
+            if m.sim.hung_calls() == 1 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(m.sim.hung_calls(), 1, "the source's write never came");
+        let second = scope.spawn(|| m.disk.set_disk_online(copy, true));
+        // Give the copy's call every chance to get through while the source's is held (it
+        // does when the two are not one step); then let the source's go on.
+        for _ in 0..500 {
+            if second.is_finished() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        m.sim.release_hung();
+        let first = first.join().unwrap();
+        let second = second.join().unwrap();
+        assert_eq!(m.sim.online_id_collisions(), vec![]);
+        first.unwrap();
+        let e = second.unwrap_err();
+        assert_eq!(e.kind(), Kind::FailedPrecondition, "{}", e.message());
+        assert!(
+            e.message().contains(&format!("disk {source}")),
+            "{}",
+            e.message()
+        );
+    });
 }

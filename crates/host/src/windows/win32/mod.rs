@@ -5,6 +5,7 @@
     reason = "the real Win32 seam: its whole job is FFI calls, each with a SAFETY comment"
 )]
 
+pub mod console;
 mod event_log;
 mod files;
 mod iscsi;
