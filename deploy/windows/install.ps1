@@ -16,8 +16,12 @@ New-Item -ItemType Directory -Force -Path $InstallDir, (Split-Path $LogFile) | O
 
 $existing = Get-Service -Name $name -ErrorAction SilentlyContinue
 if ($existing -and $existing.Status -ne 'Stopped') {
-    Stop-Service -Name $name
-    (Get-Service -Name $name).WaitForStatus('Stopped', '00:00:30')
+    # The daemon closes its pipes within 5 s of the stop, then lets calls in flight (a format, a
+    # resize) finish for up to 60 s (its STOP_LIMIT) before it reports STOPPED: wait longer
+    # than both, so an upgrade during a format does not throw before the binary is copied.
+    # Stop-Service -NoWait: Stop-Service's own wait does not end on a timeout of ours.
+    Stop-Service -Name $name -NoWait
+    (Get-Service -Name $name).WaitForStatus('Stopped', '00:01:30')
 }
 Copy-Item -Force $Binary $exe
 
@@ -46,5 +50,11 @@ if (-not $existing) {
 # (SERVICE_FAILURE_ACTIONS_FLAG), so none of the failures the daemon reports would restart it.
 Invoke-Sc failure $name reset= 0 actions= restart/10000
 Invoke-Sc failureflag $name 1
+# SERVICE_FAILURE_ACTIONS_FLAG: "The change takes effect the next time the system is started."
+# Until this node reboots, the restart above applies only when the daemon's process ends without
+# reporting STOPPED (a crash, a kill); a failure it reports (STOPPED with an exit code) is not
+# restarted. `sc.exe qfailureflag csiproxy` shows the flag as configured.
+Write-Warning ("The recovery flag (sc.exe failureflag $name 1) acts from the next reboot; until then " +
+    "the service is restarted only after a crash. Reboot the node to have reported failures restarted too.")
 Start-Service -Name $name
 Get-Service -Name $name

@@ -137,7 +137,11 @@ async fn run(
     // touches nothing.
     let state = hosts::state_dir(&flags, &policy)?;
     let listen = listen(&flags)?;
-    let start = handoff::start(&state, flags.take_over, &daemon::listen_key(&listen))?;
+    let start =
+        handoff::start(&state, flags.take_over, &daemon::listen_key(&listen)).map_err(|r| {
+            ANOTHER_SERVES.store(r.another_serves, Ordering::Relaxed);
+            String::from(r)
+        })?;
     let taking_over = matches!(start, handoff::Start::TakeOver(_));
     if taking_over {
         // No call of ours takes a disk, path or share until the previous daemon has exited.
@@ -200,6 +204,15 @@ async fn run(
 
 /// Set when the stop was a hand-off to a --take-over daemon.
 static HANDED_OFF: AtomicBool = AtomicBool::new(false);
+
+/// Set when the start was refused only because another daemon serves with this state
+/// directory (and this one was not asked to take over).
+static ANOTHER_SERVES: AtomicBool = AtomicBool::new(false);
+
+/// Whether the start was refused because another daemon serves ([`ANOTHER_SERVES`]).
+fn another_serves() -> bool {
+    ANOTHER_SERVES.load(Ordering::Relaxed)
+}
 
 /// --wait-after-hand-off: holds nothing (no endpoint, no metrics address, no lock) and waits
 /// for the stop signal, so a supervisor that restarts an exited daemon has nothing to restart

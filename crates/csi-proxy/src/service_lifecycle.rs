@@ -121,13 +121,27 @@ fn run_gated(
         Some(STOP_LIMIT),
     );
     events.stopped(&result);
-    // A failure code tells the service manager the service failed, so its recovery actions
-    // apply (on Windows with `sc.exe failureflag csiproxy 1`).
     reports.report(
         Phase::Stopped,
         0,
-        if result.is_ok() { 0 } else { EXIT_FAILED },
+        stopped_exit(&result, crate::another_serves()),
     );
+}
+
+/// The exit code STOPPED carries. A failure code tells the service manager the service
+/// failed, so its recovery actions apply (on Windows with `sc.exe failureflag csiproxy 1`):
+/// SERVICE_FAILURE_ACTIONS_FLAG, "the failure actions are queued if ... it enters the
+/// SERVICE_STOPPED state but the dwWin32ExitCode member of the SERVICE_STATUS structure is not
+/// ERROR_SUCCESS". A start refused because another daemon serves (a take-over daemon, the
+/// DaemonSet) is not such a failure: restarting it every few seconds would be refused the same
+/// way forever, an Event Log error each time. It stops with 0 (NO_ERROR); the Event Log's
+/// "stopped" error says why.
+pub fn stopped_exit(result: &Result<(), String>, another_serves: bool) -> u32 {
+    if result.is_ok() || another_serves {
+        0
+    } else {
+        EXIT_FAILED
+    }
 }
 
 /// [`run`] as a service entry point: without flags, or when the daemon panics, STOPPED is
@@ -358,6 +372,17 @@ mod tests {
             Some(seen.len() - 1),
             "reported after STOPPED: {seen:?}"
         );
+    }
+
+    /// A start refused because another daemon serves stops with NO_ERROR (the SCM's failure
+    /// actions, queued for a nonzero exit code with the failure-actions flag set, would
+    /// restart it forever); any other failure stops with EXIT_FAILED.
+    #[test]
+    fn another_daemon_serving_is_not_a_failure_the_service_manager_retries() {
+        let refused: Result<(), String> = Err("another csi-proxy (pid 7) is serving".into());
+        assert_eq!(exit_codes(stopped_exit(&refused, true)), (0, 0));
+        assert_eq!(stopped_exit(&refused, false), EXIT_FAILED);
+        assert_eq!(stopped_exit(&Ok(()), false), 0);
     }
 
     /// Issue 27: exit code 1 was reported as the Win32 code 1 (ERROR_INVALID_FUNCTION), and an

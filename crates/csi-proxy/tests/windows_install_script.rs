@@ -56,3 +56,48 @@ fn every_sc_call_in_install_ps1_is_checked() {
         );
     }
 }
+
+/// The script's wait for the service to stop (an upgrade) outlasts the daemon's drain: the pipes
+/// close within 5 s, then calls in flight get up to STOP_LIMIT. A 30 s wait against a 60 s drain
+/// threw before the binary was copied whenever a format was running.
+#[test]
+fn install_ps1_waits_for_the_stop_longer_than_the_daemon_drains() {
+    const LIFECYCLE: &str = include_str!("../src/service_lifecycle.rs");
+    let limit: u64 = LIFECYCLE
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("pub const STOP_LIMIT: Duration = Duration::from_secs(")?
+                .strip_suffix(");")?
+                .parse()
+                .ok()
+        })
+        .expect("service_lifecycle.rs no longer states STOP_LIMIT in seconds");
+    let wait = INSTALL
+        .lines()
+        .find_map(|l| {
+            let at = l.find("WaitForStatus('Stopped', '")? + "WaitForStatus('Stopped', '".len();
+            let hms: Vec<u64> = l[at..at + 8]
+                .split(':')
+                .map(|p| p.parse().unwrap())
+                .collect();
+            Some(hms[0] * 3600 + hms[1] * 60 + hms[2])
+        })
+        .expect("install.ps1 no longer waits for the service to stop");
+    assert!(
+        wait >= limit + 5,
+        "install.ps1 waits {wait} s for the stop, the daemon may drain for {limit} s after 5 s"
+    );
+    assert!(
+        INSTALL.contains("Stop-Service -Name $name -NoWait"),
+        "Stop-Service waits on its own terms before the script's wait"
+    );
+}
+
+/// SERVICE_FAILURE_ACTIONS_FLAG's page: "The change takes effect the next time the system is
+/// started." The script and docs/install.md both say so next to the flag.
+#[test]
+fn the_failure_flag_is_said_to_act_from_the_next_boot() {
+    assert!(INSTALL.contains("acts from the next reboot"));
+    assert!(README.contains("takes effect the next time the system is started"));
+}

@@ -131,13 +131,51 @@ fn remove(path: &Path) {
     }
 }
 
+/// Why [`start`] refused: its message, and whether only another daemon serving with this state
+/// directory stood in the way (not a failure of this one: a service manager should not
+/// restart it for that, see the daemon's service status).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    message: String,
+    /// Another daemon serves, and this one was not asked to take over.
+    pub another_serves: bool,
+}
+
+impl From<String> for Refused {
+    fn from(message: String) -> Self {
+        Self {
+            message,
+            another_serves: false,
+        }
+    }
+}
+
+impl From<Refused> for String {
+    fn from(r: Refused) -> Self {
+        r.message
+    }
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::ops::Deref for Refused {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.message
+    }
+}
+
 /// Takes `serving.lock` in `state_dir` (already checked and created by the host's state-dir
 /// rules). Held by another daemon: a hand-off with `take_over`, else refused with the pid of
 /// the serving daemon and what to do. `listen` describes where this daemon's endpoints
 /// listen ([`crate::daemon::listen_key`]); a take-over is refused unless the serving daemon
 /// recorded the same.
-pub fn start(state_dir: &Path, take_over: bool, listen: &str) -> Result<Start, String> {
-    let ctx = |e: io::Error| format!("--state-dir {}: {e}", state_dir.display());
+pub fn start(state_dir: &Path, take_over: bool, listen: &str) -> Result<Start, Refused> {
+    let ctx = |e: io::Error| Refused::from(format!("--state-dir {}: {e}", state_dir.display()));
     let serving = lock_file(state_dir, SERVING_LOCK).map_err(ctx)?;
     match serving.try_lock() {
         Ok(()) => {
@@ -159,12 +197,16 @@ pub fn start(state_dir: &Path, take_over: bool, listen: &str) -> Result<Start, S
                 format!("another csi-proxy (pid {p})")
             });
             if !take_over {
-                return Err(format!(
-                    "{who} is serving with --state-dir {} (it holds {}); to replace it without \
-                     a failed call, start this one with --take-over, or stop that one first",
-                    state_dir.display(),
-                    state_dir.join(SERVING_LOCK).display()
-                ));
+                return Err(Refused {
+                    message: format!(
+                        "{who} is serving with --state-dir {} (it holds {}); to replace it \
+                         without a failed call, start this one with --take-over, or stop that \
+                         one first",
+                        state_dir.display(),
+                        state_dir.join(SERVING_LOCK).display()
+                    ),
+                    another_serves: true,
+                });
             }
             let recorded = std::fs::read_to_string(state_dir.join(SERVING_LISTEN)).ok();
             if recorded.as_deref().map(str::trim) != Some(listen) {
@@ -173,7 +215,8 @@ pub fn start(state_dir: &Path, take_over: bool, listen: &str) -> Result<Start, S
                      a take-over serves the same endpoints (the same --socket-dir and \
                      --socket-group, or --pipe-sddl); stop that one first to change them",
                     recorded.as_deref().map_or("(not recorded)", str::trim)
-                ));
+                )
+                .into());
             }
             let take = lock_file(state_dir, TAKE_OVER_LOCK).map_err(ctx)?;
             match take.try_lock() {
@@ -182,7 +225,8 @@ pub fn start(state_dir: &Path, take_over: bool, listen: &str) -> Result<Start, S
                     return Err(format!(
                         "another csi-proxy is already taking over from {who} (it holds {})",
                         state_dir.join(TAKE_OVER_LOCK).display()
-                    ));
+                    )
+                    .into());
                 }
                 Err(TryLockError::Error(e)) => return Err(ctx(e)),
             }
@@ -285,12 +329,14 @@ mod tests {
             e.contains(&format!("pid {}", std::process::id())) && e.contains("--take-over"),
             "{e}"
         );
+        assert!(e.another_serves, "{e}");
         let Start::TakeOver(t) = start(dir.path(), true, "L").unwrap() else {
             panic!("a take-over while the first serves");
         };
         assert_eq!(t.previous, Some(std::process::id()));
         let e = start(dir.path(), true, "L").unwrap_err();
         assert!(e.contains("already taking over"), "{e}");
+        assert!(!e.another_serves, "a refused take-over is a failure: {e}");
         let e = start(dir.path(), true, "M").unwrap_err();
         assert!(
             e.contains("\"L\"") && e.contains("\"M\"") && e.contains("same endpoints"),
