@@ -10,7 +10,9 @@
 //! SYSTEM and Administrators alone, inherited by everything made inside; one found already there
 //! (made by an earlier release, or planted) is kept only when SYSTEM, Administrators or the
 //! daemon's own user owns it and is no reparse point, and gets the same DACL (SetSecurityInfo
-//! propagates it to what is inside); anything else stops the start-up with what to do.
+//! propagates it to what is inside); anything else stops the start-up with what to do. Files
+//! inside it keep their owners through that DACL, so every one of them is checked too (a
+//! user's is removed, and the daemon makes its own).
 
 use std::io;
 use std::path::Path;
@@ -48,6 +50,10 @@ pub trait StateDirOs {
     fn facts(&self, path: &Path) -> io::Result<Facts>;
     /// Replaces `path`'s DACL with the private one, protected from its parent's.
     fn make_private(&self, path: &Path) -> io::Result<()>;
+    /// The entries of folder `dir` (full paths), without following anything.
+    fn entries(&self, dir: &Path) -> io::Result<Vec<std::path::PathBuf>>;
+    /// Deletes file (or link) `path` itself.
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
 }
 
 /// Prepares the state directory `dir` and its format folder at start-up, as the module says.
@@ -66,6 +72,52 @@ pub fn prepare(os: &dyn StateDirOs, dir: &Path) -> Result<(), String> {
     for folder in [dir.to_path_buf(), dir.join(FORMAT_DIR)] {
         private_folder(os, &folder)
             .map_err(|why| format!("--state-dir {:?}: {why}", dir.display()))?;
+    }
+    untrusted_files_removed(os, dir)
+        .map_err(|why| format!("--state-dir {:?}: {why}", dir.display()))
+}
+
+/// Every entry of the state directory besides the format folder (whose records are checked
+/// one by one when read) is the daemon's own and made again when missing: the hand-off locks
+/// (`serving.lock`, `take-over.lock`), the serving daemon's pid and listen records, a take-over
+/// request. One that SYSTEM, Administrators or the daemon's user does not own, or that is a
+/// reparse point, was planted before the folder was made private (the DACL just set does not
+/// change an owner): it is removed, so the daemon makes its own. A folder there is refused.
+fn untrusted_files_removed(os: &dyn StateDirOs, dir: &Path) -> Result<(), String> {
+    let entries = os
+        .entries(dir)
+        .map_err(|e| format!("cannot list {:?}: {e}", dir.display()))?;
+    for entry in entries {
+        if entry.file_name() == Some(std::ffi::OsStr::new(FORMAT_DIR)) {
+            continue;
+        }
+        let facts = match os.facts(&entry) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                return Err(format!(
+                    "cannot read the owner of {:?}: {e}",
+                    entry.display()
+                ));
+            }
+        };
+        if facts.directory && !facts.reparse_point {
+            return Err(format!(
+                "{:?} is a folder the daemon never makes; remove it as Administrator and start \
+                 csi-proxy again",
+                entry.display()
+            ));
+        }
+        if facts.owner == Owner::Trusted && !facts.reparse_point {
+            continue;
+        }
+        os.remove_file(&entry).map_err(|e| {
+            format!(
+                "{:?} is owned by another user or is a link, and cannot be removed ({e}); \
+                 remove it as Administrator and start csi-proxy again",
+                entry.display()
+            )
+        })?;
     }
     Ok(())
 }
@@ -151,11 +203,73 @@ mod tests {
         }
         fn make_private(&self, path: &Path) -> io::Result<()> {
             let mut all = self.0.lock().unwrap();
-            all.get_mut(path)
-                .ok_or(io::Error::from(io::ErrorKind::NotFound))?
-                .1 = true;
+            // The DACL is set on the folder and inherited by what is inside; owners stay.
+            let inside: Vec<PathBuf> = all
+                .keys()
+                .filter(|p| p.starts_with(path))
+                .cloned()
+                .collect();
+            for p in inside {
+                all.get_mut(&p).unwrap().1 = true;
+            }
             Ok(())
         }
+        fn entries(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
+            let all = self.0.lock().unwrap();
+            Ok(all
+                .keys()
+                .filter(|p| p.parent() == Some(dir))
+                .cloned()
+                .collect())
+        }
+        fn remove_file(&self, path: &Path) -> io::Result<()> {
+            let mut all = self.0.lock().unwrap();
+            all.remove(path)
+                .map(|_| ())
+                .ok_or(io::ErrorKind::NotFound.into())
+        }
+    }
+
+    fn file(owner: Owner) -> Facts {
+        Facts {
+            owner,
+            directory: false,
+            reparse_point: false,
+        }
+    }
+
+    /// A lock or record file a user planted in the state directory before it was made private
+    /// keeps its owner through the new DACL: it is removed (the daemon makes its own), while
+    /// the daemon's own files stay. Before, only format records had their owner checked, and a
+    /// user-owned `serving.lock` stayed the user's.
+    #[test]
+    fn files_a_user_planted_in_the_state_directory_are_removed() {
+        let (_p, dir) = state();
+        let os = Fake::default();
+        let user = Owner::Other("S-1-5-21-1-2-3-1001".into());
+        os.plant(&dir, folder(Owner::Trusted));
+        os.plant(&dir.join("serving.lock"), file(user.clone()));
+        os.plant(&dir.join("take-over.lock"), file(user));
+        os.plant(
+            &dir.join("serving.pid"),
+            Facts {
+                reparse_point: true,
+                ..file(Owner::Trusted)
+            },
+        );
+        os.plant(&dir.join("serving.listen"), file(Owner::Trusted));
+        prepare(&os, &dir).unwrap();
+        for gone in ["serving.lock", "take-over.lock", "serving.pid"] {
+            assert_eq!(os.private(&dir.join(gone)), None, "{gone} was kept");
+        }
+        assert_eq!(os.private(&dir.join("serving.listen")), Some(true));
+        // A folder the daemon never makes is refused, with what to do.
+        os.plant(&dir.join("extra"), folder(Owner::Trusted));
+        let err = prepare(&os, &dir).unwrap_err();
+        assert!(
+            err.contains("extra") && err.contains("remove it as Administrator"),
+            "{err}"
+        );
     }
 
     fn state() -> (tempfile::TempDir, PathBuf) {

@@ -198,6 +198,20 @@ impl StateDirOs for SystemStateDir {
         })
     }
 
+    /// The folder's entries, as std lists them (FindFirstFileExW / FindNextFileW).
+    fn entries(&self, dir: &Path) -> io::Result<Vec<std::path::PathBuf>> {
+        std::fs::read_dir(dir)?
+            .map(|e| e.map(|e| e.path()))
+            .collect()
+    }
+
+    /// DeleteFileW through std: "If the path points to a symbolic link, the symbolic link is
+    /// deleted, not the target"; an administrator may delete any file of a folder granting
+    /// Administrators full control (FILE_DELETE_CHILD), whoever owns the file.
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+
     /// SetSecurityInfo(DACL | PROTECTED_DACL) with the private DACL: "the system imposes the
     /// current inheritance model on the ACLs of all objects in the hierarchy below the target
     /// object" (Automatic Propagation of Inheritable ACEs), so what is inside gets it too.
