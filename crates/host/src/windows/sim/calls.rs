@@ -222,6 +222,11 @@ impl Win32 for SimWindows {
 
     fn delete_volume_mount_point(&self, mount_point: &str) -> Win32Result<()> {
         let mut s = self.enter("delete_volume_mount_point")?;
+        // DeleteVolumeMountPointW, lpszVolumeMountPoint: "The string must end with a trailing
+        // backslash ('\\')" (ledger row 88; the code of a path without one is inferred).
+        if !mount_point.ends_with('\\') {
+            return Err(OsError::new(code::INVALID_PARAMETER));
+        }
         let resolved = s.through_links(mount_point.trim_end_matches('\\'))? + "\\";
         let mount_point = resolved.as_str();
         let (_, v) = s

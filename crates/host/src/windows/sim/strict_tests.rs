@@ -238,3 +238,29 @@ fn a_disk_and_its_copy_brought_online_at_once_never_both_come_online() {
         );
     });
 }
+
+/// DeleteVolumeMountPointW: "The string must end with a trailing backslash ('\')". The
+/// simulated Windows refuses a path without it and keeps the mount point (it once accepted
+/// one, which let a caller passing the bare folder pass here and fail on a node).
+#[test]
+fn delete_volume_mount_point_needs_the_trailing_backslash() {
+    let m = machine();
+    let (_, id) = partitioned(&m);
+    let target = r"C:\mnt\strict";
+    m.sim.mkdir(target);
+    m.volume.format_volume(&id).unwrap();
+    let before = m.sim.mount_points().len();
+    m.volume.mount_volume(&id, target).unwrap();
+    assert_eq!(m.sim.mount_points().len(), before + 1);
+    let e = m.sim.delete_volume_mount_point(target).unwrap_err();
+    assert_eq!(e.code, code::INVALID_PARAMETER);
+    assert_eq!(
+        m.sim.mount_points().len(),
+        before + 1,
+        "removed without the backslash"
+    );
+    m.sim
+        .delete_volume_mount_point(&format!(r"{target}\"))
+        .unwrap();
+    assert_eq!(m.sim.mount_points().len(), before);
+}
