@@ -249,22 +249,21 @@ impl Win32 for SimWindows {
 
     fn disk_interfaces(&self) -> Win32Result<Vec<String>> {
         let mut s = self.enter("disk_interfaces")?;
-        s.luns_arrive();
+        s.settle();
         let listed = s
             .disks
             .keys()
-            .filter(|n| !s.unsurfaced.contains(n))
+            .filter(|n| !s.unsurfaced.contains_key(n))
             .map(|&n| devices::interface_path(n))
             .collect();
-        // Plug and Play surfaces a disk just attached by the next enumeration.
-        s.unsurfaced.clear();
         Ok(listed)
     }
 
     fn reenumerate_devices(&self) -> Win32Result<()> {
         let mut s = self.enter("reenumerate_devices")?;
+        // A synchronous re-enumeration installs what is due; it does not make Plug and Play
+        // surface a disk sooner.
         s.settle();
-        s.unsurfaced.clear();
         Ok(())
     }
 

@@ -24,7 +24,13 @@ pub(super) fn resolve_device(s: &State, path: &str) -> Option<Target> {
     let target = resolve_any_device(s, path)?;
     match target {
         // A disk Plug and Play has not surfaced yet has no device to open.
-        Target::Disk(n) if s.unsurfaced.contains(&n) => None,
+        Target::Disk(n)
+            if s.unsurfaced.get(&n).is_some_and(|(due, due_real)| {
+                *due > s.clock && *due_real > std::time::Instant::now()
+            }) =>
+        {
+            None
+        }
         t => Some(t),
     }
 }

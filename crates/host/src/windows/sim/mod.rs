@@ -277,9 +277,11 @@ struct State {
     chaos: chaos::Chaos,
     /// Virtual disk files and handles (`vhd.rs`).
     vhds: vhd::Vhds,
-    /// Disks attached that Plug and Play has not surfaced yet: the next enumeration does not
-    /// list them (and their device paths do not open), the one after it does.
-    unsurfaced: BTreeSet<u32>,
+    /// Disks attached that Plug and Play has not surfaced yet, with when they are: until then
+    /// no enumeration lists them and their device paths do not open, however often one asks
+    /// (the arrival delay after the attach, on the simulated clock or in real time, whichever
+    /// passes first: a caller polling in real time sees the disk as one on a node would).
+    unsurfaced: BTreeMap<u32, (Duration, std::time::Instant)>,
     /// SAN policy OfflineAll: every newly discovered disk arrives offline and read-only.
     san_offline_all: bool,
 }
@@ -360,6 +362,9 @@ impl State {
     /// Creates the volumes whose arrival is due.
     fn settle(&mut self) {
         self.luns_arrive();
+        let (now, real) = (self.clock, std::time::Instant::now());
+        self.unsurfaced
+            .retain(|_, (due, due_real)| *due > now && *due_real > real);
         let now = self.clock;
         let (due, later): (Vec<_>, Vec<_>) = self.arrivals.drain(..).partition(|a| a.due <= now);
         self.arrivals = later;

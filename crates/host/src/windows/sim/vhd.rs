@@ -160,8 +160,13 @@ impl VirtualDisks for SimWindows {
             d.serial = String::new();
             d.page83 = DeviceId::Ascii(page83);
         }
-        // AttachVirtualDisk returns before Plug and Play has surfaced the disk (ledger row 72).
-        s.unsurfaced.insert(disk);
+        // AttachVirtualDisk returns before Plug and Play has surfaced the disk (ledger row 72):
+        // it is, after the arrival delay.
+        let due = (
+            s.clock + s.arrival_delay,
+            std::time::Instant::now() + s.arrival_delay,
+        );
+        s.unsurfaced.insert(disk, due);
         let file = s.vhd_handle(handle)?;
         if let Some(f) = s.vhds.files.get_mut(&file) {
             f.attached = Some((disk, handle));

@@ -77,7 +77,14 @@ fn attach_returns_before_the_disk_is_surfaced() {
         code::FILE_NOT_FOUND
     );
     assert_eq!(sim.disk_interfaces().unwrap().len(), 1);
-    // ...by the next one it is there.
+    // ...nor does any enumeration before the arrival delay has passed, however many there
+    // are (the sim once surfaced it by the second enumeration, whatever the time)...
+    for _ in 0..3 {
+        assert_eq!(sim.disk_interfaces().unwrap().len(), 1);
+    }
+    crate::windows::os::open_query(&sim, &path).unwrap_err();
+    // ...and once it has, it is there.
+    sim.sleep(Duration::from_millis(300));
     assert_eq!(sim.disk_interfaces().unwrap().len(), 2);
     crate::windows::os::open_query(&sim, &path).unwrap();
 }
