@@ -527,6 +527,8 @@ fn format_ntfs(s: &mut State, volume: &str) -> Win32Result<ReturnValue> {
     if holders::locked(s, v) {
         return Ok(ReturnValue::Code(40001));
     }
+    // Force is TRUE (the host's only call): the volume is dismounted under whoever has it open.
+    holders::dismount_others(s, v);
     let length = devices::partition_of(s, v).map_or(0, |p| p.length);
     let sector = s.disks.get(&s.volumes[v].disk).map_or(SECTOR, |d| d.sector);
     let serial = s.next_serial;

@@ -226,6 +226,25 @@ impl SimWindows {
         self.lock().others.remove(&h);
     }
 
+    /// Whether another process's handle `h` still works: a forced format dismounted its volume
+    /// when it did not ([`dismount_others`]).
+    pub fn other_handle_works(&self, h: u64) -> bool {
+        self.lock().others.contains_key(&h)
+    }
+}
+
+/// A forced `MSFT_Volume.Format` dismounts the volume whoever uses it: FSCTL_DISMOUNT_VOLUME
+/// "will attempt to dismount a volume regardless of whether or not any other processes are
+/// using the volume, which can have unpredictable results for those processes", and "A
+/// dismounted volume has the following properties: There are no open files" (ledger row 89;
+/// that Format's Force takes this path is inferred). Every other process's data-access handle
+/// on volume `v` stops working; a query handle (access 0) is left.
+pub(super) fn dismount_others(s: &mut State, v: usize) {
+    s.others
+        .retain(|_, o| !(o.target == Target::Volume(v) && o.access != Access::Query));
+}
+
+impl SimWindows {
     /// What the Storage Management provider reports of `disk` from now on.
     pub fn set_disk_roles(&self, disk: u32, roles: DiskRoles) {
         self.lock().disk_roles.insert(disk, roles);

@@ -378,3 +378,26 @@ fn disconnect_target_refuses_a_session_whose_disk_is_in_use() {
     disconnect().unwrap();
     assert_eq!(m.sim.iscsi_sessions(), 0);
 }
+
+/// A forced format dismounts the volume under the processes that have it open (row 89): the
+/// simulated Windows no longer lets their handles go on working as if nothing happened, which
+/// is why the host refuses a volume another process has open before it formats (row 57).
+#[test]
+fn a_forced_format_dismounts_the_volume_under_other_processes() {
+    let m = machine();
+    let (disk, vol) = services(&m);
+    let (_, id) = partitioned(&m, &disk, &vol);
+    let device = volume_device(&id);
+    let reader = m
+        .sim
+        .open_in_other_process(&device, Access::Read, SHARE_ALL);
+    let query = m
+        .sim
+        .open_in_other_process(&device, Access::Query, SHARE_ALL);
+    // The provider's call itself, past the host's checks (as when another process opens the
+    // volume between the host's check and the format).
+    let guid = id.trim_end_matches('\\').to_string() + "\\";
+    assert_eq!(m.sim.format_ntfs(&guid).unwrap(), ReturnValue::Code(0));
+    assert!(!m.sim.other_handle_works(reader), "its handle still works");
+    assert!(m.sim.other_handle_works(query));
+}
