@@ -109,3 +109,28 @@ fn start_during_stop_pending_waits_for_the_stop_then_starts() {
     h.start_service("svc").unwrap();
     assert_eq!(h.get_service("svc").unwrap().status, ServiceStatus::Running);
 }
+
+/// SERVICE_FAILURE_ACTIONS_FLAG: the flag set on a running system is configured at once but
+/// acted on from the next system start. Until then a failure the daemon reports (STOPPED with a
+/// service-specific code) is not restarted, a crash is; after it both are; a stop with exit
+/// code 0 (the daemon's answer when another csi-proxy serves) never is. The simulated SCM
+/// acting on the flag at once would fail the first half.
+#[test]
+fn the_failure_flag_acts_from_the_next_system_start() {
+    let (sim, h) = host();
+    sim.add_service("csiproxy", "CSI Proxy", 2, true, ALL);
+    sim.set_failure_actions("csiproxy", true);
+    sim.set_failure_flag("csiproxy", true);
+    assert_eq!(sim.failure_flag("csiproxy"), Some(true));
+    // ERROR_SERVICE_SPECIFIC_ERROR: the daemon's reported failure.
+    assert!(!sim.service_process_ends("csiproxy", Some(1066)));
+    assert_eq!(
+        h.get_service("csiproxy").unwrap().status,
+        ServiceStatus::Stopped
+    );
+    h.start_service("csiproxy").unwrap();
+    assert!(sim.service_process_ends("csiproxy", None), "a crash");
+    sim.restart_system_services();
+    assert!(sim.service_process_ends("csiproxy", Some(1066)));
+    assert!(!sim.service_process_ends("csiproxy", Some(0)));
+}

@@ -51,6 +51,12 @@ pub(super) struct Service {
     fails: bool,
     /// When it last started, for the stop order.
     started_at: Duration,
+    /// Failure actions are configured (`sc.exe failure ... actions= restart/...`).
+    recovery: bool,
+    /// The failure-actions flag as configured (`sc.exe failureflag`, QueryServiceConfig2).
+    flag_configured: bool,
+    /// The flag the SCM acts on: the configured one as it was at the last system start.
+    flag_in_effect: bool,
 }
 
 impl State {
@@ -155,8 +161,71 @@ impl SimWindows {
                 dependents: Vec::new(),
                 fails: false,
                 started_at: Duration::ZERO,
+                recovery: false,
+                flag_configured: false,
+                flag_in_effect: false,
             },
         );
+    }
+
+    /// `ChangeServiceConfig2(SERVICE_CONFIG_FAILURE_ACTIONS)` with a restart action (`restart`)
+    /// or none.
+    pub fn set_failure_actions(&self, name: &str, restart: bool) {
+        if let Some(s) = self.lock().services.get_mut(&name.to_ascii_lowercase()) {
+            s.recovery = restart;
+        }
+    }
+
+    /// `ChangeServiceConfig2(SERVICE_CONFIG_FAILURE_ACTIONS_FLAG)`: configured at once (what
+    /// QueryServiceConfig2 answers), acted on from the next system start
+    /// (SERVICE_FAILURE_ACTIONS_FLAG, Remarks: "The change takes effect the next time the
+    /// system is started"; ledger row 90).
+    pub fn set_failure_flag(&self, name: &str, on: bool) {
+        if let Some(s) = self.lock().services.get_mut(&name.to_ascii_lowercase()) {
+            s.flag_configured = on;
+        }
+    }
+
+    /// The failure-actions flag as configured (`QueryServiceConfig2`), which says nothing of
+    /// whether the SCM acts on it yet.
+    pub fn failure_flag(&self, name: &str) -> Option<bool> {
+        let s = self.lock();
+        s.services
+            .get(&name.to_ascii_lowercase())
+            .map(|svc| svc.flag_configured)
+    }
+
+    /// The system starts again: the SCM reads every service's flag as configured.
+    pub fn restart_system_services(&self) {
+        for svc in self.lock().services.values_mut() {
+            svc.flag_in_effect = svc.flag_configured;
+        }
+    }
+
+    /// The running service's process ends: having reported SERVICE_STOPPED with
+    /// `dwWin32ExitCode` `exit` (`Some`), or without reporting it (`None`: a crash, a kill).
+    /// Answers whether the SCM queues its failure actions, as SERVICE_FAILURE_ACTIONS_FLAG
+    /// says: always for an end without STOPPED; for STOPPED with a nonzero code only when the
+    /// flag is in effect. A queued restart starts it again.
+    pub fn service_process_ends(&self, name: &str, exit: Option<u32>) -> bool {
+        let mut s = self.lock();
+        let now = s.clock;
+        let Some(svc) = s.services.get_mut(&name.to_ascii_lowercase()) else {
+            return false;
+        };
+        svc.state = STOPPED;
+        svc.settles = None;
+        let queued = svc.recovery
+            && match exit {
+                None => true,
+                Some(code) => code != 0 && svc.flag_in_effect,
+            };
+        if queued {
+            svc.state = START_PENDING;
+            svc.settles = Some((now + PENDING, RUNNING));
+            svc.started_at = now;
+        }
+        queued
     }
 
     /// Makes `dependent` depend on `service`.
