@@ -53,7 +53,7 @@ Invoke-Sc failureflag $name 1
 # SERVICE_FAILURE_ACTIONS_FLAG: "The change takes effect the next time the system is started."
 # Until this node reboots, the restart above applies only when the daemon's process ends without
 # reporting STOPPED (a crash, a kill); a failure it reports (STOPPED with an exit code) is not
-# restarted. `sc.exe qfailureflag csiproxy` shows the flag as configured.
+# restarted. `csi-proxy-ctl selftest` (row `recovery flag`) shows the flag as configured.
 Write-Warning ("The recovery flag (sc.exe failureflag $name 1) acts from the next reboot; until then " +
     "the service is restarted only after a crash. Reboot the node to have reported failures restarted too.")
 Start-Service -Name $name

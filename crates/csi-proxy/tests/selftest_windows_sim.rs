@@ -25,6 +25,7 @@ fn options() -> Options {
         size: 1024 * MIB,
         grown_size: 1536 * MIB,
         wait: Duration::from_secs(5),
+        failure_flag: None,
     }
 }
 
@@ -64,7 +65,22 @@ async fn the_whole_flow_passes_under_san_policy_offline_all() {
 async fn whole_flow(offline_all: bool) {
     let d = SimDaemon::start().await;
     d.sim.set_san_offline_all(offline_all);
-    let o = run_over(&d, d.sim.as_ref()).await;
+    // The daemon installed as install.ps1 does: restart on failure, the flag set.
+    d.sim.add_service(
+        "csiproxy",
+        "CSI Proxy",
+        2,
+        true,
+        csi_proxy_host::windows::sim::services::ALL,
+    );
+    d.sim.set_failure_actions("csiproxy", true);
+    d.sim.set_failure_flag("csiproxy", !offline_all);
+    d.sim.mkdir(r"C:\selftest");
+    let opts = Options {
+        failure_flag: selftest::failure_flag(d.sim.as_ref(), "csiproxy"),
+        ..options()
+    };
+    let o = selftest::run(&d.connector, d.sim.as_ref(), &opts).await;
     for s in &o.steps {
         println!(
             "{:<45} {:<3} {:>6} ms  {}",
@@ -78,6 +94,7 @@ async fn whole_flow(offline_all: bool) {
     let want = [
         "virtual disk service",
         "connect",
+        "recovery flag",
         "CreateVirtualDisk",
         "AttachVirtualDisk",
         "GetVirtualDiskPhysicalPath",
@@ -123,6 +140,16 @@ async fn whole_flow(offline_all: bool) {
     let answer = |n: &str| &o.steps.iter().find(|s| s.name == n).unwrap().answer;
     assert!(answer("GetVirtualDiskPhysicalPath").ends_with(r"\\.\PhysicalDrive1"));
     assert!(answer("ListDiskLocations").contains("no SCSI address"));
+    // The flag as configured, each way.
+    let flag = answer("recovery flag");
+    assert!(
+        flag.starts_with(if offline_all { "NOT set" } else { "set:" }),
+        "{flag}"
+    );
+    assert_eq!(
+        selftest::failure_flag(d.sim.as_ref(), "no-such-service"),
+        None
+    );
     assert!(
         answer("ResizeVolume(0)").contains("->"),
         "{}",

@@ -177,6 +177,13 @@ fn selftest(
         size: args.size_mib * MIB,
         grown_size: (args.size_mib + args.grow_mib) * MIB,
         wait: std::time::Duration::from_secs(args.wait_secs),
+        #[cfg(windows)]
+        failure_flag: csi_proxy_ctl::selftest::failure_flag(
+            &csi_proxy_host::windows::win32::SystemWin32::default(),
+            "csiproxy",
+        ),
+        #[cfg(not(windows))]
+        failure_flag: None,
     };
     #[cfg(windows)]
     let outcome = runtime.block_on(csi_proxy_ctl::selftest::run(

@@ -19,6 +19,7 @@ use csi_proxy_client::disk::DiskClient;
 use csi_proxy_client::filesystem::FilesystemClient;
 use csi_proxy_client::volume::VolumeClient;
 use csi_proxy_client::{ClientError, Connector};
+use csi_proxy_host::windows::os::{Win32, code};
 use csi_proxy_host::windows::vhd::{VirtualDisks, disk_number_of};
 use record::Stop;
 use std::time::{Duration, Instant};
@@ -37,6 +38,20 @@ pub struct Options {
     pub grown_size: u64,
     /// How long to wait for a disk or volume to appear or grow.
     pub wait: Duration,
+    /// The `csiproxy` service's failure-actions flag as configured ([`failure_flag`]); `None`
+    /// when there is no such service (a HostProcess pod, a daemon in the foreground).
+    pub failure_flag: Option<Result<bool, String>>,
+}
+
+/// The failure-actions flag of service `name` as `QueryServiceConfig2` answers it: `None` when
+/// the service does not exist. The flag acts from the next system start after it was set
+/// (SERVICE_FAILURE_ACTIONS_FLAG); no call says whether it does yet.
+pub fn failure_flag(os: &dyn Win32, name: &str) -> Option<Result<bool, String>> {
+    match os.service_failure_flag(name) {
+        Ok(on) => Some(Ok(on)),
+        Err(e) if e.code == code::SERVICE_DOES_NOT_EXIST => None,
+        Err(e) => Some(Err(e.to_string())),
+    }
 }
 
 /// How often a wait asks again.
@@ -211,6 +226,25 @@ impl Selftest<'_> {
         self.out.record(name, t, r)
     }
 
+    /// Reports the service's failure-actions flag (a report, never a failed step: a node may
+    /// run the daemon as a HostProcess pod, with no service at all).
+    fn report_failure_flag(&mut self) {
+        let answer = match &self.opts.failure_flag {
+            None => "no csiproxy service (a HostProcess pod or a daemon in the foreground)".into(),
+            Some(Ok(true)) => "set: the service manager restarts a failure the daemon reports, \
+                               from the first boot after the flag was set (it cannot say whether \
+                               this node has rebooted since)"
+                .into(),
+            Some(Ok(false)) => "NOT set: only a crash of the daemon is restarted; run \
+                                `sc.exe failureflag csiproxy 1` and reboot the node"
+                .into(),
+            Some(Err(e)) => format!("cannot be read: {e}"),
+        };
+        let _ = self
+            .out
+            .record("recovery flag", Instant::now(), Ok(((), answer)));
+    }
+
     async fn flow(&mut self, connector: &Connector) -> Result<(), Stop> {
         // What this machine lacks is said before anything else (Wine has no daemon either).
         self.probe_service()?;
@@ -226,6 +260,7 @@ impl Selftest<'_> {
             })
             .map_err(|e| format!("the daemon is not reachable: {e}"));
         self.clients = Some(self.out.record("connect", t, r)?);
+        self.report_failure_flag();
         self.create_and_attach()?;
         self.find_disk().await?;
         // Under SAN policy OfflineAll the new disk arrives offline and read-only: online first,

@@ -415,6 +415,10 @@ pub trait Win32: FileApi + Send + Sync {
     /// `OpenServiceW(name, SERVICE_QUERY_CONFIG)` and `QueryServiceConfigW`: its display name
     /// and `dwStartType`.
     fn service_config(&self, name: &str) -> Win32Result<(String, u32)>;
+    /// `OpenServiceW(name, SERVICE_QUERY_CONFIG)` and
+    /// `QueryServiceConfig2W(SERVICE_CONFIG_FAILURE_ACTIONS_FLAG)`: the failure-actions flag as
+    /// configured (the SCM acts on a change from the next system start only).
+    fn service_failure_flag(&self, name: &str) -> Win32Result<bool>;
     /// `OpenServiceW(name, SERVICE_START)` and `StartServiceW` with no arguments.
     fn service_start(&self, name: &str) -> Win32Result<()>;
     /// `OpenServiceW(name, SERVICE_STOP)` and `ControlService(SERVICE_CONTROL_STOP)`.

@@ -381,6 +381,11 @@ impl Win32 for SimWindows {
         services::config(&mut s, name)
     }
 
+    fn service_failure_flag(&self, name: &str) -> Win32Result<bool> {
+        let mut s = self.enter("service_failure_flag")?;
+        services::failure_flag(&mut s, name)
+    }
+
     fn service_start(&self, name: &str) -> Win32Result<()> {
         let mut s = self.enter("service_start")?;
         services::start(&mut s, name)

@@ -92,6 +92,10 @@ pub(super) fn config(s: &mut State, name: &str) -> Win32Result<(String, u32)> {
     Ok((svc.display.clone(), svc.start_type))
 }
 
+pub(super) fn failure_flag(s: &mut State, name: &str) -> Win32Result<bool> {
+    Ok(s.service(name, QUERY_CONFIG)?.flag_configured)
+}
+
 pub(super) fn start(s: &mut State, name: &str) -> Win32Result<()> {
     let now = s.clock;
     let svc = s.service(name, START)?;

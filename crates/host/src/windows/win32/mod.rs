@@ -462,6 +462,10 @@ impl Win32 for SystemWin32 {
         scm::service_config(name)
     }
 
+    fn service_failure_flag(&self, name: &str) -> Win32Result<bool> {
+        scm::service_failure_flag(name)
+    }
+
     fn service_start(&self, name: &str) -> Win32Result<()> {
         scm::service_start(name)
     }

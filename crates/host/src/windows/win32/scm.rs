@@ -6,9 +6,10 @@ use std::collections::HashMap;
 use windows::Win32::Foundation::{ERROR_INSUFFICIENT_BUFFER, ERROR_MORE_DATA, WIN32_ERROR};
 use windows::Win32::System::Services::{
     CloseServiceHandle, ControlService, ENUM_SERVICE_STATUSW, EnumDependentServicesW,
-    OpenSCManagerW, OpenServiceW, QUERY_SERVICE_CONFIGW, QueryServiceConfigW, QueryServiceStatusEx,
-    SC_HANDLE, SC_MANAGER_CONNECT, SC_STATUS_PROCESS_INFO, SERVICE_ACTIVE, SERVICE_CONTROL_STOP,
-    SERVICE_ENUMERATE_DEPENDENTS, SERVICE_QUERY_CONFIG, SERVICE_QUERY_STATUS, SERVICE_START,
+    OpenSCManagerW, OpenServiceW, QUERY_SERVICE_CONFIGW, QueryServiceConfig2W, QueryServiceConfigW,
+    QueryServiceStatusEx, SC_HANDLE, SC_MANAGER_CONNECT, SC_STATUS_PROCESS_INFO, SERVICE_ACTIVE,
+    SERVICE_CONFIG_FAILURE_ACTIONS_FLAG, SERVICE_CONTROL_STOP, SERVICE_ENUMERATE_DEPENDENTS,
+    SERVICE_FAILURE_ACTIONS_FLAG, SERVICE_QUERY_CONFIG, SERVICE_QUERY_STATUS, SERVICE_START,
     SERVICE_STATUS, SERVICE_STATUS_PROCESS, SERVICE_STOP, StartServiceW,
 };
 use windows::Win32::System::SystemInformation::{FIRMWARE_TABLE_PROVIDER, GetSystemFirmwareTable};
@@ -87,6 +88,30 @@ pub(super) fn service_config(name: &str) -> Win32Result<(String, u32)> {
         };
         (display, c.dwStartType.0)
     })
+}
+
+/// See [`crate::windows::os::Win32::service_failure_flag`]. QueryServiceConfig2W with
+/// SERVICE_CONFIG_FAILURE_ACTIONS_FLAG: "The lpBuffer parameter is a pointer to a
+/// SERVICE_FAILURE_ACTIONS_FLAG structure", a fixed-size structure (one BOOL).
+pub(super) fn service_failure_flag(name: &str) -> Win32Result<bool> {
+    let svc = open_service(name, SERVICE_QUERY_CONFIG)?;
+    let mut flag = SERVICE_FAILURE_ACTIONS_FLAG::default();
+    let mut needed = 0u32;
+    let size = size_of::<SERVICE_FAILURE_ACTIONS_FLAG>() as u32;
+    // SAFETY: `flag` is a writable SERVICE_FAILURE_ACTIONS_FLAG of `size` bytes.
+    unsafe {
+        QueryServiceConfig2W(
+            svc.0,
+            SERVICE_CONFIG_FAILURE_ACTIONS_FLAG,
+            Some(std::slice::from_raw_parts_mut(
+                (&mut flag as *mut SERVICE_FAILURE_ACTIONS_FLAG).cast::<u8>(),
+                size as usize,
+            )),
+            &mut needed,
+        )
+    }
+    .map_err(|e| os(&e))?;
+    Ok(flag.fFailureActionsOnNonCrashFailures.as_bool())
 }
 
 /// See [`crate::windows::os::Win32::service_start`].
