@@ -49,7 +49,9 @@ mod tests {
     /// on (Ctrl+Break has no time-out and a handler's TRUE leaves the process running).
     /// GenerateConsoleCtrlEvent takes only CTRL_C_EVENT and CTRL_BREAK_EVENT, so the events
     /// that end the process are tested over the simulated console (`sim/console_tests.rs`).
-    /// Skipped, saying why, when the process has no console to generate the event on.
+    /// Skipped, saying why, when the event cannot be generated: wine (CI) answers
+    /// ERROR_INVALID_ACCESS without a terminal and ERROR_INVALID_HANDLE with one, so there it
+    /// checks only that the handler installs; a Windows console runs all of it.
     #[test]
     fn a_generated_ctrl_break_asks_for_the_stop_and_the_process_goes_on() {
         let (tx, rx) = mpsc::channel();
@@ -58,20 +60,22 @@ mod tests {
             let _ = tx.lock().map(|t| t.send(e));
         }))
         .expect("SetConsoleCtrlHandler");
-        // SAFETY: no pointers; group 0 is every process attached to this console, which
-        // under the test runner is this one (and wine's own console host, not a handler).
-        if let Err(e) = unsafe { GenerateConsoleCtrlEvent(CTRL_BREAK_EVENT, 0) } {
-            eprintln!("SKIPPED: GenerateConsoleCtrlEvent: {e} (no console to send it on)");
+        // SAFETY: no pointers. Group 0 is every process attached to this console; this
+        // process's own group (its id) is tried when that is refused.
+        let sent = unsafe { GenerateConsoleCtrlEvent(CTRL_BREAK_EVENT, 0) }.or_else(|_| {
+            // SAFETY: as above.
+            unsafe { GenerateConsoleCtrlEvent(CTRL_BREAK_EVENT, std::process::id()) }
+        });
+        if let Err(e) = sent {
+            eprintln!(
+                "SKIPPED: GenerateConsoleCtrlEvent: {e} (this process has no console, or one \
+                 that cannot deliver the event: wine without a terminal)"
+            );
             return;
         }
-        match rx.recv_timeout(Duration::from_secs(10)) {
-            Ok(e) => assert_eq!(e, CtrlEvent::Break),
-            Err(_) => {
-                eprintln!("SKIPPED: the console delivered no CTRL_BREAK_EVENT within 10 s");
-                return;
-            }
-        }
-        // Released for any later event; the process is still here to say so.
+        // Sent: the handler must have asked for the stop, and this process is still here.
+        let asked = rx.recv_timeout(Duration::from_secs(10));
         stop.stopped();
+        assert_eq!(asked.ok(), Some(CtrlEvent::Break));
     }
 }
