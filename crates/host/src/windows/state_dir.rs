@@ -94,11 +94,17 @@ fn untrusted_files_removed(os: &dyn StateDirOs, dir: &Path) -> Result<(), String
         let facts = match os.facts(&entry) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            // Not even its owner can be read (a DACL that keeps Administrators out): not the
+            // daemon's file. The folder's own DACL still lets it be deleted.
             Err(e) => {
-                return Err(format!(
-                    "cannot read the owner of {:?}: {e}",
-                    entry.display()
-                ));
+                os.remove_file(&entry).map_err(|r| {
+                    format!(
+                        "cannot read the owner of {:?} ({e}) nor remove it ({r}); remove it as \
+                         Administrator and start csi-proxy again",
+                        entry.display()
+                    )
+                })?;
+                continue;
             }
         };
         if facts.directory && !facts.reparse_point {
@@ -197,9 +203,14 @@ mod tests {
         }
         fn facts(&self, path: &Path) -> io::Result<Facts> {
             let all = self.0.lock().unwrap();
-            all.get(path)
-                .map(|f| f.0.clone())
-                .ok_or(io::ErrorKind::NotFound.into())
+            match all.get(path) {
+                // A DACL that does not let the daemon read the owner.
+                Some((f, _)) if f.owner == Owner::Other("unreadable".into()) => {
+                    Err(io::ErrorKind::PermissionDenied.into())
+                }
+                Some((f, _)) => Ok(f.clone()),
+                None => Err(io::ErrorKind::NotFound.into()),
+            }
         }
         fn make_private(&self, path: &Path) -> io::Result<()> {
             let mut all = self.0.lock().unwrap();
@@ -258,8 +269,12 @@ mod tests {
             },
         );
         os.plant(&dir.join("serving.listen"), file(Owner::Trusted));
+        os.plant(
+            &dir.join("request"),
+            file(Owner::Other("unreadable".into())),
+        );
         prepare(&os, &dir).unwrap();
-        for gone in ["serving.lock", "take-over.lock", "serving.pid"] {
+        for gone in ["serving.lock", "take-over.lock", "serving.pid", "request"] {
             assert_eq!(os.private(&dir.join(gone)), None, "{gone} was kept");
         }
         assert_eq!(os.private(&dir.join("serving.listen")), Some(true));
