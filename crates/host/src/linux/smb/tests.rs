@@ -621,7 +621,7 @@ fn repairing_one_credentials_mount_keeps_other_tenants_mounts() {
     // bob's mount, which his link uses, is never touched.
     n.fake.refused.lock().unwrap().insert(a.clone());
     n.map(SHARE, &pa, "CORP\\alice", "Alice-Pw-1").unwrap();
-    assert_eq!(*n.fake.unmounted.lock().unwrap(), [a.clone()]);
+    assert_eq!(*n.fake.unmounted.lock().unwrap(), std::slice::from_ref(&a));
     let dirs: Vec<PathBuf> = n.mounts().into_iter().map(|(d, ..)| d).collect();
     assert!(dirs.contains(&a) && dirs.contains(&b), "{dirs:?}");
     assert_eq!(
@@ -645,7 +645,7 @@ fn repairing_one_credentials_mount_keeps_other_tenants_mounts() {
     assert!(e.message().contains("kept"), "{e}");
     assert_eq!(
         *n.fake.unmounted.lock().unwrap(),
-        [a.clone()],
+        std::slice::from_ref(&a),
         "nothing more unmounted"
     );
     assert_eq!(n.mounts().len(), 2);
