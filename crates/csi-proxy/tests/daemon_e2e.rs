@@ -434,7 +434,8 @@ async fn every_flag_upstream_accepts_starts_the_daemon_in_every_go_spelling() {
         };
         for line in go_spellings(name, value) {
             let args: Vec<&str> = line.iter().map(String::as_str).collect();
-            let d = Daemon::start(&args);
+            // -logtostderr=false without a directory writes klog's files to the temp dir.
+            let d = Daemon::start_env(&args, &[("TMPDIR", log_dir.as_str())]);
             let root = match *name {
                 "kubelet-path" => other_kubelet.clone(),
                 "working-dir" => extra_root.clone(),
