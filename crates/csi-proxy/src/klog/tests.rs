@@ -128,6 +128,7 @@ fn an_unwritable_log_dir_falls_back_to_the_temp_dir_as_klog_does() {
             .ends_with(&std::process::id().to_string())
     );
     let _ = std::fs::remove_file(std::env::temp_dir().join(target));
+    let _ = std::fs::remove_file(link);
 }
 
 /// klog's `output`: which severities reach stderr for each setting.
