@@ -607,6 +607,8 @@ async fn the_daemon_serves_on_sockets_systemd_socket_activate_passes() {
         "{}",
         log()
     );
+    // The endpoints served, not the socket names this daemon owns (none here): it said 0.
+    assert!(log().contains("serving endpoints=23"), "{}", log());
     let _ = Command::new("kill")
         .args(["-TERM", &daemon.id().to_string()])
         .status();
