@@ -179,14 +179,14 @@ impl Outputs {
                     let link = dir.join(format!("{}.{}", self.names.program, sev.name()));
                     let _ = std::fs::remove_file(&link);
                     let _ = symlink(Path::new(&name), &link);
-                    let mut len = 0;
-                    if !self.config.skip_log_headers {
-                        let header = self.names.header(now);
-                        if file.write_all(header.as_bytes()).is_ok() {
-                            len = header.len() as u64;
-                        }
+                    // A file of this name exists when one was made in the same second: it
+                    // is written on, its header already at its top.
+                    let existing = file.metadata().map_or(0, |m| m.len());
+                    if existing == 0 && !self.config.skip_log_headers {
+                        let _ = file.write_all(self.names.header(now).as_bytes());
                     }
-                    return Ok(SeverityFile { file, len });
+                    let len = file.metadata().map_or(existing, |m| m.len());
+                    return Ok(SeverityFile { file, len, name });
                 }
                 Err(e) => errors.push(format!("{}: {e}", path.display())),
             }
@@ -216,10 +216,13 @@ impl Outputs {
         };
         for target in targets {
             let slot = &mut files[target as usize];
+            // Full: a new file with the time in its name follows, as klog's rotation makes it;
+            // within the same second that name is this file's, so it is written on.
             let full = |f: &SeverityFile| {
                 self.config
                     .max_size
                     .is_some_and(|max| f.len > 0 && f.len + line.len() as u64 >= max)
+                    && f.name != self.names.file_name(target, SystemTime::now())
             };
             if slot.as_ref().is_none_or(full) {
                 match self.create(target) {
@@ -248,6 +251,8 @@ impl Outputs {
 struct SeverityFile {
     file: File,
     len: u64,
+    /// Its file name: a file made in the same second would have the same one.
+    name: String,
 }
 
 #[cfg(unix)]

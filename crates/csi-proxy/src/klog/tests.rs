@@ -216,3 +216,63 @@ fn the_parser_takes_klogs_own_example_and_refuses_the_old_format() {
     );
     assert!(parse_klog_line("2026-12-01T23:32:18.123456Z  INFO request group=\"volume\"").is_err());
 }
+
+/// A full file is followed by a new one with the time in its name and the link moves to it;
+/// within the second a file was made (the same name) it is written on, never restarted
+/// with a second header block.
+#[test]
+fn a_full_log_dir_file_is_followed_by_a_new_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let outputs = logging(
+        Config {
+            max_size: Some(300),
+            ..config(dir.path())
+        },
+        || {
+            for i in 0..20 {
+                tracing::info!(i, "a line of about sixty bytes");
+            }
+        },
+    );
+    let program = outputs.names.program.clone();
+    let count = |dir: &Path| {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter(|e| {
+                let n = e.as_ref().unwrap().file_name();
+                n.to_string_lossy().contains(".log.INFO.")
+            })
+            .count()
+    };
+    let first = std::fs::read_link(dir.path().join(format!("{program}.INFO"))).unwrap();
+    let text = std::fs::read_to_string(dir.path().join(&first)).unwrap();
+    assert_eq!(text.matches("Log file created at").count(), 1, "{text}");
+    assert!(
+        count(dir.path()) <= 2,
+        "same second: one file (two if a second passed)"
+    );
+
+    // A file made in an earlier second that is full: the next line starts a new one.
+    {
+        let mut files = outputs.files();
+        let f = files[0].as_mut().unwrap();
+        f.name = "csi-proxy.earlier".into();
+        f.len = 10_000;
+    }
+    let before = count(dir.path());
+    let format = KlogFormat::new(&outputs.config);
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .event_format(format)
+        .with_writer(Sink(outputs.clone()))
+        .finish();
+    tracing::subscriber::with_default(subscriber, || tracing::info!("after the rotation"));
+    let newest = std::fs::read_link(dir.path().join(format!("{program}.INFO"))).unwrap();
+    let text = std::fs::read_to_string(dir.path().join(&newest)).unwrap();
+    assert!(text.ends_with("after the rotation\n"), "{text}");
+    assert_eq!(text.matches("Log file created at").count(), 1, "{text}");
+    assert!(
+        count(dir.path()) == before + 1 || newest == first,
+        "a new file, unless the clock still names the first one"
+    );
+}
