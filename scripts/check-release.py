@@ -6,12 +6,15 @@ Usage: scripts/check-release.py [DIST]
 Without DIST, statically: deploy/windows/Containerfile builds without running anything inside
 Windows (no RUN), copies the executables to the image's root and starts the daemon; the
 HostProcess DaemonSet names one image everywhere and starts an executable the Containerfile
-puts at %CONTAINER_SANDBOX_MOUNT_POINT%.
+puts at %CONTAINER_SANDBOX_MOUNT_POINT%; the install text (docs/install.md's archive table and
+Linux commands, the unit's own) names what the archives hold, its Documentation= is installed,
+the socket group's gid matches the node-plugin DaemonSet, and no zip is unpacked with tar.
 
 With DIST (what scripts/release.sh wrote), also: SHA256SUMS matches both archives; each
 archive unpacks into one directory of its own name holding exactly the expected files; the
 Containerfile in the Windows archive finds every file it copies beside it; and both daemons
-carry the version line of the archive's VERSION file (the Linux one is run with --version).
+carry the version line of the archive's VERSION file (the Linux one is run with --version); the
+zip's entries are in name order with the commit's time, as the tar's (reproducible).
 
 Exits 1 naming every disagreement.
 """
@@ -23,6 +26,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -118,6 +122,109 @@ def check_static():
         if not (ROOT / "deploy/linux" / name).is_file():
             problem(f"deploy/linux/{name} is missing")
     check_socket_unit()
+    check_install_text()
+
+
+def shell_commands(text):
+    """The shell commands of `text`'s ```sh blocks and of `#   command` comment lines, as
+    argument lists (trailing comments dropped, `&&` chains split)."""
+    lines = []
+    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+        lines += block.splitlines()
+    lines += [m for m in re.findall(r"^#[ \t]+(\S.*)$", text, re.M)]
+    commands = []
+    for line in lines:
+        line = re.sub(r"\s+#.*$", "", line.strip())
+        for part in line.split("&&"):
+            words = part.split()
+            if words:
+                commands.append(words)
+    return commands
+
+
+def installed_by(commands):
+    """(sources, destinations): the files `install` and `cp` commands take, and the paths
+    they put them at (a destination directory ends in /)."""
+    sources, dests = set(), set()
+    for words in commands:
+        if words[0] not in ("install", "cp"):
+            continue
+        args = [w for w in words[1:] if not w.startswith("-")]
+        if words[0] == "install" and "-m" in words:
+            args = [a for a in args if a != words[words.index("-m") + 1]]
+        *srcs, dest = args
+        for src in srcs:
+            sources.add(src)
+            name = src.rstrip("/")
+            dests.add(dest.rstrip("/") + "/" + name if dest.endswith("/") else dest)
+    return sources, dests
+
+
+def check_install_text():
+    """The install text names what the archives hold: docs/install.md's archive table, the
+    Linux install commands (docs/install.md and the unit's comment) run in the unpacked, flat
+    archive, the unit's Documentation= is a URL or a file those commands install, the socket
+    group's gid is one number in the commands, the unit and the node-plugin DaemonSet, and no
+    zip is unpacked with tar."""
+    guide = (ROOT / "docs/install.md").read_text()
+    service = (ROOT / "deploy/linux/csi-proxy.service").read_text()
+    daemonset = (ROOT / "deploy/linux/node-plugin-daemonset.yaml").read_text()
+    containerfile_text = (ROOT / "deploy/windows/Containerfile").read_text()
+    version = re.search(r'^\[workspace\.package\][^\[]*?^version = "([^"]+)"',
+                        (ROOT / "Cargo.toml").read_text(), re.M | re.S).group(1)
+
+    def top_level(files):
+        return {f.split("/")[0] + ("/" if "/" in f else "") for f in files}
+
+    for platform, suffix, files in (("linux", "tar.gz", LINUX_FILES), ("windows", "zip", WINDOWS_FILES)):
+        row = re.search(rf"^\| `csi-proxy-<version>-{platform}-amd64\.{re.escape(suffix)}` \| (.*) \|$", guide, re.M)
+        if not row:
+            problem(f"docs/install.md: no archive table row for the {platform} archive")
+            continue
+        listed = {n.strip().strip("`") for n in row.group(1).split(",")}
+        expected = top_level(files)
+        if listed != expected:
+            problem(f"docs/install.md: the {platform} archive row lists {sorted(listed)}; "
+                    f"the archive holds {sorted(expected)}")
+
+    flat = top_level(LINUX_FILES) | {"docs"}
+    linux_section = guide.split("\n## Linux", 1)[-1].split("\n## ", 1)[0]
+    for where, text in (("docs/install.md (Linux)", linux_section), ("csi-proxy.service", service)):
+        commands = shell_commands(text)
+        sources, dests = installed_by(commands)
+        if not sources:
+            problem(f"{where}: no install commands found")
+        for src in sorted(sources - flat):
+            problem(f"{where}: installs {src}, which the unpacked Linux archive does not hold")
+        for words in commands:
+            if words[0] == "tar" and any(w.endswith(".tar.gz") for w in words):
+                name = next(w for w in words if w.endswith(".tar.gz"))
+                if name != f"csi-proxy-{version}-linux-amd64.tar.gz":
+                    problem(f"{where}: unpacks {name}; the release is csi-proxy-{version}-linux-amd64.tar.gz")
+        if where == "csi-proxy.service":
+            for doc in re.findall(r"^Documentation=(.*)$", service, re.M):
+                for uri in doc.split():
+                    if uri.startswith(("https://", "http://", "man:")):
+                        continue
+                    path = uri.removeprefix("file://")
+                    if not any(path == d or path.startswith(d.rstrip("/") + "/") for d in dests):
+                        problem(f"csi-proxy.service: Documentation={uri} is not a file the install commands install")
+        gids = set()
+        for words in commands:
+            if words[0] == "groupadd":
+                gid = words[words.index("--gid") + 1] if "--gid" in words else None
+                if gid is None:
+                    problem(f"{where}: groupadd without --gid picks a gid per node")
+                gids.add(gid)
+        wanted = re.findall(r"supplementalGroups:\s*\[(\d+)\]", daemonset)
+        if gids != set(wanted) or len(wanted) != 1:
+            problem(f"{where}: the socket group's gid {sorted(map(str, gids))} differs from "
+                    f"node-plugin-daemonset.yaml's supplementalGroups {wanted}")
+
+    for where, text in (("docs/install.md", guide), ("Containerfile", containerfile_text)):
+        for words in shell_commands(text):
+            if words[0] == "tar" and any(w.endswith(".zip") for w in words):
+                problem(f"{where}: {' '.join(words)}: GNU tar does not unpack a zip (unzip)")
 
 
 def check_socket_unit():
@@ -200,7 +307,18 @@ def check_dist(dist):
         problem(f"Linux archive: the daemon reports {reported!r}, VERSION says {version!r}")
 
     top = windows[0][: -len(".zip")]
+    with tarfile.open(fileobj=io.BytesIO(archives[linux[0]])) as tar:
+        stamps = {m.mtime for m in tar.getmembers()}
     with zipfile.ZipFile(io.BytesIO(archives[windows[0]])) as zf:
+        # Reproducible: one time for every entry, the commit's (the tar's), in name order.
+        times = {i.date_time for i in zf.infolist()}
+        commit = time.gmtime(min(stamps))[:6]
+        commit = commit[:5] + (commit[5] - commit[5] % 2,)  # zip keeps even seconds
+        if len(stamps) != 1 or times != {commit}:
+            problem(f"Windows archive: entry times {sorted(times)[:3]} are not the commit's "
+                    f"({[time.gmtime(t)[:6] for t in sorted(stamps)][:3]}): it does not rebuild byte for byte")
+        if zf.namelist() != sorted(zf.namelist()):
+            problem("Windows archive: entries are not in name order")
         found = members(zf.namelist(), top)
         compare("Windows", found, WINDOWS_FILES)
         win_version = zf.read(f"{top}/VERSION").decode().strip()

@@ -104,7 +104,22 @@ cp "$WINDOWS_BIN/csi-proxy.exe" "$WINDOWS_BIN/csi-proxy-ctl.exe" \
     deploy/windows/node-plugin-daemonset.yaml deploy/windows/Containerfile \
     "$STAGE/$WINDOWS_NAME/"
 common "$STAGE/$WINDOWS_NAME"
-(cd "$STAGE" && python3 -m zipfile -c "$OUT/$WINDOWS_NAME.zip" "$WINDOWS_NAME")
+# Reproducible too: entries sorted, every time the commit's, fixed modes (zip keeps no owner).
+python3 - "$STAGE" "$WINDOWS_NAME" "$OUT/$WINDOWS_NAME.zip" "${STAMP#@}" <<'PY'
+import os, sys, time, zipfile
+stage, top, out, stamp = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+when = time.gmtime(stamp)[:6]
+paths = []
+for d, dirs, files in os.walk(os.path.join(stage, top)):
+    paths += [os.path.join(d, f) for f in files]
+with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+    for p in sorted(paths, key=lambda p: os.path.relpath(p, stage)):
+        info = zipfile.ZipInfo(os.path.relpath(p, stage).replace(os.sep, "/"), when)
+        info.external_attr = (0o100755 if os.access(p, os.X_OK) else 0o100644) << 16
+        info.compress_type = zipfile.ZIP_DEFLATED
+        with open(p, "rb") as f:
+            z.writestr(info, f.read())
+PY
 
 (cd "$OUT" && sha256sum "$LINUX_NAME.tar.gz" "$WINDOWS_NAME.zip" >SHA256SUMS)
 cat "$OUT/SHA256SUMS"

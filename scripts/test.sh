@@ -8,7 +8,9 @@
 #     install         apt packages, rustup components and the Windows target (skipped if present)
 #     wine-setup      wine prefix with the bcryptprimitives.dll shim (scripts/wine-setup.sh)
 #     fmt             cargo fmt --all -- --check
-#     docs            every relative link in the Markdown files leads somewhere (scripts/check-links.py)
+#     docs            every relative link in the Markdown files leads somewhere (scripts/check-links.py),
+#                     and docs/architecture.md's RPC-to-OS-call table names real functions
+#                     (scripts/check-architecture.py)
 #     clippy          cargo clippy --workspace --all-targets -- -D warnings
 #     clippy-windows  the same for --target x86_64-pc-windows-gnu
 #     test            cargo test --workspace (Linux; as root, with loop devices and mounts)
@@ -151,6 +153,7 @@ step_fmt() {
 
 step_docs() {
     python3 "$ROOT/scripts/check-links.py"
+    python3 "$ROOT/scripts/check-architecture.py"
 }
 
 step_clippy() {

@@ -143,6 +143,9 @@ impl SmbHost for Fake {
     fn credential_mapping(&self, _: &SmbMapping) -> Result<Option<MappingState>> {
         Ok(None)
     }
+    fn remove_credential_mapping(&self, _: &SmbMapping) -> Result<()> {
+        panic!("a host with one mapping per root is never asked to remove one credential's")
+    }
     fn smb_mapping_users(&self, root: &str, scan_roots: &[String]) -> Result<SmbUsers> {
         assert_eq!(scan_roots, [KUBELET.to_string()]);
         let links = self

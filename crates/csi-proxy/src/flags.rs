@@ -66,7 +66,8 @@ pub struct Flags {
     /// capabilities the daemon lacks, as in a sandbox) is not counted as holding a disk. Off by
     /// default: the in-use check then refuses every write, naming that process.
     #[arg(long = "skip-unreadable-processes", num_args = 0..=1, default_missing_value = "true",
-          require_equals = true, default_value = "false", value_name = "BOOL")]
+          require_equals = true, default_value = "false", value_name = "BOOL",
+          value_parser = go_bool)]
     pub skip_unreadable_processes: bool,
 
     /// Take over from the csi-proxy serving with the same --state-dir without a failed call:
@@ -123,63 +124,91 @@ pub struct Flags {
     )]
     pub metrics_bind_address: String,
 
-    /// Log verbosity (klog levels): 2 logs failed requests, 4 one line per request.
-    #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
-    pub verbosity: u8,
+    /// Log verbosity (klog levels): 2 logs failed requests, 4 one line per request. Negative
+    /// values are accepted, as Go's klog does (no verbose lines).
+    #[arg(
+        short = 'v',
+        long = "v",
+        default_value_t = 0,
+        value_name = "LEVEL",
+        allow_negative_numbers = true
+    )]
+    pub verbosity: i32,
 
-    /// Write logs to this file (used when --logtostderr=false).
+    /// Write logs to this file (used when --logtostderr=false); takes precedence over --log_dir.
     #[arg(long = "log_file", value_name = "FILE")]
     pub log_file: Option<String>,
 
-    /// Largest size of --log_file in megabytes (klog's: 1 MB = 1024 * 1024 bytes); a file
+    /// Largest size of a log file in megabytes (klog's: 1 MB = 1024 * 1024 bytes). --log_file
     /// that would grow past it becomes `<FILE>.1` (replacing the previous one) and a new file
-    /// is started. 0: unlimited.
+    /// is started; a --log_dir file is followed by a new one with the time in its name, as
+    /// klog does. 0: unlimited.
     #[arg(long = "log_file_max_size", default_value_t = 1800, value_name = "MB")]
     pub log_file_max_size: u64,
 
-    /// Log to stderr instead of --log_file.
+    /// Log to stderr instead of files.
     #[arg(long = "logtostderr", num_args = 0..=1, default_missing_value = "true",
           require_equals = true, default_value = "true", value_name = "BOOL",
           value_parser = go_bool)]
     pub logtostderr: bool,
 
-    /// klog's other flags, accepted and ignored.
+    /// klog's other flags.
     #[command(flatten)]
-    pub ignored: IgnoredKlogFlags,
+    pub klog: KlogFlags,
 }
 
-/// The flags `klog.InitFlags` registers (klog v2.140, which upstream's release links) that the
-/// daemon does not act on: accepted in every Go spelling so an install line that carries one
-/// still starts the daemon, and ignored. Their values are parsed as Go would (bools by
-/// [`go_bool`]) so a line Go refuses is refused here too.
+/// The rest of the flags `klog.InitFlags` registers (klog v2.140, which upstream's release
+/// links), acting as in klog; `-vmodule` and `-log_backtrace_at` are accepted and ignored (no
+/// per-file verbosity, no stack traces). Values are parsed as Go would (bools by [`go_bool`],
+/// severities by [`crate::klog::parse_severity`]) so a line Go refuses is refused here too.
 #[derive(Debug, clap::Args)]
-pub struct IgnoredKlogFlags {
-    #[arg(long = "alsologtostderr", hide = true, num_args = 0..=1,
-          default_missing_value = "true", require_equals = true, value_parser = go_bool)]
-    alsologtostderr: Option<bool>,
-    #[arg(long = "add_dir_header", hide = true, num_args = 0..=1,
-          default_missing_value = "true", require_equals = true, value_parser = go_bool)]
-    add_dir_header: Option<bool>,
-    #[arg(long = "skip_headers", hide = true, num_args = 0..=1,
-          default_missing_value = "true", require_equals = true, value_parser = go_bool)]
-    skip_headers: Option<bool>,
-    #[arg(long = "skip_log_headers", hide = true, num_args = 0..=1,
-          default_missing_value = "true", require_equals = true, value_parser = go_bool)]
-    skip_log_headers: Option<bool>,
-    #[arg(long = "one_output", hide = true, num_args = 0..=1,
-          default_missing_value = "true", require_equals = true, value_parser = go_bool)]
-    one_output: Option<bool>,
-    #[arg(long = "legacy_stderr_threshold_behavior", hide = true, num_args = 0..=1,
-          default_missing_value = "true", require_equals = true, value_parser = go_bool)]
-    legacy_stderr_threshold_behavior: Option<bool>,
-    #[arg(long = "log_dir", hide = true)]
-    log_dir: Option<String>,
+pub struct KlogFlags {
+    /// Log to stderr as well as files.
+    #[arg(long = "alsologtostderr", num_args = 0..=1, default_missing_value = "true",
+          require_equals = true, default_value = "false", value_name = "BOOL",
+          value_parser = go_bool)]
+    pub alsologtostderr: bool,
+    /// Write log files in this directory (no effect with --logtostderr or --log_file); when
+    /// it cannot be written, in the temp directory, as klog does.
+    #[arg(long = "log_dir", value_name = "DIR")]
+    pub log_dir: Option<String>,
+    /// Lines at or above this severity go to stderr when logging to files.
+    #[arg(long = "stderrthreshold", default_value = "ERROR", value_name = "SEVERITY",
+          value_parser = crate::klog::parse_severity)]
+    pub stderrthreshold: crate::klog::Severity,
+    /// With --alsologtostderr, the lowest severity stderr gets.
+    #[arg(long = "alsologtostderrthreshold", default_value = "INFO", value_name = "SEVERITY",
+          value_parser = crate::klog::parse_severity)]
+    pub alsologtostderrthreshold: crate::klog::Severity,
+    /// When false, --stderrthreshold filters stderr also under --logtostderr.
+    #[arg(long = "legacy_stderr_threshold_behavior", num_args = 0..=1,
+          default_missing_value = "true", require_equals = true, default_value = "true",
+          value_name = "BOOL", value_parser = go_bool)]
+    pub legacy_stderr_threshold_behavior: bool,
+    /// Each line goes to its own severity's file only (not to the lower severities' too).
+    #[arg(long = "one_output", num_args = 0..=1, default_missing_value = "true",
+          require_equals = true, default_value = "false", value_name = "BOOL",
+          value_parser = go_bool)]
+    pub one_output: bool,
+    /// Lines without the `Lmmdd hh:mm:ss.uuuuuu pid file:line]` header.
+    #[arg(long = "skip_headers", num_args = 0..=1, default_missing_value = "true",
+          require_equals = true, default_value = "false", value_name = "BOOL",
+          value_parser = go_bool)]
+    pub skip_headers: bool,
+    /// Log files without the header block at their top.
+    #[arg(long = "skip_log_headers", num_args = 0..=1, default_missing_value = "true",
+          require_equals = true, default_value = "false", value_name = "BOOL",
+          value_parser = go_bool)]
+    pub skip_log_headers: bool,
+    /// The source file's directory in each line's header.
+    #[arg(long = "add_dir_header", num_args = 0..=1, default_missing_value = "true",
+          require_equals = true, default_value = "false", value_name = "BOOL",
+          value_parser = go_bool)]
+    pub add_dir_header: bool,
+    /// Accepted and ignored: per-file verbosity.
     #[arg(long = "vmodule", hide = true)]
     vmodule: Option<String>,
-    #[arg(long = "stderrthreshold", hide = true)]
-    stderrthreshold: Option<String>,
-    #[arg(long = "alsologtostderrthreshold", hide = true)]
-    alsologtostderrthreshold: Option<String>,
+    /// Accepted and ignored: stack traces at a source line.
     #[arg(long = "log_backtrace_at", hide = true)]
     log_backtrace_at: Option<String>,
 }
@@ -243,6 +272,32 @@ pub fn go_style(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
 }
 
 impl Flags {
+    /// What the klog flags ask for. A service's stderr goes nowhere, so under
+    /// --windows-service the files given (--log_file or --log_dir) are written even when
+    /// --logtostderr was left at its default.
+    pub fn klog(&self) -> crate::klog::Config {
+        let files_given = self.log_file.is_some() || self.klog.log_dir.is_some();
+        crate::klog::Config {
+            to_stderr: self.logtostderr && !(self.windows_service && files_given),
+            also_to_stderr: self.klog.alsologtostderr,
+            stderr_threshold: self.klog.stderrthreshold,
+            also_threshold: self.klog.alsologtostderrthreshold,
+            legacy_threshold: self.klog.legacy_stderr_threshold_behavior,
+            log_file: self.log_file.clone(),
+            log_dir: self.klog.log_dir.clone(),
+            max_size: crate::log_file::limit_from_megabytes(self.log_file_max_size),
+            one_output: self.klog.one_output,
+            skip_headers: self.klog.skip_headers,
+            skip_log_headers: self.klog.skip_log_headers,
+            add_dir_header: self.klog.add_dir_header,
+        }
+    }
+
+    /// The verbosity the request log heeds: klog's level, negative ones as 0.
+    pub fn request_verbosity(&self) -> u8 {
+        self.verbosity.clamp(0, i32::from(u8::MAX)) as u8
+    }
+
     /// Whether events go to the Windows Event Log: `--windows-event-log`, else
     /// `--windows-service`.
     pub fn event_log(&self) -> bool {
@@ -446,6 +501,71 @@ mod tests {
             let v = go_style(["csi-proxy", &format!("-skip_headers={bad}")].map(OsString::from));
             assert!(Flags::try_parse_from(v).is_err(), "{bad:?}");
         }
+    }
+
+    /// Every bool flag, found from the parser itself so a new one cannot be missed, takes Go's
+    /// spellings (`--skip-unreadable-processes=1` was refused with clap's `true, false`).
+    #[test]
+    fn every_bool_flag_takes_gos_spellings() {
+        let command = <Flags as clap::CommandFactory>::command();
+        let bools: Vec<String> = command
+            .get_arguments()
+            .filter(|a| a.get_value_names().is_some_and(|n| n == ["BOOL"]))
+            .filter_map(|a| a.get_long().map(str::to_string))
+            .collect();
+        assert!(bools.len() >= 12, "{bools:?}");
+        let try_parse = |arg: String| {
+            Flags::try_parse_from(go_style(["csi-proxy".into(), OsString::from(arg)]))
+        };
+        for name in &bools {
+            for v in [
+                "1", "t", "T", "TRUE", "True", "0", "f", "F", "FALSE", "False",
+            ] {
+                assert!(try_parse(format!("-{name}={v}")).is_ok(), "-{name}={v}");
+            }
+            assert!(try_parse(format!("-{name}")).is_ok(), "-{name}");
+            assert!(try_parse(format!("--{name}=yes")).is_err(), "--{name}=yes");
+        }
+        assert!(parse(&["--skip-unreadable-processes=1"]).skip_unreadable_processes);
+        assert!(!parse(&["-alsologtostderr=0"]).klog.alsologtostderr);
+    }
+
+    #[test]
+    fn negative_verbosity_is_accepted_as_go_does() {
+        for args in [&["-v=-1"][..], &["-v", "-1"], &["--v=-1"]] {
+            let f = parse(args);
+            assert_eq!(f.verbosity, -1, "{args:?}");
+            assert_eq!(f.request_verbosity(), 0);
+        }
+        assert_eq!(parse(&["-v=1000"]).request_verbosity(), 255);
+    }
+
+    #[test]
+    fn klog_flags_take_effect() {
+        let f = parse(&[
+            "-logtostderr=false",
+            "-log_dir=/var/log/csi",
+            "-alsologtostderr",
+            "-stderrthreshold=WARNING",
+            "-one_output=t",
+        ]);
+        let c = f.klog();
+        assert!(!c.to_stderr && c.also_to_stderr && c.one_output);
+        assert_eq!(c.log_dir.as_deref(), Some("/var/log/csi"));
+        assert_eq!(c.stderr_threshold, crate::klog::Severity::Warning);
+        assert_eq!(
+            parse(&[]).klog().stderr_threshold,
+            crate::klog::Severity::Error
+        );
+        // A service's stderr goes nowhere: the files given are written.
+        assert!(
+            !parse(&["-windows-service", "-log_dir=C:\\logs"])
+                .klog()
+                .to_stderr
+        );
+        assert!(parse(&["-log_dir=/x"]).klog().to_stderr);
+        let v = go_style(["csi-proxy", "-stderrthreshold=LOUD"].map(OsString::from));
+        assert!(Flags::try_parse_from(v).is_err());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 mod flags;
 mod hosts;
+mod klog;
 mod log_file;
 mod service_events;
 #[cfg_attr(not(windows), allow(dead_code))] // the Windows service drives it; Linux tests it
@@ -23,14 +24,17 @@ fn main() -> ExitCode {
         Ok(f) => f,
         Err(e) => e.exit(),
     };
-    if let Err(e) = init_logging(&flags) {
-        eprintln!("csi-proxy: {e}");
-        if flags.event_log() {
-            service_events::open().did_not_start(&e);
+    let outputs = match init_logging(&flags) {
+        Ok(outputs) => outputs,
+        Err(e) => {
+            eprintln!("csi-proxy: {e}");
+            if flags.event_log() {
+                service_events::open().did_not_start(&e);
+            }
+            return ExitCode::from(2);
         }
-        return ExitCode::from(2);
-    }
-    csi_proxy_server::call::set_verbosity(flags.verbosity);
+    };
+    csi_proxy_server::call::set_verbosity(flags.request_verbosity());
     #[cfg(windows)]
     if flags.windows_service {
         return windows_service::run(flags);
@@ -56,7 +60,11 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("csi-proxy: {e}");
+            // Logged as an error already (run_until); printed again only where that line
+            // did not reach stderr.
+            if !outputs.stderr_gets(klog::Severity::Error) {
+                eprintln!("csi-proxy: {e}");
+            }
             ExitCode::FAILURE
         }
     }
@@ -382,32 +390,22 @@ mod console {
     }
 }
 
-fn init_logging(flags: &flags::Flags) -> Result<(), String> {
+/// Sets up logging as klog would for these flags (see [`klog`]); the outputs, to tell whether
+/// an error logged also reached stderr.
+fn init_logging(flags: &flags::Flags) -> Result<Arc<klog::Outputs>, String> {
     use tracing_subscriber::EnvFilter;
     let filter =
         EnvFilter::try_from_env("CSI_PROXY_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
+    let config = flags.klog();
+    let format = klog::KlogFormat::new(&config);
+    let outputs = klog::Outputs::open(config)?;
+    tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_target(false);
-    // A service's stderr goes nowhere, so under --windows-service a --log_file is written even
-    // when --logtostderr was left at its default.
-    match (&flags.log_file, flags.logtostderr && !flags.windows_service) {
-        (Some(path), false) => {
-            let limit = log_file::limit_from_megabytes(flags.log_file_max_size);
-            let file = log_file::SizeLimitedFile::open(path, limit)
-                .map_err(|e| format!("cannot open --log_file {path}: {e}"))?;
-            builder
-                .with_ansi(false)
-                .with_writer(std::sync::Mutex::new(file))
-                .init();
-        }
-        _ => {
-            // Colour only for a person at a terminal; service logs and files stay plain text.
-            let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-            builder.with_ansi(ansi).with_writer(std::io::stderr).init()
-        }
-    }
-    Ok(())
+        .with_ansi(false)
+        .event_format(format)
+        .with_writer(klog::Sink(outputs.clone()))
+        .init();
+    Ok(outputs)
 }
 
 /// After a burst of requests, once none has started for a whole period, gives the freed heap

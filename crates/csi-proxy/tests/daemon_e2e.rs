@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Daemon, call_raw};
+use common::{Daemon, call_raw, parse_klog_line};
 use csi_proxy_client::filesystem::FilesystemClient;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -434,7 +434,8 @@ async fn every_flag_upstream_accepts_starts_the_daemon_in_every_go_spelling() {
         };
         for line in go_spellings(name, value) {
             let args: Vec<&str> = line.iter().map(String::as_str).collect();
-            let d = Daemon::start(&args);
+            // -logtostderr=false without a directory writes klog's files to the temp dir.
+            let d = Daemon::start_env(&args, &[("TMPDIR", log_dir.as_str())]);
             let root = match *name {
                 "kubelet-path" => other_kubelet.clone(),
                 "working-dir" => extra_root.clone(),
@@ -606,6 +607,8 @@ async fn the_daemon_serves_on_sockets_systemd_socket_activate_passes() {
         "{}",
         log()
     );
+    // The endpoints served, not the socket names this daemon owns (none here): it said 0.
+    assert!(log().contains("serving endpoints=23"), "{}", log());
     let _ = Command::new("kill")
         .args(["-TERM", &daemon.id().to_string()])
         .status();
@@ -679,4 +682,71 @@ fn activated(
         rustix::io::fcntl_setfd(l, rustix::io::FdFlags::CLOEXEC).unwrap();
     }
     child
+}
+
+/// The lines of `text` past the header block klog writes at the top of a file.
+fn klog_lines(text: &str) -> Vec<&str> {
+    let body = text.split_once("] msg\n").map_or(text, |(_, rest)| rest);
+    body.lines().collect()
+}
+
+/// klog's flags as upstream's daemon takes them: `-log_dir` with `-logtostderr=false` makes
+/// klog's `<program>.<host>.<user>.log.INFO.<time>.<pid>` file and its `<program>.INFO` link
+/// (the directory used to be left unmade and the log went to stderr), `-alsologtostderr`
+/// writes stderr too (it used to be dropped), and every line of both parses in klog's format.
+#[tokio::test]
+async fn klog_flags_write_klogs_files_and_lines() {
+    let logs = tempfile::tempdir().unwrap();
+    let dir = logs.path().display().to_string();
+    let d = Daemon::start(&[
+        "-logtostderr=false",
+        &format!("-log_dir={dir}"),
+        "-alsologtostderr",
+    ]);
+    let mut fs = FilesystemClient::connect(&d.connector()).await.unwrap();
+    let _ = fs.path_exists(&d.k("missing")).await;
+    let pid = d.child.id();
+    let target = std::fs::read_link(logs.path().join("csi-proxy.INFO")).expect("INFO link");
+    let name = target.display().to_string();
+    let parts: Vec<&str> = name.split('.').collect();
+    assert_eq!(parts.len(), 7, "{name}");
+    assert_eq!(
+        (parts[0], parts[3], parts[4]),
+        ("csi-proxy", "log", "INFO"),
+        "{name}"
+    );
+    assert_eq!(parts[6], pid.to_string(), "{name}");
+    let file = std::fs::read_to_string(logs.path().join(&target)).unwrap();
+    assert!(file.starts_with("Log file created at: "), "{file}");
+    for (what, text) in [("file", file.clone()), ("stderr", d.log())] {
+        let lines = klog_lines(&text);
+        assert!(
+            lines.iter().any(|l| l.contains("starting csi-proxy")),
+            "{what}: {text}"
+        );
+        for l in lines {
+            let (_, line_pid, ..) = parse_klog_line(l).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(line_pid, pid, "{what}: {l}");
+        }
+    }
+
+    // -log_file with -alsologtostderr: both outputs get every line (stderr used to get none).
+    let file = logs.path().join("one.log");
+    let d = Daemon::start(&[
+        "-logtostderr=false",
+        &format!("-log_file={}", file.display()),
+        "-alsologtostderr=1",
+    ]);
+    let text = std::fs::read_to_string(&file).unwrap();
+    for (what, text) in [("file", text), ("stderr", d.log())] {
+        let lines = klog_lines(&text);
+        assert!(
+            lines.iter().any(|l| l.contains("starting csi-proxy")),
+            "{what}: {text}"
+        );
+        assert!(
+            lines.iter().all(|l| parse_klog_line(l).is_ok()),
+            "{what}: {text}"
+        );
+    }
 }

@@ -60,14 +60,35 @@ async fn mbr_disk_life(d: &SimDaemon, pd: &mut PdDriver) {
     assert_eq!(available + used, before);
     assert!(before > 9 * GIB as i64, "{before}");
     d.sim.grow_disk(disk, 20 * GIB);
-    pd.expand(target).await.expect("the MBR partition grows");
+    // NodeExpandVolume: the resize, then GetDiskStats on the disk must show the requested size.
+    let asked = 20 * GIB as i64 - (1 << 20);
+    let grown = pd.node_expand(&device, target, asked).await;
+    assert_eq!(grown.expect("the MBR partition grows"), asked);
     let after = pd.stats(target).await.unwrap().1;
     assert!(after > before + 9 * GIB as i64, "{before} -> {after}");
-    pd.expand(target).await.expect("nothing more to grow: OK");
+    let e = pd
+        .node_expand(&device, target, 21 * GIB as i64)
+        .await
+        .unwrap_err();
+    assert!(
+        e.message().contains("after resize volume was size"),
+        "{e:?}"
+    );
+    pd.node_expand(&device, target, asked)
+        .await
+        .expect("nothing more to grow: OK");
 
     pd.unpublish(target).await.unwrap();
-    pd.unstage(STAGING).await.unwrap();
-    pd.unstage(STAGING).await.unwrap();
+    // NodeUnstageVolume with the device in-use check (on by default): the disk, now offline,
+    // is looked up again by its device name and found.
+    let found = pd.node_unstage(&device, STAGING).await.unwrap();
+    assert_eq!(
+        found,
+        Some(disk.to_string()),
+        "the offline disk is still listed"
+    );
+    let found = pd.node_unstage(&device, STAGING).await.unwrap();
+    assert_eq!(found, Some(disk.to_string()));
     d.sim.mkdir(&common::normalize_windows_path(STAGING));
     // Re-staged with disk-size validation on: GetDiskStats on the disk the unstage took
     // offline, before PartitionDisk and SetDiskState (issue 41).

@@ -183,17 +183,32 @@ async fn pd_replayed_on_a_loop_disk() {
     assert_eq!((before, used), pd.api.volume_stats(&id).await.unwrap());
     assert_eq!(available + used, before);
     grow_seen(&l, 700);
-    pd.expand(&target).await.expect("grown");
+    // NodeExpandVolume: the resize, then GetDiskStats must show at least the requested size.
+    let grown = pd.node_expand("pd-disk-1", &target, 700 * MIB).await;
+    assert_eq!(grown.expect("grown"), 700 * MIB);
     let after = pd.stats(&target).await.unwrap().1;
     assert!(after > before + 250 * MIB, "{before} -> {after}");
+    let e = pd
+        .node_expand("pd-disk-1", &target, 701 * MIB)
+        .await
+        .unwrap_err();
+    assert!(
+        e.message().contains("after resize volume was size"),
+        "{e:?}"
+    );
     pd.expand(&target).await.expect("nothing more to grow: OK");
 
     pd.unpublish(&target).await.unwrap();
     pd.unpublish(&target).await.unwrap();
     offline_refused(pd.unstage(&staging).await, &staging);
-    pd.unstage(&staging)
-        .await
-        .expect("the retry finds nothing staged");
+    // The retry, with the device in-use check gce-pd runs by default: the disk is looked up
+    // again by its device name after the unstage, and found.
+    let found = pd.node_unstage("pd-disk-1", &staging).await;
+    let n = found.expect("the retry finds nothing staged");
+    assert!(
+        n.is_some(),
+        "the device look-up after unstage finds the disk"
+    );
     std::fs::create_dir_all(&staging).unwrap();
     // Re-staged with disk-size validation on: GetDiskStats first (700 MiB is 1 GiB rounded up).
     let e = pd.stage_validating("pd-disk-1", &staging, Some(2)).await;

@@ -106,6 +106,50 @@ async fn a_broken_mapping_other_volumes_use_is_made_again_with_the_new_secret() 
     }
 }
 
+/// azurefile v1.35.4 on no longer removes a publish link it cannot read (NodePublishVolume's
+/// `ensureMountPoint` with `shouldUnmount` false): after a key rotation dropped the share's
+/// sessions, kubelet's republish fails and the dead link stays, answered as existing and
+/// still a link by the daemon; once a stage with the new key repairs the mapping, the same
+/// link reads again and the next publish finds it mounted. csi-driver-smb still removes it.
+#[tokio::test(flavor = "multi_thread")]
+async fn azurefile_keeps_a_publish_link_it_cannot_read() {
+    for flavour in [SmbFlavour::AzureFile, SmbFlavour::CsiDriverSmb] {
+        let d = SimDaemon::start().await;
+        let mut drv = SmbDriver::new(&d, flavour).await;
+        let (root, user) = (r"\\acct.file.core.windows.net\pvc-share", r"AZURE\acct");
+        d.sim.add_share(root, Some((user, "key1")));
+        let (st1, st2) = (staging("a"), staging("b"));
+        let t1 = publish_path(&d, "uid-1", "pvc-1");
+        drv.stage("pvc-1", root, Some("pvc-1"), &st1, user, "key1")
+            .await
+            .unwrap();
+        drv.publish(&st1, &t1).await.unwrap();
+        d.sim.set_share_credential(root, Some((user, "key2")));
+        d.sim.drop_smb_sessions(root);
+        assert!(!drv.reads(&t1));
+
+        let e = drv.publish(&st1, &t1).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Internal, "the driver's own failure");
+        let kept = drv.exists(&t1).await.unwrap();
+        assert_eq!(kept, flavour == SmbFlavour::AzureFile, "{flavour:?}: {e:?}");
+        if flavour != SmbFlavour::AzureFile {
+            continue;
+        }
+        drv.stage("pvc-2", root, Some("pvc-2"), &st2, user, "key2")
+            .await
+            .unwrap();
+        assert!(
+            drv.reads(&t1),
+            "the kept link answers once the mapping is repaired"
+        );
+        drv.publish(&st1, &t1).await.expect("already mounted");
+        drv.unpublish(&t1).await.unwrap();
+        for (vol, st) in [("pvc-1", &st1), ("pvc-2", &st2)] {
+            drv.unstage(vol, st).await.unwrap();
+        }
+    }
+}
+
 /// A node whose csi-proxy predates v1: the drivers fall back to filesystem v1beta1 and smb
 /// v1beta1 (IsMountPoint, LinkPath, Rmdir in the pod context).
 async fn v1beta_daemon() -> SimDaemon {

@@ -150,7 +150,6 @@ pub async fn serve_with(
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut servers = JoinSet::new();
     let (bound, mut owned) = bind_all(&endpoints, &listen, matches!(names, Names::TakeOver(_)))?;
-    let names_count = owned.len();
 
     let in_all = crate::limits::connection_budget(crate::limits::descriptor_limit());
     let total = ConnectionCaps::daemon(in_all);
@@ -191,7 +190,9 @@ pub async fn serve_with(
     if let Names::TakeOver(renamed) = names {
         renamed(crate::transport::names::rename_all(&mut owned));
     }
-    tracing::info!(endpoints = names_count, "serving");
+    // The endpoints served, whoever bound their sockets (under socket activation systemd
+    // did, and this daemon owns no name).
+    tracing::info!(endpoints = servers.len(), "serving");
     ready();
 
     // An endpoint that ends before a stop request is a failure, also when it ends "cleanly"

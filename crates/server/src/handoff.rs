@@ -211,10 +211,13 @@ pub fn start(state_dir: &Path, take_over: bool, listen: &str) -> Result<Start, R
             let recorded = std::fs::read_to_string(state_dir.join(SERVING_LISTEN)).ok();
             if recorded.as_deref().map(str::trim) != Some(listen) {
                 return Err(format!(
-                    "{who} serves endpoints that listen as {:?}, this one's would as {listen:?}: \
+                    "{who} serves endpoints that listen as {}, this one's would as {}: \
                      a take-over serves the same endpoints (the same --socket-dir and \
                      --socket-group, or --pipe-sddl); stop that one first to change them",
-                    recorded.as_deref().map_or("(not recorded)", str::trim)
+                    recorded
+                        .as_deref()
+                        .map_or("(not recorded)".into(), |r| shown(r.trim())),
+                    shown(listen)
                 )
                 .into());
             }
@@ -241,6 +244,23 @@ pub fn start(state_dir: &Path, take_over: bool, listen: &str) -> Result<Start, R
         }
         Err(TryLockError::Error(e)) => Err(ctx(e)),
     }
+}
+
+/// A listen key ([`crate::daemon::listen_key`]) as an operator reads it: the key keeps its
+/// recorded form (`group None`, `group Some(990)`), so a take-over from a daemon that recorded
+/// it still matches, and only the message says `no --socket-group` and `group 990`.
+fn shown(key: &str) -> String {
+    let Some((head, group)) = key.rsplit_once(" group ") else {
+        return format!("\"{key}\"");
+    };
+    let group = match group {
+        "None" => "no --socket-group (the daemon's own group)".to_string(),
+        g => match g.strip_prefix("Some(").and_then(|g| g.strip_suffix(')')) {
+            Some(gid) => format!("group {gid}"),
+            None => format!("group {g}"),
+        },
+    };
+    format!("\"{head}\", {group}")
 }
 
 fn record_listen(dir: &Path, listen: &str) {
@@ -309,6 +329,23 @@ pub async fn requested(state_dir: PathBuf) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The refusal names the groups as an operator writes them, never `None` or `Some(990)`.
+    #[test]
+    fn a_listen_key_is_shown_without_rust_debug_forms() {
+        assert_eq!(
+            shown("unix sockets in /run/csi-proxy group None"),
+            "\"unix sockets in /run/csi-proxy\", no --socket-group (the daemon's own group)"
+        );
+        assert_eq!(
+            shown("unix sockets in /run/csi-proxy group Some(990)"),
+            "\"unix sockets in /run/csi-proxy\", group 990"
+        );
+        assert_eq!(
+            shown("named pipes with SDDL D:P"),
+            "\"named pipes with SDDL D:P\""
+        );
+    }
 
     /// One daemon per state directory: a second start is refused naming the first's pid; a
     /// take-over is admitted once (a second take-over meanwhile is refused); the request is

@@ -181,6 +181,12 @@ pub trait SmbHost: Send + Sync {
     /// there is none. Links to it are left alone.
     fn remove_smb_global_mapping(&self, root: &str) -> Result<()>;
 
+    /// Where the host keeps a mapping per credential (see [`SmbHost::credential_mapping`]):
+    /// removes only the one `mapping`'s credentials have, leaving other credentials' mappings of
+    /// the root, and the links into them, alone; NotFound when there is none. A host with one
+    /// mapping per root removes that one, as [`SmbHost::remove_smb_global_mapping`] does.
+    fn remove_credential_mapping(&self, mapping: &SmbMapping) -> Result<()>;
+
     /// The state of the mapping of `root` (lower-cased `\\server\share`); where the host keeps
     /// a mapping per credential, of all of them together (present when any is).
     fn smb_global_mapping(&self, root: &str) -> Result<MappingState>;
@@ -504,7 +510,14 @@ impl SmbService {
                     );
                 }
                 self.manager.forget(root);
-                match self.host.remove_smb_global_mapping(root) {
+                // Where each credential has a mapping of its own, only this request's is the
+                // broken one: the other tenants' mappings serve their links and stay.
+                let removed = if per_credential {
+                    self.host.remove_credential_mapping(mapping)
+                } else {
+                    self.host.remove_smb_global_mapping(root)
+                };
+                match removed {
                     Err(e) if e.kind() != Kind::NotFound => {
                         return Err(
                             e.context(format!("{NEW}: replacing the mapping of {root:?} ({why})"))

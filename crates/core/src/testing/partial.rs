@@ -166,6 +166,9 @@ partial_host! {
         fn remove_smb_global_mapping(&self, root: &str) -> Result<()> {
             unimplemented("smb", "RemoveSmbGlobalMapping")
         }
+        fn remove_credential_mapping(&self, mapping: &SmbMapping) -> Result<()> {
+            unimplemented("smb", "RemoveSmbGlobalMapping")
+        }
         fn smb_global_mapping(&self, root: &str) -> Result<MappingState> {
             Ok(MappingState::Unknown)
         }

@@ -20,6 +20,7 @@ mod fs_api;
 #[cfg(unix)]
 mod go_client;
 mod host;
+mod klog_line;
 mod loopdisk;
 #[cfg(unix)]
 mod node_host;
@@ -51,6 +52,7 @@ pub use fs_api::*;
 #[cfg(unix)]
 pub use go_client::*;
 pub use host::*;
+pub use klog_line::*;
 pub use loopdisk::*;
 #[cfg(unix)]
 pub use node_host::*;

@@ -169,6 +169,49 @@ impl PdDriver {
         self.api.resize(&id, 0).await
     }
 
+    /// NodeExpandVolume (v1.26.4): the device looked up first (`getDevicePath`: the disk
+    /// number, as at stage), the resizer, then GetDiskStats on that disk (`getBlockSizeBytes`),
+    /// whose `TotalBytes` the driver reads even when the call failed (a nil response there: Go
+    /// panics) and compares with the requested size: smaller is INTERNAL. Returns the capacity
+    /// it reports (the requested bytes).
+    pub async fn node_expand(
+        &mut self,
+        device_name: &str,
+        volume_path: &str,
+        requested: i64,
+    ) -> Result<i64, Status> {
+        let n = self.disk_number(device_name).await.map_err(|e| {
+            Status::internal(format!("error when getting device path: {}", e.message()))
+        })?;
+        self.expand(volume_path).await?;
+        let total = self.api.disk_size(&n).await.map_err(|e| {
+            Status::internal(format!(
+                "the driver panics: GetDiskStats failed ({e:?}) and its nil response is read"
+            ))
+        })?;
+        if total < requested {
+            return Err(Status::internal(format!(
+                "resize requested for {requested} but after resize volume was size {total}"
+            )));
+        }
+        Ok(requested)
+    }
+
+    /// NodeUnstageVolume (v1.26.4) with `--enable-device-in-use-check-on-node-unstage`, its
+    /// default: the unstage ([`Self::unstage`]), then `confirmDeviceUnused` looks the device up
+    /// again (`getDevicePath`: ListDiskIDs as at stage, the disk now offline) and, on Windows,
+    /// finds it unused whatever it is (`IsDeviceFilesystemInUse` answers false). A failed
+    /// look-up is logged and ignored. Returns the disk number the look-up found, `None` when it
+    /// failed.
+    pub async fn node_unstage(
+        &mut self,
+        device_name: &str,
+        staging: &str,
+    ) -> Result<Option<String>, Status> {
+        self.unstage(staging).await?;
+        Ok(self.disk_number(device_name).await.ok())
+    }
+
     /// NodeGetVolumeStats on the path kubelet hands (the publish path, raw): the driver's own
     /// `os.Lstat`, then GetVolumeIDFromTargetPath on that path and GetVolumeStats (v1beta1:
     /// GetVolumeIDFromMount, VolumeStats). Returns (available, capacity, used) as it reports

@@ -51,7 +51,8 @@ pub enum SmbFlavour {
     /// csi-driver-smb v1.9–v1.12: the same, with count files named by the remote path, so
     /// volumes of one remote path (static volumes of a share) share one file.
     CsiDriverSmbV1_12,
-    /// azurefile: its unstage is Rmdir only, it never calls RemoveSmbGlobalMapping.
+    /// azurefile (v1.35.4 to v1.35.7): its unstage is Rmdir only, it never calls
+    /// RemoveSmbGlobalMapping, and its publish keeps a link it cannot read.
     AzureFile,
 }
 
@@ -150,7 +151,7 @@ impl SmbDriver {
     }
 
     /// PathExists (v1beta1: no context given, the plugin one).
-    async fn exists(&mut self, path: &str) -> Result<bool, Status> {
+    pub async fn exists(&mut self, path: &str) -> Result<bool, Status> {
         let p = normalize_windows_path(path);
         self.fs.path_exists(&p, PathContext::Plugin).await
     }
@@ -164,11 +165,18 @@ impl SmbDriver {
     /// Both drivers' `ensureMountPoint`: `Ok(true)` when `target` is a link the driver can read
     /// through (already mounted). A link it cannot read through, which IsSymlink answers true
     /// for or fails on (the driver then finds the path "corrupted" itself), is removed (Rmdir,
-    /// their `Unmount`) and the call fails, as theirs does; kubelet retries. Otherwise the
+    /// their `Unmount`) and the call fails, as theirs does; kubelet retries. azurefile v1.35.4
+    /// on passes `shouldUnmount` false from NodePublishVolume: there the link is kept (an
+    /// unmount during a republish raced a restarting container) and the call fails, leaving
+    /// the cleanup to NodeUnpublishVolume. Otherwise the
     /// driver makes the directory itself (`os.MkdirAll`), which fails on a link whose target
     /// is gone (Go's MkdirAll: Stat fails, Mkdir finds the entry, Lstat says it is no
     /// directory), so an IsSymlink answering false for a dead link fails every retry.
-    async fn ensure_mount_point(&mut self, target: &str) -> Result<bool, Status> {
+    async fn ensure_mount_point(
+        &mut self,
+        target: &str,
+        should_unmount: bool,
+    ) -> Result<bool, Status> {
         let path = normalize_windows_path(target);
         if self.exists(target).await? {
             let link = match self.is_symlink(target).await {
@@ -179,6 +187,11 @@ impl SmbDriver {
             if link {
                 if self.reads(target) {
                     return Ok(true);
+                }
+                if !should_unmount {
+                    return Err(Status::internal(format!(
+                        "Could not mount target {target}: ReadDir failed; the link is kept"
+                    )));
                 }
                 self.rmdir(target).await?;
                 return Err(Status::internal(format!(
@@ -217,7 +230,7 @@ impl SmbDriver {
         } else {
             format!(r"AZURE\{user}")
         };
-        if self.ensure_mount_point(staging).await? {
+        if self.ensure_mount_point(staging, true).await? {
             return Ok(());
         }
         // prepareStagePath: the directory just made is removed again, for the link.
@@ -255,7 +268,8 @@ impl SmbDriver {
 
     /// NodePublishVolume: the target kubelet made is removed and linked to the staging path.
     pub async fn publish(&mut self, staging: &str, target: &str) -> Result<(), Status> {
-        if self.ensure_mount_point(target).await? {
+        let should_unmount = self.flavour != SmbFlavour::AzureFile;
+        if self.ensure_mount_point(target, should_unmount).await? {
             return Ok(());
         }
         if self.exists(target).await? {

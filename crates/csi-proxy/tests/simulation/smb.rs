@@ -87,6 +87,9 @@ impl SmbHost for Watched {
         self.removed.lock().unwrap().push(root.to_string());
         Ok(())
     }
+    fn remove_credential_mapping(&self, m: &SmbMapping) -> csi_proxy_core::Result<()> {
+        self.remove_smb_global_mapping(&m.root)
+    }
     fn smb_global_mapping(&self, root: &str) -> csi_proxy_core::Result<MappingState> {
         self.host.smb_global_mapping(root)
     }

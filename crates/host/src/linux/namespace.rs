@@ -13,18 +13,24 @@ use std::io;
 /// `mnt:[inode]`). Where PID 1's link cannot be read (a sandbox that hides PID 1), the process
 /// that started the daemon stands in for it: a namespace made for the daemon alone
 /// (`unshare -m`, a service manager's private mounts) differs from its starter's too. `Err`
-/// explains what differs; `Ok` when neither can be read, since then nothing can be compared.
+/// explains what differs, and also when the links cannot be read: a check that cannot be made
+/// fails closed, since a daemon in the wrong namespace answers every MountVolume with success.
 pub fn check_host_mount_namespace() -> Result<(), String> {
-    let ours = match fs::read_link("/proc/self/ns/mnt") {
+    check_with(|path| fs::read_link(path))
+}
+
+/// [`check_host_mount_namespace`] reading each `/proc/<pid>/ns/mnt` link through `read_link`.
+fn check_with(read_link: impl Fn(&str) -> io::Result<std::path::PathBuf>) -> Result<(), String> {
+    let ours = match read_link("/proc/self/ns/mnt") {
         Ok(l) => l,
         Err(e) => return unknown("this process", e),
     };
-    let reference = fs::read_link("/proc/1/ns/mnt")
+    let reference = read_link("/proc/1/ns/mnt")
         .map(|l| (l, "PID 1".to_string()))
         .or_else(|e| {
             let parent = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get());
             tracing::debug!("PID 1's mount namespace cannot be read ({e}); comparing with the parent, PID {parent}");
-            fs::read_link(format!("/proc/{parent}/ns/mnt")).map(|l| (l, format!("PID {parent}, which started it")))
+            read_link(&format!("/proc/{parent}/ns/mnt")).map(|l| (l, format!("PID {parent}, which started it")))
         });
     let (host, whose) = match reference {
         Ok(r) => r,
@@ -44,6 +50,48 @@ pub fn check_host_mount_namespace() -> Result<(), String> {
 }
 
 fn unknown(whose: &str, e: io::Error) -> Result<(), String> {
-    tracing::warn!("cannot read the mount namespace of {whose} to compare: {e}");
-    Ok(())
+    Err(format!(
+        "cannot tell whether csi-proxy runs in the host's mount namespace: the mount namespace \
+         of {whose} cannot be read ({e}). Mounts made in another namespace would be invisible \
+         to kubelet; run csi-proxy as root with /proc mounted and PID 1 (or the process that \
+         starts it) visible"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The check used to warn and serve when the links could not be read; it now refuses.
+    #[test]
+    fn a_check_that_cannot_be_made_fails_closed() {
+        let denied = |_: &str| -> io::Result<std::path::PathBuf> {
+            Err(io::Error::from(io::ErrorKind::PermissionDenied))
+        };
+        let e = check_with(denied).unwrap_err();
+        assert!(
+            e.contains("cannot tell") && e.contains("this process"),
+            "{e}"
+        );
+        let only_self = |p: &str| -> io::Result<std::path::PathBuf> {
+            if p == "/proc/self/ns/mnt" {
+                Ok("mnt:[1]".into())
+            } else {
+                Err(io::Error::from(io::ErrorKind::PermissionDenied))
+            }
+        };
+        let e = check_with(only_self).unwrap_err();
+        assert!(e.contains("PID 1 and the parent"), "{e}");
+        let same = |_: &str| -> io::Result<std::path::PathBuf> { Ok("mnt:[7]".into()) };
+        assert_eq!(check_with(same), Ok(()));
+        let other = |p: &str| -> io::Result<std::path::PathBuf> {
+            Ok(if p == "/proc/self/ns/mnt" {
+                "mnt:[8]"
+            } else {
+                "mnt:[7]"
+            }
+            .into())
+        };
+        assert!(check_with(other).unwrap_err().contains("of its own"));
+    }
 }

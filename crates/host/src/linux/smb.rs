@@ -71,7 +71,7 @@ static RESOLVES: LazyLock<Arc<Probes<Option<String>>>> =
 static MOUNTS: LazyLock<Arc<Probes<std::result::Result<(), rustix::io::Errno>>>> =
     LazyLock::new(|| Arc::new(Probes::new(MAX_PROBES)));
 /// The health probes in flight, by mount directory.
-static HEALTH: LazyLock<Arc<Probes<std::result::Result<(), String>>>> =
+static HEALTH: LazyLock<Arc<Probes<std::result::Result<(), rustix::io::Errno>>>> =
     LazyLock::new(|| Arc::new(Probes::new(MAX_PROBES)));
 
 /// The Linux SMB host.
@@ -268,37 +268,58 @@ impl LinuxSmbHost {
         format!("{:p} {object}", Arc::as_ptr(&self.os))
     }
 
-    /// Whether the mount at `dir` answers `statfs` within [`HEALTH_TIMEOUT`] (or the caller's
+    /// How the mount at `dir` answers `statfs` within [`HEALTH_TIMEOUT`] (or the caller's
     /// deadline).
-    fn answers(&self, dir: &Path) -> std::result::Result<(), String> {
+    fn health(&self, dir: &Path) -> Health {
         let (os, d) = (self.os.clone(), dir.to_path_buf());
-        HEALTH
-            .answers(
-                &self.probe_key(&dir.display().to_string()),
-                until(HEALTH_TIMEOUT),
-                move || os.answers(&d),
-            )
-            .unwrap_or_else(|| {
-                Err(format!(
-                    "not answering within {} s or the caller's deadline",
-                    HEALTH_TIMEOUT.as_secs()
-                ))
-            })
+        match HEALTH.answers(
+            &self.probe_key(&dir.display().to_string()),
+            until(HEALTH_TIMEOUT),
+            move || os.answers(&d),
+        ) {
+            Some(Ok(())) => Health::Answers,
+            Some(Err(errno)) if credential_refused(errno) => Health::Refused(errno),
+            Some(Err(errno)) => Health::NotAnswering(format!("not answering ({errno})")),
+            None => Health::NotAnswering(format!(
+                "not answering within {} s or the caller's deadline",
+                HEALTH_TIMEOUT.as_secs()
+            )),
+        }
     }
 
     fn state_of(&self, dir: &Path) -> MappingState {
-        let (healthy, status) = match self.answers(dir) {
-            Ok(()) => (true, "OK".to_string()),
-            Err(why) => (false, why),
+        let (healthy, status, remap_heals) = match self.health(dir) {
+            Health::Answers => (true, "OK".to_string(), false),
+            // Mounting again is the repair only for a refused credential: a server that does
+            // not answer refuses a new mount too, and the mount kept reconnects by itself
+            // once it answers.
+            Health::Refused(errno) => (false, format!("credential refused ({errno})"), true),
+            Health::NotAnswering(why) => (false, why, false),
         };
         MappingState::Present(MappingInfo {
             healthy,
             status,
             // The directory's tag already says whose credentials made it.
             username: None,
-            // Why a cifs mount stopped answering is not told apart here: a new mount is tried.
-            remap_heals: !healthy,
+            remap_heals,
         })
+    }
+
+    /// Detaches the cifs mount at `dir` and removes its directory.
+    fn unmount(&self, dir: &Path, object: &str) -> Result<()> {
+        // Detach: open files keep working until closed, new lookups no longer reach the
+        // share (what a forced removal of a Windows global mapping comes closest to
+        // without data loss).
+        self.os.unmount_detach(dir).map_err(|errno| {
+            Error::new(
+                Kind::Internal,
+                REMOVE,
+                object,
+                format!("unmount {:?}: {errno}", dir.display()),
+            )
+        })?;
+        let _ = fs::remove_dir(dir);
+        Ok(())
     }
 
     /// An address of `server`, resolved within [`RESOLVE_LIMIT`] (or the caller's deadline).
@@ -442,6 +463,27 @@ fn mount_cifs(
     }
 }
 
+/// How a mount answered its health probe.
+enum Health {
+    Answers,
+    /// The server answered and refused the mount's credential.
+    Refused(rustix::io::Errno),
+    /// No answer in time, or an error that is not a refusal (the server unreachable, the
+    /// session lost): why, for the status.
+    NotAnswering(String),
+}
+
+/// Whether `errno` from a cifs mount's `statfs` means the server refused its credential: the
+/// kernel's cifs client answers EACCES for a logon failure or access denied, EKEYEXPIRED for an
+/// expired password, EKEYREVOKED/EKEYREJECTED for a refused key.
+fn credential_refused(errno: rustix::io::Errno) -> bool {
+    use rustix::io::Errno;
+    matches!(
+        errno,
+        Errno::ACCESS | Errno::PERM | Errno::KEYEXPIRED | Errno::KEYREJECTED | Errno::KEYREVOKED
+    )
+}
+
 fn is_cifs(m: &MountInfo) -> bool {
     matches!(m.fs_type.as_str(), "cifs" | "smb3")
 }
@@ -534,7 +576,7 @@ impl SmbHost for LinuxSmbHost {
     }
 
     /// Detaches every mount of `root` (one per credential it was mapped with): the service
-    /// removes a mapping only when no other volume's link uses it.
+    /// removes a whole mapping only when no volume's link uses any of them.
     fn remove_smb_global_mapping(&self, root: &str) -> Result<()> {
         let object = format!("mapping {root:?}");
         let mounts = self.mounts_of(REMOVE, root)?;
@@ -547,21 +589,27 @@ impl SmbHost for LinuxSmbHost {
             ));
         }
         for m in mounts {
-            let dir = &m.mount_point;
-            // Detach: open files keep working until closed, new lookups no longer reach the
-            // share (what a forced removal of a Windows global mapping comes closest to
-            // without data loss).
-            self.os.unmount_detach(dir).map_err(|errno| {
-                Error::new(
-                    Kind::Internal,
-                    REMOVE,
-                    &object,
-                    format!("unmount {:?}: {errno}", dir.display()),
-                )
-            })?;
-            let _ = fs::remove_dir(dir);
+            self.unmount(&m.mount_point, &object)?;
         }
         tracing::info!(root = %root, "SMB share unmounted");
+        Ok(())
+    }
+
+    /// Detaches only the mount `mapping`'s credentials have: other tenants' mounts of the root
+    /// (and the links leading into them) are left alone.
+    fn remove_credential_mapping(&self, mapping: &SmbMapping) -> Result<()> {
+        let object = format!("mapping {:?}", mapping.root);
+        let dir = self.mount_dir(mapping)?;
+        if self.cifs_mount_at(REMOVE, &dir)?.is_none() {
+            return Err(Error::new(
+                Kind::NotFound,
+                REMOVE,
+                &object,
+                "no mount made with these credentials",
+            ));
+        }
+        self.unmount(&dir, &object)?;
+        tracing::info!(root = %mapping.root, dir = %dir.display(), "SMB share unmounted for one credential");
         Ok(())
     }
 

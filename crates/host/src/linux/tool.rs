@@ -29,10 +29,14 @@ pub struct Failure {
 pub fn time_limit(program: &str) -> Duration {
     match program {
         "blkid" => Duration::from_secs(60),
-        "resize2fs" | "e2fsck" => Duration::from_secs(60 * 60),
+        "resize2fs" | "e2fsck" => LONGEST_TIME_LIMIT,
         _ => Duration::from_secs(20 * 60),
     }
 }
+
+/// The longest [`time_limit`] of any tool: a stopping daemon waits for its tools that long at
+/// most, so the systemd unit's `TimeoutStopSec` must be longer (checked by a test).
+pub const LONGEST_TIME_LIMIT: Duration = Duration::from_secs(60 * 60);
 
 /// What a status message says after a tool was stopped at its limit, besides the retry.
 fn stopped_leaves(program: &str) -> &'static str {
@@ -402,5 +406,52 @@ mod tests {
             super::time_limit("resize2fs"),
             std::time::Duration::from_secs(3600)
         );
+    }
+
+    /// One truth about stopping: the unit's TimeoutStopSec outlasts every tool's limit (it was
+    /// 30 min while resize2fs and e2fsck may run 60), so systemd never kills a tool the
+    /// daemon still waits for, and the unit's comment names the limits the code has.
+    #[test]
+    fn the_units_stop_timeout_outlasts_every_tools_limit() {
+        let unit = include_str!("../../../../deploy/linux/csi-proxy.service");
+        let value = unit
+            .lines()
+            .find_map(|l| l.strip_prefix("TimeoutStopSec="))
+            .expect("TimeoutStopSec in the unit");
+        let minutes: u64 = value
+            .strip_suffix("min")
+            .and_then(|m| m.parse().ok())
+            .unwrap_or_else(|| panic!("TimeoutStopSec={value}: expected <N>min"));
+        let tools = [
+            "blkid",
+            "resize2fs",
+            "e2fsck",
+            "mkfs.ext4",
+            "mkfs.xfs",
+            "xfs_growfs",
+            "btrfs",
+            "mount",
+            "iscsiadm",
+            "sfdisk",
+        ];
+        for tool in tools {
+            assert!(
+                super::time_limit(tool) <= super::LONGEST_TIME_LIMIT,
+                "{tool}"
+            );
+        }
+        assert!(
+            minutes * 60 > super::LONGEST_TIME_LIMIT.as_secs(),
+            "TimeoutStopSec={value} is not longer than the longest tool limit"
+        );
+        let longest = format!(
+            "{} minutes for resize2fs",
+            super::LONGEST_TIME_LIMIT.as_secs() / 60
+        );
+        assert!(
+            unit.contains(&longest),
+            "the unit's comment says {longest:?}"
+        );
+        assert!(!unit.contains("never cut"), "no tool is unlimited");
     }
 }

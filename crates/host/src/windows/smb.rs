@@ -279,6 +279,11 @@ impl SmbHost for WindowsSmbHost {
         Ok(())
     }
 
+    /// Windows keeps one global mapping per share root, whoever's credentials made it.
+    fn remove_credential_mapping(&self, mapping: &SmbMapping) -> Result<()> {
+        self.remove_smb_global_mapping(&mapping.root)
+    }
+
     fn smb_global_mapping(&self, root: &str) -> Result<MappingState> {
         let Some(found) = self.list(NEW)?.into_iter().find(|m| m.root == root) else {
             return Ok(MappingState::Absent);

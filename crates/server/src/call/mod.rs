@@ -148,7 +148,8 @@ fn log_request<T>(rpc: RpcId, started: Instant, result: &Result<Response<T>, Sta
             group = rpc.group,
             version = rpc.version,
             method = rpc.method,
-            duration_ms = started.elapsed().as_secs_f64() * 1e3,
+            // Microseconds, as milliseconds with three decimals: no binary-float tail.
+            duration_ms = %format_args!("{:.3}", started.elapsed().as_secs_f64() * 1e3),
             code = ?code,
             "request"
         );

@@ -29,9 +29,10 @@ pub trait CifsOs: Send + Sync {
     fn unmount_detach(&self, dir: &Path) -> Result<(), rustix::io::Errno>;
     /// The mount table (`/proc/self/mountinfo`).
     fn mount_table(&self) -> std::io::Result<Vec<MountInfo>>;
-    /// Whether the filesystem at `dir` answers `statfs`; why not otherwise. Blocks while a
-    /// hard-mounted share's server does not answer.
-    fn answers(&self, dir: &Path) -> Result<(), String>;
+    /// Whether the filesystem at `dir` answers `statfs`; the error otherwise (the kernel's
+    /// cifs client answers EACCES and its kin when the server refuses the mount's credential
+    /// on reconnecting). Blocks while a hard-mounted share's server does not answer.
+    fn answers(&self, dir: &Path) -> Result<(), rustix::io::Errno>;
 }
 
 /// The real kernel.
@@ -74,9 +75,7 @@ impl CifsOs for RealCifs {
         mountinfo::read()
     }
 
-    fn answers(&self, dir: &Path) -> Result<(), String> {
-        rustix::fs::statfs(dir)
-            .map(drop)
-            .map_err(|e| format!("not answering ({e})"))
+    fn answers(&self, dir: &Path) -> Result<(), rustix::io::Errno> {
+        rustix::fs::statfs(dir).map(drop)
     }
 }

@@ -66,6 +66,10 @@ struct FakeCifs {
     dns_dead: std::sync::Mutex<std::collections::BTreeSet<String>>,
     /// Mount attempts, by server.
     attempts: std::sync::Mutex<std::collections::BTreeMap<String, usize>>,
+    /// Mounts whose server refuses their credential: `statfs` answers EACCES until unmounted.
+    refused: std::sync::Mutex<std::collections::BTreeSet<PathBuf>>,
+    /// Every mount detached, in order.
+    unmounted: std::sync::Mutex<Vec<PathBuf>>,
 }
 
 impl FakeCifs {
@@ -133,6 +137,8 @@ impl CifsOs for FakeCifs {
         if m.len() == before {
             return Err(rustix::io::Errno::INVAL);
         }
+        self.refused.lock().unwrap().remove(dir);
+        self.unmounted.lock().unwrap().push(dir.to_path_buf());
         Ok(())
     }
     fn mount_table(&self) -> std::io::Result<Vec<MountInfo>> {
@@ -161,7 +167,10 @@ impl CifsOs for FakeCifs {
             })
             .collect())
     }
-    fn answers(&self, dir: &Path) -> std::result::Result<(), String> {
+    fn answers(&self, dir: &Path) -> std::result::Result<(), rustix::io::Errno> {
+        if self.refused.lock().unwrap().contains(dir) {
+            return Err(rustix::io::Errno::ACCESS);
+        }
         // The mount directory's name says whose root it is.
         let root = dir.file_name().and_then(|n| key_root(&n.to_string_lossy()));
         if let Some(root) = root {
@@ -589,4 +598,61 @@ fn a_large_empty_dir_does_not_hide_another_volumes_staging_link() {
         n.mounts().is_empty(),
         "removed: only the caller's own link is left"
     );
+}
+
+/// Each credential has a mount of its own, so repairing one repairs that one only. The repair
+/// used to unmount every credential's mount of the share: a stage made with alice's refused
+/// credential took bob's healthy mount, and every open file of bob's volumes, with it. Now
+/// alice's mount alone is made again (and only because her credential was refused), and while
+/// the server does not answer at all nothing is unmounted: the stage answers UNAVAILABLE and
+/// the mounts reconnect by themselves once it answers.
+#[test]
+fn repairing_one_credentials_mount_keeps_other_tenants_mounts() {
+    use std::time::Duration;
+    let n = Arc::new(Node::new(false));
+    let [pa, pb, pb2, pa2] = ["a", "b", "b2", "a2"].map(|v| n.staging(v));
+    n.map(SHARE, &pa, "CORP\\alice", "Alice-Pw-1").unwrap();
+    n.map(SHARE, &pb, "CORP\\bob", "Bob-Pw-2").unwrap();
+    let a = fs::read_link(n.k(&pa)).unwrap();
+    let b = fs::read_link(n.k(&pb)).unwrap();
+    assert_ne!(a, b);
+
+    // The server refuses alice's credential on her mount: her next stage mounts it again;
+    // bob's mount, which his link uses, is never touched.
+    n.fake.refused.lock().unwrap().insert(a.clone());
+    n.map(SHARE, &pa, "CORP\\alice", "Alice-Pw-1").unwrap();
+    assert_eq!(*n.fake.unmounted.lock().unwrap(), std::slice::from_ref(&a));
+    let dirs: Vec<PathBuf> = n.mounts().into_iter().map(|(d, ..)| d).collect();
+    assert!(dirs.contains(&a) && dirs.contains(&b), "{dirs:?}");
+    assert_eq!(
+        fs::read_link(n.k(&pb)).unwrap(),
+        b,
+        "bob's link still leads into his mount"
+    );
+
+    // The server does not answer: a mount that does not answer is not a refused credential.
+    // Bob's stage of another volume ends at its deadline with UNAVAILABLE, and no mount is
+    // taken from the volumes using them.
+    FakeCifs::set(&n.fake.dead, "srv", true);
+    let m = n.clone();
+    let e = on_thread(Some(300), move || {
+        m.map(SHARE, &pb2, "CORP\\bob", "Bob-Pw-2")
+    })
+    .recv_timeout(Duration::from_secs(5))
+    .expect("the stage ends at its caller's deadline")
+    .unwrap_err();
+    assert_eq!(e.kind(), Kind::Unavailable, "{e}");
+    assert!(e.message().contains("kept"), "{e}");
+    assert_eq!(
+        *n.fake.unmounted.lock().unwrap(),
+        std::slice::from_ref(&a),
+        "nothing more unmounted"
+    );
+    assert_eq!(n.mounts().len(), 2);
+    FakeCifs::set(&n.fake.dead, "srv", false);
+
+    // Once it answers, stages reuse the mounts kept.
+    n.map(SHARE, &pa2, "CORP\\alice", "Alice-Pw-1").unwrap();
+    assert_eq!(fs::read_link(n.k(&pa2)).unwrap(), a);
+    assert_eq!(n.fake.unmounted.lock().unwrap().len(), 1);
 }
