@@ -159,7 +159,10 @@ impl Services {
         };
         let give_up = Instant::now() + Duration::from_secs(30);
         while !attacker.is_finished() && waiting() == 0 {
-            assert!(Instant::now() < give_up, "{rpc:?} neither answered nor waits");
+            assert!(
+                Instant::now() < give_up,
+                "{rpc:?} neither answered nor waits"
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
         attacker
@@ -180,7 +183,11 @@ fn a_call_waiting_for_a_hung_disk_or_share_holds_up_no_other_clients_path() {
         "/var/lib/kubelet/plugins",
         "/var/lib/kubelet/pods/",
     ];
-    for rpc in [Rpc::MountVolume, Rpc::UnmountVolume, Rpc::NewSmbGlobalMapping] {
+    for rpc in [
+        Rpc::MountVolume,
+        Rpc::UnmountVolume,
+        Rpc::NewSmbGlobalMapping,
+    ] {
         for target in shared.iter().copied().chain([STAGING]) {
             let s = services();
             let holder = s.stall(rpc);

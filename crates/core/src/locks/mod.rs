@@ -401,7 +401,10 @@ static SMB_ROOTS: Table<String> = Table::new();
 
 /// Takes `key` of `table` for `op` on `object`: checks the order (debug and test builds),
 /// waits as [`Table::hold`] does, and records it as the calling thread's.
-#[allow(clippy::too_many_arguments, reason = "one call site per kind of object")]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one call site per kind of object"
+)]
 fn take<K: PartialEq + Clone>(
     table: &Table<K>,
     key: K,

@@ -80,13 +80,10 @@ mod imp {
     /// Panics if the calling thread holds a lock that `a` may not be waited for under.
     pub(in crate::locks) fn check(a: &Acquire<'_>) {
         let me = thread::current().id();
-        let found = taken()
-            .iter()
-            .filter(|t| t.thread == me)
-            .find_map(|t| {
-                inversion((t.class, t.disk), (a.class, a.disk))
-                    .map(|why| format!("{} holds {} (taken by {}): {why}", a.op, t.named, t.op))
-            });
+        let found = taken().iter().filter(|t| t.thread == me).find_map(|t| {
+            inversion((t.class, t.disk), (a.class, a.disk))
+                .map(|why| format!("{} holds {} (taken by {}): {why}", a.op, t.named, t.op))
+        });
         if let Some(found) = found {
             panic!(
                 "lock order inverted: {} waits for {} while {found} (crate::locks)",

@@ -62,8 +62,7 @@ fn waiting_for_a_held_disk_ends_at_the_call_deadline() {
 #[test]
 fn a_caller_that_has_gone_holds_no_disk() {
     let past = Instant::now() - Duration::from_millis(1);
-    let Err(e) =
-        crate::deadline::within(Some(past), || lock_disk(4_000_006, "UnmountVolume", "v"))
+    let Err(e) = crate::deadline::within(Some(past), || lock_disk(4_000_006, "UnmountVolume", "v"))
     else {
         panic!("held for a caller that has gone");
     };

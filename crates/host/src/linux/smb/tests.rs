@@ -405,8 +405,7 @@ fn without_nosymfollow_the_staging_target_is_checked_beneath_the_mount() {
         assert!(e.message().contains("nosymfollow"), "{e}");
         assert!(fs::symlink_metadata(n.k(&x)).is_err(), "no link made");
     }
-    n.map("\\\\srv\\share\\vol\\data", &x, "u", "Pw-1")
-        .unwrap();
+    n.map("\\\\srv\\share\\vol\\data", &x, "u", "Pw-1").unwrap();
     assert_eq!(fs::read_link(n.k(&x)).unwrap(), root.join("vol/data"));
     // Not there yet: linked, as upstream does.
     n.map("\\\\srv\\share\\vol\\later", &y, "u", "Pw-1")
@@ -418,8 +417,7 @@ fn without_nosymfollow_the_staging_target_is_checked_beneath_the_mount() {
     n.map(SHARE, "", "u", "Pw-1").unwrap();
     let root = n.mounts()[0].0.clone();
     std::os::unix::fs::symlink("/etc", root.join("evil")).unwrap();
-    n.map("\\\\srv\\share\\evil", &x, "u", "Pw-1")
-        .unwrap();
+    n.map("\\\\srv\\share\\evil", &x, "u", "Pw-1").unwrap();
 }
 
 /// NewSmbGlobalMapping's local link while a client races the path: a directory of the plugin
