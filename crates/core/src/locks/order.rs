@@ -3,6 +3,7 @@
 //! inversion panics naming both; release builds keep no record and check nothing.
 
 /// The kinds of object, in the order a call takes them.
+#[cfg_attr(not(any(debug_assertions, test)), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Class {
     Disk,
@@ -10,7 +11,8 @@ pub(super) enum Class {
     Path,
 }
 
-/// One acquisition, as the check sees it.
+/// One acquisition, as the check sees it (release builds look at none of it).
+#[cfg_attr(not(any(debug_assertions, test)), allow(dead_code))]
 pub(super) struct Acquire<'a> {
     pub class: Class,
     /// The disk's number (disks are ordered among themselves by it).
