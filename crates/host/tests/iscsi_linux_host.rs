@@ -132,3 +132,37 @@ fn the_mutual_secret_is_stored_privately() {
     assert_eq!(e.kind(), Kind::InvalidArgument);
     assert!(!e.message().contains("bad\nsecret"), "{e}");
 }
+
+/// 300 concurrent AddTargetPortal of distinct portals through the service: the list kept in
+/// the state directory, as a restarted daemon reads it, holds the limit exactly.
+#[test]
+fn concurrent_adds_keep_the_portal_list_at_its_limit_across_a_restart() {
+    use csi_proxy_core::iscsi::{IscsiService, MAX_PORTALS, RawTargetPortal};
+    use std::sync::Arc;
+    let state = tempfile::tempdir().unwrap();
+    let svc = IscsiService::new(Arc::new(LinuxIscsiHost::new(state.path().join("iscsi"))));
+    let start = Arc::new(std::sync::Barrier::new(300));
+    let calls: Vec<_> = (0..300)
+        .map(|i| {
+            let (svc, start) = (svc.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                svc.add_target_portal(Some(&RawTargetPortal {
+                    address: format!("10.2.{}.{}", i / 200, i % 200 + 1),
+                    port: 3260,
+                }))
+            })
+        })
+        .collect();
+    let refused = calls
+        .into_iter()
+        .map(|c| c.join().unwrap())
+        .filter(|r| {
+            r.as_ref()
+                .is_err_and(|e| e.kind() == Kind::ResourceExhausted)
+        })
+        .count();
+    let restarted = LinuxIscsiHost::new(state.path().join("iscsi"));
+    assert_eq!(restarted.list_target_portals().unwrap().len(), MAX_PORTALS);
+    assert_eq!(refused, 300 - MAX_PORTALS);
+}

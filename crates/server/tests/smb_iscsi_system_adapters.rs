@@ -171,7 +171,7 @@ macro_rules! smb_version_test {
             let host = Arc::new(FakeSmb::default());
             let a = $adapter::new(smb_service(host.clone()));
 
-            let local = format!("{KUBELET}/pods/p1/volumes/v1");
+            let local = format!("{KUBELET}/pods/p1/volumes/kubernetes.io~csi/v1/mount");
             let _resp = ok(a.new_smb_global_mapping(new("//FileSrv/Share1/sub/dir", &local)).await);
             $(assert_eq!(_resp.$error, "");)?
             let calls = host.take();

@@ -154,10 +154,31 @@ impl FilesystemService {
         }))
     }
 
+    /// Checks `path` for another group's operation `op` that mounts or makes a link there, before
+    /// the call takes its disk or share (the lock order, [`crate::locks`]): confined (lexically;
+    /// the walk comes with [`FilesystemService::hold_to_change`]), and not a directory every
+    /// client's paths lie under ([`PathPolicy::is_shared`]), which the call would hold for as
+    /// long as its disk or share takes to answer. Returns the path normalised.
+    pub fn check_target(&self, op: &str, path: &str) -> Result<String> {
+        let normalised = self.policy.check(op, path)?;
+        if self.policy.is_shared(&normalised) {
+            return Err(Error::new(
+                Kind::PermissionDenied,
+                op,
+                format!("{normalised:?}"),
+                "an allowed root, or a directory kubelet keeps for every driver and pod, is \
+                 never a mount target nor a link: the call would hold every path below it",
+            ));
+        }
+        Ok(normalised)
+    }
+
     /// As [`FilesystemService::hold`] without following, for an operation that changes what is
-    /// at `path` (a mount, a link): the path is also held against other changes
-    /// ([`FilesystemService::order`]) until the [`HeldPath`] is dropped.
+    /// at `path` (a mount, a link): the path is checked as [`FilesystemService::check_target`]
+    /// does, and held against other changes ([`FilesystemService::order`]) until the
+    /// [`HeldPath`] is dropped. A call that needs a disk or a share holds it before this.
     pub fn hold_to_change(&self, op: &str, path: &str) -> Result<Option<HeldPath>> {
+        self.check_target(op, path)?;
         let order = self.order(op, path)?;
         Ok(self.hold(op, path, false)?.map(|held| HeldPath {
             _order: Some(order),

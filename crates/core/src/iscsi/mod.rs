@@ -10,6 +10,7 @@
 use crate::disk::{DiskUsage, OwnUse, refuse_in_use};
 use crate::error::{Error, Kind, Result};
 use crate::locks::lock_disk;
+use crate::quota::Quota;
 pub use crate::smb::Secret;
 use std::fmt;
 use std::sync::Arc;
@@ -178,6 +179,9 @@ pub trait IscsiHost: Send + Sync {
 #[derive(Clone)]
 pub struct IscsiService {
     host: Arc<dyn IscsiHost>,
+    /// The node's portal list's places ([`MAX_PORTALS`]), shared by every clone (every API
+    /// version).
+    portals: Arc<Quota<TargetPortal>>,
 }
 
 /// The longest iSCSI name, in bytes (RFC 3720, 3.2.6.1).
@@ -224,35 +228,32 @@ fn require_iqn(op: &str, iqn: &str) -> Result<()> {
 impl IscsiService {
     /// A service over `host`.
     pub fn new(host: Arc<dyn IscsiHost>) -> Self {
-        Self { host }
+        Self {
+            host,
+            portals: Arc::new(Quota::new(MAX_PORTALS, "target portals")),
+        }
     }
 
     /// AddTargetPortal: registers a portal (idempotent), up to [`MAX_PORTALS`] on the node.
     pub fn add_target_portal(&self, portal: Option<&RawTargetPortal>) -> Result<()> {
         const OP: &str = "AddTargetPortal";
         let portal = TargetPortal::from_raw(OP, portal)?;
-        // Checked before the add, without a lock across the host's call (which may wait for a
-        // portal on the network): calls adding at the same instant may pass it together, so
-        // the list is bounded by the limit plus the calls in flight.
-        let portals = match self.host.list_target_portals() {
-            Ok(portals) => portals,
+        // Checked and taken in one step, and held until the host's add has ended, without a
+        // lock across the host's call (which may wait for a portal on the network): calls
+        // adding at the same instant cannot pass the limit together.
+        let list = || match self.host.list_target_portals() {
             // A host that cannot list cannot be counted; its add answers for itself.
-            Err(e) if e.kind() == Kind::Unimplemented => Vec::new(),
-            Err(e) => return Err(e.context(OP)),
+            Err(e) if e.kind() == Kind::Unimplemented => Ok(Vec::new()),
+            listed => listed,
         };
-        if portals.len() >= MAX_PORTALS && !portals.contains(&portal) {
-            PORTALS_REFUSED.fetch_add(1, Ordering::Relaxed);
-            return Err(Error::new(
-                Kind::ResourceExhausted,
-                OP,
-                format!("portal {portal}"),
-                format!(
-                    "{} target portals are registered, the daemon's limit ({MAX_PORTALS}); \
-                     remove one first",
-                    portals.len()
-                ),
-            ));
-        }
+        let _place = self
+            .portals
+            .take(OP, &format!("portal {portal}"), portal.clone(), list)
+            .inspect_err(|e| {
+                if e.kind() == Kind::ResourceExhausted {
+                    PORTALS_REFUSED.fetch_add(1, Ordering::Relaxed);
+                }
+            })?;
         self.host.add_target_portal(&portal)
     }
 

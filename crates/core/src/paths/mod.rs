@@ -58,6 +58,41 @@ pub const MAX_COMPONENT_LEN: usize = 255;
 /// How many links one path may pass through before it is refused (Linux's `MAXSYMLINKS`).
 pub const MAX_LINK_HOPS: usize = 40;
 
+/// The directories below `--kubelet-path` that kubelet keeps for every driver and pod (`*`:
+/// any one component), in components. Drivers stage at
+/// `plugins/kubernetes.io/csi/<driver>/<hash>/globalmount` (older kubelets:
+/// `plugins/kubernetes.io/csi/pv/<pv>/globalmount`) and publish at
+/// `pods/<uid>/volumes/kubernetes.io~csi/<pv>/mount` (block volumes below `volumeDevices`),
+/// always deeper than these.
+pub const KUBELET_SHARED: &[&[&str]] = &[
+    &["plugins"],
+    &["plugins", "kubernetes.io"],
+    &["plugins", "kubernetes.io", "csi"],
+    &["plugins", "kubernetes.io", "csi", "pv"],
+    &["plugins", "kubernetes.io", "csi", "volumeDevices"],
+    &[
+        "plugins",
+        "kubernetes.io",
+        "csi",
+        "volumeDevices",
+        "staging",
+    ],
+    &[
+        "plugins",
+        "kubernetes.io",
+        "csi",
+        "volumeDevices",
+        "publish",
+    ],
+    &["plugins_registry"],
+    &["pods"],
+    &["pods", "*"],
+    &["pods", "*", "volumes"],
+    &["pods", "*", "volumes", "*"],
+    &["pods", "*", "volumeDevices"],
+    &["pods", "*", "volumeDevices", "*"],
+];
+
 /// Which path syntax the policy checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PathStyle {
@@ -289,6 +324,34 @@ impl PathPolicy {
         self.root_comps
             .iter()
             .any(|r| r.len() == comps.len() && self.style.starts_with(&comps, r))
+    }
+
+    /// Whether a normalised path is a directory every client's paths may lie under: an allowed
+    /// root itself, or one kubelet keeps below its root for all drivers and pods
+    /// ([`KUBELET_SHARED`]). Such a directory is never a mount target (the lock order,
+    /// [`crate::locks`]): whoever changes it holds every path below it. Leans to "yes" as
+    /// [`PathPolicy::is_root`] does.
+    pub fn is_shared(&self, normalized: &str) -> bool {
+        let Some(comps) = self.loose_components(normalized) else {
+            return false;
+        };
+        if self.is_root(normalized) {
+            return true;
+        }
+        let Some(kubelet) = self.root_comps.last() else {
+            return false;
+        };
+        if !self.style.starts_with(&comps, kubelet) {
+            return false;
+        }
+        let below = &comps[kubelet.len()..];
+        KUBELET_SHARED.iter().any(|pattern| {
+            pattern.len() == below.len()
+                && pattern
+                    .iter()
+                    .zip(below)
+                    .all(|(p, c)| *p == "*" || self.style.same(p, c))
+        })
     }
 
     /// Lexical checks plus no escape through an existing link or mount point in an intermediate

@@ -381,6 +381,25 @@ impl SmbService {
     /// bad local path leaves nothing behind; the OK/non-OK outcome is the same.
     pub fn new_smb_global_mapping(&self, req: &NewSmbGlobalMappingRequest) -> Result<()> {
         let remote = RemotePath::parse(NEW, &req.remote_path)?;
+        if !req.local_path.is_empty() {
+            self.fs.check_target(NEW, &req.local_path)?;
+        }
+        let credentials = (!req.username.is_empty()).then(|| SmbCredentials {
+            username: req.username.clone(),
+            password: req.password.clone(),
+        });
+        let mapping = SmbMapping {
+            root: remote.root.clone(),
+            credentials,
+            require_privacy: self.require_privacy,
+        };
+        // The share before the local path (the lock order, `crate::locks`): a call waiting for
+        // a share whose server does not answer holds no path.
+        let _share = crate::locks::lock_smb_root(
+            &mapping.root,
+            NEW,
+            &format!("mapping {:?}", mapping.root),
+        )?;
         // Held until the link is made: the host makes it inside the directory checked here.
         let local = if req.local_path.is_empty() {
             None
@@ -398,20 +417,6 @@ impl SmbService {
                     })?,
             )
         };
-        let credentials = (!req.username.is_empty()).then(|| SmbCredentials {
-            username: req.username.clone(),
-            password: req.password.clone(),
-        });
-        let mapping = SmbMapping {
-            root: remote.root.clone(),
-            credentials,
-            require_privacy: self.require_privacy,
-        };
-        let _share = crate::locks::lock_smb_root(
-            &mapping.root,
-            NEW,
-            &format!("mapping {:?}", mapping.root),
-        )?;
         let own_link = local.as_ref().map(|l| l.normalised.as_str());
         self.ensure_mapped(&mapping, own_link)?;
         match local {

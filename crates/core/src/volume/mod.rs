@@ -168,12 +168,19 @@ impl VolumeService {
         Ok(held)
     }
 
-    /// Checks that `target_path` is given, confines it to the allowed roots and holds it: the
-    /// host is given a path that names the checked entry through held directories, so a
-    /// component swapped for a link meanwhile cannot redirect it (design.md §5). The path is
-    /// also held against other changes of it (a stale call's late act must not undo them).
-    fn target(&self, op: &str, target_path: &str) -> Result<Option<HeldPath>> {
+    /// Checks that `target_path` is given and may be a mount target
+    /// ([`FilesystemService::check_target`]), before the call waits for its disk.
+    fn check_target(&self, op: &str, target_path: &str) -> Result<()> {
         required(op, "target_path", target_path)?;
+        self.fs.check_target(op, target_path).map(drop)
+    }
+
+    /// Confines `target_path` to the allowed roots and holds it, once the call holds its disk
+    /// (the lock order, [`crate::locks`]: never a path while waiting for a disk): the host is
+    /// given a path that names the checked entry through held directories, so a component
+    /// swapped for a link meanwhile cannot redirect it (design.md §5). The path is also held
+    /// against other changes of it (a stale call's late act must not undo them).
+    fn target(&self, op: &str, target_path: &str) -> Result<Option<HeldPath>> {
         self.fs.hold_to_change(op, target_path)
     }
 
@@ -197,6 +204,8 @@ impl VolumeService {
     pub fn mount_volume(&self, volume_id: &str, target_path: &str) -> Result<()> {
         const OP: &str = "MountVolume";
         required(OP, "volume_id", volume_id)?;
+        self.check_target(OP, target_path)?;
+        let _held = self.claim(OP, volume_id, Guard::Facts)?;
         let Some(target) = self.target(OP, target_path)? else {
             return Err(Error::new(
                 Kind::NotFound,
@@ -205,7 +214,6 @@ impl VolumeService {
                 "a directory above the target path does not exist",
             ));
         };
-        let _held = self.claim(OP, volume_id, Guard::Facts)?;
         self.host
             .mount_volume(volume_id, &target.os_path)
             .map_err(|e| e.shown_as(&target.os_path, &target.normalised))
@@ -215,7 +223,7 @@ impl VolumeService {
     pub fn unmount_volume(&self, volume_id: &str, target_path: &str) -> Result<()> {
         const OP: &str = "UnmountVolume";
         required(OP, "volume_id", volume_id)?;
-        let target = self.target(OP, target_path)?;
+        self.check_target(OP, target_path)?;
         // A volume that cannot be found (its disk was detached by force) may still have a stale
         // mount on the target: the host decides whether what is there is that mount. With the
         // disk gone, there is no disk to hold.
@@ -224,6 +232,7 @@ impl VolumeService {
             Err(e) if e.kind() == Kind::NotFound => None,
             Err(e) => return Err(e),
         };
+        let target = self.target(OP, target_path)?;
         // Where nothing exists, nothing is mounted: success, as for any path that is not a
         // mount point.
         let Some(target) = target else {

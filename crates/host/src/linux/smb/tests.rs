@@ -349,7 +349,7 @@ fn share_names_with_samba_characters_reach_the_kernel_as_the_source() {
     for (i, c) in ['[', ']', '+', '=', ';', ','].into_iter().enumerate() {
         let share = format!("Team{c}Data{c}");
         let remote = format!("\\\\srv\\{share}\\pvc-{i}");
-        let local = format!("pods/v{i}");
+        let local = n.staging(&format!("v{i}"));
         n.map(&remote, &local, "u", "Pw-1").unwrap();
         let (dir, _, data) = n.mounts().last().unwrap().clone();
         assert_eq!(
@@ -378,7 +378,7 @@ fn a_share_name_never_injects_mount_options() {
     let share = "x,ip=6.6.6.6,,password=stolen,uid=0,context=system_u:object_r:etc_t:s0,sec=none";
     let hostile = share.replace(':', ";");
     let remote = format!("//srv/{hostile}");
-    n.map(&remote, "pods/h", "", "").unwrap();
+    n.map(&remote, &n.staging("h"), "", "").unwrap();
     let (_, _, data) = n.mounts().last().unwrap().clone();
     let (lsm, cifs) = kernel_option_keys(&data);
     assert_eq!(lsm, ["ip", "guest", "seal"], "{data}");
@@ -407,26 +407,26 @@ fn without_nosymfollow_the_staging_target_is_checked_beneath_the_mount() {
     fs::create_dir_all(root.join("vol/data")).unwrap();
     std::os::unix::fs::symlink("/etc", root.join("evil")).unwrap();
     std::os::unix::fs::symlink("/", root.join("vol/up")).unwrap();
+    let (x, y) = (n.staging("x"), n.staging("y"));
     for bad in ["\\\\srv\\share\\evil", "\\\\srv\\share\\vol\\up\\etc"] {
-        let e = n.map(bad, "pods/x", "u", "Pw-1").unwrap_err();
+        let e = n.map(bad, &x, "u", "Pw-1").unwrap_err();
         assert_eq!(e.kind(), Kind::FailedPrecondition, "{bad}: {e}");
         assert!(e.message().contains("nosymfollow"), "{e}");
-        assert!(fs::symlink_metadata(n.k("pods/x")).is_err(), "no link made");
+        assert!(fs::symlink_metadata(n.k(&x)).is_err(), "no link made");
     }
-    n.map("\\\\srv\\share\\vol\\data", "pods/x", "u", "Pw-1")
-        .unwrap();
-    assert_eq!(fs::read_link(n.k("pods/x")).unwrap(), root.join("vol/data"));
+    n.map("\\\\srv\\share\\vol\\data", &x, "u", "Pw-1").unwrap();
+    assert_eq!(fs::read_link(n.k(&x)).unwrap(), root.join("vol/data"));
     // Not there yet: linked, as upstream does.
-    n.map("\\\\srv\\share\\vol\\later", "pods/y", "u", "Pw-1")
+    n.map("\\\\srv\\share\\vol\\later", &y, "u", "Pw-1")
         .unwrap();
 
     // With nosymfollow in effect the kernel follows no link on the share: no check needed.
     let n = Node::new(false);
+    let x = n.staging("x");
     n.map(SHARE, "", "u", "Pw-1").unwrap();
     let root = n.mounts()[0].0.clone();
     std::os::unix::fs::symlink("/etc", root.join("evil")).unwrap();
-    n.map("\\\\srv\\share\\evil", "pods/x", "u", "Pw-1")
-        .unwrap();
+    n.map("\\\\srv\\share\\evil", &x, "u", "Pw-1").unwrap();
 }
 
 /// NewSmbGlobalMapping's local link while a client races the path: a directory of the plugin

@@ -12,11 +12,39 @@
 //! (and again on all paths) together. A waiter is a blocked thread of the daemon's blocking
 //! pool (512 threads), so without the caps one held disk's deadline-less callers would take
 //! every thread other disks, other groups and metadata calls need.
+//!
+//! # The lock order
+//!
+//! A disk or an SMB share can stop answering (a hostile iSCSI target, a frozen server), and
+//! the call holding it then holds it until the device answers; a path lock covers every path
+//! below it. So one order, for every call:
+//!
+//! 1. **Disks, then SMB shares, then paths.** A call that holds a path never waits for a disk
+//!    or a share: it takes the disk (or share) first, or gives the path back before it waits.
+//!    Waiting for a disk therefore never holds up a call on a path.
+//! 2. **One of a kind, or in order.** Several disks are taken in ascending number; a call
+//!    waits for at most one share and one path. Further shares are taken only without waiting
+//!    ([`try_lock_smb_root`]).
+//! 3. **No shared directory is held by a call on a disk or share.** The allowed roots (the
+//!    kubelet path, each working dir) and the directories kubelet keeps for every driver and
+//!    pod (`plugins/`, `pods/`, ...; [`crate::paths::PathPolicy::is_shared`]) are never a
+//!    mount target or a link made by such a call (MountVolume, UnmountVolume,
+//!    NewSmbGlobalMapping refuse them before taking anything), so a disk that hangs under a
+//!    mount holds up only the caller's own path.
+//! 4. **Every wait is bounded** by the caller's deadline, else by [`DEFAULT_WAIT`].
+//!
+//! In debug and test builds every acquisition that may wait is checked against what the
+//! calling thread already holds, and an inversion panics naming both locks (as the kernel's
+//! lockdep does), whether or not the lock was contended: a test that takes them the wrong way
+//! fails the first time it runs.
 
 use crate::{Error, Kind, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+mod order;
+use order::{Acquire, Class};
 
 /// How long a lock wait lasts when the caller gave no deadline: kubelet's own timeout for a
 /// CSI call (2 min), so a driver that passes no deadline learns what holds the object (the
@@ -233,6 +261,16 @@ impl<K: PartialEq + Clone> Table<K> {
         true
     }
 
+    /// How many calls wait for exactly `key`.
+    #[cfg(any(test, feature = "testing"))]
+    fn waiting_for(&self, key: &K) -> usize {
+        self.lock()
+            .waiting
+            .iter()
+            .find(|(k, _)| k == key)
+            .map_or(0, |w| w.1)
+    }
+
     fn release(&self, key: &K) {
         let mut st = self.lock();
         if let Some(i) = st.held.iter().position(|(h, _)| h == key) {
@@ -361,10 +399,39 @@ static DISKS: Table<u32> = Table::new();
 static PATHS: Table<String> = Table::new();
 static SMB_ROOTS: Table<String> = Table::new();
 
+/// Takes `key` of `table` for `op` on `object`: checks the order (debug and test builds),
+/// waits as [`Table::hold`] does, and records it as the calling thread's.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one call site per kind of object"
+)]
+fn take<K: PartialEq + Clone>(
+    table: &Table<K>,
+    key: K,
+    overlaps: impl Fn(&K, &K) -> bool,
+    class: Class,
+    disk: Option<u32>,
+    op: &str,
+    object: &str,
+    names: Kinds<'_>,
+    default_wait: Duration,
+) -> Result<order::Witness> {
+    let acquire = Acquire {
+        class,
+        disk,
+        named: names.named,
+        op,
+    };
+    order::check(&acquire);
+    table.hold(key, overlaps, op, object, names, default_wait)?;
+    Ok(order::record(&acquire))
+}
+
 /// Holds disk `number` until dropped.
 #[must_use = "the disk is released when the guard is dropped"]
 pub struct DiskGuard {
     number: u32,
+    _order: order::Witness,
 }
 
 /// Waits until no other operation holds disk `number`, then holds it for `op` on `object`.
@@ -376,6 +443,9 @@ pub struct DiskGuard {
 /// fails with DEADLINE_EXCEEDED, having done nothing. Without a deadline it ends after
 /// [`DEFAULT_WAIT`] with ABORTED naming the holder. Past [`WAITERS_PER_OBJECT`] or
 /// [`WAITERS_TOTAL`] waiters the call does not wait: RESOURCE_EXHAUSTED naming the limit.
+///
+/// Taken before any path or share the call needs, and several disks in ascending number (the
+/// lock order, in the module docs).
 pub fn lock_disk(number: u32, op: &str, object: &str) -> Result<DiskGuard> {
     lock_disk_waiting(number, op, object, DEFAULT_WAIT)
 }
@@ -387,9 +457,12 @@ fn lock_disk_waiting(
     object: &str,
     default_wait: Duration,
 ) -> Result<DiskGuard> {
-    DISKS.hold(
+    let order = take(
+        &DISKS,
         number,
         |a, b| a == b,
+        Class::Disk,
+        Some(number),
         op,
         object,
         Kinds {
@@ -398,7 +471,10 @@ fn lock_disk_waiting(
         },
         default_wait,
     )?;
-    Ok(DiskGuard { number })
+    Ok(DiskGuard {
+        number,
+        _order: order,
+    })
 }
 
 impl Drop for DiskGuard {
@@ -411,6 +487,7 @@ impl Drop for DiskGuard {
 #[must_use = "the path is released when the guard is dropped"]
 pub struct PathGuard {
     key: String,
+    _order: order::Witness,
 }
 
 /// Waits until no other operation holds `key`, a path above it or a path below it, then holds
@@ -419,12 +496,17 @@ pub struct PathGuard {
 /// `key` is the normalised request path in the form that compares equal for the same path
 /// (case-folded where the filesystem ignores case), `separator` its component separator: a
 /// path held is "above" `key` when `key` continues it after a separator.
+///
+/// Taken last: a call holding a path never waits for a disk or a share, nor for another path.
 pub fn lock_path(key: String, separator: char, op: &str, object: &str) -> Result<PathGuard> {
     let key = key.trim_end_matches(separator).to_string();
     let overlaps = |a: &String, b: &String| within(a, b, separator) || within(b, a, separator);
-    PATHS.hold(
+    let order = take(
+        &PATHS,
         key.clone(),
         overlaps,
+        Class::Path,
+        None,
         op,
         object,
         Kinds {
@@ -433,7 +515,7 @@ pub fn lock_path(key: String, separator: char, op: &str, object: &str) -> Result
         },
         DEFAULT_WAIT,
     )?;
-    Ok(PathGuard { key })
+    Ok(PathGuard { key, _order: order })
 }
 
 /// Whether `inner` is `outer` or a path below it.
@@ -454,16 +536,22 @@ impl Drop for PathGuard {
 #[must_use = "the share root is released when the guard is dropped"]
 pub struct SmbRootGuard {
     root: String,
+    _order: order::Witness,
 }
 
 /// Waits until no other operation holds the SMB share root `root` (compared as given: the
 /// caller lower-cases it where names ignore case), then holds it; as [`lock_disk`],
 /// process-wide, bounded and capped the same way. Each root is ordered apart, so a share whose
 /// server does not answer holds up only the calls for that share.
+///
+/// Taken after any disk and before any path the call needs (the lock order).
 pub fn lock_smb_root(root: &str, op: &str, object: &str) -> Result<SmbRootGuard> {
-    SMB_ROOTS.hold(
+    let order = take(
+        &SMB_ROOTS,
         root.to_string(),
         |a, b| a == b,
+        Class::Share,
+        None,
         op,
         object,
         Kinds {
@@ -474,17 +562,24 @@ pub fn lock_smb_root(root: &str, op: &str, object: &str) -> Result<SmbRootGuard>
     )?;
     Ok(SmbRootGuard {
         root: root.to_string(),
+        _order: order,
     })
 }
 
 /// Holds the SMB share root `root` if no operation holds it now; `None` (nothing held)
 /// otherwise. Never waits, so a call holding one root may take others without two calls
-/// ever waiting for each other.
+/// ever waiting for each other (and the lock order has nothing to check).
 pub fn try_lock_smb_root(root: &str, op: &str, object: &str) -> Option<SmbRootGuard> {
     SMB_ROOTS
         .try_hold(root.to_string(), |a, b| a == b, op, object)
         .then(|| SmbRootGuard {
             root: root.to_string(),
+            _order: order::record(&Acquire {
+                class: Class::Share,
+                disk: None,
+                named: &format!("share {root:?}"),
+                op,
+            }),
         })
 }
 
@@ -494,215 +589,17 @@ impl Drop for SmbRootGuard {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicU32, Ordering};
-    use std::time::Duration;
-
-    #[test]
-    fn one_disk_is_serialised_and_others_are_not() {
-        let inside = Arc::new(AtomicU32::new(0));
-        let max = Arc::new(AtomicU32::new(0));
-        let threads: Vec<_> = (0..8)
-            .map(|_| {
-                let (inside, max) = (inside.clone(), max.clone());
-                std::thread::spawn(move || {
-                    let _g = lock_disk(4_000_001, "test", "d").unwrap();
-                    let n = inside.fetch_add(1, Ordering::SeqCst) + 1;
-                    max.fetch_max(n, Ordering::SeqCst);
-                    std::thread::sleep(Duration::from_millis(5));
-                    inside.fetch_sub(1, Ordering::SeqCst);
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
-        assert_eq!(max.load(Ordering::SeqCst), 1);
-
-        // Holding one disk does not block another.
-        let _a = lock_disk(4_000_002, "test", "d").unwrap();
-        let other = std::thread::spawn(|| {
-            let _b = lock_disk(4_000_003, "test", "d").unwrap();
-        });
-        other.join().unwrap();
-    }
-
-    #[test]
-    fn waiting_for_a_held_disk_ends_at_the_call_deadline() {
-        let _held = lock_disk(4_000_004, "test", "d").unwrap();
-        let deadline = Instant::now() + Duration::from_millis(50);
-        let e = std::thread::spawn(move || {
-            crate::deadline::within(Some(deadline), || {
-                lock_disk(4_000_004, "FormatVolume", "volume v").err()
-            })
-        })
-        .join()
-        .unwrap()
-        .expect("the disk stays held past the deadline");
-        assert!(Instant::now() >= deadline);
-        assert_eq!(e.kind(), crate::Kind::DeadlineExceeded);
-        assert!(
-            e.to_string().contains("FormatVolume") && e.to_string().contains("another operation"),
-            "{e}"
-        );
-        // A free disk is held at once while the caller still waits.
-        crate::deadline::within(Some(Instant::now() + Duration::from_secs(5)), || {
-            drop(lock_disk(4_000_005, "test", "d").unwrap());
-        });
-    }
-
-    /// A call whose caller has gone (it hung past its deadline before reaching the disk) starts
-    /// nothing even on a free disk: its retry may have done the work already, and a stale
-    /// UnmountVolume run now would take away a volume staged again since.
-    #[test]
-    fn a_caller_that_has_gone_holds_no_disk() {
-        let past = Instant::now() - Duration::from_millis(1);
-        let Err(e) =
-            crate::deadline::within(Some(past), || lock_disk(4_000_006, "UnmountVolume", "v"))
-        else {
-            panic!("held for a caller that has gone");
-        };
-        assert_eq!(e.kind(), crate::Kind::DeadlineExceeded);
-        assert!(e.to_string().contains("UnmountVolume"), "{e}");
-        drop(lock_disk(4_000_006, "test", "d").expect("the disk was never held"));
-    }
-
-    /// Hundreds of deadline-less callers on a held disk: a few wait, the rest are refused at
-    /// once (before, all of them waited forever, each on a thread of the blocking pool), and
-    /// another disk is held at once meanwhile.
-    #[test]
-    fn waiters_on_a_held_disk_are_capped_and_others_disks_are_not_held_up() {
-        let held = lock_disk(4_000_010, "FormatVolume", "volume big").unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let callers: Vec<_> = (0..200)
-            .map(|_| {
-                let tx = tx.clone();
-                std::thread::spawn(move || {
-                    let r = lock_disk(4_000_010, "ListVolumesOnDisk", "disk 4000010");
-                    tx.send(r.map(drop)).unwrap();
-                })
-            })
-            .collect();
-        // Every caller past the cap is answered while the disk is still held.
-        for _ in 0..200 - WAITERS_PER_OBJECT {
-            let e = rx
-                .recv_timeout(Duration::from_secs(10))
-                .expect("a refusal while the disk is held")
-                .expect_err("the disk is held");
-            assert_eq!(e.kind(), Kind::ResourceExhausted, "{e}");
-            assert!(
-                e.to_string().contains("limit per disk")
-                    && e.to_string().contains("held by FormatVolume on volume big"),
-                "{e}"
-            );
-        }
-        let t = Instant::now();
-        drop(lock_disk(4_000_011, "ListVolumesOnDisk", "disk 4000011").unwrap());
-        assert!(t.elapsed() < Duration::from_secs(1));
-        drop(held);
-        for c in callers {
-            c.join().unwrap();
-        }
-        drop(tx);
-        let granted: Vec<_> = rx.iter().collect();
-        assert_eq!(granted.len(), WAITERS_PER_OBJECT);
-        assert!(
-            granted.iter().all(Result::is_ok),
-            "the capped waiters get the disk in turn"
-        );
-    }
-
-    #[test]
-    fn a_wait_without_a_deadline_ends_after_the_default_and_names_the_holder() {
-        let _held = lock_disk(4_000_012, "FormatVolume", "volume slow").unwrap();
-        let before = refusals().default_wait_passed;
-        let e = std::thread::spawn(|| {
-            lock_disk_waiting(
-                4_000_012,
-                "MountVolume",
-                "volume slow",
-                Duration::from_millis(50),
-            )
-            .err()
-        })
-        .join()
-        .unwrap()
-        .expect("the disk stays held");
-        assert_eq!(e.kind(), Kind::Aborted);
-        assert!(
-            e.to_string()
-                .contains("held by FormatVolume on volume slow"),
-            "{e}"
-        );
-        assert!(refusals().default_wait_passed > before);
-    }
-
-    /// While the predecessor of a take-over runs, a call that takes an object waits for its
-    /// exit: until the call's deadline (DEADLINE_EXCEEDED naming the object and the previous
-    /// daemon), else the default wait (UNAVAILABLE); once it has exited the call goes on.
-    /// A gate of its own: the process-wide one stays open for the other tests.
-    #[test]
-    fn a_call_taking_an_object_waits_for_the_predecessor() {
-        let gate = Arc::new(Gate::new());
-        gate.set(false);
-        let soon = Some(Instant::now() + Duration::from_millis(30));
-        let e = crate::deadline::within(soon, || {
-            gate.pass("FormatVolume", "volume v", "disk 7", DEFAULT_WAIT)
-        })
-        .unwrap_err();
-        assert_eq!(e.kind(), Kind::DeadlineExceeded);
-        assert!(
-            e.to_string().contains("FormatVolume")
-                && e.to_string().contains("previous csi-proxy")
-                && e.to_string().contains("disk 7"),
-            "{e}"
-        );
-        let e = gate
-            .pass("Mkdir", "/k/a", "path \"/k/a\"", Duration::from_millis(20))
-            .unwrap_err();
-        assert_eq!(e.kind(), Kind::Unavailable);
-        assert!(e.to_string().contains("previous csi-proxy"), "{e}");
-        // A waiter is let through when the predecessor exits.
-        let waiter = {
-            let gate = gate.clone();
-            std::thread::spawn(move || gate.pass("Mkdir", "/k/b", "path", DEFAULT_WAIT))
-        };
-        std::thread::sleep(Duration::from_millis(50));
-        assert!(!waiter.is_finished(), "waits while the predecessor runs");
-        gate.set(true);
-        waiter.join().unwrap().expect("through once it exited");
-        assert_eq!(gate.waiting.load(Ordering::SeqCst), 0);
-    }
-
-    /// A path is ordered with itself and with the paths above and below it, and with nothing
-    /// else (a sibling whose name starts the same is another path).
-    #[test]
-    fn a_path_waits_for_itself_and_its_ancestors_and_descendants_only() {
-        let _held = lock_path("/t/locks/a/b".into(), '/', "Rmdir", "b").unwrap();
-        let soon = || Some(Instant::now() + Duration::from_millis(20));
-        for busy in [
-            "/t/locks/a/b",
-            "/t/locks/a/b/",
-            "/t/locks/a",
-            "/t/locks/a/b/c",
-        ] {
-            let e = crate::deadline::within(soon(), || {
-                lock_path(busy.into(), '/', "Mkdir", busy).err()
-            })
-            .unwrap_or_else(|| panic!("{busy} was not ordered after /t/locks/a/b"));
-            assert_eq!(e.kind(), crate::Kind::DeadlineExceeded);
-            assert!(
-                e.to_string().contains("Mkdir") && e.to_string().contains("path"),
-                "{e}"
-            );
-        }
-        for free in ["/t/locks/a/bc", "/t/locks/a/c", "/t/locks/ab"] {
-            crate::deadline::within(soon(), || {
-                drop(lock_path(free.into(), '/', "Mkdir", free).unwrap());
-            });
-        }
-    }
+/// How many calls wait for disk `number` now (for tests that must know a call is waiting).
+#[cfg(any(test, feature = "testing"))]
+pub fn waiting_for_disk(number: u32) -> usize {
+    DISKS.waiting_for(&number)
 }
+
+/// How many calls wait for the SMB share root `root` now (as [`waiting_for_disk`]).
+#[cfg(any(test, feature = "testing"))]
+pub fn waiting_for_share(root: &str) -> usize {
+    SMB_ROOTS.waiting_for(&root.to_string())
+}
+
+#[cfg(test)]
+mod tests;
