@@ -82,7 +82,7 @@ mod linux {
                         held.push(conn);
                         // Connections the daemon closed (its discovery gave up) are not
                         // open: what it sent is read away, then the end shows.
-                        held.retain_mut(|s| still_open(s));
+                        held.retain_mut(still_open);
                         p.fetch_max(held.len(), Ordering::SeqCst);
                     }
                 }

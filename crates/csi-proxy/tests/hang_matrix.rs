@@ -8,6 +8,8 @@
 //! (the RPC is answered before it: no such session, no such mapping) is printed and skipped;
 //! the server crate's run, over a host that lets every RPC reach every call, has every row.
 
+#![cfg(target_os = "linux")]
+
 #[path = "../../server/tests/hang_matrix/rpcs.rs"]
 mod rpcs;
 

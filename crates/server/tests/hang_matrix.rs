@@ -10,6 +10,8 @@
 //! matrix over the fake Linux and the simulated Windows hosts is in the csi-proxy crate's
 //! `hang_matrix` test.
 
+#![cfg(target_os = "linux")]
+
 #[path = "hang_matrix/rpcs.rs"]
 mod rpcs;
 
