@@ -6,8 +6,10 @@ use crate::paths::{Found, Held, LinkProbe, LinkTarget, PathPolicy, PathStyle, Wa
 use std::io;
 use std::sync::Arc;
 
+mod hanging;
 mod partial;
 mod path_ops;
+pub use hanging::{HOST_CALLS, HangPlan, Hanging, HostCall, SPARED_DISK};
 pub use partial::{
     PartialDiskHost, PartialIscsiHost, PartialSmbHost, PartialSystemHost, PartialVolumeHost,
 };

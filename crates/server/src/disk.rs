@@ -62,20 +62,25 @@ macro_rules! current_rpcs {
                     .map(|(n, l)| (n, wire_location!($v, l))).collect(),
             }));
         unary!(disk, $v, partition_disk, "PartitionDisk", PartitionDiskRequest => PartitionDiskResponse,
+            on |r| Some(format!("disk {}", r.disk_number)),
             |svc, r| svc.partition_disk(r.disk_number).map(|()| $v::PartitionDiskResponse {}));
         unary!(disk, $v, rescan, "Rescan", RescanRequest => RescanResponse,
+            on |r| Some("every disk".to_string()),
             |svc, r| svc.rescan().map(|()| $v::RescanResponse {}));
         unary!(disk, $v, list_disk_i_ds, "ListDiskIDs", ListDiskIDsRequest => ListDiskIDsResponse,
+            on |r| Some("every disk".to_string()),
             |svc, r| Ok($v::ListDiskIDsResponse {
                 disk_i_ds: svc.list_disk_ids()?.into_iter()
                     .map(|(n, id)| (n, $v::DiskIDs { page83: id.page83, serial_number: id.serial_number }))
                     .collect(),
             }));
         unary!(disk, $v, get_disk_stats, "GetDiskStats", GetDiskStatsRequest => GetDiskStatsResponse,
+            on |r| Some(format!("disk {}", r.disk_number)),
             |svc, r| Ok($v::GetDiskStatsResponse {
                 total_bytes: wire_bytes("GetDiskStats", "total_bytes", svc.get_disk_stats(r.disk_number)?)?,
             }));
         unary!(disk, $v, set_disk_state, "SetDiskState", SetDiskStateRequest => SetDiskStateResponse,
+            on |r| Some(format!("disk {}", r.disk_number)),
             |svc, r| svc.set_disk_state(r.disk_number, r.is_online).map(|()| $v::SetDiskStateResponse {}));
         unary!(disk, $v, get_disk_state, "GetDiskState", GetDiskStateRequest => GetDiskStateResponse,
             |svc, r| Ok($v::GetDiskStateResponse { is_online: svc.get_disk_state(r.disk_number)? }));
@@ -91,9 +96,11 @@ macro_rules! legacy_rpcs {
                     .map(|(n, l)| (n.to_string(), wire_location!($v, l))).collect(),
             }));
         unary!(disk, $v, partition_disk, "PartitionDisk", PartitionDiskRequest => PartitionDiskResponse,
+            on |r| Some(format!("disk {}", r.disk_id)),
             |svc, r| svc.partition_disk(parse_disk_id("PartitionDisk", "diskID", &r.disk_id)?)
                 .map(|()| $v::PartitionDiskResponse {}));
         unary!(disk, $v, rescan, "Rescan", RescanRequest => RescanResponse,
+            on |r| Some("every disk".to_string()),
             |svc, r| svc.rescan().map(|()| $v::RescanResponse {}));
     };
 }
@@ -102,6 +109,7 @@ macro_rules! legacy_rpcs {
 macro_rules! legacy_ids_rpcs {
     ($v:ident) => {
         unary!(disk, $v, list_disk_i_ds, "ListDiskIDs", ListDiskIDsRequest => ListDiskIDsResponse,
+            on |r| Some("every disk".to_string()),
             |svc, r| Ok($v::ListDiskIDsResponse {
                 disk_i_ds: svc.list_disk_ids()?.into_iter()
                     .map(|(n, id)| (n.to_string(), $v::DiskIDs {
@@ -113,6 +121,7 @@ macro_rules! legacy_ids_rpcs {
                     .collect(),
             }));
         unary!(disk, $v, disk_stats, "DiskStats", DiskStatsRequest => DiskStatsResponse,
+            on |r| Some(format!("disk {}", r.disk_id)),
             |svc, r| Ok($v::DiskStatsResponse {
                 disk_size: wire_bytes("DiskStats", "diskSize",
                     svc.get_disk_stats(parse_disk_id("DiskStats", "diskID", &r.disk_id)?)?)?,
@@ -149,6 +158,7 @@ impl v1beta2::disk_server::Disk for DiskV1beta2 {
     legacy_rpcs!(v1beta2);
     legacy_ids_rpcs!(v1beta2);
     unary!(disk, v1beta2, set_attach_state, "SetAttachState", SetAttachStateRequest => SetAttachStateResponse,
+        on |r| Some(format!("disk {}", r.disk_id)),
         |svc, r| svc.set_disk_state(parse_disk_id("SetAttachState", "diskID", &r.disk_id)?, r.is_online)
             .map(|()| v1beta2::SetAttachStateResponse {}));
     unary!(disk, v1beta2, get_attach_state, "GetAttachState", GetAttachStateRequest => GetAttachStateResponse,

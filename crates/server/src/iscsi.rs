@@ -18,17 +18,34 @@ macro_rules! raw_portal {
     };
 }
 
+/// The object an iSCSI call is capped on ([`crate::admission`]): its portal, the port defaulted.
+macro_rules! portal_object {
+    ($r:expr) => {
+        $r.target_portal.as_ref().map(|p| {
+            let port = if p.target_port == 0 {
+                u32::from(csi_proxy_core::iscsi::DEFAULT_PORT)
+            } else {
+                p.target_port
+            };
+            format!("portal {}:{port}", p.target_address.to_lowercase())
+        })
+    };
+}
+
 /// The RPCs of every iSCSI version.
 macro_rules! iscsi_rpcs {
     ($v:ident) => {
         unary!(iscsi, $v, add_target_portal, "AddTargetPortal", AddTargetPortalRequest => AddTargetPortalResponse,
+            on |r| portal_object!(r),
             |svc, r| svc.add_target_portal(raw_portal!(r.target_portal).as_ref())
                 .map(|()| $v::AddTargetPortalResponse {}));
         unary!(iscsi, $v, discover_target_portal, "DiscoverTargetPortal", DiscoverTargetPortalRequest => DiscoverTargetPortalResponse,
+            on |r| portal_object!(r),
             |svc, r| Ok($v::DiscoverTargetPortalResponse {
                 iqns: svc.discover_target_portal(raw_portal!(r.target_portal).as_ref())?,
             }));
         unary!(iscsi, $v, remove_target_portal, "RemoveTargetPortal", RemoveTargetPortalRequest => RemoveTargetPortalResponse,
+            on |r| portal_object!(r),
             |svc, r| svc.remove_target_portal(raw_portal!(r.target_portal).as_ref())
                 .map(|()| $v::RemoveTargetPortalResponse {}));
         unary!(iscsi, $v, list_target_portals, "ListTargetPortals", ListTargetPortalsRequest => ListTargetPortalsResponse,
@@ -38,6 +55,7 @@ macro_rules! iscsi_rpcs {
                     .collect(),
             }));
         unary!(iscsi, $v, connect_target, "ConnectTarget", ConnectTargetRequest => ConnectTargetResponse,
+            on |r| portal_object!(r),
             |svc, r| svc.connect_target(&ConnectTargetRequest {
                 target_portal: raw_portal!(r.target_portal),
                 iqn: r.iqn,
@@ -46,6 +64,7 @@ macro_rules! iscsi_rpcs {
                 chap_secret: r.chap_secret.into(),
             }).map(|()| $v::ConnectTargetResponse {}));
         unary!(iscsi, $v, disconnect_target, "DisconnectTarget", DisconnectTargetRequest => DisconnectTargetResponse,
+            on |r| portal_object!(r),
             |svc, r| svc.disconnect_target(raw_portal!(r.target_portal).as_ref(), &r.iqn)
                 .map(|()| $v::DisconnectTargetResponse {}));
         unary!(iscsi, $v, get_target_disks, "GetTargetDisks", GetTargetDisksRequest => GetTargetDisksResponse,

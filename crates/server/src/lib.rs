@@ -1,6 +1,7 @@
 //! csi-proxy gRPC server: one endpoint per API group-version, each a thin adapter over the
 //! group's version-agnostic service from `csi-proxy-core`.
 
+pub mod admission;
 pub mod call;
 pub mod daemon;
 pub mod disk;

@@ -12,6 +12,7 @@ use csi_proxy_core::smb::{NewSmbGlobalMappingRequest, SmbService};
 macro_rules! smb_rpcs {
     ($v:ident, { $($resp:tt)* }) => {
         unary!(smb, $v, new_smb_global_mapping, "NewSmbGlobalMapping", NewSmbGlobalMappingRequest => NewSmbGlobalMappingResponse,
+            on |r| Some(crate::admission::smb_share(&r.remote_path)),
             |svc, r| svc.new_smb_global_mapping(&NewSmbGlobalMappingRequest {
                 remote_path: r.remote_path,
                 local_path: r.local_path,
@@ -19,6 +20,7 @@ macro_rules! smb_rpcs {
                 password: r.password.into(),
             }).map(|()| $v::NewSmbGlobalMappingResponse { $($resp)* }));
         unary!(smb, $v, remove_smb_global_mapping, "RemoveSmbGlobalMapping", RemoveSmbGlobalMappingRequest => RemoveSmbGlobalMappingResponse,
+            on |r| Some(crate::admission::smb_share(&r.remote_path)),
             |svc, r| svc.remove_smb_global_mapping(&r.remote_path)
                 .map(|()| $v::RemoveSmbGlobalMappingResponse { $($resp)* }));
     };

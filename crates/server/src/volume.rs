@@ -17,8 +17,10 @@ use csi_proxy_core::volume::VolumeService;
 macro_rules! shared_rpcs {
     ($v:ident) => {
         unary!(volume, $v, is_volume_formatted, "IsVolumeFormatted", IsVolumeFormattedRequest => IsVolumeFormattedResponse,
+            on |r| Some(format!("volume {}", r.volume_id)),
             |svc, r| Ok($v::IsVolumeFormattedResponse { formatted: svc.is_volume_formatted(&r.volume_id)? }));
         unary!(volume, $v, format_volume, "FormatVolume", FormatVolumeRequest => FormatVolumeResponse,
+            on |r| Some(format!("volume {}", r.volume_id)),
             |svc, r| svc.format_volume(&r.volume_id).map(|()| $v::FormatVolumeResponse {}));
     };
 }
@@ -27,6 +29,7 @@ macro_rules! shared_rpcs {
 macro_rules! write_volume_cache {
     ($v:ident) => {
         unary!(volume, $v, write_volume_cache, "WriteVolumeCache", WriteVolumeCacheRequest => WriteVolumeCacheResponse,
+            on |r| Some(format!("volume {}", r.volume_id)),
             |svc, r| svc.write_volume_cache(&r.volume_id).map(|()| $v::WriteVolumeCacheResponse {}));
     };
 }
@@ -37,16 +40,21 @@ macro_rules! current_rpcs {
         shared_rpcs!($v);
         write_volume_cache!($v);
         unary!(volume, $v, list_volumes_on_disk, "ListVolumesOnDisk", ListVolumesOnDiskRequest => ListVolumesOnDiskResponse,
+            on |r| Some(format!("disk {}", r.disk_number)),
             |svc, r| Ok($v::ListVolumesOnDiskResponse {
                 volume_ids: svc.list_volumes_on_disk(r.disk_number, r.partition_number)?,
             }));
         unary!(volume, $v, mount_volume, "MountVolume", MountVolumeRequest => MountVolumeResponse,
+            on |r| Some(format!("volume {}", r.volume_id)),
             |svc, r| svc.mount_volume(&r.volume_id, &r.target_path).map(|()| $v::MountVolumeResponse {}));
         unary!(volume, $v, unmount_volume, "UnmountVolume", UnmountVolumeRequest => UnmountVolumeResponse,
+            on |r| Some(format!("volume {}", r.volume_id)),
             |svc, r| svc.unmount_volume(&r.volume_id, &r.target_path).map(|()| $v::UnmountVolumeResponse {}));
         unary!(volume, $v, resize_volume, "ResizeVolume", ResizeVolumeRequest => ResizeVolumeResponse,
+            on |r| Some(format!("volume {}", r.volume_id)),
             |svc, r| svc.resize_volume(&r.volume_id, r.size_bytes).map(|()| $v::ResizeVolumeResponse {}));
         unary!(volume, $v, get_volume_stats, "GetVolumeStats", GetVolumeStatsRequest => GetVolumeStatsResponse,
+            on |r| Some(format!("volume {}", r.volume_id)),
             |svc, r| {
                 let s = svc.get_volume_stats(&r.volume_id)?;
                 Ok($v::GetVolumeStatsResponse {
@@ -72,14 +80,18 @@ macro_rules! legacy_rpcs {
     ($v:ident) => {
         shared_rpcs!($v);
         unary!(volume, $v, list_volumes_on_disk, "ListVolumesOnDisk", ListVolumesOnDiskRequest => ListVolumesOnDiskResponse,
+            on |r| Some(format!("disk {}", r.disk_id)),
             |svc, r| Ok($v::ListVolumesOnDiskResponse {
                 volume_ids: svc.list_volumes_on_disk(parse_disk_id("ListVolumesOnDisk", "disk_id", &r.disk_id)?, 0)?,
             }));
         unary!(volume, $v, mount_volume, "MountVolume", MountVolumeRequest => MountVolumeResponse,
+            on |r| Some(format!("volume {}", r.volume_id)),
             |svc, r| svc.mount_volume(&r.volume_id, &r.path).map(|()| $v::MountVolumeResponse {}));
         unary!(volume, $v, dismount_volume, "DismountVolume", DismountVolumeRequest => DismountVolumeResponse,
+            on |r| Some(format!("volume {}", r.volume_id)),
             |svc, r| svc.unmount_volume(&r.volume_id, &r.path).map(|()| $v::DismountVolumeResponse {}));
         unary!(volume, $v, resize_volume, "ResizeVolume", ResizeVolumeRequest => ResizeVolumeResponse,
+            on |r| Some(format!("volume {}", r.volume_id)),
             |svc, r| svc.resize_volume(&r.volume_id, r.size).map(|()| $v::ResizeVolumeResponse {}));
     };
 }
@@ -88,6 +100,7 @@ macro_rules! legacy_rpcs {
 macro_rules! legacy_stats_rpcs {
     ($v:ident) => {
         unary!(volume, $v, volume_stats, "VolumeStats", VolumeStatsRequest => VolumeStatsResponse,
+            on |r| Some(format!("volume {}", r.volume_id)),
             |svc, r| {
                 let s = svc.get_volume_stats(&r.volume_id)?;
                 Ok($v::VolumeStatsResponse {

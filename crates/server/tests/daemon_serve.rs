@@ -321,8 +321,8 @@ impl Drop for LetGo {
 
 /// With one disk's lock held and 600 calls on that disk waiting without a deadline (issue 35),
 /// another disk's call and another group's PathExists and Mkdir, from another client, still
-/// answer. The waiters past the cap per disk are refused at once; before the cap, each took a
-/// blocking-pool thread and the 512 of them left none for the other calls.
+/// answer. The waiters past the caps wait without a thread or are refused at once; before the
+/// caps, each took a blocking-pool thread and the 512 of them left none for the other calls.
 #[test]
 fn six_hundred_waiters_on_a_held_disk_leave_other_disks_and_groups_served() {
     use csi_proxy_api::volume::v1::ListVolumesOnDiskRequest;
@@ -383,8 +383,10 @@ fn six_hundred_waiters_on_a_held_disk_leave_other_disks_and_groups_served() {
                 Err(e) => panic!("a waiter answered {e:?}"),
             }
         }
-        println!("{refused} of 600 waiters refused past the cap");
-        assert!(refused > 0, "the waiters past the cap are refused");
+        // ListVolumesOnDisk is disk I/O: past its cap per disk the calls wait for a place
+        // without a thread (crate admission), so none needs refusing by the lock's waiter cap;
+        // either way each ends with an answer.
+        println!("{refused} of 600 waiters refused past the caps");
     });
 }
 

@@ -16,16 +16,13 @@ use inline_slot::InlineSlot;
 static VERBOSITY: AtomicU8 = AtomicU8::new(0);
 static REQUESTS: AtomicU64 = AtomicU64::new(0);
 
-/// RPCs that only read metadata (a stat, a statvfs, sysfs): they usually answer in
-/// microseconds, so handing them to the blocking pool (a thread wake-up there and another one
-/// back) costs more than the call itself.
-const METADATA_RPCS: [&str; 5] = [
-    "PathExists",
-    "IsSymlink",
-    "GetVolumeStats",
-    "ListDiskIDs",
-    "GetDiskStats",
-];
+/// RPCs that only read metadata (a stat of a path): they usually answer in microseconds, so
+/// handing them to the blocking pool (a thread wake-up there and another one back) costs more
+/// than the call itself. None of them is a call that can block on the outside world
+/// ([`crate::admission`]): those (disk and volume stats, disk IDs) always take a blocking
+/// thread under their kind's cap, since one hung on an async worker holds that worker and the
+/// tasks queued on it.
+const METADATA_RPCS: [&str; 2] = ["PathExists", "IsSymlink"];
 
 /// How many requests have reached a handler since start: a cheap activity signal for
 /// housekeeping that should wait for quiet moments.
@@ -72,9 +69,35 @@ where
     F: FnOnce() -> csi_proxy_core::Result<T> + Send + 'static,
     T: Send + 'static,
 {
+    blocking_on(rpc, None, deadline, work).await
+}
+
+/// [`blocking`] for a call acting on `object` ("disk 3", "portal 10.0.0.1:3260"): a call that
+/// can block on the outside world first takes its places under its kind's caps
+/// ([`crate::admission`]), waiting for them without a thread, and holds them until its work
+/// ends.
+pub async fn blocking_on<T, F>(
+    rpc: RpcId,
+    object: Option<String>,
+    deadline: Option<Instant>,
+    work: F,
+) -> Result<Response<T>, Status>
+where
+    F: FnOnce() -> csi_proxy_core::Result<T> + Send + 'static,
+    T: Send + 'static,
+{
     let started = Instant::now();
     REQUESTS.fetch_add(1, Ordering::Relaxed);
     let in_flight = crate::metrics::InFlight::start(rpc);
+    let admitted = match crate::admission::admit(rpc, object, deadline).await {
+        Ok(admitted) => admitted,
+        Err(refused) => {
+            in_flight.finish(refused.code());
+            let result = Err(refused);
+            log_request(rpc, started, &result);
+            return result;
+        }
+    };
     let work = move || {
         csi_proxy_core::deadline::within(deadline, || {
             csi_proxy_core::deadline::check(rpc.method, "request")?;
@@ -119,6 +142,7 @@ where
             ))
         }
     };
+    drop(admitted);
     let code = match &result {
         Ok(_) => Code::Ok,
         Err(s) => s.code(),
@@ -182,7 +206,9 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 ///
 /// `unary!(group, version_module, rust_fn, "WireName", Req => Resp, |svc, req| body)`: the body
 /// runs on the blocking pool with a clone of `self.svc` and the decoded request and returns
-/// `csi_proxy_core::Result<Resp>`.
+/// `csi_proxy_core::Result<Resp>`. With `on |req| object` before the body, `object`
+/// (an `Option<String>` read from the request) names what the call acts on, for the admission
+/// caps per object ([`crate::admission`]).
 ///
 /// The generated traits are `#[async_trait]` traits; this expands to the signature
 /// `async_trait` produces (a boxed `Send` future), so adapter impls can be assembled from macros
@@ -191,6 +217,9 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 #[doc(hidden)]
 macro_rules! unary {
     ($group:ident, $v:ident, $fn:ident, $method:literal, $req:ident => $resp:ident, |$svc:ident, $r:ident| $body:expr) => {
+        $crate::unary!($group, $v, $fn, $method, $req => $resp, on |_r| None, |$svc, $r| $body);
+    };
+    ($group:ident, $v:ident, $fn:ident, $method:literal, $req:ident => $resp:ident, on |$o:ident| $object:expr, |$svc:ident, $r:ident| $body:expr) => {
         fn $fn<'life0, 'async_trait>(
             &'life0 self,
             request: ::tonic::Request<$v::$req>,
@@ -212,14 +241,20 @@ macro_rules! unary {
             let deadline = $crate::call::deadline_of(&request);
             #[allow(unused_variables)]
             let $r = request.into_inner();
+            let object: ::std::option::Option<::std::string::String> = {
+                #[allow(unused_variables)]
+                let $o = &$r;
+                $object
+            };
             #[allow(unused_variables)]
             let $svc = self.svc.clone();
-            Box::pin($crate::call::blocking(
+            Box::pin($crate::call::blocking_on(
                 $crate::call::RpcId {
                     group: stringify!($group),
                     version: stringify!($v),
                     method: $method,
                 },
+                object,
                 deadline,
                 move || -> ::csi_proxy_core::Result<$v::$resp> { $body },
             ))
@@ -265,6 +300,15 @@ mod tests {
         version: "v1",
         method: "Mkdir",
     };
+
+    #[test]
+    fn no_call_that_can_hang_runs_on_an_async_worker() {
+        for group in csi_proxy_api::GROUPS {
+            for m in METADATA_RPCS {
+                assert_eq!(crate::admission::work_of(group, m), None, "{group} {m}");
+            }
+        }
+    }
 
     #[tokio::test]
     async fn a_panicking_handler_answers_internal_and_the_next_request_works() {

@@ -7,8 +7,10 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode, header};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::encoding::prometheus_text;
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::io;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::TcpListener;
 
@@ -30,15 +32,44 @@ pub async fn bind(addr: &str) -> io::Result<TcpListener> {
 /// bytes.
 pub(super) const MAX_HEAD: usize = 16 * 1024;
 
-/// Longest a scrape connection may last, request and response together: a client that stalls
-/// does not keep its task and socket forever.
-const CONNECTION_LIMIT: Duration = Duration::from_secs(60);
+/// How long a new connection has to send its whole request head; a connection that has not
+/// by then is closed. A scraper sends its request as soon as it has connected.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Scrape connections served at once; more are closed on accept (counted as
-/// `csi_proxy_refused_total{limit="metrics_connections"}`). A scraper asks one at a time, so a
-/// few scrapers need a few; the cap keeps a flood of them from taking the descriptors the
-/// endpoints need.
+/// Longest a scrape connection may last, request and response together: a client that stops
+/// reading its answer does not keep its task and socket. One request is served per connection
+/// (no keep-alive), so no connection idles between requests.
+const CONNECTION_LIMIT: Duration = Duration::from_secs(10);
+
+/// Scrapes answered at once: a scraper asks one at a time, so a few scrapers need a few. A
+/// request past it is answered 503 and counted as
+/// `csi_proxy_refused_total{limit="metrics_connections"}`. An answer is written within
+/// [`CONNECTION_LIMIT`] or its connection closed.
 pub const METRICS_CONNECTIONS: usize = 16;
+
+/// Connections kept while their request has not arrived. Past it, a new connection takes the
+/// place of the oldest of them (closed, counted as a refusal of `metrics_connections`); each is
+/// closed anyway after [`REQUEST_TIMEOUT`]. A scraper's connection sends its request as soon
+/// as it is open, so it is the newest of them and leaves them within a millisecond: silent
+/// connections, however many and however often renewed, never keep it from its answer, and
+/// hold at most this many descriptors.
+pub const WAITING_CONNECTIONS: usize = 64;
+
+/// One connection whose request has not arrived yet.
+struct Waiting {
+    /// Told when a newer connection takes its place.
+    evict: tokio::sync::Notify,
+}
+
+/// The connections whose request has not arrived, oldest first.
+type WaitingList = Arc<Mutex<VecDeque<Arc<Waiting>>>>;
+
+/// Takes `conn` off the waiting list (its request arrived, or it ended).
+fn stop_waiting(list: &WaitingList, conn: &Arc<Waiting>) {
+    list.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|c| !Arc::ptr_eq(c, conn));
+}
 
 /// Serves `GET /metrics` (and `HEAD`) over HTTP/1.1 on `listener` forever; other methods on
 /// `/metrics` answer 405, other paths 404. One request per connection, as a scraper needs.
@@ -48,32 +79,55 @@ pub async fn serve(listener: TcpListener) {
         .title_case_headers(true)
         .max_header_size(MAX_HEAD)
         .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(10));
-    let places = std::sync::Arc::new(tokio::sync::Semaphore::new(METRICS_CONNECTIONS));
+        .header_read_timeout(REQUEST_TIMEOUT);
+    let answering = Arc::new(tokio::sync::Semaphore::new(METRICS_CONNECTIONS));
+    let waiting = WaitingList::default();
     loop {
         match listener.accept().await {
             Ok((conn, _)) => {
-                let Ok(place) = places.clone().try_acquire_owned() else {
-                    super::refused(super::Limit::MetricsConnections);
-                    tracing::debug!(
-                        "metrics listener: {METRICS_CONNECTIONS} connections open, one closed"
-                    );
-                    drop(conn);
-                    continue;
-                };
+                let this = Arc::new(Waiting {
+                    evict: tokio::sync::Notify::new(),
+                });
+                {
+                    let mut list = waiting.lock().unwrap_or_else(|p| p.into_inner());
+                    if list.len() >= WAITING_CONNECTIONS
+                        && let Some(oldest) = list.pop_front()
+                    {
+                        oldest.evict.notify_one();
+                        super::refused(super::Limit::MetricsConnections);
+                        tracing::debug!(
+                            "metrics listener: {WAITING_CONNECTIONS} connections wait for \
+                             their request, the oldest closed"
+                        );
+                    }
+                    list.push_back(this.clone());
+                }
+                let (list, me, answering) = (waiting.clone(), this.clone(), answering.clone());
                 let conn = http.serve_connection(
                     TokioIo::new(conn),
-                    hyper::service::service_fn(
-                        |req| async move { Ok::<_, Infallible>(respond(&req)) },
-                    ),
+                    hyper::service::service_fn(move |req| {
+                        stop_waiting(&list, &me);
+                        let place = answering.clone().try_acquire_owned();
+                        async move {
+                            let Ok(_place) = place else {
+                                super::refused(super::Limit::MetricsConnections);
+                                return Ok::<_, Infallible>(busy());
+                            };
+                            Ok(respond(&req))
+                        }
+                    }),
                 );
+                let list = waiting.clone();
                 tokio::spawn(async move {
-                    let _place = place;
-                    match tokio::time::timeout(CONNECTION_LIMIT, conn).await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => tracing::debug!("metrics request failed: {e}"),
-                        Err(_) => tracing::debug!("metrics connection timed out"),
+                    tokio::select! {
+                        served = tokio::time::timeout(CONNECTION_LIMIT, conn) => match served {
+                            Ok(Ok(())) => {}
+                            Ok(Err(e)) => tracing::debug!("metrics request failed: {e}"),
+                            Err(_) => tracing::debug!("metrics connection timed out"),
+                        },
+                        () = this.evict.notified() => {}
                     }
+                    stop_waiting(&list, &this);
                 });
             }
             Err(e) => {
@@ -83,6 +137,15 @@ pub async fn serve(listener: TcpListener) {
             }
         }
     }
+}
+
+/// The answer past [`METRICS_CONNECTIONS`] scrapes at once.
+fn busy() -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from_static(
+        b"too many scrapes at once; retry\n",
+    )));
+    *resp.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    resp
 }
 
 /// The answer to one request. For `HEAD`, hyper sends the head (with the length the body would

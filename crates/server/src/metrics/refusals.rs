@@ -1,4 +1,5 @@
 //! `csi_proxy_refused_total{limit}`: what each of the daemon's limits refused (crate::limits,
+//! the admission caps of crate::admission,
 //! the per-disk lock waits of `csi_proxy_core::locks` and the iSCSI portal cap).
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -24,9 +25,17 @@ pub enum Limit {
     ReceivingPerConnection,
     /// A connection to the metrics listener past its cap was closed.
     MetricsConnections,
+    /// An iSCSI discovery or login call found no place under its caps (crate::admission).
+    AdmissionNetwork,
+    /// A filesystem tool call found no place under its caps.
+    AdmissionTools,
+    /// An SMB mount or probe call found no place under its caps.
+    AdmissionSmb,
+    /// A disk or volume I/O call found no place under its caps.
+    AdmissionDeviceIo,
 }
 
-const LIMITS: [(Limit, &str); 7] = [
+const LIMITS: [(Limit, &str); 11] = [
     (Limit::ConnectionsPerEndpoint, "connections_per_endpoint"),
     (Limit::ConnectionsTotal, "connections_total"),
     (Limit::MessageSize, "message_size"),
@@ -34,6 +43,10 @@ const LIMITS: [(Limit, &str); 7] = [
     (Limit::ReceivingRequests, "receiving_requests"),
     (Limit::ReceivingPerConnection, "receiving_per_connection"),
     (Limit::MetricsConnections, "metrics_connections"),
+    (Limit::AdmissionNetwork, crate::admission::CAPS[0].label),
+    (Limit::AdmissionTools, crate::admission::CAPS[1].label),
+    (Limit::AdmissionSmb, crate::admission::CAPS[2].label),
+    (Limit::AdmissionDeviceIo, crate::admission::CAPS[3].label),
 ];
 
 static COUNTS: [AtomicU64; LIMITS.len()] = [const { AtomicU64::new(0) }; LIMITS.len()];

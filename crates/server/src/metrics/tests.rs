@@ -169,40 +169,99 @@ async fn serves_get_and_head_on_metrics_only() {
     server.abort();
 }
 
-/// Past [`super::http::METRICS_CONNECTIONS`] silent connections, the next one is closed at once
-/// and counted; once one closes, a scrape is answered again. Before, every connection was
-/// served, each holding a descriptor for up to a minute.
+/// The listener's tests count its refusals: one at a time.
+static LISTENER_TESTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Past [`super::http::WAITING_CONNECTIONS`] connections that have sent no request, a new one
+/// takes the place of the oldest (closed and counted), and a scrape is answered. Before, 16
+/// silent connections took every place and the next connection was closed on accept.
 #[tokio::test]
 async fn the_metrics_listener_caps_its_connections() {
-    use super::http::METRICS_CONNECTIONS;
-    use tokio::io::AsyncReadExt;
+    use super::http::WAITING_CONNECTIONS;
+    let _one = LISTENER_TESTS.lock().await;
     let listener = bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(serve(listener));
     let mut silent = Vec::new();
-    for _ in 0..METRICS_CONNECTIONS {
+    for _ in 0..WAITING_CONNECTIONS {
         silent.push(tokio::net::TcpStream::connect(addr).await.unwrap());
     }
     let before = refusals(Limit::MetricsConnections);
-    let mut over = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let mut buf = [0u8; 1];
-    let n = tokio::time::timeout(Duration::from_secs(5), over.read(&mut buf))
-        .await
-        .expect("closed at once, not after the header timeout");
-    assert!(matches!(n, Ok(0) | Err(_)), "closed: {n:?}");
-    assert_eq!(refusals(Limit::MetricsConnections), before + 1);
-    drop(silent.pop());
-    // The server gives the place back when it sees the close.
-    let mut answered = String::new();
-    for _ in 0..50 {
-        answered = ask(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
-        if !answered.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let answered = ask(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
     assert!(answered.starts_with("HTTP/1.1 200 OK\r\n"), "{answered:?}");
     assert!(answered.contains("csi_proxy_refused_total{limit=\"metrics_connections\"}"));
+    assert!(
+        closed_within(&mut silent[0], Duration::from_secs(1)).await,
+        "the oldest silent connection was closed"
+    );
+    assert!(
+        !closed_within(&mut silent[1], Duration::from_millis(100)).await,
+        "the others are kept"
+    );
+    assert_eq!(refusals(Limit::MetricsConnections), before + 1);
+    server.abort();
+}
+
+/// Whether `conn` is closed by the server within `within`.
+async fn closed_within(conn: &mut tokio::net::TcpStream, within: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 1];
+    matches!(
+        tokio::time::timeout(within, conn.read(&mut buf)).await,
+        Ok(Ok(0) | Err(_))
+    )
+}
+
+/// 20 TCP connections that send nothing, kept open (each one the server closes is opened
+/// again at once), never make a scrape fail; a connection silent for
+/// [`super::http::REQUEST_TIMEOUT`] is closed. Before, they took every place (16) and each
+/// scrape's connection was closed on accept, for as long as they were held.
+#[tokio::test]
+async fn silent_connections_never_hold_the_metrics_listener() {
+    use super::http::REQUEST_TIMEOUT;
+    let _one = LISTENER_TESTS.lock().await;
+    let listener = bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(serve(listener));
+    let stop = std::sync::Arc::new(tokio::sync::Notify::new());
+    let holders: Vec<_> = (0..20)
+        .map(|_| {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut reopened = 0usize;
+                loop {
+                    let Ok(mut conn) = tokio::net::TcpStream::connect(addr).await else {
+                        continue;
+                    };
+                    tokio::select! {
+                        _ = closed_within(&mut conn, Duration::from_secs(3600)) => reopened += 1,
+                        () = stop.notified() => return reopened,
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Scrapes through more than a request timeout, so connections closed for silence are
+    // opened again meanwhile.
+    let t = std::time::Instant::now();
+    let mut scrapes = 0;
+    while t.elapsed() < REQUEST_TIMEOUT + Duration::from_secs(2) {
+        let answered = ask(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert!(
+            answered.starts_with("HTTP/1.1 200 OK\r\n"),
+            "scrape {scrapes} failed while 20 silent connections are held: {answered:?}"
+        );
+        scrapes += 1;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    stop.notify_waiters();
+    let mut reopened = 0;
+    for h in holders {
+        h.abort();
+        reopened += h.await.unwrap_or(0);
+    }
+    println!("{scrapes} scrapes answered; silent connections closed and reopened: {reopened}");
     server.abort();
 }
 
