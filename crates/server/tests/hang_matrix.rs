@@ -18,7 +18,7 @@ mod rpcs;
 use csi_proxy_core::Result;
 use csi_proxy_core::disk::{DiskUsage, OpenElsewhere};
 use csi_proxy_core::iscsi::TargetPortal;
-use csi_proxy_core::smb::{MappingState, SmbUsers};
+use csi_proxy_core::smb::{MappingInfo, MappingState, SmbUsers};
 use csi_proxy_core::testing::{self, HOST_CALLS, HangPlan, Hanging};
 use csi_proxy_server::daemon::{self, Listen};
 use csi_proxy_server::registry::{self, Hosts, Services};
@@ -69,11 +69,21 @@ impl testing::PartialSmbHost for Willing {
     fn smb_global_mapping(&self, _: &str) -> Result<MappingState> {
         Ok(MappingState::Unknown)
     }
+    /// The share `\\broken\share` is kept per credential, and this one's mapping was refused
+    /// by its server (a rotated key): a NewSmbGlobalMapping of it repairs the mapping, so the
+    /// flood reaches `remove_credential_mapping`.
     fn credential_mapping(
         &self,
-        _: &csi_proxy_core::smb::SmbMapping,
+        m: &csi_proxy_core::smb::SmbMapping,
     ) -> Result<Option<MappingState>> {
-        Ok(None)
+        Ok((m.root == rpcs::BROKEN_SHARE).then(|| {
+            MappingState::Present(MappingInfo {
+                healthy: false,
+                status: "access denied".into(),
+                username: None,
+                remap_heals: true,
+            })
+        }))
     }
     fn smb_global_mappings(&self) -> Result<Vec<String>> {
         Ok(vec![])
@@ -170,10 +180,8 @@ fn every_host_call_that_can_hang_leaves_other_clients_served() {
 /// disk, then a MountVolume of a volume on disk 1 names the kubelet root as its target
 /// (without a deadline); another client's Mkdir under `plugins/` and under `pods/` must each
 /// answer within [`ANSWER_WITHIN`]. The call must not wait for the disk while holding the
-/// root's path: that is the lock order (disk before path, roots never mount targets), which
-/// this branch does not change.
+/// root's path: that is the lock order (disk before path, roots never mount targets).
 #[test]
-#[ignore = "needs the lock order (MountVolume takes the disk before the path; a root is never a mount target), made on another branch"]
 fn a_stalled_disk_never_holds_the_kubelet_tree() {
     use csi_proxy_api::disk::v1 as disk;
     use csi_proxy_api::filesystem::v1 as fs;

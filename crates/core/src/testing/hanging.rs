@@ -159,6 +159,7 @@ hanging_hosts! {
         fn new_smb_global_mapping(&self, mapping: &SmbMapping) -> Result<()>;
         fn new_smb_link(&self, mapping: &SmbMapping, remote_path: &str, local_path: &str) -> Result<()>;
         fn remove_smb_global_mapping(&self, root: &str) -> Result<()>;
+        fn remove_credential_mapping(&self, mapping: &SmbMapping) -> Result<()>;
         fn smb_global_mapping(&self, root: &str) -> Result<MappingState>;
         fn credential_mapping(&self, mapping: &SmbMapping) -> Result<Option<MappingState>>;
         fn smb_global_mappings(&self) -> Result<Vec<String>>;

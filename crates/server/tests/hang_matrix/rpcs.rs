@@ -14,6 +14,11 @@ use tonic::transport::Channel;
 /// The disk the flooded calls act on (never [`SPARED_DISK`]).
 pub const HUNG_DISK: u32 = 1;
 
+/// The root of the share whose mapping a fake host reports refused (see
+/// [`Rpc::RepairSmbGlobalMapping`]).
+#[allow(dead_code, reason = "the csi-proxy crate's worlds have their own shares")]
+pub const BROKEN_SHARE: &str = r"\\broken\share";
+
 /// An RPC that reaches a host call which can hang.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rpc {
@@ -31,6 +36,8 @@ pub enum Rpc {
     GetVolumeStats,
     WriteVolumeCache,
     NewSmbGlobalMapping,
+    /// NewSmbGlobalMapping of [`BROKEN_SHARE`], whose mapping the host reports refused: a repair.
+    RepairSmbGlobalMapping,
     RemoveSmbGlobalMapping,
     AddTargetPortal,
     DiscoverTargetPortal,
@@ -73,6 +80,7 @@ pub fn row(host: &str, method: &str) -> Option<Rpc> {
             "SmbHost",
             "new_smb_global_mapping" | "new_smb_link" | "smb_global_mapping" | "credential_mapping",
         ) => Some(NewSmbGlobalMapping),
+        ("SmbHost", "remove_credential_mapping") => Some(RepairSmbGlobalMapping),
         ("SmbHost", "remove_smb_global_mapping" | "smb_mapping_users") => {
             Some(RemoveSmbGlobalMapping)
         }
@@ -136,7 +144,7 @@ impl Rpc {
         use Rpc::*;
         match self {
             PartitionDisk | Rescan | ListDiskIds | GetDiskStats | SetDiskOffline => ("disk", "v1"),
-            NewSmbGlobalMapping | RemoveSmbGlobalMapping => ("smb", "v1"),
+            NewSmbGlobalMapping | RepairSmbGlobalMapping | RemoveSmbGlobalMapping => ("smb", "v1"),
             AddTargetPortal | DiscoverTargetPortal | RemoveTargetPortal | ConnectTarget
             | DisconnectTarget => ("iscsi", "v1alpha2"),
             _ => ("volume", "v1"),
@@ -220,6 +228,15 @@ impl Rpc {
                     local_path: n.under(&format!("plugins/hung/{i}/smb")),
                     username: String::new(),
                     password: String::new(),
+                })
+                .await
+                .map(drop),
+            RepairSmbGlobalMapping => smb_c(ch)
+                .new_smb_global_mapping(smb::NewSmbGlobalMappingRequest {
+                    remote_path: r"\\broken\share".into(),
+                    local_path: n.under(&format!("plugins/hung/{i}/smb")),
+                    username: "tenant".into(),
+                    password: "rotated".into(),
                 })
                 .await
                 .map(drop),
