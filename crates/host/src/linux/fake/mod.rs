@@ -459,6 +459,12 @@ impl LinuxOs for FakeLinux {
             .map(drop)
     }
 
+    fn loop_backing(&self, fd: u64) -> io::Result<crate::linux::os::LoopBacking> {
+        // No fake disk is a loop device: the ioctl is not one its driver knows.
+        self.record(format!("loop_backing {fd}")).handle(fd)?;
+        Err(errno(ENOTTY))
+    }
+
     fn dir_is_empty(&self, fd: u64) -> io::Result<bool> {
         let s = self.record(format!("dir_is_empty {fd}"));
         let Handle::Dir(dir) = s.handle(fd)? else {
