@@ -44,6 +44,17 @@ pub enum StorageId {
 }
 
 impl StorageId {
+    /// A logical-unit designator of type `kind` (SPC-4 §7.8.6: NAA 3, EUI-64 2, T10 vendor
+    /// 1, vendor-specific 0, MD5 7, SCSI name string 8); `None` for the types that name a
+    /// port or a group rather than the unit (4, 5, 6), and for an empty or blank designator.
+    pub fn designator(kind: u8, bytes: &[u8]) -> Option<StorageId> {
+        let named = bytes.iter().any(|b| *b != 0 && *b != b' ');
+        (named && !matches!(kind, 4..=6)).then(|| StorageId::Scsi {
+            kind,
+            hex: bytes.iter().map(|b| format!("{b:02x}")).collect(),
+        })
+    }
+
     /// Higher is stronger: a disk's identity is compared at the strongest kind both disks
     /// have, so two paths whose designators differ are two storages even when their serial
     /// numbers agree.
@@ -135,12 +146,8 @@ pub fn scsi_designators(page: &[u8]) -> Vec<StorageId> {
         else {
             break;
         };
-        // Relative port (4), port group (5) and LU group (6) are not the LU's own name.
-        if association == 0 && !matches!(kind, 4..=6) && id.iter().any(|b| *b != 0 && *b != b' ') {
-            out.push(StorageId::Scsi {
-                kind,
-                hex: id.iter().map(|b| format!("{b:02x}")).collect(),
-            });
+        if association == 0 {
+            out.extend(StorageId::designator(kind, id));
         }
         at += 4 + len;
     }
