@@ -11,7 +11,7 @@
 //! Whatever cannot be read while deciding whether a disk is in use counts as "in use".
 
 use super::os::{self, Handle, OsError, Win32, code, ioctl, os_error};
-use csi_proxy_core::disk::{DiskHost, DiskIds, DiskLocation, DiskUsage, OpenElsewhere, OtherPath};
+use csi_proxy_core::disk::{DiskHost, DiskIds, DiskLocation, DiskUsage, OpenElsewhere};
 use csi_proxy_core::{Error, Kind, Result};
 use csi_proxy_formats::signatures;
 use csi_proxy_formats::windows_buffers::ioctl as io;
@@ -355,38 +355,7 @@ impl DiskHost for WindowsDiskHost {
             system_use,
             ..Default::default()
         };
-        // The other disks reaching the same storage (a LUN surfaced through two paths
-        // without MPIO), each with its own uses, read as this disk's are.
-        for other in identity::other_paths(os, OP, disk_number)? {
-            let seen = open_disk(os, OP, other, false)
-                .map(drop)
-                .and_then(|()| mount_points_on(os, OP, other));
-            let mount_points = match seen {
-                Ok(m) => m,
-                Err(e) if e.kind() == Kind::NotFound => continue,
-                Err(e) => {
-                    return Err(Error::new(
-                        e.kind(),
-                        OP,
-                        format!("disk {disk_number}"),
-                        format!(
-                            "reached also through another path, as disk {other}: {}",
-                            e.message()
-                        ),
-                    ));
-                }
-            };
-            let system_use = users::host_use(os, OP, other, &mount_points)?;
-            usage.other_paths.push(OtherPath {
-                disk: other,
-                name: format!("PhysicalDrive{other}"),
-                usage: DiskUsage {
-                    mount_points,
-                    system_use,
-                    ..Default::default()
-                },
-            });
-        }
+        usage.other_paths = identity::other_paths(os, OP, disk_number)?;
         Ok(usage)
     }
 

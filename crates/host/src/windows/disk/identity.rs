@@ -5,9 +5,9 @@
 //! the LUN, surfaces one disk for all paths, so two disks with one identity are two paths.
 //! `csi_proxy_core::disk::storage_group` decides from these.
 
-use super::{disk_numbers, open_disk, query_property};
+use super::{disk_numbers, mount_points_on, open_disk, query_property, users};
 use crate::windows::os::{Win32, os_error};
-use csi_proxy_core::disk::{Reach, StorageId, storage_group};
+use csi_proxy_core::disk::{DiskUsage, OtherPath, Reach, StorageId, storage_group};
 use csi_proxy_core::{Error, Kind, Result};
 use csi_proxy_formats::windows_buffers::ioctl as io;
 use csi_proxy_formats::windows_buffers::storage::{self, Identifier};
@@ -60,10 +60,48 @@ fn storage_ids(ids: &[Identifier], serial: &str) -> Vec<StorageId> {
     out
 }
 
+/// The other disks reaching the same storage as disk `n` (a LUN surfaced through two paths
+/// without MPIO), each with its own uses, read as disk `n`'s are: a process holding it
+/// without sharing, its mounts, the host's use of it.
+pub(super) fn other_paths(os: &dyn Win32, op: &str, n: u32) -> Result<Vec<OtherPath>> {
+    let mut out = Vec::new();
+    for other in same_storage(os, op, n)? {
+        let seen = open_disk(os, op, other, false)
+            .map(drop)
+            .and_then(|()| mount_points_on(os, op, other));
+        let mount_points = match seen {
+            Ok(m) => m,
+            Err(e) if e.kind() == Kind::NotFound => continue,
+            Err(e) => {
+                return Err(Error::new(
+                    e.kind(),
+                    op,
+                    format!("disk {n}"),
+                    format!(
+                        "reached also through another path, as disk {other}: {}",
+                        e.message()
+                    ),
+                ));
+            }
+        };
+        let system_use = users::host_use(os, op, other, &mount_points)?;
+        out.push(OtherPath {
+            disk: other,
+            name: format!("PhysicalDrive{other}"),
+            usage: DiskUsage {
+                mount_points,
+                system_use,
+                ..Default::default()
+            },
+        });
+    }
+    Ok(out)
+}
+
 /// The other disks reaching the same storage as disk `n`, by number. A disk whose
 /// identifiers cannot be read (one without page 0x83 support answers "Incorrect function")
 /// says nothing about itself and stands alone.
-pub(super) fn other_paths(os: &dyn Win32, op: &str, n: u32) -> Result<Vec<u32>> {
+fn same_storage(os: &dyn Win32, op: &str, n: u32) -> Result<Vec<u32>> {
     let mut all = Vec::new();
     for m in disk_numbers(os, op)? {
         let ids = match read(os, op, m) {
