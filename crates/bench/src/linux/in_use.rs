@@ -56,7 +56,14 @@ impl Drop for Crowd {
 /// PartitionDisk latencies (median, p90) of `calls` calls through the daemon `bin`, on a loop
 /// disk of its own.
 async fn partition_latency(bin: &Path, calls: usize) -> Result<(Duration, Duration), String> {
-    let d = Daemon::spawn(bin)?;
+    // A sandbox's init may hold capabilities root lacks: its descriptors cannot be read, and
+    // the daemon would refuse every disk (fail closed) without the flag.
+    let d = Daemon::spawn_with(bin, |dir| {
+        vec![
+            format!("--state-dir={}", dir.join("state").display()),
+            "--skip-unreadable-processes".into(),
+        ]
+    })?;
     let c = d.connector();
     wait_all_serving(&c, Duration::from_secs(30)).await?;
     let lo = LoopDisk::attach(d.dir.path(), "in-use.img", 64)?;
