@@ -1,6 +1,6 @@
 //! What the in-use rule costs as the node grows: a repeated PartitionDisk of a loop disk
 //! (every guarded call reads every process's descriptors and memory mappings), with 0, 1,000
-//! and 3,000 extra processes holding 50 descriptors each (regular files, `/dev/null`, a pipe)
+//! and 3,000 extra processes holding 50 descriptors each (regular files, character devices)
 //! and mapping their libraries, through this build's daemon and, in the same run, another
 //! (`--before-daemon`, the build before a change).
 
@@ -13,10 +13,11 @@ struct Crowd(Vec<Child>);
 impl Crowd {
     /// Grows the crowd to `n` processes.
     fn grow_to(&mut self, n: usize) -> Result<(), String> {
-        // Descriptors 3..=52: regular files, a character device, both ends of a pipe.
+        // Descriptors 3..=52: regular files and character devices (no process of its own
+        // behind any, so killing the sleep leaves nothing behind).
         const SCRIPT: &str = "exec 3</dev/null 4</etc/passwd 5</etc/hostname; \
              for i in $(seq 6 50); do eval \"exec $i</etc/passwd\"; done; \
-             exec 51< <(sleep 3600) 52>/dev/null; exec sleep 3600";
+             exec 51</dev/zero 52>/dev/null; exec sleep 3600";
         while self.0.len() < n {
             let child = Command::new("bash")
                 .args(["-c", SCRIPT])

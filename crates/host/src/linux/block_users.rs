@@ -76,6 +76,47 @@ pub fn processes_holding(
     except: u32,
     skip_unreadable: bool,
 ) -> io::Result<Vec<(DevNum, String)>> {
+    let except = except.to_string();
+    let pids: Vec<String> = os
+        .list_dir(proc_dir)?
+        .into_iter()
+        .filter(|p| p.bytes().all(|b| b.is_ascii_digit()) && *p != except)
+        .collect();
+    // The processes are split among the cores: the reads are independent, and the kernel
+    // answers them in parallel.
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(pids.len().div_ceil(64))
+        .max(1);
+    let chunk = pids.len().div_ceil(threads).max(1);
+    if threads == 1 {
+        let mut out = scan(os, proc_dir, &pids, devs, skip_unreadable)?;
+        out.sort_by(|a, b| a.1.cmp(&b.1));
+        return Ok(out);
+    }
+    let mut out = Vec::new();
+    std::thread::scope(|scope| {
+        let parts: Vec<_> = pids
+            .chunks(chunk)
+            .map(|part| scope.spawn(move || scan(os, proc_dir, part, devs, skip_unreadable)))
+            .collect();
+        for part in parts {
+            out.extend(part.join().expect("a /proc scan thread panicked")?);
+        }
+        Ok::<(), io::Error>(())
+    })?;
+    out.sort_by(|a, b| a.1.cmp(&b.1));
+    Ok(out)
+}
+
+/// [`processes_holding`] over the processes `pids`.
+fn scan(
+    os: &dyn LinuxOs,
+    proc_dir: &Path,
+    pids: &[String],
+    devs: &[DevNum],
+    skip_unreadable: bool,
+) -> io::Result<Vec<(DevNum, String)>> {
     let gone = |e: &io::Error| {
         e.kind() == io::ErrorKind::NotFound
             || e.raw_os_error() == Some(rustix::io::Errno::SRCH.raw_os_error())
@@ -89,11 +130,8 @@ pub fn processes_holding(
     // every process is looked at once.
     let mut mapped: HashMap<(String, u64), Option<DevNum>> = HashMap::new();
     let mut out = Vec::new();
-    for pid in os.list_dir(proc_dir)? {
-        if !pid.bytes().all(|b| b.is_ascii_digit()) || pid == except.to_string() {
-            continue;
-        }
-        let dir = proc_dir.join(&pid);
+    for pid in pids {
+        let dir = proc_dir.join(pid);
         let unreadable = |e: io::Error| {
             let hint = if e.kind() == io::ErrorKind::PermissionDenied {
                 "; telling whether it holds the disk needs root with CAP_SYS_PTRACE"
@@ -104,7 +142,7 @@ pub fn processes_holding(
                 e.kind(),
                 format!(
                     "cannot read the descriptors and mappings of process {pid} ({}): {e}{hint}",
-                    comm(&pid)
+                    comm(pid)
                 ),
             )
         };
@@ -161,11 +199,10 @@ pub fn processes_holding(
             }
         }
         if !held.is_empty() {
-            let who = format!("{pid} ({})", comm(&pid));
+            let who = format!("{pid} ({})", comm(pid));
             out.extend(held.into_iter().map(|d| (d, who.clone())));
         }
     }
-    out.sort_by(|a, b| a.1.cmp(&b.1));
     Ok(out)
 }
 
