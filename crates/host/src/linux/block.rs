@@ -20,6 +20,7 @@ mod usage;
 
 pub use ids::*;
 pub use partitions::*;
+pub use storage::storage_of;
 pub use usage::*;
 
 /// Where sysfs and the device nodes are.

@@ -46,6 +46,24 @@ pub(super) fn storage_reach(
     Ok(out)
 }
 
+/// The disks reaching the same storage as `disk` (`csi_proxy_core::disk::storage_group`,
+/// `disk` first), and whether `disk` says anything about itself (one that does not stands
+/// alone, and cannot be told apart from any other).
+pub fn storage_of(os: &Os, disk: &Disk) -> Result<(Vec<u32>, bool)> {
+    const OP: &str = "disk identity";
+    let err = |e: io::Error| Error::io(OP, format!("disk {} ({})", disk.number, disk.name), &e);
+    let all = disks(os)?;
+    let loops =
+        crate::linux::block_users::loop_backings(&**os, Path::new(SYS_BLOCK), Path::new(DEV))
+            .map_err(err)?;
+    let reach = storage_reach(os, &all, &loops).map_err(err)?;
+    let known = reach
+        .iter()
+        .any(|r| r.number == disk.number && !r.ids.is_empty());
+    let group = storage_group(disk.number, &reach);
+    Ok((group, known))
+}
+
 /// What a disk that is no loop device says about its storage.
 fn identity(os: &Os, d: &Disk) -> Vec<StorageId> {
     let dir = sys_disk(&d.name);
