@@ -7,74 +7,14 @@
 
 mod common;
 
-use common::{Daemon, LoopDisk, can_use_loop_devices, is_mounted, partition_one, v1_clients};
+use common::{
+    Daemon, Holder, HostMount, LoopDisk, Mapping, can_use_loop_devices, is_mounted, partition_one,
+    raw_data, refused, run, v1_clients,
+};
 use csi_proxy_api::disk::v1 as d1;
 use csi_proxy_api::volume::v1;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
-use tonic::Code;
-
-/// A mount made by the test (standing for the host's own), unmounted when dropped.
-struct HostMount(PathBuf);
-
-impl Drop for HostMount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
-}
-
-/// A loop device the test attached over a device, detached when dropped.
-struct Mapping(String);
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").args(["-d", &self.0]).status();
-    }
-}
-
-/// A `sleep` holding `dev` open as its standard input, killed when dropped.
-struct Holder(Child);
-
-impl Holder {
-    fn hold(dev: &Path) -> Holder {
-        Holder(
-            Command::new("sleep")
-                .arg("600")
-                .stdin(std::fs::File::open(dev).unwrap())
-                .spawn()
-                .unwrap(),
-        )
-    }
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Asserts that `r` is FAILED_PRECONDITION whose message contains every one of `names`.
-fn refused<T: std::fmt::Debug>(what: &str, r: Result<T, tonic::Status>, names: &[&str]) {
-    let s = r.expect_err(what);
-    assert_eq!(s.code(), Code::FailedPrecondition, "{what}: {s:?}");
-    for n in names {
-        assert!(
-            s.message().contains(n),
-            "{what}: {n:?} not in {}",
-            s.message()
-        );
-    }
-}
-
-fn run(program: &str, args: &[&str]) {
-    let out = Command::new(program).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use std::path::Path;
+use std::process::Command;
 
 /// The first case: one btrfs (raid1 data and metadata) across the partitions of two
 /// disks, mounted outside the kubelet path with a secret in it. The mount table names one
@@ -182,20 +122,6 @@ async fn every_member_of_a_mounted_multi_device_filesystem_is_in_use() {
     // Both members are still one sound filesystem (the host's writes change the bytes, so
     // the check is the filesystem's own).
     run("btrfs", &["check", "--readonly", &pb_s]);
-}
-
-/// Raw data with no signature (what a raw block volume holds) at a disk's first and last MiB.
-fn raw_data(l: &LoopDisk) {
-    use std::io::{Seek, SeekFrom, Write};
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(format!("/dev/{}", l.name()))
-        .unwrap();
-    let block: Vec<u8> = (0..1u32 << 20).map(|i| (i * 7 + 3) as u8).collect();
-    f.write_all(&block).unwrap();
-    f.seek(SeekFrom::End(-(1 << 20))).unwrap();
-    f.write_all(&block).unwrap();
-    f.sync_all().unwrap();
 }
 
 /// The second case: a disk holding an application's raw data, mapped the way kubelet

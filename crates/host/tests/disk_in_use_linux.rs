@@ -34,7 +34,7 @@ fn skip_unreadable_where_needed() {
     };
     assert!(
         e.to_string()
-            .contains("cannot read the descriptors of process")
+            .contains("cannot read the descriptors and mappings of process")
             && e.to_string().contains("CAP_SYS_PTRACE"),
         "{e}"
     );

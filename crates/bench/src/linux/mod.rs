@@ -1,5 +1,6 @@
 //! The Linux benchmark run: a real daemon on Unix sockets in a temp dir, clients in this process.
 
+mod in_use;
 mod layers;
 mod lean;
 mod load;
@@ -65,6 +66,14 @@ struct Args {
     /// Skip the layer table (the daemon's layers against a bare tonic server).
     #[arg(long)]
     no_layers: bool,
+    /// Only the in-use rule's cost: a repeated PartitionDisk with 0, 1,000 and 3,000 extra
+    /// processes (50 descriptors each), `--calls` of them per figure.
+    #[arg(long)]
+    in_use: bool,
+    /// With `--in-use`: another daemon binary (the build before a change) measured in the
+    /// same run, in a column before this one's.
+    #[arg(long)]
+    before_daemon: Option<PathBuf>,
 }
 
 /// The layer table's servers: `csi-proxy-bench-server --layers <name>`, and what each row is.
@@ -103,6 +112,16 @@ pub fn main() -> ExitCode {
             args.daemon.display()
         );
         return ExitCode::from(2);
+    }
+    if args.in_use {
+        let head = match args.before_daemon {
+            Some(_) => vec!["PartitionDisk, median", "before", "after"],
+            None => vec!["PartitionDisk, median", "this build"],
+        };
+        return crate::run_to_exit(
+            in_use::in_use_costs(&args.daemon, args.before_daemon.as_deref(), args.calls),
+            |rows| print_markdown(&head, &rows),
+        );
     }
     crate::run_to_exit(run(&args), |(rows, layers)| {
         print_table(&rows);

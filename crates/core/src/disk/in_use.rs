@@ -39,6 +39,21 @@ pub struct DiskUsage {
     /// Volumes of the disk that something else has open, found by an exclusive lock of each
     /// that failed (Windows: `FSCTL_LOCK_VOLUME`); filled only for the RPCs that look.
     pub open_elsewhere: Vec<OpenElsewhere>,
+    /// The other disks that reach the same storage ([`super::storage_group`]: another path to
+    /// the LUN, a loop device over the same image, a device built on the disk or that it is
+    /// built on), each with its own facts. Every use of any of them is a use of this disk.
+    pub other_paths: Vec<OtherPath>,
+}
+
+/// Another disk reaching the same storage, and who uses it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtherPath {
+    /// Its disk number.
+    pub disk: u32,
+    /// The OS's name for it (`sdc`, `loop4`).
+    pub name: String,
+    /// Its facts, read as the disk's own are (its own `other_paths` empty).
+    pub usage: DiskUsage,
 }
 
 /// A volume of the disk that something else has open: an exclusive lock of it failed.
@@ -66,8 +81,11 @@ pub enum OwnUse<'a> {
     Nothing,
 }
 
-/// Refuses `op` on `object` when its disk is in use by the host or by someone else, as
-/// FAILED_PRECONDITION naming the user; uses that `own` allows go ahead.
+/// Refuses `op` on `object` when its storage is in use by the host or by someone else, as
+/// FAILED_PRECONDITION naming the user; uses that `own` allows go ahead. The storage is the
+/// disk and every other path to it ([`DiskUsage::other_paths`]): any use of another path
+/// refuses, the driver's own mounts too (one filesystem mounted through two devices
+/// corrupts itself), naming that path.
 pub fn refuse_in_use(op: &str, object: &str, usage: &DiskUsage, own: OwnUse<'_>) -> Result<()> {
     let refuse = |why: String| {
         Err(Error::new(
@@ -77,6 +95,24 @@ pub fn refuse_in_use(op: &str, object: &str, usage: &DiskUsage, own: OwnUse<'_>)
             format!("refused: the disk {why}"),
         ))
     };
+    if let Some(why) = why_in_use(op, usage, Some(own)) {
+        return refuse(why);
+    }
+    for other in &usage.other_paths {
+        if let Some(why) = why_in_use(op, &other.usage, None) {
+            return refuse(format!(
+                "is reached also through another path, as disk {} ({}), which {why}",
+                other.disk, other.name,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Why the facts of one device make it in use, if they do. `own` is `None` for another path
+/// to the storage: then every use counts, mounts below the roots and drive letters too.
+fn why_in_use(op: &str, usage: &DiskUsage, own: Option<OwnUse<'_>>) -> Option<String> {
+    let refuse = Some;
     if let Some(why) = &usage.system_use {
         return refuse(why.clone());
     }
@@ -97,11 +133,11 @@ pub fn refuse_in_use(op: &str, object: &str, usage: &DiskUsage, own: OwnUse<'_>)
         ));
     }
     let below_a_root = |mp: &String| match own {
-        OwnUse::MountsBelow(roots) => roots.check(op, mp).is_ok_and(|n| !roots.is_root(&n)),
-        OwnUse::Nothing => false,
+        Some(OwnUse::MountsBelow(roots)) => roots.check(op, mp).is_ok_and(|n| !roots.is_root(&n)),
+        Some(OwnUse::Nothing) | None => false,
     };
     let foreign = |mp: &&String| match own {
-        OwnUse::MountsBelow(roots) => {
+        Some(OwnUse::MountsBelow(roots)) => {
             // A bare drive letter is what Windows gives any volume it finds (a disk partitioned
             // by upstream, a restored snapshot): upstream proceeds there, and so does this. The
             // host puts the disks whose letters matter (system, boot, page file) in
@@ -109,14 +145,15 @@ pub fn refuse_in_use(op: &str, object: &str, usage: &DiskUsage, own: OwnUse<'_>)
             let automount = roots.style() == PathStyle::Windows && is_drive_root(mp);
             !below_a_root(mp) && !automount
         }
-        OwnUse::Nothing => !is_drive_root(mp),
+        Some(OwnUse::Nothing) => !is_drive_root(mp),
+        None => true,
     };
     if let Some(mp) = usage.mount_points.iter().find(foreign) {
         return refuse(match own {
-            OwnUse::MountsBelow(_) => format!(
+            Some(OwnUse::MountsBelow(_)) => format!(
                 "holds a filesystem mounted at {mp:?}, outside the kubelet path and working dirs"
             ),
-            OwnUse::Nothing => format!("holds a filesystem mounted at {mp:?}"),
+            Some(OwnUse::Nothing) | None => format!("holds a filesystem mounted at {mp:?}"),
         });
     }
     if !usage.loops.is_empty() {
@@ -151,7 +188,7 @@ pub fn refuse_in_use(op: &str, object: &str, usage: &DiskUsage, own: OwnUse<'_>)
             usage.claimed.join(", ")
         ));
     }
-    Ok(())
+    None
 }
 
 #[cfg(test)]
@@ -269,5 +306,105 @@ mod tests {
                 && why.contains("Access is denied."),
             "{why}"
         );
+    }
+
+    /// Every use of another path to the storage refuses, for every caller, naming that path:
+    /// the driver's own mounts and a drive letter too (one filesystem mounted through two
+    /// devices corrupts itself). An idle other path changes nothing.
+    #[test]
+    fn any_use_of_another_path_to_the_storage_refuses_naming_it() {
+        let fs = crate::testing::kubelet_fs();
+        let roots = OwnUse::MountsBelow(fs.policy());
+        let via = |usage: DiskUsage| DiskUsage {
+            other_paths: vec![
+                OtherPath {
+                    disk: 8,
+                    name: "loop4".into(),
+                    usage: DiskUsage::default(),
+                },
+                OtherPath {
+                    disk: 9,
+                    name: "loop5".into(),
+                    usage,
+                },
+            ],
+            ..Default::default()
+        };
+        assert_eq!(refused(&via(DiskUsage::default()), roots), None);
+        assert_eq!(refused(&via(DiskUsage::default()), OwnUse::Nothing), None);
+        let mounted = |mp: &str| DiskUsage {
+            mount_points: vec![mp.into()],
+            ..Default::default()
+        };
+        let cases: [(DiskUsage, &str); 9] = [
+            (
+                mounted("/var/lib/kubelet/plugins/d/globalmount"),
+                "mounted at \"/var/lib/kubelet/plugins/d/globalmount\"",
+            ),
+            (mounted(r"E:\"), r#"mounted at "E:\\""#),
+            (
+                DiskUsage {
+                    system_use: Some("holds the host's / filesystem".into()),
+                    ..Default::default()
+                },
+                "the host's / filesystem",
+            ),
+            (
+                DiskUsage {
+                    other_members: vec!["sdq1".into()],
+                    ..Default::default()
+                },
+                "sdq1",
+            ),
+            (
+                DiskUsage {
+                    stacked: vec!["dm-3".into()],
+                    ..Default::default()
+                },
+                "dm-3",
+            ),
+            (
+                DiskUsage {
+                    loops: vec!["loop9 (over loop5)".into()],
+                    ..Default::default()
+                },
+                "loop9 (over loop5)",
+            ),
+            (
+                DiskUsage {
+                    processes: vec!["42 (sleep)".into()],
+                    ..Default::default()
+                },
+                "42 (sleep)",
+            ),
+            (
+                DiskUsage {
+                    claimed: vec!["loop5p1".into()],
+                    ..Default::default()
+                },
+                "loop5p1",
+            ),
+            (
+                DiskUsage {
+                    open_elsewhere: vec![OpenElsewhere {
+                        volume: "vol9".into(),
+                        mount_points: vec!["/var/lib/kubelet/plugins/d/globalmount".into()],
+                        why: "Access is denied.".into(),
+                    }],
+                    ..Default::default()
+                },
+                "vol9",
+            ),
+        ];
+        for (usage, named) in cases {
+            for own in [roots, OwnUse::Nothing] {
+                let why = refused(&via(usage.clone()), own).unwrap_or_else(|| panic!("{usage:?}"));
+                assert!(
+                    why.contains("reached also through another path, as disk 9 (loop5), which")
+                        && why.contains(named),
+                    "{why}"
+                );
+            }
+        }
     }
 }

@@ -11,7 +11,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 mod in_use;
-pub use in_use::{DiskUsage, OpenElsewhere, OwnUse, refuse_in_use};
+mod storage;
+pub use in_use::{DiskUsage, OpenElsewhere, OtherPath, OwnUse, refuse_in_use};
+pub use storage::{Reach, StorageId, same_storage, scsi_designators, storage_group};
 
 /// Where a disk is attached, as the host reports it. Every field may be empty when the host
 /// does not know it (upstream leaves `bus` empty on most hosts).

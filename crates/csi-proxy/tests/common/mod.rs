@@ -20,6 +20,8 @@ mod fs_api;
 #[cfg(unix)]
 mod go_client;
 mod host;
+#[cfg(target_os = "linux")]
+mod in_use;
 mod klog_line;
 mod loopdisk;
 #[cfg(unix)]
@@ -52,6 +54,8 @@ pub use fs_api::*;
 #[cfg(unix)]
 pub use go_client::*;
 pub use host::*;
+#[cfg(target_os = "linux")]
+pub use in_use::*;
 pub use klog_line::*;
 pub use loopdisk::*;
 #[cfg(unix)]

@@ -70,6 +70,9 @@ pub fn run(seed: u64, lanes: usize, steps: &[Step], log: bool) -> Result<Stats, 
             }
         })
         .collect();
+    // Driver 0's disk is attached a second time (two SCSI paths without multipath): the
+    // drivers never name that disk, and its facts must show the first path's use.
+    let second_path = fake.add_disk_path(&lanes[0].name, "sdz");
     let mut stats = Stats::default();
     let tail: Vec<Step> = (0..lanes.len()).map(Step::Unstage).collect();
     for (i, step) in steps.iter().chain(tail.iter()).enumerate() {
@@ -105,6 +108,7 @@ pub fn run(seed: u64, lanes: usize, steps: &[Step], log: bool) -> Result<Stats, 
         .map_err(|v| at(v.0))?;
         stats.restarts += restarts;
         check(&fake, &mut lanes).map_err(at)?;
+        second_path_in_use(&daemon, &lanes[0], second_path).map_err(at)?;
         stats.steps += 1;
     }
     let left: Vec<String> = fake
@@ -118,6 +122,24 @@ pub fn run(seed: u64, lanes: usize, steps: &[Step], log: bool) -> Result<Stats, 
         )));
     }
     Ok(stats)
+}
+
+/// While driver 0's volume is staged, the second path to its disk is in use through the
+/// first: every guarded RPC on it would be refused, naming the first path.
+fn second_path_in_use(d: &Daemon, lane: &Lane, second: u32) -> Result<(), String> {
+    use csi_proxy_core::disk::{OwnUse, refuse_in_use};
+    let usage = d.disks.disk_usage(second).map_err(|e| e.to_string())?;
+    let refused = refuse_in_use("PartitionDisk", "the second path", &usage, OwnUse::Nothing);
+    let named = format!("another path, as disk {} ({})", lane.disk, lane.name);
+    match (lane.staged, refused) {
+        (false, _) => Ok(()),
+        (true, Err(e)) if e.message().contains(&named) => Ok(()),
+        (true, r) => Err(format!(
+            "the second path (disk {second}) to staged disk {} is not refused naming it: {r:?} \
+             ({usage:?})",
+            lane.disk
+        )),
+    }
 }
 
 fn attempt_once(d: &Daemon, fake: &FakeLinux, lane: &mut Lane, step: Step) -> Result<(), String> {

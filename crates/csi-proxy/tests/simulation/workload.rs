@@ -104,6 +104,10 @@ pub fn run(seed: u64, lanes: usize, steps: &[Step], log: bool) -> Result<Stats, 
             }
         })
         .collect();
+    // Driver 0's LUN is surfaced a second time (two paths without MPIO): the drivers never
+    // name that disk, and the daemon must refuse it while the LUN is staged.
+    let second_path = w.sim.add_disk_path(lanes[0].disk, 0x40);
+    let second_bytes = w.sim.disk_bytes(second_path, 0, 64 << 10);
     let mut stats = Stats::default();
     let final_steps: Vec<Step> = (0..lanes.len())
         .flat_map(|l| [Step::Unpublish(l), Step::Unstage(l)])
@@ -126,6 +130,7 @@ pub fn run(seed: u64, lanes: usize, steps: &[Step], log: bool) -> Result<Stats, 
         perform(&mut w, &mut lanes, *step, &mut stats, log).map_err(at)?;
         w.disturb(false);
         check(&w, &lanes, &system).map_err(at)?;
+        second_path_refused(&w, &lanes[0], second_path, &second_bytes).map_err(at)?;
         stats.steps += 1;
     }
     finish_hung(&mut w)?;
@@ -365,6 +370,33 @@ fn system_disk(sim: &SimWindows) -> String {
     let mut h = DefaultHasher::new();
     sim.disk_bytes(0, 0, 64 << 10).hash(&mut h);
     format!("{:?} {:016x}", sim.partitions(0), h.finish())
+}
+
+/// The second path to driver 0's LUN, with the weather cleared: nothing wrote through it, and
+/// while the LUN is staged through the first path a PartitionDisk through it is refused,
+/// naming the first.
+fn second_path_refused(w: &World, lane: &Lane, second: u32, bytes: &[u8]) -> Result<(), Violation> {
+    if w.sim.disk_bytes(second, 0, 64 << 10) != bytes {
+        return Err(Violation(format!(
+            "the second path (disk {second}) to driver 0's disk was written"
+        )));
+    }
+    if lane.phase == Phase::Unstaged {
+        return Ok(());
+    }
+    match w.daemon.disk.partition_disk(second) {
+        Err(e)
+            if e.message()
+                .contains(&format!("another path, as disk {}", lane.disk)) =>
+        {
+            Ok(())
+        }
+        r => Err(Violation(format!(
+            "PartitionDisk of the second path (disk {second}) to driver 0's staged disk {} \
+             answered {r:?}, not a refusal naming it",
+            lane.disk
+        ))),
+    }
 }
 
 /// The invariants, with the weather cleared: no volume formatted twice, every staged volume

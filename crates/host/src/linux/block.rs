@@ -5,7 +5,7 @@
 //! and never reused, so a number a driver holds can never name a disk attached later.
 
 use super::os::{self, Blkpg, Fd, Open, Os};
-use csi_proxy_core::disk::DiskUsage;
+use csi_proxy_core::disk::{DiskUsage, OtherPath, storage_group};
 use csi_proxy_core::error::io_kind;
 use csi_proxy_core::{Error, Kind, Result};
 use csi_proxy_formats::disk_layout::Extent;
@@ -15,10 +15,12 @@ use std::time::{Duration, Instant};
 
 mod ids;
 mod partitions;
+mod storage;
 mod usage;
 
 pub use ids::*;
 pub use partitions::*;
+pub use storage::storage_of;
 pub use usage::*;
 
 /// Where sysfs and the device nodes are.

@@ -1,9 +1,10 @@
 //! Who uses a block device without mounting it, facts of the in-use rule
 //! (`csi_proxy_core::disk::refuse_in_use`): loop devices backed by it (kubelet maps every raw
-//! block volume through one), processes holding it open, and exclusive claims. Each check
+//! block volume through one), processes holding it open or mapped, and exclusive claims. Each check
 //! fails closed: what cannot be read is an error, never "free".
 
-use super::os::LinuxOs;
+use super::os::{LinuxOs, LoopBacking, Open};
+use std::collections::HashMap;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,48 +27,96 @@ pub fn unreadable_processes_skipped() -> bool {
 /// A block device by its `(major, minor)` numbers.
 pub type DevNum = (u32, u32);
 
-/// The loop devices (`loopN`) whose backing file is one of `devs`, from
-/// `/sys/block/loopN/loop/backing_file`. A loop without a backing file is unbound; a backing
-/// file gone (deleted) is no block device of ours.
-pub fn loops_backed_by(
+/// Every bound loop device (`loopN` under `sys_block`) and what the kernel says backs it
+/// (`LOOP_GET_STATUS64` on its node under `dev`): the numbers it took when the loop was set up,
+/// so a backing node in another mount namespace or deleted since is still found. An unbound
+/// loop (ENXIO) is left out; anything else unreadable is an error.
+pub fn loop_backings(
     os: &dyn LinuxOs,
     sys_block: &Path,
-    devs: &[DevNum],
-) -> io::Result<Vec<String>> {
+    dev: &Path,
+) -> io::Result<Vec<(String, LoopBacking)>> {
     let mut out = Vec::new();
     for name in os.list_dir(sys_block)? {
-        if !name.starts_with("loop") {
+        // Only a bound loop has a `loop/` directory with its backing file: the rest are
+        // left unopened.
+        if !name.starts_with("loop") || !os.exists(&sys_block.join(&name).join("loop")) {
             continue;
         }
-        let backing = match os.read_file(&sys_block.join(&name).join("loop/backing_file")) {
-            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue, // not bound
+        let raw = match os.open_raw(&dev.join(&name), Open::Read) {
+            Ok(raw) => raw,
+            // Detached and removed meanwhile.
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NXIO.raw_os_error()) => continue,
             Err(e) => return Err(io_context(e, &name)),
         };
-        let backing = backing.trim_end_matches('\n');
-        match os.block_device_number(Path::new(backing)) {
-            Ok(Some(d)) if devs.contains(&d) => out.push(format!("{name} (on {backing})")),
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_context(e, backing)),
+        let backing = os.loop_backing(raw);
+        os.close(raw);
+        match backing {
+            Ok(b) => out.push((name, b)),
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NXIO.raw_os_error()) => {}
+            Err(e) => return Err(io_context(e, &name)),
         }
     }
-    out.sort();
     Ok(out)
 }
 
-/// The processes (`pid (comm)`) holding one of `devs` open, from `/proc/<pid>/fd`, process
-/// `except` (the daemon, whose own reads are under the disk's lock) left out. A process or
-/// descriptor gone while it is looked at is skipped; any other error is returned, so a process
-/// whose descriptors the daemon may not read (root without `CAP_SYS_PTRACE`) makes the answer
-/// an error, never "free", unless `skip_unreadable`.
+/// The processes (`pid (comm)`) holding one of `devs` open, by a descriptor (`/proc/<pid>/fd`)
+/// or a memory mapping that outlives its descriptor (`/proc/<pid>/maps`), each with the device
+/// it holds; process `except` (the daemon, whose own reads are under the disk's lock) left
+/// out. One pass over `/proc`: each descriptor costs one type-only `statx`, and each mapped
+/// file one per distinct file (by the device and inode `maps` shows) across all processes,
+/// through `map_files/`, so a node in another mount namespace or deleted is still seen. A
+/// process or descriptor gone while it is looked at is skipped; any other error is returned,
+/// so a process the daemon may not read (root without `CAP_SYS_PTRACE`) makes the answer an
+/// error, never "free", unless `skip_unreadable`.
 pub fn processes_holding(
     os: &dyn LinuxOs,
     proc_dir: &Path,
     devs: &[DevNum],
     except: u32,
     skip_unreadable: bool,
-) -> io::Result<Vec<String>> {
+) -> io::Result<Vec<(DevNum, String)>> {
+    let except = except.to_string();
+    let pids: Vec<String> = os
+        .list_dir(proc_dir)?
+        .into_iter()
+        .filter(|p| p.bytes().all(|b| b.is_ascii_digit()) && *p != except)
+        .collect();
+    // The processes are split among the cores: the reads are independent, and the kernel
+    // answers them in parallel.
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(pids.len().div_ceil(64))
+        .max(1);
+    let chunk = pids.len().div_ceil(threads).max(1);
+    if threads == 1 {
+        let mut out = scan(os, proc_dir, &pids, devs, skip_unreadable)?;
+        out.sort_by(|a, b| a.1.cmp(&b.1));
+        return Ok(out);
+    }
+    let mut out = Vec::new();
+    std::thread::scope(|scope| {
+        let parts: Vec<_> = pids
+            .chunks(chunk)
+            .map(|part| scope.spawn(move || scan(os, proc_dir, part, devs, skip_unreadable)))
+            .collect();
+        for part in parts {
+            out.extend(part.join().expect("a /proc scan thread panicked")?);
+        }
+        Ok::<(), io::Error>(())
+    })?;
+    out.sort_by(|a, b| a.1.cmp(&b.1));
+    Ok(out)
+}
+
+/// [`processes_holding`] over the processes `pids`.
+fn scan(
+    os: &dyn LinuxOs,
+    proc_dir: &Path,
+    pids: &[String],
+    devs: &[DevNum],
+    skip_unreadable: bool,
+) -> io::Result<Vec<(DevNum, String)>> {
     let gone = |e: &io::Error| {
         e.kind() == io::ErrorKind::NotFound
             || e.raw_os_error() == Some(rustix::io::Errno::SRCH.raw_os_error())
@@ -77,12 +126,12 @@ pub fn processes_holding(
             .map(|b| String::from_utf8_lossy(&b).trim().to_string())
             .unwrap_or_default()
     };
+    // What each mapped file is, by the (device, inode) `maps` shows: a library mapped by
+    // every process is looked at once.
+    let mut mapped: HashMap<(String, u64), Option<DevNum>> = HashMap::new();
     let mut out = Vec::new();
-    for pid in os.list_dir(proc_dir)? {
-        if !pid.bytes().all(|b| b.is_ascii_digit()) || pid == except.to_string() {
-            continue;
-        }
-        let fds = proc_dir.join(&pid).join("fd");
+    for pid in pids {
+        let dir = proc_dir.join(pid);
         let unreadable = |e: io::Error| {
             let hint = if e.kind() == io::ErrorKind::PermissionDenied {
                 "; telling whether it holds the disk needs root with CAP_SYS_PTRACE"
@@ -92,36 +141,83 @@ pub fn processes_holding(
             io::Error::new(
                 e.kind(),
                 format!(
-                    "cannot read the descriptors of process {pid} ({}): {e}{hint}",
-                    comm(&pid)
+                    "cannot read the descriptors and mappings of process {pid} ({}): {e}{hint}",
+                    comm(pid)
                 ),
             )
         };
-        let skipped =
-            |e: &io::Error| e.kind() == io::ErrorKind::PermissionDenied && skip_unreadable;
+        let denied = |e: &io::Error| {
+            e.kind() == io::ErrorKind::PermissionDenied
+                || e.raw_os_error() == Some(rustix::io::Errno::PERM.raw_os_error())
+        };
+        let skipped = |e: &io::Error| denied(e) && skip_unreadable;
+        let mut held: Vec<DevNum> = Vec::new();
+        let mut found = |d: DevNum| {
+            if devs.contains(&d) && !held.contains(&d) {
+                held.push(d);
+            }
+        };
+        let fds = dir.join("fd");
         let entries = match os.list_dir(&fds) {
             Ok(e) => e,
             Err(e) if gone(&e) || skipped(&e) => continue,
             Err(e) => return Err(unreadable(e)),
         };
+        let mut skip_rest = false;
         for fd in entries {
             match os.block_device_number(&fds.join(&fd)) {
-                Ok(Some(d)) if devs.contains(&d) => {
-                    out.push(format!("{pid} ({})", comm(&pid)));
-                    break;
-                }
-                Ok(_) => {}
+                Ok(Some(d)) => found(d),
+                Ok(None) => {}
                 Err(e) if gone(&e) => {}
                 Err(e) if skipped(&e) => {
                     tracing::debug!(pid, "descriptors not readable; skipped as the flag says");
+                    skip_rest = true;
                     break;
                 }
                 Err(e) => return Err(unreadable(e)),
             }
         }
+        if !skip_rest {
+            let maps = match os.read_file(&dir.join("maps")) {
+                Ok(m) => m,
+                Err(e) if gone(&e) || skipped(&e) => Vec::new(),
+                Err(e) => return Err(unreadable(e)),
+            };
+            for (range, file) in file_mappings(&maps) {
+                let kind = match mapped.get(&file) {
+                    Some(k) => *k,
+                    None => match os.block_device_number(&dir.join("map_files").join(range)) {
+                        Ok(k) => *mapped.entry(file).or_insert(k),
+                        Err(e) if gone(&e) => continue,
+                        Err(e) if skipped(&e) => break,
+                        Err(e) => return Err(unreadable(e)),
+                    },
+                };
+                if let Some(d) = kind {
+                    found(d);
+                }
+            }
+        }
+        if !held.is_empty() {
+            let who = format!("{pid} ({})", comm(pid));
+            out.extend(held.into_iter().map(|d| (d, who.clone())));
+        }
     }
-    out.sort();
     Ok(out)
+}
+
+/// The file mappings of a `/proc/<pid>/maps` (proc_pid_maps(5): `start-end perms offset
+/// dev inode path`): each mapping's address range (its name under `map_files/`) and the
+/// (device, inode) of the file it maps. Anonymous mappings (inode 0) are left out.
+fn file_mappings(maps: &[u8]) -> impl Iterator<Item = (&str, (String, u64))> {
+    maps.split(|b| *b == b'\n').filter_map(|line| {
+        let line = std::str::from_utf8(line).ok()?;
+        let mut f = line.split_ascii_whitespace();
+        let range = f.next()?;
+        let (_perms, _offset, dev) = (f.next()?, f.next()?, f.next()?);
+        let inode: u64 = f.next()?.parse().ok()?;
+        (inode != 0).then(|| (range, (dev.to_string(), inode)))
+    })
 }
 
 /// What an exclusive open of a disk (`O_EXCL` on a block device claims it) tells: `Ok(true)`
@@ -171,10 +267,12 @@ mod tests {
         }
     }
 
-    /// A fake `/sys/block` and `/proc` over real device nodes: `/dev/null` is a character
-    /// device (never a disk), so the "disk" here is whatever block device the machine has.
+    /// A fake `/proc` over real device nodes: `/dev/null` is a character device (never a
+    /// disk), so the "disk" here is whatever block device the machine has. One process holds
+    /// it by a descriptor, another by a mapping only (its `map_files/` entry), a third maps a
+    /// regular file twice (looked at once).
     #[test]
-    fn loops_and_processes_are_found_by_device_number() {
+    fn processes_are_found_by_descriptor_and_by_mapping() {
         let os = crate::linux::kernel::SystemLinux::default();
         let tmp = tempfile::tempdir().unwrap();
         let Some((node, dev)) = std::fs::read_dir("/dev")
@@ -185,38 +283,37 @@ mod tests {
             eprintln!("SKIPPED: no block device node in /dev");
             return;
         };
-        let sys = tmp.path().join("sys");
-        for (name, backing) in [
-            ("loop0", Some(node.display().to_string())),
-            ("loop1", Some("/nonexistent/file.img (deleted)".into())),
-            ("loop2", None),
-            ("sda", None),
-        ] {
-            std::fs::create_dir_all(sys.join(name).join("loop")).unwrap();
-            if let Some(b) = backing {
-                std::fs::write(sys.join(name).join("loop/backing_file"), format!("{b}\n")).unwrap();
-            }
-        }
-        let found = loops_backed_by(&os, &sys, &[dev]).unwrap();
-        assert_eq!(found.len(), 1, "{found:?}");
-        assert!(found[0].starts_with("loop0 "), "{found:?}");
-        assert!(
-            loops_backed_by(&os, &sys, &[(9999, 9999)])
-                .unwrap()
-                .is_empty()
-        );
-
         let proc_dir = tmp.path().join("proc");
-        std::fs::create_dir_all(proc_dir.join("42/fd")).unwrap();
-        std::fs::create_dir_all(proc_dir.join("43/fd")).unwrap();
+        for pid in ["42", "43", "44"] {
+            std::fs::create_dir_all(proc_dir.join(pid).join("fd")).unwrap();
+            std::fs::create_dir_all(proc_dir.join(pid).join("map_files")).unwrap();
+        }
         std::fs::create_dir_all(proc_dir.join("self")).unwrap();
         std::os::unix::fs::symlink(&node, proc_dir.join("42/fd/3")).unwrap();
         std::os::unix::fs::symlink("/dev/null", proc_dir.join("42/fd/0")).unwrap();
         std::os::unix::fs::symlink("/gone", proc_dir.join("43/fd/1")).unwrap();
         std::fs::write(proc_dir.join("42/comm"), "dd\n").unwrap();
+        std::fs::write(proc_dir.join("43/comm"), "mapper\n").unwrap();
+        std::fs::write(
+            proc_dir.join("43/maps"),
+            "7f00-7f10 rw-s 00000000 00:06 93 /dev/sdq (deleted)\n7f20-7f30 rw-p 00000000 00:00 0 \n",
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(&node, proc_dir.join("43/map_files/7f00-7f10")).unwrap();
+        std::fs::write(
+            proc_dir.join("44/maps"),
+            "1000-2000 r-xp 00000000 08:01 77 /usr/lib/libc.so\n3000-4000 r--p 00001000 08:01 77 /usr/lib/libc.so\n",
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("/dev/null", proc_dir.join("44/map_files/1000-2000")).unwrap();
+        // The second mapping of the same file has no entry: it must not be looked at.
+        let held = processes_holding(&os, &proc_dir, &[dev], 1, false).unwrap();
         assert_eq!(
-            processes_holding(&os, &proc_dir, &[dev], 1, false).unwrap(),
-            ["42 (dd)"]
+            held,
+            [
+                (dev, "42 (dd)".to_string()),
+                (dev, "43 (mapper)".to_string())
+            ]
         );
         assert!(
             processes_holding(&os, &proc_dir, &[(9999, 9999)], 1, false)

@@ -5,7 +5,9 @@
     reason = "the block-device ioctls have no safe wrapper; each block says why it is sound"
 )]
 
-use super::os::{At, Blkpg, LinuxOs, MountFlags, MountOf, Open, Ran, Space, XfsGeometry};
+use super::os::{
+    At, Blkpg, LinuxOs, LoopBacking, MountFlags, MountOf, Open, Ran, Space, XfsGeometry,
+};
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{self, Read};
@@ -114,14 +116,19 @@ impl LinuxOs for SystemLinux {
     }
 
     fn block_device_number(&self, path: &Path) -> io::Result<Option<(u32, u32)>> {
-        let st = rustix::fs::stat(path)?;
-        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::BlockDevice {
+        // statx(2) asking for the file type alone: the device numbers come with it, and no
+        // filesystem is asked to bring sizes or times up to date (AT_STATX_DONT_SYNC).
+        let st = rustix::fs::statx(
+            rustix::fs::CWD,
+            path,
+            rustix::fs::AtFlags::STATX_DONT_SYNC,
+            rustix::fs::StatxFlags::TYPE,
+        )?;
+        let mode = u32::from(st.stx_mode);
+        if rustix::fs::FileType::from_raw_mode(mode) != rustix::fs::FileType::BlockDevice {
             return Ok(None);
         }
-        Ok(Some((
-            rustix::fs::major(st.st_rdev),
-            rustix::fs::minor(st.st_rdev),
-        )))
+        Ok(Some((st.stx_rdev_major, st.stx_rdev_minor)))
     }
 
     fn create_dir_all(&self, path: &Path, mode: u32) -> io::Result<()> {
@@ -266,6 +273,30 @@ impl LinuxOs for SystemLinux {
         // SAFETY: LOOP_SET_CAPACITY takes no argument (include/uapi/linux/loop.h).
         unsafe { rustix::ioctl::ioctl(&*f, rustix::ioctl::NoArg::<LOOP_SET_CAPACITY>::new()) }
             .map_err(io::Error::from)
+    }
+
+    fn loop_backing(&self, fd: u64) -> io::Result<LoopBacking> {
+        const LOOP_GET_STATUS64: rustix::ioctl::Opcode = 0x4C05;
+        let f = self.file(fd)?;
+        // SAFETY: LOOP_GET_STATUS64 writes one `struct loop_info64` (include/uapi/linux/loop.h,
+        // 232 bytes, mirrored by LoopInfo64), which the Getter provides.
+        let info = unsafe {
+            rustix::ioctl::ioctl(
+                &*f,
+                rustix::ioctl::Getter::<LOOP_GET_STATUS64, LoopInfo64>::new(),
+            )
+        }?;
+        // loop(4): lo_device and lo_inode are the backing file's st_dev and st_ino, lo_rdevice
+        // its st_rdev, each as the kernel's huge_encode_dev (new_encode_dev in 32 bits).
+        let rdev = info.lo_rdevice as u32;
+        Ok(LoopBacking {
+            dev: info.lo_device,
+            ino: info.lo_inode,
+            rdev: (
+                (rdev & 0xfff00) >> 8,
+                (rdev & 0xff) | ((rdev >> 12) & 0xfff00),
+            ),
+        })
     }
 
     fn dir_is_empty(&self, fd: u64) -> io::Result<bool> {
@@ -519,3 +550,24 @@ const _: () = {
     assert!(size_of::<XfsGrowfsData>() == 16);
     assert!(size_of::<BtrfsIoctlVolArgs>() == 4096);
 };
+
+/// `struct loop_info64` (include/uapi/linux/loop.h).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct LoopInfo64 {
+    lo_device: u64,
+    lo_inode: u64,
+    lo_rdevice: u64,
+    lo_offset: u64,
+    lo_sizelimit: u64,
+    lo_number: u32,
+    lo_encrypt_type: u32,
+    lo_encrypt_key_size: u32,
+    lo_flags: u32,
+    lo_file_name: [u8; 64],
+    lo_crypt_name: [u8; 64],
+    lo_encrypt_key: [u8; 32],
+    lo_init: [u64; 2],
+}
+
+const _: () = assert!(size_of::<LoopInfo64>() == 232);

@@ -116,6 +116,20 @@ pub struct XfsGeometry {
     pub imaxpct: u32,
 }
 
+/// What the kernel holds as a loop device's backing file (`LOOP_GET_STATUS64`): its numbers as
+/// the kernel took them when the loop was set up, whatever its path names now (another mount
+/// namespace's node, a deleted file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoopBacking {
+    /// `lo_device`: `st_dev` of the backing file (encoded as `huge_encode_dev`).
+    pub dev: u64,
+    /// `lo_inode`: its inode number.
+    pub ino: u64,
+    /// `lo_rdevice` as `(major, minor)`: the device a loop set up over a block device node
+    /// reaches; `(0, 0)` for a regular file.
+    pub rdev: (u32, u32),
+}
+
 /// The OS primitives of the Linux disk and volume hosts. Each method is one documented call of
 /// the real OS; see [`super::kernel::SystemLinux`] for which.
 pub trait LinuxOs: Send + Sync {
@@ -164,6 +178,8 @@ pub trait LinuxOs: Send + Sync {
     fn blkpg(&self, fd: u64, op: Blkpg, number: u32, start: u64, length: u64) -> io::Result<()>;
     /// `LOOP_SET_CAPACITY`: a loop device picks up a new size of its backing file.
     fn loop_set_capacity(&self, fd: u64) -> io::Result<()>;
+    /// `LOOP_GET_STATUS64`: what backs the open loop device (ENXIO when nothing does).
+    fn loop_backing(&self, fd: u64) -> io::Result<LoopBacking>;
     /// Whether the directory opened as `fd` has no entries (getdents(2) of its `/proc/self/fd`
     /// link).
     fn dir_is_empty(&self, fd: u64) -> io::Result<bool>;
@@ -252,6 +268,11 @@ impl Fd {
     /// See [`LinuxOs::device_len`].
     pub fn device_len(&self) -> io::Result<u64> {
         self.os.device_len(self.raw)
+    }
+
+    /// See [`LinuxOs::loop_backing`].
+    pub fn loop_backing(&self) -> io::Result<LoopBacking> {
+        self.os.loop_backing(self.raw)
     }
 
     /// See [`LinuxOs::device_number`].

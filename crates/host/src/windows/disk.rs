@@ -21,6 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 mod arrival;
 mod collision;
+mod identity;
 mod users;
 
 pub use arrival::VOLUME_ARRIVAL_LIMIT;
@@ -356,11 +357,13 @@ impl DiskHost for WindowsDiskHost {
         open_disk(os, OP, disk_number, false)?;
         let mount_points = mount_points_on(os, OP, disk_number)?;
         let system_use = users::host_use(os, OP, disk_number, &mount_points)?;
-        Ok(DiskUsage {
+        let mut usage = DiskUsage {
             mount_points,
             system_use,
             ..Default::default()
-        })
+        };
+        usage.other_paths = identity::other_paths(os, OP, disk_number)?;
+        Ok(usage)
     }
 
     fn volumes_open_elsewhere(&self, disk_number: u32) -> Result<Vec<OpenElsewhere>> {
@@ -429,39 +432,17 @@ impl DiskHost for WindowsDiskHost {
         let os = &*self.os;
         let mut out = BTreeMap::new();
         for n in disk_numbers(os, OP)? {
-            let object = format!("disk {n}");
-            let h = match open_disk(os, OP, n, false) {
-                Ok(h) => h,
-                // Removed since it was listed.
-                Err(e) if e.kind() == Kind::NotFound => continue,
-                Err(e) => return Err(e),
-            };
             // Upstream fails the whole call when any disk fails (e.g. "Incorrect function"
-            // from a disk without VPD page 0x83 support); so does this.
-            let query = |property| {
-                query_property(&h, property).map_err(|e| {
-                    os_error(OP, &object, &e, &[]).context("IOCTL_STORAGE_QUERY_PROPERTY")
-                })
-            };
-            let read = || -> Result<DiskIds> {
-                let ids =
-                    storage::parse_device_id_descriptor(&query(io::STORAGE_DEVICE_ID_PROPERTY)?)
-                        .map_err(|e| Error::new(Kind::Internal, OP, &object, e))?;
-                let serial_number =
-                    storage::device_descriptor_serial(&query(io::STORAGE_DEVICE_PROPERTY)?)
-                        .map_err(|e| Error::new(Kind::Internal, OP, &object, e))?;
-                Ok(DiskIds {
-                    page83: storage::page83(&ids),
-                    serial_number,
-                })
-            };
-            match read() {
-                Ok(ids) => {
-                    out.insert(n, ids);
-                }
-                // Removed while being read (ERROR_DEVICE_REMOVED): no longer listed.
-                Err(e) if e.kind() == Kind::NotFound => {}
-                Err(e) => return Err(e),
+            // from a disk without VPD page 0x83 support); so does this. A disk removed since
+            // it was listed is no longer listed.
+            if let Some((ids, serial_number)) = identity::read(os, OP, n)? {
+                out.insert(
+                    n,
+                    DiskIds {
+                        page83: storage::page83(&ids),
+                        serial_number,
+                    },
+                );
             }
         }
         Ok(out)

@@ -4,6 +4,7 @@
 //! multi-device filesystem, loop devices, processes holding it and exclusive claims. What
 //! cannot be read is an error (fail closed); core decides.
 
+use super::storage::{loops_over, storage_reach};
 use super::*;
 use crate::linux::block_users;
 use crate::linux::mountinfo;
@@ -67,9 +68,31 @@ fn own_devices(os: &Os, disk: &Disk) -> Vec<(String, PathBuf)> {
     out
 }
 
+/// The mount table and `/proc/swaps`, read once for every disk of a storage.
+struct Tables {
+    mounts: Vec<mountinfo::MountInfo>,
+    swaps: String,
+}
+
+impl Tables {
+    fn read(os: &Os) -> Result<Tables> {
+        let mounts = mountinfo::read_from(&**os)
+            .map_err(|e| Error::io("disk usage", "/proc/self/mountinfo", &e))?;
+        let swaps = os
+            .read_file(Path::new("/proc/swaps"))
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
+        Ok(Tables { mounts, swaps })
+    }
+}
+
 /// What [`usage`] reads, and which of the disk's own devices a mount in the table explains
 /// (their exclusive claim is that mount's).
-fn mounts_and_system_use(os: &Os, disk: &Disk) -> Result<(DiskUsage, Vec<String>)> {
+fn mounts_and_system_use(
+    os: &Os,
+    disk: &Disk,
+    tables: &Tables,
+) -> Result<(DiskUsage, Vec<String>)> {
     let op = "disk usage";
     let own = own_devices(os, disk);
     let own_names: Vec<String> = own.iter().map(|(n, _)| n.clone()).collect();
@@ -91,11 +114,9 @@ fn mounts_and_system_use(os: &Os, disk: &Disk) -> Result<(DiskUsage, Vec<String>
         let num = dev_numbers(os, &dir).ok();
         devices.push((name.clone(), num, node(&name)));
     }
-    let table =
-        mountinfo::read_from(&**os).map_err(|e| Error::io(op, "/proc/self/mountinfo", &e))?;
     let mut mount_points = Vec::new();
     let mut explained = Vec::new();
-    for m in &table {
+    for m in &tables.mounts {
         // btrfs names a member by the path it was registered under (a /dev/disk/by-* link
         // too), and shows an anonymous device number.
         let source = Path::new(&m.source);
@@ -114,11 +135,8 @@ fn mounts_and_system_use(os: &Os, disk: &Disk) -> Result<(DiskUsage, Vec<String>
     }
     mount_points.sort();
     mount_points.dedup();
-    let swaps = os
-        .read_file(Path::new("/proc/swaps"))
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .unwrap_or_default();
-    let swap = swaps
+    let swap = tables
+        .swaps
         .lines()
         .skip(1)
         .filter_map(|l| l.split_whitespace().next())
@@ -146,7 +164,7 @@ fn mounts_and_system_use(os: &Os, disk: &Disk) -> Result<(DiskUsage, Vec<String>
 /// holds `/`, `/boot`, active swap. Cheap: what a read RPC consults before touching the
 /// kernel's view of a disk.
 pub fn usage(os: &Os, disk: &Disk) -> Result<DiskUsage> {
-    mounts_and_system_use(os, disk).map(|(u, _)| u)
+    mounts_and_system_use(os, disk, &Tables::read(os)?).map(|(u, _)| u)
 }
 
 /// How often, and how long apart, the processes holding a disk and its claims are looked for
@@ -154,26 +172,68 @@ pub fn usage(os: &Os, disk: &Disk) -> Result<DiskUsage> {
 const PROBE_RETRIES: u32 = 4;
 const PROBE_WAIT: Duration = Duration::from_millis(50);
 
-/// Every fact of the in-use rule: [`usage`], plus the loop devices backed by the disk or a
-/// partition (kubelet maps raw block volumes so), the processes holding one of them open (the
-/// daemon excepted), and the devices claimed exclusively (an `O_EXCL` open fails with EBUSY)
-/// that no mount in the table explains. Fails closed: what cannot be read is an error.
+/// One disk of the storage, and its facts as they are gathered.
+struct Member<'a> {
+    disk: &'a Disk,
+    usage: DiskUsage,
+    /// Which of its devices a mount explains (see [`mounts_and_system_use`]).
+    explained: Vec<String>,
+    own: Vec<(String, PathBuf)>,
+    devs: Vec<block_users::DevNum>,
+}
+
+/// Every fact of the in-use rule, of the storage the disk reaches: the disk and each other
+/// disk reaching the same storage ([`storage_group`]: another path to the LUN, a loop device
+/// over the same image or over the disk, a device built on it), each with [`usage`], the loop
+/// devices set up over it or a partition (kubelet maps raw block volumes so; what backs a loop
+/// is asked of the kernel, `LOOP_GET_STATUS64`), the processes holding one of its devices by a
+/// descriptor or a memory mapping (the daemon excepted; one pass over `/proc` for all of
+/// them), and the devices claimed exclusively (an `O_EXCL` open fails with EBUSY) that no
+/// mount in the table explains. The other disks' facts are in
+/// [`DiskUsage::other_paths`]. Fails closed: what cannot be read is an error.
 pub fn in_use_facts(os: &Os, disk: &Disk) -> Result<DiskUsage> {
     const OP: &str = "disk usage";
     let object = format!("disk {} ({})", disk.number, disk.name);
     let err = |e: io::Error| Error::io(OP, &object, &e);
-    let (mut usage, explained) = mounts_and_system_use(os, disk)?;
-    let own = own_devices(os, disk);
-    let mut devs = Vec::new();
-    for (_, dir) in &own {
-        devs.push(dev_numbers(os, dir).map_err(err)?);
+    let all = disks(os)?;
+    let loops =
+        block_users::loop_backings(&**os, Path::new(SYS_BLOCK), Path::new(DEV)).map_err(err)?;
+    let reach = storage_reach(os, &all, &loops).map_err(err)?;
+    let mut group: Vec<&Disk> = storage_group(disk.number, &reach)
+        .iter()
+        .filter_map(|n| all.iter().find(|d| d.number == *n))
+        .collect();
+    if group.is_empty() {
+        group.push(disk); // detached meanwhile: its own facts still answer
     }
-    usage.loops = block_users::loops_backed_by(&**os, Path::new(SYS_BLOCK), &devs).map_err(err)?;
+    let tables = Tables::read(os)?;
+    let mut members = Vec::new();
+    for d in group {
+        let (mut usage, explained) = mounts_and_system_use(os, d, &tables)?;
+        let own = own_devices(os, d);
+        let mut devs = Vec::new();
+        for (_, dir) in &own {
+            devs.push(dev_numbers(os, dir).map_err(err)?);
+        }
+        usage.loops = loops_over(os, &loops, &devs);
+        members.push(Member {
+            disk: d,
+            usage,
+            explained,
+            own,
+            devs,
+        });
+    }
+    let devs: Vec<_> = members
+        .iter()
+        .flat_map(|m| m.devs.iter().copied())
+        .collect();
     // A prober (udev, blkid, `losetup -f` looking for a free loop device, the kernel
-    // re-reading a partition table) opens or claims a disk for a moment; a user holds it. Only
-    // a holder or a claim still there a little later counts.
+    // re-reading a partition table, another daemon asking a loop what backs it) opens or
+    // claims a disk for a moment; a user holds it. Only a holder or a claim still there a
+    // little later counts.
     for attempt in 0.. {
-        usage.processes = block_users::processes_holding(
+        let held = block_users::processes_holding(
             &**os,
             Path::new("/proc"),
             &devs,
@@ -181,11 +241,38 @@ pub fn in_use_facts(os: &Os, disk: &Disk) -> Result<DiskUsage> {
             block_users::unreadable_processes_skipped(),
         )
         .map_err(err)?;
-        usage.claimed = unexplained_claims(os, disk, &own, &explained).map_err(err)?;
-        if usage.processes.is_empty() && usage.claimed.is_empty() || attempt == PROBE_RETRIES {
+        let mut busy = false;
+        for m in &mut members {
+            m.usage.processes = held
+                .iter()
+                .filter(|(d, _)| m.devs.contains(d))
+                .map(|(_, who)| who.clone())
+                .collect();
+            m.usage.processes.sort();
+            m.usage.processes.dedup();
+            m.usage.claimed = unexplained_claims(os, m.disk, &m.own, &m.explained).map_err(err)?;
+            busy |= !m.usage.processes.is_empty() || !m.usage.claimed.is_empty();
+        }
+        if !busy || attempt == PROBE_RETRIES {
             break;
         }
         os.sleep(PROBE_WAIT);
+    }
+    let mut members = members.into_iter();
+    let mut usage = members.next().map(|m| m.usage).unwrap_or_default();
+    for m in members {
+        let mut theirs = m.usage;
+        // A device stacked on, or a loop set up over, the other path that is this very disk
+        // is not someone else's use of the storage.
+        theirs.stacked.retain(|s| *s != disk.name);
+        theirs
+            .loops
+            .retain(|l| l.split(' ').next() != Some(disk.name.as_str()));
+        usage.other_paths.push(OtherPath {
+            disk: m.disk.number,
+            name: m.disk.name.clone(),
+            usage: theirs,
+        });
     }
     Ok(usage)
 }

@@ -97,7 +97,39 @@ impl FakeLinux {
             data: HashMap::new(),
             parts: Vec::new(),
             scsi_state: None,
+            vpd83: None,
         });
+        seq as u32
+    }
+
+    /// Attaches disk `source`'s LUN a second time as `name`: another SCSI path to the same
+    /// storage without multipath. Both report one NAA designator in VPD page 0x83 (given to
+    /// `source` here if it had none), and the new path shows what is on the LUN now: its
+    /// contents and the partitions the kernel knows. Later writes through one are not
+    /// mirrored into the other. Returns the new disk's diskseq.
+    pub fn add_disk_path(&self, source: &str, name: &str) -> u32 {
+        let mut s = self.lock();
+        let seq = s.next_seq;
+        s.next_seq += 1;
+        let index = s.disks.len() as u32;
+        let Some(src) = s.disks.iter_mut().find(|d| d.name == source) else {
+            return u32::MAX;
+        };
+        let naa = 0x6000_0000_0000_0000u64 | u64::from(index);
+        let page = src.vpd83.get_or_insert_with(|| {
+            let mut p = vec![0x00, 0x83, 0x00, 12, 0x01, 0x03, 0x00, 8];
+            p.extend(naa.to_be_bytes());
+            p
+        });
+        let path = Disk {
+            name: name.into(),
+            seq,
+            major: 8,
+            minor: index * 16,
+            vpd83: Some(page.clone()),
+            ..src.clone()
+        };
+        s.disks.push(path);
         seq as u32
     }
 
@@ -206,7 +238,12 @@ impl FakeLinux {
 impl LinuxOs for FakeLinux {
     fn read_file(&self, path: &Path) -> io::Result<Vec<u8>> {
         let call = format!("read_file {}", path.display());
-        let r = render::read(&self.record(call.clone()), path).map(String::into_bytes);
+        let s = self.record(call.clone());
+        let r = match render::vpd83(&s, path) {
+            Some(page) => page,
+            None => render::read(&s, path).map(String::into_bytes),
+        };
+        drop(s);
         self.meet.after(&call);
         r
     }
@@ -457,6 +494,12 @@ impl LinuxOs for FakeLinux {
         self.record(format!("loop_set_capacity {fd}"))
             .handle(fd)
             .map(drop)
+    }
+
+    fn loop_backing(&self, fd: u64) -> io::Result<crate::linux::os::LoopBacking> {
+        // No fake disk is a loop device: the ioctl is not one its driver knows.
+        self.record(format!("loop_backing {fd}")).handle(fd)?;
+        Err(errno(ENOTTY))
     }
 
     fn dir_is_empty(&self, fd: u64) -> io::Result<bool> {

@@ -78,6 +78,22 @@ pub(super) fn read(s: &State, path: &Path) -> io::Result<String> {
     Ok(text + "\n")
 }
 
+/// A disk's `device/vpd_pg83` (binary, so not among [`read`]'s text attributes); `None` for
+/// any other path.
+pub(super) fn vpd83(s: &State, path: &Path) -> Option<io::Result<Vec<u8>>> {
+    let rel = path.strip_prefix("/sys/block").ok()?;
+    let parts: Vec<&str> = rel.iter().filter_map(|c| c.to_str()).collect();
+    let [disk, "device", "vpd_pg83"] = parts.as_slice() else {
+        return None;
+    };
+    let page = s
+        .disks
+        .iter()
+        .find(|d| d.name == *disk)
+        .and_then(|d| d.vpd83.clone());
+    Some(page.ok_or_else(|| errno(ENOENT)))
+}
+
 /// The names in a sysfs directory.
 pub(super) fn list(s: &State, path: &Path) -> io::Result<Vec<String>> {
     if path == Path::new("/sys/block") {

@@ -62,6 +62,7 @@ impl State {
                 data: HashMap::new(),
                 parts: Vec::new(),
                 scsi_state: Some("running".into()),
+                vpd83: None,
                 ..old
             },
         );

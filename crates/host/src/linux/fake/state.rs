@@ -21,6 +21,8 @@ pub(super) struct Disk {
     pub(super) parts: Vec<Part>,
     /// SCSI `device/state` (`running`, `offline`); `None`: not a SCSI disk (loop, virtio).
     pub(super) scsi_state: Option<String>,
+    /// SCSI VPD page 0x83 (`device/vpd_pg83`), binary; `None`: the disk has none.
+    pub(super) vpd83: Option<Vec<u8>>,
 }
 
 /// A partition as the kernel knows it (bytes).

@@ -2,24 +2,24 @@
 //! or two clones of one image, carry the same filesystem UUID on different disks, and xfs
 //! refuses to mount a UUID that is already mounted (EINVAL, "Filesystem has duplicate UUID"):
 //! the clone could then be neither staged nor grown (growing an xfs needs a mount). xfs's
-//! `nouuid` skips that check. It is given only when every mounted twin sits on a disk of
-//! another identity (page 0x83 ID and serial number, a loop device's backing file); the same
-//! disk reached through a second path (two SCSI paths without multipath) shows the same
-//! identity and is refused, since mounting one filesystem twice corrupts it.
+//! `nouuid` skips that check. It is given only when every mounted twin sits on other storage
+//! (`block::storage_of`: the in-use rule's storage identity); the same disk reached through a
+//! second path (two SCSI paths without multipath, two loop devices over one image) is
+//! refused, since mounting one filesystem twice corrupts it.
 
 use super::*;
 
 impl LinuxVolumeHost {
     /// Whether `vol`, holding `sig`, is mounted with xfs's `nouuid`: only for an xfs whose
-    /// UUID is mounted from other disks, each of another identity. FAILED_PRECONDITION when a
-    /// twin's disk could be this very disk.
+    /// UUID is mounted from other disks, each on other storage. FAILED_PRECONDITION when a
+    /// twin's disk could be this very storage.
     pub(super) fn mount_as_clone(&self, op: &str, vol: &Volume, sig: &Signature) -> Result<bool> {
         let (Some("xfs"), Some(uuid)) = (sig.mount_type, sig.uuid) else {
             return Ok(false);
         };
         let os = &self.os;
         let table = mountinfo::read_from(&**os).map_err(|e| Error::io(op, shown(&vol.id), &e))?;
-        let ours = identity(os, &vol.disk);
+        let (same_storage, known) = block::storage_of(os, &vol.disk).map_err(|e| e.context(op))?;
         let mut seen = Vec::new();
         let mut clone = false;
         for m in table.iter().filter(|m| m.fs_type == "xfs") {
@@ -41,8 +41,7 @@ impl LinuxVolumeHost {
             if signatures::probe(&head).and_then(|s| s.uuid) != Some(uuid) {
                 continue;
             }
-            let theirs = identity(os, &disk);
-            if ours.is_none() || ours == theirs {
+            if !known || same_storage.contains(&disk.number) {
                 return Err(Error::new(
                     Kind::FailedPrecondition,
                     op,
@@ -53,10 +52,10 @@ impl LinuxVolumeHost {
                         signatures::uuid_string(&uuid),
                         m.source,
                         m.mount_point,
-                        if ours.is_none() {
-                            "this host cannot tell apart from this one (neither has a serial number or page 0x83 ID)"
+                        if known {
+                            "that reaches the same storage (the same disk through another path)"
                         } else {
-                            "with the same serial number and page 0x83 ID (the same disk through another path)"
+                            "this host cannot tell apart from this one (it says nothing about itself: no page 0x83 designator, serial number or loop backing)"
                         }
                     ),
                 ));
@@ -67,7 +66,8 @@ impl LinuxVolumeHost {
     }
 }
 
-/// A disk's identity: its page 0x83 ID and serial number, `None` when it has neither.
+/// A disk's identity as its volume IDs carry it: its page 0x83 ID and serial number, `None`
+/// when it has neither.
 pub(super) fn identity(os: &Os, disk: &Disk) -> Option<String> {
     let (page83, serial) = (block::page83(os, disk), block::serial(os, disk));
     (!page83.is_empty() || !serial.is_empty())

@@ -82,6 +82,30 @@ impl SimWindows {
         n
     }
 
+    /// Surfaces disk `source`'s LUN a second time at `lun`: another path to the same storage
+    /// without MPIO (an iSCSI target logged in to through a second portal). The disk reports
+    /// the LUN's identity (device identification page, serial number) and what is on it, and
+    /// arrives offline while `source` is online, as Windows keeps a redundant path
+    /// (VDSDiskOfflineReasonRedundantPath; ledger row 91). Clearing its offline attribute is
+    /// not refused (the worst reading). The two disks' contents are the same at arrival; the
+    /// model does not mirror later writes of one into the other. Returns its number.
+    pub fn add_disk_path(&self, source: u32, lun: u8) -> u32 {
+        let n = self.add_disk_copy(source, lun);
+        let mut s = self.lock();
+        let Some((page83, serial, online)) = s
+            .disks
+            .get(&source)
+            .map(|d| (d.page83.clone(), d.serial.clone(), !d.offline))
+        else {
+            return n;
+        };
+        if let Some(d) = s.disks.get_mut(&n) {
+            (d.page83, d.serial) = (page83, serial);
+            d.offline |= online;
+        }
+        n
+    }
+
     /// Pairs of online disks that share a unique ID (GPT disk or partition GUID, MBR
     /// signature): what must never be.
     pub fn online_id_collisions(&self) -> Vec<(u32, u32)> {

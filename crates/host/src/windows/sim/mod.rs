@@ -779,6 +779,8 @@ mod in_use_tests;
 #[cfg(test)]
 mod iscsi_tests;
 #[cfg(test)]
+mod path_tests;
+#[cfg(test)]
 mod race_tests;
 #[cfg(test)]
 mod removal_tests;
