@@ -16,7 +16,10 @@ pub const HUNG_DISK: u32 = 1;
 
 /// The root of the share whose mapping a fake host reports refused (see
 /// [`Rpc::RepairSmbGlobalMapping`]).
-#[allow(dead_code, reason = "the csi-proxy crate's worlds have their own shares")]
+#[allow(
+    dead_code,
+    reason = "the csi-proxy crate's worlds have their own shares"
+)]
 pub const BROKEN_SHARE: &str = r"\\broken\share";
 
 /// An RPC that reaches a host call which can hang.
