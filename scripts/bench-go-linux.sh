@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Linux benchmark with grpc-go: filesystem v1 PathExists against the gRPC health check on the same
-# Unix socket, for one or more daemon binaries in interleaved rounds (the issue 39 goal: PathExists
-# p50 at most 1.0 times the health check's). The health check is a unary call that does no file
-# system work, so the ratio shows what the path work adds over the gRPC transport, in a form that
-# carries between machines better than microseconds do.
+# Unix socket, for one or more daemon binaries in interleaved rounds (the goal: PathExists p50 at
+# most 1.0 times the health check's). The health check is a unary call that does no file system
+# work, so the ratio shows what the path work adds over the gRPC transport, in a form that carries
+# between machines better than microseconds do.
 #
 #   scripts/bench-go-linux.sh --upstream-git MIRROR --daemon main=BIN [--daemon before=BIN2 ...]
 #   scripts/bench-go-linux.sh --upstream-src DIR --daemon main=BIN ...

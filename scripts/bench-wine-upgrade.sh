@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# The hand-off under wine (issue 40): daemon A serves on the named pipes; the Windows bench
-# client (crates/bench, windows.rs) runs its phases, and 2 s into its concurrent phase (4
-# clients, each on its own pipe connection, calling filesystem v1 PathExists in a loop) daemon
-# B starts with --take-over on the same --state-dir. Prints the client's RESULT lines (max_us:
-# the longest wait for one answer, i.e. the longest gap a client saw), how many calls it sent
-# again because their connection never sent them (grpc-go's transparent retry; see
-# windows.rs never_sent), and whether A handed off and exited 0. Any failed call makes the
-# client exit non-zero.
+# The hand-off under wine: daemon A serves on the named pipes; the Windows bench client
+# (crates/bench, windows.rs) runs its phases, and 2 s into its concurrent phase (4 clients, each on
+# its own pipe connection, calling filesystem v1 PathExists in a loop) daemon B starts with
+# --take-over on the same --state-dir. Prints the client's RESULT lines (max_us: the longest wait
+# for one answer, i.e. the longest gap a client saw), how many calls it sent again because their
+# connection never sent them (grpc-go's transparent retry; see windows.rs never_sent), and whether A
+# handed off and exited 0. Any failed call makes the client exit non-zero.
 #
 #   scripts/bench-wine-upgrade.sh [RUNS]      (default 3; debug builds, built first)
 #

@@ -470,7 +470,8 @@ fn windows_legitimate_paths_are_accepted_normalised() {
     assert_accepted(&windows(), &table);
 }
 
-/// upstream-behaviour.md §3.1, working dirs = [`C:\var\lib\kubelet`], same for Mkdir and Rmdir.
+/// Upstream's own table of Windows path answers, working dirs = [`C:\var\lib\kubelet`], same for
+/// Mkdir and Rmdir.
 #[test]
 fn upstream_windows_table_gives_the_same_answers() {
     let policy = PathPolicy::new(PathStyle::Windows, r"C:\var\lib\kubelet", &[]).unwrap();

@@ -581,12 +581,11 @@ fn a_rebind_never_removes_the_requested_root_under_another_volume() {
     );
 }
 
-/// Issue 41: a link scan that may have missed links (a directory it could not read, its entry
-/// limit) proves nothing unused. Before, what it found was taken as complete: the last link
-/// found gone, the mapping was removed under the links it had not seen. Now
-/// RemoveSmbGlobalMapping keeps it (and answers OK, as for a mapping others use), a new
-/// credential reuses the healthy mapping instead of replacing it, and error 1219 removes no
-/// mapping of the server.
+/// A link scan that may have missed links (a directory it could not read, its entry limit) proves
+/// nothing unused. Before, what it found was taken as complete: the last link found gone, the
+/// mapping was removed under the links it had not seen. Now RemoveSmbGlobalMapping keeps it (and
+/// answers OK, as for a mapping others use), a new credential reuses the healthy mapping instead of
+/// replacing it, and error 1219 removes no mapping of the server.
 #[test]
 fn an_incomplete_link_scan_keeps_every_mapping() {
     const SCAN: &str = "\\\\scan\\vols";

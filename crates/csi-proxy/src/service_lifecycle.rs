@@ -321,10 +321,10 @@ mod tests {
         );
     }
 
-    /// Issue 37: the STOP_PENDING ticker checked "still stopping" and then reported without a
-    /// lock, so a tick held up between the two reported STOP_PENDING after STOPPED. Here every
-    /// tick's report is slow (as a preempted thread is), ticks come every millisecond, and
-    /// nothing may be reported after STOPPED.
+    /// Once, the STOP_PENDING ticker checked "still stopping" and then reported without a lock, so
+    /// a tick held up between the two reported STOP_PENDING after STOPPED. Here every tick's report
+    /// is slow (as a preempted thread is), ticks come every millisecond, and nothing may be
+    /// reported after STOPPED.
     #[test]
     fn no_stop_pending_is_reported_after_stopped() {
         use std::os::unix::fs::MetadataExt;
@@ -385,8 +385,8 @@ mod tests {
         assert_eq!(stopped_exit(&Ok(()), false), 0);
     }
 
-    /// Issue 27: exit code 1 was reported as the Win32 code 1 (ERROR_INVALID_FUNCTION), and an
-    /// entry point without flags returned without reporting SERVICE_STOPPED.
+    /// Once, exit code 1 was reported as the Win32 code 1 (ERROR_INVALID_FUNCTION), and an entry
+    /// point without flags returned without reporting SERVICE_STOPPED.
     #[test]
     fn every_way_out_reports_stopped_with_a_service_specific_code() {
         assert_eq!(exit_codes(0), (0, 0));

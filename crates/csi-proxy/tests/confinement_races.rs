@@ -1,9 +1,9 @@
-//! Confinement while a client races it (issue 25): a node plugin owns its plugin directory below
-//! the kubelet path and can swap any directory there for a link to anywhere, at any instant. One
-//! thread exchanges a real directory `a` with a link to a directory outside the kubelet path
+//! Confinement while a client races it: a node plugin owns its plugin directory below the kubelet
+//! path and can swap any directory there for a link to anywhere, at any instant. One thread
+//! exchanges a real directory `a` with a link to a directory outside the kubelet path
 //! (`renameat2(RENAME_EXCHANGE)`, as fast as it can) while every path-taking filesystem RPC is
-//! called on paths below `a/` over and over, through the real daemon's sockets. Nothing outside
-//! the kubelet path may be created, removed, emptied or revealed.
+//! called on paths below `a/` over and over, through the real daemon's sockets. Nothing outside the
+//! kubelet path may be created, removed, emptied or revealed.
 //!
 //! With the old resolution (the path checked as a string, then given to the OS again) these
 //! calls acted outside in a few percent of the calls; each RPC here makes hundreds of calls.

@@ -302,12 +302,11 @@ async fn clients_made_before_a_restart_keep_working() {
     assert!(ok, "the old client works after the restart");
 }
 
-/// IsSymlink answers about the link, never about whether a path outside the roots exists
-/// (issue 34): links in the client's directory to an existing and to an absent file inside a
-/// 0700 directory outside the kubelet path answer alike, whatever form the link takes (absolute,
-/// relative with `..`, through a directory link). Links whose targets lie inside the roots keep
-/// upstream's answer: true when the direct target exists (a link to a dangling link included),
-/// false when it does not.
+/// IsSymlink answers about the link, never about whether a path outside the roots exists: links in
+/// the client's directory to an existing and to an absent file inside a 0700 directory outside the
+/// kubelet path answer alike, whatever form the link takes (absolute, relative with `..`, through a
+/// directory link). Links whose targets lie inside the roots keep upstream's answer: true when the
+/// direct target exists (a link to a dangling link included), false when it does not.
 #[tokio::test]
 async fn is_symlink_never_tells_whether_a_path_outside_the_roots_exists() {
     use std::os::unix::fs::{PermissionsExt, symlink};

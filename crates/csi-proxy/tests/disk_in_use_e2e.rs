@@ -16,10 +16,10 @@ use csi_proxy_api::volume::v1;
 use std::path::Path;
 use std::process::Command;
 
-/// The first case: one btrfs (raid1 data and metadata) across the partitions of two
-/// disks, mounted outside the kubelet path with a secret in it. The mount table names one
-/// member only, under an anonymous device number; the second member's volume was mounted into
-/// the client's directory (the secret readable there), and partitioned, formatted and grown.
+/// A case once missed: one btrfs (raid1 data and metadata) across the partitions of two disks,
+/// mounted outside the kubelet path with a secret in it. The mount table names one member only,
+/// under an anonymous device number; the second member's volume was mounted into the client's
+/// directory (the secret readable there), and partitioned, formatted and grown.
 #[tokio::test(flavor = "multi_thread")]
 async fn every_member_of_a_mounted_multi_device_filesystem_is_in_use() {
     if !can_use_loop_devices() {
@@ -124,8 +124,8 @@ async fn every_member_of_a_mounted_multi_device_filesystem_is_in_use() {
     run("btrfs", &["check", "--readonly", &pb_s]);
 }
 
-/// The second case: a disk holding an application's raw data, mapped the way kubelet
-/// maps a raw block volume (a loop device over the block device) and held open by a process.
+/// Another case once missed: a disk holding an application's raw data, mapped the way kubelet maps
+/// a raw block volume (a loop device over the block device) and held open by a process.
 /// PartitionDisk wrote a GPT over the data's first and last sectors; FormatVolume of the listed
 /// volume formatted it. Then the same without the mapping: the process alone holds the disk.
 #[tokio::test(flavor = "multi_thread")]

@@ -570,7 +570,7 @@ async fn bad_input_gets_precise_statuses() {
             .await,
     );
     assert_eq!(k, Code::NotFound, "{m}");
-    // As for any unknown disk (issue 41; upstream answered an empty list).
+    // As for any unknown disk (upstream answered an empty list).
     let (k, m) = code(
         c.vol
             .list_volumes_on_disk(vol1::ListVolumesOnDiskRequest {

@@ -1,7 +1,8 @@
 //! Driver conformance, Linux path forms: the node call sequences of real CSI drivers' csi-proxy
 //! mounters, made through the daemon's v1 endpoints on real loop disks, each operation twice
-//! (kubelet retries every node call), with the error branches the drivers take on the answers.
-//! The sequences are described in ../shared/spec/drivers.md; the drivers' code is not copied.
+//! (kubelet retries every node call), with the error branches the drivers take on the answers. The
+//! sequences follow the drivers' public code as read at their release tags (docs/drivers.md,
+//! "Driver conformance"); the drivers' code is not copied.
 //!
 //! Not covered here, and why: SetDiskState(offline) at unstage (loop devices have no SCSI state
 //! and are always online; the step is skipped with a note), AzureDisk's disk lookup by LUN (loop

@@ -11,12 +11,11 @@ use common::{GIB, PdDriver, SimDaemon};
 const STAGING: &str =
     r"\var\lib\kubelet\plugins\kubernetes.io\csi\pd.csi.storage.gke.io\abc\globalmount";
 
-/// Divergence 2 of issue 28. A disk that arrives initialised MBR (restored from an image)
-/// stages: ResizeVolume(id, 0) on a partition that already fills the disk has nothing to grow
-/// and answers OK; once the disk is grown, NodeExpand grows the MBR partition and its NTFS.
-/// The disk is taken offline at unstage and staged again in gce-pd's order (PartitionDisk on
-/// the offline disk first). Before, ResizeVolume refused every non-GPT disk, so the stage
-/// failed.
+/// A disk that arrives initialised MBR (restored from an image) stages: ResizeVolume(id, 0) on a
+/// partition that already fills the disk has nothing to grow and answers OK; once the disk is
+/// grown, NodeExpand grows the MBR partition and its NTFS. The disk is taken offline at unstage and
+/// staged again in gce-pd's order (PartitionDisk on the offline disk first). Before, ResizeVolume
+/// refused every non-GPT disk, so the stage failed.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_mbr_disk_stages_and_grows() {
     let d = SimDaemon::start().await;
@@ -54,7 +53,7 @@ async fn mbr_disk_life(d: &SimDaemon, pd: &mut PdDriver) {
     assert_eq!(pd.stage(&device, STAGING).await.unwrap(), id);
     pd.publish(STAGING, target).await.unwrap();
 
-    // NodeGetVolumeStats on the raw publish path, through the daemon (issue 41).
+    // NodeGetVolumeStats on the raw publish path, through the daemon.
     let (available, before, used) = pd.stats(target).await.expect("stats");
     assert_eq!((before, used), pd.api.volume_stats(&id).await.unwrap());
     assert_eq!(available + used, before);
@@ -90,8 +89,8 @@ async fn mbr_disk_life(d: &SimDaemon, pd: &mut PdDriver) {
     let found = pd.node_unstage(&device, STAGING).await.unwrap();
     assert_eq!(found, Some(disk.to_string()));
     d.sim.mkdir(&common::normalize_windows_path(STAGING));
-    // Re-staged with disk-size validation on: GetDiskStats on the disk the unstage took
-    // offline, before PartitionDisk and SetDiskState (issue 41).
+    // Re-staged with disk-size validation on: GetDiskStats on the disk the unstage took offline,
+    // before PartitionDisk and SetDiskState.
     let e = pd
         .stage_validating(&device, STAGING, Some(21))
         .await
@@ -102,12 +101,12 @@ async fn mbr_disk_life(d: &SimDaemon, pd: &mut PdDriver) {
     pd.unstage(STAGING).await.unwrap();
 }
 
-/// gce-pd v1.21+ on Google Cloud finds a Hyperdisk (NVMe) by its namespace identifier
-/// (issue 41): the metadata server lists the device as NVMe with that identifier, ListDiskIDs'
-/// page 83 ID of an NVMe namespace is the EUI-64 as hex (no `eui.`), so the driver reformats
-/// each disk's serial number to 32 hex digits and compares the first 16. Two NVMe disks and a
-/// SCSI one are attached; each NVMe device name finds its own disk and stages, and a device
-/// the metadata server lists over SCSI falls back to page 83's device name.
+/// gce-pd v1.21+ on Google Cloud finds a Hyperdisk (NVMe) by its namespace identifier: the metadata
+/// server lists the device as NVMe with that identifier, ListDiskIDs' page 83 ID of an NVMe
+/// namespace is the EUI-64 as hex (no `eui.`), so the driver reformats each disk's serial number to
+/// 32 hex digits and compares the first 16. Two NVMe disks and a SCSI one are attached; each NVMe
+/// device name finds its own disk and stages, and a device the metadata server lists over SCSI
+/// falls back to page 83's device name.
 #[tokio::test(flavor = "multi_thread")]
 async fn hyperdisk_nvme_disks_are_found_by_their_namespace_identifier() {
     let d = SimDaemon::start().await;

@@ -92,12 +92,12 @@ async fn smb_node_operations_each_twice() {
     assert!(!d.sim.entry_exists(&common::normalize_windows_path(&st2)));
 }
 
-/// Divergence 1 of issue 28. The share's password changes (an Azure Files key rotation) and
-/// the server drops its sessions: the mapping made with the old secret stops answering, and
-/// with it every staged volume of the share. The next NodeStage of a volume on that share,
-/// with the new secret from its Kubernetes secret, repairs the mapping while the other volumes'
-/// links still lead into it, and every volume answers again. (Before, the daemon refused with
-/// FAILED_PRECONDITION as long as another volume was staged, so the share stayed broken.)
+/// The share's password changes (an Azure Files key rotation) and the server drops its sessions:
+/// the mapping made with the old secret stops answering, and with it every staged volume of the
+/// share. The next NodeStage of a volume on that share, with the new secret from its Kubernetes
+/// secret, repairs the mapping while the other volumes' links still lead into it, and every volume
+/// answers again. (Before, the daemon refused with FAILED_PRECONDITION as long as another volume
+/// was staged, so the share stayed broken.)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_broken_mapping_other_volumes_use_is_made_again_with_the_new_secret() {
     for flavour in [SmbFlavour::CsiDriverSmb, SmbFlavour::AzureFile] {
@@ -157,8 +157,8 @@ async fn v1beta_daemon() -> SimDaemon {
         .await
 }
 
-/// Divergence 1 of issue 28 through both drivers' v1beta fallback: the broken mapping is
-/// made again with the new secret under the other volumes' links.
+/// The key rotation through both drivers' v1beta fallback: the broken mapping is made again with
+/// the new secret under the other volumes' links.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_broken_mapping_is_repaired_through_the_v1beta_fallback() {
     for flavour in [SmbFlavour::CsiDriverSmb, SmbFlavour::AzureFile] {
@@ -275,11 +275,11 @@ async fn a_working_mapping_is_never_replaced_under_live_links() {
     assert!(drv.reads(&t1) && drv.reads(&staging("b")));
 }
 
-/// csi-driver-smb v1.9 to v1.20.3 (issue 41): an unstage that failed after the driver removed
-/// its count file (here RemoveSmbGlobalMapping failed once) is not recovered by kubelet's
-/// retries: each one fails in the driver's own removal of the missing count file, before any
-/// call reaches the daemon, so the staging link and the mapping stay. A count file made again
-/// by hand (an empty file of that name) lets the next retry through.
+/// csi-driver-smb v1.9 to v1.20.3: an unstage that failed after the driver removed its count file
+/// (here RemoveSmbGlobalMapping failed once) is not recovered by kubelet's retries: each one fails
+/// in the driver's own removal of the missing count file, before any call reaches the daemon, so
+/// the staging link and the mapping stay. A count file made again by hand (an empty file of that
+/// name) lets the next retry through.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_retried_unstage_fails_in_the_driver_once_its_count_file_is_gone() {
     for flavour in [SmbFlavour::CsiDriverSmb, SmbFlavour::CsiDriverSmbV1_12] {
@@ -366,10 +366,10 @@ async fn count_files_by_remote_path_before_v1_13_and_by_volume_id_after() {
     }
 }
 
-/// Divergence 3 of issue 28: a share whose name has a space (`\\fs01\Team Share`, valid on
-/// Windows), given as csi-driver-smb's users write sources (`//fs01/Team Share`) with a
-/// sub-directory that has one too, stages, publishes and unstages. Before, the daemon refused
-/// the name (INVALID_ARGUMENT), a rule meant only for the Linux cifs option string.
+/// A share whose name has a space (`\\fs01\Team Share`, valid on Windows), given as
+/// csi-driver-smb's users write sources (`//fs01/Team Share`) with a sub-directory that has one
+/// too, stages, publishes and unstages. Before, the daemon refused the name (INVALID_ARGUMENT), a
+/// rule meant only for the Linux cifs option string.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_share_name_with_spaces_stages() {
     let d = SimDaemon::start().await;
@@ -387,11 +387,11 @@ async fn share_with_spaces_life(d: &SimDaemon) {
     share_life(d, r"\\fs01\Team Share", "//fs01/Team Share", "pvc 1").await;
 }
 
-/// Issue 41: share names Samba and NAS servers export with `[ ] + = ; ,` (Microsoft's own
-/// servers refuse them, MS-FSCC 2.1.6), and names with what PowerShell, WQL or a WMI object
-/// path would interpret (`$( )`, `'`, `` ` ``, `&`, `@`, `{ }`, `#`, `%`), stage, publish and
-/// unstage as the driver gives them: `MSFT_SmbGlobalMapping.Create` gets the remote path
-/// verbatim, as a method parameter. Before, the daemon refused the first six (INVALID_ARGUMENT).
+/// Share names Samba and NAS servers export with `[ ] + = ; ,` (Microsoft's own servers refuse
+/// them, MS-FSCC 2.1.6), and names with what PowerShell, WQL or a WMI object path would interpret
+/// (`$( )`, `'`, `` ` ``, `&`, `@`, `{ }`, `#`, `%`), stage, publish and unstage as the driver
+/// gives them: `MSFT_SmbGlobalMapping.Create` gets the remote path verbatim, as a method parameter.
+/// Before, the daemon refused the first six (INVALID_ARGUMENT).
 #[tokio::test(flavor = "multi_thread")]
 async fn share_names_samba_and_nas_export_stage() {
     let d = SimDaemon::start().await;
@@ -441,12 +441,11 @@ async fn share_life(d: &SimDaemon, root: &str, source: &str, sub: &str) {
     assert_eq!(d.sim.smb_roots().len(), left, "{source}");
 }
 
-/// Issue 41 item 1 through csi-driver-smb v1.20.3: while the link scan may have missed links
-/// (a directory under the kubelet path it could not list), the driver's unstage succeeds:
-/// RemoveSmbGlobalMapping keeps the mapping it cannot prove unused and answers OK (the driver
-/// removed its count file before the call, so an error would fail this unstage on every retry)
-/// and the driver removes its staging link. Once the scan is whole again, the next volume's
-/// unstage lets the mapping go.
+/// With csi-driver-smb v1.20.3, while the link scan may have missed links (a directory under the
+/// kubelet path it could not list), the driver's unstage succeeds: RemoveSmbGlobalMapping keeps the
+/// mapping it cannot prove unused and answers OK (the driver removed its count file before the
+/// call, so an error would fail this unstage on every retry) and the driver removes its staging
+/// link. Once the scan is whole again, the next volume's unstage lets the mapping go.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unstage_while_the_link_scan_is_incomplete_succeeds_and_keeps_the_mapping() {
     let d = SimDaemon::start().await;

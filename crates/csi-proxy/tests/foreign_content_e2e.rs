@@ -102,11 +102,11 @@ async fn node_stage(dc: &mut DiskClient, vc: &mut VolumeClient, n: u32) -> Vec<S
     log
 }
 
-/// The case: a loop device attached without partition scan keeps the partition the
-/// daemon added with BLKPG for the image it held before, after that image is detached. The
-/// next image there, a whole-disk LUKS2 volume, has no partition table. Before, the stale
-/// partition was listed as its volume 1 (`…-part1-00000000-01`), IsVolumeFormatted answered
-/// false, and FormatVolume wrote ext4 over the LUKS keyslots.
+/// Regression case: a loop device attached without partition scan keeps the partition the daemon
+/// added with BLKPG for the image it held before, after that image is detached. The next image
+/// there, a whole-disk LUKS2 volume, has no partition table. Before, the stale partition was listed
+/// as its volume 1 (`…-part1-00000000-01`), IsVolumeFormatted answered false, and FormatVolume
+/// wrote ext4 over the LUKS keyslots.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stale_partition_device_is_never_a_volume_of_the_next_image() {
     if !can_use_loop_devices() {

@@ -1,5 +1,5 @@
-//! Hand-off (issue 40): a daemon started with `--take-over` replaces the serving one without a
-//! failed call, on the real binary with its sockets, state and kubelet dirs in a temp dir.
+//! Hand-off: a daemon started with `--take-over` replaces the serving one without a failed call, on
+//! the real binary with its sockets, state and kubelet dirs in a temp dir.
 //!
 //! The clients are four long-lived channels, as drivers hold, each calling filesystem v1
 //! PathExists in a loop. They follow grpc-go's rules (common/go_client.rs): tonic's `Channel`

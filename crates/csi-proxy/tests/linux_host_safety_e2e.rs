@@ -30,10 +30,9 @@ fn sh(program: &str, args: &[&str]) {
 
 /// A remote path is pod authors' text for inline volumes. A server name carrying mount-option
 /// syntax (`\\srv,ip=127.0.0.1\share`) is refused before any host call; a share name may carry
-/// `, ; =` (Samba and NAS exports do, issue 41), and the Linux host passes it as the mount
-/// source, never inside the option string, so `\\srv\x,file_mode=0777` cannot add an option.
-/// Here the kernel has no cifs, so such a name reaches the host and stops there; nothing is
-/// mounted either way.
+/// `, ; =` (Samba and NAS exports do), and the Linux host passes it as the mount source, never
+/// inside the option string, so `\\srv\x,file_mode=0777` cannot add an option. Here the kernel
+/// has no cifs, so such a name reaches the host and stops there; nothing is mounted either way.
 #[tokio::test(flavor = "multi_thread")]
 async fn smb_remote_paths_cannot_carry_mount_options() {
     let d = Daemon::start(&[]);

@@ -4,9 +4,10 @@
 //! stay under a ceiling derived from its limits (`csi_proxy_server::limits`), and another client's
 //! PathExists and Mkdir must still answer.
 //!
-//! The sizes here are CI's (600 idle connections, 128 stalled 2 MB bodies: about 270 MB an unbounded daemon pins);
-//! `CSI_PROXY_ATTACK=full` runs the figures (3,000 idle connections, 2 x 120 stalled
-//! 4 MB bodies): `scripts/bench-attacks.sh` does, and BENCHMARKS.md has its figures.
+//! The sizes here are CI's (600 idle connections, 128 stalled 2 MB bodies: about 270 MB an
+//! unbounded daemon pins); `CSI_PROXY_ATTACK=full` runs the full-size attack (3,000 idle
+//! connections, 2 x 120 stalled 4 MB bodies): `scripts/bench-attacks.sh` does, and BENCHMARKS.md
+//! has its figures.
 #![cfg(target_os = "linux")]
 
 mod common;

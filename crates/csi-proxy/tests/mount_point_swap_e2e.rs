@@ -1,8 +1,8 @@
-//! A mount point swapped under the volume RPCs that act on a mounted volume (issue 34): a client
-//! mounts its own volume at `evil/a/mnt`, makes a FIFO at `evil/b/mnt` and exchanges `a` and `b`
+//! A mount point swapped under the volume RPCs that act on a mounted volume: a client mounts its
+//! own volume at `evil/a/mnt`, makes a FIFO at `evil/b/mnt` and exchanges `a` and `b`
 //! (`renameat2(RENAME_EXCHANGE)`, as fast as it can) while WriteVolumeCache, GetVolumeStats and
-//! ResizeVolume (a step larger each time, so every call grows the filesystem) are called over
-//! and over through the real daemon's socket, on a real loop disk with a real xfs.
+//! ResizeVolume (a step larger each time, so every call grows the filesystem) are called over and
+//! over through the real daemon's socket, on a real loop disk with a real xfs.
 //!
 //! With the mount point's path read from the mount table and opened again, WriteVolumeCache
 //! opened the FIFO within a few calls and blocked in it holding the disk's lock: every later call

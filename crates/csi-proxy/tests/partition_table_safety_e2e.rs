@@ -64,7 +64,7 @@ async fn resize(vc: &mut VolumeClient, id: &str, size_bytes: i64) -> Result<(), 
     .map(drop)
 }
 
-/// The case: an ext4 made on the whole disk of a disk that once had a GPT keeps the old
+/// Regression case: an ext4 made on the whole disk of a disk that once had a GPT keeps the old
 /// backup table at its end. Before, PartitionDisk "repaired" the primary from it over the
 /// filesystem's first sectors and answered OK.
 #[tokio::test(flavor = "multi_thread")]

@@ -1,9 +1,9 @@
-//! `deploy/windows/install.ps1` against docs/install.md's own service snippet: the script must set up the
-//! service's recovery exactly as the snippet does, on a new install and on an upgrade. Issue 37:
-//! README said the script did what the snippet does, yet the script never ran
-//! `sc.exe failureflag csiproxy 1`, so the SCM never restarted the service after the failures
-//! the daemon reports (it reports SERVICE_STOPPED with a service-specific exit code, and without
-//! the flag failure actions apply only to a service that ends without reporting STOPPED).
+//! `deploy/windows/install.ps1` against docs/install.md's own service snippet: the script must set
+//! up the service's recovery exactly as the snippet does, on a new install and on an upgrade.
+//! Before, README said the script did what the snippet does, yet the script never ran
+//! `sc.exe failureflag csiproxy 1`, so the SCM never restarted the service after the failures the
+//! daemon reports (it reports SERVICE_STOPPED with a service-specific exit code, and without the
+//! flag failure actions apply only to a service that ends without reporting STOPPED).
 
 const README: &str = include_str!("../../../docs/install.md");
 const INSTALL: &str = include_str!("../../../deploy/windows/install.ps1");

@@ -298,8 +298,8 @@ mod tests {
 
     #[test]
     fn a_whole_disk_filesystem_with_a_stale_backup_is_refused() {
-        // The case: mkfs.ext4 on the whole disk of a disk once partitioned; the backup
-        // GPT at the end survived.
+        // Regression case: mkfs.ext4 on the whole disk of a disk once partitioned; the backup GPT
+        // at the end survived.
         let mut disk = disk_with(&table(), 4);
         disk[..SECTOR as usize * 34].fill(0);
         put_ext4(&mut disk);

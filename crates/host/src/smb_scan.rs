@@ -249,7 +249,7 @@ mod tests {
         (tmp, k)
     }
 
-    /// Issue 41: a pod with a huge emptyDir used the whole entry budget before the walk reached
+    /// Once, a pod with a huge emptyDir used the whole entry budget before the walk reached
     /// `plugins/`, and the plugin's staging link was not seen. The scan now lists kubelet's
     /// directories only: the emptyDir's files are never looked at.
     #[test]

@@ -1,8 +1,8 @@
-//! The walk's fast path on the Linux host (issue 39): a plain path below a held root is resolved
-//! by one kernel lookup ([`Walker::beneath`]); a link or a mount point on the way makes the host
-//! hand the path back to the component walk, whose rules then decide (a link inside the roots
-//! and a mounted volume are allowed, a link out is refused). Roots are held, and opened again
-//! once their path names another directory.
+//! The walk's fast path on the Linux host: a plain path below a held root is resolved by one kernel
+//! lookup ([`Walker::beneath`]); a link or a mount point on the way makes the host hand the path
+//! back to the component walk, whose rules then decide (a link inside the roots and a mounted
+//! volume are allowed, a link out is refused). Roots are held, and opened again once their path
+//! names another directory.
 //!
 //! The mount test needs `CAP_SYS_ADMIN`; without it it prints why it is skipped and returns.
 

@@ -1,5 +1,5 @@
-//! The filesystem host's semantics on a real filesystem (upstream-behaviour.md §2.3, §5.2, §7
-//! items 6–8), the same tests on Linux and on Windows.
+//! The filesystem host's semantics on a real filesystem (upstream's semantics), the same tests on
+//! Linux and on Windows.
 //!
 //! Under Wine symbolic links are silently faked, so tests that need them print why they are
 //! skipped and return; so do they on Windows when the process may not create symbolic links.
@@ -170,9 +170,9 @@ fn create_symlink_to_a_file_and_dangling() {
         .create_symlink(s(&t.path().join("missing")), s(&dangling))
         .unwrap();
     assert!(host().path_exists(s(&dangling)).unwrap());
-    // On Linux the host answers about the link itself (issue 34): whether a dangling link
-    // counts is the filesystem service's rule, which looks at the target only inside the roots
-    // (daemon_e2e: is_symlink_never_tells_whether_a_path_outside_the_roots_exists).
+    // On Linux the host answers about the link itself: whether a dangling link counts is the
+    // filesystem service's rule, which looks at the target only inside the roots (daemon_e2e:
+    // is_symlink_never_tells_whether_a_path_outside_the_roots_exists).
     assert_eq!(
         host().is_symlink(s(&dangling)).unwrap(),
         cfg!(target_os = "linux")
@@ -431,9 +431,9 @@ fn is_symlink_follows_upstream() {
     }
     assert!(host().is_symlink(s(&ln)).unwrap());
     fs::remove_dir(&tgt).unwrap();
-    // On Linux the host answers about the link itself (issue 34): whether a dangling link
-    // counts is the filesystem service's rule, which looks at the target only inside the roots
-    // (daemon_e2e: is_symlink_never_tells_whether_a_path_outside_the_roots_exists).
+    // On Linux the host answers about the link itself: whether a dangling link counts is the
+    // filesystem service's rule, which looks at the target only inside the roots (daemon_e2e:
+    // is_symlink_never_tells_whether_a_path_outside_the_roots_exists).
     assert_eq!(
         host().is_symlink(s(&ln)).unwrap(),
         cfg!(target_os = "linux"),
@@ -454,9 +454,9 @@ fn is_symlink_checks_the_direct_target_only() {
         return;
     }
     fs::remove_dir(&share).unwrap();
-    // On Linux the host answers about the link itself (issue 34): whether a dangling link
-    // counts is the filesystem service's rule, which looks at the target only inside the roots
-    // (daemon_e2e: is_symlink_never_tells_whether_a_path_outside_the_roots_exists).
+    // On Linux the host answers about the link itself: whether a dangling link counts is the
+    // filesystem service's rule, which looks at the target only inside the roots (daemon_e2e:
+    // is_symlink_never_tells_whether_a_path_outside_the_roots_exists).
     assert_eq!(
         host().is_symlink(s(&stage)).unwrap(),
         cfg!(target_os = "linux"),

@@ -1,8 +1,8 @@
-//! No request path spawns a process (design.md §1, issue 3): the Windows hosts, the
-//! platform-neutral parsers, and the core and server crates contain no process-spawning API at
-//! all. The scan runs on every platform, so Linux CI enforces it for the Windows code too.
+//! No request path spawns a process: the Windows hosts, the platform-neutral parsers, and the core
+//! and server crates contain no process-spawning API at all. The scan runs on every platform, so
+//! Linux CI enforces it for the Windows code too.
 //!
-//! The Linux hosts are not scanned: formatting on Linux runs `mkfs` by design (design.md §4).
+//! The Linux hosts are not scanned: formatting on Linux runs `mkfs` by design.
 
 use std::path::{Path, PathBuf};
 

@@ -1,10 +1,10 @@
 //! Disk adapters: one thin struct per API version over [`DiskService`].
 //!
-//! v1beta3 and v1 share one shape (`current_rpcs!`). v1alpha1, v1beta1 and v1beta2 share the
-//! legacy base (`legacy_rpcs!`: string `diskID`, string map keys); v1beta1 and v1beta2 add
-//! ListDiskIDs / DiskStats (`legacy_ids_rpcs!`), v1beta2 adds Set/GetAttachState and v1alpha1
-//! GetDiskNumberByName. Conversions follow upstream-behaviour.md §2.8, except that a disk ID that
-//! does not fit `u32` is rejected instead of silently truncated.
+//! v1beta3 and v1 share one shape (`current_rpcs!`). v1alpha1, v1beta1 and v1beta2 share the legacy
+//! base (`legacy_rpcs!`: string `diskID`, string map keys); v1beta1 and v1beta2 add ListDiskIDs /
+//! DiskStats (`legacy_ids_rpcs!`), v1beta2 adds Set/GetAttachState and v1alpha1
+//! GetDiskNumberByName. Conversions follow upstream's, except that a disk ID that does not fit
+//! `u32` is rejected instead of silently truncated.
 
 use crate::{adapter, unary};
 use csi_proxy_api::disk::{v1, v1alpha1, v1beta1, v1beta2, v1beta3};

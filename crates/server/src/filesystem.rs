@@ -2,9 +2,8 @@
 //!
 //! v1beta2, v1 and v2alpha1 share one shape (v2alpha1 adds RmdirContents); v1alpha1 and v1beta1
 //! share the legacy shape (`error` fields, `context`, LinkPath, IsMountPoint, and `exists` /
-//! `is_mount_point` at field 2). Conversions (upstream-behaviour.md §2.8): `context` is ignored,
-//! LinkPath is CreateSymlink, IsMountPoint is IsSymlink, `error` is never set (failures are
-//! statuses).
+//! `is_mount_point` at field 2). Conversions (as upstream's): `context` is ignored, LinkPath is
+//! CreateSymlink, IsMountPoint is IsSymlink, `error` is never set (failures are statuses).
 
 use crate::{adapter, unary};
 use csi_proxy_api::filesystem::{v1, v1alpha1, v1beta1, v1beta2, v2alpha1};

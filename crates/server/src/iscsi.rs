@@ -1,8 +1,8 @@
 //! iSCSI adapters: one thin struct per API version over [`IscsiService`].
 //!
-//! v1alpha1 is v1alpha2 without SetMutualChapSecret, with the same field numbers
-//! (upstream-behaviour.md §2.7), so both share `iscsi_rpcs!`. A missing `target_portal` is
-//! passed on as `None` and refused by the service (upstream crashed on it).
+//! v1alpha1 is v1alpha2 without SetMutualChapSecret, with the same field numbers, so both share
+//! `iscsi_rpcs!`. A missing `target_portal` is passed on as `None` and refused by the service
+//! (upstream crashed on it).
 
 use crate::{adapter, unary};
 use csi_proxy_api::iscsi::{v1alpha1, v1alpha2};

@@ -55,9 +55,9 @@ pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Requests receiving their message at once, in the whole daemon. A legitimate message arrives
 /// in microseconds, so only stalled senders ever meet this.
 pub const RECEIVING_REQUESTS: usize = 128;
-/// Requests receiving their message at once on one connection: an eighth of
-/// [`RECEIVING_REQUESTS`], so a client needs eight connections of stalled senders to take every
-/// place, and with fewer (the attack of issue 35: four connections) leaves half to the others.
+/// Requests receiving their message at once on one connection: an eighth of [`RECEIVING_REQUESTS`],
+/// so a client needs eight connections of stalled senders to take every place, and with fewer (the
+/// attack this answers used four) leaves half to the others.
 pub const RECEIVING_PER_CONNECTION: usize = 16;
 /// How long a request's message may be arriving before it takes a receiving place. Legitimate
 /// messages arrive within microseconds of their headers; a burst of calls on one connection

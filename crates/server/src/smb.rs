@@ -1,8 +1,8 @@
 //! SMB adapters: one thin struct per API version over [`SmbService`].
 //!
 //! All four versions have the same requests. v1beta2 and v1 have empty responses; v1alpha1 and
-//! v1beta1 responses carry a `string error` that is never set (failures are statuses,
-//! upstream-behaviour.md §2.8). One macro serves all four, given the response body.
+//! v1beta1 responses carry a `string error` that is never set (failures are statuses). One macro
+//! serves all four, given the response body.
 
 use crate::{adapter, unary};
 use csi_proxy_api::smb::{v1, v1alpha1, v1beta1, v1beta2};

@@ -5,8 +5,8 @@
 //! (`legacy_rpcs!`: string `disk_id`, `path`, `size`, DismountVolume); v1beta1 and v1beta2 add
 //! VolumeStats / GetVolumeDiskNumber / GetVolumeIDFromMount (`legacy_stats_rpcs!`), v1beta2 adds
 //! WriteVolumeCache. IsVolumeFormatted and FormatVolume are the same in every version
-//! (`shared_rpcs!`). Conversions follow upstream-behaviour.md §2.8: a legacy `disk_id` selects
-//! every partition (partition 0) of that disk.
+//! (`shared_rpcs!`). Conversions follow upstream's: a legacy `disk_id` selects every partition
+//! (partition 0) of that disk.
 
 use crate::disk::{parse_disk_id, wire_bytes};
 use crate::{adapter, unary};

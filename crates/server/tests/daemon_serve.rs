@@ -319,10 +319,10 @@ impl Drop for LetGo {
     }
 }
 
-/// With one disk's lock held and 600 calls on that disk waiting without a deadline (issue 35),
-/// another disk's call and another group's PathExists and Mkdir, from another client, still
-/// answer. The waiters past the caps wait without a thread or are refused at once; before the
-/// caps, each took a blocking-pool thread and the 512 of them left none for the other calls.
+/// With one disk's lock held and 600 calls on that disk waiting without a deadline, another disk's
+/// call and another group's PathExists and Mkdir, from another client, still answer. The waiters
+/// past the caps wait without a thread or are refused at once; before the caps, each took a
+/// blocking-pool thread and the 512 of them left none for the other calls.
 #[test]
 fn six_hundred_waiters_on_a_held_disk_leave_other_disks_and_groups_served() {
     use csi_proxy_api::volume::v1::ListVolumesOnDiskRequest;
@@ -363,8 +363,8 @@ fn six_hundred_waiters_on_a_held_disk_leave_other_disks_and_groups_served() {
                 .unwrap();
             (disk, exists, t.elapsed() - disk - exists)
         };
-        // Issue 35 asks for an answer within a second; 5 s keeps a loaded CI machine from
-        // failing it, and the figures are printed.
+        // The goal is an answer within a second; 5 s keeps a loaded CI machine from failing it, and
+        // the figures are printed.
         let (disk, exists, mkdir) = tokio::time::timeout(Duration::from_secs(5), others)
             .await
             .expect("other disks and groups are served while 600 calls wait on a held disk");

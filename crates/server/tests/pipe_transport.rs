@@ -591,7 +591,7 @@ async fn go_client_path_exists(pipe: &str, authority: &str, path: &str) -> GoCli
         .expect("server answers within 10 s")
 }
 
-/// The two `:authority` forms grpc-go sends for a pipe target (upstream-behaviour.md §1.5).
+/// The two `:authority` forms grpc-go sends for a pipe target.
 fn go_authorities(pipe: &str) -> [String; 2] {
     [pipe.to_owned(), pipe.replace('\\', "%5C")]
 }

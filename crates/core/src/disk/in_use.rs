@@ -1,4 +1,4 @@
-//! The one in-use rule (design.md §5): a disk the host or anyone else uses is never a client's
+//! The one in-use rule (docs/security.md): a disk the host or anyone else uses is never a client's
 //! to write, mount, grow, offline or log out. Each platform reports the facts it reads under
 //! [`DiskUsage`]; [`refuse_in_use`] alone decides, in front of PartitionDisk, FormatVolume,
 //! MountVolume, ResizeVolume, SetDiskState and DisconnectTarget.

@@ -1,8 +1,8 @@
 //! Disk group: disks by number, their locations and IDs, partitioning and online state.
 //!
 //! [`DiskService`] holds the version-agnostic logic every disk API version is served by; the
-//! [`DiskHost`] trait is the thin OS layer implemented per platform in `csi-proxy-host`.
-//! Semantics follow upstream-behaviour.md §2.1.
+//! [`DiskHost`] trait is the thin OS layer implemented per platform in `csi-proxy-host`. Semantics
+//! follow upstream's disk API (docs/differences.md lists where they part).
 
 use crate::error::{Error, Kind, Result};
 use crate::locks::lock_disk;
@@ -80,7 +80,7 @@ pub trait DiskHost: Send + Sync {
 
 /// The version-agnostic disk service every disk API version is served by.
 ///
-/// Per-disk serialisation and the data-safety checks (design.md §5) live here, in front of the
+/// Per-disk serialisation and the data-safety checks (docs/security.md) live here, in front of the
 /// host calls, so every API version gets them.
 #[derive(Clone)]
 pub struct DiskService {

@@ -10,12 +10,12 @@ use std::io;
 use std::sync::Arc;
 
 /// OS primitives of the filesystem group, acting inside directories the host's [`Walker`] opened
-/// while the path policy walked the request path (design.md §5): every method is handed the held
-/// directory, never a path to resolve again.
+/// while the path policy walked the request path: every method is handed the held directory, never
+/// a path to resolve again.
 ///
-/// Semantics follow upstream (upstream-behaviour.md §2.3): nothing here follows a final-component
-/// link unless it says so. Creating directories and telling whether an entry exists are the
-/// walker's ([`Walker::make_dir`], [`Walker::look`]).
+/// Semantics follow upstream's: nothing here follows a final-component link unless it says so.
+/// Creating directories and telling whether an entry exists are the walker's ([`Walker::make_dir`],
+/// [`Walker::look`]).
 pub trait FilesystemHost: Walker<Dir = Held> + Send + Sync {
     /// Removes the empty directory, link or mount point `name` inside `parent`; fails on a
     /// missing entry.
@@ -313,10 +313,10 @@ impl FilesystemService {
 
     /// IsSymlink: true for a link or mount point whose target exists; error on a missing path.
     ///
-    /// Only what lies inside the roots is looked at: a link's direct target is walked through
-    /// the roots as a link target (one hop, upstream's Readlink then Lstat), and a link leading
-    /// outside them is answered as a link (true) without looking there, so the answer never
-    /// tells whether a path outside the roots exists (issue 34).
+    /// Only what lies inside the roots is looked at: a link's direct target is walked through the
+    /// roots as a link target (one hop, upstream's Readlink then Lstat), and a link leading outside
+    /// them is answered as a link (true) without looking there, so the answer never tells whether a
+    /// path outside the roots exists.
     pub fn is_symlink(&self, path: &str) -> Result<bool> {
         const OP: &str = "IsSymlink";
         let r = match self.walk(OP, path, Mode::ENTRY)? {

@@ -1,8 +1,8 @@
 //! Path confinement: every path argument must lie inside `--kubelet-path` or a `--working-dir`.
 //!
 //! Upstream only did a case-insensitive string-prefix test (so `…\kubelet-evil` passed, an empty
-//! `--kubelet-path` allowed everything, and any link below a root led anywhere; upstream-behaviour.md
-//! §3.3). Here a path is accepted in two layers (design.md §5):
+//! `--kubelet-path` allowed everything, and any link below a root led anywhere). Here a path is
+//! accepted in two layers:
 //!
 //! 1. [`PathPolicy::check`] is lexical: the path must be well formed for its [`PathStyle`] and lie
 //!    component-wise inside a root. Malformed input is [`Kind::InvalidArgument`]; a well-formed path

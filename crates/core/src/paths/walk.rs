@@ -1,6 +1,6 @@
-//! The walk: a path resolved component by component beneath held directory handles, checking
-//! every link and mount point it passes against the roots, and handing the caller the handles it
-//! checked (design.md §5: "resolve once into a handle and act through it").
+//! The walk: a path resolved component by component beneath held directory handles, checking every
+//! link and mount point it passes against the roots, and handing the caller the handles it checked
+//! (the rule: resolve once into a handle and act through it).
 //!
 //! A client owns directories below the roots and can swap any of them for a link at any instant.
 //! Checking a path string and then giving the same string to the OS lets the OS resolve it again,

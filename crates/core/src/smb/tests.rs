@@ -79,8 +79,8 @@ fn server_names_stay_strict_and_share_names_refuse_only_what_no_unc_path_carries
             e.message()
         );
     }
-    // Samba and NAS exports carry these (issue 41): each is accepted, kept verbatim in the
-    // path, and only lower-cased in the root.
+    // Samba and NAS exports carry these: each is accepted, kept verbatim in the path, and only
+    // lower-cased in the root.
     for c in ['[', ']', '+', '=', ';', ','] {
         for share in [format!("A{c}b"), format!("{c}"), format!("x{c}{c}y{c}")] {
             let remote = format!("\\\\Nas01\\{share}\\Sub");

@@ -79,8 +79,8 @@ pub trait SystemHost: Send + Sync {
 
 /// The version-agnostic system service every system API version is served by.
 ///
-/// Validation lives here, and the allow-list of services Start/Stop may touch (design.md §5:
-/// upstream lets any client stop any host service).
+/// Validation lives here, and the allow-list of services Start/Stop may touch (upstream lets any
+/// client stop any host service).
 #[derive(Clone)]
 pub struct SystemService {
     host: Arc<dyn SystemHost>,

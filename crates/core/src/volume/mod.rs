@@ -1,9 +1,9 @@
 //! Volume group: volumes on disks, format, mount, resize, stats.
 //!
 //! [`VolumeService`] holds the version-agnostic logic every volume API version is served by
-//! (empty-argument checks, size validation, path confinement); the [`VolumeHost`] trait is the
-//! thin OS layer implemented per platform in `csi-proxy-host`. Semantics follow
-//! upstream-behaviour.md §2.2.
+//! (empty-argument checks, size validation, path confinement); the [`VolumeHost`] trait is the thin
+//! OS layer implemented per platform in `csi-proxy-host`. Semantics follow upstream's volume API
+//! (docs/differences.md lists where they part).
 //!
 //! Volume IDs are opaque strings the host hands out (`\\?\Volume{GUID}\` on Windows); they must
 //! round-trip byte-exact, so nothing here normalises them.
@@ -118,7 +118,7 @@ enum Guard {
 
 /// The version-agnostic volume service every volume API version is served by.
 ///
-/// Per-volume serialisation and the data-safety checks (design.md §5, e.g. refusing to format a
+/// Per-volume serialisation and the data-safety checks (docs/security.md, e.g. refusing to format a
 /// volume that holds data) belong here, in front of the host calls, so every API version gets them.
 #[derive(Clone)]
 pub struct VolumeService {
@@ -141,8 +141,8 @@ impl VolumeService {
         Self { host, fs }
     }
 
-    /// Holds the disk of the volume and refuses it, as `guard` says, when the host or someone
-    /// else uses the disk (design.md §5).
+    /// Holds the disk of the volume and refuses it, as `guard` says, when the host or someone else
+    /// uses the disk.
     fn claim(&self, op: &str, volume_id: &str, guard: Guard) -> Result<DiskGuard> {
         let disk = self
             .host
@@ -175,11 +175,11 @@ impl VolumeService {
         self.fs.check_target(op, target_path).map(drop)
     }
 
-    /// Confines `target_path` to the allowed roots and holds it, once the call holds its disk
-    /// (the lock order, [`crate::locks`]: never a path while waiting for a disk): the host is
-    /// given a path that names the checked entry through held directories, so a component
-    /// swapped for a link meanwhile cannot redirect it (design.md §5). The path is also held
-    /// against other changes of it (a stale call's late act must not undo them).
+    /// Confines `target_path` to the allowed roots and holds it, once the call holds its disk (the
+    /// lock order, [`crate::locks`]: never a path while waiting for a disk): the host is given a
+    /// path that names the checked entry through held directories, so a component swapped for a
+    /// link meanwhile cannot redirect it. The path is also held against other changes of it (a
+    /// stale call's late act must not undo them).
     fn target(&self, op: &str, target_path: &str) -> Result<Option<HeldPath>> {
         self.fs.hold_to_change(op, target_path)
     }

@@ -1,8 +1,8 @@
-//! The node call sequences of real CSI drivers' csi-proxy mounters (aws-ebs, gce-pd, azuredisk),
-//! as a node plugin makes them through the daemon's v1 endpoints, with the error branches the
-//! drivers take on the answers. Shared by the Linux conformance run on loop disks and the
-//! Windows-path-form run over the simulated Windows. The sequences are described in
-//! ../shared/spec/drivers.md; the drivers' code is not copied.
+//! The node call sequences of real CSI drivers' csi-proxy mounters (aws-ebs, gce-pd, azuredisk), as
+//! a node plugin makes them through the daemon's v1 endpoints, with the error branches the drivers
+//! take on the answers. Shared by the Linux conformance run on loop disks and the Windows-path-form
+//! run over the simulated Windows. The sequences follow the drivers' public code as read at their
+//! release tags (docs/drivers.md, "Driver conformance"); the drivers' code is not copied.
 
 use csi_proxy_api::disk::v1 as d1;
 use csi_proxy_api::filesystem::v1 as f1;

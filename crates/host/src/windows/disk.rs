@@ -5,10 +5,10 @@
 //! and `MSFT_Disk.Number`. All OS access goes through the [`Win32`] seam, so this logic runs
 //! on Linux against the simulated Windows; the buffers are parsed by [`csi_proxy_formats::windows_buffers`].
 //!
-//! Data safety (design.md §5), enforced here as well as in the core service: PartitionDisk never
-//! writes to a disk that has a non-reserved partition, never converts an MBR disk, and refuses the
-//! disk holding the Windows system directory; SetDiskState refuses to take that disk offline.
-//! Whatever cannot be read while deciding whether a disk is in use counts as "in use".
+//! Data safety (docs/security.md), enforced here as well as in the core service: PartitionDisk
+//! never writes to a disk that has a non-reserved partition, never converts an MBR disk, and
+//! refuses the disk holding the Windows system directory; SetDiskState refuses to take that disk
+//! offline. Whatever cannot be read while deciding whether a disk is in use counts as "in use".
 
 use super::os::{self, Handle, OsError, Win32, code, ioctl, os_error};
 use csi_proxy_core::disk::{DiskHost, DiskIds, DiskLocation, DiskUsage, OpenElsewhere};

@@ -124,10 +124,10 @@ struct Listed {
 }
 
 /// A failed WMI call of `op`. A mapping method's failure reaches us in one of three encodings
-/// (issue 27 item 6; csi-driver-smb#219): its `ReturnValue` (see [`outcome`]), the call failing
-/// with `HRESULT_FROM_WIN32(code)`, or the call failing with WBEM_E_FAILED and the code only in
-/// the provider's extended error object. The last two are worded here as the SMB failures are;
-/// anything else as the seam reports it.
+/// (csi-driver-smb#219): its `ReturnValue` (see [`outcome`]), the call failing with
+/// `HRESULT_FROM_WIN32(code)`, or the call failing with WBEM_E_FAILED and the code only in the
+/// provider's extended error object. The last two are worded here as the SMB failures are; anything
+/// else as the seam reports it.
 fn call_error(op: &str, object: &str, e: &OsError) -> Error {
     let code = e
         .extended

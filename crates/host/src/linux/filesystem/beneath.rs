@@ -7,11 +7,11 @@
 //! walk, which reads and checks each link and mount point.
 //!
 //! A held root is looked at again by its path at most once per [`RECHECK`]: when its path names
-//! another directory than the one held (the root was replaced, or something was mounted on it
-//! after start), the new one is opened and held. Checking on every request would cost a `statx`
-//! per request (the issue this fixes); checking only when a lookup fails would miss the case
-//! that matters most, a volume mounted on the root after start, where lookups in the old
-//! directory succeed and would act on it. So the window is bounded in time instead.
+//! another directory than the one held (the root was replaced, or something was mounted on it after
+//! start), the new one is opened and held. Checking on every request would cost a `statx` per
+//! request (the cost this avoids); checking only when a lookup fails would miss the case that
+//! matters most, a volume mounted on the root after start, where lookups in the old directory
+//! succeed and would act on it. So the window is bounded in time instead.
 
 use super::*;
 use rustix::fs::ResolveFlags;

@@ -1,6 +1,6 @@
 //! Linux implementation of the filesystem group ([`FilesystemHost`] and [`LinkProbe`]).
 //!
-//! Semantics follow upstream-behaviour.md §2.3 and §7 items 6–8, translated to Linux:
+//! Semantics follow upstream's filesystem API, translated to Linux:
 //!
 //! * Links are never followed by the removing operations, and recursion never descends into a
 //!   symbolic link or a mount point. Removal works on directory file descriptors (`openat` with

@@ -340,9 +340,9 @@ fn kernel_option_keys(data: &str) -> (Vec<String>, Vec<(String, String)>) {
     (lsm, cifs)
 }
 
-/// Share names Samba and NAS servers export with `[ ] + = ; ,` (issue 41) are mapped: the
-/// name reaches the kernel verbatim as the mount source, the mount data is the same as for any
-/// share, the staging link leads into the mount, and the mapping is found and removed again.
+/// Share names Samba and NAS servers export with `[ ] + = ; ,` are mapped: the name reaches the
+/// kernel verbatim as the mount source, the mount data is the same as for any share, the staging
+/// link leads into the mount, and the mapping is found and removed again.
 #[test]
 fn share_names_with_samba_characters_reach_the_kernel_as_the_source() {
     let n = Node::new(false);
@@ -491,12 +491,12 @@ fn map_on_thread(
     on_thread(ms, move || n.map(remote, "", "u", "Pw-1"))
 }
 
-/// Issue 35: one node-wide mutex was held across the name lookup and the cifs mount, so a
-/// server that does not answer stalled every SMB stage and unstage on the node, and neither
-/// step heeded the caller's deadline. Now a stage on a dead server ends at its deadline (the
-/// mount goes on, bounded, and a retry joins it instead of starting another), a stage on a
-/// name the name servers do not answer for too, another server's stage and unstage complete
-/// at once, and an unstage of the dead share ends at its deadline.
+/// Once, one node-wide mutex was held across the name lookup and the cifs mount, so a server that
+/// does not answer stalled every SMB stage and unstage on the node, and neither step heeded the
+/// caller's deadline. Now a stage on a dead server ends at its deadline (the mount goes on,
+/// bounded, and a retry joins it instead of starting another), a stage on a name the name servers
+/// do not answer for too, another server's stage and unstage complete at once, and an unstage of
+/// the dead share ends at its deadline.
 #[test]
 fn a_dead_server_delays_only_calls_for_its_own_share() {
     use std::time::Duration;
@@ -558,13 +558,12 @@ fn a_dead_server_delays_only_calls_for_its_own_share() {
     assert_eq!(n.mounts().len(), 1);
 }
 
-/// Issue 41 item 1: the link scan walked the kubelet tree entry by entry under one entry
-/// budget, into emptyDir contents, and took what it had found when
-/// the budget ran out as the whole; walking `pods/` first (the listing's order decides: on
-/// NTFS, `pods` before `plugins`), a pod with a large emptyDir hid another volume's live
-/// staging link, and RemoveSmbGlobalMapping removed the mapping under it. Now only kubelet's
-/// own directories are listed: the link is found and the mapping kept (answered OK), and once
-/// no other volume uses it, the same tree lets it go.
+/// Once, the link scan walked the kubelet tree entry by entry under one entry budget, into emptyDir
+/// contents, and took what it had found when the budget ran out as the whole; walking `pods/` first
+/// (the listing's order decides: on NTFS, `pods` before `plugins`), a pod with a large emptyDir hid
+/// another volume's live staging link, and RemoveSmbGlobalMapping removed the mapping under it. Now
+/// only kubelet's own directories are listed: the link is found and the mapping kept (answered OK),
+/// and once no other volume uses it, the same tree lets it go.
 #[test]
 fn a_large_empty_dir_does_not_hide_another_volumes_staging_link() {
     const LIMIT: usize = 1_000;

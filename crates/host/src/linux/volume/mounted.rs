@@ -1,8 +1,8 @@
-//! A mounted volume reached through a handle on its mount's root, never through the mount
-//! point's path again (issue 34): the mount table names a mount point by a path a client may
-//! own a part of, and a directory on it can be swapped for a link, a FIFO or a device node
-//! between reading the table and using the path. A FIFO opened there would block the request,
-//! and the disk's lock with it, for ever.
+//! A mounted volume reached through a handle on its mount's root, never through the mount point's
+//! path again: the mount table names a mount point by a path a client may own a part of, and a
+//! directory on it can be swapped for a link, a FIFO or a device node between reading the table and
+//! using the path. A FIFO opened there would block the request, and the disk's lock with it, for
+//! ever.
 
 use super::*;
 

@@ -2,7 +2,7 @@
 //! logic over the seam's file primitives ([`FileApi`]): it runs over the real Windows and, in
 //! tests on Linux, over the simulated one.
 //!
-//! Semantics follow upstream-behaviour.md §2.3 and §7 items 6–8:
+//! Semantics follow upstream's filesystem API:
 //!
 //! * A reparse point (symbolic link, junction, volume mount point, or any other tag) is removed
 //!   as itself and never descended into: `RemoveDirectoryW` for a directory reparse point
@@ -344,8 +344,8 @@ impl FilesystemHost for WindowsFilesystemHost {
                 Err(e) if unreachable(&e) => Ok(false),
                 Err(e) => Err(io_error(&e)),
             },
-            // An NT path with no Win32 form (`\??\GLOBALROOT\Device\…`): nothing the roots
-            // let anyone look at, so it is answered as a link without following it (issue 34).
+            // An NT path with no Win32 form (`\??\GLOBALROOT\Device\…`): nothing the roots let
+            // anyone look at, so it is answered as a link without following it.
             None => Ok(true),
         }
     }

@@ -1,5 +1,5 @@
-//! PartitionDisk over a simulated Windows whose disks have contents (issue 26 item 1): a RAW
-//! disk is not an empty one.
+//! PartitionDisk over a simulated Windows whose disks have contents: a RAW disk is not an empty
+//! one.
 
 use super::storage_tests::services;
 use super::tests::machine;

@@ -206,8 +206,8 @@ fn os_calls_per_metadata_call() {
     assert!(is_symlink <= 10, "{is_symlink}");
 }
 
-/// Issue 37: Rmdir of a directory another process holds open (sharing delete) only marks it;
-/// until that process closes it the name is delete-pending and creating it again fails with
+/// Rmdir of a directory another process holds open (sharing delete) only marks it; until that
+/// process closes it the name is delete-pending and creating it again fails with
 /// ERROR_ACCESS_DENIED. Mkdir of the same path waits until it has gone and then makes it.
 #[test]
 fn mkdir_after_rmdir_waits_out_the_delete_pending_directory() {
@@ -234,10 +234,10 @@ fn rooted(sim: &Arc<SimWindows>) -> csi_proxy_core::filesystem::FilesystemServic
     )
 }
 
-/// Issue 39: the root is opened once and held, not opened per request; it is looked at again by
-/// its path at most once a second (seam clock), and only a root found replaced (another file ID)
-/// is held anew: the replaced one is let go, so removing it completes at once instead of staying
-/// delete-pending behind the daemon's handle.
+/// The root is opened once and held, not opened per request; it is looked at again by its path at
+/// most once a second (seam clock), and only a root found replaced (another file ID) is held anew:
+/// the replaced one is let go, so removing it completes at once instead of staying delete-pending
+/// behind the daemon's handle.
 #[test]
 fn the_root_is_held_and_replaced_only_when_its_path_names_another() {
     use crate::windows::os::Win32;

@@ -1,7 +1,7 @@
-//! The in-use rule over the simulated Windows (issue 34): the disks the Storage Management
-//! provider and the crash dump settings name as the host's, and volumes or disks another
-//! process has open, locked or holds without sharing (ledger rows 55 to 60), through the disk
-//! and volume services a driver calls.
+//! The in-use rule over the simulated Windows: the disks the Storage Management provider and the
+//! crash dump settings name as the host's, and volumes or disks another process has open, locked or
+//! holds without sharing (ledger rows 55 to 60), through the disk and volume services a driver
+//! calls.
 
 use super::holders::{DiskRoles, FILE_SHARE_READ, FILE_SHARE_WRITE};
 use super::storage_tests::{services, stage};

@@ -162,8 +162,8 @@ fn a_reconnecting_session_is_not_matched_by_its_name_alone() {
     assert_eq!(e.kind(), Kind::Unavailable, "{}", e.message());
 }
 
-/// Issue 37: the LUNs' disks arrive asynchronously after the login (ledger row 83), and drivers
-/// ask for them right after ConnectTarget: GetTargetDisks waits for them.
+/// The LUNs' disks arrive asynchronously after the login (ledger row 83), and drivers ask for them
+/// right after ConnectTarget: GetTargetDisks waits for them.
 #[test]
 fn the_disks_of_a_target_just_logged_in_are_waited_for() {
     let (sim, h) = host();
@@ -176,9 +176,8 @@ fn the_disks_of_a_target_just_logged_in_are_waited_for() {
     assert_eq!(h.get_target_disks(&portal(), IQN).unwrap(), [disk]);
 }
 
-/// Issue 37: a target's LUN disks are not on the machine before a login (ledger row 83): no
-/// enumeration lists them and their device does not open; they arrive after the login and
-/// leave with the logout.
+/// A target's LUN disks are not on the machine before a login (ledger row 83): no enumeration lists
+/// them and their device does not open; they arrive after the login and leave with the logout.
 #[test]
 fn a_targets_disks_exist_only_while_a_session_holds_them() {
     use crate::windows::os::{Access, Win32};

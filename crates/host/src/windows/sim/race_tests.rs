@@ -1,8 +1,8 @@
-//! Confinement while a client races the path, over the simulated Windows (issue 25): a directory
-//! below the kubelet path and a link to a directory outside it are exchanged before every seam
-//! call the host makes, while every path-taking filesystem RPC, MountVolume, UnmountVolume,
-//! GetVolumeIDFromTargetPath and the SMB local link run. Nothing
-//! outside may be created, removed, emptied, mounted on or revealed.
+//! Confinement while a client races the path, over the simulated Windows: a directory below the
+//! kubelet path and a link to a directory outside it are exchanged before every seam call the host
+//! makes, while every path-taking filesystem RPC, MountVolume, UnmountVolume,
+//! GetVolumeIDFromTargetPath and the SMB local link run. Nothing outside may be created, removed,
+//! emptied, mounted on or revealed.
 
 use super::tests::{machine, partitioned};
 use super::*;
@@ -212,10 +212,10 @@ fn smb_local_link_is_never_made_outside_while_a_component_is_swapped() {
     assert!(outside.is_empty(), "links made outside: {outside:?}");
 }
 
-/// IsSymlink answers about the link, never about whether a path outside the roots exists
-/// (issue 34): links below the kubelet path to an existing and to an absent entry in a directory
-/// outside answer alike (absolute and relative), while links inside keep upstream's answer (the
-/// direct target's existence).
+/// IsSymlink answers about the link, never about whether a path outside the roots exists: links
+/// below the kubelet path to an existing and to an absent entry in a directory outside answer alike
+/// (absolute and relative), while links inside keep upstream's answer (the direct target's
+/// existence).
 #[test]
 fn is_symlink_never_tells_whether_a_path_outside_the_roots_exists() {
     let m = machine();

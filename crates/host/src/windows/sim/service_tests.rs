@@ -94,8 +94,8 @@ fn the_bios_serial_comes_from_smbios_else_wmi() {
     assert_eq!(h.bios_serial_number().unwrap(), "FROM-WMI");
 }
 
-/// Issue 27: StartService on a service still stopping answered ERROR_SERVICE_ALREADY_RUNNING,
-/// and the wait for RUNNING then saw it stop and failed. The start waits the stop out.
+/// Once, StartService on a service still stopping answered ERROR_SERVICE_ALREADY_RUNNING, and the
+/// wait for RUNNING then saw it stop and failed. The start waits the stop out.
 #[test]
 fn start_during_stop_pending_waits_for_the_stop_then_starts() {
     use crate::windows::os::Win32;

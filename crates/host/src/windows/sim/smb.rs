@@ -29,9 +29,8 @@ use super::{OsError, ReturnValue, SimWindows, State, Win32Result};
 /// WBEM_E_FAILED: "Call failed" (WMI Error Constants).
 const WBEM_E_FAILED: u32 = 0x8004_1001;
 
-/// How a failed `MSFT_SmbGlobalMapping` method reaches the caller of
-/// `IWbemServices::ExecMethod`. Which one a given Windows uses is not documented; all three
-/// occur (issue 27 item 6).
+/// How a failed `MSFT_SmbGlobalMapping` method reaches the caller of `IWbemServices::ExecMethod`.
+/// Which one a given Windows uses is not documented; all three occur.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum SmbFailureEncoding {
     /// The call succeeds and the out-parameters' `ReturnValue` is the Win32 code.

@@ -1,5 +1,5 @@
-//! SMB mapping failures in each of the three encodings `IWbemServices::ExecMethod` may use
-//! (issue 27 item 6): the host answers the same precise status whichever arrives.
+//! SMB mapping failures in each of the three encodings `IWbemServices::ExecMethod` may use: the
+//! host answers the same precise status whichever arrives.
 
 use super::{SimWindows, SmbFailureEncoding};
 use crate::windows::smb::WindowsSmbHost;
@@ -80,9 +80,9 @@ fn each_smb_failure_is_precise_in_every_encoding() {
     }
 }
 
-/// Issue 27: the health probe of a mapping on a dead server left a thread per call behind.
-/// Polled many times while the server hangs, it runs one probe, each call ends at its
-/// caller's deadline, and once the server answers again the next call probes afresh.
+/// Once, the health probe of a mapping on a dead server left a thread per call behind. Polled many
+/// times while the server hangs, it runs one probe, each call ends at its caller's deadline, and
+/// once the server answers again the next call probes afresh.
 #[test]
 fn a_dead_servers_health_probe_holds_one_thread_whatever_the_calls() {
     use csi_proxy_core::smb::MappingState;
@@ -119,9 +119,9 @@ fn a_dead_servers_health_probe_holds_one_thread_whatever_the_calls() {
     }
 }
 
-/// Issue 37: a mapping that requires privacy reaches the server as such. A server that cannot
-/// encrypt refuses it (nothing is mapped, the cause is named, whatever the encoding), and maps
-/// the same share when privacy is not required; a server that encrypts maps either.
+/// A mapping that requires privacy reaches the server as such. A server that cannot encrypt refuses
+/// it (nothing is mapped, the cause is named, whatever the encoding), and maps the same share when
+/// privacy is not required; a server that encrypts maps either.
 #[test]
 fn a_mapping_requiring_privacy_is_refused_by_a_server_that_cannot_encrypt() {
     for encoding in ENCODINGS {
@@ -150,11 +150,11 @@ fn a_mapping_requiring_privacy_is_refused_by_a_server_that_cannot_encrypt() {
     }
 }
 
-/// Issue 35: one node-wide mutex was held across the mapping's WMI Create, so a server that
-/// does not answer held up every SMB stage and unstage on the node, also for healthy servers.
-/// Now each share root is ordered apart: while a Create waits on the dead server (a retry
-/// without a deadline waiting behind it), another server's NewSmbGlobalMapping and
-/// RemoveSmbGlobalMapping complete at once, and the dead share's calls end at their deadline.
+/// Once, one node-wide mutex was held across the mapping's WMI Create, so a server that does not
+/// answer held up every SMB stage and unstage on the node, also for healthy servers. Now each share
+/// root is ordered apart: while a Create waits on the dead server (a retry without a deadline
+/// waiting behind it), another server's NewSmbGlobalMapping and RemoveSmbGlobalMapping complete at
+/// once, and the dead share's calls end at their deadline.
 #[test]
 fn a_hanging_server_delays_only_calls_for_its_own_share() {
     use crate::windows::filesystem::WindowsFilesystemHost;
@@ -224,9 +224,9 @@ fn a_hanging_server_delays_only_calls_for_its_own_share() {
     assert_eq!(sim.smb_roots(), [DEAD]);
 }
 
-/// Issue 41 on Windows: a link scan that may have missed links (a directory it could not list)
-/// keeps the mapping RemoveSmbGlobalMapping was asked to remove, and says why in the log; once
-/// the scan is whole again, the mapping goes.
+/// On Windows too, a link scan that may have missed links (a directory it could not list) keeps the
+/// mapping RemoveSmbGlobalMapping was asked to remove, and says why in the log; once the scan is
+/// whole again, the mapping goes.
 #[test]
 fn an_incomplete_link_scan_keeps_the_mapping() {
     use crate::windows::filesystem::WindowsFilesystemHost;

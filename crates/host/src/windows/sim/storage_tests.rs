@@ -1,5 +1,5 @@
-//! The disk and volume services over the simulated Windows in the storage situations of a
-//! stock node (issue 27): drives without media, volumes locked by another process.
+//! The disk and volume services over the simulated Windows in the storage situations of a stock
+//! node: drives without media, volumes locked by another process.
 
 use super::tests::{Machine, machine};
 use super::*;
@@ -185,9 +185,9 @@ fn set_disk_state_online_returns_once_every_data_volume_exists() {
     assert_eq!(vol.list_volumes_on_disk(n, 0).unwrap(), [id]);
 }
 
-/// Issue 37: the Storage Management provider answers MSFT_Volume from its cache, which may not
-/// hold the volume PartitionDisk made a moment ago; FormatVolume answered NOT_FOUND. It now
-/// refreshes the cache (UpdateHostStorageCache) once and asks again; the whole stage passes.
+/// The Storage Management provider answers MSFT_Volume from its cache, which may not hold the
+/// volume PartitionDisk made a moment ago; FormatVolume once answered NOT_FOUND. It now refreshes
+/// the cache (UpdateHostStorageCache) once and asks again; the whole stage passes.
 #[test]
 fn a_volume_the_storage_provider_has_not_seen_yet_is_formatted_after_a_refresh() {
     let m = machine();
@@ -211,9 +211,9 @@ fn a_volume_the_storage_provider_has_not_seen_yet_is_formatted_after_a_refresh()
     );
 }
 
-/// Issue 37: a partition Windows never gives a volume (a shadow-copy clone's data partition
-/// carries GPT_BASIC_DATA_ATTRIBUTE_HIDDEN) was waited for: 30 s and UNAVAILABLE on every
-/// retry of SetDiskState(online) and PartitionDisk.
+/// Once, a partition Windows never gives a volume (a shadow-copy clone's data partition carries
+/// GPT_BASIC_DATA_ATTRIBUTE_HIDDEN) was waited for: 30 s and UNAVAILABLE on every retry of
+/// SetDiskState(online) and PartitionDisk.
 #[test]
 fn a_hidden_partition_is_not_waited_for() {
     let m = machine();

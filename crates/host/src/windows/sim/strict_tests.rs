@@ -1,5 +1,5 @@
-//! The places issue 37 found the simulated Windows kinder than the documentation, each now
-//! modelled with its failure (ledger rows 21, 23, 30, 70, 71), and the host paths they guard.
+//! The places where the simulated Windows was kinder than the documentation, each now modelled with
+//! its failure (ledger rows 21, 23, 30, 70, 71), and the host paths they guard.
 
 use super::storage_tests::{services, stage};
 use super::tests::{machine, partitioned};

@@ -1,6 +1,6 @@
-//! The Windows disk and volume hosts over the simulated Windows: each behaviour Windows
-//! documents that bit (or would bite) a real node, and each defect of issue 15 that the seam
-//! made testable.
+//! The Windows disk and volume hosts over the simulated Windows: each behaviour Windows documents
+//! that bit (or would bite) a real node, and each earlier defect of these hosts that the seam made
+//! testable.
 
 use super::*;
 use crate::windows::disk::{VOLUME_ARRIVAL_LIMIT, WindowsDiskHost};
@@ -423,10 +423,9 @@ fn an_offline_disk_hides_its_volumes_until_online() {
     assert_eq!(m.volume.list_volumes_on_disk(n, None).unwrap(), [id]);
 }
 
-/// Issue 37: taken offline, a disk's volumes go as asynchronously as they arrive (ledger row
-/// 81). SetDiskState(offline) returns once they are gone, also when another tool took the disk
-/// offline a moment before, so a driver that lists the volumes or detaches the disk right after
-/// finds none.
+/// Taken offline, a disk's volumes go as asynchronously as they arrive (ledger row 81).
+/// SetDiskState(offline) returns once they are gone, also when another tool took the disk offline a
+/// moment before, so a driver that lists the volumes or detaches the disk right after finds none.
 #[test]
 fn set_disk_state_offline_returns_once_the_volumes_are_gone() {
     let m = machine();

@@ -1,4 +1,4 @@
-//! WMI after `winmgmt` restarted, through every lookup that uses it (issue 27 item 4).
+//! WMI after `winmgmt` restarted, through every lookup that uses it.
 
 use super::tests::machine;
 use crate::windows::system::WindowsSystemHost;
@@ -60,9 +60,9 @@ fn format_reconnects_after_every_server_gone_code() {
     }
 }
 
-/// Issue 27: a WMI namespace whose provider hangs (rather than failing) stalls neither the
-/// other namespaces nor its callers past their deadlines, and is not taken for a lost
-/// connection (nothing reconnects).
+/// A WMI namespace whose provider hangs (rather than failing) stalls neither the other namespaces
+/// nor its callers past their deadlines, and is not taken for a lost connection (nothing
+/// reconnects).
 #[test]
 fn a_hanging_namespace_stalls_neither_the_others_nor_its_callers() {
     use crate::windows::smb::WindowsSmbHost;

@@ -7,9 +7,9 @@
 //! same string). Anything else is refused before any OS call
 //! ([`csi_proxy_formats::windows_buffers::volume::VolumeName`]).
 //!
-//! Data safety (design.md §5), on top of the core service's refusal of the host's own disks:
-//! FormatVolume never formats a volume that is mounted anywhere or that carries a filesystem or
-//! any other recognised signature; ResizeVolume only grows, only in place.
+//! Data safety (docs/security.md), on top of the core service's refusal of the host's own disks:
+//! FormatVolume never formats a volume that is mounted anywhere or that carries a filesystem or any
+//! other recognised signature; ResizeVolume only grows, only in place.
 
 mod grow;
 mod targets;
