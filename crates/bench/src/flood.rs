@@ -31,7 +31,7 @@ mod linux {
     use csi_proxy_core::filesystem::FilesystemService;
     use csi_proxy_core::iscsi::IscsiService;
     use csi_proxy_core::paths::{PathPolicy, PathStyle};
-    use csi_proxy_server::daemon::{self, Endpoint, Listen};
+    use csi_proxy_server::daemon::{self, Endpoint};
     use std::net::TcpListener;
     use std::process::ExitCode;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -170,21 +170,8 @@ mod linux {
             },
         ];
         let sockets = dir.path().join("run");
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<()>();
-        let daemon = tokio::spawn(daemon::serve_and_tell(
-            endpoints,
-            Listen::Unix {
-                dir: sockets.clone(),
-                gid: None,
-            },
-            move || {
-                let _ = ready_tx.send(());
-            },
-            async move {
-                let _ = stop_rx.await;
-            },
-        ));
+        let (serving, ready_rx, stop_tx) = daemon::serve_in_dir(endpoints, sockets.clone());
+        let daemon = tokio::spawn(serving);
         ready_rx
             .await
             .map_err(|_| "the daemon did not start".to_string())?;

@@ -26,7 +26,7 @@ use csi_proxy_host::windows::sim::SimWindows;
 use csi_proxy_host::windows::smb::WindowsSmbHost;
 use csi_proxy_host::windows::system::WindowsSystemHost;
 use csi_proxy_host::windows::volume::WindowsVolumeHost;
-use csi_proxy_server::daemon::{self, Listen};
+use csi_proxy_server::daemon;
 use csi_proxy_server::registry::{self, Hosts, Services};
 use std::sync::Arc;
 use std::time::Duration;
@@ -144,21 +144,9 @@ fn run(platform: &str, hosts: &[&str], world: impl FnOnce(&Arc<HangPlan>) -> Wor
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let sockets = dir.path().join("run");
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<()>();
-    let daemon = daemon_rt.spawn(daemon::serve_and_tell(
-        registry::endpoints(&services),
-        Listen::Unix {
-            dir: sockets.clone(),
-            gid: None,
-        },
-        move || {
-            let _ = ready_tx.send(());
-        },
-        async move {
-            let _ = stop_rx.await;
-        },
-    ));
+    let (serving, ready_rx, stop_tx) =
+        daemon::serve_in_dir(registry::endpoints(&services), sockets.clone());
+    let daemon = daemon_rt.spawn(serving);
     let connector = csi_proxy_client::Connector::SocketDir(sockets);
     let (mut reached, mut not) = (Vec::new(), Vec::new());
     client_rt.block_on(async {

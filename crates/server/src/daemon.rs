@@ -128,6 +128,34 @@ pub async fn serve_and_tell(
     serve_with(endpoints, listen, Names::Fresh, ready, shutdown).await
 }
 
+/// A daemon in this process, on Unix sockets in `dir` (no socket group), as tests and
+/// benchmarks start one: the serving future (spawned on whichever runtime the caller picks), a
+/// receiver told once every endpoint is served, and the sender that stops it (dropping it stops
+/// it too).
+#[cfg(unix)]
+pub fn serve_in_dir(
+    endpoints: Vec<Endpoint>,
+    dir: std::path::PathBuf,
+) -> (
+    impl Future<Output = Result<(), DaemonError>> + Send + 'static,
+    tokio::sync::oneshot::Receiver<()>,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (ready_tx, ready) = tokio::sync::oneshot::channel::<()>();
+    let serving = serve_and_tell(
+        endpoints,
+        Listen::Unix { dir, gid: None },
+        move || {
+            let _ = ready_tx.send(());
+        },
+        async move {
+            let _ = stopped.await;
+        },
+    );
+    (serving, ready, stop)
+}
+
 /// How the endpoints get their names.
 pub enum Names {
     /// Each is bound at its name (a stale socket replaced, a live one refused).

@@ -129,21 +129,9 @@ where
     let services = services(host.clone());
     let dir = tempfile::tempdir().unwrap();
     let sockets = dir.path().join("run");
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<()>();
-    let daemon = daemon_rt.spawn(daemon::serve_and_tell(
-        registry::endpoints(&services),
-        Listen::Unix {
-            dir: sockets.clone(),
-            gid: None,
-        },
-        move || {
-            let _ = ready_tx.send(());
-        },
-        async move {
-            let _ = stop_rx.await;
-        },
-    ));
+    let (serving, ready_rx, stop_tx) =
+        daemon::serve_in_dir(registry::endpoints(&services), sockets.clone());
+    let daemon = daemon_rt.spawn(serving);
     client_rt.block_on(async {
         ready_rx.await.unwrap();
         let connector = Connector::SocketDir(sockets);

@@ -20,7 +20,7 @@ use csi_proxy_core::disk::{DiskUsage, OpenElsewhere};
 use csi_proxy_core::iscsi::TargetPortal;
 use csi_proxy_core::smb::{MappingInfo, MappingState, SmbUsers};
 use csi_proxy_core::testing::{self, HOST_CALLS, HangPlan, Hanging};
-use csi_proxy_server::daemon::{self, Listen};
+use csi_proxy_server::daemon;
 use csi_proxy_server::registry::{self, Hosts, Services};
 use std::sync::Arc;
 use std::time::Duration;
@@ -137,21 +137,9 @@ fn every_host_call_that_can_hang_leaves_other_clients_served() {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let sockets = dir.path().join("run");
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<()>();
-    let daemon = daemon_rt.spawn(daemon::serve_and_tell(
-        registry::endpoints(&services(&plan)),
-        Listen::Unix {
-            dir: sockets.clone(),
-            gid: None,
-        },
-        move || {
-            let _ = ready_tx.send(());
-        },
-        async move {
-            let _ = stop_rx.await;
-        },
-    ));
+    let (serving, ready_rx, stop_tx) =
+        daemon::serve_in_dir(registry::endpoints(&services(&plan)), sockets.clone());
+    let daemon = daemon_rt.spawn(serving);
     let connector = csi_proxy_client::Connector::SocketDir(sockets);
     client_rt.block_on(async {
         ready_rx.await.unwrap();
@@ -197,21 +185,9 @@ fn a_stalled_disk_never_holds_the_kubelet_tree() {
     let sockets = dir.path().join("run");
     let services = services(&plan);
     rt.block_on(async {
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<()>();
-        let (_stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(daemon::serve_and_tell(
-            registry::endpoints(&services),
-            Listen::Unix {
-                dir: sockets.clone(),
-                gid: None,
-            },
-            move || {
-                let _ = ready_tx.send(());
-            },
-            async move {
-                let _ = stop_rx.await;
-            },
-        ));
+        let (serving, ready_rx, _stop_tx) =
+            daemon::serve_in_dir(registry::endpoints(&services), sockets.clone());
+        tokio::spawn(serving);
         ready_rx.await.unwrap();
         let connector = csi_proxy_client::Connector::SocketDir(sockets);
         plan.hang(testing::HostCall {

@@ -12,7 +12,7 @@ use csi_proxy_host::windows::sim::SimWindows;
 use csi_proxy_host::windows::smb::WindowsSmbHost;
 use csi_proxy_host::windows::system::WindowsSystemHost;
 use csi_proxy_host::windows::volume::WindowsVolumeHost;
-use csi_proxy_server::daemon::{self, Listen};
+use csi_proxy_server::daemon;
 use csi_proxy_server::registry::{self, Hosts, Services};
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,24 +60,14 @@ impl SimDaemon {
         };
         let s = Services::new(fs, hosts, true);
         let sockets = dir.path().join("run");
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let (ready_tx, ready) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(daemon::serve_and_tell(
+        let (serving, ready, stop) = daemon::serve_in_dir(
             registry::endpoints(&s)
                 .into_iter()
                 .filter(|e| serve(e.group, e.version))
                 .collect(),
-            Listen::Unix {
-                dir: sockets.clone(),
-                gid: None,
-            },
-            move || {
-                let _ = ready_tx.send(());
-            },
-            async move {
-                let _ = stopped.await;
-            },
-        ));
+            sockets.clone(),
+        );
+        tokio::spawn(serving);
         // Every endpoint is bound and served once the daemon says so.
         ready.await.expect("the daemon serves");
         SimDaemon {
