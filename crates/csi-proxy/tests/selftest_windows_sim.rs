@@ -26,6 +26,7 @@ fn options() -> Options {
         grown_size: 1536 * MIB,
         wait: Duration::from_secs(5),
         failure_flag: None,
+        iscsi: None,
     }
 }
 
@@ -135,8 +136,17 @@ async fn whole_flow(offline_all: bool) {
         "clean-up: Rmdir",
         "clean-up: DetachVirtualDisk",
         "clean-up: delete VHDX",
+        "iSCSI: AddTargetPortal",
+        "iSCSI: DiscoverTargetPortal",
+        "iSCSI: ConnectTarget",
+        "iSCSI: GetTargetDisks after login",
     ];
     assert_eq!(names(&o), want);
+    // Without the flags the optional steps are listed, never run and never passed.
+    for s in o.steps.iter().filter(|s| s.name.starts_with("iSCSI")) {
+        assert!(!s.ran && !s.ok, "{s:?}");
+        assert_eq!(s.answer, "not run: needs --iscsi-portal and --iscsi-target");
+    }
     let answer = |n: &str| &o.steps.iter().find(|s| s.name == n).unwrap().answer;
     assert!(answer("GetVirtualDiskPhysicalPath").ends_with(r"\\.\PhysicalDrive1"));
     assert!(answer("ListDiskLocations").contains("no SCSI address"));
@@ -331,4 +341,112 @@ async fn a_disk_that_stops_being_the_vhdx_is_not_acted_on() {
     assert_eq!(d.sim.calls().get("format_ntfs"), None);
     assert_eq!(d.sim.partitions(0).len(), 3);
     nothing_left(&d.sim);
+}
+
+const PORTAL: &str = "10.0.0.9";
+const IQN: &str = "iqn.2026-01.test:selftest";
+
+fn iscsi_options() -> Options {
+    Options {
+        iscsi: Some(selftest::IscsiTarget {
+            portal: csi_proxy_client::iscsi::Portal {
+                address: PORTAL.into(),
+                port: 3260,
+            },
+            iqn: IQN.into(),
+        }),
+        ..options()
+    }
+}
+
+fn print(o: &Outcome) {
+    for s in &o.steps {
+        println!(
+            "{:<40} ran {:<5} ok {:<5} {:>6} ms  {}",
+            s.name,
+            s.ran,
+            s.ok,
+            s.time.as_millis(),
+            s.answer
+        );
+    }
+}
+
+/// With a test target named, the selftest logs in, reports how long after the login returned
+/// the LUN was listed (the arrival delay, ledger row 83), logs out and removes the portal it
+/// added: no session, no portal, the LUN back with the array.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_named_iscsi_target_is_logged_in_timed_and_logged_out() {
+    let d = SimDaemon::start().await;
+    d.sim.mkdir(r"C:\selftest");
+    let lun = d.sim.add_disk(1024 * MIB, 0);
+    d.sim.add_iscsi_target(PORTAL, 3260, IQN, &[lun], None);
+    let o = selftest::run(&d.connector, d.sim.as_ref(), &iscsi_options()).await;
+    print(&o);
+    assert!(o.failed().is_none(), "{:?}", o.failed());
+    let iscsi: Vec<&str> = names(&o)
+        .into_iter()
+        .filter(|n| n.contains("iSCSI"))
+        .collect();
+    assert_eq!(
+        iscsi,
+        [
+            "iSCSI: AddTargetPortal",
+            "iSCSI: DiscoverTargetPortal",
+            "iSCSI: ConnectTarget",
+            "iSCSI: GetTargetDisks after login",
+            "clean-up: iSCSI DisconnectTarget",
+            "clean-up: iSCSI RemoveTargetPortal",
+        ]
+    );
+    assert!(o.steps.iter().all(|s| s.ran));
+    let disks = &o
+        .steps
+        .iter()
+        .find(|s| s.name == "iSCSI: GetTargetDisks after login")
+        .unwrap()
+        .answer;
+    assert!(disks.contains("ms after ConnectTarget returned"), "{disks}");
+    assert!(disks.contains("ledger row 83"), "{disks}");
+    assert_eq!(d.sim.iscsi_sessions(), 0, "the selftest's session is gone");
+    let mut c = csi_proxy_client::iscsi::IscsiClient::connect(&d.connector)
+        .await
+        .unwrap();
+    assert_eq!(c.list_target_portals().await.unwrap(), vec![]);
+    nothing_left(&d.sim);
+}
+
+/// A target this node already has a session to is someone else's: the selftest neither logs
+/// in again nor logs that session out.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_target_already_in_use_is_left_alone() {
+    let d = SimDaemon::start().await;
+    d.sim.mkdir(r"C:\selftest");
+    let lun = d.sim.add_disk(1024 * MIB, 0);
+    d.sim.add_iscsi_target(PORTAL, 3260, IQN, &[lun], None);
+    let opts = iscsi_options();
+    let portal = opts.iscsi.as_ref().unwrap().portal.clone();
+    let mut c = csi_proxy_client::iscsi::IscsiClient::connect(&d.connector)
+        .await
+        .unwrap();
+    c.add_target_portal(&portal).await.unwrap();
+    c.connect_target(&portal, IQN).await.unwrap();
+    let o = selftest::run(&d.connector, d.sim.as_ref(), &opts).await;
+    print(&o);
+    // Only the iSCSI steps are looked at: the VHDX's flow is the other tests'.
+    let failed = o
+        .steps
+        .iter()
+        .find(|s| s.name.contains("iSCSI") && !s.ok)
+        .expect("refused");
+    assert_eq!(failed.name, "iSCSI: AddTargetPortal");
+    assert!(failed.ran);
+    assert!(
+        failed.answer.contains("already has a session"),
+        "{}",
+        failed.answer
+    );
+    assert!(!names(&o).iter().any(|n| n.contains("DisconnectTarget")));
+    assert_eq!(d.sim.iscsi_sessions(), 1, "the other session is kept");
+    assert_eq!(c.list_target_portals().await.unwrap(), vec![portal]);
 }

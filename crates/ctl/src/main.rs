@@ -86,6 +86,32 @@ struct SelftestArgs {
     /// Seconds to wait for a disk or volume to appear or grow.
     #[arg(long, default_value_t = 120)]
     wait_secs: u64,
+    /// A test iSCSI portal, `address[:port]` (port 3260 by default), for the optional iSCSI
+    /// steps: login to --iscsi-target without CHAP, the time until its LUNs are listed, logout.
+    #[arg(long, requires = "iscsi_target", value_parser = parse_portal)]
+    iscsi_portal: Option<csi_proxy_client::iscsi::Portal>,
+    /// The IQN of a test target on --iscsi-portal that nothing on this node uses.
+    #[arg(long, requires = "iscsi_portal")]
+    iscsi_target: Option<String>,
+}
+
+/// `address[:port]`, the port 3260 (iSCSI's) when not given.
+fn parse_portal(s: &str) -> Result<csi_proxy_client::iscsi::Portal, String> {
+    let (address, port) = match s.rsplit_once(':') {
+        Some((a, p)) if !a.contains(':') || a.starts_with('[') => (
+            a,
+            p.parse::<u32>()
+                .map_err(|e| format!("port {p:?} of {s:?}: {e}"))?,
+        ),
+        _ => (s, 3260),
+    };
+    if address.is_empty() {
+        return Err(format!("{s:?} has no address"));
+    }
+    Ok(csi_proxy_client::iscsi::Portal {
+        address: address.to_string(),
+        port,
+    })
 }
 
 #[derive(Debug, Subcommand)]
@@ -184,6 +210,11 @@ fn selftest(
         ),
         #[cfg(not(windows))]
         failure_flag: None,
+        iscsi: args
+            .iscsi_portal
+            .clone()
+            .zip(args.iscsi_target.clone())
+            .map(|(portal, iqn)| csi_proxy_ctl::selftest::IscsiTarget { portal, iqn }),
     };
     #[cfg(windows)]
     let outcome = runtime.block_on(csi_proxy_ctl::selftest::run(

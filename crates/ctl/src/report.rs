@@ -531,7 +531,11 @@ pub fn selftest(o: &csi_proxy_ctl::selftest::Outcome) -> Report {
     for s in &o.steps {
         r.rows.push(vec![
             json!(s.name),
-            json!(if s.ok { "ok" } else { "FAILED" }),
+            json!(match (s.ran, s.ok) {
+                (false, _) => "not run",
+                (true, true) => "ok",
+                (true, false) => "FAILED",
+            }),
             json!(s.time.as_millis() as u64),
             json!(s.answer),
         ]);

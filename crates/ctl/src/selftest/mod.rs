@@ -10,9 +10,11 @@
 
 mod cleanup;
 mod create;
+mod iscsi;
 mod record;
 mod stage;
 
+pub use iscsi::IscsiTarget;
 pub use record::{Outcome, Step};
 
 use csi_proxy_client::disk::DiskClient;
@@ -41,6 +43,9 @@ pub struct Options {
     /// The `csiproxy` service's failure-actions flag as configured ([`failure_flag`]); `None`
     /// when there is no such service (a HostProcess pod, a daemon in the foreground).
     pub failure_flag: Option<Result<bool, String>>,
+    /// A test target to log in to and out of (`--iscsi-portal`, `--iscsi-target`); without it
+    /// the iSCSI steps are listed as not run.
+    pub iscsi: Option<IscsiTarget>,
 }
 
 /// The failure-actions flag of service `name` as `QueryServiceConfig2` answers it: `None` when
@@ -75,7 +80,12 @@ pub async fn run(connector: &Connector, vd: &dyn VirtualDisks, opts: &Options) -
     };
     let _ = t.flow(connector).await;
     t.clean_up().await;
-    t.out
+    let mut out = t.out;
+    // Independent of the VHDX's flow; only a daemon that answered at all is asked.
+    if out.steps.iter().any(|s| s.name == "connect" && s.ok) {
+        iscsi::run(&mut out, connector, opts.iscsi.as_ref(), opts.wait).await;
+    }
+    out
 }
 
 struct Clients {
