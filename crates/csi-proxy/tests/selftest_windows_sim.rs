@@ -76,6 +76,8 @@ async fn whole_flow(offline_all: bool) {
     );
     d.sim.set_failure_actions("csiproxy", true);
     d.sim.set_failure_flag("csiproxy", !offline_all);
+    // The system disk reports an EBS volume's serial, as on an AWS Nitro node.
+    d.sim.set_disk_serial(0, "vol0123456789abcdef0");
     d.sim.mkdir(r"C:\selftest");
     let opts = Options {
         failure_flag: selftest::failure_flag(d.sim.as_ref(), "csiproxy"),
@@ -99,9 +101,10 @@ async fn whole_flow(offline_all: bool) {
         "CreateVirtualDisk",
         "AttachVirtualDisk",
         "GetVirtualDiskPhysicalPath",
+        "CreateVirtualDisk refusals",
         "ListDiskIDs",
         "ListDiskLocations",
-        "NVMe serials (gce-pd)",
+        "NVMe serials",
         "own disk",
         "SetDiskState online (attached)",
         "PartitionDisk",
@@ -150,6 +153,23 @@ async fn whole_flow(offline_all: bool) {
     let answer = |n: &str| &o.steps.iter().find(|s| s.name == n).unwrap().answer;
     assert!(answer("GetVirtualDiskPhysicalPath").ends_with(r"\\.\PhysicalDrive1"));
     assert!(answer("ListDiskLocations").contains("no SCSI address"));
+    assert!(
+        answer("NVMe serials").contains(
+            "disk 0: serial \"vol0123456789abcdef0\" is EBS volume vol-0123456789abcdef0"
+        ),
+        "{}",
+        answer("NVMe serials")
+    );
+    // Each refusal is Windows' own answer, and none left a file (`nothing_left`).
+    let refusals = answer("CreateVirtualDisk refusals");
+    for (what, code) in [
+        ("existing file", code::FILE_EXISTS),
+        ("missing folder", code::PATH_NOT_FOUND),
+        ("size not a multiple of 512", code::INVALID_PARAMETER),
+    ] {
+        let want = format!("{what}: {}", OsError::new(code));
+        assert!(refusals.contains(&want), "{want} in {refusals}");
+    }
     // The flag as configured, each way.
     let flag = answer("recovery flag");
     assert!(

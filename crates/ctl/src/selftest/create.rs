@@ -54,6 +54,54 @@ impl Selftest<'_> {
         Ok(())
     }
 
+    /// What `CreateVirtualDisk` answers for the three requests it must refuse (ledger row 44):
+    /// the selftest's own VHDX path again (the file exists), a path in a folder that does not
+    /// exist, and a size not a multiple of 512. A report, never a failed step; a file made by
+    /// a request that was not refused is closed and deleted at once.
+    pub(super) fn create_refusals(&mut self) -> Result<(), Stop> {
+        let vd = self.vd;
+        let own = self.opts.vhdx_path.clone();
+        let dir = own.rsplit_once('\\').map_or(".", |(d, _)| d).to_string();
+        let pid = std::process::id();
+        let cases = [
+            ("existing file", own.clone(), self.opts.size),
+            (
+                "missing folder",
+                format!(r"{dir}\csi-proxy-selftest-missing-{pid}\x.vhdx"),
+                self.opts.size,
+            ),
+            (
+                "size not a multiple of 512",
+                format!("{own}.odd-size.vhdx"),
+                (1 << 20) + 1,
+            ),
+        ];
+        let t = Instant::now();
+        let mut answers = Vec::new();
+        for (what, path, size) in cases {
+            match vd.create(&path, size) {
+                Err(e) => answers.push(format!("{what}: {e}")),
+                Ok(h) => {
+                    vd.close_vhd(h);
+                    // Never the selftest's own file: that case is the existing one, and a
+                    // create that succeeded there made nothing new to delete.
+                    let deleted = if path == own {
+                        "kept (the selftest's own)".to_string()
+                    } else {
+                        match vd.delete_vhd_file(&path) {
+                            Ok(()) => "deleted again".to_string(),
+                            Err(e) => format!("NOT deleted: {e}"),
+                        }
+                    };
+                    answers.push(format!("{what}: accepted ({path} {deleted})"));
+                }
+            }
+        }
+        let answer = format!("{} (settles ledger row 44)", answers.join("; "));
+        self.out
+            .record("CreateVirtualDisk refusals", t, Ok(((), answer)))
+    }
+
     /// The disk number the attached VHDX is now (`GetVirtualDiskPhysicalPath`), recorded as
     /// `name`.
     pub(super) fn physical_disk(&mut self, name: &str) -> Result<u32, Stop> {
@@ -161,15 +209,22 @@ impl Selftest<'_> {
                 let found: Vec<String> = ids
                     .iter()
                     .filter_map(|(n, id)| {
-                        let ns = gce_pd_namespace_id(&id.serial_number)?;
+                        let serial = &id.serial_number;
+                        if let Some(vol) = ebs_volume_id(serial) {
+                            return Some(format!(
+                                "disk {n}: serial {serial:?} is EBS volume {vol} (settles ledger row 35)"
+                            ));
+                        }
+                        let ns = gce_pd_namespace_id(serial)?;
                         Some(format!(
-                            "disk {n}: serial {:?} gives namespace {ns:#018x} (page83 {:?})",
-                            id.serial_number, id.page83
+                            "disk {n}: serial {serial:?} gives namespace {ns:#018x} (page83 {:?})",
+                            id.page83
                         ))
                     })
                     .collect();
                 let answer = if found.is_empty() {
-                    "no disk's serial has the NVMe form gce-pd reads".to_string()
+                    "no disk's serial has the NVMe form gce-pd reads or an EBS volume's form"
+                        .to_string()
                 } else {
                     found.join("; ")
                 };
@@ -177,8 +232,18 @@ impl Selftest<'_> {
             }
             Err(s) => Err(status("ListDiskIDs", &s)),
         };
-        self.out.record("NVMe serials (gce-pd)", t, r)
+        self.out.record("NVMe serials", t, r)
     }
+}
+
+/// The EBS volume ID an NVMe serial number names: `vol` and the ID's 17 hex digits, without
+/// the ID's dash (the form Amazon's Windows guide maps back to `vol-…`).
+fn ebs_volume_id(serial: &str) -> Option<String> {
+    let digits = serial.strip_prefix("vol")?.get(..17)?;
+    digits
+        .bytes()
+        .all(|b| b.is_ascii_hexdigit())
+        .then(|| format!("vol-{digits}"))
 }
 
 /// The NVMe namespace identifier gce-pd reads from a serial number: without one trailing `.`
@@ -193,6 +258,26 @@ fn gce_pd_namespace_id(serial: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_ebs_serial_names_its_volume() {
+        assert_eq!(
+            super::ebs_volume_id("vol0123456789abcdef0"),
+            Some("vol-0123456789abcdef0".into())
+        );
+        assert_eq!(
+            super::ebs_volume_id("vol0123456789abcdef0_00000001."),
+            Some("vol-0123456789abcdef0".into())
+        );
+        for other in [
+            "SIM0001",
+            "vol-0123456789abcdef0",
+            "vol0123",
+            "volume0123456789abcd",
+        ] {
+            assert_eq!(super::ebs_volume_id(other), None, "{other}");
+        }
+    }
+
     #[test]
     fn gce_pd_reads_the_namespace_from_the_first_sixteen_digits() {
         let ns = super::gce_pd_namespace_id("10CC_9636_B6E3_CE3B_0000_0000_0000_0000.");

@@ -272,6 +272,7 @@ impl Selftest<'_> {
         self.clients = Some(self.out.record("connect", t, r)?);
         self.report_failure_flag();
         self.create_and_attach()?;
+        self.create_refusals()?;
         self.find_disk().await?;
         // Under SAN policy OfflineAll the new disk arrives offline and read-only: online first,
         // as a driver stages a disk.
