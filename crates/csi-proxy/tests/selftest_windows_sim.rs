@@ -78,6 +78,14 @@ async fn whole_flow(offline_all: bool) {
     d.sim.set_failure_flag("csiproxy", !offline_all);
     // The system disk reports an EBS volume's serial, as on an AWS Nitro node.
     d.sim.set_disk_serial(0, "vol0123456789abcdef0");
+    // And a VMware NAA ID in its device identification page.
+    d.sim.set_disk_naa(
+        0,
+        &[
+            0x60, 0x00, 0xc2, 0x9a, 0x98, 0xd0, 0x5e, 0x38, 0x4a, 0x43, 0xf0, 0xef, 0x18, 0x9a,
+            0xaf, 0x5a,
+        ],
+    );
     d.sim.mkdir(r"C:\selftest");
     let opts = Options {
         failure_flag: selftest::failure_flag(d.sim.as_ref(), "csiproxy"),
@@ -104,7 +112,7 @@ async fn whole_flow(offline_all: bool) {
         "CreateVirtualDisk refusals",
         "ListDiskIDs",
         "ListDiskLocations",
-        "NVMe serials",
+        "node disk IDs",
         "own disk",
         "SetDiskState online (attached)",
         "PartitionDisk",
@@ -154,11 +162,17 @@ async fn whole_flow(offline_all: bool) {
     assert!(answer("GetVirtualDiskPhysicalPath").ends_with(r"\\.\PhysicalDrive1"));
     assert!(answer("ListDiskLocations").contains("no SCSI address"));
     assert!(
-        answer("NVMe serials").contains(
+        answer("node disk IDs").contains(
             "disk 0: serial \"vol0123456789abcdef0\" is EBS volume vol-0123456789abcdef0"
         ),
         "{}",
-        answer("NVMe serials")
+        answer("node disk IDs")
+    );
+    assert!(
+        answer("node disk IDs")
+            .contains("disk 0: page83 \"6000c29a98d05e384a43f0ef189aaf5a\" is a VMware NAA ID"),
+        "{}",
+        answer("node disk IDs")
     );
     // Each refusal is Windows' own answer, and none left a file (`nothing_left`).
     let refusals = answer("CreateVirtualDisk refusals");

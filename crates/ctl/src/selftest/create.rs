@@ -163,7 +163,7 @@ impl Selftest<'_> {
             Err(s) => Err(status("ListDiskLocations", &s)),
         };
         self.out.record("ListDiskLocations", t, r)?;
-        self.nvme_serials().await?;
+        self.node_disk_ids().await?;
 
         // Refuse any disk that is not plainly the new VHDX: its size, and nothing on it.
         let t = Instant::now();
@@ -196,34 +196,39 @@ impl Selftest<'_> {
         self.out.record("own disk", t, r)
     }
 
-    /// Records, for every disk whose serial number gce-pd (v1.21+) reads as an NVMe namespace
-    /// identifier, the serial verbatim (quoted: padding shows) and the identifier it yields
-    /// (ledger row 66 is inferred: that ListDiskIDs' serial, read from
+    /// Records every disk whose serial is an EBS volume's (ledger row 35) or whose page 83 ID is
+    /// a VMware NAA ID (ledger row 43), and, for every disk whose serial number gce-pd (v1.21+)
+    /// reads as an NVMe namespace identifier, the serial verbatim (quoted: padding shows) and
+    /// the identifier it yields (ledger row 66 is inferred: that ListDiskIDs' serial, read from
     /// `STORAGE_DEVICE_DESCRIPTOR`, is the string `MSFT_Disk.SerialNumber` gives upstream, with
     /// its `_` groups and trailing `.`, on an NVMe disk). A record, never a failure: compare it
     /// with `Get-Disk | Format-List Number,SerialNumber` on the node.
-    async fn nvme_serials(&mut self) -> Result<(), Stop> {
+    async fn node_disk_ids(&mut self) -> Result<(), Stop> {
         let t = Instant::now();
         let r = match self.c().disk.list_disk_ids().await {
             Ok(ids) => {
-                let found: Vec<String> = ids
-                    .iter()
-                    .filter_map(|(n, id)| {
-                        let serial = &id.serial_number;
-                        if let Some(vol) = ebs_volume_id(serial) {
-                            return Some(format!(
-                                "disk {n}: serial {serial:?} is EBS volume {vol} (settles ledger row 35)"
-                            ));
-                        }
-                        let ns = gce_pd_namespace_id(serial)?;
-                        Some(format!(
-                            "disk {n}: serial {serial:?} gives namespace {ns:#018x} (page83 {:?})",
-                            id.page83
-                        ))
-                    })
-                    .collect();
+                let mut found = Vec::new();
+                for (n, id) in ids.iter() {
+                    let (serial, page83) = (&id.serial_number, &id.page83);
+                    if let Some(vol) = ebs_volume_id(serial) {
+                        found.push(format!(
+                            "disk {n}: serial {serial:?} is EBS volume {vol} (settles ledger row 35)"
+                        ));
+                    }
+                    if is_vmware_naa(page83) {
+                        found.push(format!(
+                            "disk {n}: page83 {page83:?} is a VMware NAA ID (settles ledger row 43)"
+                        ));
+                    }
+                    if let Some(ns) = gce_pd_namespace_id(serial) {
+                        found.push(format!(
+                            "disk {n}: serial {serial:?} gives namespace {ns:#018x} (page83 {page83:?})"
+                        ));
+                    }
+                }
                 let answer = if found.is_empty() {
-                    "no disk's serial has the NVMe form gce-pd reads or an EBS volume's form"
+                    "no disk has the NVMe serial gce-pd reads, an EBS volume's serial or a VMware \
+                     NAA ID"
                         .to_string()
                 } else {
                     found.join("; ")
@@ -232,8 +237,16 @@ impl Selftest<'_> {
             }
             Err(s) => Err(status("ListDiskIDs", &s)),
         };
-        self.out.record("NVMe serials", t, r)
+        self.out.record("node disk IDs", t, r)
     }
+}
+
+/// Whether a page 83 identifier, as ListDiskIDs gives it (hex), is an NAA ID in VMware's
+/// name space (NAA 6, IEEE company ID 00-0C-29), as a vSphere disk with `disk.EnableUUID` has.
+fn is_vmware_naa(page83: &str) -> bool {
+    page83
+        .get(..7)
+        .is_some_and(|p| p.eq_ignore_ascii_case("6000c29"))
 }
 
 /// The EBS volume ID an NVMe serial number names: `vol` and the ID's 17 hex digits, without
@@ -258,6 +271,15 @@ fn gce_pd_namespace_id(serial: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_vmware_naa_id_is_recognised() {
+        assert!(super::is_vmware_naa("6000C2912345678901234567890abcde"));
+        assert!(super::is_vmware_naa("6000c29aabbccdd"));
+        for other in ["", "6000c2", "600a0980", "5000c29aa", "SIM0001"] {
+            assert!(!super::is_vmware_naa(other), "{other}");
+        }
+    }
+
     #[test]
     fn an_ebs_serial_names_its_volume() {
         assert_eq!(
