@@ -27,6 +27,7 @@ fn options() -> Options {
         wait: Duration::from_secs(5),
         failure_flag: None,
         iscsi: None,
+        smb_server: None,
     }
 }
 
@@ -151,6 +152,7 @@ async fn whole_flow(offline_all: bool) {
         "iSCSI: DiscoverTargetPortal",
         "iSCSI: ConnectTarget",
         "iSCSI: GetTargetDisks after login",
+        "SMB: NewSmbGlobalMapping of a missing share",
     ];
     assert_eq!(names(&o), want);
     // Without the flags the optional steps are listed, never run and never passed.
@@ -158,6 +160,9 @@ async fn whole_flow(offline_all: bool) {
         assert!(!s.ran && !s.ok, "{s:?}");
         assert_eq!(s.answer, "not run: needs --iscsi-portal and --iscsi-target");
     }
+    let smb = o.steps.last().unwrap();
+    assert!(!smb.ran && !smb.ok, "{smb:?}");
+    assert_eq!(smb.answer, "not run: needs --smb-server");
     let answer = |n: &str| &o.steps.iter().find(|s| s.name == n).unwrap().answer;
     assert!(answer("GetVirtualDiskPhysicalPath").ends_with(r"\\.\PhysicalDrive1"));
     assert!(answer("ListDiskLocations").contains("no SCSI address"));
@@ -433,7 +438,14 @@ async fn a_named_iscsi_target_is_logged_in_timed_and_logged_out() {
             "clean-up: iSCSI RemoveTargetPortal",
         ]
     );
-    assert!(o.steps.iter().all(|s| s.ran));
+    // Every step ran but the SMB one, which had no server.
+    let not_run: Vec<&str> = o
+        .steps
+        .iter()
+        .filter(|s| !s.ran)
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(not_run, ["SMB: NewSmbGlobalMapping of a missing share"]);
     let disks = &o
         .steps
         .iter()
@@ -483,4 +495,39 @@ async fn a_target_already_in_use_is_left_alone() {
     assert!(!names(&o).iter().any(|n| n.contains("DisconnectTarget")));
     assert_eq!(d.sim.iscsi_sessions(), 1, "the other session is kept");
     assert_eq!(c.list_target_portals().await.unwrap(), vec![portal]);
+}
+
+/// With an SMB server named, the selftest asks for a share of its own name, which does not
+/// exist, and reports how the failure reached the daemon, for each encoding Windows may use
+/// (ledger row 38); the node's mapping of another share of that server is untouched.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_named_smb_server_shows_how_a_failed_mapping_is_reported() {
+    use csi_proxy_host::windows::sim::SmbFailureEncoding as E;
+    for (encoding, want) in [
+        (E::HResult, "HRESULT_FROM_WIN32(67)"),
+        (E::ReturnValue, "the bare code 67"),
+        (E::ExtendedError, "the bare code 67"),
+    ] {
+        let d = SimDaemon::start().await;
+        d.sim.mkdir(r"C:\selftest");
+        d.sim.add_share(r"\\srv\data", None);
+        d.sim.set_smb_failure_encoding(encoding);
+        let mut c = csi_proxy_client::smb::SmbClient::connect(&d.connector)
+            .await
+            .unwrap();
+        c.new_mapping(r"\\srv\data", "", "").await.unwrap();
+        let opts = Options {
+            smb_server: Some("srv".into()),
+            ..options()
+        };
+        let o = selftest::run(&d.connector, d.sim.as_ref(), &opts).await;
+        print(&o);
+        assert!(o.failed().is_none(), "{:?}", o.failed());
+        let step = o.steps.last().unwrap();
+        assert_eq!(step.name, "SMB: NewSmbGlobalMapping of a missing share");
+        assert!(step.ran && step.ok);
+        assert!(step.answer.contains(want), "{encoding:?}: {}", step.answer);
+        assert!(step.answer.contains("ledger row 38"), "{}", step.answer);
+        assert_eq!(d.sim.smb_roots(), vec![r"\\srv\data".to_string()]);
+    }
 }

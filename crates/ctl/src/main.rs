@@ -93,6 +93,11 @@ struct SelftestArgs {
     /// The IQN of a test target on --iscsi-portal that nothing on this node uses.
     #[arg(long, requires = "iscsi_portal")]
     iscsi_target: Option<String>,
+    /// An SMB server (name or address) for the optional SMB step: a mapping of a share of the
+    /// selftest's own name, which does not exist, without credentials, to record how Windows
+    /// reports the failure.
+    #[arg(long)]
+    smb_server: Option<String>,
 }
 
 /// `address[:port]`, the port 3260 (iSCSI's) when not given.
@@ -215,6 +220,7 @@ fn selftest(
             .clone()
             .zip(args.iscsi_target.clone())
             .map(|(portal, iqn)| csi_proxy_ctl::selftest::IscsiTarget { portal, iqn }),
+        smb_server: args.smb_server.clone(),
     };
     #[cfg(windows)]
     let outcome = runtime.block_on(csi_proxy_ctl::selftest::run(
