@@ -499,7 +499,7 @@ async fn a_target_already_in_use_is_left_alone() {
 
 /// With an SMB server named, the selftest asks for a share of its own name, which does not
 /// exist, and reports how the failure reached the daemon, for each encoding Windows may use
-/// (ledger row 38); the node's mapping of another share of that server is untouched.
+/// (ledger row 38); a server the node already maps is refused, its mapping untouched.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_named_smb_server_shows_how_a_failed_mapping_is_reported() {
     use csi_proxy_host::windows::sim::SmbFailureEncoding as E;
@@ -512,12 +512,8 @@ async fn a_named_smb_server_shows_how_a_failed_mapping_is_reported() {
         d.sim.mkdir(r"C:\selftest");
         d.sim.add_share(r"\\srv\data", None);
         d.sim.set_smb_failure_encoding(encoding);
-        let mut c = csi_proxy_client::smb::SmbClient::connect(&d.connector)
-            .await
-            .unwrap();
-        c.new_mapping(r"\\srv\data", "", "").await.unwrap();
         let opts = Options {
-            smb_server: Some("srv".into()),
+            smb_server: Some(selftest::smb_server(d.sim.as_ref(), "srv")),
             ..options()
         };
         let o = selftest::run(&d.connector, d.sim.as_ref(), &opts).await;
@@ -528,6 +524,38 @@ async fn a_named_smb_server_shows_how_a_failed_mapping_is_reported() {
         assert!(step.ran && step.ok);
         assert!(step.answer.contains(want), "{encoding:?}: {}", step.answer);
         assert!(step.answer.contains("ledger row 38"), "{}", step.answer);
-        assert_eq!(d.sim.smb_roots(), vec![r"\\srv\data".to_string()]);
+        assert_eq!(d.sim.smb_roots(), Vec::<String>::new());
     }
+}
+
+/// A server the node already maps (a driver's mapping, here made with credentials) is refused
+/// before any call: its mapping is untouched.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_smb_server_the_node_maps_is_left_alone() {
+    let d = SimDaemon::start().await;
+    d.sim.mkdir(r"C:\selftest");
+    d.sim.add_share(r"\\srv\data", Some(("user", "pw")));
+    let mut c = csi_proxy_client::smb::SmbClient::connect(&d.connector)
+        .await
+        .unwrap();
+    c.new_mapping(r"\\srv\data", "user", "pw").await.unwrap();
+    let opts = Options {
+        smb_server: Some(selftest::smb_server(d.sim.as_ref(), r"\\SRV")),
+        ..options()
+    };
+    let calls = d.sim.calls().get("smb_create_global_mapping").copied();
+    let o = selftest::run(&d.connector, d.sim.as_ref(), &opts).await;
+    print(&o);
+    let failed = o.failed().expect("refused");
+    assert_eq!(failed.name, "SMB: NewSmbGlobalMapping of a missing share");
+    assert!(
+        failed.answer.contains("refusing server \"SRV\""),
+        "{}",
+        failed.answer
+    );
+    assert_eq!(d.sim.smb_roots(), vec![r"\\srv\data".to_string()]);
+    assert_eq!(
+        d.sim.calls().get("smb_create_global_mapping").copied(),
+        calls
+    );
 }

@@ -93,9 +93,9 @@ struct SelftestArgs {
     /// The IQN of a test target on --iscsi-portal that nothing on this node uses.
     #[arg(long, requires = "iscsi_portal")]
     iscsi_target: Option<String>,
-    /// An SMB server (name or address) for the optional SMB step: a mapping of a share of the
-    /// selftest's own name, which does not exist, without credentials, to record how Windows
-    /// reports the failure.
+    /// An SMB server (name or address) nothing on this node maps, for the optional SMB step: a
+    /// mapping of a share of the selftest's own name, which does not exist, without
+    /// credentials, to record how Windows reports the failure.
     #[arg(long)]
     smb_server: Option<String>,
 }
@@ -220,7 +220,15 @@ fn selftest(
             .clone()
             .zip(args.iscsi_target.clone())
             .map(|(portal, iqn)| csi_proxy_ctl::selftest::IscsiTarget { portal, iqn }),
-        smb_server: args.smb_server.clone(),
+        #[cfg(windows)]
+        smb_server: args.smb_server.as_deref().map(|name| {
+            csi_proxy_ctl::selftest::smb_server(
+                &csi_proxy_host::windows::win32::SystemWin32::default(),
+                name,
+            )
+        }),
+        #[cfg(not(windows))]
+        smb_server: None,
     };
     #[cfg(windows)]
     let outcome = runtime.block_on(csi_proxy_ctl::selftest::run(

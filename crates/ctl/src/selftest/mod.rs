@@ -17,6 +17,7 @@ mod stage;
 
 pub use iscsi::IscsiTarget;
 pub use record::{Outcome, Step};
+pub use smb::{SmbServer, smb_server};
 
 use csi_proxy_client::disk::DiskClient;
 use csi_proxy_client::filesystem::FilesystemClient;
@@ -47,9 +48,9 @@ pub struct Options {
     /// A test target to log in to and out of (`--iscsi-portal`, `--iscsi-target`); without it
     /// the iSCSI steps are listed as not run.
     pub iscsi: Option<IscsiTarget>,
-    /// An SMB server to ask for a share that does not exist (`--smb-server`); without it the
-    /// SMB step is listed as not run.
-    pub smb_server: Option<String>,
+    /// An SMB server to ask for a share that does not exist (`--smb-server`, with the node's
+    /// mappings of it from [`smb_server`]); without it the SMB step is listed as not run.
+    pub smb_server: Option<SmbServer>,
 }
 
 /// The failure-actions flag of service `name` as `QueryServiceConfig2` answers it: `None` when
@@ -88,7 +89,7 @@ pub async fn run(connector: &Connector, vd: &dyn VirtualDisks, opts: &Options) -
     // Independent of the VHDX's flow; only a daemon that answered at all is asked.
     if out.steps.iter().any(|s| s.name == "connect" && s.ok) {
         iscsi::run(&mut out, connector, opts.iscsi.as_ref(), opts.wait).await;
-        smb::run(&mut out, connector, opts.smb_server.as_deref()).await;
+        smb::run(&mut out, connector, opts.smb_server.as_ref()).await;
     }
     out
 }

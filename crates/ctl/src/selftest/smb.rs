@@ -3,30 +3,90 @@
 //!
 //! Safe by construction: the share's name is the selftest's own (`csi-proxy-selftest-<pid>`),
 //! so no mapping of the node has its root and the daemon has none to reuse or replace; no
-//! credentials are sent (the node's own identity), so no account can be locked out and no
-//! session with other credentials is touched. Should the server have such a share after all,
-//! the mapping made is removed at once.
+//! credentials are sent (the node's own identity), so no account can be locked out. A server
+//! the node already maps is refused: a mapping without credentials to it could answer error
+//! 1219, on which the daemon removes that server's mappings no volume uses (its repair for a
+//! driver's request), which are not the selftest's. Should the server have a share of that
+//! name after all, the mapping made is removed at once.
 
 use super::status;
 use csi_proxy_client::Connector;
 use csi_proxy_client::smb::SmbClient;
+use csi_proxy_host::windows::os::Win32;
 use std::time::Instant;
+
+/// The SMB server the operator names, and the node's global mappings of it (by the server name
+/// as written, as the SMB client groups them), or why they could not be read.
+#[derive(Debug, Clone)]
+pub struct SmbServer {
+    /// Its name or address, as `\\<name>\share` would write it.
+    pub name: String,
+    /// The node's mappings of it (`MSFT_SmbGlobalMapping`), read before the selftest starts.
+    pub mapped: Result<Vec<String>, String>,
+}
+
+/// `server` with this node's global mappings of it, as `os` lists them.
+pub fn smb_server(os: &dyn Win32, server: &str) -> SmbServer {
+    let name = server.trim_start_matches('\\').to_string();
+    let prefix = format!(r"\\{}\", name.to_ascii_lowercase());
+    let mapped = os
+        .smb_global_mappings()
+        .map(|all| {
+            all.into_iter()
+                .map(|(remote, _)| remote)
+                .filter(|r| r.to_ascii_lowercase().starts_with(&prefix))
+                .collect()
+        })
+        .map_err(|e| format!("listing MSFT_SmbGlobalMapping: {e}"));
+    SmbServer { name, mapped }
+}
 
 /// The step's recorded name.
 pub const STEP: &str = "SMB: NewSmbGlobalMapping of a missing share";
 
 /// Runs the step against `server`, or lists it as not run.
-pub(super) async fn run(out: &mut super::Outcome, connector: &Connector, server: Option<&str>) {
+pub(super) async fn run(
+    out: &mut super::Outcome,
+    connector: &Connector,
+    server: Option<&SmbServer>,
+) {
     let Some(server) = server else {
         out.not_run(STEP, "not run: needs --smb-server");
         return;
     };
+    let t = Instant::now();
+    match &server.mapped {
+        Ok(m) if m.is_empty() => {}
+        Ok(m) => {
+            let _ = out.record::<()>(
+                STEP,
+                t,
+                Err(format!(
+                    "refusing server {:?}: this node maps {m:?}; a mapping without credentials \
+                     could answer error 1219, on which the daemon removes that server's \
+                     mappings no volume uses; name a server nothing on the node maps",
+                    server.name
+                )),
+            );
+            return;
+        }
+        Err(e) => {
+            let _ = out.record::<()>(
+                STEP,
+                t,
+                Err(format!(
+                    "refusing server {:?}: the node's mappings cannot be read ({e})",
+                    server.name
+                )),
+            );
+            return;
+        }
+    }
     let root = format!(
         r"\\{}\csi-proxy-selftest-{}",
-        server.trim_start_matches('\\'),
+        server.name,
         std::process::id()
     );
-    let t = Instant::now();
     let mut client = match SmbClient::connect(connector).await {
         Ok(c) => c,
         Err(e) => {
