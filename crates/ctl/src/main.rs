@@ -256,3 +256,19 @@ fn selftest(
         None => ExitCode::SUCCESS,
     }
 }
+
+#[cfg(test)]
+mod selftest_flag_tests {
+    use super::parse_portal;
+
+    #[test]
+    fn a_portal_is_an_address_and_an_optional_port() {
+        let p = parse_portal("10.0.0.9").unwrap();
+        assert_eq!((p.address.as_str(), p.port), ("10.0.0.9", 3260));
+        let p = parse_portal("array.example.com:3261").unwrap();
+        assert_eq!((p.address.as_str(), p.port), ("array.example.com", 3261));
+        for bad in ["", ":3260", "host:port", "host:99999999999"] {
+            assert!(parse_portal(bad).is_err(), "{bad}");
+        }
+    }
+}
