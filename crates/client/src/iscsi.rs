@@ -1,4 +1,5 @@
-//! An iSCSI client for the read-only calls an operator needs (`v1alpha2`, else `v1alpha1`).
+//! An iSCSI client for the read-only calls an operator needs, and the login and logout the
+//! selftest makes to a target the operator names (`v1alpha2`, else `v1alpha1`).
 
 use crate::{ClientError, Connector};
 use csi_proxy_api::iscsi::{v1alpha1, v1alpha2};
@@ -108,5 +109,66 @@ impl IscsiClient {
             .await?
             .into_inner()
             .disk_i_ds))
+    }
+
+    /// AddTargetPortal.
+    pub async fn add_target_portal(&mut self, portal: &Portal) -> Result<(), Status> {
+        let p = portal.clone();
+        dispatch!(self, |c, m| c
+            .add_target_portal(m::AddTargetPortalRequest {
+                target_portal: Some(m::TargetPortal {
+                    target_address: p.address,
+                    target_port: p.port
+                })
+            })
+            .await
+            .map(drop))
+    }
+
+    /// RemoveTargetPortal.
+    pub async fn remove_target_portal(&mut self, portal: &Portal) -> Result<(), Status> {
+        let p = portal.clone();
+        dispatch!(self, |c, m| c
+            .remove_target_portal(m::RemoveTargetPortalRequest {
+                target_portal: Some(m::TargetPortal {
+                    target_address: p.address,
+                    target_port: p.port
+                })
+            })
+            .await
+            .map(drop))
+    }
+
+    /// ConnectTarget without CHAP (a target that admits the node as it is).
+    pub async fn connect_target(&mut self, portal: &Portal, iqn: &str) -> Result<(), Status> {
+        let (p, iqn) = (portal.clone(), iqn.to_string());
+        dispatch!(self, |c, m| c
+            .connect_target(m::ConnectTargetRequest {
+                target_portal: Some(m::TargetPortal {
+                    target_address: p.address,
+                    target_port: p.port
+                }),
+                iqn,
+                auth_type: m::AuthenticationType::None as i32,
+                chap_username: String::new(),
+                chap_secret: String::new(),
+            })
+            .await
+            .map(drop))
+    }
+
+    /// DisconnectTarget.
+    pub async fn disconnect_target(&mut self, portal: &Portal, iqn: &str) -> Result<(), Status> {
+        let (p, iqn) = (portal.clone(), iqn.to_string());
+        dispatch!(self, |c, m| c
+            .disconnect_target(m::DisconnectTargetRequest {
+                target_portal: Some(m::TargetPortal {
+                    target_address: p.address,
+                    target_port: p.port
+                }),
+                iqn
+            })
+            .await
+            .map(drop))
     }
 }

@@ -3,7 +3,7 @@
 //! [`Connector`] reaches a group-version endpoint over a Unix socket (Linux) or a named pipe
 //! (Windows) and hands back a tonic [`Channel`] for the generated clients in `csi-proxy-api`.
 //! [`Connector::newest`] falls back from the stable version to older ones the way upstream
-//! drivers do, and the typed clients ([`filesystem`], [`disk`], [`volume`], [`iscsi`]) hide which
+//! drivers do, and the typed clients ([`filesystem`], [`disk`], [`volume`], [`iscsi`], [`smb`]) hide which
 //! version answered; [`health`] asks an endpoint's standard gRPC health service.
 //!
 //! Channels reconnect by themselves: after a daemon restart the next call dials again.
@@ -13,6 +13,7 @@ pub mod filesystem;
 pub mod health;
 pub mod iscsi;
 pub mod retry;
+pub mod smb;
 pub mod volume;
 
 use std::path::PathBuf;

@@ -26,6 +26,8 @@ fn options() -> Options {
         grown_size: 1536 * MIB,
         wait: Duration::from_secs(5),
         failure_flag: None,
+        iscsi: None,
+        smb_server: None,
     }
 }
 
@@ -75,6 +77,16 @@ async fn whole_flow(offline_all: bool) {
     );
     d.sim.set_failure_actions("csiproxy", true);
     d.sim.set_failure_flag("csiproxy", !offline_all);
+    // The system disk reports an EBS volume's serial, as on an AWS Nitro node.
+    d.sim.set_disk_serial(0, "vol0123456789abcdef0");
+    // And a VMware NAA ID in its device identification page.
+    d.sim.set_disk_naa(
+        0,
+        &[
+            0x60, 0x00, 0xc2, 0x9a, 0x98, 0xd0, 0x5e, 0x38, 0x4a, 0x43, 0xf0, 0xef, 0x18, 0x9a,
+            0xaf, 0x5a,
+        ],
+    );
     d.sim.mkdir(r"C:\selftest");
     let opts = Options {
         failure_flag: selftest::failure_flag(d.sim.as_ref(), "csiproxy"),
@@ -98,9 +110,10 @@ async fn whole_flow(offline_all: bool) {
         "CreateVirtualDisk",
         "AttachVirtualDisk",
         "GetVirtualDiskPhysicalPath",
+        "CreateVirtualDisk refusals",
         "ListDiskIDs",
         "ListDiskLocations",
-        "NVMe serials (gce-pd)",
+        "node disk IDs",
         "own disk",
         "SetDiskState online (attached)",
         "PartitionDisk",
@@ -135,11 +148,47 @@ async fn whole_flow(offline_all: bool) {
         "clean-up: Rmdir",
         "clean-up: DetachVirtualDisk",
         "clean-up: delete VHDX",
+        "iSCSI: AddTargetPortal",
+        "iSCSI: DiscoverTargetPortal",
+        "iSCSI: ConnectTarget",
+        "iSCSI: GetTargetDisks after login",
+        "SMB: NewSmbGlobalMapping of a missing share",
     ];
     assert_eq!(names(&o), want);
+    // Without the flags the optional steps are listed, never run and never passed.
+    for s in o.steps.iter().filter(|s| s.name.starts_with("iSCSI")) {
+        assert!(!s.ran && !s.ok, "{s:?}");
+        assert_eq!(s.answer, "not run: needs --iscsi-portal and --iscsi-target");
+    }
+    let smb = o.steps.last().unwrap();
+    assert!(!smb.ran && !smb.ok, "{smb:?}");
+    assert_eq!(smb.answer, "not run: needs --smb-server");
     let answer = |n: &str| &o.steps.iter().find(|s| s.name == n).unwrap().answer;
     assert!(answer("GetVirtualDiskPhysicalPath").ends_with(r"\\.\PhysicalDrive1"));
     assert!(answer("ListDiskLocations").contains("no SCSI address"));
+    assert!(
+        answer("node disk IDs").contains(
+            "disk 0: serial \"vol0123456789abcdef0\" is EBS volume vol-0123456789abcdef0"
+        ),
+        "{}",
+        answer("node disk IDs")
+    );
+    assert!(
+        answer("node disk IDs")
+            .contains("disk 0: page83 \"6000c29a98d05e384a43f0ef189aaf5a\" is a VMware NAA ID"),
+        "{}",
+        answer("node disk IDs")
+    );
+    // Each refusal is Windows' own answer, and none left a file (`nothing_left`).
+    let refusals = answer("CreateVirtualDisk refusals");
+    for (what, code) in [
+        ("existing file", code::FILE_EXISTS),
+        ("missing folder", code::PATH_NOT_FOUND),
+        ("size not a multiple of 512", code::INVALID_PARAMETER),
+    ] {
+        let want = format!("{what}: {}", OsError::new(code));
+        assert!(refusals.contains(&want), "{want} in {refusals}");
+    }
     // The flag as configured, each way.
     let flag = answer("recovery flag");
     assert!(
@@ -331,4 +380,245 @@ async fn a_disk_that_stops_being_the_vhdx_is_not_acted_on() {
     assert_eq!(d.sim.calls().get("format_ntfs"), None);
     assert_eq!(d.sim.partitions(0).len(), 3);
     nothing_left(&d.sim);
+}
+
+const PORTAL: &str = "10.0.0.9";
+const IQN: &str = "iqn.2026-01.test:selftest";
+
+fn iscsi_options() -> Options {
+    Options {
+        iscsi: Some(selftest::IscsiTarget {
+            portal: csi_proxy_client::iscsi::Portal {
+                address: PORTAL.into(),
+                port: 3260,
+            },
+            iqn: IQN.into(),
+        }),
+        ..options()
+    }
+}
+
+fn print(o: &Outcome) {
+    for s in &o.steps {
+        println!(
+            "{:<40} ran {:<5} ok {:<5} {:>6} ms  {}",
+            s.name,
+            s.ran,
+            s.ok,
+            s.time.as_millis(),
+            s.answer
+        );
+    }
+}
+
+/// With a test target named, the selftest logs in, reports how long after the login returned
+/// the LUN was listed (the arrival delay, ledger row 83), logs out and removes the portal it
+/// added: no session, no portal, the LUN back with the array.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_named_iscsi_target_is_logged_in_timed_and_logged_out() {
+    let d = SimDaemon::start().await;
+    d.sim.mkdir(r"C:\selftest");
+    let lun = d.sim.add_disk(1024 * MIB, 0);
+    d.sim.add_iscsi_target(PORTAL, 3260, IQN, &[lun], None);
+    let o = selftest::run(&d.connector, d.sim.as_ref(), &iscsi_options()).await;
+    print(&o);
+    assert!(o.failed().is_none(), "{:?}", o.failed());
+    let iscsi: Vec<&str> = names(&o)
+        .into_iter()
+        .filter(|n| n.contains("iSCSI"))
+        .collect();
+    assert_eq!(
+        iscsi,
+        [
+            "iSCSI: AddTargetPortal",
+            "iSCSI: DiscoverTargetPortal",
+            "iSCSI: ConnectTarget",
+            "iSCSI: GetTargetDisks after login",
+            "clean-up: iSCSI DisconnectTarget",
+            "clean-up: iSCSI RemoveTargetPortal",
+        ]
+    );
+    // Every step ran but the SMB one, which had no server.
+    let not_run: Vec<&str> = o
+        .steps
+        .iter()
+        .filter(|s| !s.ran)
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(not_run, ["SMB: NewSmbGlobalMapping of a missing share"]);
+    let disks = &o
+        .steps
+        .iter()
+        .find(|s| s.name == "iSCSI: GetTargetDisks after login")
+        .unwrap()
+        .answer;
+    assert!(disks.contains("ms after ConnectTarget returned"), "{disks}");
+    assert!(disks.contains("ledger row 83"), "{disks}");
+    assert_eq!(d.sim.iscsi_sessions(), 0, "the selftest's session is gone");
+    let mut c = csi_proxy_client::iscsi::IscsiClient::connect(&d.connector)
+        .await
+        .unwrap();
+    assert_eq!(c.list_target_portals().await.unwrap(), vec![]);
+    nothing_left(&d.sim);
+}
+
+/// A target this node already has a session to is someone else's: the selftest neither logs
+/// in again nor logs that session out.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_target_already_in_use_is_left_alone() {
+    let d = SimDaemon::start().await;
+    d.sim.mkdir(r"C:\selftest");
+    let lun = d.sim.add_disk(1024 * MIB, 0);
+    d.sim.add_iscsi_target(PORTAL, 3260, IQN, &[lun], None);
+    let opts = iscsi_options();
+    let portal = opts.iscsi.as_ref().unwrap().portal.clone();
+    let mut c = csi_proxy_client::iscsi::IscsiClient::connect(&d.connector)
+        .await
+        .unwrap();
+    c.add_target_portal(&portal).await.unwrap();
+    c.connect_target(&portal, IQN).await.unwrap();
+    let o = selftest::run(&d.connector, d.sim.as_ref(), &opts).await;
+    print(&o);
+    // Only the iSCSI steps are looked at: the VHDX's flow is the other tests'.
+    let failed = o
+        .steps
+        .iter()
+        .find(|s| s.name.contains("iSCSI") && !s.ok)
+        .expect("refused");
+    assert_eq!(failed.name, "iSCSI: AddTargetPortal");
+    assert!(failed.ran);
+    assert!(
+        failed.answer.contains("already has a session"),
+        "{}",
+        failed.answer
+    );
+    assert!(!names(&o).iter().any(|n| n.contains("DisconnectTarget")));
+    assert_eq!(d.sim.iscsi_sessions(), 1, "the other session is kept");
+    assert_eq!(c.list_target_portals().await.unwrap(), vec![portal]);
+}
+
+/// With an SMB server named, the selftest asks for a share of its own name, which does not
+/// exist, and reports how the failure reached the daemon, for each encoding Windows may use
+/// (ledger row 38); a server the node already maps is refused, its mapping untouched.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_named_smb_server_shows_how_a_failed_mapping_is_reported() {
+    use csi_proxy_host::windows::sim::SmbFailureEncoding as E;
+    for (encoding, want) in [
+        (E::HResult, "HRESULT_FROM_WIN32(67)"),
+        (E::ReturnValue, "the bare code 67"),
+        (E::ExtendedError, "the bare code 67"),
+    ] {
+        let d = SimDaemon::start().await;
+        d.sim.mkdir(r"C:\selftest");
+        d.sim.add_share(r"\\srv\data", None);
+        d.sim.set_smb_failure_encoding(encoding);
+        let opts = Options {
+            smb_server: Some(selftest::smb_server(d.sim.as_ref(), "srv")),
+            ..options()
+        };
+        let o = selftest::run(&d.connector, d.sim.as_ref(), &opts).await;
+        print(&o);
+        assert!(o.failed().is_none(), "{:?}", o.failed());
+        let step = o.steps.last().unwrap();
+        assert_eq!(step.name, "SMB: NewSmbGlobalMapping of a missing share");
+        assert!(step.ran && step.ok);
+        assert!(step.answer.contains(want), "{encoding:?}: {}", step.answer);
+        assert!(step.answer.contains("ledger row 38"), "{}", step.answer);
+        assert_eq!(d.sim.smb_roots(), Vec::<String>::new());
+    }
+}
+
+/// A server the node already maps (a driver's mapping, here made with credentials) is refused
+/// before any call: its mapping is untouched.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_smb_server_the_node_maps_is_left_alone() {
+    let d = SimDaemon::start().await;
+    d.sim.mkdir(r"C:\selftest");
+    d.sim.add_share(r"\\srv\data", Some(("user", "pw")));
+    let mut c = csi_proxy_client::smb::SmbClient::connect(&d.connector)
+        .await
+        .unwrap();
+    c.new_mapping(r"\\srv\data", "user", "pw").await.unwrap();
+    let opts = Options {
+        smb_server: Some(selftest::smb_server(d.sim.as_ref(), r"\\SRV")),
+        ..options()
+    };
+    let calls = d.sim.calls().get("smb_create_global_mapping").copied();
+    let o = selftest::run(&d.connector, d.sim.as_ref(), &opts).await;
+    print(&o);
+    let failed = o.failed().expect("refused");
+    assert_eq!(failed.name, "SMB: NewSmbGlobalMapping of a missing share");
+    assert!(
+        failed.answer.contains("refusing server \"SRV\""),
+        "{}",
+        failed.answer
+    );
+    assert_eq!(d.sim.smb_roots(), vec![r"\\srv\data".to_string()]);
+    assert_eq!(
+        d.sim.calls().get("smb_create_global_mapping").copied(),
+        calls
+    );
+}
+
+/// Every row of the simulated Windows' ledger is documented, names a step this selftest
+/// records (run here with every optional flag given), or says why it stays inferred: a row
+/// whose only step was renamed or removed fails here.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_ledger_row_is_documented_or_names_a_step_that_exists() {
+    let d = SimDaemon::start().await;
+    d.sim.mkdir(r"C:\selftest");
+    let lun = d.sim.add_disk(1024 * MIB, 0);
+    d.sim.add_iscsi_target(PORTAL, 3260, IQN, &[lun], None);
+    d.sim.add_service(
+        "csiproxy",
+        "CSI Proxy",
+        2,
+        true,
+        csi_proxy_host::windows::sim::services::ALL,
+    );
+    let opts = Options {
+        failure_flag: selftest::failure_flag(d.sim.as_ref(), "csiproxy"),
+        smb_server: Some(selftest::smb_server(d.sim.as_ref(), "srv")),
+        ..iscsi_options()
+    };
+    let o = selftest::run(&d.connector, d.sim.as_ref(), &opts).await;
+    assert!(o.failed().is_none(), "{:?}", o.failed());
+    let steps: Vec<&str> = names(&o);
+    let ledger = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../host/src/windows/sim/LEDGER.md"
+    ))
+    .unwrap();
+    let mut rows = 0;
+    let mut bad = Vec::new();
+    for line in ledger.lines() {
+        let Some(rest) = line.strip_prefix("| ") else {
+            continue;
+        };
+        let Some((n, _)) = rest.split_once(" |") else {
+            continue;
+        };
+        if n.parse::<u32>().is_err() {
+            continue;
+        }
+        rows += 1;
+        let last = line.trim_end_matches(" |").rsplit(" | ").next().unwrap();
+        let named: Vec<&str> = last
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|t| steps.contains(t))
+            .collect();
+        let settled =
+            !last.contains("inferred") || !named.is_empty() || last.contains("stays inferred: ");
+        if !settled || last.contains("no step yet") {
+            bad.push(format!("row {n}: {last}"));
+        }
+    }
+    assert!(rows > 70, "only {rows} ledger rows read");
+    assert!(
+        bad.is_empty(),
+        "rows neither documented, settled by a step nor saying why:\n{}",
+        bad.join("\n")
+    );
 }

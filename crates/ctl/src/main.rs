@@ -86,6 +86,37 @@ struct SelftestArgs {
     /// Seconds to wait for a disk or volume to appear or grow.
     #[arg(long, default_value_t = 120)]
     wait_secs: u64,
+    /// A test iSCSI portal, `address[:port]` (port 3260 by default), for the optional iSCSI
+    /// steps: login to --iscsi-target without CHAP, the time until its LUNs are listed, logout.
+    #[arg(long, requires = "iscsi_target", value_parser = parse_portal)]
+    iscsi_portal: Option<csi_proxy_client::iscsi::Portal>,
+    /// The IQN of a test target on --iscsi-portal that nothing on this node uses.
+    #[arg(long, requires = "iscsi_portal")]
+    iscsi_target: Option<String>,
+    /// An SMB server (name or address) nothing on this node maps, for the optional SMB step: a
+    /// mapping of a share of the selftest's own name, which does not exist, without
+    /// credentials, to record how Windows reports the failure.
+    #[arg(long)]
+    smb_server: Option<String>,
+}
+
+/// `address[:port]`, the port 3260 (iSCSI's) when not given.
+fn parse_portal(s: &str) -> Result<csi_proxy_client::iscsi::Portal, String> {
+    let (address, port) = match s.rsplit_once(':') {
+        Some((a, p)) if !a.contains(':') || a.starts_with('[') => (
+            a,
+            p.parse::<u32>()
+                .map_err(|e| format!("port {p:?} of {s:?}: {e}"))?,
+        ),
+        _ => (s, 3260),
+    };
+    if address.is_empty() {
+        return Err(format!("{s:?} has no address"));
+    }
+    Ok(csi_proxy_client::iscsi::Portal {
+        address: address.to_string(),
+        port,
+    })
 }
 
 #[derive(Debug, Subcommand)]
@@ -184,6 +215,20 @@ fn selftest(
         ),
         #[cfg(not(windows))]
         failure_flag: None,
+        iscsi: args
+            .iscsi_portal
+            .clone()
+            .zip(args.iscsi_target.clone())
+            .map(|(portal, iqn)| csi_proxy_ctl::selftest::IscsiTarget { portal, iqn }),
+        #[cfg(windows)]
+        smb_server: args.smb_server.as_deref().map(|name| {
+            csi_proxy_ctl::selftest::smb_server(
+                &csi_proxy_host::windows::win32::SystemWin32::default(),
+                name,
+            )
+        }),
+        #[cfg(not(windows))]
+        smb_server: None,
     };
     #[cfg(windows)]
     let outcome = runtime.block_on(csi_proxy_ctl::selftest::run(
@@ -209,5 +254,21 @@ fn selftest(
             ExitCode::from(1)
         }
         None => ExitCode::SUCCESS,
+    }
+}
+
+#[cfg(test)]
+mod selftest_flag_tests {
+    use super::parse_portal;
+
+    #[test]
+    fn a_portal_is_an_address_and_an_optional_port() {
+        let p = parse_portal("10.0.0.9").unwrap();
+        assert_eq!((p.address.as_str(), p.port), ("10.0.0.9", 3260));
+        let p = parse_portal("array.example.com:3261").unwrap();
+        assert_eq!((p.address.as_str(), p.port), ("array.example.com", 3261));
+        for bad in ["", ":3260", "host:port", "host:99999999999"] {
+            assert!(parse_portal(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -531,7 +531,11 @@ pub fn selftest(o: &csi_proxy_ctl::selftest::Outcome) -> Report {
     for s in &o.steps {
         r.rows.push(vec![
             json!(s.name),
-            json!(if s.ok { "ok" } else { "FAILED" }),
+            json!(match (s.ran, s.ok) {
+                (false, _) => "not run",
+                (true, true) => "ok",
+                (true, false) => "FAILED",
+            }),
             json!(s.time.as_millis() as u64),
             json!(s.answer),
         ]);
@@ -543,6 +547,38 @@ pub fn selftest(o: &csi_proxy_ctl::selftest::Outcome) -> Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_step_that_did_not_run_is_listed_as_not_run_never_as_passed_or_failed() {
+        use csi_proxy_ctl::selftest::{Outcome, Step};
+        let step = |name: &str, ok, ran| Step {
+            name: name.into(),
+            ok,
+            ran,
+            time: std::time::Duration::ZERO,
+            answer: String::new(),
+        };
+        let o = Outcome {
+            steps: vec![
+                step("a", true, true),
+                step("b", false, false),
+                step("c", false, true),
+            ],
+        };
+        let json = selftest(&o).to_json();
+        let results: Vec<&str> = json["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["result"].as_str().unwrap())
+            .collect();
+        assert_eq!(results, ["ok", "not run", "FAILED"]);
+        assert_eq!(json["passed"], json!(false));
+        let only_skipped = Outcome {
+            steps: vec![step("a", true, true), step("b", false, false)],
+        };
+        assert_eq!(selftest(&only_skipped).to_json()["passed"], json!(true));
+    }
 
     #[test]
     fn sizes_are_for_people_in_tables_and_bytes_in_json() {

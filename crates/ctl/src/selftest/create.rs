@@ -54,6 +54,54 @@ impl Selftest<'_> {
         Ok(())
     }
 
+    /// What `CreateVirtualDisk` answers for the three requests it must refuse (ledger row 44):
+    /// the selftest's own VHDX path again (the file exists), a path in a folder that does not
+    /// exist, and a size not a multiple of 512. A report, never a failed step; a file made by
+    /// a request that was not refused is closed and deleted at once.
+    pub(super) fn create_refusals(&mut self) -> Result<(), Stop> {
+        let vd = self.vd;
+        let own = self.opts.vhdx_path.clone();
+        let dir = own.rsplit_once('\\').map_or(".", |(d, _)| d).to_string();
+        let pid = std::process::id();
+        let cases = [
+            ("existing file", own.clone(), self.opts.size),
+            (
+                "missing folder",
+                format!(r"{dir}\csi-proxy-selftest-missing-{pid}\x.vhdx"),
+                self.opts.size,
+            ),
+            (
+                "size not a multiple of 512",
+                format!("{own}.odd-size.vhdx"),
+                (1 << 20) + 1,
+            ),
+        ];
+        let t = Instant::now();
+        let mut answers = Vec::new();
+        for (what, path, size) in cases {
+            match vd.create(&path, size) {
+                Err(e) => answers.push(format!("{what}: {e}")),
+                Ok(h) => {
+                    vd.close_vhd(h);
+                    // Never the selftest's own file: that case is the existing one, and a
+                    // create that succeeded there made nothing new to delete.
+                    let deleted = if path == own {
+                        "kept (the selftest's own)".to_string()
+                    } else {
+                        match vd.delete_vhd_file(&path) {
+                            Ok(()) => "deleted again".to_string(),
+                            Err(e) => format!("NOT deleted: {e}"),
+                        }
+                    };
+                    answers.push(format!("{what}: accepted ({path} {deleted})"));
+                }
+            }
+        }
+        let answer = format!("{} (settles ledger row 44)", answers.join("; "));
+        self.out
+            .record("CreateVirtualDisk refusals", t, Ok(((), answer)))
+    }
+
     /// The disk number the attached VHDX is now (`GetVirtualDiskPhysicalPath`), recorded as
     /// `name`.
     pub(super) fn physical_disk(&mut self, name: &str) -> Result<u32, Stop> {
@@ -115,7 +163,7 @@ impl Selftest<'_> {
             Err(s) => Err(status("ListDiskLocations", &s)),
         };
         self.out.record("ListDiskLocations", t, r)?;
-        self.nvme_serials().await?;
+        self.node_disk_ids().await?;
 
         // Refuse any disk that is not plainly the new VHDX: its size, and nothing on it.
         let t = Instant::now();
@@ -148,28 +196,40 @@ impl Selftest<'_> {
         self.out.record("own disk", t, r)
     }
 
-    /// Records, for every disk whose serial number gce-pd (v1.21+) reads as an NVMe namespace
-    /// identifier, the serial verbatim (quoted: padding shows) and the identifier it yields
-    /// (ledger row 66 is inferred: that ListDiskIDs' serial, read from
+    /// Records every disk whose serial is an EBS volume's (ledger row 35) or whose page 83 ID is
+    /// a VMware NAA ID (ledger row 43), and, for every disk whose serial number gce-pd (v1.21+)
+    /// reads as an NVMe namespace identifier, the serial verbatim (quoted: padding shows) and
+    /// the identifier it yields (ledger row 66 is inferred: that ListDiskIDs' serial, read from
     /// `STORAGE_DEVICE_DESCRIPTOR`, is the string `MSFT_Disk.SerialNumber` gives upstream, with
     /// its `_` groups and trailing `.`, on an NVMe disk). A record, never a failure: compare it
     /// with `Get-Disk | Format-List Number,SerialNumber` on the node.
-    async fn nvme_serials(&mut self) -> Result<(), Stop> {
+    async fn node_disk_ids(&mut self) -> Result<(), Stop> {
         let t = Instant::now();
         let r = match self.c().disk.list_disk_ids().await {
             Ok(ids) => {
-                let found: Vec<String> = ids
-                    .iter()
-                    .filter_map(|(n, id)| {
-                        let ns = gce_pd_namespace_id(&id.serial_number)?;
-                        Some(format!(
-                            "disk {n}: serial {:?} gives namespace {ns:#018x} (page83 {:?})",
-                            id.serial_number, id.page83
-                        ))
-                    })
-                    .collect();
+                let mut found = Vec::new();
+                for (n, id) in ids.iter() {
+                    let (serial, page83) = (&id.serial_number, &id.page83);
+                    if let Some(vol) = ebs_volume_id(serial) {
+                        found.push(format!(
+                            "disk {n}: serial {serial:?} is EBS volume {vol} (settles ledger row 35)"
+                        ));
+                    }
+                    if is_vmware_naa(page83) {
+                        found.push(format!(
+                            "disk {n}: page83 {page83:?} is a VMware NAA ID (settles ledger row 43)"
+                        ));
+                    }
+                    if let Some(ns) = gce_pd_namespace_id(serial) {
+                        found.push(format!(
+                            "disk {n}: serial {serial:?} gives namespace {ns:#018x} (page83 {page83:?})"
+                        ));
+                    }
+                }
                 let answer = if found.is_empty() {
-                    "no disk's serial has the NVMe form gce-pd reads".to_string()
+                    "no disk has the NVMe serial gce-pd reads, an EBS volume's serial or a VMware \
+                     NAA ID"
+                        .to_string()
                 } else {
                     found.join("; ")
                 };
@@ -177,8 +237,26 @@ impl Selftest<'_> {
             }
             Err(s) => Err(status("ListDiskIDs", &s)),
         };
-        self.out.record("NVMe serials (gce-pd)", t, r)
+        self.out.record("node disk IDs", t, r)
     }
+}
+
+/// Whether a page 83 identifier, as ListDiskIDs gives it (hex), is an NAA ID in VMware's
+/// name space (NAA 6, IEEE company ID 00-0C-29), as a vSphere disk with `disk.EnableUUID` has.
+fn is_vmware_naa(page83: &str) -> bool {
+    page83
+        .get(..7)
+        .is_some_and(|p| p.eq_ignore_ascii_case("6000c29"))
+}
+
+/// The EBS volume ID an NVMe serial number names: `vol` and the ID's 17 hex digits, without
+/// the ID's dash (the form Amazon's Windows guide maps back to `vol-…`).
+fn ebs_volume_id(serial: &str) -> Option<String> {
+    let digits = serial.strip_prefix("vol")?.get(..17)?;
+    digits
+        .bytes()
+        .all(|b| b.is_ascii_hexdigit())
+        .then(|| format!("vol-{digits}"))
 }
 
 /// The NVMe namespace identifier gce-pd reads from a serial number: without one trailing `.`
@@ -193,6 +271,35 @@ fn gce_pd_namespace_id(serial: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_vmware_naa_id_is_recognised() {
+        assert!(super::is_vmware_naa("6000C2912345678901234567890abcde"));
+        assert!(super::is_vmware_naa("6000c29aabbccdd"));
+        for other in ["", "6000c2", "600a0980", "5000c29aa", "SIM0001"] {
+            assert!(!super::is_vmware_naa(other), "{other}");
+        }
+    }
+
+    #[test]
+    fn an_ebs_serial_names_its_volume() {
+        assert_eq!(
+            super::ebs_volume_id("vol0123456789abcdef0"),
+            Some("vol-0123456789abcdef0".into())
+        );
+        assert_eq!(
+            super::ebs_volume_id("vol0123456789abcdef0_00000001."),
+            Some("vol-0123456789abcdef0".into())
+        );
+        for other in [
+            "SIM0001",
+            "vol-0123456789abcdef0",
+            "vol0123",
+            "volume0123456789abcd",
+        ] {
+            assert_eq!(super::ebs_volume_id(other), None, "{other}");
+        }
+    }
+
     #[test]
     fn gce_pd_reads_the_namespace_from_the_first_sixteen_digits() {
         let ns = super::gce_pd_namespace_id("10CC_9636_B6E3_CE3B_0000_0000_0000_0000.");

@@ -10,10 +10,14 @@
 
 mod cleanup;
 mod create;
+mod iscsi;
 mod record;
+mod smb;
 mod stage;
 
+pub use iscsi::IscsiTarget;
 pub use record::{Outcome, Step};
+pub use smb::{SmbServer, smb_server};
 
 use csi_proxy_client::disk::DiskClient;
 use csi_proxy_client::filesystem::FilesystemClient;
@@ -41,6 +45,12 @@ pub struct Options {
     /// The `csiproxy` service's failure-actions flag as configured ([`failure_flag`]); `None`
     /// when there is no such service (a HostProcess pod, a daemon in the foreground).
     pub failure_flag: Option<Result<bool, String>>,
+    /// A test target to log in to and out of (`--iscsi-portal`, `--iscsi-target`); without it
+    /// the iSCSI steps are listed as not run.
+    pub iscsi: Option<IscsiTarget>,
+    /// An SMB server to ask for a share that does not exist (`--smb-server`, with the node's
+    /// mappings of it from [`smb_server`]); without it the SMB step is listed as not run.
+    pub smb_server: Option<SmbServer>,
 }
 
 /// The failure-actions flag of service `name` as `QueryServiceConfig2` answers it: `None` when
@@ -75,7 +85,13 @@ pub async fn run(connector: &Connector, vd: &dyn VirtualDisks, opts: &Options) -
     };
     let _ = t.flow(connector).await;
     t.clean_up().await;
-    t.out
+    let mut out = t.out;
+    // Independent of the VHDX's flow; only a daemon that answered at all is asked.
+    if out.steps.iter().any(|s| s.name == "connect" && s.ok) {
+        iscsi::run(&mut out, connector, opts.iscsi.as_ref(), opts.wait).await;
+        smb::run(&mut out, connector, opts.smb_server.as_ref()).await;
+    }
+    out
 }
 
 struct Clients {
@@ -262,6 +278,7 @@ impl Selftest<'_> {
         self.clients = Some(self.out.record("connect", t, r)?);
         self.report_failure_flag();
         self.create_and_attach()?;
+        self.create_refusals()?;
         self.find_disk().await?;
         // Under SAN policy OfflineAll the new disk arrives offline and read-only: online first,
         // as a driver stages a disk.

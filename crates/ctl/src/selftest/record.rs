@@ -7,8 +7,11 @@ use std::time::{Duration, Instant};
 pub struct Step {
     /// The call or check, e.g. `PartitionDisk`.
     pub name: String,
-    /// Whether it did what the selftest expects.
+    /// Whether it did what the selftest expects (false for a step that did not run).
     pub ok: bool,
+    /// Whether it ran: an optional step the operator gave nothing for is listed, not run,
+    /// with what it needs in `answer`.
+    pub ran: bool,
     /// How long it took.
     pub time: Duration,
     /// What Windows (through the daemon or the virtual disk API) answered, or why it failed.
@@ -25,7 +28,7 @@ pub struct Outcome {
 impl Outcome {
     /// The first step that failed, if any.
     pub fn failed(&self) -> Option<&Step> {
-        self.steps.iter().find(|s| !s.ok)
+        self.steps.iter().find(|s| s.ran && !s.ok)
     }
 
     /// An outcome of one failed step, for a selftest that cannot start.
@@ -34,6 +37,7 @@ impl Outcome {
             steps: vec![Step {
                 name: step.into(),
                 ok: false,
+                ran: true,
                 time: Duration::ZERO,
                 answer: why.into(),
             }],
@@ -53,10 +57,22 @@ impl Outcome {
         self.steps.push(Step {
             name: name.into(),
             ok,
+            ran: true,
             time: started.elapsed(),
             answer,
         });
         value.ok_or(Stop)
+    }
+
+    /// Lists an optional step that did not run, and why (what the operator did not give).
+    pub(super) fn not_run(&mut self, name: impl Into<String>, why: impl Into<String>) {
+        self.steps.push(Step {
+            name: name.into(),
+            ok: false,
+            ran: false,
+            time: Duration::ZERO,
+            answer: why.into(),
+        });
     }
 }
 

@@ -1,0 +1,163 @@
+//! The optional SMB step (`--smb-server`): how a failed `MSFT_SmbGlobalMapping.Create` reaches
+//! the daemon on this build (ledger row 38), shown by mapping a share that does not exist.
+//!
+//! Safe by construction: the share's name is the selftest's own (`csi-proxy-selftest-<pid>`),
+//! so no mapping of the node has its root and the daemon has none to reuse or replace; no
+//! credentials are sent (the node's own identity), so no account can be locked out. A server
+//! the node already maps is refused: a mapping without credentials to it could answer error
+//! 1219, on which the daemon removes that server's mappings no volume uses (its repair for a
+//! driver's request), which are not the selftest's. Should the server have a share of that
+//! name after all, the mapping made is removed at once.
+
+use super::status;
+use csi_proxy_client::Connector;
+use csi_proxy_client::smb::SmbClient;
+use csi_proxy_host::windows::os::Win32;
+use std::time::Instant;
+
+/// The SMB server the operator names, and the node's global mappings of it (by the server name
+/// as written, as the SMB client groups them), or why they could not be read.
+#[derive(Debug, Clone)]
+pub struct SmbServer {
+    /// Its name or address, as `\\<name>\share` would write it.
+    pub name: String,
+    /// The node's mappings of it (`MSFT_SmbGlobalMapping`), read before the selftest starts.
+    pub mapped: Result<Vec<String>, String>,
+}
+
+/// `server` with this node's global mappings of it, as `os` lists them.
+pub fn smb_server(os: &dyn Win32, server: &str) -> SmbServer {
+    let name = server.trim_start_matches('\\').to_string();
+    let prefix = format!(r"\\{}\", name.to_ascii_lowercase());
+    let mapped = os
+        .smb_global_mappings()
+        .map(|all| {
+            all.into_iter()
+                .map(|(remote, _)| remote)
+                .filter(|r| r.to_ascii_lowercase().starts_with(&prefix))
+                .collect()
+        })
+        .map_err(|e| format!("listing MSFT_SmbGlobalMapping: {e}"));
+    SmbServer { name, mapped }
+}
+
+/// The step's recorded name.
+pub const STEP: &str = "SMB: NewSmbGlobalMapping of a missing share";
+
+/// Runs the step against `server`, or lists it as not run.
+pub(super) async fn run(
+    out: &mut super::Outcome,
+    connector: &Connector,
+    server: Option<&SmbServer>,
+) {
+    let Some(server) = server else {
+        out.not_run(STEP, "not run: needs --smb-server");
+        return;
+    };
+    let t = Instant::now();
+    match &server.mapped {
+        Ok(m) if m.is_empty() => {}
+        Ok(m) => {
+            let _ = out.record::<()>(
+                STEP,
+                t,
+                Err(format!(
+                    "refusing server {:?}: this node maps {m:?}; a mapping without credentials \
+                     could answer error 1219, on which the daemon removes that server's \
+                     mappings no volume uses; name a server nothing on the node maps",
+                    server.name
+                )),
+            );
+            return;
+        }
+        Err(e) => {
+            let _ = out.record::<()>(
+                STEP,
+                t,
+                Err(format!(
+                    "refusing server {:?}: the node's mappings cannot be read ({e})",
+                    server.name
+                )),
+            );
+            return;
+        }
+    }
+    let root = format!(
+        r"\\{}\csi-proxy-selftest-{}",
+        server.name,
+        std::process::id()
+    );
+    let mut client = match SmbClient::connect(connector).await {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = out.record::<()>(
+                STEP,
+                t,
+                Err(format!("the daemon's SMB API is not reachable: {e}")),
+            );
+            return;
+        }
+    };
+    match client.new_mapping(&root, "", "").await {
+        Err(s) => {
+            let answer = format!(
+                "{} ({}; settles ledger row 38)",
+                status("NewSmbGlobalMapping", &s),
+                encoding(s.message())
+            );
+            let _ = out.record(STEP, t, Ok(((), answer)));
+        }
+        Ok(()) => {
+            let _ = out.record(
+                STEP,
+                t,
+                Ok((
+                    (),
+                    format!("{root} was mapped: the server has a share of that name"),
+                )),
+            );
+            let t = Instant::now();
+            let r = client
+                .remove_mapping(&root)
+                .await
+                .map(|()| ((), format!("{root} removed")))
+                .map_err(|s| status("RemoveSmbGlobalMapping", &s));
+            let _ = out.record("clean-up: SMB RemoveSmbGlobalMapping", t, r);
+        }
+    }
+}
+
+/// How the Win32 code reached the daemon, from the `[0x…]` its SMB messages end with: an
+/// `HRESULT_FROM_WIN32` (`0x8007xxxx`) is the call failing with it; a bare code came as the
+/// method's `ReturnValue` or in the provider's extended error object.
+fn encoding(message: &str) -> String {
+    let code = message
+        .rsplit_once("[0x")
+        .and_then(|(_, rest)| rest.split_once(']'))
+        .and_then(|(hex, _)| u32::from_str_radix(hex, 16).ok());
+    match code {
+        Some(c) if c & 0xFFFF_0000 == 0x8007_0000 => format!(
+            "Windows answered HRESULT_FROM_WIN32({}): the call itself failed",
+            c & 0xFFFF
+        ),
+        Some(c) => format!(
+            "Windows answered the bare code {c}: the method's ReturnValue or the provider's \
+             extended error object"
+        ),
+        None => "no Win32 code in the answer".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_encoding_is_read_from_the_bracketed_code() {
+        let e = super::encoding;
+        assert!(
+            e("NewSmbGlobalMapping x: the share was not found (error 67) [0x80070043]")
+                .contains("HRESULT_FROM_WIN32(67)")
+        );
+        assert!(e("... (error 67) [0x43]").contains("bare code 67"));
+        assert_eq!(e("failed"), "no Win32 code in the answer");
+    }
+}
