@@ -74,6 +74,13 @@ pub(super) struct Initiator {
     parked: BTreeMap<u32, (super::Disk, Vec<usize>)>,
 }
 
+impl Initiator {
+    /// The numbers of the LUN disks parked off the machine.
+    pub(super) fn parked_numbers(&self) -> impl Iterator<Item = &u32> {
+        self.parked.keys()
+    }
+}
+
 fn err(code: u32) -> OsError {
     OsError::with_message(code, data::failure(code).1)
 }

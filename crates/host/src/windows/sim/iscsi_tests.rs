@@ -221,3 +221,24 @@ fn a_targets_disks_exist_only_while_a_session_holds_them() {
     assert_eq!(h.get_target_disks(&portal(), IQN).unwrap(), [disk]);
     assert!(listed(&sim) && opens(&sim));
 }
+
+/// A disk that arrives while a target's LUN is parked off the machine takes a number of its
+/// own: the LUN's number stays the LUN's, so its arrival at the login replaces nothing.
+#[test]
+fn a_disk_arriving_while_a_lun_is_parked_never_takes_its_number() {
+    let (sim, h) = host();
+    let lun = sim.add_disk(1 << 30, 4);
+    sim.add_iscsi_target("10.0.0.5", 3260, IQN, &[lun], None);
+    let other = sim.add_disk(2 << 30, 0);
+    assert_ne!(other, lun, "a new disk took the parked LUN's number");
+    h.add_target_portal(&portal()).unwrap();
+    h.connect_target(&portal(), IQN, &no_chap()).unwrap();
+    assert_eq!(h.get_target_disks(&portal(), IQN).unwrap(), [lun]);
+    let listed = sim.disk_interfaces().unwrap();
+    for n in [lun, other] {
+        assert!(
+            listed.contains(&devices::interface_path(n)),
+            "disk {n} is on the machine after the login"
+        );
+    }
+}

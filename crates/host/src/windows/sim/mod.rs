@@ -569,7 +569,14 @@ impl SimWindows {
     /// returns its number.
     pub fn add_disk(&self, size: u64, lun: u8) -> u32 {
         let mut s = self.lock();
-        let n = s.disks.keys().next_back().map_or(0, |n| n + 1);
+        // A LUN parked off the machine (its target not logged in to) keeps its number: a new
+        // disk never takes it, or the LUN's arrival would replace that disk.
+        let n = s
+            .disks
+            .keys()
+            .chain(s.iscsi.parked_numbers())
+            .max()
+            .map_or(0, |n| n + 1);
         s.disks.insert(
             n,
             Disk {
