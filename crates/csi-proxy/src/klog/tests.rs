@@ -38,8 +38,28 @@ fn logging(config: Config, f: impl FnOnce()) -> Arc<Outputs> {
 }
 
 /// The file the `<program>.<SEVERITY>` link in `dir` leads to, and its lines past the header.
+/// The file `<program>.<SEV>` in `dir` leads to. Where links cannot be made (wine, a Windows
+/// account without the symbolic-link privilege) klog goes on without them, as the daemon does:
+/// there this process's newest file of that severity stands in. On Unix the link must be there.
+fn current(dir: &Path, program: &str, sev: &str) -> Option<PathBuf> {
+    let link = std::fs::read_link(dir.join(format!("{program}.{sev}")));
+    if cfg!(unix) {
+        return link.ok();
+    }
+    link.ok().or_else(|| {
+        let mark = format!(".log.{sev}.");
+        let pid = format!(".{}", std::process::id());
+        std::fs::read_dir(dir)
+            .ok()?
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with(program) && n.contains(&mark) && n.ends_with(&pid))
+            .max()
+            .map(PathBuf::from)
+    })
+}
+
 fn by_link(dir: &Path, program: &str, sev: &str) -> Option<(String, Vec<String>)> {
-    let target = std::fs::read_link(dir.join(format!("{program}.{sev}"))).ok()?;
+    let target = current(dir, program, sev)?;
     let text = std::fs::read_to_string(dir.join(&target)).unwrap();
     let lines = text
         .lines()
@@ -106,7 +126,7 @@ fn one_output_and_skip_headers_act_as_in_klog() {
     );
     let program = &outputs.names.program;
     let read = |sev: &str| {
-        let target = std::fs::read_link(dir.path().join(format!("{program}.{sev}"))).unwrap();
+        let target = current(dir.path(), program, sev).unwrap();
         std::fs::read_to_string(dir.path().join(target)).unwrap()
     };
     assert_eq!(read("INFO"), "i\n");
@@ -120,7 +140,8 @@ fn an_unwritable_log_dir_falls_back_to_the_temp_dir_as_klog_does() {
     let outputs = Outputs::open(config(&missing)).unwrap();
     assert!(!missing.exists(), "klog does not make the directory");
     let link = std::env::temp_dir().join(format!("{}.INFO", outputs.names.program));
-    let target = std::fs::read_link(&link).expect("the INFO link in the temp dir");
+    let target = current(&std::env::temp_dir(), &outputs.names.program, "INFO")
+        .expect("the INFO link in the temp dir");
     assert!(
         target
             .display()
@@ -244,7 +265,7 @@ fn a_full_log_dir_file_is_followed_by_a_new_one() {
             })
             .count()
     };
-    let first = std::fs::read_link(dir.path().join(format!("{program}.INFO"))).unwrap();
+    let first = current(dir.path(), &program, "INFO").unwrap();
     let text = std::fs::read_to_string(dir.path().join(&first)).unwrap();
     assert_eq!(text.matches("Log file created at").count(), 1, "{text}");
     assert!(
@@ -267,7 +288,7 @@ fn a_full_log_dir_file_is_followed_by_a_new_one() {
         .with_writer(Sink(outputs.clone()))
         .finish();
     tracing::subscriber::with_default(subscriber, || tracing::info!("after the rotation"));
-    let newest = std::fs::read_link(dir.path().join(format!("{program}.INFO"))).unwrap();
+    let newest = current(dir.path(), &program, "INFO").unwrap();
     let text = std::fs::read_to_string(dir.path().join(&newest)).unwrap();
     assert!(text.ends_with("after the rotation\n"), "{text}");
     assert_eq!(text.matches("Log file created at").count(), 1, "{text}");
