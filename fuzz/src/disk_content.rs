@@ -6,11 +6,12 @@
 //!   the disk that holds no signature but a partition table's own, and an end that holds no
 //!   RAID superblock;
 //! - a table it writes, or grows, has its partitions inside the usable sectors and apart;
-//! - nothing panics, and nothing allocates by a length read from the disk.
+//! - nothing panics, and nothing allocates by a length read from the disk;
+//! - the same bytes read as a device's identification page (VPD 0x83) are walked within them.
 
 use csi_proxy_formats::gpt::{self, Gpt};
 use csi_proxy_formats::partition_plan::{self, Plan};
-use csi_proxy_formats::signatures;
+use csi_proxy_formats::{scsi_vpd, signatures};
 
 /// Checks that `t`'s partitions lie inside its usable sectors and do not share a sector.
 fn sound(t: &Gpt, total: u64) {
@@ -58,6 +59,14 @@ pub fn run(data: &[u8]) {
     let _ = signatures::superblock_usage(head);
     let _ = gpt::find(head, tail, sector, total);
     let _ = gpt::mbr_partitions(head);
+    // A device's identification page is its own answer too (a tenant's iSCSI target): the walk
+    // never reads past the bytes given.
+    let walked: usize = scsi_vpd::page83(image).map(|d| 4 + d.id.len()).sum();
+    assert!(
+        walked + 4 <= image.len().max(4),
+        "walked {walked} of {}",
+        image.len()
+    );
 
     let data_at_start = found
         .as_ref()

@@ -12,6 +12,7 @@
 //! | [`windows_buffers`] | buffers Windows fills in: layouts, storage descriptors, extents, SMBIOS, iSCSI lists, WMI codes | Microsoft's structure pages (winioctl.h, iscsidsc.h, SMBIOS 3.x) |
 //! | [`reparse`] | Windows reparse points (links, junctions) | [MS-FSCC] 2.1.2 |
 //! | [`iscsi_pdu`] | iSCSI discovery-session PDUs and their text | RFC 7143 |
+//! | [`scsi_vpd`] | a device's identification page (VPD 0x83) | SPC-4 §7.8.6 |
 //! | [`dbus`] | D-Bus values and messages (the systemd calls of the Linux host) | the D-Bus Specification, "Message Protocol" |
 //! | [`mountinfo`] | the Linux mount table, `/proc/self/mountinfo` | proc(5), "/proc/pid/mountinfo" |
 //!
@@ -25,6 +26,7 @@ pub mod iscsi_pdu;
 pub mod mountinfo;
 pub mod partition_plan;
 pub mod reparse;
+pub mod scsi_vpd;
 pub mod signatures;
 pub mod windows_buffers;
 

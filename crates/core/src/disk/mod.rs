@@ -13,7 +13,7 @@ use std::sync::Arc;
 mod in_use;
 mod storage;
 pub use in_use::{DiskUsage, OpenElsewhere, OtherPath, OwnUse, refuse_in_use};
-pub use storage::{Reach, StorageId, same_storage, scsi_designators, storage_group};
+pub use storage::{Reach, StorageId, same_storage, storage_group};
 
 /// Where a disk is attached, as the host reports it. Every field may be empty when the host
 /// does not know it (upstream leaves `bus` empty on most hosts).

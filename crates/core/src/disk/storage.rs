@@ -126,34 +126,6 @@ pub fn storage_group(target: u32, all: &[Reach]) -> Vec<u32> {
     std::iter::once(target).chain(group).collect()
 }
 
-/// The logical-unit designators of a SCSI VPD page 0x83 (SPC-4 §7.8.6): every descriptor whose
-/// association is the logical unit (0), of any code set, keyed by its designator type. Port
-/// and target designators (association 1, 2) name a path, not the storage, and are left out.
-pub fn scsi_designators(page: &[u8]) -> Vec<StorageId> {
-    let mut out = Vec::new();
-    if page.len() < 4 || page[1] != 0x83 {
-        return out;
-    }
-    let end = (4 + u16::from_be_bytes([page[2], page[3]]) as usize).min(page.len());
-    let mut at = 4;
-    while at + 4 <= end {
-        let association = (page[at + 1] >> 4) & 0x03;
-        let kind = page[at + 1] & 0x0F;
-        let len = page[at + 3] as usize;
-        let Some(id) = page
-            .get(at + 4..at + 4 + len)
-            .filter(|_| at + 4 + len <= end)
-        else {
-            break;
-        };
-        if association == 0 {
-            out.extend(StorageId::designator(kind, id));
-        }
-        at += 4 + len;
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,32 +187,5 @@ mod tests {
         assert_eq!(storage_group(9, &all), [9]);
         assert_eq!(storage_group(12, &all), [12, 13]);
         assert_eq!(storage_group(99, &all), Vec::<u32>::new());
-    }
-
-    #[test]
-    fn page_83_gives_every_logical_unit_designator_and_no_port() {
-        let mut page = vec![0x00, 0x83, 0x00, 0x00];
-        // Target port ASCII (association 1): a path's, left out.
-        page.extend([0x02, 0x10 | 0x08, 0x00, 0x03]);
-        page.extend(b"TPx");
-        // LU NAA binary, LU T10 vendor ASCII, LU relative port (type 4): the port is left out.
-        page.extend([0x01, 0x03, 0x00, 0x04, 0x60, 0x0A, 0xBC, 0xFF]);
-        page.extend([0x02, 0x01, 0x00, 0x04]);
-        page.extend(b"LIO ");
-        page.extend([0x01, 0x04, 0x00, 0x02, 0x00, 0x01]);
-        let len = (page.len() - 4) as u16;
-        page[2..4].copy_from_slice(&len.to_be_bytes());
-        assert_eq!(
-            scsi_designators(&page),
-            [
-                naa("600abcff"),
-                StorageId::Scsi {
-                    kind: 1,
-                    hex: "4c494f20".into()
-                }
-            ]
-        );
-        assert!(scsi_designators(&[0, 0x80, 0, 0]).is_empty());
-        assert!(scsi_designators(&[0, 0x83, 0, 8, 0x01, 0x03, 0, 200, 1]).is_empty());
     }
 }

@@ -76,31 +76,13 @@ pub fn parse_vpd_pg80(page: &[u8]) -> Option<String> {
 /// binary (1) or ASCII (2); ASCII verbatim, binary as lowercase hex. This is upstream's rule over
 /// `STORAGE_DEVICE_ID_DESCRIPTOR`, applied to the same SCSI data.
 pub fn parse_vpd_pg83(page: &[u8]) -> Option<String> {
-    if page.len() < 4 || page[1] != 0x83 {
-        return None;
-    }
-    let end = (4 + u16::from_be_bytes([page[2], page[3]]) as usize).min(page.len());
-    let mut at = 4;
-    while at + 4 <= end {
-        let code_set = page[at] & 0x0F;
-        let association = (page[at + 1] >> 4) & 0x03;
-        let len = page[at + 3] as usize;
-        let Some(id) = page
-            .get(at + 4..at + 4 + len)
-            .filter(|_| at + 4 + len <= end)
-        else {
-            break;
-        };
-        if association == 0 {
-            match code_set {
-                2 => return Some(String::from_utf8_lossy(id).into_owned()),
-                1 => return Some(id.iter().map(|b| format!("{b:02x}")).collect()),
-                _ => {}
-            }
-        }
-        at += 4 + len;
-    }
-    None
+    csi_proxy_formats::scsi_vpd::page83(page)
+        .filter(|d| d.association == 0)
+        .find_map(|d| match d.code_set {
+            2 => Some(String::from_utf8_lossy(d.id).into_owned()),
+            1 => Some(d.id.iter().map(|b| format!("{b:02x}")).collect()),
+            _ => None,
+        })
 }
 
 /// The SCSI device state file (`running`, `offline`, …), where the disk has one.

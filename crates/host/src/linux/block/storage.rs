@@ -7,7 +7,8 @@
 use super::*;
 use crate::linux::block_users::DevNum;
 use crate::linux::os::LoopBacking;
-use csi_proxy_core::disk::{Reach, StorageId, scsi_designators};
+use csi_proxy_core::disk::{Reach, StorageId};
+use csi_proxy_formats::scsi_vpd;
 
 /// Every disk in `all` as the in-use rule sees it. `loops` are the bound loop devices and what
 /// backs each ([`block_users::loop_backings`]). Fails closed on a `slaves/` directory that
@@ -74,7 +75,14 @@ fn identity(os: &Os, d: &Disk) -> Vec<StorageId> {
     };
     let mut ids = os
         .read_file(&dir.join("device/vpd_pg83"))
-        .map(|p| scsi_designators(&p))
+        .map(|p| {
+            // The logical unit's designators (association 0), of any code set; a port's or
+            // a target's name a path, not the storage.
+            scsi_vpd::page83(&p)
+                .filter(|d| d.association == 0)
+                .filter_map(|d| StorageId::designator(d.kind, d.id))
+                .collect::<Vec<_>>()
+        })
         .unwrap_or_default();
     if d.name.starts_with("nvme") {
         // The kernel's name for the namespace: its EUI-64, NGUID or UUID when it has one,
