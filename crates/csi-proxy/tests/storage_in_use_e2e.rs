@@ -157,37 +157,9 @@ async fn a_disk_mapped_by_a_process_without_a_descriptor_is_in_use() {
     let vol = partition_one(&mut dc, &mut vc, l.disk_number()).await;
     raw_data(&l);
     let before = l.fingerprint();
-    // The application: maps the first MiB shared (mmap(2) itself: Python's mmap module keeps
-    // a duplicate descriptor), closes the descriptor, then waits.
-    let script = format!(
-        "import ctypes, os, time\n\
-         libc = ctypes.CDLL(None, use_errno=True)\n\
-         libc.mmap.restype = ctypes.c_void_p\n\
-         libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]\n\
-         fd = os.open('{}', os.O_RDWR)\n\
-         m = libc.mmap(None, 1 << 20, 3, 1, fd, 0)\n\
-         assert m not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()\n\
-         os.close(fd)\n\
-         print('mapped', flush=True)\n\
-         time.sleep(600)\n",
-        l.dev.display()
-    );
-    let Ok(child) = Command::new("python3")
-        .args(["-c", &script])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-    else {
-        eprintln!("SKIPPED: python3 (the mapping application) is not installed");
+    let Some(mapper) = map_and_close(&l.dev) else {
         return;
     };
-    let mut mapper = Holder(child);
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(mapper.0.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert_eq!(line.trim(), "mapped");
     let fds = std::fs::read_dir(format!("/proc/{}/fd", mapper.0.id()))
         .unwrap()
         .flatten()
@@ -211,6 +183,89 @@ async fn a_disk_mapped_by_a_process_without_a_descriptor_is_in_use() {
     );
     drop(mapper);
     assert_eq!(l.fingerprint(), before, "the mapped data changed");
+}
+
+/// The application: maps the first MiB of `path` shared (mmap(2) itself: Python's mmap module
+/// keeps a duplicate descriptor), closes the descriptor, then waits; `None` (the test skipped)
+/// without python3.
+fn map_and_close(path: &Path) -> Option<Holder> {
+    let script = format!(
+        "import ctypes, os, time\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         libc.mmap.restype = ctypes.c_void_p\n\
+         libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]\n\
+         fd = os.open('{}', os.O_RDWR)\n\
+         m = libc.mmap(None, 1 << 20, 3, 1, fd, 0)\n\
+         assert m not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()\n\
+         os.close(fd)\n\
+         print('mapped', flush=True)\n\
+         time.sleep(600)\n",
+        path.display()
+    );
+    let Ok(child) = Command::new("python3")
+        .args(["-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+    else {
+        eprintln!("SKIPPED: python3 (the mapping application) is not installed");
+        return None;
+    };
+    let mut mapper = Holder(child);
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(mapper.0.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "mapped");
+    Some(mapper)
+}
+
+/// Processes that write the loop disk's backing image rather than the loop device: one holds
+/// the file open, another maps it and closes its descriptor. What they write there is what the
+/// loop's readers read, so each is a user of the storage: PartitionDisk and FormatVolume
+/// through the loop are refused naming it, and not a byte changes. (The rule once looked at
+/// descriptors and mappings of the devices only.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_process_using_the_loops_backing_file_is_a_user_of_the_disk() {
+    if !can_use_loop_devices() {
+        return;
+    }
+    let d = Daemon::start(&[]);
+    let (mut dc, mut vc) = v1_clients(&d).await;
+    let l = LoopDisk::new(d.dir.path(), "backing", 64).unwrap();
+    let vol = partition_one(&mut dc, &mut vc, l.disk_number()).await;
+    raw_data(&l);
+    let before = l.fingerprint();
+    let holder = Holder::hold(&l.file);
+    let held_by = format!("{} (sleep)", holder.0.id());
+    let Some(mapper) = map_and_close(&l.file) else {
+        return;
+    };
+    let mapped_by = format!("{} (python3)", mapper.0.id());
+    for (who, user) in [("held", Some(holder)), ("mapped", None)] {
+        let name = if user.is_some() { &held_by } else { &mapped_by };
+        refused(
+            &format!("PartitionDisk of a loop whose backing file is {who}"),
+            dc.partition_disk(d1::PartitionDiskRequest {
+                disk_number: l.disk_number(),
+            })
+            .await,
+            &[name],
+        );
+        refused(
+            &format!("FormatVolume on a loop whose backing file is {who}"),
+            vc.format_volume(v1::FormatVolumeRequest {
+                volume_id: vol.clone(),
+            })
+            .await,
+            &[name],
+        );
+        // The holder goes; the mapper alone must still be seen.
+        drop(user);
+    }
+    drop(mapper);
+    assert_eq!(l.fingerprint(), before, "the application's data changed");
 }
 
 /// A device node of `l` made with mknod(2) in `dir` (what a container's `/dev` holds).

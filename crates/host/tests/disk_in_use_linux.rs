@@ -27,6 +27,7 @@ fn skip_unreadable_where_needed() {
         &*csi_proxy_host::linux::os::system(),
         std::path::Path::new("/proc"),
         &[],
+        &[],
         0,
         false,
     ) else {

@@ -3,7 +3,7 @@
 //! block volume through one), processes holding it open or mapped, and exclusive claims. Each check
 //! fails closed: what cannot be read is an error, never "free".
 
-use super::os::{LinuxOs, LoopBacking, Open};
+use super::os::{LinuxOs, LoopBacking, Open, OpenOn, encode_dev};
 use std::collections::HashMap;
 use std::io;
 use std::path::Path;
@@ -62,17 +62,20 @@ pub fn loop_backings(
 
 /// The processes (`pid (comm)`) holding one of `devs` open, by a descriptor (`/proc/<pid>/fd`)
 /// or a memory mapping that outlives its descriptor (`/proc/<pid>/maps`), each with the device
-/// it holds; process `except` (the daemon, whose own reads are under the disk's lock) left
-/// out. One pass over `/proc`: each descriptor costs one type-only `statx`, and each mapped
-/// file one per distinct file (by the device and inode `maps` shows) across all processes,
-/// through `map_files/`, so a node in another mount namespace or deleted is still seen. A
-/// process or descriptor gone while it is looked at is skipped; any other error is returned,
-/// so a process the daemon may not read (root without `CAP_SYS_PTRACE`) makes the answer an
-/// error, never "free", unless `skip_unreadable`.
+/// it holds; a process holding a loop's backing file (`files`: its `st_dev` and `st_ino` as
+/// the kernel took them, with the loop device it backs) counts as holding that loop, since
+/// what it writes there is what the loop's readers read. Process `except` (the daemon, whose
+/// own reads are under the disk's lock) is left out. One pass over `/proc`: each descriptor
+/// costs one type-and-inode `statx`, and each mapped file one per distinct file (by the device
+/// and inode `maps` shows) across all processes, through `map_files/`, so a node in another
+/// mount namespace or deleted is still seen. A process or descriptor gone while it is looked
+/// at is skipped; any other error is returned, so a process the daemon may not read (root
+/// without `CAP_SYS_PTRACE`) makes the answer an error, never "free", unless `skip_unreadable`.
 pub fn processes_holding(
     os: &dyn LinuxOs,
     proc_dir: &Path,
     devs: &[DevNum],
+    files: &[BackingFile],
     except: u32,
     skip_unreadable: bool,
 ) -> io::Result<Vec<(DevNum, String)>> {
@@ -90,7 +93,7 @@ pub fn processes_holding(
         .max(1);
     let chunk = pids.len().div_ceil(threads).max(1);
     if threads == 1 {
-        let mut out = scan(os, proc_dir, &pids, devs, skip_unreadable)?;
+        let mut out = scan(os, proc_dir, &pids, devs, files, skip_unreadable)?;
         out.sort_by(|a, b| a.1.cmp(&b.1));
         return Ok(out);
     }
@@ -98,7 +101,7 @@ pub fn processes_holding(
     std::thread::scope(|scope| {
         let parts: Vec<_> = pids
             .chunks(chunk)
-            .map(|part| scope.spawn(move || scan(os, proc_dir, part, devs, skip_unreadable)))
+            .map(|part| scope.spawn(move || scan(os, proc_dir, part, devs, files, skip_unreadable)))
             .collect();
         for part in parts {
             out.extend(part.join().expect("a /proc scan thread panicked")?);
@@ -115,8 +118,15 @@ fn scan(
     proc_dir: &Path,
     pids: &[String],
     devs: &[DevNum],
+    files: &[BackingFile],
     skip_unreadable: bool,
 ) -> io::Result<Vec<(DevNum, String)>> {
+    let backs = |dev: u64, ino: u64| {
+        files
+            .iter()
+            .find(|f| f.dev == dev && f.ino == ino)
+            .map(|f| f.loop_dev)
+    };
     let gone = |e: &io::Error| {
         e.kind() == io::ErrorKind::NotFound
             || e.raw_os_error() == Some(rustix::io::Errno::SRCH.raw_os_error())
@@ -165,9 +175,13 @@ fn scan(
         };
         let mut skip_rest = false;
         for fd in entries {
-            match os.block_device_number(&fds.join(&fd)) {
-                Ok(Some(d)) => found(d),
-                Ok(None) => {}
+            match os.open_on(&fds.join(&fd)) {
+                Ok(OpenOn::Block(d)) => found(d),
+                Ok(OpenOn::File { dev, ino }) => {
+                    if let Some(d) = backs(dev, ino) {
+                        found(d);
+                    }
+                }
                 Err(e) if gone(&e) => {}
                 Err(e) if skipped(&e) => {
                     tracing::debug!(pid, "descriptors not readable; skipped as the flag says");
@@ -184,10 +198,18 @@ fn scan(
                 Err(e) => return Err(unreadable(e)),
             };
             for (range, file) in file_mappings(&maps) {
+                // A mapped backing file is known by the numbers `maps` shows.
+                if let Some(d) = maps_numbers(&file).and_then(|(dev, ino)| backs(dev, ino)) {
+                    found(d);
+                    continue;
+                }
                 let kind = match mapped.get(&file) {
                     Some(k) => *k,
-                    None => match os.block_device_number(&dir.join("map_files").join(range)) {
-                        Ok(k) => *mapped.entry(file).or_insert(k),
+                    None => match os.open_on(&dir.join("map_files").join(range)) {
+                        Ok(on) => *mapped.entry(file).or_insert(match on {
+                            OpenOn::Block(d) => Some(d),
+                            OpenOn::File { .. } => None,
+                        }),
                         Err(e) if gone(&e) => continue,
                         Err(e) if skipped(&e) => break,
                         Err(e) => return Err(unreadable(e)),
@@ -204,6 +226,26 @@ fn scan(
         }
     }
     Ok(out)
+}
+
+/// A loop's backing file, as [`processes_holding`] matches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackingFile {
+    /// `st_dev` as the kernel's `huge_encode_dev` (a loop's `lo_device`).
+    pub dev: u64,
+    /// `st_ino` (a loop's `lo_inode`).
+    pub ino: u64,
+    /// The loop device it backs.
+    pub loop_dev: DevNum,
+}
+
+/// The `st_dev` (encoded as a loop's `lo_device`) and `st_ino` of a `maps` line's file: its
+/// device field is `major:minor` in hexadecimal (proc_pid_maps(5)).
+fn maps_numbers((dev, ino): &(String, u64)) -> Option<(u64, u64)> {
+    let (major, minor) = dev.split_once(':')?;
+    let major = u32::from_str_radix(major, 16).ok()?;
+    let minor = u32::from_str_radix(minor, 16).ok()?;
+    Some((encode_dev(major, minor), *ino))
 }
 
 /// The file mappings of a `/proc/<pid>/maps` (proc_pid_maps(5): `start-end perms offset
@@ -278,7 +320,10 @@ mod tests {
         let Some((node, dev)) = std::fs::read_dir("/dev")
             .unwrap()
             .flatten()
-            .find_map(|e| Some((e.path(), os.block_device_number(&e.path()).ok()??)))
+            .find_map(|e| match os.open_on(&e.path()).ok()? {
+                OpenOn::Block(d) => Some((e.path(), d)),
+                OpenOn::File { .. } => None,
+            })
         else {
             eprintln!("SKIPPED: no block device node in /dev");
             return;
@@ -307,7 +352,7 @@ mod tests {
         .unwrap();
         std::os::unix::fs::symlink("/dev/null", proc_dir.join("44/map_files/1000-2000")).unwrap();
         // The second mapping of the same file has no entry: it must not be looked at.
-        let held = processes_holding(&os, &proc_dir, &[dev], 1, false).unwrap();
+        let held = processes_holding(&os, &proc_dir, &[dev], &[], 1, false).unwrap();
         assert_eq!(
             held,
             [
@@ -316,10 +361,10 @@ mod tests {
             ]
         );
         assert!(
-            processes_holding(&os, &proc_dir, &[(9999, 9999)], 1, false)
+            processes_holding(&os, &proc_dir, &[(9999, 9999)], &[], 1, false)
                 .unwrap()
                 .is_empty()
         );
-        assert!(processes_holding(&os, &tmp.path().join("none"), &[dev], 1, false).is_err());
+        assert!(processes_holding(&os, &tmp.path().join("none"), &[dev], &[], 1, false).is_err());
     }
 }

@@ -6,7 +6,8 @@
 )]
 
 use super::os::{
-    At, Blkpg, LinuxOs, LoopBacking, MountFlags, MountOf, Open, Ran, Space, XfsGeometry,
+    At, Blkpg, LinuxOs, LoopBacking, MountFlags, MountOf, Open, OpenOn, Ran, Space, XfsGeometry,
+    encode_dev,
 };
 use std::collections::HashMap;
 use std::fs::{self, File};
@@ -115,20 +116,24 @@ impl LinuxOs for SystemLinux {
         path.exists()
     }
 
-    fn block_device_number(&self, path: &Path) -> io::Result<Option<(u32, u32)>> {
-        // statx(2) asking for the file type alone: the device numbers come with it, and no
-        // filesystem is asked to bring sizes or times up to date (AT_STATX_DONT_SYNC).
+    fn open_on(&self, path: &Path) -> io::Result<OpenOn> {
+        // statx(2) asking for the type and inode alone (the device numbers always come with
+        // them), and no filesystem asked to bring sizes or times up to date
+        // (AT_STATX_DONT_SYNC).
         let st = rustix::fs::statx(
             rustix::fs::CWD,
             path,
             rustix::fs::AtFlags::STATX_DONT_SYNC,
-            rustix::fs::StatxFlags::TYPE,
+            rustix::fs::StatxFlags::TYPE | rustix::fs::StatxFlags::INO,
         )?;
         let mode = u32::from(st.stx_mode);
-        if rustix::fs::FileType::from_raw_mode(mode) != rustix::fs::FileType::BlockDevice {
-            return Ok(None);
+        if rustix::fs::FileType::from_raw_mode(mode) == rustix::fs::FileType::BlockDevice {
+            return Ok(OpenOn::Block((st.stx_rdev_major, st.stx_rdev_minor)));
         }
-        Ok(Some((st.stx_rdev_major, st.stx_rdev_minor)))
+        Ok(OpenOn::File {
+            dev: encode_dev(st.stx_dev_major, st.stx_dev_minor),
+            ino: st.stx_ino,
+        })
     }
 
     fn create_dir_all(&self, path: &Path, mode: u32) -> io::Result<()> {

@@ -130,6 +130,28 @@ pub struct LoopBacking {
     pub rdev: (u32, u32),
 }
 
+/// What a path (a process's descriptor under `/proc/<pid>/fd`, a mapping under `map_files/`)
+/// is open on, as far as the in-use rule asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenOn {
+    /// A block device, by its `st_rdev` as `(major, minor)`.
+    Block((u32, u32)),
+    /// Anything else, by its `st_dev` (encoded as the kernel's `huge_encode_dev`, as a loop's
+    /// `lo_device` is) and `st_ino`: a loop's backing file is matched by these.
+    File {
+        /// `st_dev`, encoded.
+        dev: u64,
+        /// `st_ino`.
+        ino: u64,
+    },
+}
+
+/// `(major, minor)` encoded as the kernel's `huge_encode_dev` (`new_encode_dev`): how
+/// `LOOP_GET_STATUS64` reports `lo_device`.
+pub fn encode_dev(major: u32, minor: u32) -> u64 {
+    u64::from(minor & 0xff) | (u64::from(major) << 8) | (u64::from(minor & !0xff) << 12)
+}
+
 /// The OS primitives of the Linux disk and volume hosts. Each method is one documented call of
 /// the real OS; see [`super::kernel::SystemLinux`] for which.
 pub trait LinuxOs: Send + Sync {
@@ -147,9 +169,10 @@ pub trait LinuxOs: Send + Sync {
     fn read_link(&self, path: &Path) -> io::Result<PathBuf>;
     /// stat(2) succeeds: something is at `path` (a device node, a sysfs entry).
     fn exists(&self, path: &Path) -> bool;
-    /// stat(2) of `path`, following links (`/proc/<pid>/fd/N`, a loop's backing file): its
-    /// `st_rdev` when it is a block device, `None` for anything else.
-    fn block_device_number(&self, path: &Path) -> io::Result<Option<(u32, u32)>>;
+    /// stat(2) of `path`, following links (`/proc/<pid>/fd/N`, a loop's backing file): what
+    /// it is open on, a block device by its `st_rdev`, anything else by its `st_dev` and
+    /// `st_ino`.
+    fn open_on(&self, path: &Path) -> io::Result<OpenOn>;
     /// mkdir(2) of `path` and its missing parents, new ones with `mode`.
     fn create_dir_all(&self, path: &Path, mode: u32) -> io::Result<()>;
     /// rmdir(2).

@@ -187,8 +187,8 @@ struct Member<'a> {
 /// over the same image or over the disk, a device built on it), each with [`usage`], the loop
 /// devices set up over it or a partition (kubelet maps raw block volumes so; what backs a loop
 /// is asked of the kernel, `LOOP_GET_STATUS64`), the processes holding one of its devices by a
-/// descriptor or a memory mapping (the daemon excepted; one pass over `/proc` for all of
-/// them), and the devices claimed exclusively (an `O_EXCL` open fails with EBUSY) that no
+/// descriptor or a memory mapping, or holding the backing file of one that is a loop (the
+/// daemon excepted; one pass over `/proc` for all of them), and the devices claimed exclusively (an `O_EXCL` open fails with EBUSY) that no
 /// mount in the table explains. The other disks' facts are in
 /// [`DiskUsage::other_paths`]. Fails closed: what cannot be read is an error.
 pub fn in_use_facts(os: &Os, disk: &Disk) -> Result<DiskUsage> {
@@ -228,6 +228,19 @@ pub fn in_use_facts(os: &Os, disk: &Disk) -> Result<DiskUsage> {
         .iter()
         .flat_map(|m| m.devs.iter().copied())
         .collect();
+    // A loop of the storage over a regular file: a process writing the file writes the loop.
+    let files: Vec<block_users::BackingFile> = members
+        .iter()
+        .filter_map(|m| {
+            let (_, b) = loops.iter().find(|(name, _)| *name == m.disk.name)?;
+            let at = m.own.iter().position(|(name, _)| *name == m.disk.name)?;
+            (b.rdev == (0, 0)).then(|| block_users::BackingFile {
+                dev: b.dev,
+                ino: b.ino,
+                loop_dev: m.devs[at],
+            })
+        })
+        .collect();
     // A prober (udev, blkid, `losetup -f` looking for a free loop device, the kernel
     // re-reading a partition table, another daemon asking a loop what backs it) opens or
     // claims a disk for a moment; a user holds it. Only a holder or a claim still there a
@@ -237,6 +250,7 @@ pub fn in_use_facts(os: &Os, disk: &Disk) -> Result<DiskUsage> {
             &**os,
             Path::new("/proc"),
             &devs,
+            &files,
             std::process::id(),
             block_users::unreadable_processes_skipped(),
         )

@@ -13,7 +13,7 @@ mod scsi;
 mod state;
 mod tools;
 
-use super::os::{At, Blkpg, LinuxOs, MountFlags, MountOf, Open, Ran, Space, XfsGeometry};
+use super::os::{At, Blkpg, LinuxOs, MountFlags, MountOf, Open, OpenOn, Ran, Space, XfsGeometry};
 use csi_proxy_formats::signatures;
 use state::{Disk, Handle, Mount, Part, State};
 use std::collections::HashMap;
@@ -284,12 +284,16 @@ impl LinuxOs for FakeLinux {
             || s.resolve(path).is_ok()
     }
 
-    fn block_device_number(&self, path: &Path) -> io::Result<Option<(u32, u32)>> {
-        let s = self.record(format!("block_device_number {}", path.display()));
+    fn open_on(&self, path: &Path) -> io::Result<OpenOn> {
+        let s = self.record(format!("open_on {}", path.display()));
         let real = s.resolve(path)?;
         match s.device_at(&real) {
-            Some((disk, part)) => Ok(Some(s.dev_numbers(disk, part))),
-            None if s.is_dir(&real) || s.files.contains(&real) => Ok(None),
+            Some((disk, part)) => Ok(OpenOn::Block(s.dev_numbers(disk, part))),
+            // No fake loop has a backing file: a file's numbers match none.
+            None if s.is_dir(&real) || s.files.contains(&real) => Ok(OpenOn::File {
+                dev: u64::MAX,
+                ino: u64::MAX,
+            }),
             None => Err(errno(ENOENT)),
         }
     }
