@@ -109,6 +109,21 @@ pub fn refuse_in_use(op: &str, object: &str, usage: &DiskUsage, own: OwnUse<'_>)
     Ok(())
 }
 
+/// Fills in which volumes something else has open ([`DiskUsage::open_elsewhere`], asked of
+/// `opens` by disk number), for the disk and for every other path to its storage: a volume
+/// held open through one path is the storage's as much as the other's.
+pub fn ask_open_elsewhere(
+    usage: &mut DiskUsage,
+    disk: u32,
+    opens: impl Fn(u32) -> Result<Vec<OpenElsewhere>>,
+) -> Result<()> {
+    usage.open_elsewhere = opens(disk)?;
+    for other in &mut usage.other_paths {
+        other.usage.open_elsewhere = opens(other.disk)?;
+    }
+    Ok(())
+}
+
 /// Why the facts of one device make it in use, if they do. `own` is `None` for another path
 /// to the storage: then every use counts, mounts below the roots and drive letters too.
 fn why_in_use(op: &str, usage: &DiskUsage, own: Option<OwnUse<'_>>) -> Option<String> {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 mod in_use;
 mod storage;
-pub use in_use::{DiskUsage, OpenElsewhere, OtherPath, OwnUse, refuse_in_use};
+pub use in_use::{DiskUsage, OpenElsewhere, OtherPath, OwnUse, ask_open_elsewhere, refuse_in_use};
 pub use storage::{Reach, StorageId, same_storage, storage_group};
 
 /// Where a disk is attached, as the host reports it. Every field may be empty when the host
@@ -104,10 +104,11 @@ impl DiskService {
             .disk_usage(disk_number)
             .map_err(|e| e.context(op))?;
         if opens {
-            usage.open_elsewhere = self
-                .host
-                .volumes_open_elsewhere(disk_number)
-                .map_err(|e| e.context(op))?;
+            ask_open_elsewhere(&mut usage, disk_number, |n| {
+                self.host
+                    .volumes_open_elsewhere(n)
+                    .map_err(|e| e.context(op))
+            })?;
         }
         refuse_in_use(
             op,

@@ -153,10 +153,11 @@ impl VolumeService {
             // Asked under the lock: mounts may have changed while waiting for it.
             let mut usage = self.host.disk_usage(disk).map_err(|e| e.context(op))?;
             if guard == Guard::FactsAndOpens {
-                usage.open_elsewhere = self
-                    .host
-                    .volumes_open_elsewhere(disk)
-                    .map_err(|e| e.context(op))?;
+                crate::disk::ask_open_elsewhere(&mut usage, disk, |n| {
+                    self.host
+                        .volumes_open_elsewhere(n)
+                        .map_err(|e| e.context(op))
+                })?;
             }
             refuse_in_use(
                 op,

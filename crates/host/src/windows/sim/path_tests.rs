@@ -64,3 +64,30 @@ fn a_lun_surfaced_twice_is_one_storage_through_either_path() {
     refused(disk.set_disk_state(a, true), &[&via_b]);
     assert_eq!(m.sim.disk_attributes(a).map(|x| x.0), Some(true));
 }
+
+/// A process has path A's volume open (a backup agent reading it raw, nothing mounted): the
+/// lock probe finds it through A, and the storage is as much in use through B. PartitionDisk
+/// through B is refused naming A and the open volume; once the process closes it, the disk is
+/// free again.
+#[test]
+fn a_volume_open_through_one_path_refuses_the_other() {
+    use super::holders::{FILE_SHARE_READ, FILE_SHARE_WRITE};
+    use crate::windows::disk::volume_device;
+    use crate::windows::os::Access;
+    let m = machine();
+    let (disk, vol) = services(&m);
+    let a = m.sim.add_disk(10 * GIB, 3);
+    disk.partition_disk(a).unwrap();
+    let id_a = vol.list_volumes_on_disk(a, 0).unwrap().remove(0);
+    let b = m.sim.add_disk_path(a, 4);
+    let h = m.sim.open_in_other_process(
+        &volume_device(&id_a),
+        Access::Read,
+        FILE_SHARE_READ | FILE_SHARE_WRITE,
+    );
+    let via_a = format!("reached also through another path, as disk {a} (PhysicalDrive{a})");
+    refused(disk.partition_disk(b), &[&via_a, "open in another process"]);
+    refused(disk.partition_disk(a), &["open in another process"]);
+    m.sim.close_in_other_process(h);
+    disk.partition_disk(a).unwrap();
+}
