@@ -132,16 +132,8 @@ fn linux(plan: &Arc<HangPlan>, state: &std::path::Path) -> World {
 fn run(platform: &str, hosts: &[&str], world: impl FnOnce(&Arc<HangPlan>) -> World) {
     let plan = Arc::new(HangPlan::default());
     let (services, names, heal) = world(&plan);
-    let daemon_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let client_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let daemon_rt = rpcs::runtime();
+    let client_rt = rpcs::runtime();
     let dir = tempfile::tempdir().unwrap();
     let sockets = dir.path().join("run");
     let (serving, ready_rx, stop_tx) =

@@ -125,16 +125,8 @@ fn every_host_call_that_can_hang_leaves_other_clients_served() {
         rpcs::row(call.host, call.method);
     }
     let plan = Arc::new(HangPlan::default());
-    let daemon_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let client_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let daemon_rt = rpcs::runtime();
+    let client_rt = rpcs::runtime();
     let dir = tempfile::tempdir().unwrap();
     let sockets = dir.path().join("run");
     let (serving, ready_rx, stop_tx) =
@@ -176,11 +168,7 @@ fn a_stalled_disk_never_holds_the_kubelet_tree() {
     use csi_proxy_api::volume::v1 as volume;
     let plan = Arc::new(HangPlan::default());
     let _release = Release(plan.clone());
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = rpcs::runtime();
     let dir = tempfile::tempdir().unwrap();
     let sockets = dir.path().join("run");
     let services = services(&plan);

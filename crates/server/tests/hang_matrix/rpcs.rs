@@ -101,6 +101,16 @@ pub fn row(host: &str, method: &str) -> Option<Rpc> {
     }
 }
 
+/// A runtime of two workers (the daemon's side or the clients' side of a run): few enough
+/// that a call holding one in place of a blocking thread would show.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// The names a platform's requests use.
 #[derive(Debug, Clone)]
 pub struct Names {
