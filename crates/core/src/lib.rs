@@ -9,6 +9,7 @@ pub mod filesystem;
 pub mod iscsi;
 pub mod locks;
 pub mod paths;
+pub mod profiles;
 pub mod quota;
 pub mod smb;
 pub mod system;

@@ -95,6 +95,17 @@ pub fn refuse_in_use(op: &str, object: &str, usage: &DiskUsage, own: OwnUse<'_>)
             format!("refused: the disk {why}"),
         ))
     };
+    // Under a profile, a filesystem of the disk mounted below the roots in another profile's
+    // places makes the disk that profile's: refused as such, before anything else is weighed.
+    let unscoped;
+    let own = match own {
+        OwnUse::MountsBelow(policy) if policy.scope().is_restricted() => {
+            unscoped = policy.with_scope(crate::profiles::Scope::all());
+            refuse_foreign(op, object, usage, policy, &unscoped)?;
+            OwnUse::MountsBelow(&unscoped)
+        }
+        own => own,
+    };
     if let Some(why) = why_in_use(op, usage, Some(own)) {
         return refuse(why);
     }
@@ -103,6 +114,42 @@ pub fn refuse_in_use(op: &str, object: &str, usage: &DiskUsage, own: OwnUse<'_>)
             return refuse(format!(
                 "is reached also through another path, as disk {} ({}), which {why}",
                 other.disk, other.name,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// PERMISSION_DENIED when a filesystem of the storage (the disk or another path to it) is
+/// mounted below the roots but not in `scoped`'s profile's places, naming whose they are.
+fn refuse_foreign(
+    op: &str,
+    object: &str,
+    usage: &DiskUsage,
+    scoped: &PathPolicy,
+    unscoped: &PathPolicy,
+) -> Result<()> {
+    let mounts = usage
+        .mount_points
+        .iter()
+        .chain(usage.other_paths.iter().flat_map(|o| &o.usage.mount_points));
+    for mp in mounts {
+        let Ok(normalised) = unscoped.check(op, mp) else {
+            continue;
+        };
+        if unscoped.is_root(&normalised) {
+            continue;
+        }
+        if let Some(owner) = scoped.scope().foreign_owner(&normalised) {
+            return Err(Error::new(
+                Kind::PermissionDenied,
+                op,
+                object,
+                format!(
+                    "refused for profile {:?}: the disk holds a filesystem mounted at {mp:?}, \
+                     which {owner}",
+                    scoped.scope().profile().unwrap_or_default()
+                ),
             ));
         }
     }

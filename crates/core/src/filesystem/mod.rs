@@ -42,6 +42,84 @@ pub trait FilesystemHost: Walker<Dir = Held> + Send + Sync {
     fn held_entry_path(&self, parent: &Held, name: &str) -> Option<String>;
     /// A path naming exactly the held directory `dir`, as [`FilesystemHost::held_entry_path`].
     fn held_dir_path(&self, dir: &Held) -> Option<String>;
+    /// The content of the regular file `name` inside `parent`, opened without following a
+    /// link and without blocking on a FIFO: kubelet's per-volume records, which a client may
+    /// have written. More than `limit` bytes is an `InvalidData` error. `Unsupported` where the
+    /// host cannot read files (a profile then has no record to claim by, and is refused).
+    fn read_small(&self, parent: &Held, name: &str, limit: usize) -> io::Result<Vec<u8>> {
+        let _ = (parent, name, limit);
+        Err(io::ErrorKind::Unsupported.into())
+    }
+}
+
+/// The most bytes of kubelet's per-volume record read (kubelet writes a few hundred).
+pub const VOL_DATA_LIMIT: usize = 64 * 1024;
+
+/// Reads kubelet's per-volume records ([`crate::profiles::VolDataReader`]) through the
+/// filesystem host: the directory is walked by the roots' rules (no link leads out, none is
+/// followed at the record), and the record is parsed with bounds.
+pub struct VolDataFromHost {
+    host: Arc<dyn FilesystemHost>,
+    /// The roots without any profile (the reader works for every profile's scope).
+    policy: PathPolicy,
+}
+
+impl VolDataFromHost {
+    /// A reader over `fs`'s host and roots.
+    pub fn new(fs: &FilesystemService) -> Self {
+        VolDataFromHost {
+            host: fs.host.clone(),
+            policy: fs.policy.with_scope(crate::profiles::Scope::all()),
+        }
+    }
+}
+
+impl crate::profiles::VolDataReader for VolDataFromHost {
+    fn driver_of(&self, op: &str, dir: &str, file: &[&str]) -> Result<Option<String>> {
+        let Some((name, subdirs)) = file.split_last() else {
+            return Ok(None);
+        };
+        let sep = match self.policy.style() {
+            PathStyle::Windows => "\\",
+            PathStyle::Posix => "/",
+        };
+        let mut parent = dir.to_string();
+        for d in subdirs {
+            parent.push_str(sep);
+            parent.push_str(d);
+        }
+        let held = match self
+            .policy
+            .walk(op, &parent, Mode::FOLLOW, self.host.as_ref())?
+        {
+            Walk::Reached(Reached {
+                found: Found::Dir(d),
+                ..
+            }) => d,
+            _ => return Ok(None),
+        };
+        let bytes = match self.host.read_small(&held, name, VOL_DATA_LIMIT) {
+            Ok(b) => b,
+            Err(e) if crate::paths::names_nothing(&e) => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::Unsupported => return Ok(None),
+            Err(e) => {
+                return Err(Error::io(
+                    op,
+                    format!("kubelet's record {:?} in {dir:?}", file.join("/")),
+                    &e,
+                ));
+            }
+        };
+        Ok(driver_named(&bytes))
+    }
+}
+
+/// The `driverName` kubelet's record names: a JSON object of strings. Anything else (not
+/// JSON, no such field, not a string) names no driver.
+pub fn driver_named(bytes: &[u8]) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    let name = value.as_object()?.get("driverName")?.as_str()?;
+    (!name.is_empty()).then(|| name.to_string())
 }
 
 /// A request path checked and held for another group's host: `os_path` names what was checked

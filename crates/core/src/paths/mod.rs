@@ -204,6 +204,9 @@ pub struct PathPolicy {
     roots: Vec<String>,
     /// The same roots split into components (Windows: drive first).
     root_comps: Vec<Vec<String>>,
+    /// Whose rights the paths are judged by: everything, or one profile's places within the
+    /// roots ([`crate::profiles`]).
+    scope: crate::profiles::Scope,
 }
 
 /// Where a location stands relative to the roots.
@@ -258,7 +261,21 @@ impl PathPolicy {
             style,
             roots,
             root_comps,
+            scope: crate::profiles::Scope::all(),
         })
+    }
+
+    /// The same roots, judged for `scope`: a path must also be one of its profile's places.
+    pub fn with_scope(&self, scope: crate::profiles::Scope) -> Self {
+        Self {
+            scope,
+            ..self.clone()
+        }
+    }
+
+    /// Whose rights paths are judged by.
+    pub fn scope(&self) -> &crate::profiles::Scope {
+        &self.scope
     }
 
     /// A policy whose one root is the filesystem root (every drive on Windows): for host tests
@@ -275,6 +292,7 @@ impl PathPolicy {
             style,
             roots: root_comps.iter().map(|r| style.render(r)).collect(),
             root_comps,
+            scope: crate::profiles::Scope::all(),
         }
     }
 
@@ -370,10 +388,24 @@ impl PathPolicy {
     }
 
     /// The lexical check: normalised components and how many of them are the deepest matching root.
+    ///
+    /// Under a profile the path must also be one of its places: every path argument passes
+    /// here before anything is asked of a host.
     fn lexical_inside<'p>(&self, op: &str, path: &'p str) -> Result<(Vec<&'p str>, usize)> {
         let (comps, root) = self.lexical_root(op, path)?;
         let root_len = self.root_comps.get(root).map_or(0, Vec::len);
+        if self.scope.is_restricted() {
+            self.scope.admit_path(op, &self.style.render(&comps))?;
+        }
         Ok((comps, root_len))
+    }
+
+    /// Under a profile, where a walk ended (after links): one of its places too.
+    pub(crate) fn admit_resolved(&self, op: &str, resolved: &str) -> Result<()> {
+        if self.scope.is_restricted() {
+            self.scope.admit_path(op, resolved)?;
+        }
+        Ok(())
     }
 
     /// As [`PathPolicy::lexical_inside`], with the index of the root the path lies in (in

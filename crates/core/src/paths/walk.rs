@@ -401,6 +401,10 @@ impl PathPolicy {
                 None => continue,
             };
             let create = mode.create && (follow || !last);
+            // Under a profile, nothing is made outside its places, also where a link led.
+            if create {
+                self.admit_resolved(op, &at)?;
+            }
             let found = if last && !follow {
                 walker.peek(parent, &top[0].name, &at)
             } else {
@@ -510,6 +514,7 @@ impl PathPolicy {
         let qualified = self.qualified(path);
         let (comps, root) = self.lexical_root(op, &qualified)?;
         let root_len = self.root_comps.get(root).map_or(0, Vec::len);
+        self.admit_resolved(op, &self.style.render(&comps))?;
         if let Some(below) = comps.get(root_len..).filter(|b| !b.is_empty())
             && let Some(at) = self.roots.get(root)
         {
@@ -553,6 +558,8 @@ impl PathPolicy {
             last_found,
         } = end;
         let resolved = self.style.render(&names(&stack));
+        // Under a profile, where links led must be one of its places too.
+        self.admit_resolved(op, &resolved)?;
         let io_err = |at: &str, e: &io::Error| {
             Error::io(op, format!("{} (checking {at:?})", shown(path)), e)
         };
