@@ -171,6 +171,7 @@ mod linux {
                 group: "filesystem",
                 version: "v1",
                 routes: fs,
+                place: csi_proxy_server::daemon::Place::Default,
             };
             let listen = Listen::Unix {
                 dir: a.socket_dir,

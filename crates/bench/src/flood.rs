@@ -160,6 +160,7 @@ mod linux {
                 routes: tonic::service::Routes::new(
                     csi_proxy_server::filesystem::FilesystemV1::new(fs_svc).into_server(),
                 ),
+                place: csi_proxy_server::daemon::Place::Default,
             },
             Endpoint {
                 group: "iscsi",
@@ -167,6 +168,7 @@ mod linux {
                 routes: tonic::service::Routes::new(
                     csi_proxy_server::iscsi::IscsiV1alpha2::new(iscsi_svc).into_server(),
                 ),
+                place: csi_proxy_server::daemon::Place::Default,
             },
         ];
         let sockets = dir.path().join("run");

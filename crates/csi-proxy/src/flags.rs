@@ -50,6 +50,12 @@ pub struct Flags {
     #[arg(long = "state-dir", default_value = DEFAULT_STATE_DIR, value_name = "DIR")]
     pub state_dir: String,
 
+    /// Per-driver profiles (TOML): each listed driver gets its own endpoints and may touch only
+    /// its own paths, disks, mappings and sessions. Without it every client may do everything,
+    /// as upstream (see docs/security.md).
+    #[arg(long = "profiles", value_name = "FILE")]
+    pub profiles: Option<String>,
+
     /// Filesystem FormatVolume creates on Linux: ext4 or xfs.
     #[arg(long = "format-filesystem", default_value = "ext4", value_name = "TYPE",
           value_parser = ["ext4", "xfs"])]

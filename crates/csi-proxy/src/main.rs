@@ -4,6 +4,7 @@ mod flags;
 mod hosts;
 mod klog;
 mod log_file;
+mod profiles;
 mod service_events;
 #[cfg_attr(not(windows), allow(dead_code))] // the Windows service drives it; Linux tests it
 mod service_lifecycle;
@@ -170,7 +171,10 @@ async fn run(
     }
     tracing::info!(roots = ?policy.roots(), require_privacy = flags.require_privacy, "path roots");
     let services = hosts::services(Arc::new(policy), &flags)?;
-    let endpoints = registry::endpoints(&services);
+    let endpoints = match &flags.profiles {
+        None => registry::endpoints(&services),
+        Some(file) => profiles::endpoints(&services, &flags, file, &state)?,
+    };
     // Serving (now, or once taken over), this daemon stops when the next one asks.
     let (serving_tx, serving_rx) = tokio::sync::oneshot::channel::<()>();
     let asked = {

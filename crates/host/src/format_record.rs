@@ -68,52 +68,14 @@ impl FormatRecords {
         self.write_text(&name, body.as_bytes())
     }
 
-    /// On Linux through the directory's handle, never following a link (see
-    /// `linux::state_dir`).
-    #[cfg(target_os = "linux")]
     fn write_text(&self, name: &str, body: &[u8]) -> io::Result<()> {
-        crate::linux::state_dir::write_file(&self.dir, name, body, 0o600)
+        write_state_file(&self.dir, name, body)
     }
 
-    /// On Windows the state directory (under `C:\ProgramData`) is writable by administrators
-    /// only, who need no link to reach anything; NTFS journals the rename itself.
-    #[cfg(not(target_os = "linux"))]
-    fn write_text(&self, name: &str, body: &[u8]) -> io::Result<()> {
-        use std::fs::File;
-        use std::io::Write;
-        std::fs::create_dir_all(&self.dir)?;
-        let tmp = self.dir.join(format!(".{name}.tmp"));
-        {
-            let mut f = File::create(&tmp)?;
-            f.write_all(body)?;
-            f.sync_all()?;
-        }
-        std::fs::rename(&tmp, self.dir.join(name))
-    }
-
-    #[cfg(target_os = "linux")]
     fn read_text(&self, key: &str) -> io::Result<String> {
-        let bytes = crate::linux::state_dir::read_file(&self.dir, &Self::name(key)?)?
+        let bytes = read_state_file(&self.dir, &Self::name(key)?)?
             .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
         String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    fn read_text(&self, key: &str) -> io::Result<String> {
-        use std::io::Read;
-        let mut file = std::fs::File::open(self.dir.join(Self::name(key)?))?;
-        // A record some other user owns (planted before the folder was made private) is not
-        // ours: read as none, which keeps its volume from being formatted.
-        #[cfg(windows)]
-        if let crate::windows::state_dir::Owner::Other(sid) =
-            crate::windows::win32::state_dir::owner(&file)?
-        {
-            tracing::warn!(record = %self.dir.join(key).display(), owner = %sid, "ignoring a format record another user owns");
-            return Err(io::ErrorKind::PermissionDenied.into());
-        }
-        let mut text = String::new();
-        file.read_to_string(&mut text)?;
-        Ok(text)
     }
 
     /// The record's file name: the key in lower case.
@@ -130,6 +92,56 @@ impl FormatRecords {
             ))
         }
     }
+}
+
+/// Writes file `name` of the state directory `dir` (made when missing) atomically and durably:
+/// on Linux through the directory's handle, never following a link (see `linux::state_dir`).
+#[cfg(target_os = "linux")]
+pub fn write_state_file(dir: &Path, name: &str, body: &[u8]) -> io::Result<()> {
+    crate::linux::state_dir::write_file(dir, name, body, 0o600)
+}
+
+/// On Windows the state directory (under `C:\ProgramData`) is writable by administrators
+/// only, who need no link to reach anything; NTFS journals the rename itself.
+#[cfg(not(target_os = "linux"))]
+pub fn write_state_file(dir: &Path, name: &str, body: &[u8]) -> io::Result<()> {
+    use std::fs::File;
+    use std::io::Write;
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(".{name}.tmp"));
+    {
+        let mut f = File::create(&tmp)?;
+        f.write_all(body)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, dir.join(name))
+}
+
+/// The content of file `name` of the state directory `dir`, `None` when either is missing.
+#[cfg(target_os = "linux")]
+pub fn read_state_file(dir: &Path, name: &str) -> io::Result<Option<Vec<u8>>> {
+    crate::linux::state_dir::read_file(dir, name)
+}
+
+/// As on Linux; a file some other user owns (planted before the folder was made private) is
+/// not ours: refused.
+#[cfg(not(target_os = "linux"))]
+pub fn read_state_file(dir: &Path, name: &str) -> io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let mut file = match std::fs::File::open(dir.join(name)) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        r => r?,
+    };
+    #[cfg(windows)]
+    if let crate::windows::state_dir::Owner::Other(sid) =
+        crate::windows::win32::state_dir::owner(&file)?
+    {
+        tracing::warn!(file = %dir.join(name).display(), owner = %sid, "ignoring a state file another user owns");
+        return Err(io::ErrorKind::PermissionDenied.into());
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(Some(bytes))
 }
 
 #[cfg(test)]

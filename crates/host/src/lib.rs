@@ -10,6 +10,7 @@ pub mod iscsi_discovery;
 #[cfg(target_os = "linux")]
 pub mod linux;
 pub mod probe;
+pub mod profiles_file;
 pub mod smb_scan;
 pub mod windows;
 

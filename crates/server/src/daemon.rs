@@ -34,6 +34,22 @@ pub struct Endpoint {
     pub version: &'static str,
     /// The single gRPC service answering on this endpoint.
     pub routes: Routes,
+    /// Where it is named: the daemon's default place, or a profile's own.
+    pub place: Place,
+}
+
+/// Where an endpoint's name lies: at the daemon's default place (`--socket-dir`, upstream's
+/// pipe names), or at one profile's own ([`csi_proxy_core::profiles`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Place {
+    /// The default: `<socket dir>/csi-proxy-<group>-<version>.sock`, `\\.\pipe\csi-proxy-<group>-<version>`.
+    Default,
+    /// A profile's socket directory, in place of the default one.
+    #[cfg(unix)]
+    Dir(std::path::PathBuf),
+    /// A profile's pipe prefix: `\\.\pipe\<prefix>-<group>-<version>`.
+    #[cfg(windows)]
+    Prefix(String),
 }
 
 /// Where endpoints listen.
@@ -94,15 +110,29 @@ pub fn listen_key(listen: &Listen) -> String {
     }
 }
 
-/// The name a client uses to reach an endpoint: a socket path or a pipe name.
-pub fn endpoint_name(listen: &Listen, group: &str, version: &str) -> String {
+/// The name a client uses to reach an endpoint at `place`: a socket path or a pipe name.
+pub fn endpoint_name(listen: &Listen, place: &Place, group: &str, version: &str) -> String {
     match listen {
         #[cfg(unix)]
-        Listen::Unix { dir, .. } => crate::transport::unix::socket_path(dir, group, version)
-            .display()
-            .to_string(),
+        Listen::Unix { dir, .. } => {
+            crate::transport::unix::socket_path(socket_dir(dir, place), group, version)
+                .display()
+                .to_string()
+        }
         #[cfg(windows)]
-        Listen::Pipe { .. } => format!(r"\\.\pipe\csi-proxy-{group}-{version}"),
+        Listen::Pipe { .. } => match place {
+            Place::Prefix(prefix) => format!(r"\\.\pipe\{prefix}-{group}-{version}"),
+            Place::Default => format!(r"\\.\pipe\csi-proxy-{group}-{version}"),
+        },
+    }
+}
+
+/// The socket directory of an endpoint at `place`, `default` being the daemon's.
+#[cfg(unix)]
+fn socket_dir<'a>(default: &'a std::path::Path, place: &'a Place) -> &'a std::path::Path {
+    match place {
+        Place::Dir(dir) => dir,
+        Place::Default => default,
     }
 }
 
@@ -193,7 +223,7 @@ pub async fn serve_with(
         let caps = ConnectionCaps::new(per_endpoint, total.clone(), in_all);
         let mut stop = stop_rx.clone();
         let (group, version) = (ep.group, ep.version);
-        let name = endpoint_name(&listen, group, version);
+        let name = endpoint_name(&listen, &ep.place, group, version);
         let (reporter, routes) = with_health(ep).await;
         health.push(reporter);
         servers.spawn(async move {
@@ -341,10 +371,11 @@ fn bind_all(
             version: ep.version,
             source,
         };
-        let name = endpoint_name(listen, ep.group, ep.version);
+        let name = endpoint_name(listen, &ep.place, ep.group, ep.version);
         let r = match listen {
             #[cfg(unix)]
             Listen::Unix { dir, gid } => {
+                let dir = socket_dir(dir, &ep.place);
                 let path = crate::transport::unix::socket_path(dir, ep.group, ep.version);
                 match inherited.listener_for(&path) {
                     // systemd holds the socket across restarts: nothing to bind, rename or

@@ -95,6 +95,14 @@ impl DiskService {
         Self { host, roots }
     }
 
+    /// The same service judging mounts by `roots` (a profile's scope, [`crate::profiles`]).
+    pub fn with_roots(&self, roots: Arc<PathPolicy>) -> Self {
+        Self {
+            host: self.host.clone(),
+            roots,
+        }
+    }
+
     /// Holds the disk and refuses it when the host or someone else uses it; with `opens`, a
     /// volume of it that something else has open counts too.
     fn claim(&self, op: &str, disk_number: u32, opens: bool) -> Result<crate::locks::DiskGuard> {

@@ -149,6 +149,14 @@ impl FilesystemService {
         Self { host, policy }
     }
 
+    /// The same service judging paths for `scope` (one profile's endpoints).
+    pub fn with_scope(&self, scope: crate::profiles::Scope) -> Self {
+        Self {
+            host: self.host.clone(),
+            policy: Arc::new(self.policy.with_scope(scope)),
+        }
+    }
+
     /// The path policy, shared with other groups that take paths.
     pub fn policy(&self) -> &Arc<PathPolicy> {
         &self.policy

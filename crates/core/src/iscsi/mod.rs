@@ -10,6 +10,8 @@
 use crate::disk::{DiskUsage, OwnUse, refuse_in_use};
 use crate::error::{Error, Kind, Result};
 use crate::locks::lock_disk;
+use crate::profiles::owners::Object;
+use crate::profiles::{Release, Scope};
 use crate::quota::Quota;
 pub use crate::smb::Secret;
 use std::fmt;
@@ -182,6 +184,22 @@ pub struct IscsiService {
     /// The node's portal list's places ([`MAX_PORTALS`]), shared by every clone (every API
     /// version).
     portals: Arc<Quota<TargetPortal>>,
+    /// Whose portals and sessions the calls may touch ([`crate::profiles`]).
+    scope: Scope,
+}
+
+/// The book's name of a portal.
+fn portal_object(portal: &TargetPortal) -> Object {
+    Object::Portal(portal.to_string().to_ascii_lowercase())
+}
+
+/// The book's name of a session: one target through one portal.
+fn session_object(portal: &TargetPortal, iqn: &str) -> Object {
+    Object::Session(format!(
+        "{} {}",
+        portal.to_string().to_ascii_lowercase(),
+        iqn.to_ascii_lowercase()
+    ))
 }
 
 /// The longest iSCSI name, in bytes (RFC 3720, 3.2.6.1).
@@ -231,6 +249,15 @@ impl IscsiService {
         Self {
             host,
             portals: Arc::new(Quota::new(MAX_PORTALS, "target portals")),
+            scope: Scope::all(),
+        }
+    }
+
+    /// The same service for calls made under `scope` (one profile's endpoints).
+    pub fn with_scope(&self, scope: Scope) -> Self {
+        Self {
+            scope,
+            ..self.clone()
         }
     }
 
@@ -254,7 +281,9 @@ impl IscsiService {
                     PORTALS_REFUSED.fetch_add(1, Ordering::Relaxed);
                 }
             })?;
-        self.host.add_target_portal(&portal)
+        self.host.add_target_portal(&portal)?;
+        // Portals are shared: another profile adding the same one holds it too.
+        self.scope.hold(&portal_object(&portal))
     }
 
     /// DiscoverTargetPortal: the IQNs reachable through a registered portal.
@@ -265,13 +294,33 @@ impl IscsiService {
 
     /// RemoveTargetPortal: unregisters a portal.
     pub fn remove_target_portal(&self, portal: Option<&RawTargetPortal>) -> Result<()> {
-        let portal = TargetPortal::from_raw("RemoveTargetPortal", portal)?;
-        self.host.remove_target_portal(&portal)
+        const OP: &str = "RemoveTargetPortal";
+        let portal = TargetPortal::from_raw(OP, portal)?;
+        let object = portal_object(&portal);
+        match self.scope.release(OP, &object)? {
+            Release::KeptFor(others) => {
+                tracing::info!(portal = %portal, ?others, "{OP}: kept for the other profiles holding it");
+                Ok(())
+            }
+            Release::Last => self
+                .host
+                .remove_target_portal(&portal)
+                .inspect_err(|_| self.rehold(&object)),
+        }
     }
 
-    /// ListTargetPortals: every registered portal.
+    /// Gives a hold back after the host's removal or logout failed: the object is still there.
+    fn rehold(&self, object: &Object) {
+        if let Err(e) = self.scope.hold(object) {
+            tracing::warn!("{object}: the hold could not be given back: {e}");
+        }
+    }
+
+    /// ListTargetPortals: every registered portal (under a profile, those it holds).
     pub fn list_target_portals(&self) -> Result<Vec<TargetPortal>> {
-        self.host.list_target_portals()
+        let mut portals = self.host.list_target_portals()?;
+        portals.retain(|p| self.scope.sees(&portal_object(p)));
+        Ok(portals)
     }
 
     /// ConnectTarget: logs in to a target (idempotent).
@@ -292,7 +341,11 @@ impl IscsiService {
             username: req.chap_username.clone(),
             secret: req.chap_secret.clone(),
         };
-        self.host.connect_target(&portal, &req.iqn, &chap)
+        // A session's disks are its profile's: another profile never logs in beside it.
+        let session = session_object(&portal, &req.iqn);
+        self.scope.may_use(OP, &session, false, false)?;
+        self.host.connect_target(&portal, &req.iqn, &chap)?;
+        self.scope.hold(&session)
     }
 
     /// DisconnectTarget: logs out of a target (idempotent when not connected).
@@ -300,6 +353,9 @@ impl IscsiService {
         const OP: &str = "DisconnectTarget";
         let portal = TargetPortal::from_raw(OP, portal)?;
         require_iqn(OP, iqn)?;
+        let session = session_object(&portal, iqn);
+        // Asked first (refused before any disk is held), let go only for the logout itself.
+        self.scope.may_use(OP, &session, false, false)?;
         let object = format!("target {iqn:?} at portal {portal}");
         // The session's disks are held for the logout, in ascending order (as anything holding
         // several does), and none may be in use: a logout under a mounted filesystem loses
@@ -326,7 +382,12 @@ impl IscsiService {
                 )?;
             }
         }
-        self.host.disconnect_target(&portal, iqn)
+        if let Release::KeptFor(_) = self.scope.release(OP, &session)? {
+            return Ok(());
+        }
+        self.host
+            .disconnect_target(&portal, iqn)
+            .inspect_err(|_| self.rehold(&session))
     }
 
     /// GetTargetDisks: the disk numbers a connected target brought; empty when not connected.
@@ -343,6 +404,12 @@ impl IscsiService {
 
     /// SetMutualChapSecret: the initiator's node-wide mutual CHAP secret.
     pub fn set_mutual_chap_secret(&self, secret: &Secret) -> Result<()> {
+        self.scope.check_node_wide(
+            "SetMutualChapSecret",
+            "(the initiator's mutual CHAP secret)",
+            "a node-wide setting every driver's sessions depend on; left to a daemon without \
+             profiles",
+        )?;
         self.host.set_mutual_chap_secret(secret)
     }
 }

@@ -9,6 +9,8 @@
 
 use crate::error::{Error, Kind, Result};
 use crate::filesystem::FilesystemService;
+use crate::profiles::owners::Object;
+use crate::profiles::{Release, Scope};
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasher, Hash, Hasher, RandomState};
@@ -374,6 +376,12 @@ impl SmbService {
         }
     }
 
+    /// The same service (and mapping manager) confining paths with `fs` and judging mappings by
+    /// its scope ([`crate::profiles`]).
+    pub fn with_fs(&self, fs: FilesystemService) -> Self {
+        Self { fs, ..self.clone() }
+    }
+
     /// NewSmbGlobalMapping: makes sure the share root of `remote_path` is mapped node-wide with
     /// these credentials, then links `local_path` (when given) to the full remote path.
     ///
@@ -419,6 +427,8 @@ impl SmbService {
         };
         let own_link = local.as_ref().map(|l| l.normalised.as_str());
         self.ensure_mapped(&mapping, own_link)?;
+        // Held from now on, also when the link below fails: the mapping is there.
+        self.scope().hold(&mapping_object(&mapping.root))?;
         match local {
             Some(local) => self
                 .host
@@ -472,6 +482,9 @@ impl SmbService {
                 return Ok(());
             }
             Decision::Replace(why) => {
+                // Never replaced under another profile that holds it.
+                self.scope()
+                    .may_use(NEW, &mapping_object(root), true, true)?;
                 // Removing a working mapping closes every handle opened through it: never
                 // under other volumes' links, so a healthy one they use is reused as it is,
                 // whatever credentials made it (as upstream does). A broken one serves none of
@@ -585,6 +598,13 @@ impl SmbService {
             };
             // The requested root too: whatever made the host refuse, a mapping other volumes'
             // links use is never removed under them (the request's own link aside).
+            if let Err(held) = self
+                .scope()
+                .may_use(NEW, &mapping_object(&other), true, true)
+            {
+                in_use.push(format!("{other:?} ({})", held.message()));
+                continue;
+            }
             let others = self.other_users(&other, own_link.filter(|_| other == *root))?;
             if others.any() {
                 in_use.push(format!("{other:?} ({} it)", others.describe()));
@@ -627,6 +647,12 @@ impl SmbService {
         let remote = RemotePath::parse(REMOVE, remote_path)?;
         let root = &remote.root;
         let _share = crate::locks::lock_smb_root(root, REMOVE, &format!("mapping {root:?}"))?;
+        // Under a profile: only a holder removes it, and only when it is the last one.
+        let object = mapping_object(root);
+        if let Release::KeptFor(others) = self.scope().release(REMOVE, &object)? {
+            tracing::info!(root = %root, ?others, "{REMOVE}: kept for the other profiles holding it");
+            return Ok(());
+        }
         if self.host.smb_global_mapping(root)? == MappingState::Absent {
             // A retry of csi-driver-smb's unstage whose removal went through but whose Rmdir of
             // its staging link, next, did not: the link to exactly this path is still there.
@@ -666,8 +692,24 @@ impl SmbService {
             return Ok(());
         }
         self.manager.forget(root);
-        self.host.remove_smb_global_mapping(root)
+        self.host.remove_smb_global_mapping(root).inspect_err(|e| {
+            if e.kind() != Kind::NotFound
+                && let Err(e) = self.scope().hold(&object)
+            {
+                tracing::warn!("{object}: the hold could not be given back: {e}");
+            }
+        })
     }
+
+    /// Whose mappings the calls may touch: the scope of the path policy they are served with.
+    fn scope(&self) -> &Scope {
+        self.fs.policy().scope()
+    }
+}
+
+/// The book's name of the mapping of `root` (already lower-cased).
+fn mapping_object(root: &str) -> Object {
+    Object::SmbMapping(root.to_string())
 }
 
 // The service's paths through a host (credentials, links, confinement, UNIMPLEMENTED) are

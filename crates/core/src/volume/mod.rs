@@ -141,6 +141,14 @@ impl VolumeService {
         Self { host, fs }
     }
 
+    /// The same service confining paths with `fs` (a profile's scope, [`crate::profiles`]).
+    pub fn with_fs(&self, fs: FilesystemService) -> Self {
+        Self {
+            host: self.host.clone(),
+            fs,
+        }
+    }
+
     /// Holds the disk of the volume and refuses it, as `guard` says, when the host or someone else
     /// uses the disk.
     fn claim(&self, op: &str, volume_id: &str, guard: Guard) -> Result<DiskGuard> {

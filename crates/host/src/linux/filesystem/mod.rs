@@ -330,6 +330,40 @@ impl FilesystemHost for LinuxFilesystemHost {
         let dir = held(dir).ok()?;
         Some(format!("/proc/self/fd/{}", dir.fd.as_raw_fd()))
     }
+
+    /// O_NOFOLLOW refuses a link at `name` (ELOOP); O_NONBLOCK keeps a FIFO from holding the
+    /// open; fstat then refuses anything but a regular file before a byte is read.
+    fn read_small(&self, parent: &Held, name: &str, limit: usize) -> io::Result<Vec<u8>> {
+        let parent = held(parent)?;
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let fd = match rustix::fs::openat(parent.fd.as_fd(), name, flags, Mode::empty()) {
+            Err(Errno::LOOP) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{name:?} is a symbolic link; not followed"),
+                ));
+            }
+            r => r?,
+        };
+        if FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode) != FileType::RegularFile {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{name:?} is not a regular file"),
+            ));
+        }
+        let mut out = Vec::new();
+        io::Read::read_to_end(
+            &mut io::Read::take(std::fs::File::from(fd), limit as u64 + 1),
+            &mut out,
+        )?;
+        if out.len() > limit {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{name:?} is larger than {limit} bytes"),
+            ));
+        }
+        Ok(out)
+    }
 }
 
 #[cfg(test)]
