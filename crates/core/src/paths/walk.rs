@@ -402,15 +402,21 @@ impl PathPolicy {
             };
             let create = mode.create && (follow || !last);
             // Under a profile, nothing is made outside its places, also where a link led.
-            if create {
-                self.admit_resolved(op, &at)?;
-            }
+            let admit = || {
+                self.admit_resolved(op, &at)
+                    .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e.to_string()))
+            };
             let found = if last && !follow {
                 walker.peek(parent, &top[0].name, &at)
             } else {
-                look_or_create(walker, parent, &top[0].name, &at, create)
+                look_or_create(walker, parent, &top[0].name, &at, create.then_some(&admit))
             }
-            .map_err(|e| io_err(&at, &e))?;
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::PermissionDenied if self.scope.is_restricted() => {
+                    Error::new(Kind::PermissionDenied, op, shown(path), e)
+                }
+                _ => io_err(&at, &e),
+            })?;
             if last && !(follow && matches!(found, Found::Link(_))) {
                 // The final entry is reported as it is (a followed final link is walked on).
                 // What a followed path leads to must be provably inside, except that Mkdir
@@ -684,17 +690,21 @@ fn fast_answer<D>(mode: Mode, found: &Found<D>) -> bool {
     }
 }
 
-/// Looks at `name` in `parent`, creating it first when `create` and it is missing.
+/// Looks at `name` in `parent`, creating it first when `create` is given and it is missing
+/// (once `create` allowed it: a profile makes nothing outside its places).
 fn look_or_create<W: Walker + ?Sized>(
     walker: &W,
     parent: &W::Dir,
     name: &str,
     at: &str,
-    create: bool,
+    create: Option<&dyn Fn() -> io::Result<()>>,
 ) -> io::Result<Found<W::Dir>> {
     for _ in 0..CREATE_ATTEMPTS {
         match walker.look(parent, name, at)? {
-            Found::Missing if create => walker.make_dir(parent, name, at)?,
+            Found::Missing if let Some(allowed) = create => {
+                allowed()?;
+                walker.make_dir(parent, name, at)?
+            }
             found => return Ok(found),
         }
     }

@@ -52,6 +52,29 @@ impl Daemon {
         d
     }
 
+    /// As [`Daemon::start`] with `--profiles`: `profiles` is given the daemon's directory (its
+    /// default socket directory is `<dir>/run`) and returns the file's text.
+    pub fn start_profiled(profiles: impl FnOnce(&Path) -> String, extra: &[&str]) -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        let kubelet = dir.path().join("kubelet");
+        std::fs::create_dir_all(&kubelet).unwrap();
+        let file = dir.path().join("profiles.toml");
+        std::fs::write(&file, profiles(dir.path())).unwrap();
+        let mut extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        extra.push(format!("--profiles={}", file.display()));
+        let mut d = Daemon {
+            child: spawn(dir.path(), &kubelet, &extra, &[]),
+            sockets: dir.path().join("run"),
+            state: dir.path().join("state"),
+            kubelet,
+            dir,
+            extra,
+            env: Vec::new(),
+        };
+        d.wait_ready();
+        d
+    }
+
     fn spawn(&self) -> Child {
         spawn(self.dir.path(), &self.kubelet, &self.extra, &self.env)
     }
