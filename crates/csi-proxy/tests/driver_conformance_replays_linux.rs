@@ -29,22 +29,61 @@ const MIB: i64 = 1 << 20;
 
 /// A daemon formatting xfs, and the node as a driver's container sees it; `None` (with the
 /// reason printed) where loop devices cannot be made.
-fn linux_node() -> Option<(Daemon, Arc<LinuxHost>)> {
+/// With `profile`, the daemon serves only that driver's profile, at the default socket
+/// directory the driver dials (its groups: disk, volume, filesystem).
+fn linux_node(profile: Option<&str>) -> Option<(Daemon, Arc<LinuxHost>)> {
     if !can_use_loop_devices() {
         return None;
     }
-    let d = Daemon::start(&["-format-filesystem=xfs"]);
+    let flags = ["-format-filesystem=xfs"];
+    let d = match profile {
+        None => Daemon::start(&flags),
+        Some(driver) => Daemon::start_profiled(
+            |dir| {
+                format!(
+                    "[[profile]]\ndriver = \"{driver}\"\nsocket_dir = \"{}\"\n\
+                     groups = [\"disk\", \"volume\", \"filesystem\"]\n",
+                    dir.join("run").display()
+                )
+            },
+            &flags,
+        ),
+    };
     Some((d, Arc::new(LinuxHost::default())))
 }
 
+/// Each replay twice, one after the other (a driver finds its disk by names the two runs
+/// share): as every client is served without profiles, and under its driver's own profile.
+macro_rules! with_and_without_profile {
+    ($($test:ident => $body:ident;)+) => {
+        $(
+            #[tokio::test(flavor = "multi_thread")]
+            async fn $test() {
+                $body(false).await;
+                $body(true).await;
+            }
+        )+
+    };
+}
+
 /// kubelet's paths for a volume of `driver`: the staging directory and the publish path,
-/// whose parent kubelet has made.
+/// whose parents kubelet has made.
 fn kubelet_paths(d: &Daemon, driver: &str) -> (String, String) {
     let staging = d.k(&format!(
         "plugins/kubernetes.io/csi/{driver}/5f1c/globalmount"
     ));
     let target = d.k("pods/uid-1/volumes/kubernetes.io~csi/pvc-1/mount");
-    std::fs::create_dir_all(Path::new(&target).parent().unwrap()).unwrap();
+    // kubelet makes both directories and records the volume's driver in each before it calls
+    // NodeStageVolume and NodePublishVolume.
+    for path in [&staging, &target] {
+        let volume_dir = Path::new(path).parent().unwrap();
+        std::fs::create_dir_all(volume_dir).unwrap();
+        std::fs::write(
+            volume_dir.join("vol_data.json"),
+            format!(r#"{{"driverName":"{driver}","specVolID":"pvc-1"}}"#),
+        )
+        .unwrap();
+    }
     (staging, target)
 }
 
@@ -67,9 +106,8 @@ fn read(path: &str) -> Vec<u8> {
     std::fs::read(Path::new(path).join("data")).unwrap_or_default()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn ebs_replayed_on_a_loop_disk() {
-    let Some((d, host)) = linux_node() else {
+async fn ebs_replayed_on_a_loop_disk_as(profiled: bool) {
+    let Some((d, host)) = linux_node(profiled.then_some("ebs.csi.aws.com")) else {
         return;
     };
     let mut ebs = EbsDriver::new(&d.connector(), host).await;
@@ -113,9 +151,8 @@ async fn ebs_replayed_on_a_loop_disk() {
         .expect("the retry finds nothing staged");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn azuredisk_replayed_on_a_loop_disk() {
-    let Some((d, host)) = linux_node() else {
+async fn azuredisk_replayed_on_a_loop_disk_as(profiled: bool) {
+    let Some((d, host)) = linux_node(profiled.then_some("disk.csi.azure.com")) else {
         return;
     };
     let l = LoopDisk::new(d.dir.path(), "azuredisk-lun3", 400).unwrap();
@@ -161,9 +198,8 @@ async fn azuredisk_replayed_on_a_loop_disk() {
     ad.unstage(&staging).await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn pd_replayed_on_a_loop_disk() {
-    let Some((d, host)) = linux_node() else {
+async fn pd_replayed_on_a_loop_disk_as(profiled: bool) {
+    let Some((d, host)) = linux_node(profiled.then_some("pd.csi.storage.gke.io")) else {
         return;
     };
     let l = LoopDisk::new(d.dir.path(), "pd-disk-1", 400).unwrap();
@@ -283,9 +319,8 @@ fn mbr_entries(l: &LoopDisk) -> Vec<(u64, u64, String)> {
 /// was refused as "not a GPT disk"). After the disk grew, the primary partition grows in
 /// place as Windows grows it (its start, type and the other entries kept), and the filesystem
 /// with it; partx reads the grown table.
-#[tokio::test(flavor = "multi_thread")]
-async fn pd_replayed_on_an_mbr_disk() {
-    let Some((d, host)) = linux_node() else {
+async fn pd_replayed_on_an_mbr_disk_as(profiled: bool) {
+    let Some((d, host)) = linux_node(profiled.then_some("pd.csi.storage.gke.io")) else {
         return;
     };
     let l = LoopDisk::new(d.dir.path(), "pd-mbr-1", 400).unwrap();
@@ -339,9 +374,8 @@ async fn pd_replayed_on_an_mbr_disk() {
 
 /// Two primary MBR partitions: the first grows only up to the second, which is never touched;
 /// with nothing left to grow the call is OK.
-#[tokio::test(flavor = "multi_thread")]
-async fn an_mbr_primary_grows_up_to_the_next_partition_only() {
-    let Some((d, host)) = linux_node() else {
+async fn an_mbr_primary_grows_up_to_the_next_partition_only_as(profiled: bool) {
+    let Some((d, host)) = linux_node(profiled.then_some("pd.csi.storage.gke.io")) else {
         return;
     };
     // xfs needs 300 MiB at least.
@@ -372,7 +406,7 @@ async fn an_mbr_primary_grows_up_to_the_next_partition_only() {
 }
 
 /// Each release's staging check (v2.4 and v3.0 through PathExists and IsSymlink, v3.3
-/// through `os.Lstat`).
+/// through `os.Lstat`), without profiles and under its driver's profile.
 #[tokio::test(flavor = "multi_thread")]
 async fn vsphere_replayed_on_a_loop_disk() {
     for release in [
@@ -380,15 +414,17 @@ async fn vsphere_replayed_on_a_loop_disk() {
         VsphereRelease::V3_0,
         VsphereRelease::V3_3,
     ] {
-        if !vsphere_life(release).await {
-            return;
+        for profiled in [false, true] {
+            if !vsphere_life(release, profiled).await {
+                return;
+            }
         }
     }
 }
 
 /// `false` when loop disks cannot be made here (the reason printed).
-async fn vsphere_life(release: VsphereRelease) -> bool {
-    let Some((d, host)) = linux_node() else {
+async fn vsphere_life(release: VsphereRelease, profiled: bool) -> bool {
+    let Some((d, host)) = linux_node(profiled.then_some("csi.vsphere.vmware.com")) else {
         return false;
     };
     const UUID: &str = "6000c29a98d05e384a43f0ef189aaf5a";
@@ -445,4 +481,12 @@ async fn vsphere_life(release: VsphereRelease) -> bool {
         .await
         .expect("the retry finds nothing staged");
     true
+}
+
+with_and_without_profile! {
+    ebs_replayed_on_a_loop_disk => ebs_replayed_on_a_loop_disk_as;
+    azuredisk_replayed_on_a_loop_disk => azuredisk_replayed_on_a_loop_disk_as;
+    pd_replayed_on_a_loop_disk => pd_replayed_on_a_loop_disk_as;
+    pd_replayed_on_an_mbr_disk => pd_replayed_on_an_mbr_disk_as;
+    an_mbr_primary_grows_up_to_the_next_partition_only => an_mbr_primary_grows_up_to_the_next_partition_only_as;
 }
