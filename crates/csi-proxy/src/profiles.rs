@@ -6,7 +6,7 @@ use crate::flags::Flags;
 use csi_proxy_core::filesystem::VolDataFromHost;
 use csi_proxy_core::paths::PathStyle;
 use csi_proxy_core::profiles::Profiles;
-use csi_proxy_core::profiles::owners::Owners;
+use csi_proxy_core::profiles::owners::{Object, Owners};
 use csi_proxy_host::profiles_file::{self, StateDirBook};
 use csi_proxy_server::daemon::{Endpoint, Place};
 use csi_proxy_server::registry::{self, Services};
@@ -22,7 +22,35 @@ pub fn endpoints(
     state: &Path,
 ) -> Result<Vec<Endpoint>, String> {
     let specs = profiles_file::read(Path::new(file))?;
+    #[cfg(unix)]
+    for spec in &specs {
+        let dir = Path::new(&spec.place);
+        if dir.starts_with(state) || state.starts_with(dir) {
+            return Err(format!(
+                "--profiles {file}: profile {:?}: socket_dir {:?} overlaps --state-dir {:?}, \
+                 which no client may reach",
+                spec.profile.driver,
+                spec.place,
+                state.display()
+            ));
+        }
+    }
     let owners = Owners::load(Box::new(StateDirBook::new(state))).map_err(|e| e.to_string())?;
+    // A claimed directory kubelet removed since (its pod gone, its volume unstaged) is nobody's
+    // any more: a later volume of the same name (older kubelets name the directory by the PV)
+    // may be another driver's.
+    let gone = owners
+        .retain(|o| match o {
+            Object::Dir(dir) => Path::new(dir).symlink_metadata().is_ok(),
+            _ => true,
+        })
+        .map_err(|e| e.to_string())?;
+    if gone > 0 {
+        tracing::info!(
+            gone,
+            "profiles: claims of directories that no longer exist let go"
+        );
+    }
     let policy = services.filesystem.policy();
     let kubelet = policy.roots().last().cloned().unwrap_or_default();
     let profiles = Profiles::new(

@@ -164,6 +164,19 @@ impl Owners {
         self.persist(&book)
     }
 
+    /// Keeps only the objects `keep` accepts, and says how many went: at start-up, the claims
+    /// of per-volume directories kubelet has removed since (a pod gone, a volume unstaged).
+    pub fn retain(&self, keep: impl Fn(&Object) -> bool) -> Result<usize> {
+        let mut book = self.book();
+        let before = book.len();
+        book.retain(|object, _| keep(object));
+        let gone = before - book.len();
+        if gone > 0 {
+            self.persist(&book)?;
+        }
+        Ok(gone)
+    }
+
     /// Writes the book (under its lock, so writes happen in the order of the changes).
     fn persist(&self, book: &BTreeMap<Object, Vec<String>>) -> Result<()> {
         let Some(store) = &self.store else {
