@@ -797,6 +797,8 @@ mod path_tests;
 #[cfg(test)]
 mod race_tests;
 #[cfg(test)]
+mod read_file_tests;
+#[cfg(test)]
 mod removal_tests;
 #[cfg(test)]
 mod service_tests;
