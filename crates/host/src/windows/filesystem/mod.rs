@@ -357,9 +357,10 @@ impl FilesystemHost for WindowsFilesystemHost {
     /// processing will not occur", so a link there is not followed) with FILE_READ_DATA,
     /// sharing everything (kubelet may rewrite or remove its record meanwhile), and what the
     /// handle is open on is checked through the handle before a byte is read: a reparse point
-    /// or a directory is refused. An entry of an NTFS directory is never a pipe, so neither the
-    /// open nor the reads wait on another process. The reads go to the end of the file
-    /// (`ReadFile` answers no bytes there), at most `limit` + 1 bytes.
+    /// or a directory is refused. A named pipe lives in its own filesystem (`\\.\pipe\`),
+    /// never in a directory here, so there is no FIFO to wait on; a delete-pending record is
+    /// waited out as the walk does (bounded), then answers NotFound. The reads go to the end of
+    /// the file (`ReadFile` answers no bytes there), at most `limit` + 1 bytes.
     fn read_small(&self, parent: &Held, name: &str, limit: usize) -> io::Result<Vec<u8>> {
         let path = z(&pinned(parent)?.child(name)?);
         let h = past_pending(&*self.os, &path, || {
