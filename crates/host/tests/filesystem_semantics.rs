@@ -623,3 +623,56 @@ fn rmdir_contents_stops_past_its_depth_and_says_so() {
     host().remove_all(s(&root.join("d/d/d/d/d/d/d/d"))).unwrap();
     host().remove_all(s(&root)).unwrap();
 }
+
+/// kubelet's per-volume record read through the real Win32 calls (`CreateFileW` with
+/// FILE_FLAG_OPEN_REPARSE_POINT, `ReadFile` to the end of the file): a file's bytes, a
+/// directory refused, a missing file NotFound, more than the limit InvalidData, and a link at
+/// the name refused without reading its target.
+#[cfg(windows)]
+#[test]
+fn read_small_reads_a_file_and_refuses_what_is_not_one() {
+    use csi_proxy_core::filesystem::FilesystemHost;
+    use csi_proxy_core::paths::{Found, Held, Mode, PathPolicy, Reached, Walk};
+    let h = host();
+    let read = |dir: &Path, name: &str, limit: usize| {
+        let policy = PathPolicy::unconfined(PathStyle::Windows);
+        let held: Held = match policy.walk("test", s(dir), Mode::FOLLOW, h.host()).unwrap() {
+            Walk::Reached(Reached {
+                found: Found::Dir(d),
+                ..
+            }) => d,
+            _ => panic!("{dir:?} is not a directory"),
+        };
+        h.host().read_small(&held, name, limit)
+    };
+    let t = tmp();
+    let record = r#"{"driverName":"disk.csi.example.com"}"#;
+    write(&t.path().join("vol_data.json"), record);
+    assert_eq!(
+        read(t.path(), "vol_data.json", 64 * 1024).unwrap(),
+        record.as_bytes()
+    );
+    assert_eq!(
+        read(t.path(), "vol_data.json", record.len()).unwrap(),
+        record.as_bytes()
+    );
+    let big = "x".repeat(200 * 1024);
+    write(&t.path().join("big"), &big);
+    let e = read(t.path(), "big", 64 * 1024).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+    assert_eq!(read(t.path(), "big", big.len()).unwrap().len(), big.len());
+    let e = read(t.path(), "missing", 10).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::NotFound, "{e}");
+    fs::create_dir(t.path().join("dir")).unwrap();
+    let e = read(t.path(), "dir", 10).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+    let elsewhere = tmp();
+    write(
+        &elsewhere.path().join("record"),
+        r#"{"driverName":"other"}"#,
+    );
+    if link_or_skip(&elsewhere.path().join("record"), &t.path().join("link")) {
+        let e = read(t.path(), "link", 64 * 1024).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+    }
+}

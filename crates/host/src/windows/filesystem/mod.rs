@@ -53,6 +53,9 @@ const MAX_ATTEMPTS: usize = 16;
 /// Paths this long (UTF-16 units) or longer get the `\\?\` prefix (`MAX_PATH` − 12).
 const SHORT_PATH_LIMIT: usize = 248;
 
+/// The most bytes one `ReadFile` of [`FilesystemHost::read_small`] asks for.
+const READ_CHUNK: usize = 64 * 1024;
+
 /// ERROR_NOT_READY, ERROR_BAD_NETPATH, ERROR_BAD_NET_NAME, ERROR_CANT_RESOLVE_FILENAME: a link's
 /// target is not reachable (see [`unreachable`]).
 const ERROR_BAD_NETPATH: u32 = 53;
@@ -348,6 +351,57 @@ impl FilesystemHost for WindowsFilesystemHost {
             // anyone look at, so it is answered as a link without following it.
             None => Ok(true),
         }
+    }
+
+    /// `name` is opened as itself (FILE_FLAG_OPEN_REPARSE_POINT: "normal reparse point
+    /// processing will not occur", so a link there is not followed) with FILE_READ_DATA,
+    /// sharing everything (kubelet may rewrite or remove its record meanwhile), and what the
+    /// handle is open on is checked through the handle before a byte is read: a reparse point
+    /// or a directory is refused. A named pipe lives in its own filesystem (`\\.\pipe\`),
+    /// never in a directory here, so there is no FIFO to wait on; a delete-pending record is
+    /// waited out as the walk does (bounded), then answers NotFound. The reads go to the end of
+    /// the file (`ReadFile` answers no bytes there), at most `limit` + 1 bytes.
+    fn read_small(&self, parent: &Held, name: &str, limit: usize) -> io::Result<Vec<u8>> {
+        let path = z(&pinned(parent)?.child(name)?);
+        let h = past_pending(&*self.os, &path, || {
+            super::os::open_entry(
+                &*self.os,
+                &path,
+                access::READ_DATA | access::READ_ATTRIBUTES,
+                SHARE_ALL,
+                false,
+            )
+        })
+        .map_err(|e| io_error(&e))?;
+        let (attrs, _) = self.os.attribute_tag(h.raw()).map_err(|e| io_error(&e))?;
+        if has(attrs, attr::REPARSE_POINT) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{name:?} is a link or another reparse point; not followed"),
+            ));
+        }
+        if has(attrs, attr::DIRECTORY) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{name:?} is a directory, not a file"),
+            ));
+        }
+        let mut out = Vec::new();
+        while out.len() <= limit {
+            let want = (limit.saturating_add(1) - out.len()).min(READ_CHUNK);
+            let got = self
+                .os
+                .read_handle(h.raw(), want)
+                .map_err(|e| io_error(&e))?;
+            if got.is_empty() {
+                return Ok(out);
+            }
+            out.extend_from_slice(&got[..got.len().min(want)]);
+        }
+        Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{name:?} is larger than {limit} bytes"),
+        ))
     }
 }
 

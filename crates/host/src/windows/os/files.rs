@@ -36,6 +36,10 @@ pub mod access {
     pub const SHARE_DELETE: u32 = 0x4;
     /// FILE_LIST_DIRECTORY: what reading a directory's listing through its handle needs.
     pub const LIST_DIRECTORY: u32 = 0x1;
+    /// FILE_READ_DATA (the same bit as FILE_LIST_DIRECTORY): "For a file object, the right to
+    /// read the corresponding file data"; what `ReadFile` needs ("The hFile parameter must
+    /// have been created with read access").
+    pub const READ_DATA: u32 = 0x1;
     /// DELETE: what marking the entry for deletion through its handle needs.
     pub const DELETE: u32 = 0x1_0000;
 }
@@ -136,6 +140,15 @@ pub trait FileApi {
     /// directory that is not empty fails (STATUS_DIRECTORY_NOT_EMPTY, ERROR_DIR_NOT_EMPTY), a
     /// read-only entry too (STATUS_CANNOT_DELETE, ERROR_ACCESS_DENIED).
     fn delete_on_close(&self, handle: u64) -> Win32Result<()>;
+    /// `ReadFile(handle, buffer of max bytes, NULL overlapped)` on a synchronous handle (opened
+    /// with FILE_READ_DATA by [`FileApi::open_entry`] or [`FileApi::open_child`]): the bytes
+    /// at the handle's file pointer, which the read advances ("Each read and write operation
+    /// advances the file pointer by the number of bytes being read and written", File
+    /// Pointers); fewer than `max` near the end of the file and none at its end ("When a
+    /// synchronous read operation reaches the end of a file, ReadFile returns TRUE and sets
+    /// *lpNumberOfBytesRead to zero"). The handle "must have been created with read access"
+    /// (ERROR_ACCESS_DENIED otherwise).
+    fn read_handle(&self, handle: u64, max: usize) -> Win32Result<Vec<u8>>;
 }
 
 /// `s` as UTF-16, without a terminator.

@@ -32,7 +32,14 @@
 //!   deletes at the last close. A directory no handle holds without FILE_SHARE_DELETE can be
 //!   renamed ([`SimWindows::rename`]), handles open below it following it.
 //!
-//! Not modelled: file contents, times.
+//! - File contents (ledger row 92): `ReadFile` through a handle opened with FILE_READ_DATA
+//!   reads from the handle's file pointer and advances it, answers fewer bytes than asked near
+//!   the end and none at the end; without read access it is ERROR_ACCESS_DENIED. A directory's
+//!   handle answers ERROR_INVALID_FUNCTION and a symbolic link opened as itself reads as empty
+//!   (both inferred). Contents are what a test put ([`SimWindows::put_file`]); nothing here
+//!   writes a file.
+//!
+//! Not modelled: writing files, byte-range locks, times.
 
 use super::{SimWindows, State, key, mp_key, parent_key, smb};
 use crate::windows::os::files::{
@@ -67,6 +74,8 @@ pub(super) struct OpenEntry {
     volume_root: bool,
     /// The listing read through this handle so far: the last name returned, lower-cased.
     cursor: Option<String>,
+    /// The file pointer `ReadFile` starts at and advances (ledger row 92).
+    position: usize,
 }
 
 /// The volume serial number `file_id` answers (one volume for the whole tree).
@@ -128,7 +137,7 @@ impl State {
                 directory: l.directory,
             });
         }
-        if self.files.contains(&k) {
+        if self.files.contains_key(&k) {
             return Some(Entry::File);
         }
         if let Some((_, v)) = self.mount_points.get(&mp_key(path)) {
@@ -182,7 +191,7 @@ impl State {
             .filter(|(c, _)| direct(c))
             .map(|(_, t)| name(t.trim_end_matches('\\')))
             .collect();
-        out.extend(self.files.iter().filter(|c| direct(c)).map(|c| name(c)));
+        out.extend(self.files.keys().filter(|c| direct(c)).map(|c| name(c)));
         out.extend(
             self.links
                 .iter()
@@ -247,6 +256,7 @@ impl State {
             access,
             volume_root,
             cursor: None,
+            position: 0,
         };
         self.entries.insert(h, open);
         self.entry_handles_peak = self.entry_handles_peak.max(self.entries.len());
@@ -344,20 +354,20 @@ impl State {
     pub(super) fn hide_volume_contents(&mut self, mp: &str, v: usize) {
         let prefix = format!("{}\\", key(mp).trim_end_matches('\\'));
         let below = |k: &String| k.starts_with(&prefix);
-        let mut moved: Vec<(String, bool)> = self
+        let mut moved: Vec<(String, Option<Vec<u8>>)> = self
             .dirs
             .iter()
             .filter(|(k, _)| below(k))
-            .map(|(k, _)| (k[prefix.len()..].to_string(), true))
+            .map(|(k, _)| (k[prefix.len()..].to_string(), None))
             .collect();
         moved.extend(
             self.files
                 .iter()
-                .filter(|k| below(k))
-                .map(|k| (k[prefix.len()..].to_string(), false)),
+                .filter(|(k, _)| below(k))
+                .map(|(k, c)| (k[prefix.len()..].to_string(), Some(c.clone()))),
         );
         self.dirs.retain(|k, _| !below(k));
-        self.files.retain(|k| !below(k));
+        self.files.retain(|k, _| !below(k));
         self.ids.retain(|k, _| !below(k));
         self.volumes[v].contents = moved;
     }
@@ -365,12 +375,15 @@ impl State {
     /// The volume `v` is mounted on the folder `mp`: its contents show below it.
     pub(super) fn show_volume_contents(&mut self, mp: &str, v: usize) {
         let base = mp.trim_end_matches('\\');
-        for (rel, dir) in std::mem::take(&mut self.volumes[v].contents) {
+        for (rel, file) in std::mem::take(&mut self.volumes[v].contents) {
             let path = format!("{base}\\{rel}");
-            if dir {
-                self.dirs.insert(key(&path), path);
-            } else {
-                self.files.insert(key(&path));
+            match file {
+                None => {
+                    self.dirs.insert(key(&path), path);
+                }
+                Some(contents) => {
+                    self.files.insert(key(&path), contents);
+                }
             }
         }
     }
@@ -735,6 +748,46 @@ impl FileApi for SimWindows {
         s.delete_pending.insert(k);
         Ok(())
     }
+
+    fn read_handle(&self, handle: u64, max: usize) -> Win32Result<Vec<u8>> {
+        let mut s = self.enter("read_handle")?;
+        let open = s.opened(handle)?.clone();
+        // "The hFile parameter must have been created with read access."
+        if open.access & access::READ_DATA == 0 {
+            return Err(OsError::new(code::ACCESS_DENIED));
+        }
+        let k = open.key;
+        let data = match s.entry(&k) {
+            None => return Err(OsError::new(code::FILE_NOT_FOUND)),
+            // A volume's root, a directory: no data to read (inferred: the code, which NTFS
+            // gives as STATUS_INVALID_DEVICE_REQUEST).
+            _ if open.volume_root => return Err(OsError::new(code::INVALID_FUNCTION)),
+            Some(
+                Entry::Root
+                | Entry::Dir
+                | Entry::MountedFolder(_)
+                | Entry::Link { directory: true },
+            ) => {
+                return Err(OsError::new(code::INVALID_FUNCTION));
+            }
+            // A file symbolic link opened as itself: its target is not read, and its own data
+            // stream is empty (inferred).
+            Some(Entry::Link { directory: false }) => &[][..],
+            Some(Entry::File) => &s.files[&k][..],
+        };
+        // From the file pointer; fewer bytes near the end, none at the end ("When a synchronous
+        // read operation reaches the end of a file, ReadFile returns TRUE and sets
+        // *lpNumberOfBytesRead to zero").
+        let from = open.position.min(data.len());
+        let to = from.saturating_add(max).min(data.len());
+        let out = data[from..to].to_vec();
+        // "Each read and write operation advances the file pointer by the number of bytes
+        // being read and written" (File Pointers).
+        if let Some(o) = s.entries.get_mut(&handle) {
+            o.position = from + out.len();
+        }
+        Ok(out)
+    }
 }
 
 impl SimWindows {
@@ -758,6 +811,7 @@ impl SimWindows {
             access: 0,
             volume_root: false,
             cursor: None,
+            position: 0,
         };
         s.entries.insert(h, open);
         let at = s.clock + held;

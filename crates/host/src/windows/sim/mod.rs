@@ -153,8 +153,8 @@ struct Volume {
     /// The volume's first bytes (what a signature probe reads).
     head: Vec<u8>,
     /// Directories and files on the volume while no folder shows them, as paths relative to
-    /// its root (`true` for a directory).
-    contents: Vec<(String, bool)>,
+    /// its root (`None` for a directory, a file's contents otherwise).
+    contents: Vec<(String, Option<Vec<u8>>)>,
     /// An optical or floppy drive with no media in it: on no disk, and only query opens work.
     no_media: bool,
     /// Another process holds `FSCTL_LOCK_VOLUME` on it: only query opens work.
@@ -205,8 +205,8 @@ struct State {
     mount_points: BTreeMap<String, (String, usize)>,
     /// Directories, keyed lower-case without a trailing backslash, with the text as created.
     dirs: BTreeMap<String, String>,
-    /// Files, keyed lower-case.
-    files: BTreeSet<String>,
+    /// Files, keyed lower-case, with their contents (`ReadFile`; empty unless a test put some).
+    files: BTreeMap<String, Vec<u8>>,
     /// Symbolic links, keyed lower-case.
     links: BTreeMap<String, filesystem::Link>,
     /// Entries with FILE_ATTRIBUTE_READONLY, keyed lower-case.
@@ -546,7 +546,7 @@ impl SimWindows {
             for d in [r"C:\Windows", r"C:\Windows\system32"] {
                 s.dirs.insert(key(d), d.into());
             }
-            s.files.insert(key(r"C:\pagefile.sys"));
+            s.files.insert(key(r"C:\pagefile.sys"), Vec::new());
             s.page_files = vec![r"C:\pagefile.sys".into()];
             // Disk 0 holds the running Windows and the partition the firmware boots from.
             s.disk_roles.insert(
@@ -701,9 +701,16 @@ impl SimWindows {
         self.lock().mkdir_all(path);
     }
 
-    /// Puts a file at `path` (its directory must exist).
+    /// Puts a file at `path` (its directory must exist); one already there keeps its contents.
     pub fn add_file(&self, path: &str) {
-        self.lock().files.insert(key(path));
+        self.lock().files.entry(key(path)).or_default();
+    }
+
+    /// Puts a file at `path` holding `contents` (its directory must exist), replacing the
+    /// contents of one already there (another process writing it, as kubelet writes its
+    /// per-volume records).
+    pub fn put_file(&self, path: &str, contents: &[u8]) {
+        self.lock().files.insert(key(path), contents.to_vec());
     }
 
     /// Sets the page files Windows uses.
@@ -789,6 +796,8 @@ mod iscsi_tests;
 mod path_tests;
 #[cfg(test)]
 mod race_tests;
+#[cfg(test)]
+mod read_file_tests;
 #[cfg(test)]
 mod removal_tests;
 #[cfg(test)]

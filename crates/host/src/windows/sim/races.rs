@@ -106,13 +106,13 @@ impl State {
         remap(&mut self.dirs, &moved);
         remap(&mut self.links, &moved);
         remap(&mut self.ids, &moved);
-        for set in [&mut self.files, &mut self.readonly] {
-            let keys: Vec<String> = set.iter().filter(|k| moved(k).is_some()).cloned().collect();
-            for k in keys {
-                set.remove(&k);
-                if let Some(n) = moved(&k) {
-                    set.insert(n);
-                }
+        remap(&mut self.files, &moved);
+        let set = &mut self.readonly;
+        let keys: Vec<String> = set.iter().filter(|k| moved(k).is_some()).cloned().collect();
+        for k in keys {
+            set.remove(&k);
+            if let Some(n) = moved(&k) {
+                set.insert(n);
             }
         }
         // Directory texts and link texts follow their keys (the sim shows texts in listings).

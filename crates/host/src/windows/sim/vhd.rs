@@ -109,7 +109,7 @@ impl VirtualDisks for SimWindows {
         if size == 0 || !size.is_multiple_of(SECTOR) {
             return Err(OsError::new(code::INVALID_PARAMETER));
         }
-        s.files.insert(k.clone());
+        s.files.insert(k.clone(), Vec::new());
         let page83 = format!("vhd-{}", s.guid());
         s.vhds.files.insert(
             k.clone(),
@@ -233,7 +233,7 @@ impl VirtualDisks for SimWindows {
     fn delete_vhd_file(&self, path: &str) -> Win32Result<()> {
         let mut s = self.enter("delete_vhd_file")?;
         let k = key(path);
-        if !s.files.contains(&k) {
+        if !s.files.contains_key(&k) {
             return Err(OsError::new(code::FILE_NOT_FOUND));
         }
         // An open virtual disk keeps its file open without FILE_SHARE_DELETE (inferred).

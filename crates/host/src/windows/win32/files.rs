@@ -23,8 +23,8 @@ use windows::Win32::Storage::FileSystem::{
     FileIdBothDirectoryInfo, FileIdBothDirectoryRestartInfo, FileIdInfo, FindClose,
     FindExInfoBasic, FindExSearchNameMatch, FindFirstFileExW, GetFileAttributesW,
     GetFileInformationByHandleEx, INVALID_FILE_ATTRIBUTES, MAXIMUM_REPARSE_DATA_BUFFER_SIZE,
-    OPEN_EXISTING, RemoveDirectoryW, SYMBOLIC_LINK_FLAGS, SYNCHRONIZE, SetFileInformationByHandle,
-    WIN32_FIND_DATAW,
+    OPEN_EXISTING, ReadFile, RemoveDirectoryW, SYMBOLIC_LINK_FLAGS, SYNCHRONIZE,
+    SetFileInformationByHandle, WIN32_FIND_DATAW,
 };
 use windows::Win32::System::IO::{DeviceIoControl, IO_STATUS_BLOCK};
 use windows::Win32::System::Ioctl::FSCTL_GET_REPARSE_POINT;
@@ -378,6 +378,22 @@ impl FileApi for SystemWin32 {
             )
         }
         .map_err(|e| os(&e))
+    }
+
+    fn read_handle(&self, raw: u64, max: usize) -> Win32Result<Vec<u8>> {
+        // nNumberOfBytesToRead is a DWORD.
+        let mut buf = vec![0u8; max.min(u32::MAX as usize)];
+        let mut got = 0u32;
+        // SAFETY: `buf` is writable for its length and outlives the call, `got` is a valid out
+        // pointer; the handle was opened without FILE_FLAG_OVERLAPPED and no OVERLAPPED is
+        // passed, so the read is synchronous, from the handle's file pointer, which it
+        // advances.
+        unsafe { ReadFile(handle(raw), Some(&mut buf), Some(&raw mut got), None) }
+            .map_err(|e| os(&e))?;
+        // At the end of the file, "ReadFile returns TRUE and sets *lpNumberOfBytesRead to
+        // zero".
+        buf.truncate(got as usize);
+        Ok(buf)
     }
 }
 
