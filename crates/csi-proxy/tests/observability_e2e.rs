@@ -123,6 +123,7 @@ async fn metrics_count_real_rpcs_with_codes_and_latency() {
         ("grpc_type", "unary"),
         ("group", "filesystem"),
         ("version", "v1"),
+        ("profile", ""),
     ];
     assert_eq!(value(&s, "grpc_server_started_total", &pe), Some(4.0));
     let with_code = |c: &'static str| {
