@@ -339,12 +339,8 @@ const ALLOWED_SERVICE_HELP: &str = "A host service (systemd `.service` unit) Sta
     StopService may act on (repeatable; case-insensitive). Without it no service may be \
     started or stopped";
 
-/// Default of `--state-dir`.
-#[cfg(not(windows))]
-const DEFAULT_STATE_DIR: &str = "/var/lib/csi-proxy";
-/// Default of `--state-dir`.
-#[cfg(windows)]
-const DEFAULT_STATE_DIR: &str = r"C:\ProgramData\csi-proxy";
+/// Default of `--state-dir` (shared with `csi-proxy-ctl profiles`).
+const DEFAULT_STATE_DIR: &str = csi_proxy_host::format_record::DEFAULT_STATE_DIR;
 
 #[cfg(test)]
 mod tests {

@@ -243,6 +243,7 @@ async fn sigterm_stops_within_5s_and_removes_sockets() {
     for field in [
         "group=\"filesystem\"",
         "version=\"v1\"",
+        "profile=\"\"",
         "duration_ms=",
         "code=Ok",
     ] {

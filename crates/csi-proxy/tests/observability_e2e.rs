@@ -123,6 +123,7 @@ async fn metrics_count_real_rpcs_with_codes_and_latency() {
         ("grpc_type", "unary"),
         ("group", "filesystem"),
         ("version", "v1"),
+        ("profile", ""),
     ];
     assert_eq!(value(&s, "grpc_server_started_total", &pe), Some(4.0));
     let with_code = |c: &'static str| {
@@ -176,6 +177,97 @@ async fn metrics_count_real_rpcs_with_codes_and_latency() {
     );
 
     assert_eq!(http_get(port, "/").0, "HTTP/1.1 404 Not Found");
+}
+
+/// Under `--profiles`, each call's series and its request log line name the profile whose
+/// endpoint took it.
+#[tokio::test]
+async fn under_profiles_each_series_and_request_line_names_the_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = dir.path().join("kubelet");
+    let sockets = dir.path().join("run");
+    std::fs::create_dir_all(&kubelet).unwrap();
+    let file = dir.path().join("profiles.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[[profile]]\ndriver = \"obs.csi.example.com\"\nsocket_dir = {:?}\n\
+             groups = [\"filesystem\"]\n",
+            sockets.display().to_string()
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let log = dir.path().join("daemon.log");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_csi-proxy"));
+    cmd.arg(format!("--kubelet-path={}", kubelet.display()))
+        .arg(format!("--socket-dir={}", sockets.display()))
+        .arg(format!(
+            "--state-dir={}",
+            dir.path().join("state").display()
+        ))
+        .arg(format!("--profiles={}", file.display()))
+        .arg(format!("--metrics-bind-address=127.0.0.1:{port}"))
+        .arg("-v=4")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    if !common::every_process_readable() {
+        cmd.arg("--skip-unreadable-processes");
+    }
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Kill(cmd.spawn().unwrap());
+    let last = sockets.join("csi-proxy-iscsi-v1alpha2.sock");
+    let t = std::time::Instant::now();
+    while std::os::unix::net::UnixStream::connect(&last).is_err() {
+        if let Ok(Some(s)) = child.0.try_wait() {
+            panic!(
+                "daemon exited ({s}): {}",
+                std::fs::read_to_string(&log).unwrap()
+            );
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "daemon did not serve"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let connector = csi_proxy_client::Connector::SocketDir(sockets.clone());
+    let mut fs = FilesystemClient::connect(&connector).await.unwrap();
+    let inside = kubelet.join("x").display().to_string();
+    for _ in 0..2 {
+        // Answered or refused by the profile: either way counted under its name.
+        let _ = fs.path_exists(&inside).await;
+    }
+    let s = parse(&http_get(port, "/metrics").1);
+    let labels = |profile| {
+        [
+            ("grpc_method", "PathExists"),
+            ("group", "filesystem"),
+            ("version", "v1"),
+            ("profile", profile),
+        ]
+    };
+    assert_eq!(
+        value(
+            &s,
+            "grpc_server_started_total",
+            &labels("obs.csi.example.com")
+        ),
+        Some(2.0)
+    );
+    assert_eq!(value(&s, "grpc_server_started_total", &labels("")), None);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.contains("method=\"PathExists\"") && l.contains("request"))
+        .unwrap_or_else(|| panic!("no request line in:\n{text}"));
+    assert!(line.contains("profile=\"obs.csi.example.com\""), "{line}");
 }
 
 /// Inodes of listening TCP sockets (IPv4 and IPv6) on this machine.

@@ -1,10 +1,12 @@
 //! `csi-proxy-ctl`: what the daemon sees, for an operator at the node.
 //!
 //! Every listing goes through a running csi-proxy over its sockets or pipes (the client crate),
-//! so it shows exactly what a CSI driver would get. Tables by default, `-o json` for scripts.
+//! so it shows exactly what a CSI driver would get; `profiles` alone reads files (the profiles
+//! file and the owners book in the state directory). Tables by default, `-o json` for scripts.
 //!
 //! Exit codes: 0 all calls answered; 1 the daemon answered some call with an error (the rest is
-//! still printed); 3 the daemon could not be reached; 2 bad command line.
+//! still printed), or the owners book could not be read; 3 the daemon could not be reached;
+//! 2 bad command line or profiles file.
 
 mod report;
 
@@ -64,9 +66,23 @@ enum Command {
     },
     /// The gRPC health of every endpoint (23).
     Health,
+    /// Per-driver profiles (`--profiles`): each driver's endpoints, groups and extra paths, and
+    /// what it holds per the owners book in the state directory. Reads files only: no daemon
+    /// is asked.
+    Profiles(ProfilesArgs),
     /// Windows: create and attach a small VHDX, run a CSI driver's whole stage flow on it
     /// through the daemon, then detach and delete it. Exit code 1 names the failed step.
     Selftest(SelftestArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ProfilesArgs {
+    /// The profiles file the daemon was started with (its --profiles).
+    #[arg(long, value_name = "FILE")]
+    profiles: PathBuf,
+    /// The daemon's --state-dir, where the owners book is kept.
+    #[arg(long, value_name = "DIR", default_value = csi_proxy_host::format_record::DEFAULT_STATE_DIR)]
+    state_dir: PathBuf,
 }
 
 #[derive(Debug, clap::Args)]
@@ -153,7 +169,10 @@ fn main() -> ExitCode {
     if let Command::Selftest(args) = &cli.command {
         return selftest(&runtime, &connector, args, cli.output);
     }
-    let result = runtime.block_on(run(&cli.command, &connector));
+    let result = match &cli.command {
+        Command::Profiles(args) => report::profiles(&args.profiles, &args.state_dir),
+        command => runtime.block_on(run(command, &connector)),
+    };
     match result {
         Ok(report) => {
             report.print(cli.output);
@@ -188,6 +207,7 @@ async fn run(command: &Command, c: &Connector) -> Result<Report, Failure> {
         } => report::iscsi_sessions(c).await,
         Command::Health => report::health(c).await,
         Command::Selftest(_) => unreachable!("run by selftest()"),
+        Command::Profiles(_) => unreachable!("read by report::profiles()"),
     }
 }
 

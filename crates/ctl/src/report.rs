@@ -18,6 +18,10 @@ pub enum Failure {
     Unreachable(String),
     /// The daemon answered the listing's first call with an error.
     Rpc(String),
+    /// A file the listing reads could not be read (the owners book).
+    File(String),
+    /// A file named on the command line is wrong (the profiles file).
+    BadInput(String),
 }
 
 impl Failure {
@@ -25,7 +29,8 @@ impl Failure {
     pub fn exit_code(&self) -> u8 {
         match self {
             Failure::Unreachable(_) => 3,
-            Failure::Rpc(_) => 1,
+            Failure::Rpc(_) | Failure::File(_) => 1,
+            Failure::BadInput(_) => 2,
         }
     }
 }
@@ -34,7 +39,7 @@ impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Failure::Unreachable(m) => write!(f, "daemon not reachable: {m}"),
-            Failure::Rpc(m) => f.write_str(m),
+            Failure::Rpc(m) | Failure::File(m) | Failure::BadInput(m) => f.write_str(m),
         }
     }
 }
@@ -523,6 +528,86 @@ mod local {
                 .into(),
         )
     }
+}
+
+/// `profiles`: one row per profile of the file at `file` (driver, where its endpoints are
+/// named, its groups and extra paths) with what it holds per the owners book in the state
+/// directory `state`; then a row per holder the book names that the file does not list (a
+/// profile removed from the file still holds its objects until they are released).
+pub fn profiles(file: &std::path::Path, state: &std::path::Path) -> Result<Report, Failure> {
+    use csi_proxy_core::profiles::owners::{self, Object};
+    let specs = csi_proxy_host::profiles_file::read(file).map_err(Failure::BadInput)?;
+    let book =
+        csi_proxy_host::format_record::read_state_file(state, owners::FILE_NAME).map_err(|e| {
+            Failure::File(format!(
+                "owners book {}: {e}",
+                state.join(owners::FILE_NAME).display()
+            ))
+        })?;
+    let found = book.is_some();
+    let book = owners::parse(&book.unwrap_or_default());
+    let mut held: std::collections::BTreeMap<&str, [Vec<&str>; 4]> = Default::default();
+    for (object, holders) in &book {
+        let (i, key) = match object {
+            Object::Dir(k) => (0, k),
+            Object::SmbMapping(k) => (1, k),
+            Object::Portal(k) => (2, k),
+            Object::Session(k) => (3, k),
+        };
+        for h in holders {
+            held.entry(h.as_str()).or_default()[i].push(key);
+        }
+    }
+    let unlisted: Vec<String> = held
+        .keys()
+        .filter(|h| !specs.iter().any(|s| s.profile.driver == **h))
+        .map(|h| h.to_string())
+        .collect();
+    let mut r = Report::new(
+        "profiles",
+        &[
+            "driver",
+            "place",
+            "groups",
+            "paths",
+            "directories",
+            "smb_mappings",
+            "portals",
+            "sessions",
+        ],
+    );
+    let mut row = |driver: &str, place: Value, groups: Value, paths: Value| {
+        let [dirs, smb, portals, sessions] = held.remove(driver).unwrap_or_default();
+        r.rows.push(vec![
+            json!(driver),
+            place,
+            groups,
+            paths,
+            json!(dirs),
+            json!(smb),
+            json!(portals),
+            json!(sessions),
+        ]);
+    };
+    for s in &specs {
+        let groups: Vec<&str> = s.profile.groups.iter().map(|g| g.as_str()).collect();
+        row(
+            &s.profile.driver,
+            json!(s.place),
+            json!(groups),
+            json!(s.profile.paths),
+        );
+    }
+    for h in &unlisted {
+        row(h, Value::Null, Value::Null, Value::Null);
+    }
+    r.meta.insert(
+        "owners_book".into(),
+        json!(state.join(owners::FILE_NAME).display().to_string()),
+    );
+    r.meta.insert("owners_book_found".into(), json!(found));
+    r.meta.insert("not_in_file".into(), json!(unlisted));
+    Ok(r)
 }
 
 /// `selftest`: one row per step (step, result, time, what Windows answered).

@@ -117,6 +117,13 @@ pub fn write_state_file(dir: &Path, name: &str, body: &[u8]) -> io::Result<()> {
     std::fs::rename(&tmp, dir.join(name))
 }
 
+/// The daemon's default `--state-dir`, also where `csi-proxy-ctl profiles` looks by default.
+#[cfg(not(windows))]
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/csi-proxy";
+/// The daemon's default `--state-dir`, also where `csi-proxy-ctl profiles` looks by default.
+#[cfg(windows)]
+pub const DEFAULT_STATE_DIR: &str = r"C:\ProgramData\csi-proxy";
+
 /// The content of file `name` of the state directory `dir`, `None` when either is missing.
 #[cfg(target_os = "linux")]
 pub fn read_state_file(dir: &Path, name: &str) -> io::Result<Option<Vec<u8>>> {

@@ -135,7 +135,9 @@ macro_rules! group_endpoints {
                 group: stringify!($module),
                 version: $version,
                 routes: routes(
-                    crate::$module::$adapter::new($s.$module.clone()).into_server(),
+                    crate::$module::$adapter::new($s.$module.clone())
+                        .with_profile(crate::call::profile_label($s.scope().profile()))
+                        .into_server(),
                     $s.scope(),
                     $group,
                     $version,

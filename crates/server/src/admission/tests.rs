@@ -7,6 +7,7 @@ const DISCOVER: RpcId = RpcId {
     group: "iscsi",
     version: "v1alpha2",
     method: "DiscoverTargetPortal",
+    profile: "",
 };
 
 fn soon(ms: u64) -> Option<Instant> {
@@ -122,6 +123,7 @@ async fn past_its_kinds_cap_a_call_waits_then_is_refused_naming_the_cap() {
         group: "filesystem",
         version: "v1",
         method: "Mkdir",
+        profile: "",
     };
     assert!(admit(mkdir, None, None).await.unwrap().is_none());
 }
@@ -134,6 +136,7 @@ async fn one_object_takes_at_most_its_cap_and_others_are_admitted() {
         group: "disk",
         version: "v1",
         method: "GetDiskStats",
+        profile: "",
     };
     let cap = CAPS[Work::DeviceIo as usize];
     let on = |d: &str| Some(format!("disk {d}"));
@@ -166,6 +169,7 @@ async fn waiters_are_capped_and_a_caller_that_went_away_waits_no_more() {
         group: "smb",
         version: "v1",
         method: "NewSmbGlobalMapping",
+        profile: "",
     };
     let share = || Some(smb_share(r"\\dead\share"));
     let cap = CAPS[Work::Smb as usize];

@@ -49,6 +49,26 @@ pub struct RpcId {
     pub version: &'static str,
     /// RPC name as on the wire, e.g. `PartitionDisk`.
     pub method: &'static str,
+    /// The driver name of the profile whose endpoint received the call; empty without
+    /// profiles (`--profiles`). Labels its metrics and log lines.
+    pub profile: &'static str,
+}
+
+/// `profile` as a `&'static str` for [`RpcId::profile`]: each distinct name is leaked once, so
+/// the memory kept is bounded by the number of profiles the daemon serves; `None` (no
+/// profiles) is the empty name.
+pub fn profile_label(profile: Option<&str>) -> &'static str {
+    static NAMES: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let Some(name) = profile.filter(|p| !p.is_empty()) else {
+        return "";
+    };
+    let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(known) = names.iter().find(|n| **n == name) {
+        return known;
+    }
+    let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    names.push(leaked);
+    leaked
 }
 
 /// Runs `work` (blocking host work) on tokio's blocking pool and answers the RPC with its result.
@@ -169,6 +189,7 @@ fn log_request<T>(rpc: RpcId, started: Instant, result: &Result<Response<T>, Sta
     };
     if verbosity() >= 4 {
         tracing::info!(
+            profile = rpc.profile,
             group = rpc.group,
             version = rpc.version,
             method = rpc.method,
@@ -182,6 +203,7 @@ fn log_request<T>(rpc: RpcId, started: Instant, result: &Result<Response<T>, Sta
         && (verbosity() >= 2 || code == Code::Internal)
     {
         tracing::warn!(
+            profile = rpc.profile,
             group = rpc.group,
             version = rpc.version,
             method = rpc.method,
@@ -253,6 +275,7 @@ macro_rules! unary {
                     group: stringify!($group),
                     version: stringify!($v),
                     method: $method,
+                    profile: self.profile,
                 },
                 object,
                 deadline,
@@ -272,12 +295,20 @@ macro_rules! adapter {
         #[derive(Clone)]
         pub struct $name {
             svc: $svc,
+            profile: &'static str,
         }
 
         impl $name {
             /// An adapter over the group's version-agnostic service.
             pub fn new(svc: $svc) -> Self {
-                Self { svc }
+                Self { svc, profile: "" }
+            }
+
+            /// The adapter as served on `profile`'s endpoints: its calls' metrics and log
+            /// lines carry the name (see `call::profile_label`).
+            pub fn with_profile(mut self, profile: &'static str) -> Self {
+                self.profile = profile;
+                self
             }
 
             /// The tonic server for this group-version.
@@ -299,6 +330,7 @@ mod tests {
         group: "filesystem",
         version: "v1",
         method: "Mkdir",
+        profile: "",
     };
 
     #[test]

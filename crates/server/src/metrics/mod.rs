@@ -7,8 +7,9 @@
 //! histogram buckets are upstream's (go-grpc-middleware's server metrics): `grpc_server_started_total`,
 //! `grpc_server_handled_total` (with `grpc_code`), `grpc_server_msg_received_total`,
 //! `grpc_server_msg_sent_total` and `grpc_server_handling_seconds`, labelled `grpc_method`,
-//! `grpc_service` (e.g. `v1.Disk`), `grpc_type` (`unary`) and, beyond upstream, the API `group`
-//! and `version`.
+//! `grpc_service` (e.g. `v1.Disk`), `grpc_type` (`unary`) and, beyond upstream, the API `group`,
+//! `version` and `profile` (the driver name of the profile whose endpoint took the call, empty
+//! without `--profiles`).
 //!
 //! Counting stays cheap: the crate's `Family` takes a lock to find a label set's series, so each
 //! RPC's label set is resolved once and its metric handles are kept in a [`Series`]; a request
@@ -64,12 +65,12 @@ const CODE_NAMES: [&str; 17] = [
 ];
 
 /// The labels of one RPC's series, in the order they are written.
-type RpcLabels = [(&'static str, Cow<'static, str>); 5];
+type RpcLabels = [(&'static str, Cow<'static, str>); 6];
 /// `grpc_code` first, then the RPC's labels (`grpc_server_handled_total`).
 type CodeLabels = ([(&'static str, &'static str); 1], RpcLabels);
 type HistogramFamily = Family<RpcLabels, Histogram, fn() -> Histogram>;
-/// An RPC as the table of resolved series keys it: group, version, method.
-type RpcKey = (&'static str, &'static str, &'static str);
+/// An RPC as the table of resolved series keys it: group, version, method, profile.
+type RpcKey = (&'static str, &'static str, &'static str, &'static str);
 
 fn rpc_labels(rpc: RpcId) -> RpcLabels {
     [
@@ -81,6 +82,7 @@ fn rpc_labels(rpc: RpcId) -> RpcLabels {
         ("grpc_type", Cow::Borrowed("unary")),
         ("group", Cow::Borrowed(rpc.group)),
         ("version", Cow::Borrowed(rpc.version)),
+        ("profile", Cow::Borrowed(rpc.profile)),
     ]
 }
 
@@ -242,7 +244,7 @@ impl Drop for InFlight {
 /// Counts the start of one request of `rpc` and hands back its series, on which the caller
 /// records the outcome with [`Series::handled`].
 pub fn started(rpc: RpcId) -> Arc<Series> {
-    let key: RpcKey = (rpc.group, rpc.version, rpc.method);
+    let key: RpcKey = (rpc.group, rpc.version, rpc.method, rpc.profile);
     let by_rpc = &metrics().by_rpc;
     let found = by_rpc
         .read()

@@ -17,11 +17,12 @@ fn a_request_lands_in_its_bucket_and_code() {
         group: "system",
         version: "v1alpha1",
         method: "MetricsUnitTest",
+        profile: "",
     };
     let s = started(rpc);
     s.handled(tonic::Code::NotFound, Duration::from_millis(50));
     let text = render();
-    let l = "grpc_method=\"MetricsUnitTest\",grpc_service=\"v1alpha1.System\",grpc_type=\"unary\",group=\"system\",version=\"v1alpha1\"";
+    let l = "grpc_method=\"MetricsUnitTest\",grpc_service=\"v1alpha1.System\",grpc_type=\"unary\",group=\"system\",version=\"v1alpha1\",profile=\"\"";
     assert!(text.contains(&format!("grpc_server_started_total{{{l}}} 1")));
     assert!(text.contains(&format!(
         "grpc_server_handled_total{{grpc_code=\"NotFound\",{l}}} 1"
@@ -39,11 +40,59 @@ fn a_request_lands_in_its_bucket_and_code() {
 }
 
 #[test]
+fn each_profile_has_its_own_series_labelled_with_its_driver_name() {
+    let rpc = |profile| RpcId {
+        group: "system",
+        version: "v1alpha1",
+        method: "MetricsProfileTest",
+        profile,
+    };
+    InFlight::start(rpc("")).finish(tonic::Code::Ok);
+    for _ in 0..2 {
+        InFlight::start(rpc("smb.csi.k8s.io")).finish(tonic::Code::PermissionDenied);
+    }
+    let text = render();
+    let l = |p: &str| {
+        format!(
+            "grpc_method=\"MetricsProfileTest\",grpc_service=\"v1alpha1.System\",\
+             grpc_type=\"unary\",group=\"system\",version=\"v1alpha1\",profile=\"{p}\""
+        )
+    };
+    let driver = l("smb.csi.k8s.io");
+    let none = l("");
+    assert!(
+        text.contains(&format!("grpc_server_started_total{{{none}}} 1")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("grpc_server_started_total{{{driver}}} 2")),
+        "{text}"
+    );
+    assert!(text.contains(&format!(
+        "grpc_server_handled_total{{grpc_code=\"PermissionDenied\",{driver}}} 2"
+    )));
+    assert!(text.contains(&format!("grpc_server_handling_seconds_count{{{driver}}} 2")));
+    assert!(!text.contains(&format!(
+        "grpc_server_handled_total{{grpc_code=\"PermissionDenied\",{none}}}"
+    )));
+}
+
+#[test]
+fn profile_names_are_kept_once_each() {
+    let a = crate::call::profile_label(Some(&String::from("a.example.com")));
+    let b = crate::call::profile_label(Some(&String::from("a.example.com")));
+    assert!(std::ptr::eq(a, b));
+    assert_eq!(a, "a.example.com");
+    assert_eq!(crate::call::profile_label(None), "");
+}
+
+#[test]
 fn a_dropped_request_counts_as_canceled() {
     let rpc = RpcId {
         group: "system",
         version: "v1alpha1",
         method: "MetricsDropTest",
+        profile: "",
     };
     drop(InFlight::start(rpc));
     InFlight::start(rpc).finish(tonic::Code::Ok);
@@ -62,6 +111,7 @@ fn a_request_dropped_for_its_deadline_counts_as_deadline_exceeded() {
         group: "system",
         version: "v1alpha1",
         method: "MetricsDeadlineTest",
+        profile: "",
     };
     let running = InFlight::start(rpc);
     ending_for_deadline(|| drop(running));
@@ -272,6 +322,7 @@ fn label_values_are_escaped() {
         group: "system",
         version: "v1alpha1",
         method: "Metrics\"Escape\\Test\n",
+        profile: "",
     };
     InFlight::start(rpc).finish(tonic::Code::Ok);
     let text = render();
