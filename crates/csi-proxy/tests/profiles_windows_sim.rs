@@ -598,3 +598,45 @@ fn snapshot(sim: &SimWindows, vol: &str, disk: u32) -> Snapshot {
         sessions: sim.iscsi_sessions(),
     }
 }
+
+/// A per-volume directory kubelet made for A's volume (its record `vol_data.json` there) is
+/// never B's: B's Mkdir and CreateSymlink of a publish target in it are refused, naming B,
+/// and nothing is made there. (The record here is empty, and the simulated Windows cannot read
+/// files yet, answered as no record: the refusal holds either way, as it does for a record
+/// naming A.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_per_volume_directory_of_another_driver_is_refused() {
+    let w = world().await;
+    let dir = k(r"pods\uid-a\volumes\kubernetes.io~csi\pv-a");
+    w.sim.mkdir(&dir);
+    w.sim.add_file(&format!(r"{dir}\vol_data.json"));
+    let mut b = Driver::at(&w.b).await;
+    let target = format!(r"{dir}\mount");
+    let mut leaks = Vec::new();
+    refused(
+        &mut leaks,
+        "Mkdir in A's per-volume directory",
+        b.fs.mkdir(f1::MkdirRequest {
+            path: target.clone(),
+        })
+        .await,
+        None,
+    );
+    b.fs.mkdir(f1::MkdirRequest {
+        path: plugin(B, r"h9\globalmount"),
+    })
+    .await
+    .unwrap();
+    refused(
+        &mut leaks,
+        "CreateSymlink into A's per-volume directory",
+        b.fs.create_symlink(f1::CreateSymlinkRequest {
+            source_path: plugin(B, r"h9\globalmount"),
+            target_path: target.clone(),
+        })
+        .await,
+        None,
+    );
+    assert!(leaks.is_empty(), "{}", leaks.join("\n"));
+    assert!(!w.sim.entry_exists(&target), "nothing was made there");
+}
