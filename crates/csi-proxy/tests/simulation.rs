@@ -4,7 +4,9 @@
 //! again over the same machine and state directory). After every step the invariants are
 //! checked (see `simulation/workload.rs`), and around each seed the process's threads and
 //! heap (`simulation/resources.rs`); a failure prints its seed (and, for a failed step, the
-//! shortest step list that still fails), and replays exactly:
+//! shortest step list that still fails), and replays exactly. A second world
+//! (`simulation/profiles.rs`) gives each driver its own profile and checks, over the seeds,
+//! that no driver's call touches another's staged volume or disk:
 //!
 //! ```text
 //! DST_SEED=<seed> cargo test -p csi-proxy --test simulation -- --nocapture   # one seed, logged
@@ -16,6 +18,7 @@ mod simulation {
     pub mod drivers;
     #[cfg(target_os = "linux")]
     pub mod linux;
+    pub mod profiles;
     pub mod resources;
     pub mod smb;
     pub mod workload;
@@ -29,6 +32,8 @@ use std::time::Instant;
 
 /// Seeds a plain `cargo test` runs (CI's budget: a few seconds).
 const CI_SEEDS: u64 = 150;
+/// Seeds of the profiles world a plain `cargo test` runs.
+const PROFILE_SEEDS: u64 = 60;
 /// Drivers (each with its disk) on the node, and steps of a run.
 const LANES: usize = 3;
 const STEPS: usize = 40;
@@ -185,4 +190,33 @@ fn a_seed_replays_exactly() {
     let a = run_both(7, &steps, false);
     let b = run_both(7, &steps, false);
     assert_eq!(format!("{a:?}"), format!("{b:?}"));
+}
+
+/// The profiles world (`simulation/profiles.rs`): over many seeds, no driver's call under its
+/// profile touches another driver's staged volume or disk, and each such try is refused naming
+/// both; the same runs with every driver given all rights (no profiles) break it.
+#[test]
+fn profiles_keep_each_driver_to_its_own_objects() {
+    let _one = one_at_a_time();
+    let count = env_u64("DST_SEEDS").unwrap_or(PROFILE_SEEDS);
+    let first = env_u64("DST_FIRST_SEED").unwrap_or(1);
+    let mut refused = 0;
+    for seed in first..first + count {
+        refused +=
+            simulation::profiles::run(seed, LANES, STEPS, true).unwrap_or_else(|v| panic!("{v}"));
+    }
+    eprintln!("profiles: {count} seeds, {refused} cross-driver actions refused");
+    assert!(refused > 0, "no run tried a cross-driver action");
+    let broken: Vec<Violation> = (first..first + 10)
+        .filter_map(|seed| simulation::profiles::run(seed, LANES, STEPS, false).err())
+        .collect();
+    eprintln!(
+        "without profiles: {} of 10 runs broke; the first: {:?}",
+        broken.len(),
+        broken.first()
+    );
+    assert!(
+        !broken.is_empty(),
+        "without profiles a driver reached another's objects in no run"
+    );
 }
