@@ -349,5 +349,45 @@ async fn one_driver_cannot_touch_another_drivers_volume_disk_or_publish_target()
         .await
         .unwrap();
     assert!(!is_mounted(Path::new(&a_staging)));
+
+    // Unstaged, A's volume is mounted nowhere, and its data is still A's: the storage stays
+    // A's profile's until the disk leaves the node.
+    denied(
+        "MountVolume of A's unstaged volume into B's directory",
+        b.vol
+            .mount_volume(v1::MountVolumeRequest {
+                volume_id: a_vol.clone(),
+                target_path: b_dir.clone(),
+            })
+            .await,
+        a_owner,
+    );
+    denied(
+        "PartitionDisk of A's unstaged disk",
+        b.disk
+            .partition_disk(d1::PartitionDiskRequest { disk_number: na })
+            .await,
+        a_owner,
+    );
+    assert!(!is_mounted(Path::new(&b_dir)));
+    // A stages it again: its own storage.
+    a.vol
+        .mount_volume(v1::MountVolumeRequest {
+            volume_id: a_vol.clone(),
+            target_path: a_staging.clone(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(format!("{a_staging}/data")).unwrap(),
+        "A's data"
+    );
+    a.vol
+        .unmount_volume(v1::UnmountVolumeRequest {
+            volume_id: a_vol.clone(),
+            target_path: a_staging.clone(),
+        })
+        .await
+        .unwrap();
     run("e2fsck", &["-fn", &la.partition(1).display().to_string()]);
 }

@@ -546,13 +546,14 @@ pub fn profiles(file: &std::path::Path, state: &std::path::Path) -> Result<Repor
         })?;
     let found = book.is_some();
     let book = owners::parse(&book.unwrap_or_default());
-    let mut held: std::collections::BTreeMap<&str, [Vec<&str>; 4]> = Default::default();
+    let mut held: std::collections::BTreeMap<&str, [Vec<&str>; 5]> = Default::default();
     for (object, holders) in &book {
         let (i, key) = match object {
             Object::Dir(k) => (0, k),
             Object::SmbMapping(k) => (1, k),
             Object::Portal(k) => (2, k),
             Object::Session(k) => (3, k),
+            Object::Storage(k) => (4, k),
         };
         for h in holders {
             held.entry(h.as_str()).or_default()[i].push(key);
@@ -574,10 +575,11 @@ pub fn profiles(file: &std::path::Path, state: &std::path::Path) -> Result<Repor
             "smb_mappings",
             "portals",
             "sessions",
+            "storage",
         ],
     );
     let mut row = |driver: &str, place: Value, groups: Value, paths: Value| {
-        let [dirs, smb, portals, sessions] = held.remove(driver).unwrap_or_default();
+        let [dirs, smb, portals, sessions, storage] = held.remove(driver).unwrap_or_default();
         r.rows.push(vec![
             json!(driver),
             place,
@@ -587,6 +589,7 @@ pub fn profiles(file: &std::path::Path, state: &std::path::Path) -> Result<Repor
             json!(smb),
             json!(portals),
             json!(sessions),
+            json!(storage),
         ]);
     };
     for s in &specs {

@@ -124,7 +124,13 @@ fn without_an_owners_book_the_profiles_hold_nothing() {
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["owners_book_found"], false);
     for row in doc["profiles"].as_array().unwrap() {
-        for held in ["directories", "smb_mappings", "portals", "sessions"] {
+        for held in [
+            "directories",
+            "smb_mappings",
+            "portals",
+            "sessions",
+            "storage",
+        ] {
             assert_eq!(row[held], serde_json::json!([]), "{doc}");
         }
     }

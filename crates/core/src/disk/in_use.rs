@@ -11,6 +11,7 @@
 
 use crate::error::{Error, Kind, Result};
 use crate::paths::{PathPolicy, PathStyle, is_drive_root};
+use crate::profiles::owners::Object;
 
 /// Who uses a disk, as far as data safety is concerned. Every use of the disk, of its
 /// partitions and of whatever is built on them counts. A host that cannot read a fact answers
@@ -43,6 +44,10 @@ pub struct DiskUsage {
     /// the LUN, a loop device over the same image, a device built on the disk or that it is
     /// built on), each with its own facts. Every use of any of them is a use of this disk.
     pub other_paths: Vec<OtherPath>,
+    /// What the disk says about the storage it reaches ([`super::storage`]): under profiles,
+    /// the storage is the first profile's that partitions, formats, mounts, grows or takes it
+    /// offline or online ([`crate::profiles`]). Empty when it says nothing.
+    pub storage: Vec<super::storage::StorageId>,
 }
 
 /// Another disk reaching the same storage, and who uses it.
@@ -97,11 +102,19 @@ pub fn refuse_in_use(op: &str, object: &str, usage: &DiskUsage, own: OwnUse<'_>)
     };
     // Under a profile, a filesystem of the disk mounted below the roots in another profile's
     // places makes the disk that profile's: refused as such, before anything else is weighed.
+    // So does a storage another profile used first, mounted or not (formatted and not yet
+    // staged, or unstaged and not yet detached: its data is that profile's).
     let unscoped;
+    let mut storage = None;
     let own = match own {
         OwnUse::MountsBelow(policy) if policy.scope().is_restricted() => {
             unscoped = policy.with_scope(crate::profiles::Scope::all());
             refuse_foreign(op, object, usage, policy, &unscoped)?;
+            storage = super::StorageId::strongest(&usage.storage)
+                .map(|id| (policy.scope(), Object::Storage(id.key())));
+            if let Some((scope, held)) = &storage {
+                scope.refuse_held(op, object, held)?;
+            }
             OwnUse::MountsBelow(&unscoped)
         }
         own => own,
@@ -116,6 +129,11 @@ pub fn refuse_in_use(op: &str, object: &str, usage: &DiskUsage, own: OwnUse<'_>)
                 other.disk, other.name,
             ));
         }
+    }
+    // Allowed: the storage is the profile's from now on (taken in one step of the book: a
+    // call through another path to it that took it meanwhile wins, and this one is refused).
+    if let Some((scope, held)) = &storage {
+        scope.take(op, object, held)?;
     }
     Ok(())
 }

@@ -55,6 +55,27 @@ impl StorageId {
         })
     }
 
+    /// The identifier as one line of text: the owners book's key of the storage.
+    pub fn key(&self) -> String {
+        match self {
+            StorageId::Scsi { kind, hex } => format!("scsi {kind} {hex}"),
+            StorageId::Nvme(hex) => format!("nvme {hex}"),
+            StorageId::Serial {
+                vendor,
+                model,
+                serial,
+            } => format!("serial {vendor:?} {model:?} {serial:?}"),
+            StorageId::Backing { dev, ino } => format!("backing {dev}:{ino}"),
+        }
+    }
+
+    /// The strongest of `ids` (the first of them in order at that strength): the one name a
+    /// storage is known by whichever path reached it.
+    pub fn strongest(ids: &[StorageId]) -> Option<&StorageId> {
+        let level = ids.iter().map(StorageId::strength).max()?;
+        ids.iter().filter(|i| i.strength() == level).min()
+    }
+
     /// Higher is stronger: a disk's identity is compared at the strongest kind both disks
     /// have, so two paths whose designators differ are two storages even when their serial
     /// numbers agree.

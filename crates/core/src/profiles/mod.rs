@@ -483,6 +483,30 @@ impl Scope {
         ))
     }
 
+    /// Refuses `op` on `what` when another profile holds `object`: asked before anything else
+    /// is weighed, so the refusal names the owner.
+    pub fn refuse_held(&self, op: &str, what: &str, object: &Object) -> Result<()> {
+        let Some(r) = &self.0 else { return Ok(()) };
+        match r.all.owners.holders(object).first() {
+            Some(owner) if *owner != r.profile().driver => Err(r.denied(
+                op,
+                what,
+                format!("its {object} is profile {owner:?}'s (the first to use it)"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Makes `object` the profile's when nobody holds it yet (refused as
+    /// [`Scope::refuse_held`] when another profile took it meanwhile).
+    pub fn take(&self, op: &str, what: &str, object: &Object) -> Result<()> {
+        let Some(r) = &self.0 else { return Ok(()) };
+        match r.all.owners.claim(object, &r.profile().driver)? {
+            None => Ok(()),
+            Some(_) => self.refuse_held(op, what, object),
+        }
+    }
+
     /// Records that the profile holds `object` (after the host made or joined it).
     pub fn hold(&self, object: &Object) -> Result<()> {
         let Some(r) = &self.0 else { return Ok(()) };

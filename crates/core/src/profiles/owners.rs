@@ -22,6 +22,8 @@ pub enum Object {
     Portal(String),
     /// An iSCSI session (`address:port iqn`, the IQN lower-cased).
     Session(String),
+    /// A disk's storage, by its strongest identifier ([`crate::disk::StorageId::key`]).
+    Storage(String),
 }
 
 impl Object {
@@ -31,12 +33,17 @@ impl Object {
             Object::SmbMapping(_) => "smb",
             Object::Portal(_) => "portal",
             Object::Session(_) => "session",
+            Object::Storage(_) => "storage",
         }
     }
 
     fn key(&self) -> &str {
         match self {
-            Object::Dir(k) | Object::SmbMapping(k) | Object::Portal(k) | Object::Session(k) => k,
+            Object::Dir(k)
+            | Object::SmbMapping(k)
+            | Object::Portal(k)
+            | Object::Session(k)
+            | Object::Storage(k) => k,
         }
     }
 
@@ -46,6 +53,7 @@ impl Object {
             "smb" => Object::SmbMapping(key),
             "portal" => Object::Portal(key),
             "session" => Object::Session(key),
+            "storage" => Object::Storage(key),
             _ => return None,
         })
     }
@@ -58,6 +66,7 @@ impl fmt::Display for Object {
             Object::SmbMapping(k) => write!(f, "mapping {k:?}"),
             Object::Portal(k) => write!(f, "portal {k}"),
             Object::Session(k) => write!(f, "session {k}"),
+            Object::Storage(k) => write!(f, "storage {k}"),
         }
     }
 }

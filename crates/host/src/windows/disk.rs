@@ -362,7 +362,7 @@ impl DiskHost for WindowsDiskHost {
             system_use,
             ..Default::default()
         };
-        usage.other_paths = identity::other_paths(os, OP, disk_number)?;
+        (usage.storage, usage.other_paths) = identity::other_paths(os, OP, disk_number)?;
         Ok(usage)
     }
 

@@ -199,6 +199,11 @@ pub fn in_use_facts(os: &Os, disk: &Disk) -> Result<DiskUsage> {
     let loops =
         block_users::loop_backings(&**os, Path::new(SYS_BLOCK), Path::new(DEV)).map_err(err)?;
     let reach = storage_reach(os, &all, &loops).map_err(err)?;
+    let own_ids = reach
+        .iter()
+        .find(|r| r.number == disk.number)
+        .map(|r| r.ids.clone())
+        .unwrap_or_default();
     let mut group: Vec<&Disk> = storage_group(disk.number, &reach)
         .iter()
         .filter_map(|n| all.iter().find(|d| d.number == *n))
@@ -274,6 +279,7 @@ pub fn in_use_facts(os: &Os, disk: &Disk) -> Result<DiskUsage> {
     }
     let mut members = members.into_iter();
     let mut usage = members.next().map(|m| m.usage).unwrap_or_default();
+    usage.storage = own_ids;
     for m in members {
         let mut theirs = m.usage;
         // A device stacked on, or a loop set up over, the other path that is this very disk

@@ -63,9 +63,14 @@ fn storage_ids(ids: &[Identifier], serial: &str) -> Vec<StorageId> {
 /// The other disks reaching the same storage as disk `n` (a LUN surfaced through two paths
 /// without MPIO), each with its own uses, read as disk `n`'s are: a process holding it
 /// without sharing, its mounts, the host's use of it.
-pub(super) fn other_paths(os: &dyn Win32, op: &str, n: u32) -> Result<Vec<OtherPath>> {
+pub(super) fn other_paths(
+    os: &dyn Win32,
+    op: &str,
+    n: u32,
+) -> Result<(Vec<StorageId>, Vec<OtherPath>)> {
     let mut out = Vec::new();
-    for other in same_storage(os, op, n)? {
+    let (own, others) = same_storage(os, op, n)?;
+    for other in others {
         let seen = open_disk(os, op, other, false)
             .map(drop)
             .and_then(|()| mount_points_on(os, op, other));
@@ -95,13 +100,13 @@ pub(super) fn other_paths(os: &dyn Win32, op: &str, n: u32) -> Result<Vec<OtherP
             },
         });
     }
-    Ok(out)
+    Ok((own, out))
 }
 
-/// The other disks reaching the same storage as disk `n`, by number. A disk whose
+/// Disk `n`'s own identifiers, and the other disks reaching the same storage, by number. A disk whose
 /// identifiers cannot be read (one without page 0x83 support answers "Incorrect function")
 /// says nothing about itself and stands alone.
-fn same_storage(os: &dyn Win32, op: &str, n: u32) -> Result<Vec<u32>> {
+fn same_storage(os: &dyn Win32, op: &str, n: u32) -> Result<(Vec<StorageId>, Vec<u32>)> {
     let mut all = Vec::new();
     for m in disk_numbers(os, op)? {
         let ids = match read(os, op, m) {
@@ -119,5 +124,10 @@ fn same_storage(os: &dyn Win32, op: &str, n: u32) -> Result<Vec<u32>> {
             over: Vec::new(),
         });
     }
-    Ok(storage_group(n, &all).into_iter().skip(1).collect())
+    let own = all
+        .iter()
+        .find(|r| r.number == n)
+        .map(|r| r.ids.clone())
+        .unwrap_or_default();
+    Ok((own, storage_group(n, &all).into_iter().skip(1).collect()))
 }
