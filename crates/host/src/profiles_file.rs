@@ -181,6 +181,24 @@ impl OwnersStore for StateDirBook {
 mod tests {
     use super::*;
 
+    /// The profiles file docs/install.md shows operators is one this daemon accepts, on the
+    /// platform the test runs on.
+    #[test]
+    fn the_documented_profiles_file_parses() {
+        let doc = include_str!("../../../docs/install.md");
+        let block = doc
+            .split("```toml\n")
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .expect("docs/install.md shows a profiles file");
+        let specs = parse(block).unwrap();
+        let drivers: Vec<&str> = specs.iter().map(|s| s.profile.driver.as_str()).collect();
+        assert!(
+            drivers.contains(&"ebs.csi.aws.com") && drivers.len() >= 6,
+            "{drivers:?}"
+        );
+    }
+
     #[test]
     fn a_file_reads_into_profiles_and_mistakes_are_named() {
         let field = PLACE_FIELD;
