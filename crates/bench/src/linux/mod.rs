@@ -5,6 +5,7 @@ mod layers;
 mod lean;
 mod load;
 mod procs;
+mod profiles;
 mod stage;
 
 use layers::*;
@@ -70,6 +71,10 @@ struct Args {
     /// processes (50 descriptors each), `--calls` of them per figure.
     #[arg(long)]
     in_use: bool,
+    /// Only what a profile costs a call: PathExists and Mkdir without `--profiles` and under
+    /// one profile (its plugin directory, a claimed pod directory), `--calls` of each.
+    #[arg(long)]
+    profiles: bool,
     /// With `--in-use`: another daemon binary (the build before a change) measured in the
     /// same run, in a column before this one's.
     #[arg(long)]
@@ -122,6 +127,18 @@ pub fn main() -> ExitCode {
             in_use::in_use_costs(&args.daemon, args.before_daemon.as_deref(), args.calls),
             |rows| print_markdown(&head, &rows),
         );
+    }
+    if args.profiles {
+        let head = [
+            "round",
+            "daemon",
+            "path",
+            "PathExists: CPU / p50",
+            "Mkdir (exists): CPU / p50",
+        ];
+        return crate::run_to_exit(profiles::profile_costs(&args.daemon, args.calls), |rows| {
+            print_markdown(&head, &rows)
+        });
     }
     crate::run_to_exit(run(&args), |(rows, layers)| {
         print_table(&rows);
