@@ -305,14 +305,7 @@ impl IscsiService {
             Release::Last => self
                 .host
                 .remove_target_portal(&portal)
-                .inspect_err(|_| self.rehold(&object)),
-        }
-    }
-
-    /// Gives a hold back after the host's removal or logout failed: the object is still there.
-    fn rehold(&self, object: &Object) {
-        if let Err(e) = self.scope.hold(object) {
-            tracing::warn!("{object}: the hold could not be given back: {e}");
+                .inspect_err(|_| self.scope.hold_again(&object)),
         }
     }
 
@@ -387,7 +380,7 @@ impl IscsiService {
         }
         self.host
             .disconnect_target(&portal, iqn)
-            .inspect_err(|_| self.rehold(&session))
+            .inspect_err(|_| self.scope.hold_again(&session))
     }
 
     /// GetTargetDisks: the disk numbers a connected target brought; empty when not connected.

@@ -513,6 +513,15 @@ impl Scope {
         r.all.owners.add(object, &r.profile().driver)
     }
 
+    /// Gives the profile's hold of `object` back after the host's removal or logout of it
+    /// failed: the object is still there, and still the profile's. Logged when the book cannot
+    /// be written (the call's own error is what the client needs).
+    pub fn hold_again(&self, object: &Object) {
+        if let Err(e) = self.hold(object) {
+            tracing::warn!("{object}: the hold could not be given back: {e}");
+        }
+    }
+
     /// Before a node-wide object is removed or logged out of: the profile must hold it (or
     /// nobody may); its hold is let go, and the answer says whether others still hold it.
     pub fn release(&self, op: &str, object: &Object) -> Result<Release> {

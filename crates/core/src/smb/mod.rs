@@ -693,10 +693,8 @@ impl SmbService {
         }
         self.manager.forget(root);
         self.host.remove_smb_global_mapping(root).inspect_err(|e| {
-            if e.kind() != Kind::NotFound
-                && let Err(e) = self.scope().hold(&object)
-            {
-                tracing::warn!("{object}: the hold could not be given back: {e}");
+            if e.kind() != Kind::NotFound {
+                self.scope().hold_again(&object);
             }
         })
     }
