@@ -3,7 +3,9 @@
 //! kubelet retries, with kubelet's path forms (the driveless `\var\lib\kubelet\…` staging path,
 //! `c:\var\lib\kubelet\pods\…` and its driveless form for the publish path); azuredisk also
 //! through its v1beta fallback on a daemon serving only filesystem v1beta1, disk and volume
-//! v1beta2. Needs nothing from the host.
+//! v1beta2. Each life runs twice: without profiles, and under the driver's own profile served
+//! where its clients dial, kubelet's per-volume records written where kubelet writes them.
+//! Needs nothing from the host.
 #![cfg(unix)]
 
 mod common;
@@ -13,6 +15,8 @@ use common::{AzureDiskDriver, EbsDriver, GIB, SimDaemon, ebs_reads_not_mounted};
 fn staging(driver: &str) -> String {
     format!(r"\var\lib\kubelet\plugins\kubernetes.io\csi\{driver}\0f1e2d\globalmount")
 }
+const EBS: &str = "ebs.csi.aws.com";
+const AZUREDISK: &str = "disk.csi.azure.com";
 const POD_VOLUME: &str = r"\var\lib\kubelet\pods\uid-1\volumes\kubernetes.io~csi\pvc-1\mount";
 
 fn publish_path() -> String {
@@ -27,15 +31,24 @@ fn publish_path() -> String {
 /// offline; a second life stages the same volume without formatting it.
 #[tokio::test(flavor = "multi_thread")]
 async fn ebs_every_node_operation_twice() {
-    let d = SimDaemon::start().await;
+    for profile in [None, Some(EBS)] {
+        ebs_life(profile).await;
+    }
+}
+
+async fn ebs_life(profile: Option<&str>) {
+    let d = SimDaemon::start_as(profile).await;
     let mut ebs = EbsDriver::new(&d.connector, d.host()).await;
     let disk = d.sim.add_disk(10 * GIB, 0);
     d.sim.add_disk(10 * GIB, 1);
     d.sim.set_disk_serial(disk, "vol0123456789abcdef0");
     let vol = "vol-0123456789abcdef0";
-    let staging = staging("ebs.csi.aws.com");
+    let staging = staging(EBS);
     let target = publish_path();
-    // kubelet made the pod's volume directory (kubelet before 1.20 the target too).
+    // kubelet made the staging and the pod's volume directory, each with its record of the
+    // volume's driver (kubelet before 1.20 the target too).
+    d.kubelet_volume(&staging, EBS);
+    d.kubelet_volume(&target, EBS);
     d.sim.mkdir(&target);
 
     ebs.unstage(&staging)
@@ -102,9 +115,12 @@ fn ebs_not_mounted_pattern() {
 async fn azuredisk_life(d: &SimDaemon, ad: &mut AzureDiskDriver) {
     let disk = d.sim.add_disk(10 * GIB, 3);
     d.sim.add_disk(10 * GIB, 4);
-    let staging = staging("disk.csi.azure.com");
+    let staging = staging(AZUREDISK);
     let target = publish_path();
-    // kubelet makes the staging directory and the pod's volume directory.
+    // kubelet makes the staging directory and the pod's volume directory, each with its
+    // record of the volume's driver.
+    d.kubelet_volume(&staging, AZUREDISK);
+    d.kubelet_volume(&target, AZUREDISK);
     d.sim.mkdir(&common::normalize_windows_path(&staging));
     d.sim.mkdir(&target);
 
@@ -160,10 +176,12 @@ async fn azuredisk_life(d: &SimDaemon, ad: &mut AzureDiskDriver) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn azuredisk_every_node_operation_twice() {
-    let d = SimDaemon::start().await;
-    let mut ad = AzureDiskDriver::new(&d.connector, d.host()).await;
-    assert_eq!(ad.api.versions(), ("v1", "v1", "v1"));
-    azuredisk_life(&d, &mut ad).await;
+    for profile in [None, Some(AZUREDISK)] {
+        let d = SimDaemon::start_as(profile).await;
+        let mut ad = AzureDiskDriver::new(&d.connector, d.host()).await;
+        assert_eq!(ad.api.versions(), ("v1", "v1", "v1"));
+        azuredisk_life(&d, &mut ad).await;
+    }
 }
 
 /// An older csi-proxy (no v1 endpoints): azuredisk falls back to filesystem v1beta1 (LinkPath,
@@ -171,14 +189,16 @@ async fn azuredisk_every_node_operation_twice() {
 /// VolumeStats) and lives the same life.
 #[tokio::test(flavor = "multi_thread")]
 async fn azuredisk_v1beta_fallback() {
-    let d = SimDaemon::serving(|g, v| {
-        matches!(
-            (g, v),
-            ("filesystem", "v1beta1") | ("disk", "v1beta2") | ("volume", "v1beta2")
-        )
-    })
-    .await;
-    let mut ad = AzureDiskDriver::new(&d.connector, d.host()).await;
-    assert_eq!(ad.api.versions(), ("v1beta1", "v1beta2", "v1beta2"));
-    azuredisk_life(&d, &mut ad).await;
+    for profile in [None, Some(AZUREDISK)] {
+        let d = SimDaemon::serving_as(profile, |g, v| {
+            matches!(
+                (g, v),
+                ("filesystem", "v1beta1") | ("disk", "v1beta2") | ("volume", "v1beta2")
+            )
+        })
+        .await;
+        let mut ad = AzureDiskDriver::new(&d.connector, d.host()).await;
+        assert_eq!(ad.api.versions(), ("v1beta1", "v1beta2", "v1beta2"));
+        azuredisk_life(&d, &mut ad).await;
+    }
 }

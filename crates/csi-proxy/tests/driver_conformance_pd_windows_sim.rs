@@ -1,13 +1,16 @@
 //! gce-pd replayed over the simulated Windows (`common/pd_driver.rs`): its NodeStage (with the
 //! ResizeVolume(id, 0) every stage makes, and GetDiskStats when disk-size validation is on),
 //! NodePublish, NodeGetVolumeStats, NodeExpand, NodeUnpublish and NodeUnstage as its Windows mounter makes them through the v1 endpoints, with kubelet's raw
-//! staging path. Needs nothing from the host.
+//! staging path. Each replay runs twice: without profiles, and under gce-pd's own profile
+//! served where its clients dial, kubelet's per-volume records written where kubelet writes
+//! them. Needs nothing from the host.
 #![cfg(unix)]
 
 mod common;
 
 use common::{GIB, PdDriver, SimDaemon};
 
+const PD: &str = "pd.csi.storage.gke.io";
 const STAGING: &str =
     r"\var\lib\kubelet\plugins\kubernetes.io\csi\pd.csi.storage.gke.io\abc\globalmount";
 
@@ -18,26 +21,30 @@ const STAGING: &str =
 /// refused every non-GPT disk, so the stage failed.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_mbr_disk_stages_and_grows() {
-    let d = SimDaemon::start().await;
-    let mut pd = PdDriver::new(&d.connector, d.host()).await;
-    assert_eq!(pd.api.versions(), ("v1", "v1", "v1"));
-    mbr_disk_life(&d, &mut pd).await;
+    for profile in [None, Some(PD)] {
+        let d = SimDaemon::start_as(profile).await;
+        let mut pd = PdDriver::new(&d.connector, d.host()).await;
+        assert_eq!(pd.api.versions(), ("v1", "v1", "v1"));
+        mbr_disk_life(&d, &mut pd).await;
+    }
 }
 
 /// An older csi-proxy (no v1 endpoints): gce-pd falls back to filesystem v1beta1, disk v1beta2
 /// and volume v1beta1 and lives the same life.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_mbr_disk_stages_and_grows_through_the_v1beta_fallback() {
-    let d = SimDaemon::serving(|g, v| {
-        matches!(
-            (g, v),
-            ("filesystem", "v1beta1") | ("disk", "v1beta2") | ("volume", "v1beta1")
-        )
-    })
-    .await;
-    let mut pd = PdDriver::new(&d.connector, d.host()).await;
-    assert_eq!(pd.api.versions(), ("v1beta1", "v1beta2", "v1beta1"));
-    mbr_disk_life(&d, &mut pd).await;
+    for profile in [None, Some(PD)] {
+        let d = SimDaemon::serving_as(profile, |g, v| {
+            matches!(
+                (g, v),
+                ("filesystem", "v1beta1") | ("disk", "v1beta2") | ("volume", "v1beta1")
+            )
+        })
+        .await;
+        let mut pd = PdDriver::new(&d.connector, d.host()).await;
+        assert_eq!(pd.api.versions(), ("v1beta1", "v1beta2", "v1beta1"));
+        mbr_disk_life(&d, &mut pd).await;
+    }
 }
 
 async fn mbr_disk_life(d: &SimDaemon, pd: &mut PdDriver) {
@@ -45,6 +52,9 @@ async fn mbr_disk_life(d: &SimDaemon, pd: &mut PdDriver) {
     let device = format!("sim-disk-{disk}");
     d.sim.mkdir(&common::normalize_windows_path(STAGING));
     let target = r"c:\var\lib\kubelet\pods\uid-1\volumes\kubernetes.io~csi\pvc-1\mount";
+    // kubelet's records of the volume's driver, beside the staging and the publish path.
+    d.kubelet_volume(STAGING, PD);
+    d.kubelet_volume(target, PD);
     d.sim
         .mkdir(r"c:\var\lib\kubelet\pods\uid-1\volumes\kubernetes.io~csi\pvc-1\mount");
 
@@ -109,7 +119,13 @@ async fn mbr_disk_life(d: &SimDaemon, pd: &mut PdDriver) {
 /// falls back to page 83's device name.
 #[tokio::test(flavor = "multi_thread")]
 async fn hyperdisk_nvme_disks_are_found_by_their_namespace_identifier() {
-    let d = SimDaemon::start().await;
+    for profile in [None, Some(PD)] {
+        hyperdisk_life(profile).await;
+    }
+}
+
+async fn hyperdisk_life(profile: Option<&str>) {
+    let d = SimDaemon::start_as(profile).await;
     let mut pd = PdDriver::new(&d.connector, d.host()).await;
     let scsi = d.sim.add_disk(10 * GIB, 1);
     let a = d.sim.add_disk(10 * GIB, 2);
@@ -139,6 +155,7 @@ async fn hyperdisk_nvme_disks_are_found_by_their_namespace_identifier() {
     let staging =
         r"\var\lib\kubelet\plugins\kubernetes.io\csi\pd.csi.storage.gke.io\hdb\globalmount";
     d.sim.mkdir(&common::normalize_windows_path(staging));
+    d.kubelet_volume(staging, PD);
     let id = pd
         .stage("hd-b", staging)
         .await

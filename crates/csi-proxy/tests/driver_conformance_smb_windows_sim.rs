@@ -1,7 +1,9 @@
 //! csi-driver-smb and azurefile replayed over the simulated Windows (`common/smb_driver.rs`):
 //! each CSI operation as their Windows mounters make it through the v1 endpoints, kubelet's
 //! path forms (staging `\var\lib\kubelet\…` without a drive, publish `c:\var\lib\kubelet\…`)
-//! normalised their way, and kubelet's retries. Needs nothing from the host.
+//! normalised their way, and kubelet's retries. The main lives run twice: without profiles, and
+//! under the driver's own profile served where its clients dial, kubelet's per-volume records
+//! written where kubelet writes them. Needs nothing from the host.
 #![cfg(unix)]
 
 mod common;
@@ -9,18 +11,43 @@ mod common;
 use common::{SimDaemon, SmbDriver, SmbFlavour, count_dir};
 use csi_proxy_host::windows::os::OsError;
 
-const STAGING: &str = r"\var\lib\kubelet\plugins\kubernetes.io\csi\smb.csi.k8s.io";
 const PODS: &str = r"c:\var\lib\kubelet\pods";
 
-fn staging(hash: &str) -> String {
-    format!(r"{STAGING}\{hash}\globalmount")
+/// The CSI name of the driver `flavour` replays.
+fn driver(flavour: SmbFlavour) -> &'static str {
+    match flavour {
+        SmbFlavour::CsiDriverSmb | SmbFlavour::CsiDriverSmbV1_12 => "smb.csi.k8s.io",
+        SmbFlavour::AzureFile => "file.csi.azure.com",
+    }
 }
 
-/// The publish path of `pvc` in pod `uid`, whose parent kubelet has made.
-fn publish_path(d: &SimDaemon, uid: &str, pvc: &str) -> String {
-    let parent = format!(r"{PODS}\{uid}\volumes\kubernetes.io~csi\{pvc}");
-    d.sim.mkdir(&parent);
-    format!(r"{parent}\mount")
+/// csi-driver-smb's staging path for `hash`.
+fn staging(hash: &str) -> String {
+    staging_of(SmbFlavour::CsiDriverSmb, hash)
+}
+
+/// The staging path kubelet hands `flavour`'s driver for `hash` (driveless).
+fn staging_of(flavour: SmbFlavour, hash: &str) -> String {
+    format!(
+        r"\var\lib\kubelet\plugins\kubernetes.io\csi\{}\{hash}\globalmount",
+        driver(flavour)
+    )
+}
+
+/// As [`staging_of`], with the directory kubelet makes for it and its record of the driver
+/// there, as kubelet leaves them before NodeStageVolume.
+fn staged_by(d: &SimDaemon, flavour: SmbFlavour, hash: &str) -> String {
+    let st = staging_of(flavour, hash);
+    d.kubelet_volume(&st, driver(flavour));
+    st
+}
+
+/// The publish path of `pvc` in pod `uid` for `flavour`'s driver, whose parent kubelet has
+/// made and recorded the volume's driver in.
+fn publish_path(d: &SimDaemon, flavour: SmbFlavour, uid: &str, pvc: &str) -> String {
+    let target = format!(r"{PODS}\{uid}\volumes\kubernetes.io~csi\{pvc}\mount");
+    d.kubelet_volume(&target, driver(flavour));
+    target
 }
 
 /// csi-driver-smb through a volume life, each operation twice as kubelet retries: stage (the
@@ -30,12 +57,19 @@ fn publish_path(d: &SimDaemon, uid: &str, pvc: &str) -> String {
 /// healthy mapping, and the counts, files on the host, survive the driver's restart.
 #[tokio::test(flavor = "multi_thread")]
 async fn smb_node_operations_each_twice() {
-    let d = SimDaemon::start().await;
-    let mut drv = SmbDriver::new(&d, SmbFlavour::CsiDriverSmb).await;
+    for profile in [None, Some(driver(SmbFlavour::CsiDriverSmb))] {
+        smb_node_operations(profile).await;
+    }
+}
+
+async fn smb_node_operations(profile: Option<&str>) {
+    let flavour = SmbFlavour::CsiDriverSmb;
+    let d = SimDaemon::start_as(profile).await;
+    let mut drv = SmbDriver::new(&d, flavour).await;
     d.sim
         .add_share(r"\\files.example\vols", Some((r"AZURE\svc", "s3cret")));
-    let (st1, st2) = (staging("h1"), staging("h2"));
-    let target = publish_path(&d, "uid-1", "pvc-1");
+    let (st1, st2) = (staged_by(&d, flavour, "h1"), staged_by(&d, flavour, "h2"));
+    let target = publish_path(&d, flavour, "uid-1", "pvc-1");
     let source = "//files.example/vols";
 
     // Unstage of a volume never staged: nothing to read, nothing to remove.
@@ -101,8 +135,10 @@ async fn smb_node_operations_each_twice() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_broken_mapping_other_volumes_use_is_made_again_with_the_new_secret() {
     for flavour in [SmbFlavour::CsiDriverSmb, SmbFlavour::AzureFile] {
-        let d = SimDaemon::start().await;
-        broken_mapping_repaired(&d, flavour).await;
+        for profile in [None, Some(driver(flavour))] {
+            let d = SimDaemon::start_as(profile).await;
+            broken_mapping_repaired(&d, flavour).await;
+        }
     }
 }
 
@@ -113,13 +149,18 @@ async fn a_broken_mapping_other_volumes_use_is_made_again_with_the_new_secret() 
 /// link reads again and the next publish finds it mounted. csi-driver-smb still removes it.
 #[tokio::test(flavor = "multi_thread")]
 async fn azurefile_keeps_a_publish_link_it_cannot_read() {
-    for flavour in [SmbFlavour::AzureFile, SmbFlavour::CsiDriverSmb] {
-        let d = SimDaemon::start().await;
+    for (flavour, profiled) in [
+        (SmbFlavour::AzureFile, false),
+        (SmbFlavour::AzureFile, true),
+        (SmbFlavour::CsiDriverSmb, false),
+        (SmbFlavour::CsiDriverSmb, true),
+    ] {
+        let d = SimDaemon::start_as(profiled.then_some(driver(flavour))).await;
         let mut drv = SmbDriver::new(&d, flavour).await;
         let (root, user) = (r"\\acct.file.core.windows.net\pvc-share", r"AZURE\acct");
         d.sim.add_share(root, Some((user, "key1")));
-        let (st1, st2) = (staging("a"), staging("b"));
-        let t1 = publish_path(&d, "uid-1", "pvc-1");
+        let (st1, st2) = (staged_by(&d, flavour, "a"), staged_by(&d, flavour, "b"));
+        let t1 = publish_path(&d, flavour, "uid-1", "pvc-1");
         drv.stage("pvc-1", root, Some("pvc-1"), &st1, user, "key1")
             .await
             .unwrap();
@@ -153,8 +194,15 @@ async fn azurefile_keeps_a_publish_link_it_cannot_read() {
 /// A node whose csi-proxy predates v1: the drivers fall back to filesystem v1beta1 and smb
 /// v1beta1 (IsMountPoint, LinkPath, Rmdir in the pod context).
 async fn v1beta_daemon() -> SimDaemon {
-    SimDaemon::serving(|g, v| matches!((g, v), ("filesystem", "v1beta1") | ("smb", "v1beta1")))
-        .await
+    v1beta_daemon_as(None).await
+}
+
+/// As [`v1beta_daemon`], under `profile` when given.
+async fn v1beta_daemon_as(profile: Option<&str>) -> SimDaemon {
+    SimDaemon::serving_as(profile, |g, v| {
+        matches!((g, v), ("filesystem", "v1beta1") | ("smb", "v1beta1"))
+    })
+    .await
 }
 
 /// The key rotation through both drivers' v1beta fallback: the broken mapping is made again with
@@ -162,10 +210,12 @@ async fn v1beta_daemon() -> SimDaemon {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_broken_mapping_is_repaired_through_the_v1beta_fallback() {
     for flavour in [SmbFlavour::CsiDriverSmb, SmbFlavour::AzureFile] {
-        let d = v1beta_daemon().await;
-        let versions = SmbDriver::new(&d, flavour).await.versions();
-        assert_eq!(versions, ("v1beta1", "v1beta1"));
-        broken_mapping_repaired(&d, flavour).await;
+        for profile in [None, Some(driver(flavour))] {
+            let d = v1beta_daemon_as(profile).await;
+            let versions = SmbDriver::new(&d, flavour).await.versions();
+            assert_eq!(versions, ("v1beta1", "v1beta1"));
+            broken_mapping_repaired(&d, flavour).await;
+        }
     }
 }
 
@@ -183,9 +233,13 @@ async fn broken_mapping_repaired(d: &SimDaemon, flavour: SmbFlavour) {
             ),
         };
         d.sim.add_share(root, Some((user, "key1")));
-        let (st1, st2, st3) = (staging("a"), staging("b"), staging("c"));
-        let t1 = publish_path(d, "uid-1", "pvc-1");
-        let t2 = publish_path(d, "uid-2", "pvc-2");
+        let (st1, st2, st3) = (
+            staged_by(d, flavour, "a"),
+            staged_by(d, flavour, "b"),
+            staged_by(d, flavour, "c"),
+        );
+        let t1 = publish_path(d, flavour, "uid-1", "pvc-1");
+        let t2 = publish_path(d, flavour, "uid-2", "pvc-2");
         for (vol, st, t) in [("pvc-1", &st1, &t1), ("pvc-2", &st2, &t2)] {
             drv.stage(vol, source, Some(vol), st, user, "key1")
                 .await
@@ -249,7 +303,7 @@ async fn a_working_mapping_is_never_replaced_under_live_links() {
     let mut drv = SmbDriver::new(&d, SmbFlavour::CsiDriverSmb).await;
     d.sim
         .add_share(r"\\fs01\vols", Some((r"AZURE\svc", "good")));
-    let t1 = publish_path(&d, "uid-1", "pvc-1");
+    let t1 = publish_path(&d, SmbFlavour::CsiDriverSmb, "uid-1", "pvc-1");
     drv.stage(
         "pvc-1",
         "//fs01/vols",
@@ -427,7 +481,7 @@ async fn share_life(d: &SimDaemon, root: &str, source: &str, sub: &str) {
     let mut drv = SmbDriver::new(d, SmbFlavour::CsiDriverSmb).await;
     d.sim.add_share(root, Some((r"CORP\svc", "pw")));
     let st = staging("sp");
-    let target = publish_path(d, "uid-1", "pvc 1");
+    let target = publish_path(d, SmbFlavour::CsiDriverSmb, "uid-1", "pvc 1");
     drv.stage("pvc-1", source, Some(sub), &st, r"CORP\svc", "pw")
         .await
         .unwrap_or_else(|e| panic!("{source}: {e:?}"));

@@ -2,13 +2,16 @@
 //! NodeGetInfo (the VM UUID from GetBIOSSerialNumber, system v1alpha1), NodeStage (the disk
 //! whose page 83 NAA ID is the publish context's `diskUUID`), NodePublish, NodeGetVolumeStats,
 //! NodeExpand, NodeUnpublish and NodeUnstage as its Windows mounter makes them, each twice as
-//! kubelet retries, with kubelet's path forms. Needs nothing from the host.
+//! kubelet retries, with kubelet's path forms. Each life runs twice: without profiles, and under
+//! vSphere's own profile (with the system group) served where its clients dial, kubelet's
+//! per-volume records written where kubelet writes them. Needs nothing from the host.
 #![cfg(unix)]
 
 mod common;
 
 use common::{GIB, SimDaemon, VsphereDriver, VsphereRelease, vsphere_convert_uuid};
 
+const VSPHERE: &str = "csi.vsphere.vmware.com";
 const STAGING: &str =
     r"\var\lib\kubelet\plugins\kubernetes.io\csi\csi.vsphere.vmware.com\5f1c\globalmount";
 const POD_VOLUME: &str = r"\var\lib\kubelet\pods\uid-1\volumes\kubernetes.io~csi\pvc-1\mount";
@@ -65,12 +68,14 @@ async fn vsphere_every_node_operation_twice() {
         VsphereRelease::V3_0,
         VsphereRelease::V3_3,
     ] {
-        vsphere_life(release).await;
+        for profile in [None, Some(VSPHERE)] {
+            vsphere_life(release, profile).await;
+        }
     }
 }
 
-async fn vsphere_life(release: VsphereRelease) {
-    let d = SimDaemon::start().await;
+async fn vsphere_life(release: VsphereRelease, profile: Option<&str>) {
+    let d = SimDaemon::start_as(profile).await;
     d.sim
         .set_firmware(Some(smbios_with_serial(BIOS_SERIAL)), "");
     let mut vs = VsphereDriver::new(&d.connector, d.host()).await.unwrap();
@@ -89,8 +94,11 @@ async fn vsphere_life(release: VsphereRelease) {
     vs.unstage(STAGING).await.expect("never staged: done");
     let e = vs.stage(DISK_UUID, STAGING).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e}");
-    // kubelet makes the staging directory and the pod's volume directory.
+    // kubelet makes the staging directory and the pod's volume directory, each with its
+    // record of the volume's driver.
     d.sim.mkdir(&common::normalize_windows_path(STAGING));
+    d.kubelet_volume(STAGING, VSPHERE);
+    d.kubelet_volume(&target, VSPHERE);
     d.sim.mkdir(&target);
     let e = vs.stage("6000c29000000000000000000000dead", STAGING).await;
     assert!(

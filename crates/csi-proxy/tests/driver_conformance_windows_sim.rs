@@ -6,7 +6,9 @@
 //!
 //! The filesystem group runs over the simulator's directory tree (the real Windows filesystem
 //! host is tested under wine), so the whole sequence sees one machine. Needs nothing from the
-//! host: no root, no loop devices.
+//! host: no root, no loop devices. Each sequence runs twice: without profiles, and under the
+//! driver's own profile served where the clients dial, kubelet's per-volume records written
+//! where kubelet writes them.
 #![cfg(unix)]
 
 mod common;
@@ -20,14 +22,21 @@ use csi_proxy_api::volume::v1;
 /// twice, on a disk whose volume arrives 2 s after PartitionDisk's layout write.
 #[tokio::test(flavor = "multi_thread")]
 async fn ebs_and_pd_node_operations_each_twice() {
-    let d = SimDaemon::start().await;
+    for profile in [None, Some("ebs.csi.aws.com")] {
+        ebs_and_pd_life(profile).await;
+    }
+}
+
+async fn ebs_and_pd_life(profile: Option<&str>) {
+    let d = SimDaemon::start_as(profile).await;
     let mut node = d.node().await;
     let disk = d.sim.add_disk(10 * GIB, 0);
     let serial = format!("SIM{disk:04}");
     let staging = SimDaemon::k(r"plugins\kubernetes.io\csi\ebs.csi.aws.com\abc\globalmount");
     let target = SimDaemon::k(r"pods\uid-1\volumes\kubernetes.io~csi\pvc-1\mount");
-    d.sim
-        .mkdir(&SimDaemon::k(r"pods\uid-1\volumes\kubernetes.io~csi\pvc-1"));
+    // kubelet's per-volume directories, each with its record of the volume's driver.
+    d.kubelet_volume(&staging, "ebs.csi.aws.com");
+    d.kubelet_volume(&target, "ebs.csi.aws.com");
 
     // Unstage of a volume never staged is done at once (the driver reads "not mounted").
     node.unstage(&staging).await;
@@ -84,10 +93,17 @@ async fn ebs_and_pd_node_operations_each_twice() {
 /// path's drive.
 #[tokio::test(flavor = "multi_thread")]
 async fn pd_rooted_staging_paths_resolve_on_the_kubelet_drive() {
-    let d = SimDaemon::start().await;
+    for profile in [None, Some("pd.csi.storage.gke.io")] {
+        pd_rooted_life(profile).await;
+    }
+}
+
+async fn pd_rooted_life(profile: Option<&str>) {
+    let d = SimDaemon::start_as(profile).await;
     let mut node = d.node().await;
     let disk = d.sim.add_disk(10 * GIB, 1);
     let rooted = r"\var\lib\kubelet\plugins\kubernetes.io\csi\pd.csi.storage.gke.io\x\globalmount";
+    d.kubelet_volume(rooted, "pd.csi.storage.gke.io");
     let id = node.stage(&format!("SIM{disk:04}"), rooted).await;
     assert_eq!(node.mounted_volume(rooted).await.unwrap(), Some(id.clone()));
     assert!(
@@ -121,7 +137,13 @@ async fn pd_rooted_staging_paths_resolve_on_the_kubelet_drive() {
 /// longer lists first still unmounts.
 #[tokio::test(flavor = "multi_thread")]
 async fn azuredisk_by_lun_and_unstage_by_rmdir() {
-    let d = SimDaemon::start().await;
+    for profile in [None, Some("disk.csi.azure.com")] {
+        azuredisk_by_lun_life(profile).await;
+    }
+}
+
+async fn azuredisk_by_lun_life(profile: Option<&str>) {
+    let d = SimDaemon::start_as(profile).await;
     let mut node = d.node().await;
     let disk = d.sim.add_disk(10 * GIB, 7);
     d.sim.add_disk(10 * GIB, 8);
@@ -141,6 +163,7 @@ async fn azuredisk_by_lun_and_unstage_by_rmdir() {
     assert_eq!(locations[&disk].bus, "");
 
     let staging = SimDaemon::k(r"plugins\kubernetes.io\csi\disk.csi.azure.com\xyz\globalmount");
+    d.kubelet_volume(&staging, "disk.csi.azure.com");
     let id = node.stage(&format!("SIM{disk:04}"), &staging).await;
     node.unstage_by_rmdir(&id, &staging).await;
     assert!(!node.path_exists(&staging).await);

@@ -640,3 +640,132 @@ async fn a_per_volume_directory_of_another_driver_is_refused() {
     assert!(leaks.is_empty(), "{}", leaks.join("\n"));
     assert!(!w.sim.entry_exists(&target), "nothing was made there");
 }
+
+/// kubelet's per-volume directory of a pod's volume, and its record naming `driver`.
+fn pod_volume(w: &World, uid: &str, pv: &str, driver: &str) -> String {
+    let dir = k(&format!(r"pods\{uid}\volumes\kubernetes.io~csi\{pv}"));
+    w.sim.mkdir(&dir);
+    record(w, &dir, driver);
+    dir
+}
+
+/// kubelet (re)writes its record of the volume's driver in `dir`.
+fn record(w: &World, dir: &str, driver: &str) {
+    w.sim.put_file(
+        &format!(r"{dir}\vol_data.json"),
+        format!(r#"{{"driverName":"{driver}","specVolID":"pv1"}}"#).as_bytes(),
+    );
+}
+
+/// A's publish into a pod's volume directory whose record kubelet wrote for A's driver
+/// succeeds: the directory becomes A's. B is refused there (naming A, its owner) even after the
+/// record is rewritten to name B's driver; the first claim holds.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_volume_recorded_for_a_is_claimed_by_a_and_stays_a_s() {
+    let w = world().await;
+    let mut a = Driver::at(&w.a).await;
+    let mut b = Driver::at(&w.b).await;
+    let staging_a = plugin(A, r"h1\globalmount");
+    a.fs.mkdir(f1::MkdirRequest {
+        path: staging_a.clone(),
+    })
+    .await
+    .unwrap();
+    let dir = pod_volume(&w, "u1", "pv1", A);
+    let target = format!(r"{dir}\mount");
+    a.fs.create_symlink(f1::CreateSymlinkRequest {
+        source_path: staging_a.clone(),
+        target_path: target.clone(),
+    })
+    .await
+    .expect("A publishes where kubelet recorded its driver");
+    assert!(w.sim.entry_exists(&target));
+
+    record(&w, &dir, B);
+    let staging_b = plugin(B, r"h2\globalmount");
+    b.fs.mkdir(f1::MkdirRequest {
+        path: staging_b.clone(),
+    })
+    .await
+    .unwrap();
+    let mut leaks = Vec::new();
+    refused(
+        &mut leaks,
+        "Rmdir of A's publish path",
+        b.fs.rmdir(f1::RmdirRequest {
+            path: target.clone(),
+            force: true,
+        })
+        .await,
+        Some(A),
+    );
+    refused(
+        &mut leaks,
+        "CreateSymlink in A's claimed directory",
+        b.fs.create_symlink(f1::CreateSymlinkRequest {
+            source_path: staging_b.clone(),
+            target_path: format!(r"{dir}\other"),
+        })
+        .await,
+        Some(A),
+    );
+    assert!(leaks.is_empty(), "{}", leaks.join("\n"));
+    assert!(w.sim.entry_exists(&target), "A's link stays");
+    assert!(!w.sim.entry_exists(&format!(r"{dir}\other")));
+    // A still holds it, whatever the record says now.
+    a.fs.rmdir(f1::RmdirRequest {
+        path: target.clone(),
+        force: true,
+    })
+    .await
+    .expect("A unpublishes");
+}
+
+/// A record that is a link (here to a directory holding a record naming A) or a directory is
+/// never read as kubelet's: A's publish into such a directory is refused and nothing is made.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_record_that_is_a_link_or_a_directory_is_refused() {
+    let w = world().await;
+    let mut a = Driver::at(&w.a).await;
+    let staging_a = plugin(A, r"h1\globalmount");
+    a.fs.mkdir(f1::MkdirRequest {
+        path: staging_a.clone(),
+    })
+    .await
+    .unwrap();
+    // Elsewhere, a record naming A (as a pod could write in its own emptyDir).
+    let decoy = k(r"pods\u9\volumes\kubernetes.io~empty-dir\x");
+    w.sim.mkdir(&decoy);
+    record(&w, &decoy, A);
+
+    let linked = k(r"pods\u1\volumes\kubernetes.io~csi\pv-link");
+    w.sim.mkdir(&linked);
+    w.sim
+        .add_dir_link(&format!(r"{linked}\vol_data.json"), &decoy);
+    let directory = k(r"pods\u2\volumes\kubernetes.io~csi\pv-dir");
+    w.sim.mkdir(&format!(r"{directory}\vol_data.json"));
+
+    // Answered INTERNAL naming the record and why it is not read (not PERMISSION_DENIED: the
+    // record could not be read, so no rule was weighed).
+    for (dir, why) in [
+        (&linked, "is a link or another reparse point; not followed"),
+        (&directory, "is a directory, not a file"),
+    ] {
+        let target = format!(r"{dir}\mount");
+        let e =
+            a.fs.create_symlink(f1::CreateSymlinkRequest {
+                source_path: staging_a.clone(),
+                target_path: target.clone(),
+            })
+            .await
+            .expect_err("the record is no file kubelet wrote");
+        eprintln!("{dir}: {:?}: {}", e.code(), e.message());
+        assert!(
+            e.message().contains("kubelet's record \"vol_data.json\"") && e.message().contains(why),
+            "{dir}: {:?}: {}",
+            e.code(),
+            e.message()
+        );
+        assert!(!w.sim.entry_exists(&target), "nothing was made in {dir}");
+    }
+}

@@ -3,8 +3,10 @@
 //! so a driver's whole node sequence sees one machine. Needs nothing from the host.
 
 use super::Node;
-use csi_proxy_core::filesystem::FilesystemService;
+use csi_proxy_core::filesystem::{FilesystemService, VolDataFromHost};
 use csi_proxy_core::paths::{LinkProbe, LinkTarget, PathPolicy, PathStyle};
+use csi_proxy_core::profiles::owners::Owners;
+use csi_proxy_core::profiles::{Group, Profile, Profiles};
 use csi_proxy_host::windows::disk::WindowsDiskHost;
 use csi_proxy_host::windows::filesystem::WindowsFilesystemHost;
 use csi_proxy_host::windows::iscsi::WindowsIscsiHost;
@@ -12,7 +14,7 @@ use csi_proxy_host::windows::sim::SimWindows;
 use csi_proxy_host::windows::smb::WindowsSmbHost;
 use csi_proxy_host::windows::system::WindowsSystemHost;
 use csi_proxy_host::windows::volume::WindowsVolumeHost;
-use csi_proxy_server::daemon;
+use csi_proxy_server::daemon::{self, Place};
 use csi_proxy_server::registry::{self, Hosts, Services};
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +30,19 @@ pub struct SimDaemon {
     _dir: tempfile::TempDir,
 }
 
+/// The groups a driver's profile lists (docs/install.md's profiles example).
+pub fn profile_groups(driver: &str) -> Vec<Group> {
+    use Group::*;
+    match driver {
+        "ebs.csi.aws.com" | "disk.csi.azure.com" | "pd.csi.storage.gke.io" => {
+            vec![Filesystem, Disk, Volume]
+        }
+        "csi.vsphere.vmware.com" => vec![Filesystem, Disk, Volume, System],
+        "smb.csi.k8s.io" | "file.csi.azure.com" => vec![Filesystem, Smb],
+        other => panic!("no profile example for driver {other:?}"),
+    }
+}
+
 impl SimDaemon {
     pub async fn start() -> SimDaemon {
         Self::serving(|_, _| true).await
@@ -36,6 +51,20 @@ impl SimDaemon {
     /// The daemon serving only the endpoints `serve(group, version)` keeps: a node where the
     /// newer versions are absent (an older csi-proxy), for the drivers' fallbacks.
     pub async fn serving(serve: impl Fn(&str, &str) -> bool) -> SimDaemon {
+        Self::serving_as(None, serve).await
+    }
+
+    /// As [`SimDaemon::start`]; with `profile`, the daemon serves only that driver's profile
+    /// (its groups as [`profile_groups`]), at the socket directory the driver's clients dial.
+    pub async fn start_as(profile: Option<&str>) -> SimDaemon {
+        Self::serving_as(profile, |_, _| true).await
+    }
+
+    /// As [`SimDaemon::serving`], under `profile` when given (see [`SimDaemon::start_as`]).
+    pub async fn serving_as(
+        profile: Option<&str>,
+        serve: impl Fn(&str, &str) -> bool,
+    ) -> SimDaemon {
         let sim = Arc::new(SimWindows::new());
         sim.set_arrival_delay(Duration::from_secs(2));
         sim.mkdir(KUBELET);
@@ -46,7 +75,7 @@ impl SimDaemon {
         // Every Windows host, over the one simulated machine.
         let fs = FilesystemService::new(
             Arc::new(WindowsFilesystemHost::with_os(sim.clone())),
-            policy,
+            policy.clone(),
         );
         let hosts = Hosts {
             disk: Arc::new(WindowsDiskHost::with_os(sim.clone())),
@@ -60,8 +89,28 @@ impl SimDaemon {
         };
         let s = Services::new(fs, hosts, true);
         let sockets = dir.path().join("run");
+        let endpoints = match profile {
+            None => registry::endpoints(&s),
+            Some(driver) => {
+                let profiles = Profiles::new(
+                    PathStyle::Windows,
+                    KUBELET,
+                    &policy,
+                    vec![Profile {
+                        driver: driver.into(),
+                        groups: profile_groups(driver),
+                        paths: vec![],
+                    }],
+                    Arc::new(Owners::in_memory()),
+                )
+                .unwrap();
+                let reader = Arc::new(VolDataFromHost::new(&s.filesystem));
+                let scope = profiles.scope(driver, reader).unwrap();
+                registry::endpoints_at(&s.scoped(scope), &Place::Dir(sockets.clone()))
+            }
+        };
         let (serving, ready, stop) = daemon::serve_in_dir(
-            registry::endpoints(&s)
+            endpoints
                 .into_iter()
                 .filter(|e| serve(e.group, e.version))
                 .collect(),
@@ -89,6 +138,21 @@ impl SimDaemon {
 
     pub fn k(rel: &str) -> String {
         format!(r"{KUBELET}\{rel}")
+    }
+
+    /// What kubelet does before NodeStageVolume and NodePublishVolume for a volume of
+    /// `driver`: it makes the directory `path` (the staging or publish path, in any form
+    /// kubelet hands it) lies in, and writes its record of the volume's driver there
+    /// (`vol_data.json`). Returns that directory, normalised.
+    pub fn kubelet_volume(&self, path: &str, driver: &str) -> String {
+        let p = super::normalize_windows_path(path);
+        let dir = p[..p.rfind('\\').unwrap()].to_string();
+        self.sim.mkdir(&dir);
+        self.sim.put_file(
+            &format!(r"{dir}\vol_data.json"),
+            format!(r#"{{"driverName":"{driver}","specVolID":"pvc-1"}}"#).as_bytes(),
+        );
+        dir
     }
 }
 
