@@ -601,9 +601,8 @@ fn snapshot(sim: &SimWindows, vol: &str, disk: u32) -> Snapshot {
 
 /// A per-volume directory kubelet made for A's volume (its record `vol_data.json` there) is
 /// never B's: B's Mkdir and CreateSymlink of a publish target in it are refused, naming B,
-/// and nothing is made there. (The record here is empty, and the simulated Windows cannot read
-/// files yet, answered as no record: the refusal holds either way, as it does for a record
-/// naming A.)
+/// and nothing is made there. (The record here is empty, which names no driver: the refusal
+/// holds as it does for a record naming A.)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_per_volume_directory_of_another_driver_is_refused() {
     let w = world().await;
@@ -745,8 +744,7 @@ async fn a_record_that_is_a_link_or_a_directory_is_refused() {
     let directory = k(r"pods\u2\volumes\kubernetes.io~csi\pv-dir");
     w.sim.mkdir(&format!(r"{directory}\vol_data.json"));
 
-    // Answered INTERNAL naming the record and why it is not read (not PERMISSION_DENIED: the
-    // record could not be read, so no rule was weighed).
+    // Refused for the profile, naming the record and why it is not one kubelet wrote.
     for (dir, why) in [
         (&linked, "is a link or another reparse point; not followed"),
         (&directory, "is a directory, not a file"),
@@ -760,8 +758,16 @@ async fn a_record_that_is_a_link_or_a_directory_is_refused() {
             .await
             .expect_err("the record is no file kubelet wrote");
         eprintln!("{dir}: {:?}: {}", e.code(), e.message());
+        assert_eq!(
+            e.code(),
+            tonic::Code::PermissionDenied,
+            "{dir}: {}",
+            e.message()
+        );
         assert!(
-            e.message().contains("kubelet's record \"vol_data.json\"") && e.message().contains(why),
+            e.message().contains("kubelet's record \"vol_data.json\"")
+                && e.message().contains(why)
+                && e.message().contains("profile \"a.csi\""),
             "{dir}: {:?}: {}",
             e.code(),
             e.message()

@@ -102,6 +102,16 @@ impl crate::profiles::VolDataReader for VolDataFromHost {
             Ok(b) => b,
             Err(e) if crate::paths::names_nothing(&e) => return Ok(None),
             Err(e) if e.kind() == io::ErrorKind::Unsupported => return Ok(None),
+            // A link, a directory, a file too large: not a record kubelet wrote, and never
+            // one a profile is given a directory by.
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                return Err(Error::new(
+                    Kind::PermissionDenied,
+                    op,
+                    format!("kubelet's record {:?} in {dir:?}", file.join("/")),
+                    e,
+                ));
+            }
             Err(e) => {
                 return Err(Error::io(
                     op,

@@ -382,7 +382,13 @@ impl Scope {
             }
             None => {}
         }
-        let named = r.reader.driver_of(op, &claim.dir, &claim.record)?;
+        let named = r
+            .reader
+            .driver_of(op, &claim.dir, &claim.record)
+            .map_err(|e| match e.kind() {
+                Kind::PermissionDenied => r.denied(op, shown, e.message()),
+                _ => e,
+            })?;
         match named {
             Some(d) if style_same(r.all.style, &d, me) => {
                 // Whoever claimed it meanwhile wins; both asked under the book's lock.
