@@ -86,42 +86,9 @@ fn denied<T: std::fmt::Debug>(what: &str, r: Result<T, tonic::Status>, owner: Op
     }
 }
 
-/// Stages disk `n` for a driver: one partition, formatted, mounted at `staging`.
+/// Stages disk `n` for a driver ([`common::stage_disk`]).
 async fn stage(d: &mut Driver, n: u32, staging: &str) -> String {
-    d.disk
-        .partition_disk(d1::PartitionDiskRequest { disk_number: n })
-        .await
-        .unwrap();
-    let vol = d
-        .vol
-        .list_volumes_on_disk(v1::ListVolumesOnDiskRequest {
-            disk_number: n,
-            partition_number: 0,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .volume_ids
-        .remove(0);
-    d.vol
-        .format_volume(v1::FormatVolumeRequest {
-            volume_id: vol.clone(),
-        })
-        .await
-        .unwrap();
-    d.fs.mkdir(f1::MkdirRequest {
-        path: staging.into(),
-    })
-    .await
-    .unwrap();
-    d.vol
-        .mount_volume(v1::MountVolumeRequest {
-            volume_id: vol.clone(),
-            target_path: staging.into(),
-        })
-        .await
-        .unwrap();
-    vol
+    common::stage_disk(&mut d.disk, &mut d.vol, &mut d.fs, n, staging).await
 }
 
 #[tokio::test(flavor = "multi_thread")]

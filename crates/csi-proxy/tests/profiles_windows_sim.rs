@@ -7,6 +7,8 @@
 //! Needs nothing from the host.
 #![cfg(unix)]
 
+mod common;
+
 use csi_proxy_api::disk::v1 as d1;
 use csi_proxy_api::filesystem::v1 as f1;
 use csi_proxy_api::iscsi::v1alpha2 as i2;
@@ -14,19 +16,10 @@ use csi_proxy_api::smb::v1 as s1;
 use csi_proxy_api::system::v1alpha1 as y1;
 use csi_proxy_api::volume::v1;
 use csi_proxy_client::Connector;
-use csi_proxy_core::filesystem::{FilesystemService, VolDataFromHost};
-use csi_proxy_core::paths::{PathPolicy, PathStyle};
-use csi_proxy_core::profiles::owners::Owners;
-use csi_proxy_core::profiles::{Group, Profile, Profiles};
-use csi_proxy_host::windows::disk::WindowsDiskHost;
-use csi_proxy_host::windows::filesystem::WindowsFilesystemHost;
-use csi_proxy_host::windows::iscsi::WindowsIscsiHost;
+use csi_proxy_core::profiles::{Group, Profile};
 use csi_proxy_host::windows::sim::SimWindows;
-use csi_proxy_host::windows::smb::WindowsSmbHost;
-use csi_proxy_host::windows::system::WindowsSystemHost;
-use csi_proxy_host::windows::volume::WindowsVolumeHost;
 use csi_proxy_server::daemon::{self, Place};
-use csi_proxy_server::registry::{self, Hosts, Services};
+use csi_proxy_server::registry;
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::transport::Channel;
@@ -76,51 +69,9 @@ impl Driver {
         }
     }
 
-    /// The block drivers' NodeStage: online, partition, the first volume formatted, the
-    /// staging directory made and the volume mounted there. Returns the volume ID.
+    /// The block drivers' NodeStage ([`common::stage_disk`]). Returns the volume ID.
     async fn stage(&mut self, disk: u32, staging: &str) -> String {
-        self.disk
-            .set_disk_state(d1::SetDiskStateRequest {
-                disk_number: disk,
-                is_online: true,
-            })
-            .await
-            .unwrap();
-        self.disk
-            .partition_disk(d1::PartitionDiskRequest { disk_number: disk })
-            .await
-            .unwrap();
-        let id = self
-            .vol
-            .list_volumes_on_disk(v1::ListVolumesOnDiskRequest {
-                disk_number: disk,
-                partition_number: 0,
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .volume_ids[0]
-            .clone();
-        self.vol
-            .format_volume(v1::FormatVolumeRequest {
-                volume_id: id.clone(),
-            })
-            .await
-            .unwrap();
-        self.fs
-            .mkdir(f1::MkdirRequest {
-                path: staging.into(),
-            })
-            .await
-            .unwrap();
-        self.vol
-            .mount_volume(v1::MountVolumeRequest {
-                volume_id: id.clone(),
-                target_path: staging.into(),
-            })
-            .await
-            .unwrap();
-        id
+        common::stage_disk(&mut self.disk, &mut self.vol, &mut self.fs, disk, staging).await
     }
 
     /// NewSmbGlobalMapping of the share with its link at `local`, whose parent the driver makes
@@ -206,27 +157,10 @@ async fn world() -> World {
     // outside its own directories (its Mkdir of a missing ancestor above them is refused).
     sim.mkdir(&k(r"plugins\kubernetes.io\csi"));
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("state")).unwrap();
-    let policy = Arc::new(PathPolicy::new(PathStyle::Windows, KUBELET, &[]).unwrap());
-    let fs = FilesystemService::new(
-        Arc::new(WindowsFilesystemHost::with_os(sim.clone())),
-        policy.clone(),
-    );
-    let hosts = Hosts {
-        disk: Arc::new(WindowsDiskHost::with_os(sim.clone())),
-        volume: Arc::new(WindowsVolumeHost::with_os(
-            sim.clone(),
-            dir.path().join("state"),
-        )),
-        smb: Arc::new(WindowsSmbHost::with_os(sim.clone())),
-        system: Arc::new(WindowsSystemHost::with_os(sim.clone())),
-        iscsi: Arc::new(WindowsIscsiHost::with_os(sim.clone())),
-    };
-    let services = Services::new(fs, hosts, true);
-    let profiles = Profiles::new(
-        PathStyle::Windows,
+    let services = common::sim_services(&sim, KUBELET, &dir.path().join("state"));
+    let scopes = common::sim_scopes(
+        &services,
         KUBELET,
-        &policy,
         vec![
             Profile {
                 driver: A.into(),
@@ -242,15 +176,11 @@ async fn world() -> World {
                 paths: vec![k(r"b-extra")],
             },
         ],
-        Arc::new(Owners::in_memory()),
-    )
-    .unwrap();
-    let reader = Arc::new(VolDataFromHost::new(&services.filesystem));
+    );
     let (da, db) = (dir.path().join("a"), dir.path().join("b"));
     let mut endpoints = Vec::new();
-    for (driver, at) in [(A, &da), (B, &db)] {
+    for (scope, at) in scopes.into_iter().zip([&da, &db]) {
         std::fs::create_dir_all(at).unwrap();
-        let scope = profiles.scope(driver, reader.clone()).unwrap();
         endpoints.extend(registry::endpoints_at(
             &services.scoped(scope),
             &Place::Dir(at.clone()),

@@ -25,6 +25,10 @@ mod simulation {
     pub mod world;
 }
 
+// The services over one simulated Windows, as the other simulated-Windows tests build them.
+#[path = "common/sim_services.rs"]
+mod sim_services;
+
 use simulation::resources::{self, Figures, Tally, Watch};
 use simulation::workload::{self, Step, Violation};
 use std::sync::{Mutex, MutexGuard};

@@ -33,6 +33,8 @@ mod process;
 mod proxy_api;
 mod raw;
 #[cfg(unix)]
+mod sim_services;
+#[cfg(unix)]
 mod simwin;
 #[cfg(unix)]
 mod smb_driver;
@@ -66,6 +68,8 @@ pub use process::*;
 #[cfg(unix)]
 pub use proxy_api::*;
 pub use raw::*;
+#[cfg(unix)]
+pub use sim_services::*;
 #[cfg(unix)]
 pub use simwin::*;
 #[cfg(unix)]

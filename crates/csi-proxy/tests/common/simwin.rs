@@ -69,43 +69,18 @@ impl SimDaemon {
         sim.set_arrival_delay(Duration::from_secs(2));
         sim.mkdir(KUBELET);
         let dir = tempfile::tempdir().unwrap();
-        // The daemon prepares its state dir at start-up; the hosts write inside it only.
-        std::fs::create_dir_all(dir.path().join("state")).unwrap();
-        let policy = Arc::new(PathPolicy::new(PathStyle::Windows, KUBELET, &[]).unwrap());
         // Every Windows host, over the one simulated machine.
-        let fs = FilesystemService::new(
-            Arc::new(WindowsFilesystemHost::with_os(sim.clone())),
-            policy.clone(),
-        );
-        let hosts = Hosts {
-            disk: Arc::new(WindowsDiskHost::with_os(sim.clone())),
-            volume: Arc::new(WindowsVolumeHost::with_os(
-                sim.clone(),
-                dir.path().join("state"),
-            )),
-            smb: Arc::new(WindowsSmbHost::with_os(sim.clone())),
-            system: Arc::new(WindowsSystemHost::with_os(sim.clone())),
-            iscsi: Arc::new(WindowsIscsiHost::with_os(sim.clone())),
-        };
-        let s = Services::new(fs, hosts, true);
+        let s = super::sim_services(&sim, KUBELET, &dir.path().join("state"));
         let sockets = dir.path().join("run");
         let endpoints = match profile {
             None => registry::endpoints(&s),
             Some(driver) => {
-                let profiles = Profiles::new(
-                    PathStyle::Windows,
-                    KUBELET,
-                    &policy,
-                    vec![Profile {
-                        driver: driver.into(),
-                        groups: profile_groups(driver),
-                        paths: vec![],
-                    }],
-                    Arc::new(Owners::in_memory()),
-                )
-                .unwrap();
-                let reader = Arc::new(VolDataFromHost::new(&s.filesystem));
-                let scope = profiles.scope(driver, reader).unwrap();
+                let profile = Profile {
+                    driver: driver.into(),
+                    groups: profile_groups(driver),
+                    paths: vec![],
+                };
+                let scope = super::sim_scopes(&s, KUBELET, vec![profile]).remove(0);
                 registry::endpoints_at(&s.scoped(scope), &Place::Dir(sockets.clone()))
             }
         };

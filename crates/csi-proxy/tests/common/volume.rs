@@ -74,6 +74,46 @@ pub async fn partition_one(dc: &mut DiskClient, vc: &mut VolumeClient, n: u32) -
     volumes_on(vc, n).await.remove(0)
 }
 
+/// A v1 filesystem client.
+pub type FsClient = csi_proxy_api::filesystem::v1::filesystem_client::FilesystemClient<Channel>;
+
+/// The block drivers' NodeStage of disk `n`, each step expected to succeed: online, one
+/// partition, its volume formatted, the staging directory made and the volume mounted there.
+/// Returns the volume ID.
+pub async fn stage_disk(
+    dc: &mut DiskClient,
+    vc: &mut VolumeClient,
+    fc: &mut FsClient,
+    n: u32,
+    staging: &str,
+) -> String {
+    use csi_proxy_api::filesystem::v1 as f1;
+    dc.set_disk_state(d1::SetDiskStateRequest {
+        disk_number: n,
+        is_online: true,
+    })
+    .await
+    .unwrap();
+    let id = partition_one(dc, vc, n).await;
+    vc.format_volume(v1::FormatVolumeRequest {
+        volume_id: id.clone(),
+    })
+    .await
+    .unwrap();
+    fc.mkdir(f1::MkdirRequest {
+        path: staging.into(),
+    })
+    .await
+    .unwrap();
+    vc.mount_volume(v1::MountVolumeRequest {
+        volume_id: id.clone(),
+        target_path: staging.into(),
+    })
+    .await
+    .unwrap();
+    id
+}
+
 /// FormatVolume on a task of its own, for a test that crashes or freezes the daemon meanwhile.
 pub fn spawn_format(
     vc: &VolumeClient,

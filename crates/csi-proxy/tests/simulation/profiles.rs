@@ -10,20 +10,12 @@
 
 use super::workload::Violation;
 use super::world::{KUBELET, Rng};
+use crate::sim_services::{sim_scopes, sim_services};
 use csi_proxy_core::Error;
 use csi_proxy_core::error::Kind;
-use csi_proxy_core::filesystem::{FilesystemService, VolDataFromHost};
-use csi_proxy_core::paths::{PathPolicy, PathStyle};
-use csi_proxy_core::profiles::owners::Owners;
-use csi_proxy_core::profiles::{Group, Profile, Profiles};
-use csi_proxy_host::windows::disk::WindowsDiskHost;
-use csi_proxy_host::windows::filesystem::WindowsFilesystemHost;
-use csi_proxy_host::windows::iscsi::WindowsIscsiHost;
+use csi_proxy_core::profiles::{Group, Profile};
 use csi_proxy_host::windows::sim::SimWindows;
-use csi_proxy_host::windows::smb::WindowsSmbHost;
-use csi_proxy_host::windows::system::WindowsSystemHost;
-use csi_proxy_host::windows::volume::WindowsVolumeHost;
-use csi_proxy_server::registry::{Hosts, Services};
+use csi_proxy_server::registry::Services;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,23 +54,10 @@ pub fn run(seed: u64, lanes: usize, steps: usize, scoped: bool) -> Result<u32, V
     sim.set_arrival_delay(Duration::from_millis(rng.below(3000)));
     sim.mkdir(&format!(r"{KUBELET}\plugins\kubernetes.io\csi"));
     let state = tempfile::tempdir().unwrap();
-    let policy = Arc::new(PathPolicy::new(PathStyle::Windows, KUBELET, &[]).unwrap());
-    let fs = FilesystemService::new(
-        Arc::new(WindowsFilesystemHost::with_os(sim.clone())),
-        policy.clone(),
-    );
-    let hosts = Hosts {
-        disk: Arc::new(WindowsDiskHost::with_os(sim.clone())),
-        volume: Arc::new(WindowsVolumeHost::with_os(sim.clone(), state.path())),
-        smb: Arc::new(WindowsSmbHost::with_os(sim.clone())),
-        system: Arc::new(WindowsSystemHost::with_os(sim.clone())),
-        iscsi: Arc::new(WindowsIscsiHost::with_os(sim.clone())),
-    };
-    let all = Services::new(fs, hosts, true);
-    let profiles = Profiles::new(
-        PathStyle::Windows,
+    let all = sim_services(&sim, KUBELET, state.path());
+    let scopes = sim_scopes(
+        &all,
         KUBELET,
-        &policy,
         (0..lanes)
             .map(|i| Profile {
                 driver: name(i),
@@ -86,15 +65,12 @@ pub fn run(seed: u64, lanes: usize, steps: usize, scoped: bool) -> Result<u32, V
                 paths: vec![],
             })
             .collect(),
-        Arc::new(Owners::in_memory()),
-    )
-    .unwrap();
-    let reader = Arc::new(VolDataFromHost::new(&all.filesystem));
+    );
     let mut lanes: Vec<Lane> = (0..lanes)
         .map(|i| Lane {
             disk: sim.add_disk((4 + rng.below(8)) * GIB, i as u8 + 1),
             s: if scoped {
-                all.scoped(profiles.scope(&name(i), reader.clone()).unwrap())
+                all.scoped(scopes[i].clone())
             } else {
                 all.clone()
             },
