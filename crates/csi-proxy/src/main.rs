@@ -171,9 +171,12 @@ async fn run(
     }
     tracing::info!(roots = ?policy.roots(), require_privacy = flags.require_privacy, "path roots");
     let services = hosts::services(Arc::new(policy), &flags)?;
-    let endpoints = match &flags.profiles {
-        None => registry::endpoints(&services),
-        Some(file) => profiles::endpoints(&services, &flags, file, &state)?,
+    let (endpoints, owners) = match &flags.profiles {
+        None => (registry::endpoints(&services), None),
+        Some(file) => {
+            let (endpoints, owners) = profiles::endpoints(&services, &flags, file, &state)?;
+            (endpoints, Some(owners))
+        }
     };
     // Serving (now, or once taken over), this daemon stops when the next one asks.
     let (serving_tx, serving_rx) = tokio::sync::oneshot::channel::<()>();
@@ -204,7 +207,7 @@ async fn run(
             daemon::Names::Fresh
         }
         handoff::Start::TakeOver(t) => daemon::Names::TakeOver(Box::new(move |renamed| {
-            tokio::spawn(take_over(t, renamed, serving_tx, metrics_later));
+            tokio::spawn(take_over(t, renamed, serving_tx, metrics_later, owners));
         })),
     };
     daemon::serve_with(endpoints, listen, names, ready, shutdown)
@@ -257,6 +260,7 @@ async fn take_over(
     renamed: Result<(), String>,
     serving: tokio::sync::oneshot::Sender<()>,
     metrics: Option<String>,
+    owners: Option<Arc<csi_proxy_core::profiles::owners::Owners>>,
 ) {
     match renamed {
         Ok(()) => {
@@ -278,6 +282,12 @@ async fn take_over(
         }
     };
     lock.hold_until_exit();
+    // What the previous daemon claimed and held after this one read the book is kept.
+    if let Some(owners) = owners
+        && let Err(e) = owners.merge_stored()
+    {
+        tracing::error!("profiles: {e}");
+    }
     csi_proxy_core::locks::predecessor_exited();
     tracing::info!("the previous csi-proxy has exited; this one serves alone");
     let _ = serving.send(());

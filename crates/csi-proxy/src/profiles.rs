@@ -14,13 +14,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 /// Every profile's endpoints, named at its own place, over `services` (the daemon's, whose
-/// hosts, locks and caches all profiles share). Errors name the file and what is wrong.
+/// hosts, locks and caches all profiles share), and the owners book they share. Errors name
+/// the file and what is wrong.
 pub fn endpoints(
     services: &Services,
     flags: &Flags,
     file: &str,
     state: &Path,
-) -> Result<Vec<Endpoint>, String> {
+) -> Result<(Vec<Endpoint>, Arc<Owners>), String> {
     let specs = profiles_file::read(Path::new(file))?;
     #[cfg(unix)]
     for spec in &specs {
@@ -53,12 +54,13 @@ pub fn endpoints(
     }
     let policy = services.filesystem.policy();
     let kubelet = policy.roots().last().cloned().unwrap_or_default();
+    let owners = Arc::new(owners);
     let profiles = Profiles::new(
         PathStyle::native(),
         &kubelet,
         policy,
         specs.iter().map(|s| s.profile.clone()).collect(),
-        Arc::new(owners),
+        owners.clone(),
     )
     .map_err(|e| format!("--profiles {file}: {e}"))?;
     let reader = Arc::new(VolDataFromHost::new(&services.filesystem));
@@ -78,7 +80,7 @@ pub fn endpoints(
         );
         out.extend(registry::endpoints_at(&services.scoped(scope), &place));
     }
-    Ok(out)
+    Ok((out, owners))
 }
 
 /// A profile's place: the daemon's default one when it names it (the default socket directory,

@@ -358,3 +358,60 @@ async fn one_driver_cannot_touch_another_drivers_volume_disk_or_publish_target()
         .unwrap();
     run("e2fsck", &["-fn", &la.partition(1).display().to_string()]);
 }
+
+/// A profiles file the daemon cannot serve stops the start-up, naming the file, the profile and
+/// what is wrong; nothing is served. Needs nothing from the host.
+#[test]
+fn a_bad_profiles_file_stops_the_start_naming_the_profile_and_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = dir.path().join("kubelet");
+    std::fs::create_dir_all(&kubelet).unwrap();
+    let run = dir.path().join("run");
+    let cases = [
+        (
+            format!(
+                "socket_dir = \"{}\"\ngroups = [\"disk\", \"tape\"]\n",
+                run.display()
+            ),
+            "unknown group \"tape\"",
+        ),
+        (
+            format!(
+                "socket_dir = \"{}\"\ngroups = [\"disk\"]\npaths = [\"/etc\"]\n",
+                run.display()
+            ),
+            "not within the allowed roots",
+        ),
+        (
+            format!(
+                "socket_dir = \"{}\"\ngroups = [\"disk\"]\n",
+                dir.path().join("state").join("x").display()
+            ),
+            "overlaps --state-dir",
+        ),
+    ];
+    for (body, why) in cases {
+        let file = dir.path().join("profiles.toml");
+        std::fs::write(&file, format!("[[profile]]\ndriver = \"a.csi\"\n{body}")).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_csi-proxy"))
+            .arg(format!("--kubelet-path={}", kubelet.display()))
+            .arg(format!("--socket-dir={}", run.display()))
+            .arg(format!(
+                "--state-dir={}",
+                dir.path().join("state").display()
+            ))
+            .arg(format!("--profiles={}", file.display()))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{why}: the daemon started: {stderr}");
+        assert!(
+            stderr.contains(why) && stderr.contains("profile \"a.csi\""),
+            "{why}: {stderr}"
+        );
+        assert!(
+            !run.join("csi-proxy-disk-v1.sock").exists(),
+            "{why}: a socket was left"
+        );
+    }
+}

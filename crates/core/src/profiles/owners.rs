@@ -173,6 +173,35 @@ impl Owners {
         self.persist(&book)
     }
 
+    /// Adds what the store holds now to the book (after a hand-off: the daemon this one took
+    /// over from went on claiming and holding until it exited, after this one had read the
+    /// book). Holders the store lists come first; the book's own follow.
+    pub fn merge_stored(&self) -> Result<()> {
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        let bytes = store.load().map_err(|e| {
+            Error::io(
+                "profiles",
+                "reading the owners book from the state directory",
+                &e,
+            )
+        })?;
+        let stored = bytes.map(|b| parse(&b)).unwrap_or_default();
+        let mut book = self.book();
+        for (object, holders) in stored {
+            let mine = book.remove(&object).unwrap_or_default();
+            let mut merged = holders;
+            for h in mine {
+                if !merged.contains(&h) {
+                    merged.push(h);
+                }
+            }
+            book.insert(object, merged);
+        }
+        self.persist(&book)
+    }
+
     /// Keeps only the objects `keep` accepts, and says how many went: at start-up, the claims
     /// of per-volume directories kubelet has removed since (a pod gone, a volume unstaged).
     pub fn retain(&self, keep: impl Fn(&Object) -> bool) -> Result<usize> {

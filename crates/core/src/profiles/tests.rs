@@ -244,6 +244,23 @@ fn profiles_are_checked_with_precise_errors() {
 }
 
 #[test]
+fn a_book_read_before_a_hand_off_takes_in_what_the_predecessor_wrote_since() {
+    let store = MemoryStore::default();
+    let old = Owners::load(Box::new(store.clone())).unwrap();
+    let new = Owners::load(Box::new(store.clone())).unwrap();
+    let dir = Object::Dir("/k/pods/u/volumes/kubernetes.io~csi/pv".into());
+    let share = Object::SmbMapping(r"\\s\share".into());
+    old.claim(&dir, "a").unwrap();
+    new.add(&share, "b").unwrap();
+    old.add(&share, "a").unwrap();
+    new.merge_stored().unwrap();
+    assert_eq!(new.holders(&dir), vec!["a".to_string()]);
+    assert_eq!(new.holders(&share), vec!["a".to_string(), "b".to_string()]);
+    let again = Owners::load(Box::new(store)).unwrap();
+    assert_eq!(again.holders(&share), new.holders(&share));
+}
+
+#[test]
 fn the_book_round_trips_any_key() {
     let store = MemoryStore::default();
     let owners = Owners::load(Box::new(store.clone())).unwrap();
