@@ -243,7 +243,7 @@ def check_socket_unit():
         problem("csi-proxy.socket's SocketGroup= differs from the service's --socket-group")
     registry = (ROOT / "crates/server/src/registry.rs").read_text()
     served = set()
-    for g, versions in re.findall(r"group_endpoints!\(list, s\.\w+, (\w+), \[(.*?)\]\);", registry, re.S):
+    for g, versions in re.findall(r"group_endpoints!\(list, s, (\w+), Group::\w+, place, \[(.*?)\]\);", registry, re.S):
         served |= {f"csi-proxy-{g}-{v}.sock" for v in re.findall(r'=> "(\w+)"', versions)}
     names = {l.rsplit("/", 1)[1] for l in listen}
     if len(served) != 23 or names != served or len(listen) != len(names):

@@ -29,7 +29,7 @@ cd "$ROOT/fuzz"
 SECONDS_EACH="${1:-30}"
 shift || true
 TARGETS=("$@")
-(( ${#TARGETS[@]} )) || TARGETS=(paths_posix paths_windows authority disk_content wire_text windows_buffers dbus_message)
+(( ${#TARGETS[@]} )) || TARGETS=(paths_posix paths_windows authority disk_content wire_text windows_buffers dbus_message profile_records)
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "fuzz.sh: installing cargo-fuzz"

@@ -5,5 +5,6 @@ pub mod authority;
 pub mod dbus_message;
 pub mod disk_content;
 pub mod paths;
+pub mod profile_records;
 pub mod windows_buffers;
 pub mod wire_text;

@@ -67,6 +67,16 @@ fn windows_buffers_corpus_holds() {
 }
 
 #[test]
+fn profile_records_corpus_holds() {
+    let named = corpus("profile_records")
+        .iter()
+        .filter(|data| csi_proxy_fuzz::profile_records::run(data))
+        .count();
+    // The seeds include records kubelet writes: each names its driver.
+    assert!(named >= 2, "{named} named a driver");
+}
+
+#[test]
 fn dbus_message_corpus_holds() {
     let decoded = corpus("dbus_message")
         .iter()

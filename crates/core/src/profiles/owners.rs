@@ -88,8 +88,8 @@ pub struct Owners {
 /// The name of the book's file in the state directory.
 pub const FILE_NAME: &str = "profile-owners";
 
-/// The most lines a stored book is read to (a bound on what a damaged file can make the daemon
-/// hold); far above what a node's volumes, mappings and sessions need.
+/// The most holder lines a stored book is read to (a bound on what a damaged file can make the
+/// daemon hold); far above what a node's volumes, mappings and sessions need.
 const MAX_LINES: usize = 200_000;
 
 impl Owners {
@@ -251,10 +251,11 @@ pub fn render(book: &BTreeMap<Object, Vec<String>>) -> Vec<u8> {
 pub fn parse(bytes: &[u8]) -> BTreeMap<Object, Vec<String>> {
     let mut book: BTreeMap<Object, Vec<String>> = BTreeMap::new();
     let text = String::from_utf8_lossy(bytes);
-    for (n, line) in text.lines().enumerate().take(MAX_LINES) {
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
+    let lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'));
+    for (n, line) in lines.take(MAX_LINES) {
         let mut parts = line.splitn(3, ' ');
         let read = (|| {
             let kind = parts.next()?;
