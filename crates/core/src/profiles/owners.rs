@@ -103,14 +103,7 @@ impl Owners {
 
     /// The book `store` holds (empty when it holds none).
     pub fn load(store: Box<dyn OwnersStore>) -> Result<Self> {
-        let bytes = store.load().map_err(|e| {
-            Error::io(
-                "profiles",
-                "reading the owners book from the state directory",
-                &e,
-            )
-        })?;
-        let book = bytes.map(|b| parse(&b)).unwrap_or_default();
+        let book = read_store(store.as_ref())?;
         Ok(Owners {
             book: Mutex::new(book),
             store: Some(store),
@@ -180,14 +173,7 @@ impl Owners {
         let Some(store) = &self.store else {
             return Ok(());
         };
-        let bytes = store.load().map_err(|e| {
-            Error::io(
-                "profiles",
-                "reading the owners book from the state directory",
-                &e,
-            )
-        })?;
-        let stored = bytes.map(|b| parse(&b)).unwrap_or_default();
+        let stored = read_store(store.as_ref())?;
         let mut book = self.book();
         for (object, holders) in stored {
             let mine = book.remove(&object).unwrap_or_default();
@@ -229,6 +215,18 @@ impl Owners {
             )
         })
     }
+}
+
+/// The book `store` holds now (empty when it holds none).
+fn read_store(store: &dyn OwnersStore) -> Result<BTreeMap<Object, Vec<String>>> {
+    let bytes = store.load().map_err(|e| {
+        Error::io(
+            "profiles",
+            "reading the owners book from the state directory",
+            &e,
+        )
+    })?;
+    Ok(bytes.map(|b| parse(&b)).unwrap_or_default())
 }
 
 /// The book as its file holds it.
