@@ -121,7 +121,7 @@ impl PathStyle {
     }
 
     /// Component equality: exact on POSIX, ASCII case-insensitive on Windows (see module docs).
-    fn same(self, a: &str, b: &str) -> bool {
+    pub(crate) fn same(self, a: &str, b: &str) -> bool {
         match self {
             PathStyle::Posix => a == b,
             PathStyle::Windows => a.eq_ignore_ascii_case(b),
@@ -129,7 +129,11 @@ impl PathStyle {
     }
 
     /// Whether `prefix` is a component-wise prefix of `path` (equal counts).
-    fn starts_with<A: AsRef<str>, B: AsRef<str>>(self, path: &[A], prefix: &[B]) -> bool {
+    pub(crate) fn starts_with<A: AsRef<str>, B: AsRef<str>>(
+        self,
+        path: &[A],
+        prefix: &[B],
+    ) -> bool {
         path.len() >= prefix.len()
             && path
                 .iter()
@@ -395,15 +399,16 @@ impl PathPolicy {
         let (comps, root) = self.lexical_root(op, path)?;
         let root_len = self.root_comps.get(root).map_or(0, Vec::len);
         if self.scope.is_restricted() {
-            self.scope.admit_path(op, &self.style.render(&comps))?;
+            self.admit(op, &self.style.render(&comps))?;
         }
         Ok((comps, root_len))
     }
 
-    /// Under a profile, where a walk ended (after links): one of its places too.
-    pub(crate) fn admit_resolved(&self, op: &str, resolved: &str) -> Result<()> {
+    /// Under a profile, `path` (normalised, or where a walk's links led) must be one of its
+    /// places.
+    pub(crate) fn admit(&self, op: &str, path: &str) -> Result<()> {
         if self.scope.is_restricted() {
-            self.scope.admit_path(op, resolved)?;
+            self.scope.admit_path(op, path)?;
         }
         Ok(())
     }

@@ -403,7 +403,7 @@ impl PathPolicy {
             let create = mode.create && (follow || !last);
             // Under a profile, nothing is made outside its places, also where a link led.
             let admit = || {
-                self.admit_resolved(op, &at)
+                self.admit(op, &at)
                     .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e.to_string()))
             };
             let found = if last && !follow {
@@ -520,7 +520,7 @@ impl PathPolicy {
         let qualified = self.qualified(path);
         let (comps, root) = self.lexical_root(op, &qualified)?;
         let root_len = self.root_comps.get(root).map_or(0, Vec::len);
-        self.admit_resolved(op, &self.style.render(&comps))?;
+        self.admit(op, &self.style.render(&comps))?;
         if let Some(below) = comps.get(root_len..).filter(|b| !b.is_empty())
             && let Some(at) = self.roots.get(root)
         {
@@ -565,7 +565,7 @@ impl PathPolicy {
         } = end;
         let resolved = self.style.render(&names(&stack));
         // Under a profile, where links led must be one of its places too.
-        self.admit_resolved(op, &resolved)?;
+        self.admit(op, &resolved)?;
         let io_err = |at: &str, e: &io::Error| {
             Error::io(op, format!("{} (checking {at:?})", shown(path)), e)
         };

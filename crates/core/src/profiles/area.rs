@@ -72,26 +72,6 @@ pub fn components(style: PathStyle, path: &str) -> Option<Vec<String>> {
     }
 }
 
-fn same(style: PathStyle, a: &str, b: &str) -> bool {
-    match style {
-        PathStyle::Posix => a == b,
-        PathStyle::Windows => a.eq_ignore_ascii_case(b),
-    }
-}
-
-/// Whether `prefix` is a component-wise prefix of `path`.
-pub fn starts_with<A: AsRef<str>, B: AsRef<str>>(
-    style: PathStyle,
-    path: &[A],
-    prefix: &[B],
-) -> bool {
-    path.len() >= prefix.len()
-        && path
-            .iter()
-            .zip(prefix)
-            .all(|(a, b)| same(style, a.as_ref(), b.as_ref()))
-}
-
 /// Renders components as the path policy does.
 fn render(style: PathStyle, comps: &[&str]) -> String {
     match style {
@@ -115,12 +95,12 @@ fn render(style: PathStyle, comps: &[&str]) -> String {
 /// - `pods/<uid>/volumes/kubernetes.io~csi/<pv>/…`: a pod's publish target, record
 ///   `vol_data.json` beside the target `mount`.
 pub fn classify<'a>(style: PathStyle, kubelet: &[String], comps: &'a [&'a str]) -> Area<'a> {
-    if !starts_with(style, comps, kubelet) {
+    if !style.starts_with(comps, kubelet) {
         return Area::Outside;
     }
     let base = kubelet.len();
     let below = &comps[base..];
-    let is = |i: usize, name: &str| below.get(i).is_some_and(|c| same(style, c, name));
+    let is = |i: usize, name: &str| below.get(i).is_some_and(|c| style.same(c, name));
     let claim = |len: usize, record: Vec<&'static str>| {
         Area::Claim(Claim {
             dir: render(style, &comps[..base + len]),
@@ -141,7 +121,7 @@ pub fn classify<'a>(style: PathStyle, kubelet: &[String], comps: &'a [&'a str]) 
     let Some(second) = below.get(1) else {
         return Area::Shared;
     };
-    if !same(style, second, "kubernetes.io") {
+    if !style.same(second, "kubernetes.io") {
         return Area::Plugin(second);
     }
     if !is(2, "csi") {
@@ -150,17 +130,17 @@ pub fn classify<'a>(style: PathStyle, kubelet: &[String], comps: &'a [&'a str]) 
     let Some(fourth) = below.get(3) else {
         return Area::Shared;
     };
-    if same(style, fourth, "pv") {
+    if style.same(fourth, "pv") {
         return if below.len() >= 5 {
             claim(5, vec![VOL_DATA])
         } else {
             Area::Shared
         };
     }
-    if same(style, fourth, "volumeDevices") {
+    if style.same(fourth, "volumeDevices") {
         // volumeDevices/<pv>/… (the record under data/), or volumeDevices/{staging,publish}/<pv>/…
         let at = match below.get(4) {
-            Some(c) if same(style, c, "staging") || same(style, c, "publish") => 5,
+            Some(c) if style.same(c, "staging") || style.same(c, "publish") => 5,
             Some(_) => 4,
             None => return Area::Shared,
         };

@@ -209,28 +209,19 @@ impl Profiles {
         }))))
     }
 
-    /// The profile whose plugin directory or extra path `comps` lies in, if any.
-    fn by_place(&self, comps: &[&str]) -> Option<usize> {
-        (0..self.list.len()).find(|&i| self.place_is(i, comps))
+    /// The profile whose plugin directory or extra path `comps` (in `area`) lies in, if any.
+    fn by_place(&self, comps: &[&str], area: &Area) -> Option<usize> {
+        (0..self.list.len()).find(|&i| self.place_is(i, comps, area))
     }
 
-    /// Whether `comps` lies in profile `i`'s plugin directories or extra paths.
-    fn place_is(&self, i: usize, comps: &[&str]) -> bool {
+    /// Whether `comps` (in `area`, as [`area::classify`] found it) lies in profile `i`'s
+    /// plugin directories or extra paths.
+    fn place_is(&self, i: usize, comps: &[&str], area: &Area) -> bool {
         let style = self.style;
         self.extra[i]
             .iter()
-            .any(|root| area::starts_with(style, comps, root))
-            || matches!(
-                area::classify(style, &self.kubelet, comps),
-                Area::Plugin(d) if style_same(style, d, &self.list[i].driver)
-            )
-    }
-}
-
-fn style_same(style: PathStyle, a: &str, b: &str) -> bool {
-    match style {
-        PathStyle::Posix => a == b,
-        PathStyle::Windows => a.eq_ignore_ascii_case(b),
+            .any(|root| style.starts_with(comps, root))
+            || matches!(area, Area::Plugin(d) if style.same(d, &self.list[i].driver))
     }
 }
 
@@ -345,16 +336,17 @@ impl Scope {
             return Err(r.denied(op, shown, "not an absolute path"));
         };
         let comps: Vec<&str> = comps.iter().map(String::as_str).collect();
-        if all.place_is(r.me, &comps) {
+        let area = area::classify(all.style, &all.kubelet, &comps);
+        if all.place_is(r.me, &comps, &area) {
             return Ok(());
         }
-        match area::classify(all.style, &all.kubelet, &comps) {
-            Area::Plugin(driver) => Err(r.denied(op, shown, owned_by(all, &comps, driver))),
-            Area::Claim(claim) => self.admit_claim(op, &shown, &claim),
+        match &area {
+            Area::Plugin(driver) => Err(r.denied(op, shown, owned_by(all, &comps, &area, driver))),
+            Area::Claim(claim) => self.admit_claim(op, &shown, claim),
             Area::Shared | Area::Outside => Err(r.denied(
                 op,
                 shown,
-                match all.by_place(&comps) {
+                match all.by_place(&comps, &area) {
                     Some(i) => format!("it is among profile {:?}'s paths", all.list[i].driver),
                     None => "outside the profile's paths (its plugin directories, the \
                              per-volume directories kubelet made for its volumes, and its \
@@ -390,7 +382,7 @@ impl Scope {
                 _ => e,
             })?;
         match named {
-            Some(d) if style_same(r.all.style, &d, me) => {
+            Some(d) if r.all.style.same(&d, me) => {
                 // Whoever claimed it meanwhile wins; both asked under the book's lock.
                 match r.all.owners.claim(&object, me)? {
                     None => Ok(()),
@@ -432,13 +424,14 @@ impl Scope {
         let all = &r.all;
         let comps = area::components(all.style, normalised)?;
         let comps: Vec<&str> = comps.iter().map(String::as_str).collect();
-        if all.place_is(r.me, &comps) {
+        let area = area::classify(all.style, &all.kubelet, &comps);
+        if all.place_is(r.me, &comps, &area) {
             return None;
         }
-        if let Some(i) = all.by_place(&comps) {
+        if let Some(i) = all.by_place(&comps, &area) {
             return Some(format!("belongs to profile {:?}", all.list[i].driver));
         }
-        match area::classify(all.style, &all.kubelet, &comps) {
+        match area {
             Area::Claim(claim) => {
                 let holders = all.owners.holders(&Object::Dir(claim.key(all.style)));
                 match holders.first() {
@@ -593,8 +586,8 @@ fn quoted(names: &[String]) -> String {
 }
 
 /// Why a path in driver `driver`'s plugin directory is not this profile's.
-fn owned_by(all: &Profiles, comps: &[&str], driver: &str) -> String {
-    match all.by_place(comps) {
+fn owned_by(all: &Profiles, comps: &[&str], area: &Area, driver: &str) -> String {
+    match all.by_place(comps, area) {
         Some(i) => format!("it is among profile {:?}'s paths", all.list[i].driver),
         None => format!("it is driver {driver:?}'s plugin directory, and no profile serves it"),
     }
