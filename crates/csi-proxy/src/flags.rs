@@ -76,6 +76,14 @@ pub struct Flags {
           value_parser = go_bool)]
     pub skip_unreadable_processes: bool,
 
+    /// Linux: how the in-use rule finds processes holding a disk: `auto` asks the kernel's
+    /// task iterators (BPF; needs CAP_BPF and CAP_PERFMON, the host's PID namespace and the
+    /// kernel's BTF) and reads /proc where they are not offered; `proc` always reads /proc (one
+    /// entry per descriptor: slower on a busy node). The start-up log says which is used.
+    #[arg(long = "in-use-scan", default_value = "auto", value_name = "HOW",
+          value_parser = ["auto", "proc"])]
+    pub in_use_scan: String,
+
     /// Take over from the csi-proxy serving with the same --state-dir without a failed call:
     /// serve beside it, rename the sockets over its own, then ask it to stop (it lets its
     /// calls finish). Without a serving daemon: an ordinary start.

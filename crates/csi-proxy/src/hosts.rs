@@ -51,6 +51,14 @@ mod platform {
         // The flag's parser admits only the names FsType knows.
         let fs_type = flags.format_filesystem.parse().unwrap_or_default();
         linux::block_users::skip_unreadable_processes(flags.skip_unreadable_processes);
+        let proc_only = flags.in_use_scan == "proc";
+        linux::block_users::scan_proc_only(proc_only);
+        // Probed now, so the log says at start what every guarded call will do.
+        if proc_only {
+            tracing::info!(method = "/proc (--in-use-scan proc)", "in-use facts");
+        } else {
+            linux::task_iter::shared().method();
+        }
         Ok((
             Arc::new(linux::filesystem::LinuxFilesystemHost::new()),
             Hosts {

@@ -112,10 +112,14 @@ async fn a_second_path_to_a_mounted_filesystem_is_in_use() {
 /// over its data. Refused through B naming the process and A.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_disk_held_open_through_another_path_is_in_use() {
+    held_open_through_another_path(&[]).await;
+}
+
+async fn held_open_through_another_path(flags: &[&str]) {
     if !can_use_loop_devices() {
         return;
     }
-    let d = Daemon::start(&[]);
+    let d = Daemon::start(flags);
     let (mut dc, _) = v1_clients(&d).await;
     let a = LoopDisk::new(d.dir.path(), "held-a", 64).unwrap();
     raw_data(&a);
@@ -148,10 +152,14 @@ async fn a_disk_held_open_through_another_path_is_in_use() {
 /// names it (the application here is a python3 script). PartitionDisk and FormatVolume wrote over the mapped data.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_disk_mapped_by_a_process_without_a_descriptor_is_in_use() {
+    mapped_without_a_descriptor(&[]).await;
+}
+
+async fn mapped_without_a_descriptor(flags: &[&str]) {
     if !can_use_loop_devices() {
         return;
     }
-    let d = Daemon::start(&[]);
+    let d = Daemon::start(flags);
     let (mut dc, mut vc) = v1_clients(&d).await;
     let l = LoopDisk::new(d.dir.path(), "mapped", 64).unwrap();
     let vol = partition_one(&mut dc, &mut vc, l.disk_number()).await;
@@ -183,6 +191,17 @@ async fn a_disk_mapped_by_a_process_without_a_descriptor_is_in_use() {
     );
     drop(mapper);
     assert_eq!(l.fingerprint(), before, "the mapped data changed");
+}
+
+/// The same users found by the `/proc` pass: `--in-use-scan proc`, and what the daemon does
+/// where the kernel's task iterators are not offered (no BTF, no CAP_BPF, another PID
+/// namespace). The tests above use the iterators wherever this machine offers them.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_proc_pass_finds_the_same_users() {
+    let proc = ["--in-use-scan=proc"];
+    held_open_through_another_path(&proc).await;
+    mapped_without_a_descriptor(&proc).await;
+    backing_file_in_use(&proc).await;
 }
 
 /// The application: maps the first MiB of `path` shared (mmap(2) itself: Python's mmap module
@@ -228,10 +247,14 @@ fn map_and_close(path: &Path) -> Option<Holder> {
 /// descriptors and mappings of the devices only.)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_process_using_the_loops_backing_file_is_a_user_of_the_disk() {
+    backing_file_in_use(&[]).await;
+}
+
+async fn backing_file_in_use(flags: &[&str]) {
     if !can_use_loop_devices() {
         return;
     }
-    let d = Daemon::start(&[]);
+    let d = Daemon::start(flags);
     let (mut dc, mut vc) = v1_clients(&d).await;
     let l = LoopDisk::new(d.dir.path(), "backing", 64).unwrap();
     let vol = partition_one(&mut dc, &mut vc, l.disk_number()).await;

@@ -14,11 +14,13 @@
 //! | [`iscsi_pdu`] | iSCSI discovery-session PDUs and their text | RFC 7143 |
 //! | [`scsi_vpd`] | a device's identification page (VPD 0x83) | SPC-4 §7.8.6 |
 //! | [`dbus`] | D-Bus values and messages (the systemd calls of the Linux host) | the D-Bus Specification, "Message Protocol" |
+//! | [`bpf`] | the in-use iterator programs (BPF instructions and their records) and the kernel's BTF | Documentation/bpf: btf.rst, bpf_iterators.rst, standardization/instruction-set.rst |
 //! | [`mountinfo`] | the Linux mount table, `/proc/self/mountinfo` | proc(5), "/proc/pid/mountinfo" |
 //!
 //! Dependencies run one way: `partition_plan` → `disk_layout` → `gpt`, `signatures`;
 //! `windows_buffers::layout` → `gpt`.
 
+pub mod bpf;
 pub mod dbus;
 pub mod disk_layout;
 pub mod gpt;

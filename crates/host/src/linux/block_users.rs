@@ -3,7 +3,7 @@
 //! block volume through one), processes holding it open or mapped, and exclusive claims. Each check
 //! fails closed: what cannot be read is an error, never "free".
 
-use super::os::{LinuxOs, LoopBacking, Open, OpenOn, encode_dev};
+use super::os::{Held, LinuxOs, LoopBacking, Open, OpenOn, TaskHolder, encode_dev};
 use std::collections::HashMap;
 use std::io;
 use std::path::Path;
@@ -22,6 +22,15 @@ pub fn skip_unreadable_processes(skip: bool) {
 /// Whether [`skip_unreadable_processes`] was asked for.
 pub fn unreadable_processes_skipped() -> bool {
     SKIP_UNREADABLE.load(Ordering::Relaxed)
+}
+
+/// The daemon's `--in-use-scan proc` (set once at start).
+static PROC_ONLY: AtomicBool = AtomicBool::new(false);
+
+/// Makes the in-use facts read `/proc` even where the kernel's task iterators are offered (an
+/// operator's way back should a kernel's iterators misbehave).
+pub fn scan_proc_only(only: bool) {
+    PROC_ONLY.store(only, Ordering::Relaxed);
 }
 
 /// A block device by its `(major, minor)` numbers.
@@ -58,6 +67,110 @@ pub fn loop_backings(
         }
     }
     Ok(out)
+}
+
+/// The processes (`pid (comm)`) holding one of `devs`, or one of `files`, open or mapped: asked
+/// of the kernel's task iterators where the node offers them ([`LinuxOs::task_holders`]: one
+/// walk in the kernel, nothing per descriptor in user space, every process seen whatever its
+/// capabilities), else found by the `/proc` pass ([`processes_holding`]), which is also the
+/// answer for one call whose walk failed.
+pub fn holders(
+    os: &dyn LinuxOs,
+    devs: &[DevNum],
+    files: &[BackingFile],
+    except: u32,
+    skip_unreadable: bool,
+) -> io::Result<Vec<(DevNum, String)>> {
+    let proc_dir = Path::new("/proc");
+    if !PROC_ONLY.load(Ordering::Relaxed) {
+        let inodes: Vec<u64> = files.iter().map(|f| f.ino).collect();
+        match os.task_holders(&inodes) {
+            Ok(Some(found)) => return holders_found(os, proc_dir, &found, devs, files),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "the kernel's task iterators failed; this call reads /proc");
+            }
+        }
+    }
+    processes_holding(os, proc_dir, devs, files, except, skip_unreadable)
+}
+
+/// [`holders`] from what the iterators reported. A block device is matched by its number. A
+/// regular file is reported by inode number and its filesystem's device, which is the number a
+/// loop took for its backing file except where the filesystem reports another (btrfs
+/// subvolumes, overlayfs): such a file is confirmed with one `statx` of its `/proc` entry
+/// (a descriptor, or a mapping under `map_files/`), the same numbers the loop took; a process
+/// gone meanwhile holds nothing, and an entry that cannot be read is an error (fail closed).
+fn holders_found(
+    os: &dyn LinuxOs,
+    proc_dir: &Path,
+    found: &[TaskHolder],
+    devs: &[DevNum],
+    files: &[BackingFile],
+) -> io::Result<Vec<(DevNum, String)>> {
+    let kernel_dev = |d: u32| (d >> 20, d & 0xF_FFFF);
+    let mut held: Vec<(u32, DevNum)> = Vec::new();
+    for r in found {
+        let (ino, sb_dev, entry) = match r.found {
+            Held::FdBlock { rdev, .. } | Held::MapBlock { rdev, .. } => {
+                let d = kernel_dev(rdev);
+                if devs.contains(&d) {
+                    held.push((r.pid, d));
+                }
+                continue;
+            }
+            Held::FdFile { fd, ino, sb_dev } => (ino, sb_dev, format!("fd/{fd}")),
+            Held::MapFile {
+                start,
+                end,
+                ino,
+                sb_dev,
+            } => (ino, sb_dev, format!("map_files/{start:x}-{end:x}")),
+        };
+        let (major, minor) = kernel_dev(sb_dev);
+        for f in files.iter().filter(|f| f.ino == ino) {
+            let same = f.dev == encode_dev(major, minor)
+                || match os.open_on(&proc_dir.join(r.pid.to_string()).join(&entry)) {
+                    Ok(OpenOn::File { dev, ino }) => f.dev == dev && f.ino == ino,
+                    Ok(OpenOn::Block(_)) => false,
+                    Err(e) if is_gone(&e) => false,
+                    Err(e) => {
+                        return Err(io::Error::new(
+                            e.kind(),
+                            format!("cannot tell what process {} holds as {entry}: {e}", r.pid),
+                        ));
+                    }
+                };
+            if same {
+                held.push((r.pid, f.loop_dev));
+            }
+        }
+    }
+    held.sort_unstable();
+    held.dedup();
+    let mut out: Vec<(DevNum, String)> = held
+        .into_iter()
+        .map(|(pid, d)| {
+            (
+                d,
+                format!("{pid} ({})", comm(os, proc_dir, &pid.to_string())),
+            )
+        })
+        .collect();
+    out.sort_by(|a, b| a.1.cmp(&b.1));
+    Ok(out)
+}
+
+fn is_gone(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::NotFound
+        || e.raw_os_error() == Some(rustix::io::Errno::SRCH.raw_os_error())
+}
+
+/// A process's name (`/proc/<pid>/comm`), empty when it cannot be read.
+fn comm(os: &dyn LinuxOs, proc_dir: &Path, pid: &str) -> String {
+    os.read_file(&proc_dir.join(pid).join("comm"))
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default()
 }
 
 /// The processes (`pid (comm)`) holding one of `devs` open, by a descriptor (`/proc/<pid>/fd`)
@@ -127,15 +240,8 @@ fn scan(
             .find(|f| f.dev == dev && f.ino == ino)
             .map(|f| f.loop_dev)
     };
-    let gone = |e: &io::Error| {
-        e.kind() == io::ErrorKind::NotFound
-            || e.raw_os_error() == Some(rustix::io::Errno::SRCH.raw_os_error())
-    };
-    let comm = |pid: &str| {
-        os.read_file(&proc_dir.join(pid).join("comm"))
-            .map(|b| String::from_utf8_lossy(&b).trim().to_string())
-            .unwrap_or_default()
-    };
+    let gone = is_gone;
+    let comm = |pid: &str| comm(os, proc_dir, pid);
     // What each mapped file is, by the (device, inode) `maps` shows: a library mapped by
     // every process is looked at once.
     let mut mapped: HashMap<(String, u64), Option<DevNum>> = HashMap::new();

@@ -304,6 +304,10 @@ impl LinuxOs for SystemLinux {
         })
     }
 
+    fn task_holders(&self, inodes: &[u64]) -> io::Result<Option<Vec<super::os::TaskHolder>>> {
+        super::task_iter::shared().scan(inodes)
+    }
+
     fn dir_is_empty(&self, fd: u64) -> io::Result<bool> {
         let f = self.file(fd)?;
         // proc(5): listing the /proc/self/fd link lists the open directory itself.

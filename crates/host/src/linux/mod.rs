@@ -19,6 +19,7 @@ pub mod os;
 pub mod smb;
 pub mod state_dir;
 pub mod system;
+pub mod task_iter;
 pub mod tool;
 pub mod volume;
 

@@ -152,6 +152,9 @@ pub fn encode_dev(major: u32, minor: u32) -> u64 {
     u64::from(minor & 0xff) | (u64::from(major) << 8) | (u64::from(minor & !0xff) << 12)
 }
 
+/// One process holding a file, as the kernel's task iterators report it.
+pub use csi_proxy_formats::bpf::program::{Found as Held, Record as TaskHolder};
+
 /// The OS primitives of the Linux disk and volume hosts. Each method is one documented call of
 /// the real OS; see [`super::kernel::SystemLinux`] for which.
 pub trait LinuxOs: Send + Sync {
@@ -203,6 +206,15 @@ pub trait LinuxOs: Send + Sync {
     fn loop_set_capacity(&self, fd: u64) -> io::Result<()>;
     /// `LOOP_GET_STATUS64`: what backs the open loop device (ENXIO when nothing does).
     fn loop_backing(&self, fd: u64) -> io::Result<LoopBacking>;
+    /// The kernel's task iterators (BPF `task_file` and `task_vma`, `super::task_iter`): every
+    /// block device, and every regular file whose inode number is in `inodes`, that a process
+    /// other than the daemon holds open or mapped, by the host PID. `Ok(None)` when the node
+    /// offers no such iterator; the in-use rule then reads `/proc` itself. The fake Linux has
+    /// none.
+    fn task_holders(&self, inodes: &[u64]) -> io::Result<Option<Vec<TaskHolder>>> {
+        let _ = inodes;
+        Ok(None)
+    }
     /// Whether the directory opened as `fd` has no entries (getdents(2) of its `/proc/self/fd`
     /// link).
     fn dir_is_empty(&self, fd: u64) -> io::Result<bool>;

@@ -251,9 +251,8 @@ pub fn in_use_facts(os: &Os, disk: &Disk) -> Result<DiskUsage> {
     // claims a disk for a moment; a user holds it. Only a holder or a claim still there a
     // little later counts.
     for attempt in 0.. {
-        let held = block_users::processes_holding(
+        let held = block_users::holders(
             &**os,
-            Path::new("/proc"),
             &devs,
             &files,
             std::process::id(),
