@@ -120,8 +120,17 @@ pub fn main() -> ExitCode {
     }
     if args.in_use {
         let head = match args.before_daemon {
-            Some(_) => vec!["PartitionDisk, median", "before", "after"],
-            None => vec!["PartitionDisk, median", "this build"],
+            Some(_) => vec![
+                "PartitionDisk, median",
+                "before",
+                "after, --in-use-scan=proc",
+                "after",
+            ],
+            None => vec![
+                "PartitionDisk, median",
+                "this build, --in-use-scan=proc",
+                "this build",
+            ],
         };
         return crate::run_to_exit(
             in_use::in_use_costs(&args.daemon, args.before_daemon.as_deref(), args.calls),

@@ -163,8 +163,7 @@ impl Iterates {
     }
 }
 
-/// The helpers called (include/uapi/linux/bpf.h, `enum bpf_func_id`).
-const HELPER_GET_CURRENT_PID_TGID: i32 = 14;
+/// The helper called (include/uapi/linux/bpf.h, `enum bpf_func_id`).
 const HELPER_SEQ_WRITE: i32 = 127;
 
 const S_IFMT: i32 = 0o170000;
@@ -172,9 +171,9 @@ const S_IFBLK: i32 = 0o060000;
 const S_IFREG: i32 = 0o100000;
 
 /// The program for `what`, writing a record for every block device and every regular file
-/// whose inode number is in `inodes`, of every process but the one reading the iterator (the
-/// daemon). Each instruction is 8 bytes, in the machine's order.
-pub fn program(layout: &Layout, what: Iterates, inodes: &[u64]) -> Vec<u64> {
+/// whose inode number is in `inodes`, of every process but `skip` (the daemon, by its host PID).
+/// Each instruction is 8 bytes, in the machine's order.
+pub fn program(layout: &Layout, what: Iterates, inodes: &[u64], skip: u32) -> Vec<u64> {
     let mut a = Asm::default();
     let (out, regular, block, emit) = (a.label(), a.label(), a.label(), a.label());
     // r6 = ctx; r8 = task; r7 = the file or the mapping.
@@ -187,11 +186,9 @@ pub fn program(layout: &Layout, what: Iterates, inodes: &[u64]) -> Vec<u64> {
     a.jeq_imm(7, 0, out);
     a.ldx(8, 6, at(8, 8));
     a.jeq_imm(8, 0, out);
-    // r9 = the process; the reader's own (bpf_get_current_pid_tgid's upper half) is skipped.
+    // r9 = the process; the daemon's own is skipped (a constant: no helper call per element).
     a.ldx(9, 8, layout.task_tgid);
-    a.call(HELPER_GET_CURRENT_PID_TGID);
-    a.rsh_imm(0, 32);
-    a.jeq_reg(0, 9, out);
+    a.jeq_imm(9, skip as i32, out);
     // r2 = the file.
     if what == Iterates::Mappings {
         a.ldx(2, 7, layout.vma_file);
@@ -427,7 +424,7 @@ mod tests {
     fn every_jump_lands_inside_the_program_and_it_ends_in_exit() {
         for what in [Iterates::Files, Iterates::Mappings] {
             for inodes in [&[][..], &[12, u64::MAX, 1 << 40][..]] {
-                let p = program(&layout(), what, inodes);
+                let p = program(&layout(), what, inodes, 4242);
                 assert_eq!(decode(*p.last().unwrap()).0, 0x95);
                 for (at, i) in p.iter().enumerate() {
                     let (code, ..) = decode(*i);
