@@ -85,7 +85,10 @@ impl TaskIterators {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
             if matches!(*state, State::Untried) {
                 *state = probe();
-                log_method(&state);
+                // Ready is said once the programs are loaded: the kernel may still refuse them.
+                if matches!(*state, State::Unavailable(_)) {
+                    log_method(&state);
+                }
             }
             match &mut *state {
                 State::Untried | State::Unavailable(_) => return Ok(None),
@@ -98,8 +101,12 @@ impl TaskIterators {
                     Some((at, links)) if *at == inodes => links.clone(),
                     _ => match load(layout, *files_func, *maps_func, &inodes) {
                         Ok(links) => {
+                            let first = loaded.is_none();
                             let links = Arc::new(links);
                             *loaded = Some((inodes, links.clone()));
+                            if first {
+                                log_method(&state);
+                            }
                             links
                         }
                         Err(e) => {
@@ -232,7 +239,12 @@ fn load_program(insns: &[u64], attach_btf_id: u32) -> io::Result<OwnedFd> {
                 .take(3)
                 .collect::<Vec<_>>()
                 .join(" / ");
-            io::Error::new(e.kind(), format!("BPF_PROG_LOAD: {e}: {text}"))
+            let why = if text.is_empty() {
+                String::new()
+            } else {
+                format!(" (the verifier: {text})")
+            };
+            io::Error::new(e.kind(), format!("BPF_PROG_LOAD: {e}{why}"))
         })
     })
 }
