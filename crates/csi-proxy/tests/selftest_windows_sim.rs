@@ -8,7 +8,7 @@
 mod common;
 
 use common::{KUBELET, SimDaemon};
-use csi_proxy_ctl::selftest::{self, Options, Outcome};
+use csi_proxy_ctl::selftest::{self, Machine, Options, Outcome, hold};
 use csi_proxy_host::windows::os::{OsError, Win32Result, code};
 use csi_proxy_host::windows::sim::SimWindows;
 use csi_proxy_host::windows::vhd::{CALL_NOT_IMPLEMENTED, VirtualDisks};
@@ -33,7 +33,19 @@ fn options() -> Options {
 
 async fn run_over(d: &SimDaemon, vd: &dyn VirtualDisks) -> Outcome {
     d.sim.mkdir(r"C:\selftest");
-    selftest::run(&d.connector, vd, &options()).await
+    run_with(d, vd, &options()).await
+}
+
+/// The selftest over the simulated Windows: its own calls and its second process's (in this
+/// process, as `hold::InProcess` runs them) are the simulator's.
+async fn run_with(d: &SimDaemon, vd: &dyn VirtualDisks, opts: &Options) -> Outcome {
+    let others = hold::InProcess(d.sim.clone());
+    let machine = Machine {
+        vd,
+        os: d.sim.as_ref(),
+        others: &others,
+    };
+    selftest::run(&d.connector, machine, opts).await
 }
 
 fn names(o: &Outcome) -> Vec<&str> {
@@ -92,7 +104,7 @@ async fn whole_flow(offline_all: bool) {
         failure_flag: selftest::failure_flag(d.sim.as_ref(), "csiproxy"),
         ..options()
     };
-    let o = selftest::run(&d.connector, d.sim.as_ref(), &opts).await;
+    let o = run_with(&d, d.sim.as_ref(), &opts).await;
     for s in &o.steps {
         println!(
             "{:<45} {:<3} {:>6} ms  {}",
@@ -145,6 +157,13 @@ async fn whole_flow(offline_all: bool) {
         "ResizeVolume(0)",
         "ResizeVolume(0) again",
         "UnmountVolume (attached again)",
+        "held volume: PartitionDisk",
+        "locked volume: FormatVolume",
+        "locked volume: MSFT_Volume.Format",
+        "held entry: Rmdir, Mkdir",
+        "read-only disk: layout and grow controls",
+        "hidden partition while online",
+        "64 links: open through them",
         "clean-up: Rmdir",
         "clean-up: DetachVirtualDisk",
         "clean-up: delete VHDX",
@@ -204,6 +223,42 @@ async fn whole_flow(offline_all: bool) {
         "{}",
         answer("ResizeVolume(0)")
     );
+    // The conditions the daemon's API cannot make: each answer is the simulated Windows' own,
+    // the one its ledger row models, and says which row it settles.
+    for (step, row, what) in [
+        (
+            "held volume: PartitionDisk",
+            57,
+            "FSCTL_LOCK_VOLUME failed (Access is denied. (os error 5))",
+        ),
+        (
+            "locked volume: FormatVolume",
+            19,
+            "it is locked by another process (Access is denied. (os error 5))",
+        ),
+        ("locked volume: MSFT_Volume.Format", 58, "ReturnValue 40001"),
+        ("held entry: Rmdir, Mkdir", 82, "Mkdir once released: OK"),
+        (
+            "read-only disk: layout and grow controls",
+            21,
+            "GROW_PARTITION (partition 2, 0 bytes): The media is write protected. (os error 19)",
+        ),
+        ("hidden partition while online", 53, "no longer listed"),
+        (
+            "64 links: open through them",
+            36,
+            "through 64: The operation failed. (os error 1921)",
+        ),
+    ] {
+        let a = answer(step);
+        assert!(
+            a.contains(what) && a.contains(&format!("settles ledger row {row}")),
+            "{step}: {a}"
+        );
+    }
+    // The provider's format ran three times: the flow's, and the two the selftest asked itself
+    // on its locked and on its read-only volume, both refused (their answers above).
+    assert_eq!(d.sim.calls().get("format_ntfs").copied(), Some(3));
     nothing_left(&d.sim);
     // The system disk was never touched.
     assert_eq!(d.sim.partitions(0).len(), 3);
@@ -420,7 +475,7 @@ async fn a_named_iscsi_target_is_logged_in_timed_and_logged_out() {
     d.sim.mkdir(r"C:\selftest");
     let lun = d.sim.add_disk(1024 * MIB, 0);
     d.sim.add_iscsi_target(PORTAL, 3260, IQN, &[lun], None);
-    let o = selftest::run(&d.connector, d.sim.as_ref(), &iscsi_options()).await;
+    let o = run_with(&d, d.sim.as_ref(), &iscsi_options()).await;
     print(&o);
     assert!(o.failed().is_none(), "{:?}", o.failed());
     let iscsi: Vec<&str> = names(&o)
@@ -477,7 +532,7 @@ async fn a_target_already_in_use_is_left_alone() {
         .unwrap();
     c.add_target_portal(&portal).await.unwrap();
     c.connect_target(&portal, IQN).await.unwrap();
-    let o = selftest::run(&d.connector, d.sim.as_ref(), &opts).await;
+    let o = run_with(&d, d.sim.as_ref(), &opts).await;
     print(&o);
     // Only the iSCSI steps are looked at: the VHDX's flow is the other tests'.
     let failed = o
@@ -516,7 +571,7 @@ async fn a_named_smb_server_shows_how_a_failed_mapping_is_reported() {
             smb_server: Some(selftest::smb_server(d.sim.as_ref(), "srv")),
             ..options()
         };
-        let o = selftest::run(&d.connector, d.sim.as_ref(), &opts).await;
+        let o = run_with(&d, d.sim.as_ref(), &opts).await;
         print(&o);
         assert!(o.failed().is_none(), "{:?}", o.failed());
         let step = o.steps.last().unwrap();
@@ -544,7 +599,7 @@ async fn an_smb_server_the_node_maps_is_left_alone() {
         ..options()
     };
     let calls = d.sim.calls().get("smb_create_global_mapping").copied();
-    let o = selftest::run(&d.connector, d.sim.as_ref(), &opts).await;
+    let o = run_with(&d, d.sim.as_ref(), &opts).await;
     print(&o);
     let failed = o.failed().expect("refused");
     assert_eq!(failed.name, "SMB: NewSmbGlobalMapping of a missing share");
@@ -581,7 +636,7 @@ async fn every_ledger_row_is_documented_or_names_a_step_that_exists() {
         smb_server: Some(selftest::smb_server(d.sim.as_ref(), "srv")),
         ..iscsi_options()
     };
-    let o = selftest::run(&d.connector, d.sim.as_ref(), &opts).await;
+    let o = run_with(&d, d.sim.as_ref(), &opts).await;
     assert!(o.failed().is_none(), "{:?}", o.failed());
     let steps: Vec<&str> = names(&o);
     let ledger = std::fs::read_to_string(concat!(

@@ -10,6 +10,9 @@
 
 mod cleanup;
 mod create;
+mod direct;
+mod held;
+pub mod hold;
 mod iscsi;
 mod record;
 mod smb;
@@ -67,10 +70,26 @@ pub fn failure_flag(os: &dyn Win32, name: &str) -> Option<Result<bool, String>> 
 /// How often a wait asks again.
 const POLL: Duration = Duration::from_millis(100);
 
+/// What the selftest acts through besides the daemon: the virtual disk API, this Windows' own
+/// calls (made only on the selftest's own disk, volume and scratch folder: the conditions the
+/// daemon's API cannot make, ledger rows 21, 36 and 53) and a second process
+/// ([`hold::OtherProcess`]: rows 19, 57, 58 and 82).
+#[derive(Clone, Copy)]
+pub struct Machine<'a> {
+    /// `virtdisk.dll`, or the simulated Windows.
+    pub vd: &'a dyn VirtualDisks,
+    /// The thin Win32 layer, or the simulated Windows.
+    pub os: &'a dyn Win32,
+    /// Starts the second process.
+    pub others: &'a dyn hold::OtherProcess,
+}
+
 /// Runs the selftest; never panics, always cleans up what it made.
-pub async fn run(connector: &Connector, vd: &dyn VirtualDisks, opts: &Options) -> Outcome {
+pub async fn run(connector: &Connector, machine: Machine<'_>, opts: &Options) -> Outcome {
     let mut t = Selftest {
-        vd,
+        vd: machine.vd,
+        os: machine.os,
+        others: machine.others,
         opts,
         out: Outcome::default(),
         clients: None,
@@ -102,6 +121,8 @@ struct Clients {
 
 struct Selftest<'a> {
     vd: &'a dyn VirtualDisks,
+    os: &'a dyn Win32,
+    others: &'a dyn hold::OtherProcess,
     opts: &'a Options,
     out: Outcome,
     clients: Option<Clients>,
@@ -289,6 +310,11 @@ impl Selftest<'_> {
         self.offline_online().await?;
         // Resizing a VHDX outside a VM is an offline operation: detached, resized, attached
         // again, and the volume grown on the disk it became.
-        self.grow().await
+        self.grow().await?;
+        // What Windows answers in conditions the daemon's API cannot make, made on the
+        // selftest's own objects; last, so an answer the model did not expect (a failed step)
+        // leaves every step of the stage flow run. Each cleans up after itself.
+        self.held().await?;
+        self.direct().await
     }
 }
