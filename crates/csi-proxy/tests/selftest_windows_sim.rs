@@ -8,10 +8,14 @@
 mod common;
 
 use common::{KUBELET, SimDaemon};
+use csi_proxy_ctl::selftest::hold::{Hold, Holding, OtherProcess};
 use csi_proxy_ctl::selftest::{self, Machine, Options, Outcome, hold};
-use csi_proxy_host::windows::os::{OsError, Win32Result, code};
+use csi_proxy_host::windows::disk::volume_device;
+use csi_proxy_host::windows::os::{Access, OsError, Win32, Win32Result, code};
 use csi_proxy_host::windows::sim::SimWindows;
+use csi_proxy_host::windows::sim::holders::{FILE_SHARE_READ, FILE_SHARE_WRITE};
 use csi_proxy_host::windows::vhd::{CALL_NOT_IMPLEMENTED, VirtualDisks};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
@@ -36,10 +40,72 @@ async fn run_over(d: &SimDaemon, vd: &dyn VirtualDisks) -> Outcome {
     run_with(d, vd, &options()).await
 }
 
-/// The selftest over the simulated Windows: its own calls and its second process's (in this
-/// process, as `hold::InProcess` runs them) are the simulator's.
+/// The simulated Windows' model of another process (handles that are not the daemon's), as the
+/// selftest's second process: what `csi-proxy-ctl selftest-hold` holds on a node.
+struct SimOthers(Arc<SimWindows>);
+
+enum SimHeld {
+    /// A device handle of the other process.
+    Device(Arc<SimWindows>, u64),
+    /// A volume it locked.
+    Lock(Arc<SimWindows>, String),
+    /// An entry it holds.
+    Entry(Arc<SimWindows>, u64),
+}
+
+impl OtherProcess for SimOthers {
+    fn hold(&self, what: &Hold) -> Result<Box<dyn Holding>, String> {
+        let sim = self.0.clone();
+        let share = FILE_SHARE_READ | FILE_SHARE_WRITE;
+        Ok(Box::new(match what {
+            Hold::Open(v) => {
+                let h = sim.open_in_other_process(&volume_device(v), Access::Read, share);
+                SimHeld::Device(sim, h)
+            }
+            Hold::Disk(d) => {
+                let h = sim.open_in_other_process(d, Access::Read, share);
+                SimHeld::Device(sim, h)
+            }
+            Hold::Lock(v) => {
+                sim.set_volume_locked(v, true);
+                SimHeld::Lock(sim, v.clone())
+            }
+            Hold::Entry(p) => {
+                let h = sim.hold_entry(p, Duration::from_secs(3600));
+                SimHeld::Entry(sim, h)
+            }
+        }))
+    }
+}
+
+impl Holding for SimHeld {
+    fn release(self: Box<Self>) -> Result<String, String> {
+        Ok(match *self {
+            SimHeld::Device(sim, h) => {
+                let works = sim.other_handle_works(h);
+                sim.close_in_other_process(h);
+                if works {
+                    "released: its handle still read".into()
+                } else {
+                    "released: its handle no longer read: the volume was dismounted".into()
+                }
+            }
+            SimHeld::Lock(sim, v) => {
+                sim.set_volume_locked(&v, false);
+                "released: its handle still read".into()
+            }
+            SimHeld::Entry(sim, h) => {
+                Win32::close(sim.as_ref(), h);
+                "released".into()
+            }
+        })
+    }
+}
+
+/// The selftest over the simulated Windows: its own calls are the simulator's, its second
+/// process the simulator's model of another process.
 async fn run_with(d: &SimDaemon, vd: &dyn VirtualDisks, opts: &Options) -> Outcome {
-    let others = hold::InProcess(d.sim.clone());
+    let others = SimOthers(d.sim.clone());
     let machine = Machine {
         vd,
         os: d.sim.as_ref(),
@@ -158,6 +224,7 @@ async fn whole_flow(offline_all: bool) {
         "ResizeVolume(0) again",
         "UnmountVolume (attached again)",
         "held volume: PartitionDisk",
+        "held volume: MSFT_Volume.Format (forced)",
         "locked volume: FormatVolume",
         "locked volume: MSFT_Volume.Format",
         "held entry: Rmdir, Mkdir",
@@ -171,6 +238,7 @@ async fn whole_flow(offline_all: bool) {
         "iSCSI: DiscoverTargetPortal",
         "iSCSI: ConnectTarget",
         "iSCSI: GetTargetDisks after login",
+        "iSCSI: DisconnectTarget while its disk is held",
         "SMB: NewSmbGlobalMapping of a missing share",
     ];
     assert_eq!(names(&o), want);
@@ -256,9 +324,9 @@ async fn whole_flow(offline_all: bool) {
             "{step}: {a}"
         );
     }
-    // The provider's format ran three times: the flow's, and the two the selftest asked itself
-    // on its locked and on its read-only volume, both refused (their answers above).
-    assert_eq!(d.sim.calls().get("format_ntfs").copied(), Some(3));
+    // The provider's format ran four times: the flow's, and the three the selftest asked itself
+    // (with its volume open elsewhere, which formats; locked and read-only, both refused).
+    assert_eq!(d.sim.calls().get("format_ntfs").copied(), Some(4));
     nothing_left(&d.sim);
     // The system disk was never touched.
     assert_eq!(d.sim.partitions(0).len(), 3);
@@ -489,6 +557,7 @@ async fn a_named_iscsi_target_is_logged_in_timed_and_logged_out() {
             "iSCSI: DiscoverTargetPortal",
             "iSCSI: ConnectTarget",
             "iSCSI: GetTargetDisks after login",
+            "iSCSI: DisconnectTarget while its disk is held",
             "clean-up: iSCSI DisconnectTarget",
             "clean-up: iSCSI RemoveTargetPortal",
         ]
@@ -646,6 +715,7 @@ async fn every_ledger_row_is_documented_or_names_a_step_that_exists() {
     .unwrap();
     let mut rows = 0;
     let mut bad = Vec::new();
+    let mut last_columns = std::collections::HashMap::new();
     for line in ledger.lines() {
         let Some(rest) = line.strip_prefix("| ") else {
             continue;
@@ -658,6 +728,7 @@ async fn every_ledger_row_is_documented_or_names_a_step_that_exists() {
         }
         rows += 1;
         let last = line.trim_end_matches(" |").rsplit(" | ").next().unwrap();
+        last_columns.insert(n.to_string(), last);
         let named: Vec<&str> = last
             .split('`')
             .skip(1)
@@ -671,9 +742,160 @@ async fn every_ledger_row_is_documented_or_names_a_step_that_exists() {
         }
     }
     assert!(rows > 70, "only {rows} ledger rows read");
+    // Every step whose answer says it settles a row is named by that row: a row cannot lose
+    // the step that settles it, nor a step claim a row that does not cite it.
+    let mut claims = 0;
+    for step in &o.steps {
+        for (_, rest) in step
+            .answer
+            .match_indices("settles ledger row ")
+            .map(|(i, m)| step.answer.split_at(i + m.len()))
+        {
+            let n: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            claims += 1;
+            match last_columns.get(n.as_str()) {
+                Some(last) if last.contains(&format!("`{}`", step.name)) => {}
+                Some(last) => bad.push(format!(
+                    "row {n} does not name `{}`, which says it settles it: {last}",
+                    step.name
+                )),
+                None => bad.push(format!(
+                    "`{}` says it settles row {n}, which the ledger does not have",
+                    step.name
+                )),
+            }
+        }
+    }
+    assert!(
+        claims >= 12,
+        "only {claims} steps say which row they settle"
+    );
     assert!(
         bad.is_empty(),
         "rows neither documented, settled by a step nor saying why:\n{}",
         bad.join("\n")
     );
+}
+
+/// A second process that cannot be started, and links this Windows refuses to make: those
+/// steps fail naming why, every other step still runs, and nothing is left behind (the
+/// folders the link step made are removed again).
+#[tokio::test(flavor = "multi_thread")]
+async fn steps_that_cannot_make_their_condition_fail_and_leave_nothing() {
+    struct NoSecondProcess;
+    impl OtherProcess for NoSecondProcess {
+        fn hold(&self, _: &Hold) -> Result<Box<dyn Holding>, String> {
+            Err("starting csi-proxy-ctl selftest-hold: Access is denied.".into())
+        }
+    }
+    let d = SimDaemon::start().await;
+    d.sim.mkdir(r"C:\selftest");
+    // ERROR_PRIVILEGE_NOT_HELD: no SeCreateSymbolicLinkPrivilege.
+    d.sim.fail_next("create_symbolic_link", OsError::new(1314));
+    let machine = Machine {
+        vd: d.sim.as_ref(),
+        os: d.sim.as_ref(),
+        others: &NoSecondProcess,
+    };
+    let o = selftest::run(&d.connector, machine, &options()).await;
+    print(&o);
+    let failed: Vec<&str> = o
+        .steps
+        .iter()
+        .filter(|s| s.ran && !s.ok)
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(
+        failed,
+        [
+            "held volume: PartitionDisk",
+            "held volume: MSFT_Volume.Format (forced)",
+            "locked volume: FormatVolume",
+            "held entry: Rmdir, Mkdir",
+            "64 links: open through them",
+        ]
+    );
+    for s in o.steps.iter().filter(|s| s.ran && !s.ok) {
+        let why = if s.name.starts_with("64 links") {
+            "CreateSymbolicLinkW"
+        } else {
+            "the second process: starting csi-proxy-ctl selftest-hold"
+        };
+        assert!(s.answer.contains(why), "{s:?}");
+    }
+    // The steps that need no second process ran and settled their rows.
+    for step in [
+        "read-only disk: layout and grow controls",
+        "hidden partition while online",
+    ] {
+        let s = o.steps.iter().find(|s| s.name == step).unwrap();
+        assert!(s.ran && s.ok, "{s:?}");
+    }
+    nothing_left(&d.sim);
+}
+
+/// The second process's own logic (`csi-proxy-ctl selftest-hold`, `hold::serve`) over the
+/// simulated Windows: it locks the volume it is told, says `ready`, keeps the lock until its
+/// input ends, then says what a read through its handle answered and lets go; a volume it
+/// cannot lock (the system volume) is refused with Windows' answer, and nothing is held.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_holder_holds_until_its_input_ends() {
+    use csi_proxy_host::windows::os;
+    use std::io::BufRead;
+    let d = SimDaemon::start().await;
+    let n = d.sim.add_disk(1024 * MIB, 3);
+    let mut node = d.node().await;
+    node.stage(&format!("SIM{n:04}"), &SimDaemon::k("staged"))
+        .await;
+    let system = Win32::volume_name_for_mount_point(d.sim.as_ref(), r"C:\").unwrap();
+    let v = Win32::volumes(d.sim.as_ref())
+        .unwrap()
+        .into_iter()
+        .find(|v| !v.eq_ignore_ascii_case(&system))
+        .expect("the staged volume");
+    let serve = |what: Hold| {
+        let (input, keep) = std::io::pipe().unwrap();
+        let (mut said, out) = std::io::pipe().unwrap();
+        let sim = d.sim.clone();
+        let held = std::thread::spawn(move || {
+            let mut out = out;
+            hold::serve(
+                sim.as_ref(),
+                &what,
+                input,
+                &mut out,
+                Duration::from_secs(60),
+            )
+        });
+        let mut line = move || {
+            let mut l = String::new();
+            // One byte at a time: a line is all `serve` has said so far.
+            std::io::BufReader::with_capacity(1, &mut said)
+                .read_line(&mut l)
+                .unwrap();
+            l.trim_end().to_string()
+        };
+        let first = line();
+        (first, keep, held, line)
+    };
+    let (first, keep, held, mut line) = serve(Hold::Lock(v.clone()));
+    assert_eq!(first, "ready");
+    let refused = os::open(d.sim.as_ref(), &volume_device(&v), false).unwrap_err();
+    assert_eq!(
+        refused.code,
+        code::ACCESS_DENIED,
+        "a locked volume refuses data access"
+    );
+    drop(keep);
+    assert!(line().starts_with("released: its handle"));
+    assert!(held.join().unwrap(), "it held");
+    os::open(d.sim.as_ref(), &volume_device(&v), false).expect("the lock is gone");
+
+    // FSCTL_LOCK_VOLUME of the system volume fails: said, and nothing held.
+    let (first, _keep, held, _) = serve(Hold::Lock(system));
+    assert_eq!(
+        first,
+        format!("failed: {}", OsError::new(code::ACCESS_DENIED))
+    );
+    assert!(!held.join().unwrap());
 }

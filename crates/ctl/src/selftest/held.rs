@@ -1,6 +1,7 @@
 //! Steps with a second process ([`super::hold`]) holding the selftest's own volume or an entry
-//! of its scratch folder while the daemon is asked about it: what Windows answers when another
-//! process uses an object (ledger rows 19, 57, 58 and 82). The holder is released before each
+//! of its scratch folder while the daemon (or the provider's format, asked directly) is asked
+//! about it: what Windows answers when another process uses an object (ledger rows 19, 57,
+//! 58, 82 and 89). The holder is released before each
 //! step ends, whatever happened; a step whose answer is not the one the simulated Windows
 //! models fails, naming the row, and the next step still runs.
 
@@ -13,6 +14,7 @@ use std::time::Instant;
 /// The steps, in order.
 pub const STEPS: &[&str] = &[
     "held volume: PartitionDisk",
+    "held volume: MSFT_Volume.Format (forced)",
     "locked volume: FormatVolume",
     "locked volume: MSFT_Volume.Format",
     "held entry: Rmdir, Mkdir",
@@ -30,6 +32,7 @@ fn os_code(c: u32) -> String {
 impl Selftest<'_> {
     pub(super) async fn held(&mut self) -> Result<(), Stop> {
         let _ = self.held_volume().await;
+        let _ = self.forced_format().await;
         let _ = self.locked_volume().await;
         let _ = self.held_entry().await;
         Ok(())
@@ -92,13 +95,49 @@ impl Selftest<'_> {
         self.out.record(name, t, with_release(r, released))
     }
 
+    /// Ledger row 89: the provider's format (Force TRUE, the daemon's only call), asked
+    /// directly while another process has the volume open for reading: it formats, and
+    /// dismounts the volume under that process, whose handle no longer reads (the model:
+    /// Force acts as FSCTL_DISMOUNT_VOLUME). The daemon never gets here (it refuses such a
+    /// volume first, row 57); the volume is the selftest's own, formatted anew.
+    async fn forced_format(&mut self) -> Result<(), Stop> {
+        let name = STEPS[1];
+        let t = Instant::now();
+        if let Err(e) = self.guard_volume().await {
+            return self.out.record::<()>(name, t, Err(e));
+        }
+        let v = self.volume.clone();
+        let Some(holder) = self.hold(name, Hold::Open(v.clone())) else {
+            return Err(Stop);
+        };
+        let t = Instant::now();
+        let format = self.os.format_ntfs(&v);
+        let r = match (format, holder.release()) {
+            (Ok(ReturnValue::Code(0) | ReturnValue::Absent), Ok(last))
+                if last.contains("no longer read") =>
+            {
+                Ok((
+                    (),
+                    format!("{v}: formatted; the other process {last} (settles ledger row 89)"),
+                ))
+            }
+            (format, last) => Err(format!(
+                "{v}: MSFT_Volume.Format {}; the other process: {} (ledger row 89 models the \
+                 format succeeding and the other process's handle no longer reading)",
+                format.map_or_else(|e| e.to_string(), |r| format!("{r:?}")),
+                last.unwrap_or_else(|e| e)
+            )),
+        };
+        self.out.record(name, t, r)
+    }
+
     /// Ledger rows 19 and 58: another process holds `FSCTL_LOCK_VOLUME` on the volume. The
     /// daemon's FormatVolume is refused naming the lock (its data-access open fails, modelled as
     /// ERROR_ACCESS_DENIED), while the FILE_ANY_ACCESS controls still answer: the volume is
     /// listed on its disk and its disk number read. The Storage Management provider's own
     /// format, asked directly, cannot open it (modelled: 40001).
     async fn locked_volume(&mut self) -> Result<(), Stop> {
-        let (name, direct) = (STEPS[1], STEPS[2]);
+        let (name, direct) = (STEPS[2], STEPS[3]);
         let t = Instant::now();
         let n = match self.guard_volume().await {
             Ok(n) => n,
@@ -195,7 +234,7 @@ impl Selftest<'_> {
     /// is refused with ERROR_ACCESS_DENIED; with POSIX deletion (Windows 10 1809 and later on
     /// NTFS, practice) the name is free at once. Once the holder has closed, Mkdir works.
     async fn held_entry(&mut self) -> Result<(), Stop> {
-        let name = STEPS[3];
+        let name = STEPS[4];
         let dir = self.plain();
         let Some(holder) = self.hold(name, Hold::Entry(dir.clone())) else {
             return Err(Stop);
@@ -242,10 +281,10 @@ impl Selftest<'_> {
 /// A step's result with the holder's release: a release that failed fails the step.
 fn with_release(
     r: Result<((), String), String>,
-    released: Result<(), String>,
+    released: Result<String, String>,
 ) -> Result<((), String), String> {
     match (r, released) {
-        (r, Ok(())) => r,
+        (r, Ok(_)) => r,
         (Ok(((), a)), Err(e)) | (Err(a), Err(e)) => Err(format!("{a}; releasing: {e}")),
     }
 }

@@ -1,22 +1,24 @@
 //! A second process for the selftest: it holds one of the selftest's own scratch objects (its
-//! volume open, its volume locked, an entry of its scratch folder open sharing delete) while the
-//! selftest asks the daemon about that object, so a node shows what Windows answers when
-//! another process uses it (ledger rows 19, 57, 58, 82).
+//! volume open or locked, an entry of its scratch folder open sharing delete, the disk of the
+//! selftest's iSCSI login open) while the selftest asks the daemon or Windows about that
+//! object, so a node shows what Windows answers when another process uses it (ledger rows 19,
+//! 57, 58, 60, 82 and 89).
 //!
 //! On a node the holder is `csi-proxy-ctl selftest-hold <what> <path>`, a child of the
 //! selftest ([`ChildProcess`]): it takes the object the documented way ([`take`]), prints
 //! `ready` (or `failed: <why>`) and keeps it until its standard input closes or
 //! [`CHILD_LIMIT`] has passed, whichever is first; the selftest closes that input to release
-//! it, and a selftest that dies closes it too. In tests over the simulated Windows the same
-//! [`take`] runs in the test's process ([`InProcess`]): the simulator counts every handle but
-//! the daemon's request's own as someone else's, as Windows counts another process's.
+//! it, and a selftest that dies closes it too. Before it closes a device it reads through its
+//! handle once more and prints what that read answered, the last line: whether its handle
+//! still worked (a forced format dismounts a volume under other processes, row 89). Tests over
+//! the simulated Windows give the selftest the simulator's model of another process instead
+//! (its handles are not the daemon's), and run [`serve`] itself against the simulator.
 
 use csi_proxy_formats::windows_buffers::ioctl as io;
 use csi_proxy_host::windows::os::files::{access, utf16};
 use csi_proxy_host::windows::os::{Access, Win32, Win32Result};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -28,6 +30,8 @@ pub enum Hold {
     Open(String),
     /// The same open, and `FSCTL_LOCK_VOLUME` through it, as chkdsk or a format holds one.
     Lock(String),
+    /// A disk device (`\\.\PhysicalDriveN`) opened for reading, sharing read and write.
+    Disk(String),
     /// A file or directory opened for its attributes, sharing read, write and delete, as an
     /// indexer or a virus scanner holds an entry.
     Entry(String),
@@ -39,6 +43,7 @@ impl Hold {
         match self {
             Hold::Open(p) => ["open", p],
             Hold::Lock(p) => ["lock", p],
+            Hold::Disk(p) => ["disk", p],
             Hold::Entry(p) => ["entry", p],
         }
     }
@@ -49,6 +54,7 @@ impl Hold {
         match what {
             "open" => Some(Hold::Open(p)),
             "lock" => Some(Hold::Lock(p)),
+            "disk" => Some(Hold::Disk(p)),
             "entry" => Some(Hold::Entry(p)),
             _ => None,
         }
@@ -65,6 +71,7 @@ const CHILD_ANSWER: Duration = Duration::from_secs(30);
 pub fn take(os: &dyn Win32, what: &Hold) -> Win32Result<Vec<u64>> {
     match what {
         Hold::Open(v) => Ok(vec![os.open_raw(&device(v), Access::Read)?]),
+        Hold::Disk(d) => Ok(vec![os.open_raw(d, Access::Read)?]),
         Hold::Lock(v) => {
             let h = os.open_raw(&device(v), Access::Read)?;
             // FSCTL_LOCK_VOLUME: "A locked volume can be accessed only through handles to the
@@ -96,7 +103,8 @@ fn device(volume: &str) -> String {
 }
 
 /// The child's side: takes `what`, says `ready` or `failed: <why>` on `out`, holds it until
-/// `input` ends or `limit` has passed, then closes its handles. The exit status: 0 when it held.
+/// `input` ends or `limit` has passed, says what a read through its handle answers then (a
+/// device) or `released` (an entry), and closes its handles. True when it held.
 pub fn serve(
     os: &dyn Win32,
     what: &Hold,
@@ -120,54 +128,34 @@ pub fn serve(
         let _ = tx.send(());
     });
     let _ = rx.recv_timeout(limit);
+    let last = match (what, handles.first()) {
+        (Hold::Entry(_), _) | (_, None) => "released".to_string(),
+        // ReadFile on a volume or disk handle reads whole sectors: 4096 bytes is a multiple of
+        // every sector size.
+        (_, Some(&h)) => match os.read_at(h, 0, 4096) {
+            Ok(_) => "released: its handle still read".to_string(),
+            Err(e) => format!("released: its handle no longer read: {e}"),
+        },
+    };
     for h in handles {
         os.close(h);
     }
+    let _ = writeln!(out, "{last}");
+    let _ = out.flush();
     true
 }
 
 /// Something a second process holds; [`release`](Holding::release) ends it (dropping does too).
 pub trait Holding: Send {
-    /// Releases it, and says how that went.
-    fn release(self: Box<Self>) -> Result<(), String>;
+    /// Releases it: the holder's last word (for a device, what a read through its handle
+    /// answered just before), or why the release went wrong.
+    fn release(self: Box<Self>) -> Result<String, String>;
 }
 
 /// Starts a second process that holds something.
 pub trait OtherProcess: Send + Sync {
     /// Holds `what` from another process; answers once it does, or why it could not.
     fn hold(&self, what: &Hold) -> Result<Box<dyn Holding>, String>;
-}
-
-/// [`take`] in this process, for tests over the simulated Windows.
-pub struct InProcess(pub Arc<dyn Win32>);
-
-struct InProcessHolding {
-    os: Arc<dyn Win32>,
-    handles: Vec<u64>,
-}
-
-impl OtherProcess for InProcess {
-    fn hold(&self, what: &Hold) -> Result<Box<dyn Holding>, String> {
-        let handles = take(&*self.0, what).map_err(|e| format!("holding {what:?}: {e}"))?;
-        Ok(Box::new(InProcessHolding {
-            os: self.0.clone(),
-            handles,
-        }))
-    }
-}
-
-impl Holding for InProcessHolding {
-    fn release(self: Box<Self>) -> Result<(), String> {
-        Ok(())
-    }
-}
-
-impl Drop for InProcessHolding {
-    fn drop(&mut self) {
-        for h in self.handles.drain(..) {
-            self.os.close(h);
-        }
-    }
 }
 
 /// A child process: `program` with `args` and then the [`Hold::args`] words, speaking
@@ -182,6 +170,8 @@ pub struct ChildProcess {
 struct ChildHolding {
     child: Option<Child>,
     stdin: Option<ChildStdin>,
+    /// The child's lines after `ready`.
+    lines: mpsc::Receiver<String>,
 }
 
 impl OtherProcess for ChildProcess {
@@ -202,21 +192,30 @@ impl OtherProcess for ChildProcess {
             .map_err(|e| format!("starting {shown}: {e}"))?;
         let stdin = child.stdin.take();
         let stdout = child.stdout.take();
+        let (tx, lines) = mpsc::channel();
+        if let Some(stdout) = stdout {
+            std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines() {
+                    let Ok(line) = line else { break };
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
         let mut held = ChildHolding {
             child: Some(child),
             stdin,
+            lines,
         };
-        let (tx, rx) = mpsc::channel();
-        if let Some(stdout) = stdout {
-            std::thread::spawn(move || {
-                let mut line = String::new();
-                let _ = BufReader::new(stdout).read_line(&mut line);
-                let _ = tx.send(line);
-            });
-        }
-        let line = rx
-            .recv_timeout(CHILD_ANSWER)
-            .map_err(|_| format!("{shown}: no answer within {CHILD_ANSWER:?}"))?;
+        let line = match held.lines.recv_timeout(CHILD_ANSWER) {
+            Ok(line) => line,
+            Err(mpsc::RecvTimeoutError::Disconnected) => String::new(),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let _ = held.end();
+                return Err(format!("{shown}: no answer within {CHILD_ANSWER:?}"));
+            }
+        };
         match line.trim_end() {
             "ready" => Ok(Box::new(held)),
             other => {
@@ -236,16 +235,19 @@ impl OtherProcess for ChildProcess {
 
 impl ChildHolding {
     /// Closes the child's input (its signal to release) and waits for it to exit, killing it
-    /// after [`CHILD_ANSWER`].
-    fn end(&mut self) -> Result<(), String> {
+    /// after [`CHILD_ANSWER`]: its last line.
+    fn end(&mut self) -> Result<String, String> {
         drop(self.stdin.take());
         let Some(mut child) = self.child.take() else {
-            return Ok(());
+            return Ok(String::new());
         };
         let deadline = Instant::now() + CHILD_ANSWER;
         loop {
             match child.try_wait() {
-                Ok(Some(status)) if status.success() => return Ok(()),
+                Ok(Some(status)) if status.success() => {
+                    let last = self.lines.recv_timeout(CHILD_ANSWER).unwrap_or_default();
+                    return Ok(last.trim_end().to_string());
+                }
                 Ok(Some(status)) => return Err(format!("the holder exited with {status}")),
                 Ok(None) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(50))
@@ -264,7 +266,7 @@ impl ChildHolding {
 }
 
 impl Holding for ChildHolding {
-    fn release(mut self: Box<Self>) -> Result<(), String> {
+    fn release(mut self: Box<Self>) -> Result<String, String> {
         self.end()
     }
 }
@@ -284,6 +286,7 @@ mod tests {
         for h in [
             Hold::Open(r"\\?\Volume{1}".into()),
             Hold::Lock(r"\\?\Volume{1}".into()),
+            Hold::Disk(r"\\.\PhysicalDrive3".into()),
             Hold::Entry(r"C:\x\y".into()),
         ] {
             let [w, p] = h.args();
@@ -310,10 +313,10 @@ mod tests {
     #[cfg(unix)]
     #[test]
     fn a_child_holds_until_released_and_a_refusal_is_named() {
-        let h = sh("echo ready; cat >/dev/null; exit 0")
+        let h = sh("echo ready; cat >/dev/null; echo released; exit 0")
             .hold(&Hold::Entry("x".into()))
             .unwrap();
-        h.release().unwrap();
+        assert_eq!(h.release().unwrap(), "released");
         let e = match sh("echo \"failed: Access is denied. ($1 $2)\"; exit 1")
             .hold(&Hold::Lock("v".into()))
         {

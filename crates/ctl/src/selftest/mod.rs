@@ -107,7 +107,14 @@ pub async fn run(connector: &Connector, machine: Machine<'_>, opts: &Options) ->
     let mut out = t.out;
     // Independent of the VHDX's flow; only a daemon that answered at all is asked.
     if out.steps.iter().any(|s| s.name == "connect" && s.ok) {
-        iscsi::run(&mut out, connector, opts.iscsi.as_ref(), opts.wait).await;
+        iscsi::run(
+            &mut out,
+            connector,
+            opts.iscsi.as_ref(),
+            opts.wait,
+            machine.others,
+        )
+        .await;
         smb::run(&mut out, connector, opts.smb_server.as_ref()).await;
     }
     out

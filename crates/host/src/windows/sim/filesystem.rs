@@ -797,8 +797,9 @@ impl SimWindows {
     }
 
     /// Another process opens the entry at `path` sharing read, write and delete, and closes it
-    /// after `held` (of the simulated clock, which the host's waits advance).
-    pub fn hold_entry(&self, path: &str, held: std::time::Duration) {
+    /// after `held` (of the simulated clock, which the host's waits advance), or when the handle
+    /// returned is closed (`Win32::close`) before that.
+    pub fn hold_entry(&self, path: &str, held: std::time::Duration) -> u64 {
         let mut s = self.lock();
         s.next_handle += 4;
         let h = s.next_handle;
@@ -816,6 +817,7 @@ impl SimWindows {
         s.entries.insert(h, open);
         let at = s.clock + held;
         s.closes.push((at, h));
+        h
     }
 
     /// Another process renames the entry at `from` to `to` (`MoveFileExW` without
