@@ -231,6 +231,7 @@ async fn whole_flow(offline_all: bool) {
         "read-only disk: layout and grow controls",
         "hidden partition while online",
         "64 links: open through them",
+        "disk copy attached beside it",
         "clean-up: Rmdir",
         "clean-up: DetachVirtualDisk",
         "clean-up: delete VHDX",
@@ -316,6 +317,11 @@ async fn whole_flow(offline_all: bool) {
             "64 links: open through them",
             36,
             "through 64: The operation failed. (os error 1921)",
+        ),
+        (
+            "disk copy attached beside it",
+            71,
+            "clearing DISK_ATTRIBUTE_OFFLINE: OK",
         ),
     ] {
         let a = answer(step);
@@ -432,6 +438,9 @@ impl VirtualDisks for Lying<'_> {
     }
     fn delete_vhd_file(&self, path: &str) -> Win32Result<()> {
         self.sim.delete_vhd_file(path)
+    }
+    fn copy_vhd_file(&self, from: &str, to: &str) -> Win32Result<()> {
+        self.sim.copy_vhd_file(from, to)
     }
 }
 

@@ -1,7 +1,7 @@
 //! Conditions the daemon's API cannot make, made by the selftest itself through the thin Win32
 //! layer on its own objects only, then undone: its disk made read-only (ledger row 21), its
 //! partition hidden while the disk is online (row 53), and a chain of 64 links in its scratch
-//! folder (row 36). Each step records what Windows answered and fails, naming the row, when
+//! folder (row 36); and a copy of its VHDX attached beside it (row 71, `copy.rs`). Each step records what Windows answered and fails, naming the row, when
 //! that is not what the simulated Windows models; the next step still runs.
 
 use super::record::Stop;
@@ -64,6 +64,8 @@ impl Selftest<'_> {
         let _ = self.read_only_disk().await;
         let _ = self.hidden_partition().await;
         let _ = self.link_chain();
+        // Last: it detaches and attaches the VHDX again.
+        let _ = self.disk_copy().await;
         Ok(())
     }
 

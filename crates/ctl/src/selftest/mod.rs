@@ -9,6 +9,7 @@
 //! disk's page 83 identifier and (for a volume) the volume's disk number.
 
 mod cleanup;
+mod copy;
 mod create;
 mod direct;
 mod held;
