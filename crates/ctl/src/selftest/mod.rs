@@ -2,11 +2,13 @@
 //! daemon, on a VHDX the selftest creates and attaches itself, then detaches and deletes
 //! whatever happened.
 //!
-//! The sequence is one code path over two seams: the daemon's endpoints (a [`Connector`]) and
-//! the virtual disk API ([`VirtualDisks`]: `virtdisk.dll` on Windows, the simulated Windows in
-//! CI). It acts only on the disk the VHDX it attached became: before every call that changes a
-//! disk or volume it asks `GetVirtualDiskPhysicalPath` again and checks the disk number, the
-//! disk's page 83 identifier and (for a volume) the volume's disk number.
+//! The sequence is one code path over the daemon's endpoints (a [`Connector`]) and a
+//! [`Machine`]: the virtual disk API ([`VirtualDisks`]: `virtdisk.dll` on Windows, the
+//! simulated Windows in CI), the thin Win32 layer for the conditions the daemon's API cannot
+//! make, and a second process ([`hold`]). It acts only on the disk the VHDX it attached became:
+//! before every call that changes a disk or volume it asks `GetVirtualDiskPhysicalPath` again
+//! and checks the disk number, the disk's page 83 identifier and (for a volume) the volume's
+//! disk number.
 
 mod cleanup;
 mod copy;
