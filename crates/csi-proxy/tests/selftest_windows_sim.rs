@@ -120,6 +120,10 @@ async fn whole_flow(offline_all: bool) {
         "read-only disk: layout and grow controls",
         "hidden partition while online",
         "64 links: open through them",
+        "DeleteVolumeMountPointW without its backslash",
+        "SET_DISK_ATTRIBUTES with an output buffer",
+        "a file link and a folder read as themselves",
+        "SET_DRIVE_LAYOUT_EX with RewritePartition FALSE",
         "disk copy attached beside it",
         "clean-up: Rmdir",
         "clean-up: DetachVirtualDisk",
@@ -206,6 +210,26 @@ async fn whole_flow(offline_all: bool) {
             "64 links: open through them",
             36,
             "through 64: The operation failed. (os error 1921)",
+        ),
+        (
+            "DeleteVolumeMountPointW without its backslash",
+            88,
+            "The parameter is incorrect. (os error 87); the mount point stayed",
+        ),
+        (
+            "SET_DISK_ATTRIBUTES with an output buffer",
+            28,
+            "(os error 234)",
+        ),
+        (
+            "a file link and a folder read as themselves",
+            92,
+            "itself: 0 bytes; through the folder: Incorrect function. (os error 1)",
+        ),
+        (
+            "SET_DRIVE_LAYOUT_EX with RewritePartition FALSE",
+            34,
+            "the entry was left out of the table",
         ),
         (
             "disk copy attached beside it",

@@ -37,14 +37,14 @@ fn disk_device(n: u32) -> String {
 }
 
 /// The disk's layout, read through `h`.
-fn read_layout(h: &Handle<'_>) -> Result<Layout, String> {
+pub(super) fn read_layout(h: &Handle<'_>) -> Result<Layout, String> {
     let buf = os::ioctl(h, io::DISK_GET_DRIVE_LAYOUT_EX, &[], 4096)
         .map_err(|e| format!("IOCTL_DISK_GET_DRIVE_LAYOUT_EX: {e}"))?;
     parse_drive_layout(&buf).map_err(|e| format!("IOCTL_DISK_GET_DRIVE_LAYOUT_EX: {e}"))
 }
 
 /// The index in `l` of its basic data partition (the selftest's volume's).
-fn data_partition(l: &Layout) -> Result<usize, String> {
+pub(super) fn data_partition(l: &Layout) -> Result<usize, String> {
     l.partitions
         .iter()
         .position(|p| p.gpt_type == Some(BASIC_DATA))
@@ -64,6 +64,7 @@ impl Selftest<'_> {
         let _ = self.read_only_disk().await;
         let _ = self.hidden_partition().await;
         let _ = self.link_chain();
+        let _ = self.calls().await;
         // Last: it detaches and attaches the VHDX again.
         let _ = self.disk_copy().await;
         Ok(())

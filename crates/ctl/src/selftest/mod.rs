@@ -10,6 +10,7 @@
 //! and checks the disk number, the disk's page 83 identifier and (for a volume) the volume's
 //! disk number.
 
+mod calls;
 mod cleanup;
 mod copy;
 mod create;
