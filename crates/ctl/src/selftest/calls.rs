@@ -7,7 +7,7 @@
 //! models; the next step still runs.
 
 use super::record::Stop;
-use super::{Selftest, ms, poll, status};
+use super::{Selftest, status};
 use csi_proxy_formats::windows_buffers::ioctl as io;
 use csi_proxy_formats::windows_buffers::layout::{ENTRY_SIZE, HEADER_SIZE, gpt_layout_with};
 use csi_proxy_host::windows::os::files::{access, create_symlink, utf16};
@@ -199,17 +199,8 @@ impl Selftest<'_> {
                 0,
             )
             .map_err(|e| format!("IOCTL_DISK_SET_DRIVE_LAYOUT_EX as read, again: {e}"))?;
-            let (was, wait, t2) = (self.volume.clone(), self.opts.wait, Instant::now());
-            let volume = &mut self.c().volume;
-            let back = poll(wait, async || {
-                let vols = volume
-                    .list_volumes_on_disk(n, 0)
-                    .await
-                    .map_err(|s| status("ListVolumesOnDisk", &s))?;
-                Ok(vols.into_iter().next())
-            })
-            .await?
-            .ok_or(format!(
+            let (was, wait) = (self.volume.clone(), self.opts.wait);
+            let (back, took) = self.volume_back(n).await?.ok_or(format!(
                 "no volume on disk {n} {wait:?} after the layout was written again"
             ))?;
             let answer = format!(
@@ -218,7 +209,7 @@ impl Selftest<'_> {
                 p.number,
                 shown(&set),
                 if kept { "stayed in" } else { "was left out of" },
-                ms(t2.elapsed()),
+                took,
                 if back.eq_ignore_ascii_case(&was) {
                     "the same GUID path".to_string()
                 } else {
