@@ -381,3 +381,34 @@ async fn the_holder_holds_until_its_input_ends() {
     );
     assert!(!held.join().unwrap());
 }
+
+/// A Windows that answers a condition-making step otherwise than the simulated Windows models
+/// (here `ReadFile` through the link opened as itself failing): that step fails, naming the
+/// ledger row and Windows' answer, and every later step still runs and passes.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_the_model_does_not_expect_fails_its_step_naming_the_row() {
+    let d = SimDaemon::start().await;
+    d.sim.mkdir(r"C:\selftest");
+    d.sim
+        .fail_next("read_handle", OsError::new(code::ACCESS_DENIED));
+    let o = run_with(&d, d.sim.as_ref(), &options()).await;
+    print(&o);
+    let failed: Vec<&str> = o
+        .steps
+        .iter()
+        .filter(|s| s.ran && !s.ok)
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(failed, ["a file link and a folder read as themselves"]);
+    let step = o.failed().unwrap();
+    assert!(
+        step.answer.contains("Access is denied. (os error 5)")
+            && step.answer.contains("ledger row 92 models"),
+        "{}",
+        step.answer
+    );
+    let names = names(&o);
+    let at = names.iter().position(|n| *n == step.name).unwrap();
+    assert!(names[at + 1..].contains(&"disk copy attached beside it"));
+    nothing_left(&d.sim);
+}

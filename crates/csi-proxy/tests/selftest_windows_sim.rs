@@ -124,6 +124,7 @@ async fn whole_flow(offline_all: bool) {
         "SET_DISK_ATTRIBUTES with an output buffer",
         "a file link and a folder read as themselves",
         "SET_DRIVE_LAYOUT_EX with RewritePartition FALSE",
+        r"ProgramData: what BUILTIN\Users may do",
         "disk copy attached beside it",
         "clean-up: Rmdir",
         "clean-up: DetachVirtualDisk",
@@ -230,6 +231,11 @@ async fn whole_flow(offline_all: bool) {
             "SET_DRIVE_LAYOUT_EX with RewritePartition FALSE",
             34,
             "the entry was left out of the table",
+        ),
+        (
+            r"ProgramData: what BUILTIN\Users may do",
+            52,
+            r"BUILTIN\Users may create files and folders in it (rights 0x1201bf)",
         ),
         (
             "disk copy attached beside it",

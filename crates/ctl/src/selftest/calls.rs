@@ -2,7 +2,8 @@
 //! own objects only, so a node shows what Windows answers them: `DeleteVolumeMountPointW` of its
 //! mount point without the trailing backslash (ledger row 88), a state-changing control sent
 //! with an output buffer (row 28), a file link and a folder read as themselves (row 92), and a
-//! layout written back with one entry's `RewritePartition` FALSE (row 34). Each undoes what it
+//! layout written back with one entry's `RewritePartition` FALSE (row 34); and a read of
+//! `C:\ProgramData`'s DACL (row 52). Each undoes what it
 //! changed and fails, naming the row, when the answer is not the one the simulated Windows
 //! models; the next step still runs.
 
@@ -10,6 +11,7 @@ use super::record::Stop;
 use super::{Selftest, status};
 use csi_proxy_formats::windows_buffers::ioctl as io;
 use csi_proxy_formats::windows_buffers::layout::{ENTRY_SIZE, HEADER_SIZE, gpt_layout_with};
+use csi_proxy_formats::windows_buffers::sddl;
 use csi_proxy_host::windows::os::files::{access, create_symlink, utf16};
 use csi_proxy_host::windows::os::{self, OsError, code};
 use std::time::Instant;
@@ -20,7 +22,11 @@ pub const STEPS: &[&str] = &[
     "SET_DISK_ATTRIBUTES with an output buffer",
     "a file link and a folder read as themselves",
     "SET_DRIVE_LAYOUT_EX with RewritePartition FALSE",
+    "ProgramData: what BUILTIN\\Users may do",
 ];
+
+/// The folder the daemon's state directory is made in by default (`C:\ProgramData\csi-proxy`).
+const PROGRAMDATA: &str = r"C:\ProgramData";
 
 /// A call's answer as recorded.
 fn shown<T>(r: &Result<T, OsError>) -> String {
@@ -34,7 +40,36 @@ impl Selftest<'_> {
         let _ = self.read_as_themselves();
         // Last: the volume may come back under another GUID path.
         let _ = self.rewrite_false().await;
+        let _ = self.programdata();
         Ok(())
+    }
+
+    /// Ledger row 52: `C:\ProgramData`'s DACL, read (nothing is changed): whether its allow
+    /// entries let BUILTIN\Users create files and folders in it, as the page the model follows
+    /// says (a Windows Vista page). A report, never a failed step: a node stricter than the
+    /// model is one the daemon handles alike (it makes its state directory private either way).
+    fn programdata(&mut self) -> Result<(), Stop> {
+        let t = Instant::now();
+        let r = self
+            .os
+            .dacl_sddl(&utf16(PROGRAMDATA))
+            .map(|dacl| {
+                let bu = sddl::allowed_rights(&dacl, "BU");
+                let may = sddl::may_create(bu);
+                let answer = format!(
+                    "{PROGRAMDATA}: {dacl}; BUILTIN\\Users {} create files and folders in it \
+                     (rights {bu:#x}) (settles ledger row 52{})",
+                    if may { "may" } else { "may NOT" },
+                    if may {
+                        ""
+                    } else {
+                        ": this node is stricter than the model"
+                    }
+                );
+                ((), answer)
+            })
+            .map_err(|e| format!("reading the DACL of {PROGRAMDATA}: {e}"));
+        self.out.record(STEPS[4], t, r)
     }
 
     /// Ledger row 88: the volume mounted at the scratch target by the daemon, then
