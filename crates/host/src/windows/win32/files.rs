@@ -434,9 +434,11 @@ impl FileApi for SystemWin32 {
                 None,
             )
         };
-        // SAFETY: `text` is NUL-terminated when the conversion succeeded (read once, before it
-        // is freed); both buffers came from calls documenting LocalFree and are freed once.
+        // SAFETY: `text` is NUL-terminated when the conversion succeeded, and read before it
+        // is freed.
         let out = r.map(|()| unsafe { text.to_string() }.unwrap_or_default());
+        // SAFETY: both buffers came from calls documenting LocalFree as their release, and each
+        // is freed once, after its last use.
         unsafe {
             if !text.is_null() {
                 LocalFree(Some(HLOCAL(text.0.cast())));
