@@ -2,54 +2,21 @@
 //! (`csi_proxy_ctl::selftest::run`) drives the daemon serving the simulator, with the VHDX
 //! calls answered by the simulator too. It passes; told to misbehave at a step, it fails
 //! naming that step and still detaches and deletes the VHDX; it refuses a disk it did not
-//! create; on a Windows without a virtual disk service it says so.
+//! create; on a Windows without a virtual disk service it says so. The optional steps, the
+//! steps that make conditions the daemon's API cannot, and the ledger's check against the
+//! steps are in `selftest_steps_windows_sim.rs`.
 #![cfg(unix)]
 
 mod common;
+mod selftest_sim;
 
-use common::{KUBELET, SimDaemon};
-use csi_proxy_ctl::selftest::{self, Options, Outcome};
+use common::SimDaemon;
+use csi_proxy_ctl::selftest::{self, Options};
 use csi_proxy_host::windows::os::{OsError, Win32Result, code};
 use csi_proxy_host::windows::sim::SimWindows;
 use csi_proxy_host::windows::vhd::{CALL_NOT_IMPLEMENTED, VirtualDisks};
+use selftest_sim::*;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
-
-const MIB: u64 = 1 << 20;
-const VHDX: &str = r"C:\selftest\node.vhdx";
-
-fn options() -> Options {
-    Options {
-        kubelet_path: KUBELET.into(),
-        vhdx_path: VHDX.into(),
-        size: 1024 * MIB,
-        grown_size: 1536 * MIB,
-        wait: Duration::from_secs(5),
-        failure_flag: None,
-        iscsi: None,
-        smb_server: None,
-    }
-}
-
-async fn run_over(d: &SimDaemon, vd: &dyn VirtualDisks) -> Outcome {
-    d.sim.mkdir(r"C:\selftest");
-    selftest::run(&d.connector, vd, &options()).await
-}
-
-fn names(o: &Outcome) -> Vec<&str> {
-    o.steps.iter().map(|s| s.name.as_str()).collect()
-}
-
-/// Nothing of the selftest is left on the machine: no VHDX file, no disk beyond the system
-/// disk, no scratch folder, no mount point but `C:`.
-fn nothing_left(sim: &SimWindows) {
-    assert_eq!(sim.vhd_files(), vec![], "the VHDX file is deleted");
-    assert!(sim.partitions(1).is_empty(), "the VHDX's disk is gone");
-    let mps: Vec<String> = sim.mount_points().into_iter().map(|m| m.0).collect();
-    assert_eq!(mps, vec![r"C:\".to_string()]);
-    let scratch = format!(r"{KUBELET}\csi-proxy-selftest-{}", std::process::id());
-    assert!(!sim.entry_exists(&scratch), "{scratch} is removed");
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_whole_flow_passes_and_leaves_nothing_behind() {
@@ -92,7 +59,7 @@ async fn whole_flow(offline_all: bool) {
         failure_flag: selftest::failure_flag(d.sim.as_ref(), "csiproxy"),
         ..options()
     };
-    let o = selftest::run(&d.connector, d.sim.as_ref(), &opts).await;
+    let o = run_with(&d, d.sim.as_ref(), &opts).await;
     for s in &o.steps {
         println!(
             "{:<45} {:<3} {:>6} ms  {}",
@@ -145,6 +112,20 @@ async fn whole_flow(offline_all: bool) {
         "ResizeVolume(0)",
         "ResizeVolume(0) again",
         "UnmountVolume (attached again)",
+        "held volume: PartitionDisk",
+        "held volume: MSFT_Volume.Format (forced)",
+        "locked volume: FormatVolume",
+        "locked volume: MSFT_Volume.Format",
+        "held entry: Rmdir, Mkdir",
+        "read-only disk: layout and grow controls",
+        "hidden partition while online",
+        "64 links: open through them",
+        "DeleteVolumeMountPointW without its backslash",
+        "SET_DISK_ATTRIBUTES with an output buffer",
+        "a file link and a folder read as themselves",
+        "SET_DRIVE_LAYOUT_EX with RewritePartition FALSE",
+        r"ProgramData: what BUILTIN\Users may do",
+        "disk copy attached beside it",
         "clean-up: Rmdir",
         "clean-up: DetachVirtualDisk",
         "clean-up: delete VHDX",
@@ -152,6 +133,7 @@ async fn whole_flow(offline_all: bool) {
         "iSCSI: DiscoverTargetPortal",
         "iSCSI: ConnectTarget",
         "iSCSI: GetTargetDisks after login",
+        "iSCSI: DisconnectTarget while its disk is held",
         "SMB: NewSmbGlobalMapping of a missing share",
     ];
     assert_eq!(names(&o), want);
@@ -204,6 +186,72 @@ async fn whole_flow(offline_all: bool) {
         "{}",
         answer("ResizeVolume(0)")
     );
+    // The conditions the daemon's API cannot make: each answer is the simulated Windows' own,
+    // the one its ledger row models, and says which row it settles.
+    for (step, row, what) in [
+        (
+            "held volume: PartitionDisk",
+            57,
+            "FSCTL_LOCK_VOLUME failed (Access is denied. (os error 5))",
+        ),
+        (
+            "locked volume: FormatVolume",
+            19,
+            "it is locked by another process (Access is denied. (os error 5))",
+        ),
+        ("locked volume: MSFT_Volume.Format", 58, "ReturnValue 40001"),
+        ("held entry: Rmdir, Mkdir", 82, "Mkdir once released: OK"),
+        (
+            "read-only disk: layout and grow controls",
+            21,
+            "GROW_PARTITION (partition 2, 0 bytes): The media is write protected. (os error 19)",
+        ),
+        ("hidden partition while online", 53, "no longer listed"),
+        (
+            "64 links: open through them",
+            36,
+            "through 64: The operation failed. (os error 1921)",
+        ),
+        (
+            "DeleteVolumeMountPointW without its backslash",
+            88,
+            "The parameter is incorrect. (os error 87); the mount point stayed",
+        ),
+        (
+            "SET_DISK_ATTRIBUTES with an output buffer",
+            28,
+            "(os error 234)",
+        ),
+        (
+            "a file link and a folder read as themselves",
+            92,
+            "itself: 0 bytes; through the folder: Incorrect function. (os error 1)",
+        ),
+        (
+            "SET_DRIVE_LAYOUT_EX with RewritePartition FALSE",
+            34,
+            "the entry was left out of the table",
+        ),
+        (
+            r"ProgramData: what BUILTIN\Users may do",
+            52,
+            r"BUILTIN\Users may create files and folders in it (rights 0x1201bf)",
+        ),
+        (
+            "disk copy attached beside it",
+            71,
+            "clearing DISK_ATTRIBUTE_OFFLINE: OK",
+        ),
+    ] {
+        let a = answer(step);
+        assert!(
+            a.contains(what) && a.contains(&format!("settles ledger row {row}")),
+            "{step}: {a}"
+        );
+    }
+    // The provider's format ran four times: the flow's, and the three the selftest asked itself
+    // (with its volume open elsewhere, which formats; locked and read-only, both refused).
+    assert_eq!(d.sim.calls().get("format_ntfs").copied(), Some(4));
     nothing_left(&d.sim);
     // The system disk was never touched.
     assert_eq!(d.sim.partitions(0).len(), 3);
@@ -310,6 +358,9 @@ impl VirtualDisks for Lying<'_> {
     fn delete_vhd_file(&self, path: &str) -> Win32Result<()> {
         self.sim.delete_vhd_file(path)
     }
+    fn copy_vhd_file(&self, from: &str, to: &str) -> Win32Result<()> {
+        self.sim.copy_vhd_file(from, to)
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -380,245 +431,4 @@ async fn a_disk_that_stops_being_the_vhdx_is_not_acted_on() {
     assert_eq!(d.sim.calls().get("format_ntfs"), None);
     assert_eq!(d.sim.partitions(0).len(), 3);
     nothing_left(&d.sim);
-}
-
-const PORTAL: &str = "10.0.0.9";
-const IQN: &str = "iqn.2026-01.test:selftest";
-
-fn iscsi_options() -> Options {
-    Options {
-        iscsi: Some(selftest::IscsiTarget {
-            portal: csi_proxy_client::iscsi::Portal {
-                address: PORTAL.into(),
-                port: 3260,
-            },
-            iqn: IQN.into(),
-        }),
-        ..options()
-    }
-}
-
-fn print(o: &Outcome) {
-    for s in &o.steps {
-        println!(
-            "{:<40} ran {:<5} ok {:<5} {:>6} ms  {}",
-            s.name,
-            s.ran,
-            s.ok,
-            s.time.as_millis(),
-            s.answer
-        );
-    }
-}
-
-/// With a test target named, the selftest logs in, reports how long after the login returned
-/// the LUN was listed (the arrival delay, ledger row 83), logs out and removes the portal it
-/// added: no session, no portal, the LUN back with the array.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_named_iscsi_target_is_logged_in_timed_and_logged_out() {
-    let d = SimDaemon::start().await;
-    d.sim.mkdir(r"C:\selftest");
-    let lun = d.sim.add_disk(1024 * MIB, 0);
-    d.sim.add_iscsi_target(PORTAL, 3260, IQN, &[lun], None);
-    let o = selftest::run(&d.connector, d.sim.as_ref(), &iscsi_options()).await;
-    print(&o);
-    assert!(o.failed().is_none(), "{:?}", o.failed());
-    let iscsi: Vec<&str> = names(&o)
-        .into_iter()
-        .filter(|n| n.contains("iSCSI"))
-        .collect();
-    assert_eq!(
-        iscsi,
-        [
-            "iSCSI: AddTargetPortal",
-            "iSCSI: DiscoverTargetPortal",
-            "iSCSI: ConnectTarget",
-            "iSCSI: GetTargetDisks after login",
-            "clean-up: iSCSI DisconnectTarget",
-            "clean-up: iSCSI RemoveTargetPortal",
-        ]
-    );
-    // Every step ran but the SMB one, which had no server.
-    let not_run: Vec<&str> = o
-        .steps
-        .iter()
-        .filter(|s| !s.ran)
-        .map(|s| s.name.as_str())
-        .collect();
-    assert_eq!(not_run, ["SMB: NewSmbGlobalMapping of a missing share"]);
-    let disks = &o
-        .steps
-        .iter()
-        .find(|s| s.name == "iSCSI: GetTargetDisks after login")
-        .unwrap()
-        .answer;
-    assert!(disks.contains("ms after ConnectTarget returned"), "{disks}");
-    assert!(disks.contains("ledger row 83"), "{disks}");
-    assert_eq!(d.sim.iscsi_sessions(), 0, "the selftest's session is gone");
-    let mut c = csi_proxy_client::iscsi::IscsiClient::connect(&d.connector)
-        .await
-        .unwrap();
-    assert_eq!(c.list_target_portals().await.unwrap(), vec![]);
-    nothing_left(&d.sim);
-}
-
-/// A target this node already has a session to is someone else's: the selftest neither logs
-/// in again nor logs that session out.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_target_already_in_use_is_left_alone() {
-    let d = SimDaemon::start().await;
-    d.sim.mkdir(r"C:\selftest");
-    let lun = d.sim.add_disk(1024 * MIB, 0);
-    d.sim.add_iscsi_target(PORTAL, 3260, IQN, &[lun], None);
-    let opts = iscsi_options();
-    let portal = opts.iscsi.as_ref().unwrap().portal.clone();
-    let mut c = csi_proxy_client::iscsi::IscsiClient::connect(&d.connector)
-        .await
-        .unwrap();
-    c.add_target_portal(&portal).await.unwrap();
-    c.connect_target(&portal, IQN).await.unwrap();
-    let o = selftest::run(&d.connector, d.sim.as_ref(), &opts).await;
-    print(&o);
-    // Only the iSCSI steps are looked at: the VHDX's flow is the other tests'.
-    let failed = o
-        .steps
-        .iter()
-        .find(|s| s.name.contains("iSCSI") && !s.ok)
-        .expect("refused");
-    assert_eq!(failed.name, "iSCSI: AddTargetPortal");
-    assert!(failed.ran);
-    assert!(
-        failed.answer.contains("already has a session"),
-        "{}",
-        failed.answer
-    );
-    assert!(!names(&o).iter().any(|n| n.contains("DisconnectTarget")));
-    assert_eq!(d.sim.iscsi_sessions(), 1, "the other session is kept");
-    assert_eq!(c.list_target_portals().await.unwrap(), vec![portal]);
-}
-
-/// With an SMB server named, the selftest asks for a share of its own name, which does not
-/// exist, and reports how the failure reached the daemon, for each encoding Windows may use
-/// (ledger row 38); a server the node already maps is refused, its mapping untouched.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_named_smb_server_shows_how_a_failed_mapping_is_reported() {
-    use csi_proxy_host::windows::sim::SmbFailureEncoding as E;
-    for (encoding, want) in [
-        (E::HResult, "HRESULT_FROM_WIN32(67)"),
-        (E::ReturnValue, "the bare code 67"),
-        (E::ExtendedError, "the bare code 67"),
-    ] {
-        let d = SimDaemon::start().await;
-        d.sim.mkdir(r"C:\selftest");
-        d.sim.add_share(r"\\srv\data", None);
-        d.sim.set_smb_failure_encoding(encoding);
-        let opts = Options {
-            smb_server: Some(selftest::smb_server(d.sim.as_ref(), "srv")),
-            ..options()
-        };
-        let o = selftest::run(&d.connector, d.sim.as_ref(), &opts).await;
-        print(&o);
-        assert!(o.failed().is_none(), "{:?}", o.failed());
-        let step = o.steps.last().unwrap();
-        assert_eq!(step.name, "SMB: NewSmbGlobalMapping of a missing share");
-        assert!(step.ran && step.ok);
-        assert!(step.answer.contains(want), "{encoding:?}: {}", step.answer);
-        assert!(step.answer.contains("ledger row 38"), "{}", step.answer);
-        assert_eq!(d.sim.smb_roots(), Vec::<String>::new());
-    }
-}
-
-/// A server the node already maps (a driver's mapping, here made with credentials) is refused
-/// before any call: its mapping is untouched.
-#[tokio::test(flavor = "multi_thread")]
-async fn an_smb_server_the_node_maps_is_left_alone() {
-    let d = SimDaemon::start().await;
-    d.sim.mkdir(r"C:\selftest");
-    d.sim.add_share(r"\\srv\data", Some(("user", "pw")));
-    let mut c = csi_proxy_client::smb::SmbClient::connect(&d.connector)
-        .await
-        .unwrap();
-    c.new_mapping(r"\\srv\data", "user", "pw").await.unwrap();
-    let opts = Options {
-        smb_server: Some(selftest::smb_server(d.sim.as_ref(), r"\\SRV")),
-        ..options()
-    };
-    let calls = d.sim.calls().get("smb_create_global_mapping").copied();
-    let o = selftest::run(&d.connector, d.sim.as_ref(), &opts).await;
-    print(&o);
-    let failed = o.failed().expect("refused");
-    assert_eq!(failed.name, "SMB: NewSmbGlobalMapping of a missing share");
-    assert!(
-        failed.answer.contains("refusing server \"SRV\""),
-        "{}",
-        failed.answer
-    );
-    assert_eq!(d.sim.smb_roots(), vec![r"\\srv\data".to_string()]);
-    assert_eq!(
-        d.sim.calls().get("smb_create_global_mapping").copied(),
-        calls
-    );
-}
-
-/// Every row of the simulated Windows' ledger is documented, names a step this selftest
-/// records (run here with every optional flag given), or says why it stays inferred: a row
-/// whose only step was renamed or removed fails here.
-#[tokio::test(flavor = "multi_thread")]
-async fn every_ledger_row_is_documented_or_names_a_step_that_exists() {
-    let d = SimDaemon::start().await;
-    d.sim.mkdir(r"C:\selftest");
-    let lun = d.sim.add_disk(1024 * MIB, 0);
-    d.sim.add_iscsi_target(PORTAL, 3260, IQN, &[lun], None);
-    d.sim.add_service(
-        "csiproxy",
-        "CSI Proxy",
-        2,
-        true,
-        csi_proxy_host::windows::sim::services::ALL,
-    );
-    let opts = Options {
-        failure_flag: selftest::failure_flag(d.sim.as_ref(), "csiproxy"),
-        smb_server: Some(selftest::smb_server(d.sim.as_ref(), "srv")),
-        ..iscsi_options()
-    };
-    let o = selftest::run(&d.connector, d.sim.as_ref(), &opts).await;
-    assert!(o.failed().is_none(), "{:?}", o.failed());
-    let steps: Vec<&str> = names(&o);
-    let ledger = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../host/src/windows/sim/LEDGER.md"
-    ))
-    .unwrap();
-    let mut rows = 0;
-    let mut bad = Vec::new();
-    for line in ledger.lines() {
-        let Some(rest) = line.strip_prefix("| ") else {
-            continue;
-        };
-        let Some((n, _)) = rest.split_once(" |") else {
-            continue;
-        };
-        if n.parse::<u32>().is_err() {
-            continue;
-        }
-        rows += 1;
-        let last = line.trim_end_matches(" |").rsplit(" | ").next().unwrap();
-        let named: Vec<&str> = last
-            .split('`')
-            .skip(1)
-            .step_by(2)
-            .filter(|t| steps.contains(t))
-            .collect();
-        let settled =
-            !last.contains("inferred") || !named.is_empty() || last.contains("stays inferred: ");
-        if !settled || last.contains("no step yet") {
-            bad.push(format!("row {n}: {last}"));
-        }
-    }
-    assert!(rows > 70, "only {rows} ledger rows read");
-    assert!(
-        bad.is_empty(),
-        "rows neither documented, settled by a step nor saying why:\n{}",
-        bad.join("\n")
-    );
 }

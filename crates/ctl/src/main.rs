@@ -73,6 +73,16 @@ enum Command {
     /// Windows: create and attach a small VHDX, run a CSI driver's whole stage flow on it
     /// through the daemon, then detach and delete it. Exit code 1 names the failed step.
     Selftest(SelftestArgs),
+    /// The selftest's second process (started by `selftest` itself): holds `what` (`open` or
+    /// `lock` a volume, or `entry` a file or directory) on `path`, says `ready`, and keeps it
+    /// until its standard input closes (at most five minutes).
+    #[command(hide = true)]
+    SelftestHold {
+        /// `open`, `lock` or `entry`.
+        what: String,
+        /// The volume GUID path or the entry's path.
+        path: String,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -169,6 +179,9 @@ fn main() -> ExitCode {
     if let Command::Selftest(args) = &cli.command {
         return selftest(&runtime, &connector, args, cli.output);
     }
+    if let Command::SelftestHold { what, path } = &cli.command {
+        return selftest_hold(what, path);
+    }
     let result = match &cli.command {
         Command::Profiles(args) => report::profiles(&args.profiles, &args.state_dir),
         command => runtime.block_on(run(command, &connector)),
@@ -207,6 +220,7 @@ async fn run(command: &Command, c: &Connector) -> Result<Report, Failure> {
         } => report::iscsi_sessions(c).await,
         Command::Health => report::health(c).await,
         Command::Selftest(_) => unreachable!("run by selftest()"),
+        Command::SelftestHold { .. } => unreachable!("run by selftest_hold()"),
         Command::Profiles(_) => unreachable!("read by report::profiles()"),
     }
 }
@@ -251,11 +265,27 @@ fn selftest(
         smb_server: None,
     };
     #[cfg(windows)]
-    let outcome = runtime.block_on(csi_proxy_ctl::selftest::run(
-        connector,
-        &csi_proxy_host::windows::win32::vhd::RealVirtualDisks,
-        &opts,
-    ));
+    let outcome = {
+        let os = csi_proxy_host::windows::win32::SystemWin32::default();
+        let others = match std::env::current_exe() {
+            Ok(program) => csi_proxy_ctl::selftest::hold::ChildProcess {
+                program,
+                args: vec!["selftest-hold".into()],
+            },
+            Err(e) => {
+                eprintln!(
+                    "csi-proxy-ctl: cannot name its own program for the selftest's second process: {e}"
+                );
+                return ExitCode::from(1);
+            }
+        };
+        let machine = csi_proxy_ctl::selftest::Machine {
+            vd: &csi_proxy_host::windows::win32::vhd::RealVirtualDisks,
+            os: &os,
+            others: &others,
+        };
+        runtime.block_on(csi_proxy_ctl::selftest::run(connector, machine, &opts))
+    };
     #[cfg(not(windows))]
     let outcome = {
         let _ = (runtime, connector, opts);
@@ -274,6 +304,33 @@ fn selftest(
             ExitCode::from(1)
         }
         None => ExitCode::SUCCESS,
+    }
+}
+
+/// The selftest's second process: holds what it is told until its input closes.
+fn selftest_hold(what: &str, path: &str) -> ExitCode {
+    use csi_proxy_ctl::selftest::hold;
+    let Some(what) = hold::Hold::parse(what, path) else {
+        println!("failed: {what:?} is not open, lock or entry");
+        return ExitCode::from(2);
+    };
+    #[cfg(windows)]
+    let held = hold::serve(
+        &csi_proxy_host::windows::win32::SystemWin32::default(),
+        &what,
+        std::io::stdin(),
+        &mut std::io::stdout(),
+        hold::CHILD_LIMIT,
+    );
+    #[cfg(not(windows))]
+    let held = {
+        println!("failed: this is not Windows; nothing to hold {what:?} on");
+        false
+    };
+    if held {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
     }
 }
 

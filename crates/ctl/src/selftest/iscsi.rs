@@ -2,14 +2,21 @@
 //! (`--iscsi-portal`, `--iscsi-target`), how long its LUNs take to be listed after the login
 //! returns, and the logout. Without the flags they are listed as not run.
 //!
+//! With a LUN listed, a second process of the selftest ([`super::hold`]) holds its disk open
+//! (for reading, sharing read and write) while the daemon is asked to log out: what
+//! `LogoutIScsiTarget` answers for a session a device of which another process uses (ledger
+//! row 60). The holder is released before the clean-up logs out.
+//!
 //! Safe by construction: a target this node already has a session to is left alone (the
 //! selftest logs out only of the session it made), nothing is written to its LUNs, and a portal
 //! is removed again only when the selftest added it.
 
+use super::hold::{Hold, OtherProcess};
 use super::record::Stop;
 use super::{ms, poll, status};
 use csi_proxy_client::Connector;
 use csi_proxy_client::iscsi::{IscsiClient, Portal};
+use csi_proxy_formats::windows_buffers::iscsi::isdsc;
 use std::time::{Duration, Instant};
 
 /// The test target the operator names.
@@ -28,6 +35,7 @@ pub const STEPS: &[&str] = &[
     "iSCSI: DiscoverTargetPortal",
     "iSCSI: ConnectTarget",
     "iSCSI: GetTargetDisks after login",
+    "iSCSI: DisconnectTarget while its disk is held",
 ];
 
 /// What [`run`] leaves to undo.
@@ -43,6 +51,7 @@ pub(super) async fn run(
     connector: &Connector,
     target: Option<&IscsiTarget>,
     wait: Duration,
+    others: &dyn OtherProcess,
 ) {
     let Some(target) = target else {
         for s in STEPS {
@@ -52,7 +61,11 @@ pub(super) async fn run(
     };
     let mut made = Made::default();
     let mut client = None;
-    let _ = flow(out, connector, target, wait, &mut client, &mut made).await;
+    if let Ok(disks) = flow(out, connector, target, wait, &mut client, &mut made).await
+        && let Some(c) = client.as_mut()
+    {
+        held_logout(out, c, target, disks, others, &mut made).await;
+    }
     if let Some(c) = client.as_mut() {
         clean_up(out, c, target, &made).await;
     }
@@ -65,7 +78,7 @@ async fn flow(
     wait: Duration,
     client: &mut Option<IscsiClient>,
     made: &mut Made,
-) -> Result<(), Stop> {
+) -> Result<Vec<String>, Stop> {
     let (p, iqn) = (&target.portal, target.iqn.as_str());
     let portal = format!("{}:{}", p.address, p.port);
     let t = Instant::now();
@@ -132,15 +145,68 @@ async fn flow(
     .await
     .and_then(|d| {
         let d = d.ok_or(format!("{iqn} lists no disk {wait:?} after the login"))?;
-        Ok((
-            (),
-            format!(
-                "disks {d:?} listed {} ms after ConnectTarget returned (settles ledger row 83)",
-                ms(t.elapsed())
-            ),
-        ))
+        let answer = format!(
+            "disks {d:?} listed {} ms after ConnectTarget returned (settles ledger row 83)",
+            ms(t.elapsed())
+        );
+        Ok((d, answer))
     });
     out.record(STEPS[3], t, r)
+}
+
+/// Ledger row 60: another process holds the first of the session's disks open (sharing read
+/// and write, so the daemon's own checks, rows 55 to 59, find no holder that refuses sharing
+/// and no volume) while DisconnectTarget logs out; the initiator refuses, modelled as
+/// ISDSC_DEVICE_BUSY_ON_SESSION. A logout that went through is recorded as done, so the
+/// clean-up does not log out again.
+async fn held_logout(
+    out: &mut super::Outcome,
+    c: &mut IscsiClient,
+    target: &IscsiTarget,
+    disks: Vec<String>,
+    others: &dyn OtherProcess,
+    made: &mut Made,
+) {
+    let (p, iqn, name) = (&target.portal, target.iqn.as_str(), STEPS[4]);
+    let t = Instant::now();
+    let Some(disk) = disks.first() else {
+        return;
+    };
+    let holder = match others.hold(&Hold::Disk(format!(r"\\.\PhysicalDrive{disk}"))) {
+        Ok(h) => h,
+        Err(e) => {
+            let _ = out.record::<()>(name, t, Err(format!("the second process: {e}")));
+            return;
+        }
+    };
+    let answer = c.disconnect_target(p, iqn).await;
+    let released = holder.release();
+    let busy = format!("{:#010x}", isdsc::DEVICE_BUSY_ON_SESSION);
+    let r = match answer {
+        Ok(()) => {
+            made.logged_in = false;
+            Err(format!(
+                "{iqn} logged out while another process had disk {disk} open (ledger row 60 \
+                 models a refusal, ISDSC_DEVICE_BUSY_ON_SESSION)"
+            ))
+        }
+        Err(s) if s.message().to_ascii_lowercase().contains(&busy) => Ok((
+            (),
+            format!(
+                "{} (settles ledger row 60: ISDSC_DEVICE_BUSY_ON_SESSION)",
+                status("DisconnectTarget", &s)
+            ),
+        )),
+        Err(s) => Err(format!(
+            "{} (ledger row 60 models ISDSC_DEVICE_BUSY_ON_SESSION, {busy})",
+            status("DisconnectTarget", &s)
+        )),
+    };
+    let r = match (r, released) {
+        (r, Ok(_)) => r,
+        (Ok(((), a)) | Err(a), Err(e)) => Err(format!("{a}; releasing: {e}")),
+    };
+    let _ = out.record(name, t, r);
 }
 
 async fn clean_up(

@@ -2,14 +2,21 @@
 //! daemon, on a VHDX the selftest creates and attaches itself, then detaches and deletes
 //! whatever happened.
 //!
-//! The sequence is one code path over two seams: the daemon's endpoints (a [`Connector`]) and
-//! the virtual disk API ([`VirtualDisks`]: `virtdisk.dll` on Windows, the simulated Windows in
-//! CI). It acts only on the disk the VHDX it attached became: before every call that changes a
-//! disk or volume it asks `GetVirtualDiskPhysicalPath` again and checks the disk number, the
-//! disk's page 83 identifier and (for a volume) the volume's disk number.
+//! The sequence is one code path over the daemon's endpoints (a [`Connector`]) and a
+//! [`Machine`]: the virtual disk API ([`VirtualDisks`]: `virtdisk.dll` on Windows, the
+//! simulated Windows in CI), the thin Win32 layer for the conditions the daemon's API cannot
+//! make, and a second process ([`hold`]). It acts only on the disk the VHDX it attached became:
+//! before every call that changes a disk or volume it asks `GetVirtualDiskPhysicalPath` again
+//! and checks the disk number, the disk's page 83 identifier and (for a volume) the volume's
+//! disk number.
 
+mod calls;
 mod cleanup;
+mod copy;
 mod create;
+mod direct;
+mod held;
+pub mod hold;
 mod iscsi;
 mod record;
 mod smb;
@@ -67,10 +74,26 @@ pub fn failure_flag(os: &dyn Win32, name: &str) -> Option<Result<bool, String>> 
 /// How often a wait asks again.
 const POLL: Duration = Duration::from_millis(100);
 
+/// What the selftest acts through besides the daemon: the virtual disk API, this Windows' own
+/// calls (made only on the selftest's own disk, volume and scratch folder: the conditions the
+/// daemon's API cannot make, ledger rows 21, 36 and 53) and a second process
+/// ([`hold::OtherProcess`]: rows 19, 57, 58 and 82).
+#[derive(Clone, Copy)]
+pub struct Machine<'a> {
+    /// `virtdisk.dll`, or the simulated Windows.
+    pub vd: &'a dyn VirtualDisks,
+    /// The thin Win32 layer, or the simulated Windows.
+    pub os: &'a dyn Win32,
+    /// Starts the second process.
+    pub others: &'a dyn hold::OtherProcess,
+}
+
 /// Runs the selftest; never panics, always cleans up what it made.
-pub async fn run(connector: &Connector, vd: &dyn VirtualDisks, opts: &Options) -> Outcome {
+pub async fn run(connector: &Connector, machine: Machine<'_>, opts: &Options) -> Outcome {
     let mut t = Selftest {
-        vd,
+        vd: machine.vd,
+        os: machine.os,
+        others: machine.others,
         opts,
         out: Outcome::default(),
         clients: None,
@@ -88,7 +111,14 @@ pub async fn run(connector: &Connector, vd: &dyn VirtualDisks, opts: &Options) -
     let mut out = t.out;
     // Independent of the VHDX's flow; only a daemon that answered at all is asked.
     if out.steps.iter().any(|s| s.name == "connect" && s.ok) {
-        iscsi::run(&mut out, connector, opts.iscsi.as_ref(), opts.wait).await;
+        iscsi::run(
+            &mut out,
+            connector,
+            opts.iscsi.as_ref(),
+            opts.wait,
+            machine.others,
+        )
+        .await;
         smb::run(&mut out, connector, opts.smb_server.as_ref()).await;
     }
     out
@@ -102,6 +132,8 @@ struct Clients {
 
 struct Selftest<'a> {
     vd: &'a dyn VirtualDisks,
+    os: &'a dyn Win32,
+    others: &'a dyn hold::OtherProcess,
     opts: &'a Options,
     out: Outcome,
     clients: Option<Clients>,
@@ -289,6 +321,11 @@ impl Selftest<'_> {
         self.offline_online().await?;
         // Resizing a VHDX outside a VM is an offline operation: detached, resized, attached
         // again, and the volume grown on the disk it became.
-        self.grow().await
+        self.grow().await?;
+        // What Windows answers in conditions the daemon's API cannot make, made on the
+        // selftest's own objects; last, so an answer the model did not expect (a failed step)
+        // leaves every step of the stage flow run. Each cleans up after itself.
+        self.held().await?;
+        self.direct().await
     }
 }

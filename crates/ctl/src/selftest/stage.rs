@@ -229,7 +229,7 @@ impl Selftest<'_> {
     }
 
     /// SetDiskState(online) of the VHDX's disk, [`guard`](Self::guard)ed: its number.
-    async fn online(&mut self) -> Result<u32, String> {
+    pub(super) async fn online(&mut self) -> Result<u32, String> {
         let n = self.guard().await?;
         self.c()
             .disk

@@ -93,15 +93,25 @@ pub fn create_gpt_disk(disk_id: uuid::Uuid) -> [u8; CREATE_DISK_SIZE] {
 /// an online disk that cannot be written is of no use to a driver. Version u32 @0, Persist
 /// BOOLEAN @4, Attributes u64 @8, AttributesMask u64 @16.
 pub fn set_offline(offline: bool) -> [u8; SET_DISK_ATTRIBUTES_SIZE] {
+    if offline {
+        set_disk_attributes(DISK_ATTRIBUTE_OFFLINE, DISK_ATTRIBUTE_OFFLINE, true)
+    } else {
+        set_disk_attributes(0, DISK_ATTRIBUTE_OFFLINE | DISK_ATTRIBUTE_READ_ONLY, true)
+    }
+}
+
+/// `SET_DISK_ATTRIBUTES` setting the `mask` bits to those of `attributes`, persisted across
+/// reboots with `persist`. Version u32 @0 (the structure's size), Persist BOOLEAN @4,
+/// Attributes u64 @8, AttributesMask u64 @16.
+pub fn set_disk_attributes(
+    attributes: u64,
+    mask: u64,
+    persist: bool,
+) -> [u8; SET_DISK_ATTRIBUTES_SIZE] {
     let mut b = [0u8; SET_DISK_ATTRIBUTES_SIZE];
     b[0..4].copy_from_slice(&(SET_DISK_ATTRIBUTES_SIZE as u32).to_le_bytes());
-    b[4] = 1;
-    let (attrs, mask) = if offline {
-        (DISK_ATTRIBUTE_OFFLINE, DISK_ATTRIBUTE_OFFLINE)
-    } else {
-        (0, DISK_ATTRIBUTE_OFFLINE | DISK_ATTRIBUTE_READ_ONLY)
-    };
-    b[8..16].copy_from_slice(&attrs.to_le_bytes());
+    b[4] = u8::from(persist);
+    b[8..16].copy_from_slice(&attributes.to_le_bytes());
     b[16..24].copy_from_slice(&mask.to_le_bytes());
     b
 }
@@ -145,5 +155,22 @@ mod tests {
         assert_eq!(FSCTL_EXTEND_VOLUME, 0x0009_00F0);
         assert_eq!(FSCTL_LOCK_VOLUME, 0x0009_0018);
         assert_eq!(FSCTL_UNLOCK_VOLUME, 0x0009_001C);
+    }
+
+    #[test]
+    fn set_disk_attributes_lays_out_version_persist_attributes_and_mask() {
+        let b = set_disk_attributes(DISK_ATTRIBUTE_READ_ONLY, DISK_ATTRIBUTE_READ_ONLY, false);
+        assert_eq!(le_u32(&b, 0), Some(40));
+        assert_eq!(b[4], 0);
+        assert_eq!(le_u64(&b, 8), Some(DISK_ATTRIBUTE_READ_ONLY));
+        assert_eq!(le_u64(&b, 16), Some(DISK_ATTRIBUTE_READ_ONLY));
+        let online = set_offline(false);
+        assert_eq!(online[4], 1);
+        assert_eq!(le_u64(&online, 8), Some(0));
+        assert_eq!(
+            le_u64(&online, 16),
+            Some(DISK_ATTRIBUTE_OFFLINE | DISK_ATTRIBUTE_READ_ONLY)
+        );
+        assert_eq!(le_u64(&set_offline(true), 8), Some(DISK_ATTRIBUTE_OFFLINE));
     }
 }

@@ -68,6 +68,19 @@ impl Partition {
         }
     }
 
+    /// This entry with its GPT attributes replaced by `attributes` (bytes 64 to 72 of its
+    /// `PARTITION_INFORMATION_EX`), to be written back with [`gpt_layout_with`]; an MBR entry,
+    /// or one too short, is returned as it is.
+    pub fn with_gpt_attributes(&self, attributes: u64) -> Partition {
+        let mut p = self.clone();
+        if p.gpt_type.is_some()
+            && let Some(b) = p.raw.get_mut(64..72)
+        {
+            b.copy_from_slice(&attributes.to_le_bytes());
+        }
+        p
+    }
+
     /// The GPT entry's unique partition GUID (`PARTITION_INFORMATION_GPT.PartitionId`, at byte
     /// 48); `None` on MBR disks or for an entry too short to hold it.
     pub fn gpt_id(&self) -> Option<Uuid> {
@@ -478,6 +491,32 @@ mod tests {
             l.disk_id.to_string(),
             "11111111-2222-3333-4444-555555555555"
         );
+    }
+
+    #[test]
+    fn gpt_attributes_are_replaced_in_the_entry_written_back() {
+        let l = parse_drive_layout(&gpt(&[
+            (17408, 16 * MIB, 1, MSR),
+            (17 * MIB, GIB, 2, BASIC_DATA),
+        ]))
+        .unwrap();
+        let hidden = l.partitions[1].with_gpt_attributes(NO_DRIVE_LETTER | HIDDEN);
+        assert_eq!(hidden.gpt_attributes(), NO_DRIVE_LETTER | HIDDEN);
+        assert_eq!(
+            (hidden.start, hidden.length, hidden.gpt_type),
+            (17 * MIB, GIB, Some(BASIC_DATA))
+        );
+        let mut with = l.clone();
+        with.partitions[1] = hidden;
+        let back = parse_drive_layout(&gpt_layout_with(&with, &[])).unwrap();
+        assert_eq!(
+            back.partitions[1].gpt_attributes(),
+            NO_DRIVE_LETTER | HIDDEN
+        );
+        assert_eq!(back.partitions[0].gpt_attributes(), 0);
+        // Written back unchanged, it says the same.
+        let same = parse_drive_layout(&gpt_layout_with(&l, &[])).unwrap();
+        assert_eq!(same.partitions[1].gpt_attributes(), 0);
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod bytes;
 pub mod ioctl;
 pub mod iscsi;
 pub mod layout;
+pub mod sddl;
 pub mod smbios;
 pub mod storage;
 pub mod volume;

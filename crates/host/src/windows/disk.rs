@@ -112,7 +112,7 @@ pub fn system_disks(os: &dyn Win32, op: &str) -> Result<BTreeSet<u32>> {
 
 /// The volume device `\\.\Volume{GUID}` of a volume GUID path (without the trailing backslash:
 /// with it, `CreateFileW` would open the root directory of the filesystem instead).
-pub(super) fn volume_device(volume: &str) -> String {
+pub fn volume_device(volume: &str) -> String {
     volume.trim_end_matches('\\').replacen(r"\\?\", r"\\.\", 1)
 }
 

@@ -33,6 +33,9 @@ pub trait VirtualDisks: Send + Sync {
     fn close_vhd(&self, handle: u64);
     /// `DeleteFileW` of the VHDX file.
     fn delete_vhd_file(&self, path: &str) -> Win32Result<()>;
+    /// `CopyFileW(from, to, bFailIfExists TRUE)`: a copy of a detached VHDX file, block for
+    /// block (the same disk IDs inside), at a path where nothing is.
+    fn copy_vhd_file(&self, from: &str, to: &str) -> Win32Result<()>;
 }
 
 /// The disk number in a physical path `\\.\PhysicalDriveN` (case-insensitive); `None` for any

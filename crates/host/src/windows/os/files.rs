@@ -149,6 +149,10 @@ pub trait FileApi {
     /// *lpNumberOfBytesRead to zero"). The handle "must have been created with read access"
     /// (ERROR_ACCESS_DENIED otherwise).
     fn read_handle(&self, handle: u64, max: usize) -> Win32Result<Vec<u8>>;
+    /// `GetNamedSecurityInfoW(path, SE_FILE_OBJECT, DACL_SECURITY_INFORMATION)` and
+    /// `ConvertSecurityDescriptorToStringSecurityDescriptorW` of the descriptor it returns (both
+    /// LocalFree'd): the DACL of the entry at `path` in SDDL, `D:` and its ACEs.
+    fn dacl_sddl(&self, path: &[u16]) -> Win32Result<String>;
 }
 
 /// `s` as UTF-16, without a terminator.

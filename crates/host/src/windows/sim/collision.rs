@@ -32,7 +32,7 @@ impl Disk {
 
 impl State {
     /// Whether `disk` shares a unique ID with another online disk.
-    fn collides(&self, disk: u32) -> bool {
+    pub(super) fn collides(&self, disk: u32) -> bool {
         let Some(d) = self.disks.get(&disk) else {
             return false;
         };

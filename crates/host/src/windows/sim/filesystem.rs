@@ -749,6 +749,10 @@ impl FileApi for SimWindows {
         Ok(())
     }
 
+    fn dacl_sddl(&self, path: &[u16]) -> Win32Result<String> {
+        self.dacl_of(&text(path))
+    }
+
     fn read_handle(&self, handle: u64, max: usize) -> Win32Result<Vec<u8>> {
         let mut s = self.enter("read_handle")?;
         let open = s.opened(handle)?.clone();
@@ -790,6 +794,41 @@ impl FileApi for SimWindows {
     }
 }
 
+/// `C:\ProgramData`'s DACL as Windows sets it up (`icacls C:\ProgramData`): full control for
+/// SYSTEM, Administrators and (inherit-only) CREATOR OWNER, read and execute for
+/// BUILTIN\Users, and for them too, on the folder and folders below, "write data / add file,
+/// append data / add subdirectory, write extended attributes, write attributes": what the
+/// Vista page says, that an application may write in CSIDL_COMMON_APPDATA (ledger row 52;
+/// inferred for current builds).
+pub const PROGRAMDATA_SDDL: &str = "D:PAI(A;OICI;FA;;;SY)(A;OICI;FA;;;BA)(A;OICIIO;GA;;;CO)(A;OICI;0x1200a9;;;BU)(A;CI;DCLCRPCR;;;BU)";
+
+/// The DACL of an entry nothing set one on: what it inherits from a private parent.
+const INHERITED_SDDL: &str = "D:AI(A;OICIID;FA;;;SY)(A;OICIID;FA;;;BA)";
+
+impl SimWindows {
+    /// Sets the DACL (SDDL) `dacl_sddl` answers for `path`.
+    pub fn set_dacl_sddl(&self, path: &str, sddl: &str) {
+        self.lock().dacls.insert(key(path), sddl.to_string());
+    }
+
+    /// `dacl_sddl`: the DACL set on the entry, `C:\ProgramData`'s ([`PROGRAMDATA_SDDL`]), or
+    /// the inherited private one.
+    pub(super) fn dacl_of(&self, path: &str) -> Win32Result<String> {
+        let s = self.enter("dacl_sddl")?;
+        let k = key(path);
+        if let Some(d) = s.dacls.get(&k) {
+            return Ok(d.clone());
+        }
+        if k == key(r"C:\ProgramData") {
+            return Ok(PROGRAMDATA_SDDL.to_string());
+        }
+        match s.entry(path) {
+            Some(_) => Ok(INHERITED_SDDL.to_string()),
+            None => Err(s.missing(path)),
+        }
+    }
+}
+
 impl SimWindows {
     /// Sets FILE_ATTRIBUTE_READONLY on the entry at `path`.
     pub fn set_readonly(&self, path: &str) {
@@ -797,8 +836,9 @@ impl SimWindows {
     }
 
     /// Another process opens the entry at `path` sharing read, write and delete, and closes it
-    /// after `held` (of the simulated clock, which the host's waits advance).
-    pub fn hold_entry(&self, path: &str, held: std::time::Duration) {
+    /// after `held` (of the simulated clock, which the host's waits advance), or when the handle
+    /// returned is closed (`Win32::close`) before that.
+    pub fn hold_entry(&self, path: &str, held: std::time::Duration) -> u64 {
         let mut s = self.lock();
         s.next_handle += 4;
         let h = s.next_handle;
@@ -816,6 +856,7 @@ impl SimWindows {
         s.entries.insert(h, open);
         let at = s.clock + held;
         s.closes.push((at, h));
+        h
     }
 
     /// Another process renames the entry at `from` to `to` (`MoveFileExW` without

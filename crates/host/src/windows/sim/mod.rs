@@ -211,6 +211,8 @@ struct State {
     links: BTreeMap<String, filesystem::Link>,
     /// Entries with FILE_ATTRIBUTE_READONLY, keyed lower-case.
     readonly: BTreeSet<String>,
+    /// DACLs (SDDL) set on entries, keyed lower-case (`set_dacl_sddl`).
+    dacls: BTreeMap<String, String>,
     /// Handles open on files and directories.
     entries: HashMap<u64, filesystem::OpenEntry>,
     /// File IDs (`FileIdInfo`) of the entries asked about, by key; they move with renames.

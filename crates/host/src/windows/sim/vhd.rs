@@ -4,8 +4,10 @@
 //! the drive size; detaching it (or closing the handle that attached it) removes the disk.
 //! Every call takes the fault queued for it first ([`SimWindows::fail_next`]), under the
 //! names `open_virtual_disk`, `create_virtual_disk`, `attach_virtual_disk`,
-//! `get_virtual_disk_physical_path`, `resize_virtual_disk`, `detach_virtual_disk` and
-//! `delete_vhd_file`.
+//! `get_virtual_disk_physical_path`, `resize_virtual_disk`, `detach_virtual_disk`,
+//! `delete_vhd_file` and `copy_vhd_file`. A copy of a VHDX file holds what the file held, disk
+//! IDs and all (a clone restored beside its source): attached while a disk with one of its IDs
+//! is online, it arrives offline (ledger row 71).
 
 use super::*;
 use crate::windows::vhd::VirtualDisks;
@@ -148,8 +150,23 @@ impl VirtualDisks for SimWindows {
                 (d.offline, d.read_only) = d.persisted;
             }
             s.disks.insert(disk, d);
-            for v in volumes {
-                s.volumes[v].disk = disk;
+            // VDSDiskOfflineReasonCollision: a disk whose disk ID, signature or a partition GUID
+            // another online disk has is kept offline (ledger row 71).
+            if s.collides(disk)
+                && let Some(d) = s.disks.get_mut(&disk)
+            {
+                d.offline = true;
+            }
+            for v in &volumes {
+                s.volumes[*v].disk = disk;
+            }
+            // A copy's partitions have no volumes of this machine yet: each gets one, as any
+            // partition of a new disk does (none for the reserved or a hidden one).
+            let numbers: Vec<u32> = s.disks[&disk].parts.iter().map(|p| p.number).collect();
+            for number in numbers {
+                if !volumes.iter().any(|&v| s.volumes[v].partition == number) {
+                    s.create_volume(disk, number);
+                }
             }
             s.volumes_arrive(disk);
         }
@@ -243,6 +260,37 @@ impl VirtualDisks for SimWindows {
         s.files.remove(&k);
         s.ids.remove(&k);
         s.vhds.files.remove(&k);
+        Ok(())
+    }
+
+    fn copy_vhd_file(&self, from: &str, to: &str) -> Win32Result<()> {
+        let mut s = self.enter("copy_vhd_file")?;
+        let (kf, kt) = (key(from), key(to));
+        let Some(f) = s.vhds.files.get(&kf) else {
+            return Err(OsError::new(code::FILE_NOT_FOUND));
+        };
+        // An attached VHDX's file is open in the virtual disk driver without sharing writes
+        // (inferred): it is copied detached.
+        if f.attached.is_some() {
+            return Err(OsError::new(code::SHARING_VIOLATION));
+        }
+        // bFailIfExists TRUE: "the function fails" when the new file exists.
+        if s.exists(to) {
+            return Err(OsError::new(code::FILE_EXISTS));
+        }
+        if !parent_key(&kt).is_some_and(|p| s.exists(&p)) {
+            return Err(OsError::new(code::PATH_NOT_FOUND));
+        }
+        let copy = VhdFile {
+            size: f.size,
+            attached: None,
+            page83: f.page83.clone(),
+            // What is written on it, without the source's volumes (they are this machine's).
+            kept: f.kept.as_ref().map(|(d, _)| (d.clone(), Vec::new())),
+        };
+        let bytes = s.files.get(&kf).cloned().unwrap_or_default();
+        s.files.insert(kt.clone(), bytes);
+        s.vhds.files.insert(kt, copy);
         Ok(())
     }
 }

@@ -119,3 +119,62 @@ fn resize_is_refused_while_attached_and_seen_on_the_next_attach() {
     assert_eq!(sim.partitions(n).len(), 1);
     sim.close_vhd(h);
 }
+
+/// A copied VHDX file (`CopyFileW`) holds what its source held, IDs and all: it is copied
+/// detached, never over a file, and attached beside its online source it arrives offline for
+/// the collision (ledger row 71), with a volume for its partition; attached alone it is online.
+#[test]
+fn a_copied_vhdx_attached_beside_its_source_arrives_offline() {
+    let sim = machine();
+    let (a, copy) = (r"C:\vhd\g.vhdx", r"C:\vhd\g-copy.vhdx");
+    let h = sim.create(a, GIB).unwrap();
+    sim.attach(h).unwrap();
+    let n = disk_number_of(&sim.physical_path(h).unwrap()).unwrap();
+    {
+        let mut s = sim.lock();
+        let d = s.disks.get_mut(&n).unwrap();
+        d.style = STYLE_GPT;
+        d.disk_id = Uuid::from_u128(0x71);
+        d.parts = vec![part(
+            1,
+            1 << 20,
+            1 << 29,
+            csi_proxy_formats::windows_buffers::layout::BASIC_DATA,
+            Uuid::from_u128(0x7101),
+            0,
+        )];
+    }
+    assert_eq!(
+        sim.copy_vhd_file(a, copy).unwrap_err().code,
+        code::SHARING_VIOLATION,
+        "an attached VHDX is copied detached"
+    );
+    sim.detach(h).unwrap();
+    sim.copy_vhd_file(a, copy).unwrap();
+    assert_eq!(
+        sim.copy_vhd_file(a, copy).unwrap_err().code,
+        code::FILE_EXISTS
+    );
+    assert_eq!(
+        sim.copy_vhd_file(r"C:\vhd\none.vhdx", r"C:\vhd\x.vhdx")
+            .unwrap_err()
+            .code,
+        code::FILE_NOT_FOUND
+    );
+    sim.attach(h).unwrap();
+    let c = sim.open(copy).unwrap();
+    sim.attach(c).unwrap();
+    let m = disk_number_of(&sim.physical_path(c).unwrap()).unwrap();
+    assert_ne!(m, n);
+    assert_eq!(sim.disk_attributes(m).map(|a| a.0), Some(true), "offline");
+    assert_eq!(sim.disk_attributes(n).map(|a| a.0), Some(false));
+    assert_eq!(sim.partitions(m).len(), 1);
+    // Alone, the copy collides with nothing.
+    sim.detach(c).unwrap();
+    sim.detach(h).unwrap();
+    sim.attach(c).unwrap();
+    let m = disk_number_of(&sim.physical_path(c).unwrap()).unwrap();
+    assert_eq!(sim.disk_attributes(m).map(|a| a.0), Some(false), "online");
+    sim.close_vhd(c);
+    sim.close_vhd(h);
+}

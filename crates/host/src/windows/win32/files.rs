@@ -395,6 +395,58 @@ impl FileApi for SystemWin32 {
         buf.truncate(got as usize);
         Ok(buf)
     }
+
+    fn dacl_sddl(&self, path: &[u16]) -> Win32Result<String> {
+        use windows::Win32::Foundation::{HLOCAL, LocalFree};
+        use windows::Win32::Security::Authorization::{
+            ConvertSecurityDescriptorToStringSecurityDescriptorW, GetNamedSecurityInfoW,
+            SDDL_REVISION_1, SE_FILE_OBJECT,
+        };
+        use windows::Win32::Security::{DACL_SECURITY_INFORMATION, PSECURITY_DESCRIPTOR};
+        let name = nul(path);
+        let mut sd = PSECURITY_DESCRIPTOR::default();
+        // SAFETY: `name` is NUL-terminated and outlives the call; `sd` receives a descriptor
+        // "you must call the LocalFree function to free", freed below.
+        let e = unsafe {
+            GetNamedSecurityInfoW(
+                PCWSTR(name.as_ptr()),
+                SE_FILE_OBJECT,
+                DACL_SECURITY_INFORMATION,
+                None,
+                None,
+                None,
+                None,
+                &mut sd,
+            )
+        };
+        if e.0 != 0 {
+            return Err(OsError::new(e.0));
+        }
+        let mut text = windows::core::PWSTR::null();
+        // SAFETY: `sd` is the descriptor just returned; `text` receives a LocalAlloc'ed string
+        // ("To free the returned buffer, call the LocalFree function"), freed below.
+        let r = unsafe {
+            ConvertSecurityDescriptorToStringSecurityDescriptorW(
+                sd,
+                SDDL_REVISION_1,
+                DACL_SECURITY_INFORMATION,
+                &mut text,
+                None,
+            )
+        };
+        // SAFETY: `text` is NUL-terminated when the conversion succeeded, and read before it
+        // is freed.
+        let out = r.map(|()| unsafe { text.to_string() }.unwrap_or_default());
+        // SAFETY: both buffers came from calls documenting LocalFree as their release, and each
+        // is freed once, after its last use.
+        unsafe {
+            if !text.is_null() {
+                LocalFree(Some(HLOCAL(text.0.cast())));
+            }
+            LocalFree(Some(HLOCAL(sd.0)));
+        }
+        out.map_err(|e| os(&e))
+    }
 }
 
 /// The bytes of a buffer of `u64`s.

@@ -258,6 +258,18 @@ mod tests {
         }
         // Again: already there, ours, kept.
         prepare(&os, &dir).unwrap();
+        // Its DACL read as the selftest reads ProgramData's (`FileApi::dacl_sddl`): full
+        // control for SYSTEM (wine keeps its own DACL rather than the private one, so only
+        // what both give is checked).
+        let path: Vec<u16> = dir.as_os_str().encode_wide().collect();
+        let dacl = crate::windows::os::files::FileApi::dacl_sddl(
+            &crate::windows::win32::SystemWin32::default(),
+            &path,
+        )
+        .unwrap();
+        let system = csi_proxy_formats::windows_buffers::sddl::allowed_rights(&dacl, "SY");
+        assert!(dacl.starts_with("D:"), "{dacl}");
+        assert_eq!(system & 0x001F_01FF, 0x001F_01FF, "{dacl}");
 
         // A format folder made by BUILTIN\Users (S-1-5-32-545), as a non-administrator could
         // have made it before this release.

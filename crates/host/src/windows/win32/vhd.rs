@@ -8,7 +8,7 @@ use crate::windows::os::Win32Result;
 use crate::windows::vhd::VirtualDisks;
 use crate::windows::win::{from_wide, wide};
 use windows::Win32::Foundation::{CloseHandle, ERROR_SUCCESS, HANDLE, WIN32_ERROR};
-use windows::Win32::Storage::FileSystem::DeleteFileW;
+use windows::Win32::Storage::FileSystem::{CopyFileW, DeleteFileW};
 use windows::Win32::Storage::Vhd::{
     ATTACH_VIRTUAL_DISK_FLAG_NO_DRIVE_LETTER, ATTACH_VIRTUAL_DISK_PARAMETERS,
     ATTACH_VIRTUAL_DISK_VERSION_1, AttachVirtualDisk, CREATE_VIRTUAL_DISK_FLAG_NONE,
@@ -177,6 +177,15 @@ impl VirtualDisks for RealVirtualDisks {
         let path = wide(path);
         // SAFETY: a NUL-terminated path that lives for the call.
         unsafe { DeleteFileW(PCWSTR(path.as_ptr())) }.map_err(|e| os(&e))
+    }
+
+    fn copy_vhd_file(&self, from: &str, to: &str) -> Win32Result<()> {
+        // CopyFileW (…/winbase/nf-winbase-copyfilew): "Copies an existing file to a new file";
+        // bFailIfExists: "If this parameter is TRUE and the new file specified by
+        // lpNewFileName already exists, the function fails."
+        let (from, to) = (wide(from), wide(to));
+        // SAFETY: two NUL-terminated paths that live for the call.
+        unsafe { CopyFileW(PCWSTR(from.as_ptr()), PCWSTR(to.as_ptr()), true) }.map_err(|e| os(&e))
     }
 }
 

@@ -1,0 +1,333 @@
+//! Conditions the daemon's API cannot make, made by the selftest itself through the thin Win32
+//! layer on its own objects only, then undone: its disk made read-only (ledger row 21), its
+//! partition hidden while the disk is online (row 53), and a chain of 64 links in its scratch
+//! folder (row 36); and a copy of its VHDX attached beside it (row 71, `copy.rs`). Each step records what Windows answered and fails, naming the row, when
+//! that is not what the simulated Windows models; the next step still runs.
+
+use super::record::Stop;
+use super::{Selftest, ms, poll, status};
+use csi_proxy_formats::windows_buffers::ioctl as io;
+use csi_proxy_formats::windows_buffers::layout::{
+    BASIC_DATA, HIDDEN, Layout, gpt_layout_with, parse_drive_layout,
+};
+use csi_proxy_host::windows::os::files::{access, create_symlink, utf16};
+use csi_proxy_host::windows::os::{self, Handle, OsError, ReturnValue, code};
+use std::time::Instant;
+
+/// The steps, in order.
+pub const STEPS: &[&str] = &[
+    "read-only disk: layout and grow controls",
+    "hidden partition while online",
+    "64 links: open through them",
+];
+
+/// ERROR_CANT_RESOLVE_FILENAME (1921): "The name of the file cannot be resolved by the system".
+const CANT_RESOLVE_FILENAME: u32 = 1921;
+
+/// `MSFT_Volume.Format`'s 43006: "Cannot perform the requested operation when the drive is
+/// read only".
+const FORMAT_READ_ONLY: u32 = 43006;
+
+/// How many links a chain has: one past the 63 reparse points a path may pass through.
+const LINKS: usize = 64;
+
+/// The disk device of disk `n`.
+fn disk_device(n: u32) -> String {
+    format!(r"\\.\PhysicalDrive{n}")
+}
+
+/// The disk's layout, read through `h`.
+pub(super) fn read_layout(h: &Handle<'_>) -> Result<Layout, String> {
+    let buf = os::ioctl(h, io::DISK_GET_DRIVE_LAYOUT_EX, &[], 4096)
+        .map_err(|e| format!("IOCTL_DISK_GET_DRIVE_LAYOUT_EX: {e}"))?;
+    parse_drive_layout(&buf).map_err(|e| format!("IOCTL_DISK_GET_DRIVE_LAYOUT_EX: {e}"))
+}
+
+/// The index in `l` of its basic data partition (the selftest's volume's).
+pub(super) fn data_partition(l: &Layout) -> Result<usize, String> {
+    l.partitions
+        .iter()
+        .position(|p| p.gpt_type == Some(BASIC_DATA))
+        .ok_or_else(|| format!("no basic data partition in {l:?}"))
+}
+
+/// A control's answer as recorded: `OK` or the error.
+fn shown(r: &Result<Vec<u8>, OsError>) -> String {
+    match r {
+        Ok(_) => "OK".into(),
+        Err(e) => e.to_string(),
+    }
+}
+
+impl Selftest<'_> {
+    pub(super) async fn direct(&mut self) -> Result<(), Stop> {
+        let _ = self.read_only_disk().await;
+        let _ = self.hidden_partition().await;
+        let _ = self.link_chain();
+        let _ = self.calls().await;
+        // Last: it detaches and attaches the VHDX again.
+        let _ = self.disk_copy().await;
+        Ok(())
+    }
+
+    /// Ledger row 21: with `DISK_ATTRIBUTE_READ_ONLY` set (not persisted) on the selftest's
+    /// disk, the provider's format answers its documented 43006 ("Cannot perform the requested
+    /// operation when the drive is read only"; asked directly: the daemon's FormatVolume of a
+    /// formatted volume formats nothing), and the layout and grow
+    /// controls themselves, sent with nothing to change (the layout as read, a grow by 0 bytes),
+    /// answer ERROR_WRITE_PROTECT. The attribute is cleared again whatever happened.
+    async fn read_only_disk(&mut self) -> Result<(), Stop> {
+        let name = STEPS[0];
+        let t = Instant::now();
+        let r = async {
+            let n = self.guard_volume().await?;
+            let h = os::open(self.os, &disk_device(n), true)
+                .map_err(|e| format!("opening {}: {e}", disk_device(n)))?;
+            let ro = io::DISK_ATTRIBUTE_READ_ONLY;
+            os::ioctl(
+                &h,
+                io::DISK_SET_DISK_ATTRIBUTES,
+                &io::set_disk_attributes(ro, ro, false),
+                0,
+            )
+            .map_err(|e| format!("IOCTL_DISK_SET_DISK_ATTRIBUTES read-only on disk {n}: {e}"))?;
+            let observed = self.read_only_answers(&h).await;
+            let cleared = os::ioctl(
+                &h,
+                io::DISK_SET_DISK_ATTRIBUTES,
+                &io::set_disk_attributes(0, ro, false),
+                0,
+            );
+            let (answer, wrong) = match (observed, cleared) {
+                (Ok(o), Ok(_)) => o,
+                (Ok((a, _)) | Err(a), Err(e)) => {
+                    return Err(format!("{a}; clearing DISK_ATTRIBUTE_READ_ONLY again: {e}"));
+                }
+                (Err(a), Ok(_)) => return Err(a),
+            };
+            match wrong {
+                None => Ok((
+                    (),
+                    format!(
+                        "{answer} (settles ledger row 21: ERROR_WRITE_PROTECT from the controls)"
+                    ),
+                )),
+                Some(w) => Err(format!("{answer} (ledger row 21 models otherwise: {w})")),
+            }
+        }
+        .await;
+        self.out.record(name, t, r)
+    }
+
+    /// What the provider and the controls answer on the read-only disk `h` is open on: the
+    /// answers, and what in them the model does not say.
+    async fn read_only_answers(
+        &mut self,
+        h: &Handle<'_>,
+    ) -> Result<(String, Option<String>), String> {
+        let mut wrong = Vec::new();
+        let v = self.volume.clone();
+        let format = match self.os.format_ntfs(&v) {
+            Ok(ReturnValue::Code(FORMAT_READ_ONLY)) => "MSFT_Volume.Format: 43006".to_string(),
+            other => {
+                wrong.push("MSFT_Volume.Format did not answer 43006".to_string());
+                format!("MSFT_Volume.Format: {other:?}")
+            }
+        };
+        let l = read_layout(h)?;
+        let number = l.partitions[data_partition(&l)?].number;
+        let set = os::ioctl(
+            h,
+            io::DISK_SET_DRIVE_LAYOUT_EX,
+            &gpt_layout_with(&l, &[]),
+            0,
+        );
+        let grow = os::ioctl(
+            h,
+            io::DISK_GROW_PARTITION,
+            &io::grow_partition(number, 0),
+            0,
+        );
+        for (what, r) in [("SET_DRIVE_LAYOUT_EX", &set), ("GROW_PARTITION", &grow)] {
+            if !matches!(r, Err(e) if e.code == code::WRITE_PROTECT) {
+                wrong.push(format!("{what} did not answer ERROR_WRITE_PROTECT"));
+            }
+        }
+        let answer = format!(
+            "{format}; IOCTL_DISK_SET_DRIVE_LAYOUT_EX (the layout as read): {}; \
+             IOCTL_DISK_GROW_PARTITION (partition {number}, 0 bytes): {}",
+            shown(&set),
+            shown(&grow)
+        );
+        Ok((answer, (!wrong.is_empty()).then(|| wrong.join("; "))))
+    }
+
+    /// Ledger row 53: the selftest's partition given `GPT_BASIC_DATA_ATTRIBUTE_HIDDEN` while
+    /// its disk is online; its volume is then no longer listed (the model: "the partition is
+    /// not detected by the mount manager"), and once the attribute is cleared it is listed
+    /// again. The attribute is cleared whatever happened.
+    async fn hidden_partition(&mut self) -> Result<(), Stop> {
+        let name = STEPS[1];
+        let t = Instant::now();
+        let r = async {
+            let n = self.guard_volume().await?;
+            let h = os::open(self.os, &disk_device(n), true)
+                .map_err(|e| format!("opening {}: {e}", disk_device(n)))?;
+            let l = read_layout(&h)?;
+            let i = data_partition(&l)?;
+            let attrs = l.partitions[i].gpt_attributes();
+            let mut hidden = l.clone();
+            hidden.partitions[i] = l.partitions[i].with_gpt_attributes(attrs | HIDDEN);
+            os::ioctl(
+                &h,
+                io::DISK_SET_DRIVE_LAYOUT_EX,
+                &gpt_layout_with(&hidden, &[]),
+                0,
+            )
+            .map_err(|e| format!("IOCTL_DISK_SET_DRIVE_LAYOUT_EX with HIDDEN: {e}"))?;
+            let gone = self.volume_listed(n, false).await;
+            os::ioctl(
+                &h,
+                io::DISK_SET_DRIVE_LAYOUT_EX,
+                &gpt_layout_with(&l, &[]),
+                0,
+            )
+            .map_err(|e| format!("IOCTL_DISK_SET_DRIVE_LAYOUT_EX clearing HIDDEN again: {e}"))?;
+            let gone = gone?;
+            let (wait, v) = (self.opts.wait, self.volume.clone());
+            let back = self.volume_back(n).await?;
+            let answer = format!(
+                "{v} {}; once cleared, {}",
+                gone.map_or(
+                    format!("still listed {wait:?} after HIDDEN was set"),
+                    |t| format!("no longer listed {t} ms after HIDDEN was set")
+                ),
+                back.as_ref().map_or(
+                    format!("no volume listed again after {wait:?}"),
+                    |(b, t)| {
+                        format!(
+                            "{} listed again after {t} ms",
+                            if b.eq_ignore_ascii_case(&v) {
+                                "it is".to_string()
+                            } else {
+                                format!("{b} (another GUID path)")
+                            }
+                        )
+                    }
+                ),
+            );
+            if let Some((b, _)) = back.as_ref() {
+                self.volume = b.clone();
+            }
+            match (gone, back) {
+                (Some(_), Some(_)) => Ok(((), format!("{answer} (settles ledger row 53)"))),
+                _ => Err(format!(
+                    "{answer} (ledger row 53 models the volume leaving, and coming back once \
+                     cleared)"
+                )),
+            }
+        }
+        .await;
+        self.out.record(name, t, r)
+    }
+
+    /// Waits (within the selftest's wait) until ListVolumesOnDisk of disk `n` lists a volume:
+    /// it (the selftest's from then on: Windows may give a partition that came back another
+    /// GUID path) and the ms it took; `None` if none came.
+    pub(super) async fn volume_back(&mut self, n: u32) -> Result<Option<(String, u128)>, String> {
+        let (wait, t) = (self.opts.wait, Instant::now());
+        let volume = &mut self.c().volume;
+        poll(wait, async || {
+            let vols = volume
+                .list_volumes_on_disk(n, 0)
+                .await
+                .map_err(|s| status("ListVolumesOnDisk", &s))?;
+            Ok(vols.into_iter().next().map(|v| (v, ms(t.elapsed()))))
+        })
+        .await
+    }
+
+    /// Waits (within the selftest's wait) until ListVolumesOnDisk of disk `n` lists the
+    /// selftest's volume (`listed`) or does not: the ms it took, `None` if it never did.
+    async fn volume_listed(&mut self, n: u32, listed: bool) -> Result<Option<u128>, String> {
+        let (v, wait, t) = (self.volume.clone(), self.opts.wait, Instant::now());
+        let volume = &mut self.c().volume;
+        poll(wait, async || {
+            let vols = volume
+                .list_volumes_on_disk(n, 0)
+                .await
+                .map_err(|s| status("ListVolumesOnDisk", &s))?;
+            let there = vols.iter().any(|x| x.eq_ignore_ascii_case(&v));
+            Ok((there == listed).then(|| ms(t.elapsed())))
+        })
+        .await
+    }
+
+    /// Ledger row 36: 64 directory links in a folder of the scratch folder, each to the one
+    /// before and the first to a directory holding `d`. A path through 63 of them opens `d`;
+    /// through all 64 it passes one reparse point too many (modelled: ERROR_CANT_RESOLVE_FILENAME).
+    /// Everything made is removed again, links as themselves.
+    fn link_chain(&mut self) -> Result<(), Stop> {
+        let name = STEPS[2];
+        let t = Instant::now();
+        let dir = format!(r"{}\links", self.scratch_dir());
+        let mut made: Vec<String> = Vec::new();
+        let r = self.links_answers(&dir, &mut made);
+        let os = self.os;
+        let mut left = Vec::new();
+        // Last made first: each link, then `d`, `t` and the folder, once empty.
+        for path in made.iter().rev() {
+            if let Err(e) = os.remove_directory(&utf16(path)) {
+                left.push(format!("{path}: {e}"));
+            }
+        }
+        let r = match (r, left.is_empty()) {
+            (r, true) => r,
+            (Ok(((), a)) | Err(a), false) => Err(format!("{a}; NOT removed: {}", left.join("; "))),
+        };
+        self.out.record(name, t, r)
+    }
+
+    /// Makes the chain (each thing made pushed to `made`) and opens through it.
+    fn links_answers(&self, dir: &str, made: &mut Vec<String>) -> Result<((), String), String> {
+        let os = self.os;
+        let target = format!(r"{dir}\t");
+        for d in [dir.to_string(), target.clone(), format!(r"{target}\d")] {
+            os.create_directory(&utf16(&d))
+                .map_err(|e| format!("CreateDirectoryW {d}: {e}"))?;
+            made.push(d);
+        }
+        let link = |i: usize| format!(r"{dir}\l{i}");
+        for i in 1..=LINKS {
+            let to = if i == 1 { target.clone() } else { link(i - 1) };
+            create_symlink(os, &utf16(&link(i)), &utf16(&to), true)
+                .map_err(|e| format!("CreateSymbolicLinkW {} -> {to}: {e}", link(i)))?;
+            made.push(link(i));
+        }
+        let open = |hops: usize| {
+            let path = format!(r"{}\d", link(hops));
+            let share = access::SHARE_READ | access::SHARE_WRITE | access::SHARE_DELETE;
+            os.open_entry(&utf16(&path), access::READ_ATTRIBUTES, share, true)
+                .map(|h| os.close(h))
+        };
+        let (within, past) = (open(LINKS - 1), open(LINKS));
+        let answer = format!(
+            "through {} links: {}; through {LINKS}: {}",
+            LINKS - 1,
+            within
+                .as_ref()
+                .map_or_else(|e| e.to_string(), |()| "opened".into()),
+            past.as_ref()
+                .map_or_else(|e| e.to_string(), |()| "opened".into()),
+        );
+        match (within, past) {
+            (Ok(()), Err(e)) if e.code == CANT_RESOLVE_FILENAME => Ok((
+                (),
+                format!("{answer} (settles ledger row 36: ERROR_CANT_RESOLVE_FILENAME)"),
+            )),
+            _ => Err(format!(
+                "{answer} (ledger row 36 models 63 followed and the 64th ERROR_CANT_RESOLVE_FILENAME)"
+            )),
+        }
+    }
+}
