@@ -346,9 +346,6 @@ impl Asm {
     fn and_imm(&mut self, dst: u8, imm: i32) {
         self.raw(0x57, dst, 0, 0, imm);
     }
-    fn rsh_imm(&mut self, dst: u8, imm: i32) {
-        self.raw(0x77, dst, 0, 0, imm);
-    }
     fn ld_imm64(&mut self, dst: u8, v: u64) {
         self.raw(0x18, dst, 0, 0, v as u32 as i32);
         self.raw(0, 0, 0, 0, (v >> 32) as u32 as i32);
