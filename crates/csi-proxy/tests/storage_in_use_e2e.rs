@@ -2,7 +2,8 @@
 //! loop disks used by the real tools: the same storage reached through a second path (two
 //! loop devices over one image, as two SCSI paths without multipath are), held by a process
 //! that mapped it and closed its descriptor, or under a loop device whose backing node cannot
-//! be looked up again (deleted, or made in another mount namespace). Each is refused through
+//! be looked up again (deleted, or made in another mount namespace), or held by a container's
+//! process through a node of its own. Each is refused through
 //! every path, naming the user, and not a byte of the storage changes. Needs root (loop
 //! devices, mounts, mknod); skipped with the reason otherwise.
 #![cfg(target_os = "linux")]
@@ -393,4 +394,60 @@ async fn a_loop_set_up_in_another_mount_namespace_is_in_use() {
     );
     let name = mapping.0.trim_start_matches("/dev/").to_string();
     refused_under(&d, &l, &vol, &name).await;
+}
+
+/// A container's process holds the disk: in PID and mount namespaces of its own, through a
+/// device node that exists only in its private tmpfs (as a container's `/dev` is). Neither its
+/// PID nor its node's path means anything on the host; it holds the disk all the same.
+/// Refused through both ways of finding processes, naming it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_process_in_a_container_holding_the_disk_by_its_own_node_is_in_use() {
+    if !can_use_loop_devices() {
+        return;
+    }
+    for flags in [&[][..], &["--in-use-scan=proc"][..]] {
+        let d = Daemon::start(flags);
+        let (mut dc, _) = v1_clients(&d).await;
+        let l = LoopDisk::new(d.dir.path(), "contained", 64).unwrap();
+        raw_data(&l);
+        let before = l.fingerprint();
+        let rdev = std::os::unix::fs::MetadataExt::rdev(&std::fs::metadata(&l.dev).unwrap());
+        let (major, minor) = (rdev >> 8 & 0xfff, (rdev & 0xff) | (rdev >> 12 & 0xfff00));
+        let script = format!(
+            "mount -t tmpfs none /mnt && mknod /mnt/disk b {major} {minor} && \
+             exec 3</mnt/disk && echo held && exec sleep 600"
+        );
+        let Ok(mut child) = Command::new("unshare")
+            .args(["--pid", "--fork", "--kill-child", "--mount", "--mount-proc"])
+            .args(["sh", "-c", &script])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+        else {
+            eprintln!("SKIPPED: unshare (util-linux) is not installed");
+            return;
+        };
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let holder = Holder(child);
+        assert_eq!(line.trim(), "held", "the contained holder did not start");
+        refused(
+            &format!("PartitionDisk of a disk a container holds ({flags:?})"),
+            dc.partition_disk(d1::PartitionDiskRequest {
+                disk_number: l.disk_number(),
+            })
+            .await,
+            &["(sleep)"],
+        );
+        drop(holder);
+        assert_eq!(
+            l.fingerprint(),
+            before,
+            "the contained process's data changed"
+        );
+    }
 }
