@@ -121,14 +121,19 @@ impl TaskIterators {
             }
         };
         // The two walks are independent: one on another thread halves the wait on two cores.
+        // A thread that cannot be made (the node out of threads) only means walking in turn.
         let (files, maps) = std::thread::scope(|s| {
-            let maps = s.spawn(|| walk(&links.maps));
+            let maps = std::thread::Builder::new()
+                .name("in-use-walk".into())
+                .spawn_scoped(s, || walk(&links.maps));
             let files = walk(&links.files);
-            (
-                files,
-                maps.join()
-                    .unwrap_or_else(|_| Err(io::Error::other("walk panicked"))),
-            )
+            let maps = match maps {
+                Ok(m) => m
+                    .join()
+                    .unwrap_or_else(|_| Err(io::Error::other("the mappings' walk panicked"))),
+                Err(_) => walk(&links.maps),
+            };
+            (files, maps)
         });
         let mut bytes = files?;
         bytes.extend(maps?);
