@@ -608,6 +608,12 @@ async fn the_daemon_serves_on_sockets_systemd_socket_activate_passes() {
         log()
     );
     // The endpoints served, not the socket names this daemon owns (none here): it said 0.
+    // The line comes once every endpoint's server is spawned, which a client on a passed
+    // socket (already listening) can beat: it is waited for.
+    let said = Instant::now() + Duration::from_secs(10);
+    while !log().contains("serving endpoints=23") && Instant::now() < said {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert!(log().contains("serving endpoints=23"), "{}", log());
     let _ = Command::new("kill")
         .args(["-TERM", &daemon.id().to_string()])

@@ -281,12 +281,7 @@ async fn steps_that_cannot_make_their_condition_fail_and_leave_nothing() {
     };
     let o = selftest::run(&d.connector, machine, &options()).await;
     print(&o);
-    let failed: Vec<&str> = o
-        .steps
-        .iter()
-        .filter(|s| s.ran && !s.ok)
-        .map(|s| s.name.as_str())
-        .collect();
+    let failed = failed_steps(&o);
     assert_eq!(
         failed,
         [
@@ -393,12 +388,7 @@ async fn an_answer_the_model_does_not_expect_fails_its_step_naming_the_row() {
         .fail_next("read_handle", OsError::new(code::ACCESS_DENIED));
     let o = run_with(&d, d.sim.as_ref(), &options()).await;
     print(&o);
-    let failed: Vec<&str> = o
-        .steps
-        .iter()
-        .filter(|s| s.ran && !s.ok)
-        .map(|s| s.name.as_str())
-        .collect();
+    let failed = failed_steps(&o);
     assert_eq!(failed, ["a file link and a folder read as themselves"]);
     let step = o.failed().unwrap();
     assert!(

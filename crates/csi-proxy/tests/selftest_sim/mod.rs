@@ -109,6 +109,15 @@ pub async fn run_with(d: &SimDaemon, vd: &dyn VirtualDisks, opts: &Options) -> O
     selftest::run(&d.connector, machine, opts).await
 }
 
+/// The names of the steps that ran and failed, in order.
+pub fn failed_steps(o: &Outcome) -> Vec<&str> {
+    o.steps
+        .iter()
+        .filter(|s| s.ran && !s.ok)
+        .map(|s| s.name.as_str())
+        .collect()
+}
+
 pub fn names(o: &Outcome) -> Vec<&str> {
     o.steps.iter().map(|s| s.name.as_str()).collect()
 }
