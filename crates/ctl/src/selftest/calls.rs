@@ -213,9 +213,7 @@ impl Selftest<'_> {
     async fn rewrite_false(&mut self) -> Result<(), Stop> {
         let t = Instant::now();
         let r = async {
-            let n = self.guard_volume().await?;
-            let disk = format!(r"\\.\PhysicalDrive{n}");
-            let h = os::open(self.os, &disk, true).map_err(|e| format!("opening {disk}: {e}"))?;
+            let (n, h) = self.own_disk().await?;
             let l = super::direct::read_layout(&h)?;
             let i = super::direct::data_partition(&l)?;
             let p = l.partitions[i].clone();

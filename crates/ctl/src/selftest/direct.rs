@@ -36,6 +36,18 @@ fn disk_device(n: u32) -> String {
     format!(r"\\.\PhysicalDrive{n}")
 }
 
+impl<'a> Selftest<'a> {
+    /// The selftest's own disk, checked as [`Selftest::guard_volume`] checks it (its page 83
+    /// identity, and the volume on it), opened to be written: every step that writes to a disk
+    /// directly starts here.
+    pub(super) async fn own_disk(&mut self) -> Result<(u32, Handle<'a>), String> {
+        let n = self.guard_volume().await?;
+        let path = disk_device(n);
+        let h = os::open(self.os, &path, true).map_err(|e| format!("opening {path}: {e}"))?;
+        Ok((n, h))
+    }
+}
+
 /// The disk's layout, read through `h`.
 pub(super) fn read_layout(h: &Handle<'_>) -> Result<Layout, String> {
     let buf = os::ioctl(h, io::DISK_GET_DRIVE_LAYOUT_EX, &[], 4096)
@@ -80,9 +92,7 @@ impl Selftest<'_> {
         let name = STEPS[0];
         let t = Instant::now();
         let r = async {
-            let n = self.guard_volume().await?;
-            let h = os::open(self.os, &disk_device(n), true)
-                .map_err(|e| format!("opening {}: {e}", disk_device(n)))?;
+            let (n, h) = self.own_disk().await?;
             let ro = io::DISK_ATTRIBUTE_READ_ONLY;
             os::ioctl(
                 &h,
@@ -170,9 +180,7 @@ impl Selftest<'_> {
         let name = STEPS[1];
         let t = Instant::now();
         let r = async {
-            let n = self.guard_volume().await?;
-            let h = os::open(self.os, &disk_device(n), true)
-                .map_err(|e| format!("opening {}: {e}", disk_device(n)))?;
+            let (n, h) = self.own_disk().await?;
             let l = read_layout(&h)?;
             let i = data_partition(&l)?;
             let attrs = l.partitions[i].gpt_attributes();
