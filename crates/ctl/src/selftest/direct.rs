@@ -243,6 +243,28 @@ impl Selftest<'_> {
     /// it (the selftest's from then on: Windows may give a partition that came back another
     /// GUID path) and the ms it took; `None` if none came.
     pub(super) async fn volume_back(&mut self, n: u32) -> Result<Option<(String, u128)>, String> {
+        self.poll_listing(n, |vols, took| vols.into_iter().next().map(|v| (v, took)))
+            .await
+    }
+
+    /// Waits (within the selftest's wait) until ListVolumesOnDisk of disk `n` lists the
+    /// selftest's volume (`listed`) or does not: the ms it took, `None` if it never did.
+    async fn volume_listed(&mut self, n: u32, listed: bool) -> Result<Option<u128>, String> {
+        let v = self.volume.clone();
+        self.poll_listing(n, |vols, took| {
+            let there = vols.iter().any(|x| x.eq_ignore_ascii_case(&v));
+            (there == listed).then_some(took)
+        })
+        .await
+    }
+
+    /// Asks ListVolumesOnDisk of disk `n` until `pick` takes an answer from the listing and
+    /// the ms since the first ask, within the selftest's wait.
+    async fn poll_listing<T>(
+        &mut self,
+        n: u32,
+        pick: impl Fn(Vec<String>, u128) -> Option<T>,
+    ) -> Result<Option<T>, String> {
         let (wait, t) = (self.opts.wait, Instant::now());
         let volume = &mut self.c().volume;
         poll(wait, async || {
@@ -250,23 +272,7 @@ impl Selftest<'_> {
                 .list_volumes_on_disk(n, 0)
                 .await
                 .map_err(|s| status("ListVolumesOnDisk", &s))?;
-            Ok(vols.into_iter().next().map(|v| (v, ms(t.elapsed()))))
-        })
-        .await
-    }
-
-    /// Waits (within the selftest's wait) until ListVolumesOnDisk of disk `n` lists the
-    /// selftest's volume (`listed`) or does not: the ms it took, `None` if it never did.
-    async fn volume_listed(&mut self, n: u32, listed: bool) -> Result<Option<u128>, String> {
-        let (v, wait, t) = (self.volume.clone(), self.opts.wait, Instant::now());
-        let volume = &mut self.c().volume;
-        poll(wait, async || {
-            let vols = volume
-                .list_volumes_on_disk(n, 0)
-                .await
-                .map_err(|s| status("ListVolumesOnDisk", &s))?;
-            let there = vols.iter().any(|x| x.eq_ignore_ascii_case(&v));
-            Ok((there == listed).then(|| ms(t.elapsed())))
+            Ok(pick(vols, ms(t.elapsed())))
         })
         .await
     }

@@ -73,7 +73,8 @@ pub fn loop_backings(
 /// of the kernel's task iterators where the node offers them ([`LinuxOs::task_holders`]: one
 /// walk in the kernel, nothing per descriptor in user space, every process seen whatever its
 /// capabilities), else found by the `/proc` pass ([`processes_holding`]), which is also the
-/// answer for one call whose walk failed.
+/// answer for one call whose walk failed. `except` is for the `/proc` pass: the iterators leave
+/// the daemon's own process out themselves.
 pub fn holders(
     os: &dyn LinuxOs,
     devs: &[DevNum],
