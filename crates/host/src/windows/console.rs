@@ -8,9 +8,11 @@
 //! termination": whether the handler returns TRUE or FALSE, the process is then terminated
 //! (TRUE: "the system terminates the process"; FALSE: the default handler calls ExitProcess),
 //! and a handler that has not returned is cut off when the event's time-out elapses (the page's
-//! "Timeouts" table, [`time_limit`]). Deleting a HostProcess pod ends its process with such an
-//! event (or terminates it); with no handler of ours the default handler would call
-//! ExitProcess: no GOAWAY, calls in flight failing, a format cut off.
+//! "Timeouts" table, [`time_limit`]). Deleting a HostProcess pod sends its process
+//! CTRL_SHUTDOWN_EVENT (the runtime's translation of the kubelet's TERM, delivered by a thread
+//! it starts in the process) and terminates it once the pod's grace period is over (ledger row
+//! 87); with no handler of ours the default handler would call ExitProcess at once: no GOAWAY,
+//! calls in flight failing, a format cut off.
 //!
 //! So [`ConsoleStop::handle`] asks the daemon to stop for every one of these events, and for the
 //! three that end the process it does not return until the daemon says it has stopped

@@ -626,22 +626,52 @@ pub fn retry_within<T>(
     }
 }
 
-/// Whether a WMI failure means the connection is dead (`winmgmt` restarted, its RPC server
-/// gone) and a fresh connection would answer. Which code a call gets depends on when the
-/// server went: before the call (RPC_E_DISCONNECTED, RPC_S_SERVER_UNAVAILABLE), during it
-/// (RPC_S_CALL_FAILED, RPC_E_SERVER_DIED, or RPC_E_SERVER_DIED_DNE when the call "did not
-/// execute"), or while shutting down.
+/// The RPC runtime's own status codes (the `RPC_S_*` and `EPT_S_*` names of winerror.h, System
+/// Error Codes 1700-3999), as ranges: the codes a call through a broken RPC binding can answer.
+/// The other codes in 1700-1999 (`RPC_X_*` stub errors, printer, password and domain errors)
+/// are not the transport's and stay out.
+const RPC_RUNTIME: [(u32, u32); 10] = [
+    (1700, 1730),
+    (1732, 1737),
+    (1739, 1771),
+    (1791, 1791),
+    (1806, 1806),
+    (1816, 1826),
+    (1833, 1836),
+    (1898, 1900),
+    (1913, 1915),
+    (1922, 1929),
+];
+
+/// Whether a WMI failure means the connection may be dead (`winmgmt` restarted, its RPC server
+/// gone) and a fresh connection may answer. Microsoft documents the class, not the code:
+/// breaking WMI's connections "results in remote procedure call (RPC) errors from active COM
+/// connections to WMI—until new connections are established" (IWbemBackupRestore::Restore,
+/// Remarks), and which one a call sees depends on when the server went. So every RPC error
+/// counts: an HRESULT of FACILITY_RPC (the `RPC_E_*` codes of COM's channel), the RPC
+/// runtime's status codes as HRESULT_FROM_WIN32 ([`RPC_RUNTIME`]), CO_E_OBJNOTCONNECTED (a
+/// proxy whose object is gone), and WMI's own WBEM_E_TRANSPORT_FAILURE and
+/// WBEM_E_SHUTTING_DOWN. Taking a code outside the class for a broken connection costs one
+/// reconnect and one repeat; missing one inside it would fail every WMI call until the daemon
+/// restarts (ledger row 5). One RPC error stays out: RPC_E_TIMEOUT, a call that outlived its
+/// wait (the code [`pool::as_os_error`] gives a call past its deadline too): its server may
+/// still be working on it, and calling again would only wait twice.
 pub fn wmi_disconnected(e: &OsError) -> bool {
-    matches!(
-        e.code,
-        0x8001_0108 // RPC_E_DISCONNECTED
-            | 0x8007_06BA // RPC_S_SERVER_UNAVAILABLE
-            | 0x8007_06BE // RPC_S_CALL_FAILED
-            | 0x8001_0007 // RPC_E_SERVER_DIED
-            | 0x8001_0012 // RPC_E_SERVER_DIED_DNE
-            | 0x8004_1015 // WBEM_E_TRANSPORT_FAILURE
-            | 0x8004_1033 // WBEM_E_SHUTTING_DOWN
-    )
+    const FACILITY_RPC: u32 = 0x8001_0000;
+    const FACILITY_WIN32: u32 = 0x8007_0000;
+    const RPC_E_TIMEOUT: u32 = 0x8001_011F;
+    let c = e.code;
+    (c & 0xFFFF_0000 == FACILITY_RPC && c != RPC_E_TIMEOUT)
+        || (c & 0xFFFF_0000 == FACILITY_WIN32
+            && RPC_RUNTIME
+                .iter()
+                .any(|&(lo, hi)| (lo..=hi).contains(&(c & 0xFFFF))))
+        || matches!(
+            c,
+            0x8004_01FD // CO_E_OBJNOTCONNECTED
+                | 0x8004_1015 // WBEM_E_TRANSPORT_FAILURE
+                | 0x8004_1033 // WBEM_E_SHUTTING_DOWN
+        )
 }
 
 /// Makes a WMI call, connecting again and repeating it once when the connection was dropped.

@@ -795,6 +795,8 @@ mod in_use_tests;
 #[cfg(test)]
 mod iscsi_tests;
 #[cfg(test)]
+mod ledger_tests;
+#[cfg(test)]
 mod path_tests;
 #[cfg(test)]
 mod race_tests;

@@ -251,6 +251,27 @@ fn a_target_the_os_cannot_look_at_is_not_taken_for_absent() {
     assert_eq!(m.sim.mount_points().len(), 1);
 }
 
+/// The class behind the test above (ledger row 50): whichever code GetFileAttributesW fails
+/// with, only ERROR_FILE_NOT_FOUND and ERROR_PATH_NOT_FOUND say nothing is there. Every other
+/// Win32 code (1 to 1999), transient or not, leaves UnmountVolume failed and the volume mounted,
+/// so no node's choice of code can make the daemon call a mounted target absent.
+#[test]
+fn no_failure_but_not_found_makes_a_target_absent() {
+    let m = machine();
+    let (_, id) = formatted(&m);
+    let target = r"C:\var\lib\kubelet\plugins\ebs\globalmount";
+    m.sim.mkdir(target);
+    m.volume.mount_volume(&id, target).unwrap();
+    let mounted = m.sim.mount_points().len();
+    for c in (1..2000).filter(|&c| c != code::FILE_NOT_FOUND && c != code::PATH_NOT_FOUND) {
+        m.sim.fail_next("file_attributes", OsError::new(c));
+        let r = m.volume.unmount_volume(&id, target);
+        assert!(r.is_err(), "code {c}: UnmountVolume answered OK");
+        assert_eq!(m.sim.mount_points().len(), mounted, "code {c}: unmounted");
+    }
+    m.volume.unmount_volume(&id, target).unwrap();
+}
+
 #[test]
 fn a_different_volume_at_the_target_is_refused_both_ways() {
     let m = machine();

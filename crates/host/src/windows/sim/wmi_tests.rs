@@ -60,6 +60,63 @@ fn format_reconnects_after_every_server_gone_code() {
     }
 }
 
+/// Every RPC error is taken for a lost connection, whichever of them a restart produces (the
+/// page names the class, "remote procedure call (RPC) errors", not a code; ledger row 5): the
+/// RPC runtime's transport codes by name, COM's channel codes, and a proxy whose object is gone.
+/// Errors that are not RPC's are answered as they are, with no reconnect.
+#[test]
+fn every_rpc_error_reconnects_and_no_other_error_does() {
+    use crate::windows::os::{OsError, Win32, wmi_disconnected};
+    let win32 = |c: u32| 0x8007_0000 | c;
+    let rpc = [
+        win32(1717), // RPC_S_UNKNOWN_IF
+        win32(1722), // RPC_S_SERVER_UNAVAILABLE
+        win32(1723), // RPC_S_SERVER_TOO_BUSY
+        win32(1726), // RPC_S_CALL_FAILED
+        win32(1727), // RPC_S_CALL_FAILED_DNE
+        win32(1728), // RPC_S_PROTOCOL_ERROR
+        win32(1753), // EPT_S_NOT_REGISTERED
+        win32(1818), // RPC_S_CALL_CANCELLED
+        win32(1820), // RPC_S_COMM_FAILURE
+        0x8001_0001, // RPC_E_CALL_REJECTED
+        0x8001_0006, // RPC_E_CONNECTION_TERMINATED
+        0x8001_0105, // RPC_E_SERVERFAULT
+        0x8004_01FD, // CO_E_OBJNOTCONNECTED
+        0x8004_1015, // WBEM_E_TRANSPORT_FAILURE
+    ];
+    let other = [
+        0x8004_1002, // WBEM_E_NOT_FOUND
+        0x8004_1008, // WBEM_E_INVALID_PARAMETER
+        0x8007_0005, // E_ACCESSDENIED
+        0x8001_011F, // RPC_E_TIMEOUT: the call outlived its wait, the server may be working on
+        win32(1780), // RPC_X_NULL_REF_POINTER: the caller's own stub, not the transport
+        win32(1784), // ERROR_INVALID_USER_BUFFER
+        win32(1907), // ERROR_PASSWORD_MUST_CHANGE
+    ];
+    let m = machine();
+    m.sim.set_firmware(None, "FROM-WMI");
+    let h = WindowsSystemHost::with_os(m.sim.clone());
+    for code in GONE.into_iter().chain(rpc) {
+        assert!(wmi_disconnected(&OsError::new(code)), "{code:#x}");
+        m.sim.restart_wmi_with(code);
+        assert_eq!(h.bios_serial_number().unwrap(), "FROM-WMI", "{code:#x}");
+    }
+    let resets = m.sim.calls()["reset_wmi"];
+    assert_eq!(resets, (GONE.len() + rpc.len()) as u64);
+    for code in other {
+        assert!(!wmi_disconnected(&OsError::new(code)), "{code:#x}");
+        m.sim.restart_wmi_with(code);
+        let e = h.bios_serial_number().unwrap_err();
+        assert!(
+            e.message().contains(&format!("{code:#X}")),
+            "{code:#x}: {e}"
+        );
+        m.sim.reset_wmi();
+    }
+    // The host never reconnected for them; the test did, once each.
+    assert_eq!(m.sim.calls()["reset_wmi"], resets + other.len() as u64);
+}
+
 /// A WMI namespace whose provider hangs (rather than failing) stalls neither the other namespaces
 /// nor its callers past their deadlines, and is not taken for a lost connection (nothing
 /// reconnects).
