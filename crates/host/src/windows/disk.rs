@@ -284,11 +284,15 @@ pub(super) fn refuse_attribute(op: &str, disk: u32, attrs: u64, attribute: u64) 
     ))
 }
 
-/// Whether a failure to read a volume's extents says it is on no disk at all: a removable
-/// drive without media ("the device is not ready") or a device that is not a disk volume
-/// ("incorrect function": a CD-ROM volume). Anything else is unknown.
-fn on_no_disk(e: &OsError) -> bool {
-    matches!(e.code, code::NOT_READY | code::INVALID_FUNCTION)
+/// Whether a failure to read `volume`'s extents says it is on no disk at all: a drive without
+/// media (ERROR_NOT_READY or ERROR_NO_MEDIA_IN_DRIVE), a device that is not a disk volume
+/// ("incorrect function"), or, whatever the code, an optical drive: `GetDriveTypeW` reads the
+/// device's kind without its media, so the daemon does not depend on which code an empty
+/// drive's driver picks (ledger row 18). Any other failure is unknown, and fails closed.
+fn on_no_disk(os: &dyn Win32, volume: &str, e: &OsError) -> bool {
+    e.no_media()
+        || e.code == code::INVALID_FUNCTION
+        || os.drive_type(&format!("{}\\", volume.trim_end_matches('\\'))) == Ok(os::drive::CDROM)
 }
 
 /// The volumes (GUID paths) with an extent on `disk`. Fails closed: a volume whose disks cannot
@@ -313,7 +317,7 @@ pub(super) fn volumes_on(os: &dyn Win32, op: &str, disk: u32) -> Result<Vec<Stri
                 parsed.map_err(|e| Error::new(Kind::Internal, op, &volume, e).context(context()))?
             }
             // On no disk (no media), or gone with its disk since it was listed.
-            Err(e) if on_no_disk(&e) || e.kind() == Kind::NotFound => continue,
+            Err(e) if e.kind() == Kind::NotFound || on_no_disk(os, &volume, &e) => continue,
             Err(e) => return Err(os_error(op, &volume, &e, &[]).context(context())),
         };
         if extents.iter().any(|e| e.disk_number == disk) {

@@ -8,7 +8,7 @@
 //! disk the caller did not ask to change, and is left to the administrator.
 
 use super::{disk_numbers, disk_path, read_layout};
-use crate::windows::os::{self, Win32, code, ioctl};
+use crate::windows::os::{self, Win32, ioctl};
 use csi_proxy_core::{Error, Kind, Result};
 use csi_proxy_formats::windows_buffers::ioctl as io;
 use csi_proxy_formats::windows_buffers::layout::{Layout, STYLE_GPT, STYLE_MBR};
@@ -39,12 +39,12 @@ fn unique_ids(l: &Layout) -> Vec<String> {
 fn online_layout(os: &dyn Win32, op: &str, n: u32) -> Result<Option<Layout>> {
     let h = match os::open_query(os, &disk_path(n)) {
         Ok(h) => h,
-        Err(e) if e.kind() == Kind::NotFound || e.code == code::NOT_READY => return Ok(None),
+        Err(e) if e.kind() == Kind::NotFound || e.no_media() => return Ok(None),
         Err(e) => return Err(os::os_error(op, format!("disk {n}"), &e, &[])),
     };
     let attrs = match ioctl(&h, io::DISK_GET_DISK_ATTRIBUTES, &[], 16) {
         Ok(out) => io::le_u64(&out, 8).unwrap_or(0),
-        Err(e) if e.kind() == Kind::NotFound || e.code == code::NOT_READY => return Ok(None),
+        Err(e) if e.kind() == Kind::NotFound || e.no_media() => return Ok(None),
         Err(e) => return Err(os::os_error(op, format!("disk {n}"), &e, &[])),
     };
     if attrs & io::DISK_ATTRIBUTE_OFFLINE != 0 {

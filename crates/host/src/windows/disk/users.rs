@@ -142,7 +142,7 @@ pub(super) fn volumes_open_elsewhere(
     let mut out = Vec::new();
     for volume in volumes_on(os, op, disk)? {
         let why = match os::open(os, &volume_device(&volume), false) {
-            Err(e) if on_no_disk(&e) || e.kind() == Kind::NotFound => continue,
+            Err(e) if e.kind() == Kind::NotFound || on_no_disk(os, &volume, &e) => continue,
             Err(e) if e.code == code::ACCESS_DENIED => {
                 format!("it is locked by another process ({e})")
             }

@@ -20,6 +20,18 @@ use std::time::Duration;
 use uuid::Uuid;
 
 /// Win32 error codes the logic tells apart (winerror.h).
+/// `GetDriveTypeW`'s answers (the ones the host tells apart).
+pub mod drive {
+    /// DRIVE_NO_ROOT_DIR: "The root path is invalid".
+    pub const NO_ROOT_DIR: u32 = 1;
+    /// DRIVE_REMOVABLE: "The drive has removable media".
+    pub const REMOVABLE: u32 = 2;
+    /// DRIVE_FIXED: "The drive has fixed media".
+    pub const FIXED: u32 = 3;
+    /// DRIVE_CDROM: "The drive is a CD-ROM drive".
+    pub const CDROM: u32 = 5;
+}
+
 pub mod code {
     /// ERROR_INVALID_FUNCTION: the device does not support the request.
     pub const INVALID_FUNCTION: u32 = 1;
@@ -37,6 +49,8 @@ pub mod code {
     pub const WRITE_PROTECT: u32 = 19;
     /// ERROR_NOT_READY: the device is not ready (a disk going offline, a volume arriving).
     pub const NOT_READY: u32 = 21;
+    /// ERROR_NO_MEDIA_IN_DRIVE: "No media in drive."
+    pub const NO_MEDIA_IN_DRIVE: u32 = 1112;
     /// ERROR_SHARING_VIOLATION.
     pub const SHARING_VIOLATION: u32 = 32;
     /// ERROR_NOT_LOCKED: "The segment is already unlocked."
@@ -102,6 +116,13 @@ impl OsError {
     /// whether something is there.
     pub fn names_nothing(&self) -> bool {
         matches!(self.code, code::FILE_NOT_FOUND | code::PATH_NOT_FOUND)
+    }
+
+    /// Whether the error says the device has no media in it: ERROR_NOT_READY ("The device is
+    /// not ready") or ERROR_NO_MEDIA_IN_DRIVE ("No media in drive"), which of the two depending
+    /// on the driver.
+    pub fn no_media(&self) -> bool {
+        matches!(self.code, code::NOT_READY | code::NO_MEDIA_IN_DRIVE)
     }
 
     /// An error with this code and the generic text for it.
@@ -349,6 +370,9 @@ pub trait Win32: FileApi + Send + Sync {
     fn volume_path_name(&self, path: &str) -> Win32Result<String>;
     /// `GetVolumeInformationW` on a root: the filesystem name and the volume serial number.
     fn volume_information(&self, root: &str) -> Win32Result<(String, u32)>;
+    /// `GetDriveTypeW` on a root (a volume GUID path with its trailing backslash): one of the
+    /// `DRIVE_*` values. It reads the device's kind, not its media, so an empty drive answers.
+    fn drive_type(&self, root: &str) -> Win32Result<u32>;
     /// `GetDiskFreeSpaceExW` on a root: total and free bytes.
     fn disk_free_space(&self, root: &str) -> Win32Result<(u64, u64)>;
     /// `SetVolumeMountPointW`: mounts `volume` at the empty directory `mount_point`.

@@ -178,6 +178,17 @@ impl Win32 for SimWindows {
             .ok_or(OsError::new(code::UNRECOGNIZED_VOLUME))
     }
 
+    fn drive_type(&self, root: &str) -> Win32Result<u32> {
+        let s = self.enter("drive_type")?;
+        // GetDriveTypeW: "A trailing backslash is required"; a root it cannot resolve is
+        // DRIVE_NO_ROOT_DIR. The kind comes from the device, so an empty drive answers too.
+        Ok(match s.volume_at(root).filter(|_| root.ends_with('\\')) {
+            None => crate::windows::os::drive::NO_ROOT_DIR,
+            Some(v) if s.volumes[v].no_media.is_some() => crate::windows::os::drive::CDROM,
+            Some(_) => crate::windows::os::drive::FIXED,
+        })
+    }
+
     fn disk_free_space(&self, root: &str) -> Win32Result<(u64, u64)> {
         let s = self.enter("disk_free_space")?;
         let v = s

@@ -355,8 +355,11 @@ pub(super) fn ioctl(
                 _ => Err(OsError::new(code::INVALID_FUNCTION)),
             }
         }
-        // A drive without media answers every request with "the device is not ready".
-        Target::Volume(v) if s.volumes[v].no_media => Err(OsError::new(code::NOT_READY)),
+        // A drive without media answers every request with its driver's code for it ("the
+        // device is not ready" unless a test picks another).
+        Target::Volume(v) if s.volumes[v].no_media.is_some() => Err(OsError::new(
+            s.volumes[v].no_media.unwrap_or(code::NOT_READY),
+        )),
         // A volume on a disk being removed goes with it.
         Target::Volume(v) if s.disks.get(&s.volumes[v].disk).is_some_and(|d| d.removing) => {
             Err(OsError::new(code::DEVICE_REMOVED))

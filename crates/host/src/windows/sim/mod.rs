@@ -155,8 +155,9 @@ struct Volume {
     /// Directories and files on the volume while no folder shows them, as paths relative to
     /// its root (`None` for a directory, a file's contents otherwise).
     contents: Vec<(String, Option<Vec<u8>>)>,
-    /// An optical or floppy drive with no media in it: on no disk, and only query opens work.
-    no_media: bool,
+    /// An optical drive with no media in it, and the code its driver answers every data open
+    /// and request with: on no disk, and only query opens work.
+    no_media: Option<u32>,
     /// Another process holds `FSCTL_LOCK_VOLUME` on it: only query opens work.
     locked: bool,
     /// When Plug and Play surfaces it again after its disk came online or was attached; it
@@ -401,7 +402,7 @@ impl State {
             fs_size: 0,
             head: Vec::new(),
             contents: Vec::new(),
-            no_media: false,
+            no_media: None,
             locked: false,
             arrives: Duration::ZERO,
             settles: Duration::ZERO,
@@ -434,7 +435,7 @@ impl State {
     /// while its disk is online and still has its partition, not hidden (see `create_volume`).
     fn visible(&self, v: usize) -> bool {
         self.volumes.get(v).is_some_and(|vol| {
-            vol.no_media
+            vol.no_media.is_some()
                 || vol.arrives <= self.clock
                     && self.disks.get(&vol.disk).is_some_and(|d| {
                         (!d.offline || self.clock < d.volumes_leave)

@@ -30,8 +30,8 @@ pub(super) fn volume_open_error(s: &State, v: usize, access: Access) -> Option<O
     if access == Access::Query {
         return None;
     }
-    if vol.no_media {
-        return Some(OsError::new(code::NOT_READY));
+    if let Some(c) = vol.no_media {
+        return Some(OsError::new(c));
     }
     if super::holders::locked(s, v) {
         return Some(OsError::new(code::ACCESS_DENIED));
@@ -50,6 +50,13 @@ impl SimWindows {
     /// it (the empty virtual DVD drive of vSphere and Hyper-V templates); returns its volume
     /// GUID path.
     pub fn add_empty_drive(&self) -> String {
+        self.add_empty_drive_answering(code::NOT_READY)
+    }
+
+    /// [`add_empty_drive`](Self::add_empty_drive), its driver answering data opens and
+    /// requests with `code` instead of ERROR_NOT_READY (ERROR_NO_MEDIA_IN_DRIVE, or any other:
+    /// which code an empty drive gives is the driver's choice, ledger row 18).
+    pub fn add_empty_drive_answering(&self, code: u32) -> String {
         let mut s = self.lock();
         let name = s.volume_guid_path();
         s.volumes.push(Volume {
@@ -60,7 +67,7 @@ impl SimWindows {
             fs_size: 0,
             head: Vec::new(),
             contents: Vec::new(),
-            no_media: true,
+            no_media: Some(code),
             locked: false,
             arrives: Duration::ZERO,
             settles: Duration::ZERO,

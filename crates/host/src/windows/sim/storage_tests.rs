@@ -81,6 +81,32 @@ fn an_empty_dvd_drive_blocks_no_disk_or_volume_call() {
     disk.set_disk_state(n, false).unwrap();
 }
 
+/// The class behind the test above (ledger row 18): whichever code an empty optical drive's
+/// driver answers its requests with (no page names it), the drive blocks no call, because the
+/// host asks the drive's kind (`GetDriveTypeW`) rather than reading the code. Mutation: without
+/// the kind asked, every code but the two no-media ones and "incorrect function" fails
+/// PartitionDisk.
+#[test]
+fn an_empty_dvd_drive_blocks_nothing_whatever_code_it_answers() {
+    for answer in [
+        code::NOT_READY,
+        code::NO_MEDIA_IN_DRIVE,
+        code::INVALID_FUNCTION,
+        31,   // ERROR_GEN_FAILURE
+        1117, // ERROR_IO_DEVICE
+        1167, // ERROR_DEVICE_NOT_CONNECTED
+        code::ACCESS_DENIED,
+    ] {
+        let m = machine();
+        m.sim.add_empty_drive_answering(answer);
+        let (disk, vol) = services(&m);
+        let (n, _) = stage(&m, &disk, &vol);
+        let usage = csi_proxy_core::disk::DiskHost::disk_usage(&m.disk, n);
+        assert!(usage.is_ok(), "{answer}: {usage:?}");
+        disk.set_disk_state(n, false).unwrap();
+    }
+}
+
 #[test]
 fn a_volume_locked_by_another_process_blocks_nothing_else() {
     let m = machine();

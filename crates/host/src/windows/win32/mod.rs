@@ -36,7 +36,7 @@ use windows::Win32::Foundation::{CloseHandle, GENERIC_READ, GENERIC_WRITE, HANDL
 use windows::Win32::Storage::FileSystem::{
     CreateFileW, DeleteVolumeMountPointW, FILE_ATTRIBUTE_NORMAL, FILE_SHARE_READ, FILE_SHARE_WRITE,
     FindFirstVolumeW, FindNextVolumeW, FindVolumeClose, FlushFileBuffers, GetDiskFreeSpaceExW,
-    GetVolumeInformationW, GetVolumeNameForVolumeMountPointW, GetVolumePathNameW,
+    GetDriveTypeW, GetVolumeInformationW, GetVolumeNameForVolumeMountPointW, GetVolumePathNameW,
     GetVolumePathNamesForVolumeNameW, OPEN_EXISTING, ReadFile, SetVolumeMountPointW,
 };
 use windows::Win32::System::IO::{DeviceIoControl, OVERLAPPED};
@@ -285,6 +285,13 @@ impl Win32 for SystemWin32 {
         }
         .map_err(|e| os(&e))?;
         Ok((from_wide(&fs), serial))
+    }
+
+    fn drive_type(&self, root: &str) -> Win32Result<u32> {
+        let w = wide(root);
+        // SAFETY: `w` is NUL-terminated. GetDriveTypeW cannot fail: a root it cannot resolve is
+        // DRIVE_NO_ROOT_DIR ("The root path is invalid"), an unknown kind DRIVE_UNKNOWN.
+        Ok(unsafe { GetDriveTypeW(PCWSTR(w.as_ptr())) })
     }
 
     fn disk_free_space(&self, root: &str) -> Win32Result<(u64, u64)> {
