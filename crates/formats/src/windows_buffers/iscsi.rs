@@ -310,6 +310,18 @@ pub fn same_address(reported: &str, requested: &str) -> bool {
     strip(reported) == strip(requested)
 }
 
+/// Whether a reported address names no host: empty, or the unspecified address of IPv4 or
+/// IPv6 (what a connection being re-established may report instead of its portal's).
+pub fn unspecified_address(reported: &str) -> bool {
+    let a = reported
+        .trim()
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    a.is_empty()
+        || a.parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_unspecified())
+}
+
 /// Whether a reported `(address, port)` is `portal`.
 pub fn is_portal(address: &str, port: u16, portal: &TargetPortal) -> bool {
     port == portal.port && same_address(address, &portal.address)
@@ -423,6 +435,16 @@ mod tests {
         TargetPortal {
             address: a.into(),
             port: p,
+        }
+    }
+
+    #[test]
+    fn an_address_naming_no_host_is_unspecified() {
+        for a in ["", " ", "0.0.0.0", "::", "[::]", "[0:0::0]"] {
+            assert!(unspecified_address(a), "{a:?}");
+        }
+        for a in ["10.0.0.5", "[fe80::1]", "target.example.com", "0.0.0.1"] {
+            assert!(!unspecified_address(a), "{a:?}");
         }
     }
 

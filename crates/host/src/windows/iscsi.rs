@@ -66,20 +66,17 @@ fn check_portal(op: &str, portal: &TargetPortal) -> Result<()> {
 }
 
 /// Whether `s` is a session with target `iqn` through `portal`: `None` when it is a session
-/// with `iqn` whose connections are all gone (being re-established), so its portal cannot be
-/// told.
+/// with `iqn` none of whose connections names a portal (being re-established: it lists none,
+/// or one with no address or port, whichever Windows lists meanwhile; ledger row 31), so its
+/// portal cannot be told.
 fn is_session(s: &IscsiSession, portal: &TargetPortal, iqn: &str) -> Option<bool> {
     if !s.names.iter().any(|n| n == iqn) {
         return Some(false);
     }
-    if s.connections.is_empty() {
-        return None;
-    }
-    Some(
-        s.connections
-            .iter()
-            .any(|(a, p)| data::is_portal(a, *p, portal)),
-    )
+    let told = |(a, p): &&(String, u16)| *p != 0 && !data::unspecified_address(a);
+    let mut connections = s.connections.iter().filter(told).peekable();
+    connections.peek()?;
+    Some(connections.any(|(a, p)| data::is_portal(a, *p, portal)))
 }
 
 /// Calls `call` with a growing capacity while it answers ERROR_INSUFFICIENT_BUFFER, as the

@@ -47,8 +47,10 @@ struct Session {
     iqn: String,
     portal: (String, u16),
     disks: Vec<u32>,
-    /// Its connection dropped and is being re-established: it lists no connection.
-    reconnecting: bool,
+    /// Its connection dropped and is being re-established: what it lists as its connection
+    /// meanwhile (`None` nothing, or a connection with no usable portal: which of them
+    /// Windows lists no page says, ledger row 31).
+    reconnecting: Option<Option<(String, u16)>>,
     /// When Plug and Play has surfaced its LUNs' disks: they arrive asynchronously after the
     /// login (the arrival delay), and the session lists no device before.
     devices_due: std::time::Duration,
@@ -210,10 +212,9 @@ pub(super) fn sessions(s: &mut State, capacity: usize) -> Win32Result<Vec<IscsiS
         .map(|x| IscsiSession {
             id: x.id,
             names: [x.iqn.clone(), x.iqn.clone()],
-            connections: if x.reconnecting {
-                Vec::new()
-            } else {
-                vec![x.portal.clone()]
+            connections: match &x.reconnecting {
+                None => vec![x.portal.clone()],
+                Some(listed) => listed.iter().cloned().collect(),
             },
         })
         .collect())
@@ -255,7 +256,7 @@ pub(super) fn login(
         iqn: iqn.into(),
         portal: p,
         disks: target.disks,
-        reconnecting: false,
+        reconnecting: None,
         devices_due,
     });
     Ok(())
@@ -456,8 +457,16 @@ impl SimWindows {
         self.lock().iscsi.sessions.len()
     }
 
-    /// The sessions to `iqn` lose their connection and are being re-established.
+    /// The sessions to `iqn` lose their connection and are being re-established, listing no
+    /// connection meanwhile.
     pub fn drop_iscsi_connections(&self, iqn: &str) {
+        self.drop_iscsi_connections_listing(iqn, None);
+    }
+
+    /// [`drop_iscsi_connections`](Self::drop_iscsi_connections), the sessions listing
+    /// `listed` as their connection meanwhile (an empty address, port 0: a connection with no
+    /// usable portal).
+    pub fn drop_iscsi_connections_listing(&self, iqn: &str, listed: Option<(&str, u16)>) {
         for x in self
             .lock()
             .iscsi
@@ -465,7 +474,7 @@ impl SimWindows {
             .iter_mut()
             .filter(|x| x.iqn == iqn)
         {
-            x.reconnecting = true;
+            x.reconnecting = Some(listed.map(|(a, p)| (a.to_string(), p)));
         }
     }
 
