@@ -163,24 +163,31 @@ static PROBES: LazyLock<Arc<Probes<std::result::Result<(), u32>>>> =
 /// WAIT_TIMEOUT: what a probe that did not answer in time counts as.
 const WAIT_TIMEOUT: u32 = 258;
 
-/// Whether opening a share root failed because the server refused the mapping's credential
-/// (System Error Codes: ERROR_ACCESS_DENIED, ERROR_LOGON_FAILURE, ERROR_ACCOUNT_RESTRICTION,
-/// ERROR_INVALID_LOGON_HOURS, ERROR_PASSWORD_EXPIRED, ERROR_ACCOUNT_DISABLED,
-/// ERROR_PASSWORD_MUST_CHANGE, ERROR_ACCOUNT_LOCKED_OUT, ERROR_NETWORK_ACCESS_DENIED): the
+/// The System Error Codes that say a server refused a credential: ERROR_ACCESS_DENIED (5),
+/// ERROR_NETWORK_ACCESS_DENIED (65), ERROR_INVALID_PASSWORD (86, "The specified network
+/// password is not correct"), ERROR_LOGON_FAILURE (1326), ERROR_ACCOUNT_RESTRICTION (1327),
+/// ERROR_INVALID_LOGON_HOURS (1328), ERROR_PASSWORD_EXPIRED (1330), ERROR_ACCOUNT_DISABLED
+/// (1331), ERROR_ACCOUNT_EXPIRED (1793), ERROR_PASSWORD_MUST_CHANGE (1907) and
+/// ERROR_ACCOUNT_LOCKED_OUT (1909).
+const REFUSALS: [u32; 11] = [
+    ERROR_ACCESS_DENIED,
+    ERROR_NETWORK_ACCESS_DENIED,
+    86,
+    ERROR_LOGON_FAILURE,
+    1327,
+    1328,
+    1330,
+    1331,
+    1793,
+    1907,
+    1909,
+];
+
+/// Whether opening a share root failed because the server refused the mapping's credential,
+/// whichever of the [`REFUSALS`] it gave (which one a rotated key brings no page says): the
 /// server answered, so a mapping made again with other credentials can heal it.
 fn refused(code: u32) -> bool {
-    matches!(
-        win32_code(code),
-        ERROR_ACCESS_DENIED
-            | ERROR_NETWORK_ACCESS_DENIED
-            | ERROR_LOGON_FAILURE
-            | 1327
-            | 1328
-            | 1330
-            | 1331
-            | 1907
-            | 1909
-    )
+    REFUSALS.contains(&win32_code(code))
 }
 
 impl WindowsSmbHost {

@@ -71,6 +71,10 @@ pub(super) struct Share {
     /// The server cannot encrypt (SMB before 3.0, or encryption turned off): a mapping that
     /// requires privacy is refused.
     no_encryption: bool,
+    /// What an open through a mapping whose credential it refused answers: ERROR_LOGON_FAILURE
+    /// unless a test picks another refusal (an expired password, a disabled account: which
+    /// one a server gives for a rotated key no page says, ledger row 49).
+    refusal: u32,
 }
 
 /// A node-wide mapping.
@@ -126,7 +130,7 @@ pub(super) fn unc_error(s: &State, path: &str) -> Option<OsError> {
     s.smb_mappings
         .get(&root)
         .filter(|m| m.signed_out)
-        .map(|_| OsError::new(1326))
+        .map(|_| OsError::new(share.refusal))
 }
 
 /// Fails while WMI is restarting, as every WMI call does.
@@ -201,8 +205,17 @@ impl SimWindows {
                 up: true,
                 hangs: false,
                 no_encryption: false,
+                refusal: 1326,
             },
         );
+    }
+
+    /// Opens through a mapping of `root` whose credential its server refused answer `code`
+    /// from now on (ERROR_LOGON_FAILURE by default).
+    pub fn set_share_refusal(&self, root: &str, code: u32) {
+        if let Some(sh) = self.lock().shares.get_mut(&root.to_ascii_lowercase()) {
+            sh.refusal = code;
+        }
     }
 
     /// Takes a server's share down (or back up).

@@ -254,3 +254,36 @@ fn an_incomplete_link_scan_keeps_the_mapping() {
     smb.remove_smb_global_mapping(SHARE).unwrap();
     assert!(sim.smb_roots().is_empty());
 }
+
+/// Which refusal a server gives a mapping whose key was rotated no page says (ledger row 49):
+/// whichever of the documented credential refusals comes, the health check says a new mapping
+/// heals it; a failure that is not the server refusing the credential (a dropped connection, a
+/// time-out, an unreachable network, the 1219 conflict) never does. Mutation: the class cut back
+/// to ERROR_LOGON_FAILURE fails it at ERROR_INVALID_PASSWORD.
+#[test]
+fn every_refusal_of_a_rotated_key_is_healed_by_a_new_mapping_and_nothing_else() {
+    use csi_proxy_core::smb::MappingState;
+    let refusals = [5, 65, 86, 1326, 1327, 1328, 1330, 1331, 1793, 1907, 1909];
+    let others = [59, 64, 121, 1219, 1231, 1236];
+    for (code, heals) in refusals
+        .iter()
+        .map(|c| (*c, true))
+        .chain(others.iter().map(|c| (*c, false)))
+    {
+        let root = r"\\files\vols";
+        let sim = Arc::new(SimWindows::new());
+        sim.add_share(root, Some(("svc", "key1")));
+        let h = WindowsSmbHost::with_os(sim.clone());
+        h.new_smb_global_mapping(&mapping(root, "svc", "key1"))
+            .unwrap();
+        sim.set_share_credential(root, Some(("svc", "key2")));
+        sim.set_share_refusal(root, code);
+        sim.drop_smb_sessions(root);
+        let MappingState::Present(m) = h.smb_global_mapping(root).unwrap() else {
+            panic!("{code}: the mapping is listed");
+        };
+        assert!(!m.healthy, "{code}: {m:?}");
+        assert_eq!(m.remap_heals, heals, "{code}: {m:?}");
+        assert!(m.status.contains(&format!("error {code}")), "{code}: {m:?}");
+    }
+}
