@@ -73,6 +73,10 @@ pub mod code {
     pub const UNRECOGNIZED_VOLUME: u32 = 1005;
     /// ERROR_DEVICE_NOT_CONNECTED.
     pub const DEVICE_NOT_CONNECTED: u32 = 1167;
+    /// ERROR_DEV_NOT_EXIST: "The specified network resource or device is no longer available"
+    /// (STATUS_DEVICE_DOES_NOT_EXIST, what a storage class driver answers once its device is
+    /// removed).
+    pub const DEV_NOT_EXIST: u32 = 55;
     /// ERROR_NO_SUCH_DEVICE: "A device which does not exist was specified."
     pub const NO_SUCH_DEVICE: u32 = 433;
     /// ERROR_DEVICE_REMOVED: "The device has been removed."
@@ -168,6 +172,7 @@ impl OsError {
         match self.code {
             code::FILE_NOT_FOUND
             | code::PATH_NOT_FOUND
+            | code::DEV_NOT_EXIST
             | code::DEVICE_NOT_CONNECTED
             | code::NO_SUCH_DEVICE
             | code::DEVICE_REMOVED => Kind::NotFound,

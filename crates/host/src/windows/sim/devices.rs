@@ -155,8 +155,8 @@ pub(super) fn ioctl(
                 .disks
                 .get_mut(&n)
                 .ok_or(OsError::new(code::FILE_NOT_FOUND))?;
-            if d.removing {
-                return Err(OsError::new(code::DEVICE_REMOVED));
+            if let Some(c) = d.removing {
+                return Err(OsError::new(c));
             }
             match code_ {
                 io::DISK_GET_DRIVE_LAYOUT_EX => {
@@ -361,8 +361,16 @@ pub(super) fn ioctl(
             s.volumes[v].no_media.unwrap_or(code::NOT_READY),
         )),
         // A volume on a disk being removed goes with it.
-        Target::Volume(v) if s.disks.get(&s.volumes[v].disk).is_some_and(|d| d.removing) => {
-            Err(OsError::new(code::DEVICE_REMOVED))
+        Target::Volume(v)
+            if s.disks
+                .get(&s.volumes[v].disk)
+                .is_some_and(|d| d.removing.is_some()) =>
+        {
+            Err(OsError::new(
+                s.disks[&s.volumes[v].disk]
+                    .removing
+                    .unwrap_or(code::DEVICE_REMOVED),
+            ))
         }
         Target::Volume(v) => match code_ {
             io::VOLUME_GET_VOLUME_DISK_EXTENTS => {

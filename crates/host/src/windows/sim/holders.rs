@@ -136,7 +136,7 @@ pub(super) fn locked(s: &State, v: usize) -> bool {
 pub(super) fn storage_disks(s: &State) -> Vec<StorageDisk> {
     s.disks
         .iter()
-        .filter(|(_, d)| !d.removing)
+        .filter(|(_, d)| d.removing.is_none())
         .map(|(&number, _)| {
             let r = s.disk_roles.get(&number).copied().unwrap_or_default();
             StorageDisk {

@@ -113,9 +113,9 @@ struct Disk {
     keep_usable: bool,
     /// When the MSR that `IOCTL_DISK_CREATE_DISK` made arrives (its partition device exists).
     msr_due: Duration,
-    /// Surprise-removed: Plug and Play still lists it, but every request fails
-    /// ERROR_DEVICE_REMOVED.
-    removing: bool,
+    /// Surprise-removed: Plug and Play still lists it, but every request fails with this code
+    /// (ERROR_DEVICE_REMOVED unless a test picks another, ledger row 27).
+    removing: Option<u32>,
     /// Logical sector size: 512 (512n, 512e) or 4096 (4Kn).
     sector: u64,
     /// What is written on the disk, sparse: sector index to its bytes (absent is zeros).
@@ -527,7 +527,7 @@ impl SimWindows {
                     volumes_leave: Duration::ZERO,
                     sector: SECTOR,
                     keep_usable: false,
-                    removing: false,
+                    removing: None,
                     msr_due: Duration::ZERO,
                     data: BTreeMap::new(),
                     scsi: Some((0, 0, 0, 0)),
@@ -596,7 +596,7 @@ impl SimWindows {
                 volumes_leave: Duration::ZERO,
                 sector: SECTOR,
                 keep_usable: false,
-                removing: false,
+                removing: None,
                 msr_due: Duration::ZERO,
                 data: BTreeMap::new(),
                 scsi: Some((0, 0, 0, lun)),

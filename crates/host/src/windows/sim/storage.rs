@@ -271,8 +271,15 @@ impl SimWindows {
     /// its interface and volumes for a moment, and opens still work, but every request fails
     /// ERROR_DEVICE_REMOVED.
     pub fn start_removing_disk(&self, disk: u32) {
+        self.start_removing_disk_answering(disk, code::DEVICE_REMOVED);
+    }
+
+    /// [`start_removing_disk`](Self::start_removing_disk), its requests failing with `code`:
+    /// which code a removed device's driver gives no page says (ERROR_DEVICE_REMOVED,
+    /// ERROR_NO_SUCH_DEVICE, ERROR_DEV_NOT_EXIST, ERROR_DEVICE_NOT_CONNECTED).
+    pub fn start_removing_disk_answering(&self, disk: u32, code: u32) {
         if let Some(d) = self.lock().disks.get_mut(&disk) {
-            d.removing = true;
+            d.removing = Some(code);
         }
     }
 }
