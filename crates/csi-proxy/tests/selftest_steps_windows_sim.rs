@@ -51,7 +51,13 @@ async fn a_named_iscsi_target_is_logged_in_timed_and_logged_out() {
         .filter(|s| !s.ran)
         .map(|s| s.name.as_str())
         .collect();
-    assert_eq!(not_run, ["SMB: NewSmbGlobalMapping of a missing share"]);
+    assert_eq!(
+        not_run,
+        [
+            "SMB: NewSmbGlobalMapping of a missing share",
+            "drives without media"
+        ]
+    );
     let disks = &o
         .steps
         .iter()
@@ -125,8 +131,7 @@ async fn a_named_smb_server_shows_how_a_failed_mapping_is_reported() {
         let o = run_with(&d, d.sim.as_ref(), &opts).await;
         print(&o);
         assert!(o.failed().is_none(), "{:?}", o.failed());
-        let step = o.steps.last().unwrap();
-        assert_eq!(step.name, "SMB: NewSmbGlobalMapping of a missing share");
+        let step = step(&o, "SMB: NewSmbGlobalMapping of a missing share");
         assert!(step.ran && step.ok);
         assert!(step.answer.contains(want), "{encoding:?}: {}", step.answer);
         assert!(step.answer.contains("ledger row 38"), "{}", step.answer);
@@ -173,6 +178,7 @@ async fn an_smb_server_the_node_maps_is_left_alone() {
 async fn every_ledger_row_is_documented_or_names_a_step_that_exists() {
     let d = SimDaemon::start().await;
     d.sim.mkdir(r"C:\selftest");
+    d.sim.add_empty_drive();
     let lun = d.sim.add_disk(1024 * MIB, 0);
     d.sim.add_iscsi_target(PORTAL, 3260, IQN, &[lun], None);
     d.sim.add_service(
@@ -401,4 +407,30 @@ async fn an_answer_the_model_does_not_expect_fails_its_step_naming_the_row() {
     let at = names.iter().position(|n| *n == step.name).unwrap();
     assert!(names[at + 1..].contains(&"disk copy attached beside it"));
     nothing_left(&d.sim);
+}
+
+/// A node with an empty optical drive (the virtual DVD drive of a VM template): the selftest
+/// reads what it answers, changing nothing, and settles ledger row 18 whichever code it gives,
+/// since the daemon tells an optical drive by its kind; the stage flow beside it is untouched.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_empty_drive_is_read_and_settles_its_row() {
+    for (answer, model) in [(code::NOT_READY, true), (1117, false)] {
+        let d = SimDaemon::start().await;
+        d.sim.mkdir(r"C:\selftest");
+        let dvd = d.sim.add_empty_drive_answering(answer);
+        let o = run_with(&d, d.sim.as_ref(), &options()).await;
+        print(&o);
+        assert!(o.failed().is_none(), "{answer}: {:?}", o.failed());
+        let s = step(&o, "drives without media");
+        assert!(s.ran && s.ok, "{s:?}");
+        assert!(
+            s.answer.contains(&dvd) && s.answer.contains("settles ledger row 18"),
+            "{s:?}"
+        );
+        assert_eq!(!s.answer.contains("not the model's"), model, "{s:?}");
+        // The drive keeps its letter; nothing of the selftest is left.
+        assert!(d.sim.vhd_files().is_empty(), "the VHDX file is deleted");
+        let mps: Vec<String> = d.sim.mount_points().into_iter().map(|m| m.0).collect();
+        assert_eq!(mps, [r"C:\", r"D:\"]);
+    }
 }

@@ -135,6 +135,7 @@ async fn whole_flow(offline_all: bool) {
         "iSCSI: GetTargetDisks after login",
         "iSCSI: DisconnectTarget while its disk is held",
         "SMB: NewSmbGlobalMapping of a missing share",
+        "drives without media",
     ];
     assert_eq!(names(&o), want);
     // Without the flags the optional steps are listed, never run and never passed.
@@ -142,9 +143,15 @@ async fn whole_flow(offline_all: bool) {
         assert!(!s.ran && !s.ok, "{s:?}");
         assert_eq!(s.answer, "not run: needs --iscsi-portal and --iscsi-target");
     }
-    let smb = o.steps.last().unwrap();
+    let smb = step(&o, "SMB: NewSmbGlobalMapping of a missing share");
     assert!(!smb.ran && !smb.ok, "{smb:?}");
     assert_eq!(smb.answer, "not run: needs --smb-server");
+    let drives = step(&o, "drives without media");
+    assert!(!drives.ran && !drives.ok, "{drives:?}");
+    assert!(
+        drives.answer.contains("no optical or removable drive"),
+        "{drives:?}"
+    );
     let answer = |n: &str| &o.steps.iter().find(|s| s.name == n).unwrap().answer;
     assert!(answer("GetVirtualDiskPhysicalPath").ends_with(r"\\.\PhysicalDrive1"));
     assert!(answer("ListDiskLocations").contains("no SCSI address"));

@@ -118,6 +118,14 @@ pub fn failed_steps(o: &Outcome) -> Vec<&str> {
         .collect()
 }
 
+/// The step recorded as `name`.
+pub fn step<'a>(o: &'a Outcome, name: &str) -> &'a csi_proxy_ctl::selftest::Step {
+    o.steps
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("no step {name:?} in {:?}", names(o)))
+}
+
 pub fn names(o: &Outcome) -> Vec<&str> {
     o.steps.iter().map(|s| s.name.as_str()).collect()
 }

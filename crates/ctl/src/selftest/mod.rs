@@ -15,6 +15,7 @@ mod cleanup;
 mod copy;
 mod create;
 mod direct;
+mod drives;
 mod held;
 pub mod hold;
 mod iscsi;
@@ -120,6 +121,7 @@ pub async fn run(connector: &Connector, machine: Machine<'_>, opts: &Options) ->
         )
         .await;
         smb::run(&mut out, connector, opts.smb_server.as_ref()).await;
+        drives::run(&mut out, machine.os);
     }
     out
 }
