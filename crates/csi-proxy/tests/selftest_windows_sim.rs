@@ -129,6 +129,7 @@ async fn whole_flow(offline_all: bool) {
         "clean-up: Rmdir",
         "clean-up: DetachVirtualDisk",
         "clean-up: delete VHDX",
+        "RemoveIScsiPersistentTargetW with a null initiator",
         "iSCSI: AddTargetPortal",
         "iSCSI: DiscoverTargetPortal",
         "iSCSI: ConnectTarget",

@@ -111,6 +111,7 @@ pub async fn run(connector: &Connector, machine: Machine<'_>, opts: &Options) ->
     let mut out = t.out;
     // Independent of the VHDX's flow; only a daemon that answered at all is asked.
     if out.steps.iter().any(|s| s.name == "connect" && s.ok) {
+        calls::null_initiator(&mut out, machine.os);
         iscsi::run(
             &mut out,
             connector,

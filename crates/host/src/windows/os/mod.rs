@@ -93,6 +93,14 @@ pub mod code {
     pub const SERVICE_CANNOT_ACCEPT_CTRL: u32 = 1061;
     /// ERROR_SERVICE_NOT_ACTIVE.
     pub const SERVICE_NOT_ACTIVE: u32 = 1062;
+    /// ERROR_SERVICE_MARKED_FOR_DELETE: "The specified service has already been marked for
+    /// deletion" (DeleteService; CreateServiceW and StartServiceW answer it too).
+    pub const SERVICE_MARKED_FOR_DELETE: u32 = 1072;
+    /// ERROR_SERVICE_EXISTS: "The specified service already exists in this database"
+    /// (CreateServiceW).
+    pub const SERVICE_EXISTS: u32 = 1073;
+    /// RPC_X_NULL_REF_POINTER: "A null reference pointer was passed to the stub."
+    pub const RPC_X_NULL_REF_POINTER: u32 = 1780;
 }
 
 /// A failed OS call: a Win32 error code, or an HRESULT (high bit set) from a COM/WMI call, and
@@ -495,6 +503,11 @@ pub trait Win32: FileApi + Send + Sync {
     /// TargetPortal)` of one listed login, with its own initiator and port: the initiator is
     /// `[in]`, not optional.
     fn iscsi_remove_persistent_target(&self, login: &PersistentLogin) -> Win32Result<()>;
+    /// `RemoveIScsiPersistentTargetW(NULL, ISCSI_ALL_INITIATOR_PORTS, iqn, a portal with no
+    /// information)`: a call the host never makes (the initiator is `[in]`, not optional); the
+    /// selftest's, with a target name no login has, to show what a node answers a null
+    /// initiator (ledger row 26).
+    fn iscsi_remove_persistent_target_without_initiator(&self, iqn: &str) -> Win32Result<()>;
     /// `GetDevicesForIScsiSessionW(session)` with room for `capacity` entries: each device's
     /// `STORAGE_DEVICE_NUMBER` as `(DeviceType, DeviceNumber)`. Too small:
     /// ERROR_INSUFFICIENT_BUFFER, `needed` entries.

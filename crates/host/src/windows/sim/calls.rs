@@ -481,6 +481,11 @@ impl Win32 for SimWindows {
         iscsi::remove_persistent(&mut s, login)
     }
 
+    fn iscsi_remove_persistent_target_without_initiator(&self, iqn: &str) -> Win32Result<()> {
+        let mut s = self.enter("iscsi_remove_persistent_target_without_initiator")?;
+        iscsi::remove_persistent_without_initiator(&mut s, iqn)
+    }
+
     fn iscsi_session_devices(
         &self,
         session: (u64, u64),

@@ -543,6 +543,10 @@ impl Win32 for SystemWin32 {
         iscsi::remove_persistent_target(login)
     }
 
+    fn iscsi_remove_persistent_target_without_initiator(&self, iqn: &str) -> Win32Result<()> {
+        iscsi::remove_persistent_target_without_initiator(iqn)
+    }
+
     fn iscsi_session_devices(
         &self,
         session: (u64, u64),
