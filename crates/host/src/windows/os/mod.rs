@@ -455,6 +455,14 @@ pub trait Win32: FileApi + Send + Sync {
     fn service_start(&self, name: &str) -> Win32Result<()>;
     /// `OpenServiceW(name, SERVICE_STOP)` and `ControlService(SERVICE_CONTROL_STOP)`.
     fn service_stop(&self, name: &str) -> Win32Result<()>;
+    /// `OpenSCManagerW(SC_MANAGER_CREATE_SERVICE)` and `CreateServiceW(name, display name
+    /// `name`, SERVICE_WIN32_OWN_PROCESS, SERVICE_DEMAND_START, SERVICE_ERROR_NORMAL,
+    /// command_line, LocalSystem)`, its handle closed at once: a service of its own process,
+    /// started only when asked. Taken: ERROR_SERVICE_EXISTS, or ERROR_SERVICE_MARKED_FOR_DELETE.
+    fn service_create(&self, name: &str, command_line: &str) -> Win32Result<()>;
+    /// `OpenServiceW(name, DELETE)` and `DeleteService`: marks the service for deletion; the SCM
+    /// removes it once every handle to it is closed and it is not running.
+    fn service_delete(&self, name: &str) -> Win32Result<()>;
     /// `OpenServiceW(name, SERVICE_ENUMERATE_DEPENDENTS)` and
     /// `EnumDependentServicesW(SERVICE_ACTIVE)`: the running services that depend on it,
     /// "in the reverse order of the start order" (the order to stop them in).

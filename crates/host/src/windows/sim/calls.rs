@@ -407,6 +407,16 @@ impl Win32 for SimWindows {
         services::stop(&mut s, name)
     }
 
+    fn service_create(&self, name: &str, command_line: &str) -> Win32Result<()> {
+        let mut s = self.enter("service_create")?;
+        services::create(&mut s, name, command_line)
+    }
+
+    fn service_delete(&self, name: &str) -> Win32Result<()> {
+        let mut s = self.enter("service_delete")?;
+        services::delete(&mut s, name)
+    }
+
     fn service_active_dependents(&self, name: &str) -> Win32Result<Vec<String>> {
         let mut s = self.enter("service_active_dependents")?;
         services::active_dependents(&mut s, name)
