@@ -130,6 +130,8 @@ async fn whole_flow(offline_all: bool) {
         "clean-up: DetachVirtualDisk",
         "clean-up: delete VHDX",
         "RemoveIScsiPersistentTargetW with a null initiator",
+        "scratch service: StartServiceW while STOP_PENDING",
+        "clean-up: DeleteService (scratch service)",
         "iSCSI: AddTargetPortal",
         "iSCSI: DiscoverTargetPortal",
         "iSCSI: ConnectTarget",

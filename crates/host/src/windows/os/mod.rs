@@ -222,6 +222,13 @@ fn describe(code: u32) -> String {
         code::NOT_A_REPARSE_POINT => "The file or directory is not a reparse point.",
         code::NO_SUCH_DEVICE => "A device which does not exist was specified.",
         code::DEVICE_REMOVED => "The device has been removed.",
+        code::SERVICE_ALREADY_RUNNING => "An instance of the service is already running.",
+        code::SERVICE_DOES_NOT_EXIST => {
+            "The specified service does not exist as an installed service."
+        }
+        code::SERVICE_MARKED_FOR_DELETE => "The specified service has been marked for deletion.",
+        code::SERVICE_EXISTS => "The specified service already exists.",
+        code::RPC_X_NULL_REF_POINTER => "A null reference pointer was passed to the stub.",
         c if c & 0x8000_0000 != 0 => return describe_hresult(c as i32),
         _ => "The operation failed.",
     };
