@@ -83,6 +83,14 @@ enum Command {
         /// The volume GUID path or the entry's path.
         path: String,
     },
+    /// The program of the selftest's scratch service (started by the Service Control Manager
+    /// when `selftest` starts that service): runs under the service dispatcher and, told to
+    /// stop, holds STOP_PENDING until the folder `release` exists (at most two minutes).
+    #[command(hide = true)]
+    SelftestService {
+        /// The release folder.
+        release: String,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -182,6 +190,9 @@ fn main() -> ExitCode {
     if let Command::SelftestHold { what, path } = &cli.command {
         return selftest_hold(what, path);
     }
+    if let Command::SelftestService { release } = &cli.command {
+        return selftest_service(release);
+    }
     let result = match &cli.command {
         Command::Profiles(args) => report::profiles(&args.profiles, &args.state_dir),
         command => runtime.block_on(run(command, &connector)),
@@ -221,6 +232,7 @@ async fn run(command: &Command, c: &Connector) -> Result<Report, Failure> {
         Command::Health => report::health(c).await,
         Command::Selftest(_) => unreachable!("run by selftest()"),
         Command::SelftestHold { .. } => unreachable!("run by selftest_hold()"),
+        Command::SelftestService { .. } => unreachable!("run by selftest_service()"),
         Command::Profiles(_) => unreachable!("read by report::profiles()"),
     }
 }
@@ -263,6 +275,9 @@ fn selftest(
         }),
         #[cfg(not(windows))]
         smb_server: None,
+        program: std::env::current_exe()
+            .ok()
+            .map(|p| p.display().to_string()),
     };
     #[cfg(windows)]
     let outcome = {
@@ -331,6 +346,26 @@ fn selftest_hold(what: &str, path: &str) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    }
+}
+
+/// The selftest's scratch service: runs under the service dispatcher until it has stopped.
+fn selftest_service(release: &str) -> ExitCode {
+    #[cfg(windows)]
+    let ran = csi_proxy_ctl::selftest::service::dispatch(release.to_string());
+    #[cfg(not(windows))]
+    let ran: Result<(), String> = Err(format!(
+        "this is not Windows: no service dispatcher to run under (release folder {release})"
+    ));
+    match ran {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!(
+                "csi-proxy-ctl: selftest-service is started by the Service Control Manager \
+                 only: {e}"
+            );
+            ExitCode::from(1)
+        }
     }
 }
 

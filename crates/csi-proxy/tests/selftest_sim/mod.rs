@@ -27,8 +27,13 @@ pub fn options() -> Options {
         failure_flag: None,
         iscsi: None,
         smb_server: None,
+        program: Some(PROGRAM.into()),
     }
 }
+
+/// The program the selftest's scratch service is made with in these tests; the simulated SCM
+/// models its process (`hold_stop_for_program`).
+pub const PROGRAM: &str = r"C:\selftest\csi-proxy-ctl.exe";
 
 pub async fn run_over(d: &SimDaemon, vd: &dyn VirtualDisks) -> Outcome {
     d.sim.mkdir(r"C:\selftest");
@@ -100,6 +105,7 @@ impl Holding for SimHeld {
 /// The selftest over the simulated Windows: its own calls are the simulator's, its second
 /// process the simulator's model of another process.
 pub async fn run_with(d: &SimDaemon, vd: &dyn VirtualDisks, opts: &Options) -> Outcome {
+    d.sim.hold_stop_for_program(PROGRAM);
     let others = SimOthers(d.sim.clone());
     let machine = Machine {
         vd,

@@ -2,18 +2,19 @@
 //! own objects only, so a node shows what Windows answers them: `DeleteVolumeMountPointW` of its
 //! mount point without the trailing backslash (ledger row 88), a state-changing control sent
 //! with an output buffer (row 28), a file link and a folder read as themselves (row 92), and a
-//! layout written back with one entry's `RewritePartition` FALSE (row 34); and a read of
-//! `C:\ProgramData`'s DACL (row 52). Each undoes what it
+//! layout written back with one entry's `RewritePartition` FALSE (row 34); a read of
+//! `C:\ProgramData`'s DACL (row 52); and, needing no disk, a persistent iSCSI login of a target
+//! name no login has removed with a null initiator (row 26, [`null_initiator`]). Each undoes what it
 //! changed and fails, naming the row, when the answer is not the one the simulated Windows
 //! models; the next step still runs.
 
-use super::record::Stop;
+use super::record::{Outcome, Stop};
 use super::{Selftest, status};
 use csi_proxy_formats::windows_buffers::ioctl as io;
 use csi_proxy_formats::windows_buffers::layout::{ENTRY_SIZE, HEADER_SIZE, gpt_layout_with};
 use csi_proxy_formats::windows_buffers::sddl;
 use csi_proxy_host::windows::os::files::{access, create_symlink, utf16};
-use csi_proxy_host::windows::os::{self, OsError, code};
+use csi_proxy_host::windows::os::{self, OsError, Win32, code};
 use std::time::Instant;
 
 /// The steps, in order.
@@ -24,6 +25,9 @@ pub const STEPS: &[&str] = &[
     "SET_DRIVE_LAYOUT_EX with RewritePartition FALSE",
     "ProgramData: what BUILTIN\\Users may do",
 ];
+
+/// The step of [`null_initiator`], run whatever became of the VHDX's flow.
+pub const NULL_INITIATOR: &str = "RemoveIScsiPersistentTargetW with a null initiator";
 
 /// The folder the daemon's state directory is made in by default (`C:\ProgramData\csi-proxy`).
 const PROGRAMDATA: &str = r"C:\ProgramData";
@@ -260,4 +264,38 @@ impl Selftest<'_> {
         .await;
         self.out.record(STEPS[3], t, r)
     }
+}
+
+/// Ledger row 26: `RemoveIScsiPersistentTargetW` with a null `InitiatorInstance` (`[in]`, not
+/// optional), ISCSI_ALL_INITIATOR_PORTS, every portal, and a target name of the selftest's own
+/// that no login has, so nothing can be removed whatever the answer; modelled:
+/// RPC_X_NULL_REF_POINTER. Listed as not run where the initiator service is not available.
+pub(super) fn null_initiator(out: &mut Outcome, os: &dyn Win32) {
+    if let Err(why) = os.iscsi_available() {
+        out.not_run(
+            NULL_INITIATOR,
+            format!("not run: the iSCSI initiator is not available: {why}"),
+        );
+        return;
+    }
+    let t = Instant::now();
+    let iqn = format!(
+        "iqn.2026-12.io.csi-proxy.selftest:none-{}",
+        std::process::id()
+    );
+    let got = os.iscsi_remove_persistent_target_without_initiator(&iqn);
+    let answer = format!(
+        "RemoveIScsiPersistentTargetW(NULL, ISCSI_ALL_INITIATOR_PORTS, {iqn}, every portal): {}",
+        shown(&got)
+    );
+    let r = match got {
+        Err(e) if e.code == code::RPC_X_NULL_REF_POINTER => Ok((
+            (),
+            format!("{answer} (settles ledger row 26: RPC_X_NULL_REF_POINTER)"),
+        )),
+        _ => Err(format!(
+            "{answer} (ledger row 26 models RPC_X_NULL_REF_POINTER)"
+        )),
+    };
+    let _ = out.record(NULL_INITIATOR, t, r);
 }

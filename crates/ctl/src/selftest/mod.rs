@@ -20,6 +20,8 @@ mod held;
 pub mod hold;
 mod iscsi;
 mod record;
+mod scm;
+pub mod service;
 mod smb;
 mod stage;
 
@@ -59,6 +61,10 @@ pub struct Options {
     /// An SMB server to ask for a share that does not exist (`--smb-server`, with the node's
     /// mappings of it from [`smb_server`]); without it the SMB step is listed as not run.
     pub smb_server: Option<SmbServer>,
+    /// This program's path: the program of the scratch service (`selftest-service`, ledger row
+    /// 40), whose release folder is the VHDX's path with `.release` added. Without it that step
+    /// is listed as not run.
+    pub program: Option<String>,
 }
 
 /// The failure-actions flag of service `name` as `QueryServiceConfig2` answers it: `None` when
@@ -112,6 +118,15 @@ pub async fn run(connector: &Connector, machine: Machine<'_>, opts: &Options) ->
     let mut out = t.out;
     // Independent of the VHDX's flow; only a daemon that answered at all is asked.
     if out.steps.iter().any(|s| s.name == "connect" && s.ok) {
+        calls::null_initiator(&mut out, machine.os);
+        let release = format!("{}.release", opts.vhdx_path);
+        scm::run(
+            &mut out,
+            machine.os,
+            opts.program.as_deref(),
+            &release,
+            opts.wait,
+        );
         iscsi::run(
             &mut out,
             connector,

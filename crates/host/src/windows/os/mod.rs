@@ -97,6 +97,14 @@ pub mod code {
     pub const SERVICE_CANNOT_ACCEPT_CTRL: u32 = 1061;
     /// ERROR_SERVICE_NOT_ACTIVE.
     pub const SERVICE_NOT_ACTIVE: u32 = 1062;
+    /// ERROR_SERVICE_MARKED_FOR_DELETE: "The specified service has already been marked for
+    /// deletion" (DeleteService; CreateServiceW and StartServiceW answer it too).
+    pub const SERVICE_MARKED_FOR_DELETE: u32 = 1072;
+    /// ERROR_SERVICE_EXISTS: "The specified service already exists in this database"
+    /// (CreateServiceW).
+    pub const SERVICE_EXISTS: u32 = 1073;
+    /// RPC_X_NULL_REF_POINTER: "A null reference pointer was passed to the stub."
+    pub const RPC_X_NULL_REF_POINTER: u32 = 1780;
 }
 
 /// A failed OS call: a Win32 error code, or an HRESULT (high bit set) from a COM/WMI call, and
@@ -219,6 +227,13 @@ fn describe(code: u32) -> String {
         code::NOT_A_REPARSE_POINT => "The file or directory is not a reparse point.",
         code::NO_SUCH_DEVICE => "A device which does not exist was specified.",
         code::DEVICE_REMOVED => "The device has been removed.",
+        code::SERVICE_ALREADY_RUNNING => "An instance of the service is already running.",
+        code::SERVICE_DOES_NOT_EXIST => {
+            "The specified service does not exist as an installed service."
+        }
+        code::SERVICE_MARKED_FOR_DELETE => "The specified service has been marked for deletion.",
+        code::SERVICE_EXISTS => "The specified service already exists.",
+        code::RPC_X_NULL_REF_POINTER => "A null reference pointer was passed to the stub.",
         c if c & 0x8000_0000 != 0 => return describe_hresult(c as i32),
         _ => "The operation failed.",
     };
@@ -452,6 +467,14 @@ pub trait Win32: FileApi + Send + Sync {
     fn service_start(&self, name: &str) -> Win32Result<()>;
     /// `OpenServiceW(name, SERVICE_STOP)` and `ControlService(SERVICE_CONTROL_STOP)`.
     fn service_stop(&self, name: &str) -> Win32Result<()>;
+    /// `OpenSCManagerW(SC_MANAGER_CREATE_SERVICE)` and `CreateServiceW(name, display name
+    /// `name`, SERVICE_WIN32_OWN_PROCESS, SERVICE_DEMAND_START, SERVICE_ERROR_NORMAL,
+    /// command_line, LocalSystem)`, its handle closed at once: a service of its own process,
+    /// started only when asked. Taken: ERROR_SERVICE_EXISTS, or ERROR_SERVICE_MARKED_FOR_DELETE.
+    fn service_create(&self, name: &str, command_line: &str) -> Win32Result<()>;
+    /// `OpenServiceW(name, DELETE)` and `DeleteService`: marks the service for deletion; the SCM
+    /// removes it once every handle to it is closed and it is not running.
+    fn service_delete(&self, name: &str) -> Win32Result<()>;
     /// `OpenServiceW(name, SERVICE_ENUMERATE_DEPENDENTS)` and
     /// `EnumDependentServicesW(SERVICE_ACTIVE)`: the running services that depend on it,
     /// "in the reverse order of the start order" (the order to stop them in).
@@ -500,6 +523,11 @@ pub trait Win32: FileApi + Send + Sync {
     /// TargetPortal)` of one listed login, with its own initiator and port: the initiator is
     /// `[in]`, not optional.
     fn iscsi_remove_persistent_target(&self, login: &PersistentLogin) -> Win32Result<()>;
+    /// `RemoveIScsiPersistentTargetW(NULL, ISCSI_ALL_INITIATOR_PORTS, iqn, a portal with no
+    /// information)`: a call the host never makes (the initiator is `[in]`, not optional); the
+    /// selftest's, with a target name no login has, to show what a node answers a null
+    /// initiator (ledger row 26).
+    fn iscsi_remove_persistent_target_without_initiator(&self, iqn: &str) -> Win32Result<()>;
     /// `GetDevicesForIScsiSessionW(session)` with room for `capacity` entries: each device's
     /// `STORAGE_DEVICE_NUMBER` as `(DeviceType, DeviceNumber)`. Too small:
     /// ERROR_INSUFFICIENT_BUFFER, `needed` entries.

@@ -407,6 +407,16 @@ impl Win32 for SimWindows {
         services::stop(&mut s, name)
     }
 
+    fn service_create(&self, name: &str, command_line: &str) -> Win32Result<()> {
+        let mut s = self.enter("service_create")?;
+        services::create(&mut s, name, command_line)
+    }
+
+    fn service_delete(&self, name: &str) -> Win32Result<()> {
+        let mut s = self.enter("service_delete")?;
+        services::delete(&mut s, name)
+    }
+
     fn service_active_dependents(&self, name: &str) -> Win32Result<Vec<String>> {
         let mut s = self.enter("service_active_dependents")?;
         services::active_dependents(&mut s, name)
@@ -479,6 +489,11 @@ impl Win32 for SimWindows {
     fn iscsi_remove_persistent_target(&self, login: &PersistentLogin) -> Win32Result<()> {
         let mut s = self.enter("iscsi_remove_persistent_target")?;
         iscsi::remove_persistent(&mut s, login)
+    }
+
+    fn iscsi_remove_persistent_target_without_initiator(&self, iqn: &str) -> Win32Result<()> {
+        let mut s = self.enter("iscsi_remove_persistent_target_without_initiator")?;
+        iscsi::remove_persistent_without_initiator(&mut s, iqn)
     }
 
     fn iscsi_session_devices(

@@ -115,6 +115,30 @@ fn each_persistent_login_is_removed_with_its_own_initiator_and_port() {
     assert_eq!(sim.persistent_logins(), 2);
 }
 
+/// A null initiator is refused before anything is looked up (ledger row 26), every persistent
+/// login staying; an empty name is a name, not a null pointer, and matches no login.
+#[test]
+fn a_null_initiator_is_refused_and_removes_nothing() {
+    use crate::windows::os::{PersistentLogin, Win32, code};
+    use csi_proxy_formats::windows_buffers::iscsi::{ISCSI_ALL_INITIATOR_PORTS, isdsc};
+    let (sim, _) = host();
+    sim.add_persistent_login(IQN, "10.0.0.5", 3260);
+    let before = sim.persistent_logins();
+    let e = sim
+        .iscsi_remove_persistent_target_without_initiator(IQN)
+        .unwrap_err();
+    assert_eq!(e.code, code::RPC_X_NULL_REF_POINTER);
+    let empty = PersistentLogin {
+        iqn: IQN.into(),
+        initiator: String::new(),
+        initiator_port: ISCSI_ALL_INITIATOR_PORTS,
+        portal: ("10.0.0.5".into(), 3260),
+    };
+    let e = sim.iscsi_remove_persistent_target(&empty).unwrap_err();
+    assert_eq!(e.code, isdsc::TARGET_NOT_FOUND);
+    assert_eq!(sim.persistent_logins(), before);
+}
+
 fn other_portal() -> TargetPortal {
     TargetPortal {
         address: "10.0.0.6".into(),

@@ -262,6 +262,8 @@ struct State {
     provider_cache: Option<BTreeSet<String>>,
     /// Services, keyed lower-case (service names are case-insensitive).
     services: BTreeMap<String, services::Service>,
+    /// The programs the simulated SCM models, and answers a test makes it give.
+    scm: services::Scm,
     /// The iSCSI initiator.
     iscsi: iscsi::Initiator,
     /// The raw SMBIOS table the firmware offers.

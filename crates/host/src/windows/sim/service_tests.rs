@@ -134,3 +134,110 @@ fn the_failure_flag_acts_from_the_next_system_start() {
     assert!(sim.service_process_ends("csiproxy", Some(1066)));
     assert!(!sim.service_process_ends("csiproxy", Some(0)));
 }
+
+const PROGRAM: &str = r"C:\tools\csi-proxy-ctl.exe";
+const RELEASE: &str = r"C:\tools\release";
+
+/// A scratch service whose process holds STOP_PENDING until its release entry exists (the
+/// selftest's, ledger row 40): StartService meanwhile answers ERROR_SERVICE_ALREADY_RUNNING and
+/// changes nothing; once released it stops, a start works, and a stop with the release still
+/// there completes at once. Deleted while stopped, it is gone at once.
+#[test]
+fn a_start_while_stop_pending_is_already_running_until_the_stop_completes() {
+    use crate::windows::os::{Win32, code};
+    let (sim, _) = host();
+    sim.mkdir(r"C:\tools");
+    sim.hold_stop_for_program(PROGRAM);
+    let name = "csi-proxy-selftest-1";
+    let cmd = format!(r#""{PROGRAM}" selftest-service "{RELEASE}""#);
+    sim.service_create(name, &cmd).unwrap();
+    assert_eq!(
+        sim.service_create(name, &cmd).unwrap_err().code,
+        code::SERVICE_EXISTS
+    );
+    assert_eq!(sim.service_state(name).unwrap(), 1, "created stopped");
+    sim.service_start(name).unwrap();
+    sim.sleep(Duration::from_secs(1));
+    assert_eq!(sim.service_state(name).unwrap(), 4);
+    sim.service_stop(name).unwrap();
+    assert_eq!(sim.service_state(name).unwrap(), 3);
+    let e = sim.service_start(name).unwrap_err();
+    assert_eq!(e.code, code::SERVICE_ALREADY_RUNNING);
+    sim.sleep(Duration::from_secs(60));
+    assert_eq!(sim.service_state(name).unwrap(), 3, "held until released");
+    sim.mkdir(RELEASE);
+    assert_eq!(sim.service_state(name).unwrap(), 1);
+    sim.service_start(name).unwrap();
+    sim.sleep(Duration::from_secs(1));
+    assert_eq!(sim.service_state(name).unwrap(), 4);
+    sim.service_stop(name).unwrap();
+    assert_eq!(sim.service_state(name).unwrap(), 1, "released already");
+    sim.service_delete(name).unwrap();
+    assert_eq!(
+        sim.service_state(name).unwrap_err().code,
+        code::SERVICE_DOES_NOT_EXIST
+    );
+    sim.service_create(name, &cmd).unwrap();
+}
+
+/// Never released, the held stop ends at the process's bound.
+#[test]
+fn a_held_stop_ends_at_its_bound() {
+    use crate::windows::os::Win32;
+    use crate::windows::sim::services::HOLD_LIMIT;
+    let (sim, _) = host();
+    sim.hold_stop_for_program(PROGRAM);
+    let cmd = format!(r#""{PROGRAM}" selftest-service "{RELEASE}""#);
+    sim.service_create("held", &cmd).unwrap();
+    sim.service_start("held").unwrap();
+    sim.sleep(Duration::from_secs(1));
+    sim.service_stop("held").unwrap();
+    sim.sleep(HOLD_LIMIT - Duration::from_secs(1));
+    assert_eq!(sim.service_state("held").unwrap(), 3);
+    sim.sleep(Duration::from_secs(1));
+    assert_eq!(sim.service_state("held").unwrap(), 1);
+}
+
+/// DeleteService of a running service marks it: it refuses a start and a second delete, its
+/// name cannot be created again, and it is gone once stopped. A service of another program
+/// stops as any other.
+#[test]
+fn a_running_service_marked_for_deletion_goes_when_it_stops() {
+    use crate::windows::os::{Win32, code};
+    let (sim, _) = host();
+    sim.hold_stop_for_program(PROGRAM);
+    sim.service_create("other", r"C:\other.exe run").unwrap();
+    sim.service_start("other").unwrap();
+    sim.sleep(Duration::from_secs(1));
+    sim.service_delete("other").unwrap();
+    for e in [
+        sim.service_delete("other").unwrap_err(),
+        sim.service_create("other", "x").unwrap_err(),
+    ] {
+        assert_eq!(e.code, code::SERVICE_MARKED_FOR_DELETE);
+    }
+    assert!(sim.service_exists("other"));
+    sim.service_stop("other").unwrap();
+    sim.sleep(Duration::from_secs(1));
+    assert!(!sim.service_exists("other"));
+    assert_eq!(
+        sim.service_create(r"a\b", "x").unwrap_err().code,
+        123,
+        "ERROR_INVALID_NAME"
+    );
+}
+
+/// A Windows that does not count a stopping instance as running (the test's knob): the start
+/// answers the code given.
+#[test]
+fn the_answer_to_a_start_while_stopping_can_be_changed() {
+    use crate::windows::os::{Win32, code};
+    let (sim, _) = host();
+    sim.add_service("svc", "A service", 3, true, ALL);
+    sim.answer_start_while_stopping(code::SERVICE_CANNOT_ACCEPT_CTRL);
+    sim.service_stop("svc").unwrap();
+    assert_eq!(
+        sim.service_start("svc").unwrap_err().code,
+        code::SERVICE_CANNOT_ACCEPT_CTRL
+    );
+}

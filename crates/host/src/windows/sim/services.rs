@@ -9,7 +9,15 @@
 //! - a STOP control moves it to STOP_PENDING, then STOPPED; a stopped one answers
 //!   ERROR_SERVICE_NOT_ACTIVE, a pending one ERROR_SERVICE_CANNOT_ACCEPT_CTRL, one that running
 //!   services depend on ERROR_DEPENDENT_SERVICES_RUNNING;
-//! - EnumDependentServices lists the active dependents in reverse start order.
+//! - EnumDependentServices lists the active dependents in reverse start order;
+//! - CreateService adds a stopped, demand-start service (ERROR_SERVICE_EXISTS for a name taken,
+//!   ERROR_SERVICE_MARKED_FOR_DELETE for one marked for deletion); DeleteService "marks a service
+//!   for deletion", and the entry goes once it is not running (each call here closes its handle
+//!   before it returns); a marked service refuses a start with ERROR_SERVICE_MARKED_FOR_DELETE;
+//! - the process of a service created with a program [`SimWindows::hold_stop_for_program`]
+//!   names (the selftest's scratch service) holds STOP_PENDING on a stop until the entry its
+//!   command line names last exists, at most [`HOLD_LIMIT`]: the model of that program, not of
+//!   Windows (ledger row 40).
 
 use super::{OsError, SimWindows, State, Win32Result};
 use crate::windows::os::code;
@@ -27,6 +35,23 @@ pub const START: u32 = 0x10;
 pub const STOP: u32 = 0x20;
 /// Every right above.
 pub const ALL: u32 = QUERY_CONFIG | QUERY_STATUS | ENUMERATE_DEPENDENTS | START | STOP;
+/// `DELETE`, the standard right DeleteService needs; its creator is granted it.
+pub const DELETE: u32 = 0x1_0000;
+/// How long the modelled scratch-service process holds STOP_PENDING at most before it stops
+/// anyway (`csi-proxy-ctl selftest-service`'s bound).
+pub const HOLD_LIMIT: Duration = Duration::from_secs(120);
+
+/// What the simulated SCM does beyond each service: the programs it models, and an answer a test
+/// makes it give instead of the modelled one.
+#[derive(Debug, Default)]
+pub(super) struct Scm {
+    /// Programs whose service process holds STOP_PENDING until its release entry exists.
+    holding: Vec<String>,
+    /// What StartService answers for a service in STOP_PENDING instead of
+    /// ERROR_SERVICE_ALREADY_RUNNING (a Windows that answered otherwise, for the selftest's
+    /// failure path).
+    start_while_stopping: Option<u32>,
+}
 
 const STOPPED: u32 = 1;
 const START_PENDING: u32 = 2;
@@ -57,21 +82,61 @@ pub(super) struct Service {
     flag_configured: bool,
     /// The flag the SCM acts on: the configured one as it was at the last system start.
     flag_in_effect: bool,
+    /// Marked for deletion (DeleteService), removed once stopped.
+    marked: bool,
+    /// Its process holds STOP_PENDING until this entry exists (see [`Scm`]).
+    release: Option<String>,
+}
+
+impl Service {
+    fn new(display: &str, start_type: u32, running: bool, granted: u32) -> Self {
+        Service {
+            display: display.into(),
+            start_type,
+            state: if running { RUNNING } else { STOPPED },
+            settles: None,
+            granted,
+            dependents: Vec::new(),
+            fails: false,
+            started_at: Duration::ZERO,
+            recovery: false,
+            flag_configured: false,
+            flag_in_effect: false,
+            marked: false,
+            release: None,
+        }
+    }
+}
+
+/// The last argument of a command line: the quoted string at its end, or its last word.
+fn last_argument(command_line: &str) -> Option<String> {
+    let c = command_line.trim_end();
+    match c.strip_suffix('"') {
+        Some(open) => open.rsplit_once('"').map(|(_, a)| a.to_string()),
+        None => c.rsplit(' ').next().map(str::to_string),
+    }
 }
 
 impl State {
     fn service(&mut self, name: &str, right: u32) -> Win32Result<&mut Service> {
-        let now = self.clock;
+        let (now, key) = (self.clock, name.to_ascii_lowercase());
+        let release = self.services.get(&key).and_then(|s| s.release.clone());
+        let released = release.is_some_and(|r| self.entry(&r).is_some());
         let svc = self
             .services
-            .get_mut(&name.to_ascii_lowercase())
+            .get_mut(&key)
             .ok_or(OsError::new(code::SERVICE_DOES_NOT_EXIST))?;
         if let Some((at, to)) = svc.settles
-            && at <= now
+            && (at <= now || (svc.state == STOP_PENDING && released))
         {
             svc.state = to;
             svc.settles = None;
         }
+        if svc.marked && svc.state == STOPPED {
+            self.services.remove(&key);
+            return Err(OsError::new(code::SERVICE_DOES_NOT_EXIST));
+        }
+        let svc = self.services.get_mut(&key).expect("looked up above");
         if svc.granted & right != right {
             return Err(OsError::new(code::ACCESS_DENIED));
         }
@@ -97,10 +162,16 @@ pub(super) fn failure_flag(s: &mut State, name: &str) -> Win32Result<bool> {
 }
 
 pub(super) fn start(s: &mut State, name: &str) -> Win32Result<()> {
-    let now = s.clock;
+    let (now, instead) = (s.clock, s.scm.start_while_stopping);
     let svc = s.service(name, START)?;
+    if svc.marked {
+        return Err(OsError::new(code::SERVICE_MARKED_FOR_DELETE));
+    }
     if svc.start_type == 4 {
         return Err(OsError::new(code::SERVICE_DISABLED));
+    }
+    if let (STOP_PENDING, Some(code)) = (svc.state, instead) {
+        return Err(OsError::new(code));
     }
     if svc.state != STOPPED {
         return Err(OsError::new(code::SERVICE_ALREADY_RUNNING));
@@ -123,10 +194,56 @@ pub(super) fn stop(s: &mut State, name: &str) -> Win32Result<()> {
         START_PENDING | STOP_PENDING => Err(OsError::new(code::SERVICE_CANNOT_ACCEPT_CTRL)),
         _ => {
             svc.state = STOP_PENDING;
-            svc.settles = Some((now + PENDING, STOPPED));
+            // A holding process stops once its release entry exists (checked on every call,
+            // `State::service`), at its bound at the latest.
+            let takes = if svc.release.is_some() {
+                HOLD_LIMIT
+            } else {
+                PENDING
+            };
+            svc.settles = Some((now + takes, STOPPED));
             Ok(())
         }
     }
+}
+
+pub(super) fn create(s: &mut State, name: &str, command_line: &str) -> Win32Result<()> {
+    if name.is_empty() || name.contains(['/', '\\']) {
+        // ERROR_INVALID_NAME: "Forward-slash (/) and backslash (\) are not valid service name
+        // characters".
+        return Err(OsError::new(123));
+    }
+    let key = name.to_ascii_lowercase();
+    if let Some(svc) = s.services.get(&key) {
+        return Err(OsError::new(if svc.marked {
+            code::SERVICE_MARKED_FOR_DELETE
+        } else {
+            code::SERVICE_EXISTS
+        }));
+    }
+    let program = command_line.trim_start_matches('"');
+    let holds = s.scm.holding.iter().any(|p| {
+        program
+            .get(..p.len())
+            .is_some_and(|start| start.eq_ignore_ascii_case(p))
+    });
+    let mut svc = Service::new(name, 3, false, ALL | DELETE);
+    svc.release = holds.then(|| last_argument(command_line)).flatten();
+    s.services.insert(key, svc);
+    Ok(())
+}
+
+pub(super) fn delete(s: &mut State, name: &str) -> Win32Result<()> {
+    let key = name.to_ascii_lowercase();
+    let svc = s.service(name, DELETE)?;
+    if svc.marked {
+        return Err(OsError::new(code::SERVICE_MARKED_FOR_DELETE));
+    }
+    svc.marked = true;
+    if svc.state == STOPPED {
+        s.services.remove(&key);
+    }
+    Ok(())
 }
 
 pub(super) fn active_dependents(s: &mut State, name: &str) -> Win32Result<Vec<String>> {
@@ -156,20 +273,29 @@ impl SimWindows {
     ) {
         self.lock().services.insert(
             name.to_ascii_lowercase(),
-            Service {
-                display: display.into(),
-                start_type,
-                state: if running { RUNNING } else { STOPPED },
-                settles: None,
-                granted,
-                dependents: Vec::new(),
-                fails: false,
-                started_at: Duration::ZERO,
-                recovery: false,
-                flag_configured: false,
-                flag_in_effect: false,
-            },
+            Service::new(display, start_type, running, granted),
         );
+    }
+
+    /// Models `program` (a path, matched at the start of a service's command line,
+    /// case-insensitively): the process of a service created with it, told to stop, reports
+    /// STOP_PENDING and holds it until the entry its command line names last exists, at most
+    /// [`HOLD_LIMIT`], then STOPPED (`csi-proxy-ctl selftest-service <release>`, ledger row 40).
+    pub fn hold_stop_for_program(&self, program: &str) {
+        self.lock().scm.holding.push(program.to_string());
+    }
+
+    /// StartService answers `code` for a service in STOP_PENDING instead of
+    /// ERROR_SERVICE_ALREADY_RUNNING: a Windows that does not count a stopping instance as
+    /// running (ledger row 40's inferred part), for the selftest's failure path.
+    pub fn answer_start_while_stopping(&self, code: u32) {
+        self.lock().scm.start_while_stopping = Some(code);
+    }
+
+    /// Whether a service of that name exists (marked for deletion or not).
+    pub fn service_exists(&self, name: &str) -> bool {
+        let mut s = self.lock();
+        s.service(name, 0).is_ok()
     }
 
     /// `ChangeServiceConfig2(SERVICE_CONFIG_FAILURE_ACTIONS)` with a restart action (`restart`)

@@ -421,7 +421,6 @@ pub(super) fn persistent_logins(capacity: usize) -> Win32Result<Vec<PersistentLo
 }
 
 pub(super) fn remove_persistent_target(login: &PersistentLogin) -> Win32Result<()> {
-    let api = api()?;
     let mut p = ISCSI_TARGET_PORTALW::default();
     let address: Vec<u16> = login.portal.0.encode_utf16().collect();
     if address.len() >= p.Address.len() {
@@ -430,17 +429,32 @@ pub(super) fn remove_persistent_target(login: &PersistentLogin) -> Win32Result<(
     p.Address[..address.len()].copy_from_slice(&address);
     p.Socket = login.portal.1;
     let initiator: Vec<u16> = login.initiator.encode_utf16().chain([0]).collect();
-    let name: Vec<u16> = login.iqn.encode_utf16().chain([0]).collect();
-    // SAFETY: `initiator` and `name` are NUL-terminated and `p` a live portal structure, all
-    // outliving the call. The initiator and port are the ones the login was listed with.
-    let code = unsafe {
-        (api.remove_persistent)(
-            initiator.as_ptr(),
-            login.initiator_port,
-            name.as_ptr(),
-            &mut p,
-        )
-    };
+    // The initiator and port are the ones the login was listed with.
+    remove_persistent(initiator.as_ptr(), login.initiator_port, &login.iqn, &mut p)
+}
+
+/// `RemoveIScsiPersistentTargetW(NULL, ISCSI_ALL_INITIATOR_PORTS, iqn, a portal with no
+/// information)`: the initiator is `[in]`, not optional, so the call shows what the initiator
+/// service answers a null one (ledger row 26). A portal that "contains no information" stands
+/// for every portal, as the page says, so only the initiator is missing.
+pub(super) fn remove_persistent_target_without_initiator(iqn: &str) -> Win32Result<()> {
+    let mut p = ISCSI_TARGET_PORTALW::default();
+    remove_persistent(std::ptr::null(), ISCSI_ALL_INITIATOR_PORTS, iqn, &mut p)
+}
+
+/// `RemoveIScsiPersistentTargetW(initiator, port, iqn, portal)`; `initiator` is null or a
+/// NUL-terminated string.
+fn remove_persistent(
+    initiator: *const u16,
+    port: u32,
+    iqn: &str,
+    portal: &mut ISCSI_TARGET_PORTALW,
+) -> Win32Result<()> {
+    let api = api()?;
+    let name: Vec<u16> = iqn.encode_utf16().chain([0]).collect();
+    // SAFETY: `initiator` is null or NUL-terminated and outlives the call (the callers keep
+    // it); `name` is NUL-terminated and `portal` a live portal structure, both outliving it.
+    let code = unsafe { (api.remove_persistent)(initiator, port, name.as_ptr(), portal) };
     status(code, 0)
 }
 

@@ -481,6 +481,14 @@ impl Win32 for SystemWin32 {
         scm::service_stop(name)
     }
 
+    fn service_create(&self, name: &str, command_line: &str) -> Win32Result<()> {
+        scm::service_create(name, command_line)
+    }
+
+    fn service_delete(&self, name: &str) -> Win32Result<()> {
+        scm::service_delete(name)
+    }
+
     fn service_active_dependents(&self, name: &str) -> Win32Result<Vec<String>> {
         scm::service_active_dependents(name)
     }
@@ -541,6 +549,10 @@ impl Win32 for SystemWin32 {
 
     fn iscsi_remove_persistent_target(&self, login: &PersistentLogin) -> Win32Result<()> {
         iscsi::remove_persistent_target(login)
+    }
+
+    fn iscsi_remove_persistent_target_without_initiator(&self, iqn: &str) -> Win32Result<()> {
+        iscsi::remove_persistent_target_without_initiator(iqn)
     }
 
     fn iscsi_session_devices(

@@ -5,12 +5,14 @@ use crate::windows::win::wide;
 use std::collections::HashMap;
 use windows::Win32::Foundation::{ERROR_INSUFFICIENT_BUFFER, ERROR_MORE_DATA, WIN32_ERROR};
 use windows::Win32::System::Services::{
-    CloseServiceHandle, ControlService, ENUM_SERVICE_STATUSW, EnumDependentServicesW,
-    OpenSCManagerW, OpenServiceW, QUERY_SERVICE_CONFIGW, QueryServiceConfig2W, QueryServiceConfigW,
-    QueryServiceStatusEx, SC_HANDLE, SC_MANAGER_CONNECT, SC_STATUS_PROCESS_INFO, SERVICE_ACTIVE,
-    SERVICE_CONFIG_FAILURE_ACTIONS_FLAG, SERVICE_CONTROL_STOP, SERVICE_ENUMERATE_DEPENDENTS,
-    SERVICE_FAILURE_ACTIONS_FLAG, SERVICE_QUERY_CONFIG, SERVICE_QUERY_STATUS, SERVICE_START,
-    SERVICE_STATUS, SERVICE_STATUS_PROCESS, SERVICE_STOP, StartServiceW,
+    CloseServiceHandle, ControlService, CreateServiceW, DeleteService, ENUM_SERVICE_STATUSW,
+    EnumDependentServicesW, OpenSCManagerW, OpenServiceW, QUERY_SERVICE_CONFIGW,
+    QueryServiceConfig2W, QueryServiceConfigW, QueryServiceStatusEx, SC_HANDLE, SC_MANAGER_CONNECT,
+    SC_MANAGER_CREATE_SERVICE, SC_STATUS_PROCESS_INFO, SERVICE_ACTIVE,
+    SERVICE_CONFIG_FAILURE_ACTIONS_FLAG, SERVICE_CONTROL_STOP, SERVICE_DEMAND_START,
+    SERVICE_ENUMERATE_DEPENDENTS, SERVICE_ERROR_NORMAL, SERVICE_FAILURE_ACTIONS_FLAG,
+    SERVICE_QUERY_CONFIG, SERVICE_QUERY_STATUS, SERVICE_START, SERVICE_STATUS,
+    SERVICE_STATUS_PROCESS, SERVICE_STOP, SERVICE_WIN32_OWN_PROCESS, StartServiceW,
 };
 use windows::Win32::System::SystemInformation::{FIRMWARE_TABLE_PROVIDER, GetSystemFirmwareTable};
 use windows::core::PCWSTR;
@@ -26,13 +28,22 @@ impl Drop for Sc {
     }
 }
 
+/// DELETE, the standard access right DeleteService needs ("Service Security and Access
+/// Rights": "Required to call the DeleteService function to delete the service").
+const DELETE: u32 = 0x0001_0000;
+
+/// Opens the local SCM's active database with exactly `rights`.
+fn open_scm(rights: u32) -> Win32Result<Sc> {
+    // SAFETY: null machine and database names mean the local SCM's active database.
+    unsafe { OpenSCManagerW(PCWSTR::null(), PCWSTR::null(), rights) }
+        .map(Sc)
+        .map_err(|e| os(&e))
+}
+
 /// Opens service `name` with exactly `rights` ("access rights for a service": each call asks
 /// only for what it uses, so an account granted SERVICE_START alone can still start one).
 fn open_service(name: &str, rights: u32) -> Win32Result<Sc> {
-    // SAFETY: null machine and database names mean the local SCM's active database.
-    let scm = unsafe { OpenSCManagerW(PCWSTR::null(), PCWSTR::null(), SC_MANAGER_CONNECT) }
-        .map(Sc)
-        .map_err(|e| os(&e))?;
+    let scm = open_scm(SC_MANAGER_CONNECT)?;
     let w = wide(name);
     // SAFETY: `w` is NUL-terminated and outlives the call; names are case-insensitive.
     unsafe { OpenServiceW(scm.0, PCWSTR(w.as_ptr()), rights) }
@@ -127,6 +138,46 @@ pub(super) fn service_stop(name: &str) -> Win32Result<()> {
     let mut st = SERVICE_STATUS::default();
     // SAFETY: `svc` holds SERVICE_STOP; `st` is valid for writes.
     unsafe { ControlService(svc.0, SERVICE_CONTROL_STOP, &mut st) }.map_err(|e| os(&e))
+}
+
+/// See [`crate::windows::os::Win32::service_create`]. CreateServiceW: with a null
+/// `lpServiceStartName` "the LocalSystem account" runs it; `lpBinaryPathName` is the command
+/// line, whose program path "must be quoted" when it contains a space (the caller quotes it).
+/// The handle it returns, asked for no rights, is closed at once.
+pub(super) fn service_create(name: &str, command_line: &str) -> Win32Result<()> {
+    let scm = open_scm(SC_MANAGER_CREATE_SERVICE)?;
+    let (w, cmd) = (wide(name), wide(command_line));
+    // SAFETY: `scm` holds SC_MANAGER_CREATE_SERVICE; `w` and `cmd` are NUL-terminated and
+    // outlive the call; every optional pointer is null (no group, tag, dependencies, account
+    // or password).
+    unsafe {
+        CreateServiceW(
+            scm.0,
+            PCWSTR(w.as_ptr()),
+            PCWSTR(w.as_ptr()),
+            0,
+            SERVICE_WIN32_OWN_PROCESS,
+            SERVICE_DEMAND_START,
+            SERVICE_ERROR_NORMAL,
+            PCWSTR(cmd.as_ptr()),
+            PCWSTR::null(),
+            None,
+            PCWSTR::null(),
+            PCWSTR::null(),
+            PCWSTR::null(),
+        )
+    }
+    .map(|h| drop(Sc(h)))
+    .map_err(|e| os(&e))
+}
+
+/// See [`crate::windows::os::Win32::service_delete`]. DeleteService "marks a service for
+/// deletion": the entry is removed once every handle to it is closed (this one is, on return)
+/// and the service is not running.
+pub(super) fn service_delete(name: &str) -> Win32Result<()> {
+    let svc = open_service(name, DELETE)?;
+    // SAFETY: `svc` holds DELETE.
+    unsafe { DeleteService(svc.0) }.map_err(|e| os(&e))
 }
 
 /// See [`crate::windows::os::Win32::service_active_dependents`].
