@@ -319,7 +319,7 @@ impl IscsiHost for WindowsIscsiHost {
         }
         let r = self
             .os(OP)?
-            .iscsi_login(iqn, &portal.address, portal.port, &auth);
+            .iscsi_login(iqn, &portal.address, portal.port, &auth, 0);
         // The secret is not needed past the call: wipe it now (dropping `auth` would too).
         data::wipe(&mut auth.secret);
         drop(auth);
