@@ -39,6 +39,7 @@ async fn a_named_iscsi_target_is_logged_in_timed_and_logged_out() {
             "iSCSI: DiscoverTargetPortal",
             "iSCSI: ConnectTarget",
             "iSCSI: GetTargetDisks after login",
+            "iSCSI: a second path to each LUN (multipath-enabled login)",
             "iSCSI: DisconnectTarget while its disk is held",
             "clean-up: iSCSI DisconnectTarget",
             "clean-up: iSCSI RemoveTargetPortal",
@@ -60,6 +61,20 @@ async fn a_named_iscsi_target_is_logged_in_timed_and_logged_out() {
         .answer;
     assert!(disks.contains("ms after ConnectTarget returned"), "{disks}");
     assert!(disks.contains("ledger row 83"), "{disks}");
+    // The second path: the LUN again as a disk of its own, one identity, offline.
+    let second = &o
+        .steps
+        .iter()
+        .find(|s| s.name.starts_with("iSCSI: a second path"))
+        .unwrap()
+        .answer;
+    assert!(
+        second.contains(&format!("reports disk {lun}'s page 83"))
+            && second.contains(", offline (disk")
+            && second.contains("settles ledger row 91")
+            && second.ends_with("the second session logged out"),
+        "{second}"
+    );
     assert_eq!(d.sim.iscsi_sessions(), 0, "the selftest's session is gone");
     let mut c = csi_proxy_client::iscsi::IscsiClient::connect(&d.connector)
         .await

@@ -133,6 +133,7 @@ async fn whole_flow(offline_all: bool) {
         "iSCSI: DiscoverTargetPortal",
         "iSCSI: ConnectTarget",
         "iSCSI: GetTargetDisks after login",
+        "iSCSI: a second path to each LUN (multipath-enabled login)",
         "iSCSI: DisconnectTarget while its disk is held",
         "SMB: NewSmbGlobalMapping of a missing share",
     ];

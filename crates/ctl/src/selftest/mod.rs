@@ -18,6 +18,7 @@ mod direct;
 mod held;
 pub mod hold;
 mod iscsi;
+mod paths;
 mod record;
 mod smb;
 mod stage;
@@ -116,6 +117,7 @@ pub async fn run(connector: &Connector, machine: Machine<'_>, opts: &Options) ->
             connector,
             opts.iscsi.as_ref(),
             opts.wait,
+            machine.os,
             machine.others,
         )
         .await;
