@@ -136,6 +136,7 @@ async fn whole_flow(offline_all: bool) {
         "iSCSI: a second path to each LUN (multipath-enabled login)",
         "iSCSI: DisconnectTarget while its disk is held",
         "SMB: NewSmbGlobalMapping of a missing share",
+        "SMB: a second user on a mapped server, by name and by address",
     ];
     assert_eq!(names(&o), want);
     // Without the flags the optional steps are listed, never run and never passed.
@@ -143,9 +144,15 @@ async fn whole_flow(offline_all: bool) {
         assert!(!s.ran && !s.ok, "{s:?}");
         assert_eq!(s.answer, "not run: needs --iscsi-portal and --iscsi-target");
     }
-    let smb = o.steps.last().unwrap();
+    let smb = &o.steps[o.steps.len() - 2];
     assert!(!smb.ran && !smb.ok, "{smb:?}");
     assert_eq!(smb.answer, "not run: needs --smb-server");
+    let names = o.steps.last().unwrap();
+    assert!(!names.ran && !names.ok, "{names:?}");
+    assert_eq!(
+        names.answer,
+        "not run: needs --smb-server naming a server this node already maps"
+    );
     let answer = |n: &str| &o.steps.iter().find(|s| s.name == n).unwrap().answer;
     assert!(answer("GetVirtualDiskPhysicalPath").ends_with(r"\\.\PhysicalDrive1"));
     assert!(answer("ListDiskLocations").contains("no SCSI address"));

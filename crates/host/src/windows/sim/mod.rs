@@ -289,6 +289,9 @@ struct State {
     san_offline_all: bool,
     /// A LUN's second path arrives online (a knob: ledger row 91 models it offline).
     redundant_paths_online: bool,
+    /// Server names the SMB client counts as one for error 1219 (a knob: ledger row 12 models
+    /// the name as written).
+    smb_same_server: Vec<(String, String)>,
 }
 
 /// The simulated Windows. Cheap to share: all state is behind one lock.
