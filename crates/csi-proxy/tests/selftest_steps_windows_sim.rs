@@ -1,6 +1,7 @@
 //! `csi-proxy-ctl selftest` over the simulated Windows, its optional and condition-making
 //! steps: the iSCSI steps against a simulated target, the SMB step under each way Windows may
-//! report a failed mapping, steps that cannot make their condition (no second process, no
+//! report a failed mapping (the steps that reach one LUN or server a second way are in
+//! `selftest_paths_windows_sim.rs`), steps that cannot make their condition (no second process, no
 //! links), the second process's own logic over the simulator, and every ledger row checked
 //! against the steps the selftest records.
 #![cfg(unix)]
@@ -39,12 +40,13 @@ async fn a_named_iscsi_target_is_logged_in_timed_and_logged_out() {
             "iSCSI: DiscoverTargetPortal",
             "iSCSI: ConnectTarget",
             "iSCSI: GetTargetDisks after login",
+            "iSCSI: a second path to each LUN (multipath-enabled login)",
             "iSCSI: DisconnectTarget while its disk is held",
             "clean-up: iSCSI DisconnectTarget",
             "clean-up: iSCSI RemoveTargetPortal",
         ]
     );
-    // Every step ran but the SMB one, which had no server.
+    // Every step ran but the SMB ones, which had no server.
     let not_run: Vec<&str> = o
         .steps
         .iter()
@@ -55,7 +57,8 @@ async fn a_named_iscsi_target_is_logged_in_timed_and_logged_out() {
         not_run,
         [
             "SMB: NewSmbGlobalMapping of a missing share",
-            "drives without media"
+            "SMB: a second user on a mapped server, by name and by address",
+            "drives without media",
         ]
     );
     let disks = &o
@@ -66,6 +69,20 @@ async fn a_named_iscsi_target_is_logged_in_timed_and_logged_out() {
         .answer;
     assert!(disks.contains("ms after ConnectTarget returned"), "{disks}");
     assert!(disks.contains("ledger row 83"), "{disks}");
+    // The second path: the LUN again as a disk of its own, one identity, offline.
+    let second = &o
+        .steps
+        .iter()
+        .find(|s| s.name.starts_with("iSCSI: a second path"))
+        .unwrap()
+        .answer;
+    assert!(
+        second.contains(&format!("reports disk {lun}'s page 83"))
+            && second.contains(", offline (disk")
+            && second.contains("settles ledger row 91")
+            && second.ends_with("the second session logged out"),
+        "{second}"
+    );
     assert_eq!(d.sim.iscsi_sessions(), 0, "the selftest's session is gone");
     let mut c = csi_proxy_client::iscsi::IscsiClient::connect(&d.connector)
         .await
@@ -137,38 +154,6 @@ async fn a_named_smb_server_shows_how_a_failed_mapping_is_reported() {
         assert!(step.answer.contains("ledger row 38"), "{}", step.answer);
         assert_eq!(d.sim.smb_roots(), Vec::<String>::new());
     }
-}
-
-/// A server the node already maps (a driver's mapping, here made with credentials) is refused
-/// before any call: its mapping is untouched.
-#[tokio::test(flavor = "multi_thread")]
-async fn an_smb_server_the_node_maps_is_left_alone() {
-    let d = SimDaemon::start().await;
-    d.sim.mkdir(r"C:\selftest");
-    d.sim.add_share(r"\\srv\data", Some(("user", "pw")));
-    let mut c = csi_proxy_client::smb::SmbClient::connect(&d.connector)
-        .await
-        .unwrap();
-    c.new_mapping(r"\\srv\data", "user", "pw").await.unwrap();
-    let opts = Options {
-        smb_server: Some(selftest::smb_server(d.sim.as_ref(), r"\\SRV")),
-        ..options()
-    };
-    let calls = d.sim.calls().get("smb_create_global_mapping").copied();
-    let o = run_with(&d, d.sim.as_ref(), &opts).await;
-    print(&o);
-    let failed = o.failed().expect("refused");
-    assert_eq!(failed.name, "SMB: NewSmbGlobalMapping of a missing share");
-    assert!(
-        failed.answer.contains("refusing server \"SRV\""),
-        "{}",
-        failed.answer
-    );
-    assert_eq!(d.sim.smb_roots(), vec![r"\\srv\data".to_string()]);
-    assert_eq!(
-        d.sim.calls().get("smb_create_global_mapping").copied(),
-        calls
-    );
 }
 
 /// Every row of the simulated Windows' ledger is documented, names a step this selftest

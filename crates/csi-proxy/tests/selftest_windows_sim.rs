@@ -136,8 +136,10 @@ async fn whole_flow(offline_all: bool) {
         "iSCSI: DiscoverTargetPortal",
         "iSCSI: ConnectTarget",
         "iSCSI: GetTargetDisks after login",
+        "iSCSI: a second path to each LUN (multipath-enabled login)",
         "iSCSI: DisconnectTarget while its disk is held",
         "SMB: NewSmbGlobalMapping of a missing share",
+        "SMB: a second user on a mapped server, by name and by address",
         "drives without media",
     ];
     assert_eq!(names(&o), want);
@@ -149,6 +151,12 @@ async fn whole_flow(offline_all: bool) {
     let smb = step(&o, "SMB: NewSmbGlobalMapping of a missing share");
     assert!(!smb.ran && !smb.ok, "{smb:?}");
     assert_eq!(smb.answer, "not run: needs --smb-server");
+    let by_name = step(&o, "SMB: a second user on a mapped server, by name and by address");
+    assert!(!by_name.ran && !by_name.ok, "{by_name:?}");
+    assert_eq!(
+        by_name.answer,
+        "not run: needs --smb-server naming a server this node already maps"
+    );
     let drives = step(&o, "drives without media");
     assert!(!drives.ran && !drives.ok, "{drives:?}");
     assert!(

@@ -127,9 +127,11 @@ struct SelftestArgs {
     /// The IQN of a test target on --iscsi-portal that nothing on this node uses.
     #[arg(long, requires = "iscsi_portal")]
     iscsi_target: Option<String>,
-    /// An SMB server (name or address) nothing on this node maps, for the optional SMB step: a
-    /// mapping of a share of the selftest's own name, which does not exist, without
-    /// credentials, to record how Windows reports the failure.
+    /// An SMB server (name or address) for the optional SMB steps. One this node does not map:
+    /// a mapping of a share of the selftest's own name, which does not exist, without
+    /// credentials, to record how Windows reports the failure. One this node maps (by name):
+    /// the same share mapped as a user that exists nowhere, by the name and by its address, to
+    /// record whether the client groups credentials by the name as written (error 1219).
     #[arg(long)]
     smb_server: Option<String>,
 }

@@ -7,16 +7,21 @@
 //! `LogoutIScsiTarget` answers for a session a device of which another process uses (ledger
 //! row 60). The holder is released before the clean-up logs out.
 //!
+//! Before that, a second login to the target with ISCSI_LOGIN_FLAG_MULTIPATH_ENABLED makes a
+//! second path to each LUN ([`super::paths`], ledger row 91), logged out again at once.
+//!
 //! Safe by construction: a target this node already has a session to is left alone (the
 //! selftest logs out only of the session it made), nothing is written to its LUNs, and a portal
 //! is removed again only when the selftest added it.
 
 use super::hold::{Hold, OtherProcess};
+use super::paths::{self, SessionId};
 use super::record::Stop;
 use super::{ms, poll, status};
 use csi_proxy_client::Connector;
 use csi_proxy_client::iscsi::{IscsiClient, Portal};
 use csi_proxy_formats::windows_buffers::iscsi::isdsc;
+use csi_proxy_host::windows::os::Win32;
 use std::time::{Duration, Instant};
 
 /// The test target the operator names.
@@ -35,14 +40,20 @@ pub const STEPS: &[&str] = &[
     "iSCSI: DiscoverTargetPortal",
     "iSCSI: ConnectTarget",
     "iSCSI: GetTargetDisks after login",
-    "iSCSI: DisconnectTarget while its disk is held",
+    paths::STEP,
+    HELD,
 ];
+
+/// The step whose logout runs while the selftest's second process holds the LUN's disk.
+const HELD: &str = "iSCSI: DisconnectTarget while its disk is held";
 
 /// What [`run`] leaves to undo.
 #[derive(Default)]
 struct Made {
     portal_added: bool,
     logged_in: bool,
+    /// The second path's session, made through the thin layer.
+    second: Option<SessionId>,
 }
 
 /// Runs the iSCSI steps against `target`, or lists them as not run; then undoes what it made.
@@ -51,6 +62,7 @@ pub(super) async fn run(
     connector: &Connector,
     target: Option<&IscsiTarget>,
     wait: Duration,
+    os: &dyn Win32,
     others: &dyn OtherProcess,
 ) {
     let Some(target) = target else {
@@ -64,10 +76,11 @@ pub(super) async fn run(
     if let Ok(disks) = flow(out, connector, target, wait, &mut client, &mut made).await
         && let Some(c) = client.as_mut()
     {
+        paths::run(out, connector, os, target, &disks, wait, &mut made.second).await;
         held_logout(out, c, target, disks, others, &mut made).await;
     }
     if let Some(c) = client.as_mut() {
-        clean_up(out, c, target, &made).await;
+        clean_up(out, c, os, target, &made).await;
     }
 }
 
@@ -167,7 +180,7 @@ async fn held_logout(
     others: &dyn OtherProcess,
     made: &mut Made,
 ) {
-    let (p, iqn, name) = (&target.portal, target.iqn.as_str(), STEPS[4]);
+    let (p, iqn, name) = (&target.portal, target.iqn.as_str(), HELD);
     let t = Instant::now();
     let Some(disk) = disks.first() else {
         return;
@@ -212,10 +225,22 @@ async fn held_logout(
 async fn clean_up(
     out: &mut super::Outcome,
     c: &mut IscsiClient,
+    os: &dyn Win32,
     target: &IscsiTarget,
     made: &Made,
 ) {
     let (p, iqn) = (&target.portal, target.iqn.as_str());
+    if let Some(id) = made.second {
+        let t = Instant::now();
+        let r = match os.iscsi_logout(id) {
+            Ok(()) => Ok(((), format!("the second session {id:x?} logged out"))),
+            Err(e) if e.code == isdsc::INVALID_SESSION_ID => {
+                Ok(((), format!("the second session {id:x?} had ended")))
+            }
+            Err(e) => Err(format!("LogoutIScsiTarget of the second session: {e}")),
+        };
+        let _ = out.record("clean-up: iSCSI LogoutIScsiTarget (second path)", t, r);
+    }
     if made.logged_in {
         let t = Instant::now();
         let r = c

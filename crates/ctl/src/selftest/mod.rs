@@ -19,15 +19,17 @@ mod drives;
 mod held;
 pub mod hold;
 mod iscsi;
+mod paths;
 mod record;
 mod scm;
 pub mod service;
 mod smb;
+mod smb_names;
 mod stage;
 
 pub use iscsi::IscsiTarget;
 pub use record::{Outcome, Step};
-pub use smb::{SmbServer, smb_server};
+pub use smb::{SmbServer, smb_server, smb_server_with};
 
 use csi_proxy_client::disk::DiskClient;
 use csi_proxy_client::filesystem::FilesystemClient;
@@ -59,7 +61,9 @@ pub struct Options {
     /// the iSCSI steps are listed as not run.
     pub iscsi: Option<IscsiTarget>,
     /// An SMB server to ask for a share that does not exist (`--smb-server`, with the node's
-    /// mappings of it from [`smb_server`]); without it the SMB step is listed as not run.
+    /// mappings of it and its address from [`smb_server`]): one the node does not map runs the
+    /// step of ledger row 38, one it maps the step of row 12; without it both are listed as not
+    /// run.
     pub smb_server: Option<SmbServer>,
     /// This program's path: the program of the scratch service (`selftest-service`, ledger row
     /// 40), whose release folder is the VHDX's path with `.release` added. Without it that step
@@ -132,10 +136,12 @@ pub async fn run(connector: &Connector, machine: Machine<'_>, opts: &Options) ->
             connector,
             opts.iscsi.as_ref(),
             opts.wait,
+            machine.os,
             machine.others,
         )
         .await;
         smb::run(&mut out, connector, opts.smb_server.as_ref()).await;
+        smb_names::run(&mut out, machine.os, opts.smb_server.as_ref());
         drives::run(&mut out, machine.os);
     }
     out

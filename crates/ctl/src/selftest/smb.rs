@@ -3,42 +3,91 @@
 //!
 //! Safe by construction: the share's name is the selftest's own (`csi-proxy-selftest-<pid>`),
 //! so no mapping of the node has its root and the daemon has none to reuse or replace; no
-//! credentials are sent (the node's own identity), so no account can be locked out. A server
-//! the node already maps is refused: a mapping without credentials to it could answer error
-//! 1219, on which the daemon removes that server's mappings no volume uses (its repair for a
-//! driver's request), which are not the selftest's. Should the server have a share of that
-//! name after all, the mapping made is removed at once.
+//! credentials are sent (the node's own identity), so no account can be locked out. With a
+//! server the node already maps the step is not run: a mapping without credentials to it
+//! could answer error 1219, on which the daemon removes that server's mappings no volume uses
+//! (its repair for a driver's request), which are not the selftest's. That server is the
+//! condition of the other SMB step ([`super::smb_names`], ledger row 12), which calls Windows
+//! itself. Should the server have a share of that name after all, the mapping made is removed
+//! at once.
 
 use super::status;
 use csi_proxy_client::Connector;
 use csi_proxy_client::smb::SmbClient;
 use csi_proxy_host::windows::os::Win32;
+use std::net::IpAddr;
 use std::time::Instant;
 
-/// The SMB server the operator names, and the node's global mappings of it (by the server name
-/// as written, as the SMB client groups them), or why they could not be read.
+/// The SMB server the operator names, the node's global mappings of it (by the server name as
+/// written, as the SMB client groups them) and of its address, or why they could not be read.
 #[derive(Debug, Clone)]
 pub struct SmbServer {
     /// Its name or address, as `\\<name>\share` would write it.
     pub name: String,
-    /// The node's mappings of it (`MSFT_SmbGlobalMapping`), read before the selftest starts.
-    pub mapped: Result<Vec<String>, String>,
+    /// The node's mappings of it (`MSFT_SmbGlobalMapping` `RemotePath` and `Status`), read
+    /// before the selftest starts.
+    pub mapped: Result<Vec<(String, u32)>, String>,
+    /// The address the name resolves to (IPv4 first) and the node's mappings of that address;
+    /// resolved only when the node has a connected mapping of the server (what the
+    /// name-and-address step needs), else why not.
+    pub address: Result<(IpAddr, Vec<String>), String>,
 }
 
-/// `server` with this node's global mappings of it, as `os` lists them.
+/// The mappings among `all` whose server is `server` as written (case-insensitive).
+fn of_server(all: &[(String, u32)], server: &str) -> Vec<(String, u32)> {
+    let prefix = format!(r"\\{}\", server.to_ascii_lowercase());
+    all.iter()
+        .filter(|(r, _)| r.to_ascii_lowercase().starts_with(&prefix))
+        .cloned()
+        .collect()
+}
+
+/// `server` with this node's global mappings of it, as `os` lists them, its address resolved
+/// by the system's resolver (`getaddrinfo`, port 445).
 pub fn smb_server(os: &dyn Win32, server: &str) -> SmbServer {
+    smb_server_with(os, server, &|name| {
+        use std::net::ToSocketAddrs;
+        let all: Vec<IpAddr> = (name, 445)
+            .to_socket_addrs()
+            .map_err(|e| format!("resolving {name}: {e}"))?
+            .map(|a| a.ip())
+            .collect();
+        all.iter()
+            .find(|a| a.is_ipv4())
+            .or(all.first())
+            .copied()
+            .ok_or(format!("{name} resolves to no address"))
+    })
+}
+
+/// [`smb_server`], the name resolved by `resolve`.
+pub fn smb_server_with(
+    os: &dyn Win32,
+    server: &str,
+    resolve: &dyn Fn(&str) -> Result<IpAddr, String>,
+) -> SmbServer {
     let name = server.trim_start_matches('\\').to_string();
-    let prefix = format!(r"\\{}\", name.to_ascii_lowercase());
-    let mapped = os
+    let all = os
         .smb_global_mappings()
-        .map(|all| {
-            all.into_iter()
-                .map(|(remote, _)| remote)
-                .filter(|r| r.to_ascii_lowercase().starts_with(&prefix))
-                .collect()
-        })
         .map_err(|e| format!("listing MSFT_SmbGlobalMapping: {e}"));
-    SmbServer { name, mapped }
+    let mapped = all
+        .as_ref()
+        .map(|a| of_server(a, &name))
+        .map_err(Clone::clone);
+    let address = match (&all, &mapped) {
+        _ if name.parse::<IpAddr>().is_ok() => Err(format!("{name} is an address, not a name")),
+        (Ok(all), Ok(m)) if m.iter().any(|(_, status)| *status == 0) => resolve(&name).map(|a| {
+            let listed = of_server(all, &a.to_string()).into_iter().map(|(r, _)| r);
+            (a, listed.collect())
+        }),
+        (Err(e), _) => Err(e.clone()),
+        _ => Err(format!("this node has no connected mapping of {name}")),
+    };
+    SmbServer {
+        name,
+        mapped,
+        address,
+    }
 }
 
 /// The step's recorded name.
@@ -58,15 +107,15 @@ pub(super) async fn run(
     match &server.mapped {
         Ok(m) if m.is_empty() => {}
         Ok(m) => {
-            let _ = out.record::<()>(
+            let roots: Vec<&str> = m.iter().map(|(r, _)| r.as_str()).collect();
+            out.not_run(
                 STEP,
-                t,
-                Err(format!(
-                    "refusing server {:?}: this node maps {m:?}; a mapping without credentials \
-                     could answer error 1219, on which the daemon removes that server's \
-                     mappings no volume uses; name a server nothing on the node maps",
+                format!(
+                    "not run: this node maps {roots:?} of server {:?}; a mapping without \
+                     credentials could answer error 1219, on which the daemon removes that \
+                     server's mappings no volume uses; name a server nothing on the node maps",
                     server.name
-                )),
+                ),
             );
             return;
         }

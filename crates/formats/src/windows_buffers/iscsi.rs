@@ -17,6 +17,12 @@ pub const LOGIN_OPTIONS_PASSWORD: u32 = 0x40;
 /// `ISCSI_LOGIN_OPTIONS_INFO_SPECIFIED` bit: `AuthType` is set.
 pub const LOGIN_OPTIONS_AUTH_TYPE: u32 = 0x80;
 
+/// `ISCSI_LOGIN_OPTIONS.LoginFlags` bit ISCSI_LOGIN_FLAG_MULTIPATH_ENABLED (0x2, as
+/// VDS_ILF_MULTIPATH_ENABLED): "the login is allowed to proceed and create a new login session
+/// even if there is already a login session to the target. Note: Multipathing software must be
+/// present or else data corruption may occur." Only the selftest's second path sets it.
+pub const LOGIN_FLAG_MULTIPATH_ENABLED: u32 = 0x2;
+
 /// `ISCSI_AUTH_TYPES`: no authentication.
 pub const ISCSI_NO_AUTH_TYPE: i32 = 0;
 /// `ISCSI_AUTH_TYPES`: one-way CHAP (the target authenticates the initiator).

@@ -82,7 +82,7 @@ fn is_session(s: &IscsiSession, portal: &TargetPortal, iqn: &str) -> Option<bool
 /// Calls `call` with a growing capacity while it answers ERROR_INSUFFICIENT_BUFFER, as the
 /// initiator's size-then-fetch calls require (the first call asks with `first`). `call` gets the
 /// attempt number too. A list that keeps growing meanwhile ends as ERROR_INSUFFICIENT_BUFFER.
-fn fetch_os<T>(
+pub fn fetch_os<T>(
     first: usize,
     mut call: impl FnMut(usize, usize) -> Win32Result<T>,
 ) -> Win32Result<T> {
@@ -319,7 +319,7 @@ impl IscsiHost for WindowsIscsiHost {
         }
         let r = self
             .os(OP)?
-            .iscsi_login(iqn, &portal.address, portal.port, &auth);
+            .iscsi_login(iqn, &portal.address, portal.port, &auth, 0);
         // The secret is not needed past the call: wipe it now (dropping `auth` would too).
         data::wipe(&mut auth.secret);
         drop(auth);

@@ -129,15 +129,31 @@ struct Listed {
 /// provider's extended error object. The last two are worded here as the SMB failures are; anything
 /// else as the seam reports it.
 fn call_error(op: &str, object: &str, e: &OsError) -> Error {
-    let code = e
-        .extended
-        .or_else(|| (win32_code(e.code) != e.code).then_some(e.code));
-    match code {
+    match code_in(e) {
         Some(code) => {
             let (kind, why) = failure(code);
             Error::new(kind, op, object, why)
         }
         None => os_error(op, object, e, &[]),
+    }
+}
+
+/// The Win32 code a failed mapping method's call carries: in the provider's extended error
+/// object, or as `HRESULT_FROM_WIN32(code)` (kept as the HRESULT); `None` for any other failure.
+fn code_in(e: &OsError) -> Option<u32> {
+    e.extended
+        .or_else(|| (win32_code(e.code) != e.code).then_some(e.code))
+}
+
+/// The Win32 code a mapping method (`MSFT_SmbGlobalMapping.Create`, `Remove`) answered,
+/// whichever of the three encodings carried it (0: success); the failure itself when it
+/// carries none. For the selftest, which calls the methods itself.
+pub fn method_code(answer: Win32Result<ReturnValue>) -> std::result::Result<u32, String> {
+    match answer {
+        Ok(ReturnValue::Absent) => Ok(0),
+        Ok(ReturnValue::Code(c)) => Ok(c),
+        Ok(ReturnValue::Unexpected(v)) => Err(format!("a ReturnValue that is no code: {v}")),
+        Err(e) => code_in(&e).map(win32_code).ok_or_else(|| e.to_string()),
     }
 }
 

@@ -506,13 +506,15 @@ pub trait Win32: FileApi + Send + Sync {
     /// `needed` bytes.
     fn iscsi_sessions(&self, capacity: usize) -> Win32Result<Vec<IscsiSession>>;
     /// `LoginIScsiTargetW(iqn, not informational, any initiator and port, portal, login options
-    /// from `auth`, not persistent)`.
+    /// from `auth` with `LoginFlags` `flags`, not persistent)`. The daemon's logins pass no
+    /// flags; only the selftest's second path passes ISCSI_LOGIN_FLAG_MULTIPATH_ENABLED.
     fn iscsi_login(
         &self,
         iqn: &str,
         address: &str,
         port: u16,
         auth: &csi_proxy_formats::windows_buffers::iscsi::LoginAuth,
+        flags: u32,
     ) -> Win32Result<()>;
     /// `LogoutIScsiTarget(session)`.
     fn iscsi_logout(&self, session: (u64, u64)) -> Win32Result<()>;

@@ -471,9 +471,10 @@ impl Win32 for SimWindows {
         address: &str,
         port: u16,
         auth: &csi_proxy_formats::windows_buffers::iscsi::LoginAuth,
+        flags: u32,
     ) -> Win32Result<()> {
         let mut s = self.enter("iscsi_login")?;
-        iscsi::login(&mut s, iqn, address, port, auth)
+        iscsi::login(&mut s, iqn, address, port, auth, flags)
     }
 
     fn iscsi_logout(&self, session: (u64, u64)) -> Win32Result<()> {

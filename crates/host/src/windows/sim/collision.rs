@@ -43,17 +43,13 @@ impl State {
     }
 }
 
-impl SimWindows {
-    /// Attaches a block-for-block copy of disk `source` at `lun` (a snapshot or clone of it
-    /// restored on this node): the same layout, IDs and contents, its volumes formatted as the
-    /// source's were. It arrives offline when it collides with an online disk, as Windows
-    /// keeps it. Returns its number.
-    pub fn add_disk_copy(&self, source: u32, lun: u8) -> u32 {
-        let Some(src) = self.lock().disks.get(&source).cloned() else {
-            return u32::MAX;
-        };
-        let n = self.add_disk(src.size, lun);
-        let mut s = self.lock();
+impl State {
+    /// [`SimWindows::add_disk_copy`] with the state held; `None` when `source` is not on the
+    /// machine.
+    pub(super) fn copy_disk(&mut self, source: u32, lun: u8) -> Option<u32> {
+        let src = self.disks.get(&source).cloned()?;
+        let n = self.new_disk(src.size, lun);
+        let s = self;
         let collides = {
             let d = s.disks.get_mut(&n).expect("just added");
             d.style = src.style;
@@ -79,7 +75,34 @@ impl SimWindows {
                 (s.volumes[v].fs, s.volumes[v].fs_size, s.volumes[v].head) = (fs, fs_size, head);
             }
         }
-        n
+        Some(n)
+    }
+
+    /// [`SimWindows::add_disk_path`] with the state held; `None` when `source` is not on the
+    /// machine.
+    pub(super) fn surface_path(&mut self, source: u32, lun: u8) -> Option<u32> {
+        let (page83, serial, online) = self
+            .disks
+            .get(&source)
+            .map(|d| (d.page83.clone(), d.serial.clone(), !d.offline))?;
+        let n = self.copy_disk(source, lun)?;
+        if let Some(d) = self.disks.get_mut(&n) {
+            (d.page83, d.serial) = (page83, serial);
+            // A knob's Windows that does not keep the redundant path offline (what the
+            // selftest's second path would show; ledger row 91) surfaces it online.
+            d.offline = !self.redundant_paths_online && (d.offline || online);
+        }
+        Some(n)
+    }
+}
+
+impl SimWindows {
+    /// Attaches a block-for-block copy of disk `source` at `lun` (a snapshot or clone of it
+    /// restored on this node): the same layout, IDs and contents, its volumes formatted as the
+    /// source's were. It arrives offline when it collides with an online disk, as Windows
+    /// keeps it. Returns its number.
+    pub fn add_disk_copy(&self, source: u32, lun: u8) -> u32 {
+        self.lock().copy_disk(source, lun).unwrap_or(u32::MAX)
     }
 
     /// Surfaces disk `source`'s LUN a second time at `lun`: another path to the same storage
@@ -90,20 +113,13 @@ impl SimWindows {
     /// not refused (the worst reading). The two disks' contents are the same at arrival; the
     /// model does not mirror later writes of one into the other. Returns its number.
     pub fn add_disk_path(&self, source: u32, lun: u8) -> u32 {
-        let n = self.add_disk_copy(source, lun);
-        let mut s = self.lock();
-        let Some((page83, serial, online)) = s
-            .disks
-            .get(&source)
-            .map(|d| (d.page83.clone(), d.serial.clone(), !d.offline))
-        else {
-            return n;
-        };
-        if let Some(d) = s.disks.get_mut(&n) {
-            (d.page83, d.serial) = (page83, serial);
-            d.offline |= online;
-        }
-        n
+        self.lock().surface_path(source, lun).unwrap_or(u32::MAX)
+    }
+
+    /// From now on a LUN's second path arrives online (or, by default, offline while the
+    /// first is online): a Windows other than the one ledger row 91 models.
+    pub fn set_redundant_paths_online(&self, online: bool) {
+        self.lock().redundant_paths_online = online;
     }
 
     /// Pairs of online disks that share a unique ID (GPT disk or partition GUID, MBR

@@ -6,7 +6,11 @@
 //!   test sees how many discoveries a request cost);
 //! - a login needs the target discovered (else ISDSC_TARGET_NOT_FOUND), the target's CHAP
 //!   credentials when it has some (else ISDSC_LOGIN_FAILED), and answers
-//!   ISDSC_TARGET_ALREADY_LOGGED_IN for a second session;
+//!   ISDSC_TARGET_ALREADY_LOGGED_IN for a second session, unless the login's `LoginFlags` has
+//!   ISCSI_LOGIN_FLAG_MULTIPATH_ENABLED ("the login is allowed to proceed and create a new
+//!   login session even if there is already a login session to the target"): then, without
+//!   MPIO, the second session surfaces each of the target's LUNs again, as a disk of its own
+//!   reporting the LUN's identity, offline while the first is online (ledger row 91);
 //! - a target's LUN disks are not on the machine before a login: they arrive asynchronously
 //!   after it (the arrival delay; until then `GetDevicesForIScsiSessionW` lists none, and the
 //!   next enumeration of disks does not list them), and leave with the logout (ledger row 83);
@@ -52,6 +56,10 @@ struct Session {
     /// When Plug and Play has surfaced its LUNs' disks: they arrive asynchronously after the
     /// login (the arrival delay), and the session lists no device before.
     devices_due: std::time::Duration,
+    /// A multipath-enabled second session: the LUN disks (of the first session) it surfaces
+    /// again as second paths when its devices are due; its `disks` are those paths, which
+    /// leave the machine with it.
+    paths_of: Option<Vec<u32>>,
 }
 
 /// The initiator's state.
@@ -224,6 +232,7 @@ pub(super) fn login(
     address: &str,
     port: u16,
     auth: &data::LoginAuth,
+    flags: u32,
 ) -> Win32Result<()> {
     let devices_due = s.clock + s.arrival_delay;
     let i = s.initiator()?;
@@ -243,19 +252,33 @@ pub(super) fn login(
         return Err(err(LOGIN_FAILED));
     }
     // "The target has already been logged in via an iSCSI session": through any portal
-    // (without MPIO a second session to the same target is refused).
-    if i.sessions.iter().any(|x| x.iqn == iqn) {
-        return Err(err(isdsc::TARGET_ALREADY_LOGGED_IN));
-    }
+    // (without MPIO a second session to the same target is refused), unless the login is
+    // multipath-enabled: then it is a second path to each LUN.
+    let first = i
+        .sessions
+        .iter()
+        .find(|x| x.iqn == iqn && x.paths_of.is_none());
+    let paths_of = match first {
+        Some(_) if flags & data::LOGIN_FLAG_MULTIPATH_ENABLED == 0 => {
+            return Err(err(isdsc::TARGET_ALREADY_LOGGED_IN));
+        }
+        Some(_) => Some(target.disks.clone()),
+        None => None,
+    };
     i.next_session += 1;
     let id = (0xfeed, i.next_session);
     i.sessions.push(Session {
         id,
         iqn: iqn.into(),
         portal: p,
-        disks: target.disks,
+        disks: if paths_of.is_some() {
+            Vec::new()
+        } else {
+            target.disks
+        },
         reconnecting: None,
         devices_due,
+        paths_of,
     });
     Ok(())
 }
@@ -283,6 +306,30 @@ impl State {
                 self.volumes[v].arrives = now;
             }
         }
+        // Second sessions surface the LUNs again, each as a second path (at the first
+        // session's LUN number, through the next initiator port).
+        for x in 0..self.iscsi.sessions.len() {
+            let session = &mut self.iscsi.sessions[x];
+            if session.devices_due > now {
+                continue;
+            }
+            let Some(sources) = session.paths_of.as_mut().map(std::mem::take) else {
+                continue;
+            };
+            for source in sources {
+                let Some(lun) = self.disks.get(&source).map(|d| d.scsi.map_or(0, |a| a.3)) else {
+                    continue;
+                };
+                if let Some(n) = self.surface_path(source, lun) {
+                    if let Some(d) = self.disks.get_mut(&n) {
+                        d.scsi = d
+                            .scsi
+                            .map(|(port, bus, target, lun)| (port + 1, bus, target, lun));
+                    }
+                    self.iscsi.sessions[x].disks.push(n);
+                }
+            }
+        }
     }
 }
 
@@ -297,7 +344,7 @@ pub(super) fn logout(s: &mut State, session: (u64, u64)) -> Win32Result<()> {
     let Some(x) = i.sessions.iter().find(|x| x.id == session) else {
         return Err(err(isdsc::INVALID_SESSION_ID));
     };
-    let disks = x.disks.clone();
+    let (disks, second_path) = (x.disks.clone(), x.paths_of.is_some());
     if disks
         .iter()
         .any(|&d| super::holders::in_use_elsewhere(s, d))
@@ -305,9 +352,12 @@ pub(super) fn logout(s: &mut State, session: (u64, u64)) -> Win32Result<()> {
         return Err(err(isdsc::DEVICE_BUSY_ON_SESSION));
     }
     s.initiator()?.sessions.retain(|x| x.id != session);
-    // The session's LUNs leave the machine with it.
+    // The session's LUNs leave the machine with it; a second session's paths are gone for
+    // good (a new one surfaces new paths).
     for disk in disks {
-        if let Some(kept) = s.unplug(disk) {
+        if let Some(kept) = s.unplug(disk)
+            && !second_path
+        {
             s.iscsi.parked.insert(disk, kept);
         }
     }

@@ -277,3 +277,54 @@ fn a_disk_arriving_while_a_lun_is_parked_never_takes_its_number() {
         );
     }
 }
+
+/// A multipath-enabled second login to a target with a session (LoginFlags
+/// ISCSI_LOGIN_FLAG_MULTIPATH_ENABLED) is a second session, which without MPIO surfaces each
+/// LUN again: a disk of its own reporting the LUN's identity, offline while the first is online
+/// (ledger row 91). It leaves with its logout; a second login without the flag is still
+/// refused (row 31).
+#[test]
+fn a_multipath_login_surfaces_each_lun_again_as_an_offline_second_path() {
+    use crate::windows::disk::WindowsDiskHost;
+    use crate::windows::os::Win32;
+    use csi_proxy_core::disk::DiskHost;
+    use csi_proxy_formats::windows_buffers::iscsi::{
+        self as data, LOGIN_FLAG_MULTIPATH_ENABLED, isdsc,
+    };
+    let (sim, h) = host();
+    let lun = sim.add_disk(1 << 30, 4);
+    sim.add_iscsi_target("10.0.0.5", 3260, IQN, &[lun], None);
+    h.add_target_portal(&portal()).unwrap();
+    h.connect_target(&portal(), IQN, &no_chap()).unwrap();
+    assert_eq!(h.get_target_disks(&portal(), IQN).unwrap(), [lun]);
+    let auth = data::login_auth(&no_chap()).unwrap();
+    let again = sim
+        .iscsi_login(IQN, "10.0.0.5", 3260, &auth, 0)
+        .unwrap_err();
+    assert_eq!(again.code, isdsc::TARGET_ALREADY_LOGGED_IN);
+    sim.iscsi_login(IQN, "10.0.0.5", 3260, &auth, LOGIN_FLAG_MULTIPATH_ENABLED)
+        .unwrap();
+    let sessions = Win32::iscsi_sessions(sim.as_ref(), 1 << 16).unwrap();
+    assert_eq!(sessions.len(), 2);
+    let second = sessions[1].id;
+    // Plug and Play surfaces the second path after the login returns, as the first.
+    assert_eq!(sim.iscsi_session_devices(second, 8).unwrap(), []);
+    Win32::sleep(sim.as_ref(), std::time::Duration::from_secs(1));
+    let paths = sim.iscsi_session_devices(second, 8).unwrap();
+    assert_eq!(paths.len(), 1);
+    let path = paths[0].1;
+    assert_ne!(path, lun);
+    let ids = WindowsDiskHost::with_os(sim.clone())
+        .list_disk_ids()
+        .unwrap();
+    assert_eq!(ids.get(&path), ids.get(&lun), "one identity through both");
+    assert_eq!(sim.disk_attributes(path).map(|a| a.0), Some(true));
+    assert_eq!(sim.disk_attributes(lun).map(|a| a.0), Some(false));
+    sim.iscsi_logout(second).unwrap();
+    assert_eq!(
+        sim.disk_attributes(path),
+        None,
+        "the path left with its session"
+    );
+    assert_eq!(h.get_target_disks(&portal(), IQN).unwrap(), [lun]);
+}

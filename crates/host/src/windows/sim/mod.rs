@@ -289,6 +289,11 @@ struct State {
     unsurfaced: BTreeMap<u32, (Duration, std::time::Instant)>,
     /// SAN policy OfflineAll: every newly discovered disk arrives offline and read-only.
     san_offline_all: bool,
+    /// A LUN's second path arrives online (a knob: ledger row 91 models it offline).
+    redundant_paths_online: bool,
+    /// Server names the SMB client counts as one for error 1219 (a knob: ledger row 12 models
+    /// the name as written).
+    smb_same_server: Vec<(String, String)>,
 }
 
 /// The simulated Windows. Cheap to share: all state is behind one lock.
@@ -573,48 +578,7 @@ impl SimWindows {
     /// Attaches a new RAW disk of `size` bytes at SCSI LUN `lun` (port 0, target 0), and
     /// returns its number.
     pub fn add_disk(&self, size: u64, lun: u8) -> u32 {
-        let mut s = self.lock();
-        // A LUN parked off the machine (its target not logged in to) keeps its number: a new
-        // disk never takes it, or the LUN's arrival would replace that disk.
-        let n = s
-            .disks
-            .keys()
-            .chain(s.iscsi.parked_numbers())
-            .max()
-            .map_or(0, |n| n + 1);
-        s.disks.insert(
-            n,
-            Disk {
-                size,
-                pending_size: None,
-                style: STYLE_RAW,
-                disk_id: Uuid::nil(),
-                usable_start: 0,
-                usable_length: 0,
-                parts: Vec::new(),
-                offline: false,
-                read_only: false,
-                persisted: (false, false),
-                volumes_leave: Duration::ZERO,
-                sector: SECTOR,
-                keep_usable: false,
-                removing: None,
-                msr_due: Duration::ZERO,
-                data: BTreeMap::new(),
-                scsi: Some((0, 0, 0, lun)),
-                page83: DeviceId::Ascii(format!("sim-disk-{n}")),
-                serial: format!("SIM{n:04}"),
-            },
-        );
-        if s.san_offline_all
-            && let Some(d) = s.disks.get_mut(&n)
-        {
-            // "offlineAll. Specifies that all new disks are left offline by default"; "Disks
-            // that are left offline are read-only by default".
-            (d.offline, d.read_only) = (true, true);
-            d.persisted = (true, true);
-        }
-        n
+        self.lock().new_disk(size, lun)
     }
 
     /// Sets the SAN policy to OfflineAll (`san policy=OfflineAll`): every disk discovered from
@@ -823,3 +787,50 @@ mod tests;
 mod vhd_tests;
 #[cfg(test)]
 mod wmi_tests;
+
+impl State {
+    /// [`SimWindows::add_disk`] with the state already held.
+    pub(super) fn new_disk(&mut self, size: u64, lun: u8) -> u32 {
+        // A LUN parked off the machine (its target not logged in to) keeps its number: a new
+        // disk never takes it, or the LUN's arrival would replace that disk.
+        let n = self
+            .disks
+            .keys()
+            .chain(self.iscsi.parked_numbers())
+            .max()
+            .map_or(0, |n| n + 1);
+        self.disks.insert(
+            n,
+            Disk {
+                size,
+                pending_size: None,
+                style: STYLE_RAW,
+                disk_id: Uuid::nil(),
+                usable_start: 0,
+                usable_length: 0,
+                parts: Vec::new(),
+                offline: false,
+                read_only: false,
+                persisted: (false, false),
+                volumes_leave: Duration::ZERO,
+                sector: SECTOR,
+                keep_usable: false,
+                removing: None,
+                msr_due: Duration::ZERO,
+                data: BTreeMap::new(),
+                scsi: Some((0, 0, 0, lun)),
+                page83: DeviceId::Ascii(format!("sim-disk-{n}")),
+                serial: format!("SIM{n:04}"),
+            },
+        );
+        if self.san_offline_all
+            && let Some(d) = self.disks.get_mut(&n)
+        {
+            // "offlineAll. Specifies that all new disks are left offline by default"; "Disks
+            // that are left offline are read-only by default".
+            (d.offline, d.read_only) = (true, true);
+            d.persisted = (true, true);
+        }
+        n
+    }
+}

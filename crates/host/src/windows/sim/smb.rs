@@ -1,7 +1,9 @@
 //! Simulated SMB: servers' shares and the node-wide mappings `MSFT_SmbGlobalMapping` lists,
 //! as Windows treats them:
 //! - one set of credentials per server and logon session: a second mapping to the same server
-//!   with other credentials fails with error 1219;
+//!   with other credentials fails with error 1219, the server being the name as written in the
+//!   path (`\\srv` and its address are two servers to the client; ledger row 12), unless a
+//!   test makes the client group a name with an address ([`SimWindows::set_smb_same_server`]);
 //! - a mapping of a root already mapped fails with ERROR_ALREADY_ASSIGNED (85);
 //! - wrong credentials fail with ERROR_LOGON_FAILURE (1326), an unknown server with
 //!   ERROR_BAD_NETPATH (53), an unknown share with ERROR_BAD_NET_NAME (67);
@@ -164,9 +166,17 @@ pub(super) fn create(
         return 85;
     }
     let server = server_of(&root).to_string();
-    let conflict = s.smb_mappings.iter().any(|(r, m)| {
-        server_of(r).eq_ignore_ascii_case(&server) && m.credential.as_deref() != credential
-    });
+    let same = |other: &str| {
+        other.eq_ignore_ascii_case(&server)
+            || s.smb_same_server.iter().any(|(a, b)| {
+                (a.eq_ignore_ascii_case(&server) && b.eq_ignore_ascii_case(other))
+                    || (b.eq_ignore_ascii_case(&server) && a.eq_ignore_ascii_case(other))
+            })
+    };
+    let conflict = s
+        .smb_mappings
+        .iter()
+        .any(|(r, m)| same(server_of(r)) && m.credential.as_deref() != credential);
     if conflict {
         return 1219;
     }
@@ -266,6 +276,15 @@ impl SimWindows {
     /// (a directory `FindFirstFileW` cannot list), or sees them all again (`None`).
     pub fn set_link_scan_incomplete(&self, why: Option<&str>) {
         self.lock().link_scan_incomplete = why.map(str::to_string);
+    }
+
+    /// From now on the client counts `name` and `address` as one server for error 1219 (as if
+    /// it grouped sessions by the resolved address): a Windows other than the one ledger row
+    /// 12 models, for the selftest's step that tells the two apart.
+    pub fn set_smb_same_server(&self, name: &str, address: &str) {
+        self.lock()
+            .smb_same_server
+            .push((name.to_string(), address.to_string()));
     }
 
     /// How failed SMB mapping methods answer from now on.

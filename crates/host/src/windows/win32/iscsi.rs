@@ -332,6 +332,7 @@ pub(super) fn login(
     address: &str,
     port: u16,
     auth: &data::LoginAuth,
+    flags: u32,
 ) -> Win32Result<()> {
     let api = api()?;
     let name: Vec<u16> = iqn.encode_utf16().chain([0]).collect();
@@ -342,6 +343,8 @@ pub(super) fn login(
     let mut options = ISCSI_LOGIN_OPTIONS {
         Version: data::LOGIN_OPTIONS_VERSION,
         InformationSpecified: auth.info_specified,
+        // ISCSI_LOGIN_OPTIONS.LoginFlags: "A bitwise OR of login flags"; 0 for the daemon.
+        LoginFlags: flags,
         AuthType: ISCSI_AUTH_TYPES(auth.auth_type),
         ..Default::default()
     };

@@ -535,8 +535,9 @@ impl Win32 for SystemWin32 {
         address: &str,
         port: u16,
         auth: &csi_proxy_formats::windows_buffers::iscsi::LoginAuth,
+        flags: u32,
     ) -> Win32Result<()> {
-        iscsi::login(iqn, address, port, auth)
+        iscsi::login(iqn, address, port, auth, flags)
     }
 
     fn iscsi_logout(&self, session: (u64, u64)) -> Win32Result<()> {
