@@ -20,6 +20,7 @@ mod held;
 pub mod hold;
 mod iscsi;
 mod record;
+mod renames;
 mod smb;
 mod stage;
 
