@@ -203,11 +203,15 @@ fn rename_answers(os: &dyn Win32, dir: &str, handles: &mut Vec<u64>) -> Result<S
         handles.push(h);
         Ok::<u64, String>(h)
     };
-    let pin = open(
-        &a,
-        access::READ_ATTRIBUTES,
-        access::SHARE_READ | access::SHARE_WRITE,
-    )?;
+    // Held only across the first rename (it would refuse the second), so closed here.
+    let pin = os
+        .open_entry(
+            &utf16(&a),
+            access::READ_ATTRIBUTES,
+            access::SHARE_READ | access::SHARE_WRITE,
+            false,
+        )
+        .map_err(|e| format!("CreateFileW {a}: {e}"))?;
     let held = os.rename_entry(&utf16(&a), &utf16(&b));
     os.close(pin);
     if held.is_ok() {
@@ -302,6 +306,19 @@ fn listing_answers(
         }
         rest.extend(got);
     }
+    listing_verdict(names, &first, &rest, ended, reads)
+}
+
+/// Whether a listing of `names` answered as ledger row 86 models, the entries `first`
+/// returned deleted before `rest` was read (in `reads` reads in all, the last empty when
+/// `ended`): each entry not yet returned once, none again, nothing else, then the end.
+pub(super) fn listing_verdict(
+    names: &[String],
+    first: &[String],
+    rest: &[String],
+    ended: bool,
+    reads: usize,
+) -> Result<String, String> {
     let all: BTreeSet<&str> = names.iter().map(String::as_str).collect();
     let returned: BTreeSet<&str> = first.iter().map(String::as_str).collect();
     let mut seen = BTreeSet::new();
@@ -321,9 +338,10 @@ fn listing_answers(
         .copied()
         .collect();
     let answer = format!(
-        "FileIdBothDirectoryInfo in {LISTING_BUFFER}-byte reads of {ENTRIES} folders: the first \
+        "FileIdBothDirectoryInfo in {LISTING_BUFFER}-byte reads of {} folders: the first \
          entries returned ({}) deleted, then {} entries in {reads} reads in all, {}; repeated: \
          {repeated:?}, never returned: {missing:?}, not made: {unknown:?}",
+        names.len(),
         first.join(", "),
         rest.len(),
         if ended { "then the end" } else { "NO end" },
