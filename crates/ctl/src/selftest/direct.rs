@@ -1,8 +1,11 @@
 //! Conditions the daemon's API cannot make, made by the selftest itself through the thin Win32
-//! layer on its own objects only, then undone: its disk made read-only (ledger row 21), its
-//! partition hidden while the disk is online (row 53), and a chain of 64 links in its scratch
-//! folder (row 36); and a copy of its VHDX attached beside it (row 71, `copy.rs`). Each step records what Windows answered and fails, naming the row, when
-//! that is not what the simulated Windows models; the next step still runs.
+//! layer on its own objects only, then undone: its disk made read-only (ledger row 21, and the
+//! extend on it inside the grow flow, `stage.rs`), its partition hidden while the disk is online
+//! (row 53), a chain of 64 links in its scratch folder (row 36), folders renamed and a listing
+//! read while its entries are deleted (rows 37 and 86, `renames.rs`), and a copy of its VHDX
+//! attached beside it (row 71, `copy.rs`). Each step records what Windows answered and fails,
+//! naming the row, when that is not what the simulated Windows models; the next step still
+//! runs.
 
 use super::record::Stop;
 use super::{Selftest, ms, poll, status};
