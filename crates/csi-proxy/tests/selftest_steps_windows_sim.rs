@@ -419,3 +419,54 @@ async fn an_empty_drive_is_read_and_settles_its_row() {
         assert_eq!(mps, [r"C:\", r"D:\"]);
     }
 }
+
+/// The steps made in the scratch folder for ledger rows 37 and 86 and the extend on the
+/// read-only disk (row 21) settle their rows over the simulated Windows; a node that refuses
+/// renaming a folder with a handle open below it (kinder than the model) is reported as
+/// settling row 37, not failed; one whose rename of a folder held without FILE_SHARE_DELETE
+/// answers anything but ERROR_SHARING_VIOLATION fails naming row 37. Nothing is left behind.
+#[tokio::test(flavor = "multi_thread")]
+async fn renames_listing_and_extend_steps_settle_their_rows() {
+    const RENAME: &str = "rename of a held folder, and of one held below";
+    for (faults, ok, want) in [
+        (vec![], true, "settles ledger row 37: the folder moved"),
+        (
+            vec![code::SHARING_VIOLATION, code::ACCESS_DENIED],
+            true,
+            "settles ledger row 37: this node refuses",
+        ),
+        (
+            vec![code::ACCESS_DENIED],
+            false,
+            "ledger row 37 models ERROR_SHARING_VIOLATION",
+        ),
+    ] {
+        let d = SimDaemon::start().await;
+        d.sim.mkdir(r"C:\selftest");
+        for c in &faults {
+            d.sim.fail_next("rename_entry", OsError::new(*c));
+        }
+        let o = run_with(&d, d.sim.as_ref(), &options()).await;
+        print(&o);
+        let s = step(&o, RENAME);
+        assert_eq!(s.ok, ok, "{faults:?}: {s:?}");
+        assert!(s.answer.contains(want), "{faults:?}: {}", s.answer);
+        let failed = failed_steps(&o);
+        assert_eq!(failed, if ok { vec![] } else { vec![RENAME] });
+        for other in [
+            "listing read while its entries are deleted",
+            "read-only disk: FSCTL_EXTEND_VOLUME after a grow",
+        ] {
+            let s = step(&o, other);
+            assert!(s.ok && s.answer.contains("settles ledger row"), "{s:?}");
+        }
+        assert!(
+            step(&o, "read-only disk: FSCTL_EXTEND_VOLUME after a grow")
+                .answer
+                .contains("The media is write protected")
+        );
+        // The scratch folder gone: a handle left open below it would have kept it
+        // delete-pending, still there.
+        nothing_left(&d.sim);
+    }
+}

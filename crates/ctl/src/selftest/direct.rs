@@ -1,8 +1,11 @@
 //! Conditions the daemon's API cannot make, made by the selftest itself through the thin Win32
-//! layer on its own objects only, then undone: its disk made read-only (ledger row 21), its
-//! partition hidden while the disk is online (row 53), and a chain of 64 links in its scratch
-//! folder (row 36); and a copy of its VHDX attached beside it (row 71, `copy.rs`). Each step records what Windows answered and fails, naming the row, when
-//! that is not what the simulated Windows models; the next step still runs.
+//! layer on its own objects only, then undone: its disk made read-only (ledger row 21, and the
+//! extend on it inside the grow flow, `stage.rs`), its partition hidden while the disk is online
+//! (row 53), a chain of 64 links in its scratch folder (row 36), folders renamed and a listing
+//! read while its entries are deleted (rows 37 and 86, `renames.rs`), and a copy of its VHDX
+//! attached beside it (row 71, `copy.rs`). Each step records what Windows answered and fails,
+//! naming the row, when that is not what the simulated Windows models; the next step still
+//! runs.
 
 use super::record::Stop;
 use super::{Selftest, ms, poll, status};
@@ -10,6 +13,8 @@ use csi_proxy_formats::windows_buffers::ioctl as io;
 use csi_proxy_formats::windows_buffers::layout::{
     BASIC_DATA, HIDDEN, Layout, gpt_layout_with, parse_drive_layout,
 };
+use csi_proxy_formats::windows_buffers::volume::extend_sectors;
+use csi_proxy_host::windows::disk::volume_device;
 use csi_proxy_host::windows::os::files::{access, create_symlink, utf16};
 use csi_proxy_host::windows::os::{self, Handle, OsError, ReturnValue, code};
 use std::time::Instant;
@@ -19,7 +24,12 @@ pub const STEPS: &[&str] = &[
     "read-only disk: layout and grow controls",
     "hidden partition while online",
     "64 links: open through them",
+    "read-only disk: FSCTL_EXTEND_VOLUME after a grow",
 ];
+
+/// How much the extend step grows the partition by itself: a few MiB of the space the VHDX's
+/// resize added, leaving the rest for the daemon's ResizeVolume.
+const EXTEND_GROW: u64 = 8 << 20;
 
 /// ERROR_CANT_RESOLVE_FILENAME (1921): "The name of the file cannot be resolved by the system".
 const CANT_RESOLVE_FILENAME: u32 = 1921;
@@ -76,6 +86,7 @@ impl Selftest<'_> {
         let _ = self.read_only_disk().await;
         let _ = self.hidden_partition().await;
         let _ = self.link_chain();
+        let _ = self.renames();
         let _ = self.calls().await;
         // Last: it detaches and attaches the VHDX again.
         let _ = self.disk_copy().await;
@@ -127,6 +138,99 @@ impl Selftest<'_> {
         }
         .await;
         self.out.record(name, t, r)
+    }
+
+    /// Ledger row 21, `FSCTL_EXTEND_VOLUME`: run in the grow flow once the VHDX was resized
+    /// and attached again, before the daemon's ResizeVolume (only a grow gives the control an
+    /// input that asks for something: the sector count the volume is to have). With the disk
+    /// writable, its data partition grown by [`EXTEND_GROW`]; then `DISK_ATTRIBUTE_READ_ONLY`
+    /// set (not persisted) and the volume extended to fill the grown partition (the count the
+    /// daemon's ResizeVolume computes, `extend_sectors`); modelled: ERROR_WRITE_PROTECT, the
+    /// filesystem not grown. The attribute is cleared again whatever happened; the daemon's
+    /// ResizeVolume then grows the rest.
+    pub(super) async fn read_only_extend(&mut self) -> Result<(), Stop> {
+        let name = STEPS[3];
+        let t = Instant::now();
+        let r = async {
+            let (n, h) = self.own_disk().await?;
+            let geo = os::ioctl(&h, io::DISK_GET_DRIVE_GEOMETRY_EX, &[], 256)
+                .map_err(|e| format!("IOCTL_DISK_GET_DRIVE_GEOMETRY_EX: {e}"))?;
+            // DISK_GEOMETRY_EX: BytesPerSector u32 @20.
+            let sector = io::le_u32(&geo, 20)
+                .filter(|s| *s >= 512 && s.is_power_of_two())
+                .ok_or("IOCTL_DISK_GET_DRIVE_GEOMETRY_EX: no sector size")?;
+            let l = read_layout(&h)?;
+            let p = l.partitions[data_partition(&l)?].clone();
+            let grow = io::grow_partition(p.number, EXTEND_GROW);
+            os::ioctl(&h, io::DISK_GROW_PARTITION, &grow, 0).map_err(|e| {
+                format!(
+                    "IOCTL_DISK_GROW_PARTITION partition {} on disk {n}: {e}",
+                    p.number
+                )
+            })?;
+            let _ = os::ioctl(&h, io::DISK_UPDATE_PROPERTIES, &[], 0);
+            let sectors = extend_sectors(p.length + EXTEND_GROW, sector) as i64;
+            let ro = io::DISK_ATTRIBUTE_READ_ONLY;
+            os::ioctl(
+                &h,
+                io::DISK_SET_DISK_ATTRIBUTES,
+                &io::set_disk_attributes(ro, ro, false),
+                0,
+            )
+            .map_err(|e| format!("IOCTL_DISK_SET_DISK_ATTRIBUTES read-only on disk {n}: {e}"))?;
+            let extend = self.extend_to(sectors);
+            let cleared = os::ioctl(
+                &h,
+                io::DISK_SET_DISK_ATTRIBUTES,
+                &io::set_disk_attributes(0, ro, false),
+                0,
+            );
+            let answer = format!(
+                "partition {} grown by {EXTEND_GROW} bytes while writable; read-only, \
+                 FSCTL_EXTEND_VOLUME to {sectors} sectors: {}",
+                p.number,
+                match &extend {
+                    Ok(Ok(())) => "OK".to_string(),
+                    Ok(Err(e)) => e.to_string(),
+                    Err(e) => e.clone(),
+                }
+            );
+            if let Err(e) = cleared {
+                return Err(format!(
+                    "{answer}; clearing DISK_ATTRIBUTE_READ_ONLY again: {e}"
+                ));
+            }
+            match extend {
+                Ok(Err(e)) if e.code == code::WRITE_PROTECT => Ok((
+                    (),
+                    format!(
+                        "{answer} (settles ledger row 21: ERROR_WRITE_PROTECT from the extend)"
+                    ),
+                )),
+                _ => Err(format!(
+                    "{answer} (ledger row 21 models ERROR_WRITE_PROTECT)"
+                )),
+            }
+        }
+        .await;
+        self.out.record(name, t, r)
+    }
+
+    /// `FSCTL_EXTEND_VOLUME` on the selftest's volume to `sectors`, asked again while the
+    /// volume, re-reading its grown partition, answers not ready (within 10 s, as the daemon
+    /// asks): Windows' answer, or (`Err`) why the volume could not be opened.
+    fn extend_to(&self, sectors: i64) -> Result<Result<(), OsError>, String> {
+        let device = volume_device(&self.volume);
+        let vh = os::open(self.os, &device, true).map_err(|e| format!("opening {device}: {e}"))?;
+        let until = self.os.now() + std::time::Duration::from_secs(10);
+        loop {
+            match os::ioctl(&vh, io::FSCTL_EXTEND_VOLUME, &sectors.to_le_bytes(), 0) {
+                Err(e) if e.code == code::NOT_READY && self.os.now() < until => {
+                    self.os.sleep(std::time::Duration::from_millis(100));
+                }
+                r => return Ok(r.map(|_| ())),
+            }
+        }
     }
 
     /// What the provider and the controls answer on the read-only disk `h` is open on: the

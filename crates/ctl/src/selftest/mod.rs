@@ -21,6 +21,7 @@ pub mod hold;
 mod iscsi;
 mod paths;
 mod record;
+mod renames;
 mod scm;
 pub mod service;
 mod smb;
@@ -87,7 +88,7 @@ const POLL: Duration = Duration::from_millis(100);
 
 /// What the selftest acts through besides the daemon: the virtual disk API, this Windows' own
 /// calls (made only on the selftest's own disk, volume and scratch folder: the conditions the
-/// daemon's API cannot make, ledger rows 21, 36 and 53) and a second process
+/// daemon's API cannot make, ledger rows 21, 36, 37, 53 and 86) and a second process
 /// ([`hold::OtherProcess`]: rows 19, 57, 58 and 82).
 #[derive(Clone, Copy)]
 pub struct Machine<'a> {

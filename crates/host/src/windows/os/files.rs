@@ -62,7 +62,7 @@ pub type FileId = (u64, u128);
 
 /// The bytes one `FILE_ID_BOTH_DIR_INFO` record takes in a listing buffer for a name of
 /// `name_len` UTF-16 units: the fixed part (104 bytes) and the name, aligned to 8 bytes.
-pub fn dir_record_len(name_len: usize) -> usize {
+pub const fn dir_record_len(name_len: usize) -> usize {
     (104 + 2 * name_len).next_multiple_of(8)
 }
 
@@ -122,6 +122,16 @@ pub trait FileApi {
     fn delete_file(&self, path: &[u16]) -> Win32Result<()>;
     /// `CreateSymbolicLinkW(link, target, flags)`.
     fn create_symbolic_link(&self, link: &[u16], target: &[u16], flags: u32) -> Win32Result<()>;
+    /// `MoveFileExW(from, to, 0)`: renames the entry at `from` (a directory with everything
+    /// below it) to `to` on the same volume ("When moving a directory, the destination must be
+    /// on the same drive"); something already at `to` fails it (without
+    /// MOVEFILE_REPLACE_EXISTING, ERROR_ALREADY_EXISTS). A rename is set on an open of its
+    /// source that must hold DELETE ("If Open.GrantedAccess does not contain DELETE ... the
+    /// operation MUST be failed with STATUS_ACCESS_DENIED", MS-FSA 2.1.5.15.11
+    /// FileRenameInformation), so a handle open on `from` without FILE_SHARE_DELETE refuses
+    /// it (ERROR_SHARING_VIOLATION): that MoveFileExW makes such an open is what ledger row 37
+    /// infers and the selftest settles.
+    fn rename_entry(&self, from: &[u16], to: &[u16]) -> Win32Result<()>;
     /// `NtCreateFile(FILE_OPEN, FILE_OPEN_REPARSE_POINT)` with `OBJECT_ATTRIBUTES.RootDirectory`
     /// = `dir` and `ObjectName` = `name` (one component): the entry `name` of the directory the
     /// handle `dir` is open on, as itself (a link is not followed), wherever that directory is

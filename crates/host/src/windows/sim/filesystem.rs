@@ -151,7 +151,7 @@ impl State {
     }
 
     /// The error for nothing at `path`: ERROR_PATH_NOT_FOUND when its directory is missing too.
-    fn missing(&self, path: &str) -> OsError {
+    pub(super) fn missing(&self, path: &str) -> OsError {
         if let Some(e) = smb::unc_error(self, path) {
             return e;
         }
@@ -203,7 +203,7 @@ impl State {
 
     /// Creating an entry at `path` needs its parent to be a directory (a plain one, a root or a
     /// mounted folder): ERROR_PATH_NOT_FOUND otherwise.
-    fn parent_is_directory(&self, path: &str) -> Win32Result<()> {
+    pub(super) fn parent_is_directory(&self, path: &str) -> Win32Result<()> {
         let parent = parent_key(&key(path)).unwrap_or_default();
         match self.entry(&parent) {
             Some(Entry::Dir | Entry::Root | Entry::MountedFolder(_)) => Ok(()),
@@ -290,7 +290,7 @@ impl State {
 
     /// ERROR_ACCESS_DENIED when the entry at `path` is delete-pending (STATUS_DELETE_PENDING,
     /// which Win32 reports as access denied).
-    fn not_pending(&self, path: &str) -> Win32Result<()> {
+    pub(super) fn not_pending(&self, path: &str) -> Win32Result<()> {
         if self.delete_pending.contains(&key(path)) {
             return Err(OsError::new(code::ACCESS_DENIED));
         }
@@ -621,6 +621,11 @@ impl FileApi for SimWindows {
         s.add_link(&link, &text(target), flags & link_flag::DIRECTORY != 0)
     }
 
+    fn rename_entry(&self, from: &[u16], to: &[u16]) -> Win32Result<()> {
+        let mut s = self.enter("rename_entry")?;
+        s.rename_checked(&text(from), &text(to))
+    }
+
     fn open_child(&self, dir: u64, name: &[u16], access: u32, share: u32) -> Win32Result<u64> {
         let mut s = self.enter("open_child")?;
         let parent = s.opened(dir)?.key.clone();
@@ -859,24 +864,9 @@ impl SimWindows {
         h
     }
 
-    /// Another process renames the entry at `from` to `to` (`MoveFileExW` without
-    /// MOVEFILE_REPLACE_EXISTING), with everything below it; handles open below it stay open
-    /// on the same entries. Fails with ERROR_SHARING_VIOLATION while a handle holds it without
-    /// FILE_SHARE_DELETE and ERROR_ALREADY_EXISTS when something is at `to`.
+    /// Another process renames the entry at `from` to `to` as [`FileApi::rename_entry`] does.
     pub fn rename(&self, from: &str, to: &str) -> Win32Result<()> {
-        let mut s = self.lock();
-        if s.entry(from).is_none() {
-            return Err(s.missing(from));
-        }
-        if s.entry(to).is_some() {
-            return Err(OsError::new(code::ALREADY_EXISTS));
-        }
-        s.parent_is_directory(to)?;
-        if s.pinned(&key(from)) {
-            return Err(OsError::new(code::SHARING_VIOLATION));
-        }
-        s.rename_entry(from, to);
-        Ok(())
+        self.lock().rename_checked(from, to)
     }
 
     /// The most file and directory handles the daemon held at once since the last

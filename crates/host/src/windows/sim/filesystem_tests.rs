@@ -314,3 +314,51 @@ fn a_root_without_a_file_id_is_held_anew_at_every_look() {
         "the replaced root is still held"
     );
 }
+
+/// `MoveFileExW` through the seam (ledger rows 37 and 86): refused with
+/// ERROR_SHARING_VIOLATION while a handle holds the folder without FILE_SHARE_DELETE, and
+/// ERROR_ALREADY_EXISTS onto an entry; otherwise the folder moves with what is below it, and
+/// handles open on it and below it follow: its child opened through its handle is the entry
+/// the handle below is open on, at the new path.
+#[test]
+fn rename_entry_is_refused_while_held_without_share_delete_and_handles_below_follow() {
+    use crate::windows::os::Win32;
+    use crate::windows::os::files::access;
+    let sim = SimWindows::new();
+    sim.mkdir(r"C:\s\a\d");
+    sim.mkdir(r"C:\s\c");
+    let all = access::SHARE_READ | access::SHARE_WRITE | access::SHARE_DELETE;
+    let pin = sim
+        .open_entry(
+            &u(r"C:\s\a"),
+            access::READ_ATTRIBUTES,
+            all & !access::SHARE_DELETE,
+            false,
+        )
+        .unwrap();
+    let e = sim.rename_entry(&u(r"C:\s\a"), &u(r"C:\s\b")).unwrap_err();
+    assert_eq!(e.code, code::SHARING_VIOLATION);
+    Win32::close(&sim, pin);
+    let e = sim.rename_entry(&u(r"C:\s\a"), &u(r"C:\s\c")).unwrap_err();
+    assert_eq!(e.code, code::ALREADY_EXISTS);
+    let ha = sim
+        .open_entry(&u(r"C:\s\a"), access::LIST_DIRECTORY, all, false)
+        .unwrap();
+    let hd = sim
+        .open_entry(&u(r"C:\s\a\d"), access::READ_ATTRIBUTES, all, false)
+        .unwrap();
+    sim.rename_entry(&u(r"C:\s\a"), &u(r"C:\s\b")).unwrap();
+    assert!(!sim.entry_exists(r"C:\s\a") && sim.entry_exists(r"C:\s\b\d"));
+    let child = sim
+        .open_child(ha, &u("d"), access::READ_ATTRIBUTES, all)
+        .unwrap();
+    let at_b = sim
+        .open_entry(&u(r"C:\s\b\d"), access::READ_ATTRIBUTES, all, false)
+        .unwrap();
+    let id = sim.file_id(hd).unwrap();
+    assert_eq!(sim.file_id(child).unwrap(), id);
+    assert_eq!(sim.file_id(at_b).unwrap(), id);
+    for h in [ha, hd, child, at_b] {
+        Win32::close(&sim, h);
+    }
+}

@@ -71,6 +71,29 @@ impl State {
         Ok(())
     }
 
+    /// `MoveFileExW(from, to, 0)` (ledger rows 37 and 86): renames the entry at `from` to `to`
+    /// with everything below it, handles open below it staying open on the same entries
+    /// (the worst reading: NTFS lets the directory move while something below it is open).
+    /// Fails with ERROR_SHARING_VIOLATION while a handle holds it without FILE_SHARE_DELETE
+    /// (the rename's own open asks DELETE, inferred) and ERROR_ALREADY_EXISTS when something is
+    /// at `to`.
+    pub(super) fn rename_checked(&mut self, from: &str, to: &str) -> Win32Result<()> {
+        let (from, to) = (self.through_links(from)?, self.through_links(to)?);
+        self.not_pending(&from)?;
+        if self.entry(&from).is_none() {
+            return Err(self.missing(&from));
+        }
+        if self.entry(&to).is_some() {
+            return Err(OsError::new(code::ALREADY_EXISTS));
+        }
+        self.parent_is_directory(&to)?;
+        if self.pinned(&key(&from)) {
+            return Err(OsError::new(code::SHARING_VIOLATION));
+        }
+        self.rename_entry(&from, &to);
+        Ok(())
+    }
+
     /// Renames the entry at `from` to `to`, with everything below it (the caller checked it
     /// may).
     pub(super) fn rename_entry(&mut self, from: &str, to: &str) {

@@ -23,8 +23,8 @@ use windows::Win32::Storage::FileSystem::{
     FileIdBothDirectoryInfo, FileIdBothDirectoryRestartInfo, FileIdInfo, FindClose,
     FindExInfoBasic, FindExSearchNameMatch, FindFirstFileExW, GetFileAttributesW,
     GetFileInformationByHandleEx, INVALID_FILE_ATTRIBUTES, MAXIMUM_REPARSE_DATA_BUFFER_SIZE,
-    OPEN_EXISTING, ReadFile, RemoveDirectoryW, SYMBOLIC_LINK_FLAGS, SYNCHRONIZE,
-    SetFileInformationByHandle, WIN32_FIND_DATAW,
+    MOVE_FILE_FLAGS, MoveFileExW, OPEN_EXISTING, ReadFile, RemoveDirectoryW, SYMBOLIC_LINK_FLAGS,
+    SYNCHRONIZE, SetFileInformationByHandle, WIN32_FIND_DATAW,
 };
 use windows::Win32::System::IO::{DeviceIoControl, IO_STATUS_BLOCK};
 use windows::Win32::System::Ioctl::FSCTL_GET_REPARSE_POINT;
@@ -248,6 +248,21 @@ impl FileApi for SystemWin32 {
         // SAFETY: `name` is NUL-terminated and outlives the call. "If the path points to a
         // symbolic link, the symbolic link is deleted, not the target."
         unsafe { DeleteFileW(PCWSTR(name.as_ptr())) }.map_err(|e| os(&e))
+    }
+
+    fn rename_entry(&self, from: &[u16], to: &[u16]) -> Win32Result<()> {
+        let (from, to) = (nul(from), nul(to));
+        // SAFETY: both strings are NUL-terminated and outlive the call. Flags 0: no
+        // MOVEFILE_REPLACE_EXISTING (an entry at `to` fails the call), no MOVEFILE_COPY_ALLOWED
+        // (a move to another volume fails rather than copying).
+        unsafe {
+            MoveFileExW(
+                PCWSTR(from.as_ptr()),
+                PCWSTR(to.as_ptr()),
+                MOVE_FILE_FLAGS(0),
+            )
+        }
+        .map_err(|e| os(&e))
     }
 
     fn create_symbolic_link(&self, link: &[u16], target: &[u16], flags: u32) -> Win32Result<()> {
