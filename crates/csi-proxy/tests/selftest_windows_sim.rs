@@ -154,7 +154,10 @@ async fn whole_flow(offline_all: bool) {
     let smb = step(&o, "SMB: NewSmbGlobalMapping of a missing share");
     assert!(!smb.ran && !smb.ok, "{smb:?}");
     assert_eq!(smb.answer, "not run: needs --smb-server");
-    let by_name = step(&o, "SMB: a second user on a mapped server, by name and by address");
+    let by_name = step(
+        &o,
+        "SMB: a second user on a mapped server, by name and by address",
+    );
     assert!(!by_name.ran && !by_name.ok, "{by_name:?}");
     assert_eq!(
         by_name.answer,
