@@ -58,6 +58,18 @@ impl<'a> Selftest<'a> {
     }
 }
 
+/// Sets or clears DISK_ATTRIBUTE_READ_ONLY (not persisted) on the disk open as `h`.
+fn set_read_only(h: &Handle<'_>, on: bool) -> os::Win32Result<Vec<u8>> {
+    let ro = io::DISK_ATTRIBUTE_READ_ONLY;
+    let value = if on { ro } else { 0 };
+    os::ioctl(
+        h,
+        io::DISK_SET_DISK_ATTRIBUTES,
+        &io::set_disk_attributes(value, ro, false),
+        0,
+    )
+}
+
 /// The disk's layout, read through `h`.
 pub(super) fn read_layout(h: &Handle<'_>) -> Result<Layout, String> {
     let buf = os::ioctl(h, io::DISK_GET_DRIVE_LAYOUT_EX, &[], 4096)
@@ -104,21 +116,11 @@ impl Selftest<'_> {
         let t = Instant::now();
         let r = async {
             let (n, h) = self.own_disk().await?;
-            let ro = io::DISK_ATTRIBUTE_READ_ONLY;
-            os::ioctl(
-                &h,
-                io::DISK_SET_DISK_ATTRIBUTES,
-                &io::set_disk_attributes(ro, ro, false),
-                0,
-            )
-            .map_err(|e| format!("IOCTL_DISK_SET_DISK_ATTRIBUTES read-only on disk {n}: {e}"))?;
+            set_read_only(&h, true).map_err(|e| {
+                format!("IOCTL_DISK_SET_DISK_ATTRIBUTES read-only on disk {n}: {e}")
+            })?;
             let observed = self.read_only_answers(&h).await;
-            let cleared = os::ioctl(
-                &h,
-                io::DISK_SET_DISK_ATTRIBUTES,
-                &io::set_disk_attributes(0, ro, false),
-                0,
-            );
+            let cleared = set_read_only(&h, false);
             let (answer, wrong) = match (observed, cleared) {
                 (Ok(o), Ok(_)) => o,
                 (Ok((a, _)) | Err(a), Err(e)) => {
@@ -170,21 +172,11 @@ impl Selftest<'_> {
             })?;
             let _ = os::ioctl(&h, io::DISK_UPDATE_PROPERTIES, &[], 0);
             let sectors = extend_sectors(p.length + EXTEND_GROW, sector) as i64;
-            let ro = io::DISK_ATTRIBUTE_READ_ONLY;
-            os::ioctl(
-                &h,
-                io::DISK_SET_DISK_ATTRIBUTES,
-                &io::set_disk_attributes(ro, ro, false),
-                0,
-            )
-            .map_err(|e| format!("IOCTL_DISK_SET_DISK_ATTRIBUTES read-only on disk {n}: {e}"))?;
+            set_read_only(&h, true).map_err(|e| {
+                format!("IOCTL_DISK_SET_DISK_ATTRIBUTES read-only on disk {n}: {e}")
+            })?;
             let extend = self.extend_to(sectors);
-            let cleared = os::ioctl(
-                &h,
-                io::DISK_SET_DISK_ATTRIBUTES,
-                &io::set_disk_attributes(0, ro, false),
-                0,
-            );
+            let cleared = set_read_only(&h, false);
             let answer = format!(
                 "partition {} grown by {EXTEND_GROW} bytes while writable; read-only, \
                  FSCTL_EXTEND_VOLUME to {sectors} sectors: {}",
