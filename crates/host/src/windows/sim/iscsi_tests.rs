@@ -146,15 +146,20 @@ fn other_portal() -> TargetPortal {
     }
 }
 
-#[test]
-fn a_session_through_another_portal_is_neither_success_nor_touched() {
+/// One target reachable through two portals, both added, logged in to through the first.
+fn logged_in_through_one_of_two_portals() -> (Arc<SimWindows>, WindowsIscsiHost) {
     let (sim, h) = host();
-    // One target reachable through two portals.
     sim.add_iscsi_target("10.0.0.5", 3260, IQN, &[4], None);
     sim.add_iscsi_target("10.0.0.6", 3260, IQN, &[4], None);
     h.add_target_portal(&portal()).unwrap();
     h.add_target_portal(&other_portal()).unwrap();
     h.connect_target(&portal(), IQN, &no_chap()).unwrap();
+    (sim, h)
+}
+
+#[test]
+fn a_session_through_another_portal_is_neither_success_nor_touched() {
+    let (sim, h) = logged_in_through_one_of_two_portals();
     // The initiator refuses a second session (TARGET_ALREADY_LOGGED_IN): not a login through
     // the other portal.
     let e = h
@@ -179,12 +184,7 @@ fn a_reconnecting_session_is_not_matched_by_its_name_alone() {
         Some(("0.0.0.0", 0)),
         Some(("[::]", 3260)),
     ] {
-        let (sim, h) = host();
-        sim.add_iscsi_target("10.0.0.5", 3260, IQN, &[4], None);
-        sim.add_iscsi_target("10.0.0.6", 3260, IQN, &[4], None);
-        h.add_target_portal(&portal()).unwrap();
-        h.add_target_portal(&other_portal()).unwrap();
-        h.connect_target(&portal(), IQN, &no_chap()).unwrap();
+        let (sim, h) = logged_in_through_one_of_two_portals();
         sim.drop_iscsi_connections_listing(IQN, listed);
         // Through which portal it was made cannot be told now: no answer is given for either.
         let e = h.disconnect_target(&other_portal(), IQN).unwrap_err();

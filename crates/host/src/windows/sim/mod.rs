@@ -517,8 +517,6 @@ impl SimWindows {
             s.disks.insert(
                 0,
                 Disk {
-                    size,
-                    pending_size: None,
                     style: STYLE_GPT,
                     disk_id,
                     usable_start: 34 * SECTOR,
@@ -528,18 +526,7 @@ impl SimWindows {
                         part(2, 101 * MIB, 16 * MIB, MSR, msr, 0),
                         part(3, 117 * MIB, size - 118 * MIB, BASIC_DATA, os, 0),
                     ],
-                    offline: false,
-                    read_only: false,
-                    persisted: (false, false),
-                    volumes_leave: Duration::ZERO,
-                    sector: SECTOR,
-                    keep_usable: false,
-                    removing: None,
-                    msr_due: Duration::ZERO,
-                    data: BTreeMap::new(),
-                    scsi: Some((0, 0, 0, 0)),
-                    page83: DeviceId::Ascii("system-disk".into()),
-                    serial: "SIM-SYSTEM".into(),
+                    ..Disk::blank(size, 0, "system-disk", "SIM-SYSTEM")
                 },
             );
             let automount = s.automount;
@@ -788,6 +775,34 @@ mod vhd_tests;
 #[cfg(test)]
 mod wmi_tests;
 
+impl Disk {
+    /// A new, empty (RAW) disk of `size` bytes at SCSI LUN `lun`, online and writable, with
+    /// its page 83 identifier and serial number.
+    fn blank(size: u64, lun: u8, page83: &str, serial: &str) -> Disk {
+        Disk {
+            size,
+            pending_size: None,
+            style: STYLE_RAW,
+            disk_id: Uuid::nil(),
+            usable_start: 0,
+            usable_length: 0,
+            parts: Vec::new(),
+            offline: false,
+            read_only: false,
+            persisted: (false, false),
+            volumes_leave: Duration::ZERO,
+            sector: SECTOR,
+            keep_usable: false,
+            removing: None,
+            msr_due: Duration::ZERO,
+            data: BTreeMap::new(),
+            scsi: Some((0, 0, 0, lun)),
+            page83: DeviceId::Ascii(page83.into()),
+            serial: serial.into(),
+        }
+    }
+}
+
 impl State {
     /// [`SimWindows::add_disk`] with the state already held.
     pub(super) fn new_disk(&mut self, size: u64, lun: u8) -> u32 {
@@ -801,27 +816,7 @@ impl State {
             .map_or(0, |n| n + 1);
         self.disks.insert(
             n,
-            Disk {
-                size,
-                pending_size: None,
-                style: STYLE_RAW,
-                disk_id: Uuid::nil(),
-                usable_start: 0,
-                usable_length: 0,
-                parts: Vec::new(),
-                offline: false,
-                read_only: false,
-                persisted: (false, false),
-                volumes_leave: Duration::ZERO,
-                sector: SECTOR,
-                keep_usable: false,
-                removing: None,
-                msr_due: Duration::ZERO,
-                data: BTreeMap::new(),
-                scsi: Some((0, 0, 0, lun)),
-                page83: DeviceId::Ascii(format!("sim-disk-{n}")),
-                serial: format!("SIM{n:04}"),
-            },
+            Disk::blank(size, lun, &format!("sim-disk-{n}"), &format!("SIM{n:04}")),
         );
         if self.san_offline_all
             && let Some(d) = self.disks.get_mut(&n)
